@@ -1,0 +1,1 @@
+"""Generator families. Each module offers Config, ladder()/default_config(), check() and render()."""

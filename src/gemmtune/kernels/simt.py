@@ -1,0 +1,403 @@
+"""CUDA-core fp32 GEMM generator: SimtConfig + GemmSpec -> readable CUDA (KernelSource).
+
+Sizes are baked in as constants: a kernel is generated for one shape, so every edge test that
+can be decided now is decided now (e.g. whether a 128-bit load of a row is aligned), and the rest
+are predicated loads/stores. Three templates: naive, coalesced, and tiled (shared-memory tiles
+with optional register blocking, warp tiling, 128-bit accesses, double buffering and cp.async).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+from ..kernel_source import KernelSource
+from ..spec import GemmSpec
+from .simt_config import FAMILY, VERSION, SimtConfig, rejections
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def entry_name(spec: GemmSpec) -> str:
+    return f"{spec.slug()}_simt"
+
+
+# --- pieces every template shares -------------------------------------------------------------
+def _params(spec: GemmSpec) -> tuple[tuple[str, ...], str]:
+    """Argument names in kernel order and the C parameter list."""
+    names = ["A", "B", *(op.name for op in spec.epilogue.operands()), "D"]
+    decl = {"A": "const float* __restrict__ A", "B": "const float* __restrict__ B",
+            "C": "const float* __restrict__ C", "bias": "const float* __restrict__ bias",
+            "alpha": "float alpha", "beta": "float beta", "D": "float* __restrict__ D"}
+    return tuple(names), ", ".join(decl[n] for n in names)
+
+
+def _operand_args(spec: GemmSpec) -> str:
+    """The epilogue operands as call arguments (leading comma), e.g. ', C, alpha'."""
+    return "".join(f", {op.name}" for op in spec.epilogue.operands())
+
+
+def _epilogue_function(spec: GemmSpec) -> str:
+    params = {"C": "const float* __restrict__ C", "bias": "const float* __restrict__ bias",
+              "alpha": "float alpha", "beta": "float beta"}
+    extra = "".join(f", {params[op.name]}" for op in spec.epilogue.operands())
+    body = "\n".join(f"    {s}" for s in spec.epilogue.cuda_statements("row", "col", "N"))
+    what = str(spec.epilogue) if not spec.epilogue.is_identity else "none (D = A·B)"
+    return (
+        f"{spec.epilogue.cuda_preamble()}"
+        f"// Epilogue {what}: applied in registers on the way to D, so it costs no extra pass.\n"
+        f"__device__ __forceinline__ float epilogue(float v, int row, int col{extra}) {{\n"
+        f"{body + chr(10) if body else ''}    return v;\n}}\n"
+    )
+
+
+def _accessors(spec: GemmSpec) -> str:
+    a = "A[k * M + m]" if spec.a_trans else "A[m * K + k]"
+    b = "B[n * K + k]" if spec.b_trans else "B[k * N + n]"
+    a_store = "K×M (transposed)" if spec.a_trans else "M×K"
+    b_store = "N×K (transposed)" if spec.b_trans else "K×N"
+    return (
+        f"// A is stored {a_store}, B is stored {b_store}, D is M×N; all row-major.\n"
+        f"__device__ __forceinline__ float a_at(const float* __restrict__ A, int m, int k) {{ return {a}; }}\n"
+        f"__device__ __forceinline__ float b_at(const float* __restrict__ B, int k, int n) {{ return {b}; }}\n"
+    )
+
+
+def _header(spec: GemmSpec, config: SimtConfig) -> str:
+    return (
+        f"// gemmtune {FAMILY} v{VERSION}: {spec.short()}\n"
+        f"// config: {config.describe()}\n"
+        f"constexpr int M = {spec.m}, N = {spec.n}, K = {spec.k};\n\n"
+    )
+
+
+def _source(spec: GemmSpec, config: SimtConfig, body: str, grid, block) -> KernelSource:
+    args, _ = _params(spec)
+    code = _header(spec, config) + _accessors(spec) + "\n" + _epilogue_function(spec) + "\n" + body
+    return KernelSource(code=code, entry=entry_name(spec), grid=grid, block=block, args=args, spec=spec,
+                        family=FAMILY, family_version=VERSION, config=config.to_json())
+
+
+# --- naive and coalesced: one thread per output --------------------------------------------------
+def _render_simple(spec: GemmSpec, config: SimtConfig) -> KernelSource:
+    _, params = _params(spec)
+    if config.kind == "naive":
+        why = "// naive: threadIdx.x walks rows, so a warp reads 32 different rows of A and writes D strided."
+        row, col = "blockIdx.x * BM + threadIdx.x", "blockIdx.y * BN + threadIdx.y"
+        grid, block = (_ceil_div(spec.m, config.bm), _ceil_div(spec.n, config.bn), 1), (config.bm, config.bn, 1)
+    else:
+        why = "// coalesced: threadIdx.x walks columns, so a warp reads B and writes D in one contiguous run."
+        row, col = "blockIdx.y * BM + threadIdx.y", "blockIdx.x * BN + threadIdx.x"
+        grid, block = (_ceil_div(spec.n, config.bn), _ceil_div(spec.m, config.bm), 1), (config.bn, config.bm, 1)
+    body = f"""constexpr int BM = {config.bm}, BN = {config.bn};  // thread block = one BM×BN patch of D
+
+{why}
+extern "C" __global__ void __launch_bounds__({config.threads}) {entry_name(spec)}({params}) {{
+    const int row = {row};
+    const int col = {col};
+    if (row >= M || col >= N) return;
+    float acc = 0.0f;
+    for (int k = 0; k < K; ++k) acc = fmaf(a_at(A, row, k), b_at(B, k, col), acc);
+    D[row * N + col] = epilogue(acc, row, col{_operand_args(spec)});
+}}
+"""
+    return _source(spec, config, body, grid, block)
+
+
+# --- tiled: shared memory, register blocking, warp tiles, 128-bit access, pipelining -------------
+@dataclass(frozen=True)
+class _Operand:
+    """How one input moves global -> shared. The shared tile is always k-major: Xs[k][x]."""
+
+    name: str       # "A" or "B"
+    extent: str     # "M" or "N": the non-k dimension
+    tile: str       # "BM" or "BN"
+    k_major: bool   # stored with k as the row index (contiguous along x): copy straight across
+    vec: int        # elements per global load (4 only when rows are 16-byte aligned)
+
+    @property
+    def units_per_row(self) -> str:
+        return f"({self.tile} / {self.vec})" if self.k_major else f"(BK / {self.vec})"
+
+
+def _operands(spec: GemmSpec, config: SimtConfig) -> tuple[_Operand, _Operand]:
+    a_k_major, b_k_major = spec.a_trans, not spec.b_trans
+    a_row = spec.m if a_k_major else spec.k  # length of a stored row
+    b_row = spec.n if b_k_major else spec.k
+    a_vec = 4 if config.vec == 4 and a_row % 4 == 0 else 1
+    b_vec = 4 if config.vec == 4 and b_row % 4 == 0 else 1
+    return _Operand("A", "M", "BM", a_k_major, a_vec), _Operand("B", "N", "BN", b_k_major, b_vec)
+
+
+def _global_index(op: _Operand, x: str, k: str) -> str:
+    ld = op.extent if op.k_major else "K"
+    return f"({k}) * {ld} + ({x})" if op.k_major else f"({x}) * {ld} + ({k})"
+
+
+def _unit_coords(op: _Operand) -> str:
+    """Code giving (x, kq) of load unit `idx` inside the tile; consecutive threads read consecutive addresses."""
+    if op.k_major:
+        return (f"const int kq = idx / {op.units_per_row};\n"
+                f"            const int x = (idx % {op.units_per_row}) * {op.vec};")
+    return (f"const int x = idx / {op.units_per_row};\n"
+            f"            const int kq = (idx % {op.units_per_row}) * {op.vec};")
+
+
+def _loads_per_thread(op: _Operand) -> str:
+    return f"({op.tile} * BK / ({op.vec} * THREADS))"
+
+
+def _stage_type(op: _Operand) -> str:
+    return "float4" if op.vec == 4 else "float"
+
+
+def _emit_global_to_regs(op: _Operand) -> str:
+    t, zero = _stage_type(op), ("make_float4(0.f, 0.f, 0.f, 0.f)" if op.vec == 4 else "0.0f")
+    src = f"{op.name}[{_global_index(op, 'gx', 'gk')}]"
+    load = f"*reinterpret_cast<const float4*>(&{src})" if op.vec == 4 else src
+    return f"""    // {op.name}: global -> registers ({op.vec * 4}-byte loads), zero outside the matrix.
+    auto load_{op.name.lower()} = [&](int k0, {t} (&stage)[{_loads_per_thread(op)}]) {{
+        #pragma unroll
+        for (int l = 0; l < {_loads_per_thread(op)}; ++l) {{
+            const int idx = threadIdx.x + l * THREADS;
+            {_unit_coords(op)}
+            const int gx = {op.name.lower()}_origin + x, gk = k0 + kq;
+            stage[l] = (gx < {op.extent} && gk < K) ? {load} : {zero};
+        }}
+    }};
+"""
+
+
+def _emit_regs_to_smem(op: _Operand) -> str:
+    s = f"{op.name}s[buf]"
+    if op.k_major:
+        store = (f"*reinterpret_cast<float4*>(&{s}[kq][x]) = stage[l];" if op.vec == 4
+                 else f"{s}[kq][x] = stage[l];")
+        why = "same orientation: straight copy"
+    elif op.vec == 4:
+        store = (f"{s}[kq + 0][x] = stage[l].x; {s}[kq + 1][x] = stage[l].y;\n"
+                 f"            {s}[kq + 2][x] = stage[l].z; {s}[kq + 3][x] = stage[l].w;")
+        why = "transposed into k-major so the inner loop reads contiguous x"
+    else:
+        store, why = f"{s}[kq][x] = stage[l];", "transposed into k-major so the inner loop reads contiguous x"
+    return f"""    // {op.name}: registers -> shared ({why}).
+    auto store_{op.name.lower()} = [&](int buf, const {_stage_type(op)} (&stage)[{_loads_per_thread(op)}]) {{
+        #pragma unroll
+        for (int l = 0; l < {_loads_per_thread(op)}; ++l) {{
+            const int idx = threadIdx.x + l * THREADS;
+            {_unit_coords(op)}
+            {store}
+        }}
+    }};
+"""
+
+
+def _emit_async_copy(op: _Operand) -> str:
+    """cp.async global -> shared with zero fill (src-size 0) outside the matrix; no register staging."""
+    if op.k_major:
+        copies = (f"cp_async(&{op.name}s[buf][kq][x], ok ? src : {op.name}, ok);" if op.vec == 1 else
+                  f"cp_async16(&{op.name}s[buf][kq][x], ok ? src : {op.name}, ok);")
+    else:
+        copies = ("#pragma unroll\n            for (int e = 0; e < " + str(op.vec) + "; ++e) "
+                  f"cp_async(&{op.name}s[buf][kq + e][x], ok ? src + e : {op.name}, ok);")
+    return f"""    // {op.name}: global -> shared through cp.async, the copy engine fills the buffer while we compute.
+    auto copy_{op.name.lower()} = [&](int k0, int buf) {{
+        #pragma unroll
+        for (int l = 0; l < {_loads_per_thread(op)}; ++l) {{
+            const int idx = threadIdx.x + l * THREADS;
+            {_unit_coords(op)}
+            const int gx = {op.name.lower()}_origin + x, gk = k0 + kq;
+            const bool ok = gx < {op.extent} && gk < K;
+            const float* src = &{op.name}[{_global_index(op, 'gx', 'gk')}];
+            {copies}
+        }}
+    }};
+"""
+
+
+CP_ASYNC_HELPERS = r"""// cp.async (sm_80+): asynchronous global->shared copies; src-size 0 writes zeros (edge tiles).
+__device__ __forceinline__ void cp_async(float* smem, const float* gmem, bool valid) {
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(dst), "l"(gmem), "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async16(float* smem, const float* gmem, bool valid) {
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(gmem), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N_PENDING> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(N_PENDING));
+}
+"""
+
+
+def _tile_constants(spec: GemmSpec, config: SimtConfig) -> str:
+    wm, wn = (config.wm, config.wn) if config.warptiled else (config.bm, config.bn)
+    wniter = config.wniter if config.warptiled else 1
+    group = "32;  // a warp owns one WM×WN warp tile" if config.warptiled else \
+        "THREADS;  // no warp tiling: the whole block shares one tile"
+    return f"""constexpr int BM = {config.bm}, BN = {config.bn}, BK = {config.bk};  // block tile of D, k-slice depth
+constexpr int TM = {config.tm}, TN = {config.tn};  // micro-tile of D each thread accumulates in registers
+constexpr int WM = {wm}, WN = {wn};  // warp tile
+constexpr int WMITER = {config.wmiter}, WNITER = {wniter};  // a warp sweeps its tile in WMITER×WNITER steps
+constexpr int WSUBM = WM / WMITER, WSUBN = WN / WNITER;
+constexpr int THREADS = {config.threads};
+constexpr int GROUP = {group}
+constexpr int TCOLS = WSUBN / TN;  // threads across one sub-tile
+constexpr int PAD = {config.pad};  // floats of padding per shared row (bank conflicts)
+constexpr int STAGES = {config.stages};  // shared buffers: 2 = load slice t+1 while computing slice t
+constexpr int KTILES = (K + BK - 1) / BK;
+static_assert(WSUBM / TM * TCOLS == GROUP, "threads of a group must cover its sub-tile exactly");
+"""
+
+
+def _frag_load(frag: str, smem: str, count: str, base: str, vec: bool) -> str:
+    """Copy `count` contiguous shared floats to `frag + v` registers (float4 reads when vec)."""
+    if vec:
+        return (f"#pragma unroll\n                for (int v = 0; v < {count}; v += 4)\n"
+                f"                    *reinterpret_cast<float4*>(&{frag} + v]) = "
+                f"*reinterpret_cast<const float4*>(&{smem}[{base} + v]);")
+    return f"#pragma unroll\n                for (int v = 0; v < {count}; ++v) {frag} + v] = {smem}[{base} + v];"
+
+
+def _emit_compute(spec: GemmSpec, config: SimtConfig) -> str:
+    vec = config.vec == 4
+    # When all of K fits in one slice, ptxas schedules the straight-line body so eagerly that it
+    # spills; unrolling kk by 4 there keeps register arrays indexed by constants and no spills.
+    kk_unroll = "#pragma unroll" if spec.k > config.bk else "#pragma unroll 4"
+    a_load = _frag_load("a_frag[wi * TM", "As[buf][kk]", "TM", "a_row", vec)
+    b_load = _frag_load("b_frag[wj * TN", "Bs[buf][kk]", "TN", "b_col", vec)
+    return f"""    // One k-slice in shared memory -> outer products in registers.
+    auto compute = [&](int buf) {{
+        {kk_unroll}
+        for (int kk = 0; kk < BK; ++kk) {{
+            float a_frag[WMITER * TM], b_frag[WNITER * TN];  // this thread's column of A, row of B
+            #pragma unroll
+            for (int wi = 0; wi < WMITER; ++wi) {{
+                const int a_row = warp_row * WM + wi * WSUBM + thread_row * TM;
+                {a_load}
+            }}
+            #pragma unroll
+            for (int wj = 0; wj < WNITER; ++wj) {{
+                const int b_col = warp_col * WN + wj * WSUBN + thread_col * TN;
+                {b_load}
+            }}
+            #pragma unroll
+            for (int i = 0; i < WMITER * TM; ++i)
+                #pragma unroll
+                for (int j = 0; j < WNITER * TN; ++j) acc[i][j] = fmaf(a_frag[i], b_frag[j], acc[i][j]);
+        }}
+    }};
+"""
+
+
+def _emit_store(spec: GemmSpec, config: SimtConfig) -> str:
+    ops = _operand_args(spec)
+    wide = config.vec == 4 and config.tn % 4 == 0 and spec.n % 4 == 0
+    if wide:
+        inner = f"""#pragma unroll
+            for (int j = 0; j < TN; j += 4) {{
+                const int col = col0 + wj * WSUBN + j;
+                if (row >= M || col >= N) continue;  // N % 4 == 0: a float4 is all in or all out
+                float4 out;
+                out.x = epilogue(acc[wi * TM + i][wj * TN + j + 0], row, col + 0{ops});
+                out.y = epilogue(acc[wi * TM + i][wj * TN + j + 1], row, col + 1{ops});
+                out.z = epilogue(acc[wi * TM + i][wj * TN + j + 2], row, col + 2{ops});
+                out.w = epilogue(acc[wi * TM + i][wj * TN + j + 3], row, col + 3{ops});
+                *reinterpret_cast<float4*>(&D[row * N + col]) = out;
+            }}"""
+    else:
+        inner = f"""#pragma unroll
+            for (int j = 0; j < TN; ++j) {{
+                const int col = col0 + wj * WSUBN + j;
+                if (row < M && col < N) D[row * N + col] = epilogue(acc[wi * TM + i][wj * TN + j], row, col{ops});
+            }}"""
+    return f"""    // Write-back: epilogue in registers, {'128-bit' if wide else 'scalar'} stores, predicated at the edges.
+    const int row0 = m_origin + warp_row * WM + thread_row * TM;
+    const int col0 = n_origin + warp_col * WN + thread_col * TN;
+    #pragma unroll
+    for (int wi = 0; wi < WMITER; ++wi)
+    #pragma unroll
+    for (int i = 0; i < TM; ++i) {{
+        const int row = row0 + wi * WSUBM + i;
+        #pragma unroll
+        for (int wj = 0; wj < WNITER; ++wj) {{
+            {inner}
+        }}
+    }}
+"""
+
+
+def _emit_main_loop(config: SimtConfig) -> str:
+    if config.async_copy:
+        return """    // Pipeline: slice t+1 is in flight on the copy engine while slice t is multiplied.
+    copy_a(0, 0); copy_b(0, 0); cp_async_commit();
+    for (int t = 0; t < KTILES; ++t) {
+        const int buf = t & 1;
+        if (t + 1 < KTILES) { copy_a((t + 1) * BK, buf ^ 1); copy_b((t + 1) * BK, buf ^ 1); }
+        cp_async_commit();
+        cp_async_wait<1>();  // everything but the newest group has landed: slice t is in shared memory
+        __syncthreads();
+        compute(buf);
+        __syncthreads();     // slice t's buffer is refilled at t+2
+    }
+"""
+    if config.stages == 2:
+        return """    // Pipeline: slice t+1 is loaded into registers before slice t is multiplied (latency hidden).
+    load_a(0, a_stage); load_b(0, b_stage); store_a(0, a_stage); store_b(0, b_stage);
+    __syncthreads();
+    for (int t = 0; t < KTILES; ++t) {
+        const int buf = t & 1;
+        const bool more = t + 1 < KTILES;
+        if (more) { load_a((t + 1) * BK, a_stage); load_b((t + 1) * BK, b_stage); }
+        compute(buf);
+        if (more) { store_a(buf ^ 1, a_stage); store_b(buf ^ 1, b_stage); }
+        __syncthreads();  // one barrier: the other buffer was last read before the previous barrier
+    }
+"""
+    return """    for (int t = 0; t < KTILES; ++t) {
+        load_a(t * BK, a_stage); load_b(t * BK, b_stage);
+        store_a(0, a_stage); store_b(0, b_stage);
+        __syncthreads();  // the whole slice is in shared memory
+        compute(0);
+        __syncthreads();  // everyone is done reading before it is overwritten
+    }
+"""
+
+
+def _render_tiled(spec: GemmSpec, config: SimtConfig) -> KernelSource:
+    _, params = _params(spec)
+    a, b = _operands(spec, config)
+    movers = (_emit_async_copy(a) + _emit_async_copy(b)) if config.async_copy else (
+        _emit_global_to_regs(a) + _emit_regs_to_smem(a) + _emit_global_to_regs(b) + _emit_regs_to_smem(b))
+    staging = "" if config.async_copy else (
+        f"    {_stage_type(a)} a_stage[{_loads_per_thread(a)}];\n    {_stage_type(b)} b_stage[{_loads_per_thread(b)}];\n")
+    body = (_tile_constants(spec, config) + "\n" + (CP_ASYNC_HELPERS if config.async_copy else "") + f"""
+extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({params}) {{
+    // Shared tiles are k-major (Xs[k][x]) so a thread's TM rows / TN columns are contiguous.
+    __shared__ __align__(16) float As[STAGES][BK][BM + PAD];
+    __shared__ __align__(16) float Bs[STAGES][BK][BN + PAD];
+    const int m_origin = blockIdx.y * BM, n_origin = blockIdx.x * BN;  // this block's corner of D
+    const int a_origin = m_origin, b_origin = n_origin;
+    const int group = threadIdx.x / GROUP, lane = threadIdx.x % GROUP;
+    const int warp_row = group / (BN / WN), warp_col = group % (BN / WN);
+    const int thread_row = lane / TCOLS, thread_col = lane % TCOLS;
+    float acc[WMITER * TM][WNITER * TN] = {{}};
+
+{movers}{staging}{_emit_compute(spec, config)}
+{_emit_main_loop(config)}
+{_emit_store(spec, config)}}}
+""")
+    grid = (_ceil_div(spec.n, config.bn), _ceil_div(spec.m, config.bm), 1)
+    return _source(spec, config, body, grid, (config.threads, 1, 1))
+
+
+def render(spec: GemmSpec, config: SimtConfig, arch: str = "sm_90") -> KernelSource:
+    """Generate the kernel for `spec` with `config`; ConfigError lists every broken constraint."""
+    broken = rejections(config, spec, arch)
+    if broken:
+        raise ConfigError(f"config rejected for {spec.short()}: " + "; ".join(broken.values()))
+    if config.kind in ("naive", "coalesced"):
+        return _render_simple(spec, config)
+    return _render_tiled(spec, config)
