@@ -46,7 +46,7 @@ def _gelu64(v: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True)
 class EpilogueOp:
     name: str
-    operand: Operand | None
+    operands: tuple[Operand, ...]
     # CUDA statement updating float `v`; {row}/{col}/{ld} are index expressions of the generator.
     cuda: str
     reference: Callable[[np.ndarray, dict], np.ndarray]
@@ -56,16 +56,16 @@ class EpilogueOp:
 OPS: dict[str, EpilogueOp] = {
     op.name: op
     for op in (
-        EpilogueOp("alpha", ALPHA, "v *= alpha;", lambda v, x: v * x["alpha"], "scale by scalar alpha"),
-        EpilogueOp("bias_row", BIAS_ROW, "v += bias[{row}];", lambda v, x: v + x["bias"][:, None],
+        EpilogueOp("alpha", (ALPHA,), "v *= alpha;", lambda v, x: v * x["alpha"], "scale by scalar alpha"),
+        EpilogueOp("bias_row", (BIAS_ROW,), "v += bias[{row}];", lambda v, x: v + x["bias"][:, None],
                    "add bias[row] (length M)"),
-        EpilogueOp("bias_col", BIAS_COL, "v += bias[{col}];", lambda v, x: v + x["bias"][None, :],
+        EpilogueOp("bias_col", (BIAS_COL,), "v += bias[{col}];", lambda v, x: v + x["bias"][None, :],
                    "add bias[col] (length N)"),
-        EpilogueOp("relu", None, "v = fmaxf(v, 0.0f);", lambda v, x: np.maximum(v, 0.0), "ReLU"),
-        EpilogueOp("gelu", None, "v = gelu_tanh(v);", lambda v, x: _gelu64(v), "GELU, tanh form"),
-        EpilogueOp("add", MATRIX_C, "v += C[(size_t)({row}) * {ld} + ({col})];", lambda v, x: v + x["C"],
+        EpilogueOp("relu", (), "v = fmaxf(v, 0.0f);", lambda v, x: np.maximum(v, 0.0), "ReLU"),
+        EpilogueOp("gelu", (), "v = gelu_tanh(v);", lambda v, x: _gelu64(v), "GELU, tanh form"),
+        EpilogueOp("add", (MATRIX_C,), "v += C[(size_t)({row}) * {ld} + ({col})];", lambda v, x: v + x["C"],
                    "add residual matrix C (M×N)"),
-        EpilogueOp("beta", BETA, "v += beta * C[(size_t)({row}) * {ld} + ({col})];",
+        EpilogueOp("beta", (BETA, MATRIX_C), "v += beta * C[(size_t)({row}) * {ld} + ({col})];",
                    lambda v, x: v + x["beta"] * x["C"], "add beta·C (C is M×N)"),
     )
 }
@@ -110,7 +110,7 @@ class Epilogue:
 
     def operands(self) -> tuple[Operand, ...]:
         """Extra arguments in kernel order: C, bias, then scalars alpha, beta."""
-        found = {OPS[name].operand for name in self.ops if OPS[name].operand is not None}
+        found = {operand for name in self.ops for operand in OPS[name].operands}
         order = (MATRIX_C, BIAS_ROW, BIAS_COL, ALPHA, BETA)
         return tuple(op for op in order if op in found)
 

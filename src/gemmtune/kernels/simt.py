@@ -263,9 +263,10 @@ def _frag_load(frag: str, smem: str, count: str, base: str, vec: bool) -> str:
 
 def _emit_compute(spec: GemmSpec, config: SimtConfig) -> str:
     vec = config.vec == 4
-    # When all of K fits in one slice, ptxas schedules the straight-line body so eagerly that it
-    # spills; unrolling kk by 4 there keeps register arrays indexed by constants and no spills.
-    kk_unroll = "#pragma unroll" if spec.k > config.bk else "#pragma unroll 4"
+    # Full unrolling (unroll=0) spills when all of K fits in one slice: ptxas schedules the
+    # straight-line body too eagerly, so that case falls back to 4. Fragments stay indexed by constants.
+    factor = config.unroll or (0 if spec.k > config.bk else 4)
+    kk_unroll = f"#pragma unroll {factor}" if factor else "#pragma unroll"
     a_load = _frag_load("a_frag[wi * TM", "As[buf][kk]", "TM", "a_row", vec)
     b_load = _frag_load("b_frag[wj * TN", "Bs[buf][kk]", "TN", "b_col", vec)
     return f"""    // One k-slice in shared memory -> outer products in registers.

@@ -32,6 +32,8 @@ class SimtConfig:
     stages: shared-memory buffers (2 = double buffering: load the next slice while computing).
     async_copy: global->shared through cp.async (sm_80+), no register staging.
     pad: floats of padding per shared row against bank conflicts (0 or 4 keeps 16-byte alignment).
+    unroll: unroll factor of the inner k loop (0 = full); full unrolling can push a 128-accumulator
+      thread past 255 registers, so partial unrolling is the default.
     """
 
     kind: str = "tiled"
@@ -47,6 +49,7 @@ class SimtConfig:
     stages: int = 2
     async_copy: bool = True
     pad: int = 0
+    unroll: int = 8
 
     # --- derived shape --------------------------------------------------------------------
     @property
@@ -98,7 +101,8 @@ class SimtConfig:
         warp = f" warp {self.wm}x{self.wn}/{self.wniter}" if self.warptiled else ""
         copy = " cp.async" if self.async_copy else ""
         return (f"tile {self.bm}x{self.bn}x{self.bk} thread {self.tm}x{self.tn}{warp} vec{self.vec} "
-                f"stages{self.stages}{copy}" + (f" pad{self.pad}" if self.pad else ""))
+                f"stages{self.stages}{copy}" + (f" pad{self.pad}" if self.pad else "")
+                + (f" unroll{self.unroll}" if self.unroll else " unroll-full"))
 
     def with_(self, **changes) -> "SimtConfig":
         return replace(self, **changes)
@@ -207,6 +211,8 @@ def _pipeline(c: SimtConfig, s: GemmSpec, arch: str) -> str | None:
         return f"cp.async needs sm_80 or newer, not {arch}"
     if c.pad not in (0, 4):
         return f"pad must be 0 or 4, not {c.pad}"
+    if c.unroll not in (0, 2, 4, 8, 16):
+        return f"unroll must be 0 (full), 2, 4, 8 or 16, not {c.unroll}"
     return None
 
 

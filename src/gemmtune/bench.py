@@ -1,0 +1,77 @@
+"""Benchmark kernels against cuBLAS in one process: every row verified, then timed the same way."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from .compiler import compile_kernel
+from .errors import GemmtuneError
+from .kernels import simt
+from .kernels.simt_config import SimtConfig
+from .spec import GemmSpec
+from .timing import Measurement, TimingProtocol
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    name: str
+    config: str
+    median_s: float | None
+    tflops: float | None
+    rel_error: float | None
+    status: str  # ok, or the failure class name
+    message: str = ""
+    registers: int | None = None
+    samples: int = 0
+
+    def pct_of(self, baseline_s: float | None) -> float | None:
+        if baseline_s is None or self.median_s is None:
+            return None
+        return 100.0 * baseline_s / self.median_s
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _row_from_measurement(name: str, config: str, spec: GemmSpec, m: Measurement, rel: float | None,
+                          registers: int | None = None) -> BenchRow:
+    return BenchRow(name, config, m.median_s, spec.flops / m.median_s / 1e12, rel, "ok", "", registers,
+                    len(m.samples_s))
+
+
+def bench_config(spec: GemmSpec, name: str, config: SimtConfig, arch: str, protocol: TimingProtocol) -> BenchRow:
+    """Render, compile, verify and time one config; failures become a row, never an exception."""
+    from .evaluate import evaluate
+
+    try:
+        compiled = compile_kernel(simt.render(spec, config, arch), arch)
+        result = evaluate(compiled, protocol)
+    except GemmtuneError as err:
+        return BenchRow(name, config.describe(), None, None, None, type(err).__name__, str(err))
+    if not result.verify.ok or result.measurement is None:
+        return BenchRow(name, config.describe(), None, None, result.verify.rel_error, "VerifyError",
+                        result.verify.message, compiled.resources.registers)
+    return _row_from_measurement(name, config.describe(), spec, result.measurement, result.verify.rel_error,
+                                 compiled.resources.registers)
+
+
+def bench_cublas(spec: GemmSpec, protocol: TimingProtocol) -> BenchRow:
+    from .baseline import cublas_measurement
+
+    try:
+        m = cublas_measurement(spec, protocol)
+    except GemmtuneError as err:
+        return BenchRow("cuBLAS", "torch.matmul, tf32 off", None, None, None, type(err).__name__, str(err))
+    return _row_from_measurement("cuBLAS", "torch.matmul, tf32 off", spec, m, None)
+
+
+def bench_many(spec: GemmSpec, candidates: Iterable[tuple[str, SimtConfig]], arch: str,
+               protocol: TimingProtocol, on_row: Callable[[BenchRow], None] | None = None) -> list[BenchRow]:
+    """cuBLAS first, then each candidate; `on_row` sees each row as it is finished (progress)."""
+    rows = []
+    for name, config in [("cuBLAS", None), *candidates]:
+        row = bench_cublas(spec, protocol) if config is None else bench_config(spec, name, config, arch, protocol)
+        rows.append(row)
+        if on_row:
+            on_row(row)
+    return rows

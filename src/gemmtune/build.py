@@ -1,0 +1,121 @@
+"""gemmtune.build(spec): the Python API, the same path the command line takes.
+
+    spec = gemmtune.GemmSpec(4096, 4096, 4096, layout="nn")
+    kern = gemmtune.build(spec)            # best known config, compiled with NVRTC (no GPU needed)
+    D = kern(A, B)                         # torch or cupy CUDA arrays; out= optional
+    kern.source, kern.config, kern.resources
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .compiler import CompiledKernel, ResourceUsage, compile_kernel
+from .errors import ConfigError, GemmtuneError
+from .invoke import bind, collect_operands, empty_like_framework
+from .kernels import simt
+from .kernels.simt_config import SimtConfig, default_config, ladder
+from .spec import GemmSpec
+
+
+@dataclass(frozen=True)
+class ChosenConfig:
+    config: SimtConfig
+    source: str  # where it came from: "given", "tuning database", "ladder step X", "default"
+
+
+def target_arch(arch: str | None) -> str:
+    """The architecture to compile for: the given one, else the present GPU's, else sm_90."""
+    if arch:
+        return arch
+    from .device import gpu_available, query_device
+
+    return query_device().arch if gpu_available() else "sm_90"
+
+
+def parse_config(text: str, arch: str) -> ChosenConfig:
+    """`--config` accepts a ladder step name or a JSON object of SimtConfig fields."""
+    steps = dict(ladder(arch))
+    if text in steps:
+        return ChosenConfig(steps[text], f"ladder step {text}")
+    import json
+
+    try:
+        data = json.loads(text)
+        base = default_config(GemmSpec(1, 1, 1), arch).to_json()
+        return ChosenConfig(SimtConfig.from_json({**base, **data}), "given")
+    except (json.JSONDecodeError, ValueError, TypeError) as exc:
+        raise ConfigError(f"--config must be a ladder step ({', '.join(steps)}) or a JSON object: {exc}") from None
+
+
+def choose_config(spec: GemmSpec, arch: str, db_path: Path | None = None) -> ChosenConfig:
+    """Best known config for this spec on this device: tuning database, else the default."""
+    try:
+        from .tune.db import best_known_config
+    except ImportError:
+        best_known_config = None
+    if best_known_config is not None:
+        found = best_known_config(spec, arch, db_path)
+        if found is not None:
+            return ChosenConfig(found, "tuning database")
+    return ChosenConfig(default_config(spec, arch), "default")
+
+
+class Kernel:
+    """A compiled kernel for one spec; loads onto the GPU on first call."""
+
+    def __init__(self, compiled: CompiledKernel, config: SimtConfig, config_source: str):
+        self.compiled = compiled
+        self.config = config
+        self.config_source = config_source
+        self._loaded = None
+
+    @property
+    def spec(self) -> GemmSpec:
+        return self.compiled.source.spec
+
+    @property
+    def source(self) -> str:
+        return self.compiled.source.code
+
+    @property
+    def resources(self) -> ResourceUsage:
+        return self.compiled.resources
+
+    @property
+    def arch(self) -> str:
+        return self.compiled.arch
+
+    def loaded(self):
+        if self._loaded is None:
+            from .runtime import LoadedKernel
+
+            self._loaded = LoadedKernel(self.compiled)
+        return self._loaded
+
+    def __call__(self, A: Any, B: Any, *operands: Any, out: Any = None, **named: Any) -> Any:
+        values = collect_operands(self.spec, operands, named)
+        if out is None:
+            out = empty_like_framework(A, (self.spec.m, self.spec.n))
+        self.loaded().launch(bind(self.compiled.source, A, B, values, out))
+        return out
+
+    def __repr__(self) -> str:
+        return f"Kernel({self.spec.short()}, {self.config.describe()}, {self.arch}, from {self.config_source})"
+
+
+def build(spec: GemmSpec, config: SimtConfig | str | None = None, arch: str | None = None,
+          db_path: Path | None = None) -> Kernel:
+    """Generate and compile the kernel for `spec` (config: a SimtConfig, a ladder step name or JSON)."""
+    if not isinstance(spec, GemmSpec):
+        raise GemmtuneError("build() takes a gemmtune.GemmSpec")
+    arch = target_arch(arch)
+    if config is None:
+        chosen = choose_config(spec, arch, db_path)
+    elif isinstance(config, str):
+        chosen = parse_config(config, arch)
+    else:
+        chosen = ChosenConfig(config, "given")
+    compiled = compile_kernel(simt.render(spec, chosen.config, arch), arch)
+    return Kernel(compiled, chosen.config, chosen.source)

@@ -1,0 +1,103 @@
+"""Verbs `show` (CUDA + resource report, no GPU needed) and `bench` (ladder vs cuBLAS on the GPU)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..bench import BenchRow, bench_many
+from ..build import build, choose_config, target_arch
+from ..errors import GemmtuneError
+from ..kernels.simt_config import ladder
+from ..timing import TimingProtocol
+from .common import add_spec_arguments, spec_from_args
+
+
+def register(subparsers) -> None:
+    show = subparsers.add_parser("show", help="print a kernel's CUDA and its ptxas resource report (no GPU needed)",
+                                 description="Generate the kernel for a GEMM, compile it with NVRTC and print "
+                                             "the CUDA source followed by the resource report.")
+    add_spec_arguments(show)
+    show.add_argument("--config", help="a ladder step name (naive ... double_buffer) or a JSON object of config fields")
+    show.add_argument("--arch", help="target: sm_80, sm_86, sm_89, sm_90, sm_90a (default: the GPU's, else sm_90)")
+    show.add_argument("--no-code", action="store_true", help="print only the resource report")
+    show.set_defaults(run=run_show)
+
+    bench = subparsers.add_parser("bench", help="verify and time every ladder step and the best config against cuBLAS",
+                                  description="Runs each step of the optimization ladder and the best known config "
+                                              "for the shape, verified against a float64 reference, timed against "
+                                              "cuBLAS (fp32, tf32 off) in the same process.")
+    add_spec_arguments(bench)
+    bench.add_argument("--steps", default="all", help="'all', 'best', or comma-separated ladder steps")
+    bench.add_argument("--min-time", type=float, default=0.3, help="seconds of timed runs per kernel (default 0.3)")
+    bench.add_argument("--json", dest="json_path", help="also write the rows as JSON to this file")
+    bench.set_defaults(run=run_bench)
+
+
+def run_show(args: argparse.Namespace) -> int:
+    spec = spec_from_args(args)
+    kern = build(spec, config=args.config, arch=args.arch)
+    src = kern.compiled.source
+    if not args.no_code:
+        print(kern.source)
+    print(f"// kernel   {src.entry}  ({spec.short()})")
+    print(f"// config   {kern.config.describe()}  [{kern.config_source}]")
+    print(f"// launch   grid {src.grid}  block {src.block}  dynamic smem {src.dynamic_smem} B")
+    print(f"// ptxas    {kern.arch}: {kern.resources.summary()}")
+    return 0
+
+
+def _candidates(spec, steps: str, arch: str):
+    ladder_steps = ladder(arch)
+    best = choose_config(spec, arch)
+    if steps == "best":
+        return [(f"best ({best.source})", best.config)]
+    if steps == "all":
+        return [*ladder_steps, (f"best ({best.source})", best.config)]
+    named = dict(ladder_steps)
+    wanted = [s.strip() for s in steps.split(",") if s.strip()]
+    unknown = [s for s in wanted if s not in named]
+    if unknown:
+        raise GemmtuneError(f"unknown ladder step(s) {', '.join(unknown)}; known: {', '.join(named)}")
+    return [(s, named[s]) for s in wanted]
+
+
+def _fmt(value, pattern: str) -> str:
+    return "—" if value is None else pattern.format(value)
+
+
+def print_bench_table(rows: list[BenchRow], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    cublas = next((r.median_s for r in rows if r.name == "cuBLAS"), None)
+    table = Table(title=title)
+    for col in ("kernel", "config", "time", "TFLOP/s", "% of cuBLAS", "rel. error", "status"):
+        table.add_column(col, justify="left" if col in ("kernel", "config", "status") else "right")
+    for r in rows:
+        status = r.status if r.status == "ok" else f"{r.status}: {r.message[:60]}"
+        table.add_row(r.name, r.config, _fmt(r.median_s and r.median_s * 1e6, "{:.1f} µs"),
+                      _fmt(r.tflops, "{:.2f}"), _fmt(r.pct_of(cublas), "{:.1f}%"), _fmt(r.rel_error, "{:.1e}"), status)
+    Console().print(table)
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    spec = spec_from_args(args)
+    from ..device import free_memory, query_device
+
+    device = query_device()
+    spec.check_fits(free_memory())
+    arch = target_arch(None)
+    protocol = TimingProtocol(min_time_s=args.min_time)
+    candidates = _candidates(spec, args.steps, arch)
+    print(f"{device.name} ({arch}, {device.sm_count} SMs): {spec.short()}, {len(candidates)} kernels + cuBLAS",
+          file=sys.stderr)
+    rows = bench_many(spec, candidates, arch, protocol,
+                      on_row=lambda r: print(f"  {r.name:<24} {r.status}", file=sys.stderr))
+    print_bench_table(rows, f"{spec.short()} on {device.name}")
+    if args.json_path:
+        with open(args.json_path, "w") as handle:
+            json.dump({"spec": spec.to_json(), "device": device.to_json(), "rows": [r.to_json() for r in rows]},
+                      handle, indent=1)
+    failed = [r for r in rows if r.status != "ok" and r.name != "cuBLAS"]
+    return 1 if failed else 0
