@@ -1,0 +1,79 @@
+"""GPU: every ladder step and all four layouts compute the right product on random data."""
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+import pytest
+
+from gemmtune.compiler import compile_kernel
+from gemmtune.kernels.simt import render
+from gemmtune.kernels.simt_config import ladder
+from gemmtune.spec import GemmSpec
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [(1, 1, 1), (7, 13, 5), (127, 129, 131), (1000, 1000, 1000), (4092, 4092, 4092), (3000, 5000, 700)]
+LAYOUTS = ("nn", "nt", "tn", "tt")
+
+
+def _arch() -> str:
+    from gemmtune.device import query_device
+
+    return query_device().arch
+
+
+def _compile(job):
+    spec, config, arch = job
+    return compile_kernel(render(spec, config, arch), arch)
+
+
+@pytest.fixture(scope="module")
+def compiled_ladder():
+    """Compile every (step, layout, shape) once, in parallel: NVRTC is the slow part of this file."""
+    arch = _arch()
+    jobs = [(GemmSpec(*shape, layout=layout), config, arch)
+            for _, config in ladder(arch) for layout in LAYOUTS for shape in SHAPES]
+    with ProcessPoolExecutor() as pool:
+        kernels = list(pool.map(_compile, jobs))
+    return {(job[0], job[1]): kernel for job, kernel in zip(jobs, kernels)}
+
+
+@pytest.mark.parametrize("step", [name for name, _ in ladder()])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_ladder_step_correct(compiled_ladder, step, layout):
+    from gemmtune.evaluate import evaluate
+
+    config = dict(ladder(_arch()))[step]
+    rng = np.random.default_rng(hash((step, layout)) & 0xFFFF)
+    for shape in SHAPES:
+        spec = GemmSpec(*shape, layout=layout)
+        result = evaluate(compiled_ladder[(spec, config)], verify_only=True, rng=rng)
+        assert result.verify.ok, f"{step} {layout} {shape}: {result.verify.message}"
+
+
+@pytest.mark.parametrize("epilogue", ["relu+add", "alpha+beta", "bias_row+gelu", "bias_col+relu"])
+def test_epilogues_on_odd_shapes(epilogue):
+    from gemmtune.evaluate import evaluate
+
+    arch = _arch()
+    for shape in [(7, 13, 5), (127, 129, 131), (1000, 999, 300)]:
+        for layout in ("nn", "tt"):
+            spec = GemmSpec(*shape, layout=layout, epilogue=epilogue)
+            result = evaluate(compile_kernel(render(spec, ladder(arch)[-1][1], arch), arch), verify_only=True)
+            assert result.verify.ok, f"{epilogue} {layout} {shape}: {result.verify.message}"
+
+
+def test_build_call_on_torch_arrays():
+    torch = pytest.importorskip("torch")
+    import gemmtune
+
+    spec = gemmtune.GemmSpec(300, 200, 100, layout="nt", epilogue="relu+add")
+    kern = gemmtune.build(spec)
+    A = torch.randn(300, 100, device="cuda")
+    B = torch.randn(200, 100, device="cuda")
+    C = torch.randn(300, 200, device="cuda")
+    D = kern(A, B, C)
+    expected = torch.relu(A.double() @ B.double().T) + C.double()
+    torch.cuda.synchronize()
+    assert torch.linalg.norm(D.double() - expected) / torch.linalg.norm(expected) < 1e-5
+    out = torch.full((300, 200), float("nan"), device="cuda")
+    assert kern(A, B, C=C, out=out) is out and not torch.isnan(out).any()
