@@ -1,0 +1,99 @@
+"""Verify, then time, one compiled kernel: the single path every family and the tuner go through.
+
+Correctness first: fresh random inputs, D poisoned with NaN, one launch, compared with a float64
+reference. A wrong kernel is never timed. Timing keeps the inputs in place and relies on the
+protocol's L2 flush (TimingProtocol.flush_l2) for cold-cache numbers rather than rotating input
+copies: a flush costs 2×L2 of memory instead of several copies of the operands. With
+flush_l2=False the times are warm-L2 times. The output is checked again after timing, so a kernel
+whose result changes from run to run (a race) is caught too.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from .compiler import CompiledKernel
+from .device import free_memory, query_device
+from .runtime import DeviceBuffer, LoadedKernel, release, synchronize
+from .spec import GemmSpec
+from .timing import Measurement, TimingProtocol, measure
+from .verify import VerifyResult, compare, make_inputs, reference
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    verify: VerifyResult
+    measurement: Measurement | None  # None when the kernel was wrong or only verified
+
+    @property
+    def ok(self) -> bool:
+        return self.verify.ok
+
+    def tflops(self, spec: GemmSpec) -> float | None:
+        return self.measurement.tflops(spec.flops) if self.measurement else None
+
+    def to_json(self) -> dict:
+        return {"verify": self.verify.to_json(),
+                "measurement": self.measurement.to_json() if self.measurement else None}
+
+
+def _upload(spec: GemmSpec, inputs: dict, buffers: dict[str, DeviceBuffer]) -> dict[str, int | float]:
+    """Copy array inputs to the device (recording each buffer in `buffers` as soon as it exists)."""
+    bindings: dict[str, int | float] = {}
+    for name, value in inputs.items():
+        if isinstance(value, np.ndarray):
+            buffers[name] = DeviceBuffer.from_numpy(value)
+            bindings[name] = buffers[name].ptr
+        else:
+            bindings[name] = value
+    buffers["D"] = DeviceBuffer.alloc(spec.m * spec.n * spec.element_bytes)
+    bindings["D"] = buffers["D"].ptr
+    return bindings
+
+
+def _check_output(d: DeviceBuffer, spec: GemmSpec, expected: np.ndarray) -> VerifyResult:
+    out = d.to_numpy((spec.m, spec.n), np.float32)
+    return compare(out, expected, spec.dtype, spec.k)
+
+
+def _verify_and_time(kernel: LoadedKernel, bindings: dict, d: DeviceBuffer, expected: np.ndarray,
+                     protocol: TimingProtocol, verify_only: bool, l2_bytes: int) -> Evaluation:
+    spec = kernel.source.spec
+    d.fill_nan()
+    kernel.launch(bindings)
+    synchronize()
+    first = _check_output(d, spec, expected)
+    if not first.ok or verify_only:
+        return Evaluation(first, None)
+    d.fill_nan()  # again, so the check after timing sees only what the timed launches wrote
+    measurement = measure(kernel.bind(bindings), protocol, l2_bytes)
+    again = _check_output(d, spec, expected)
+    if not again.ok:
+        return Evaluation(replace(again, message=f"after timing: {again.message}"), None)
+    return Evaluation(first, measurement)
+
+
+def evaluate(compiled: CompiledKernel, protocol: TimingProtocol = TimingProtocol(),
+             rng: np.random.Generator | None = None, verify_only: bool = False, ordinal: int = 0) -> Evaluation:
+    """Load `compiled`, check its output on fresh inputs, and time it when it is right.
+
+    Raises LaunchError/ResourceError when the kernel cannot run at all; a wrong result is a value.
+    """
+    spec = compiled.source.spec
+    info = query_device(ordinal)
+    spec.check_fits(free_memory(ordinal))
+    inputs = make_inputs(spec, rng if rng is not None else np.random.default_rng())
+    expected = reference(spec, inputs)
+    buffers: dict[str, DeviceBuffer] = {}
+    closers: list = []
+    try:
+        kernel = LoadedKernel(compiled, ordinal)
+        closers.append(kernel.unload)
+        bindings = _upload(spec, inputs, buffers)
+        result = _verify_and_time(kernel, bindings, buffers["D"], expected, protocol, verify_only, info.l2_bytes)
+    except BaseException:
+        release(closers + [b.free for b in buffers.values()], after_error=True)
+        raise
+    release(closers + [b.free for b in buffers.values()], after_error=False)
+    return result

@@ -1,0 +1,296 @@
+"""Device memory, kernel loading and launching through the CUDA driver API.
+
+Every driver call goes through ``device.checked`` so that a failure becomes a one-line
+LaunchError/ResourceError naming the CUresult (e.g. CUDA_ERROR_ILLEGAL_ADDRESS).
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+
+from .compiler import CompiledKernel
+from .device import DeviceInfo, checked, driver, ensure_context, query_device
+from .errors import LaunchError, ResourceError, SpecError
+from .kernel_source import POINTER_ARGS, SCALAR_ARGS, KernelSource
+
+NAN_F32_BITS = 0x7FC00000  # a quiet float32 NaN: poisons outputs so unwritten elements show
+ALIGNMENT = 16  # bytes; generated kernels use 128-bit vector loads
+MAX_GRID_YZ = 65535
+MAX_GRID_X = 2**31 - 1
+REGISTER_UNIT = 256  # registers are allocated per warp in units of 256
+
+
+class DeviceBuffer:
+    """Bytes of device memory from cuMemAlloc. Owns them: call free() (idempotent) or use `with`."""
+
+    __slots__ = ("ptr", "nbytes")
+
+    def __init__(self, ptr: int, nbytes: int):
+        self.ptr = ptr
+        self.nbytes = nbytes
+
+    @staticmethod
+    def alloc(nbytes: int) -> "DeviceBuffer":
+        if nbytes < 1:
+            raise ValueError(f"cannot allocate {nbytes} bytes")
+        ensure_context()
+        ptr = checked(driver().cuMemAlloc(nbytes), f"cuMemAlloc({nbytes} B)", ResourceError)
+        return DeviceBuffer(int(ptr), nbytes)
+
+    @staticmethod
+    def from_numpy(array: np.ndarray) -> "DeviceBuffer":
+        host = np.ascontiguousarray(array)
+        buf = DeviceBuffer.alloc(host.nbytes)
+        try:
+            buf.upload(host)
+        except BaseException:
+            release([buf.free], after_error=True)
+            raise
+        return buf
+
+    def upload(self, array: np.ndarray) -> None:
+        host = np.ascontiguousarray(array)
+        if host.nbytes != self.nbytes:
+            raise ValueError(f"uploading {host.nbytes} B into a buffer of {self.nbytes} B")
+        checked(driver().cuMemcpyHtoD(self.ptr, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
+
+    def to_numpy(self, shape: tuple[int, ...], dtype: Any = np.float32) -> np.ndarray:
+        host = np.empty(shape, dtype=dtype)
+        if host.nbytes > self.nbytes:
+            raise ValueError(f"reading {host.nbytes} B from a buffer of {self.nbytes} B")
+        checked(driver().cuMemcpyDtoH(host.ctypes.data, self.ptr, host.nbytes), "cuMemcpyDtoH")
+        return host
+
+    def fill_u32(self, value: int, stream: Any = None) -> None:
+        """Set every 32-bit word to `value`; asynchronous on `stream` when one is given."""
+        cu, words = driver(), self.nbytes // 4
+        if stream is None:
+            checked(cu.cuMemsetD32(self.ptr, value, words), "cuMemsetD32")
+        else:
+            checked(cu.cuMemsetD32Async(self.ptr, value, words, stream), "cuMemsetD32Async")
+
+    def fill_nan(self) -> None:
+        self.fill_u32(NAN_F32_BITS)
+
+    def free(self) -> None:
+        if self.ptr:
+            ptr, self.ptr = self.ptr, 0
+            checked(driver().cuMemFree(ptr), "cuMemFree")
+
+    def __int__(self) -> int:
+        return self.ptr
+
+    def __enter__(self) -> "DeviceBuffer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.free()
+
+    def __repr__(self) -> str:
+        return f"DeviceBuffer(ptr=0x{self.ptr:x}, nbytes={self.nbytes})"
+
+
+# --- foreign arrays ----------------------------------------------------------------------------
+def pointer_of(array: Any, shape: tuple[int, ...], what: str, typestr: str = "<f4") -> int:
+    """The device address of `array` after checking it can stand in for operand `what`.
+
+    Accepts a DeviceBuffer (size checked) or anything with __cuda_array_interface__ (torch CUDA
+    tensors, cupy arrays): dtype, shape, C-contiguity and 16-byte alignment are checked.
+    """
+    shape = tuple(int(d) for d in shape)
+    if isinstance(array, DeviceBuffer):
+        need = math.prod(shape) * np.dtype(typestr).itemsize
+        if array.nbytes < need:
+            raise SpecError(f"{what}: buffer holds {array.nbytes} B, {shape} needs {need} B")
+        return array.ptr
+    if getattr(array, "requires_grad", False):  # torch refuses the interface on grad tensors
+        array = array.detach()
+    interface = getattr(array, "__cuda_array_interface__", None)
+    if interface is None:
+        raise SpecError(f"{what} is a {type(array).__name__} in host memory; pass a CUDA tensor/array "
+                        "(torch on cuda, cupy) or a DeviceBuffer")
+    return check_array_interface(interface, shape, what, typestr)
+
+
+def check_array_interface(interface: Mapping[str, Any], shape: tuple[int, ...], what: str,
+                          typestr: str = "<f4") -> int:
+    """Validate a __cuda_array_interface__ dict; return its data pointer."""
+    got_shape = tuple(int(d) for d in interface["shape"])
+    if interface["typestr"] != typestr:
+        raise SpecError(f"{what} has dtype {interface['typestr']}, expected {typestr} ({np.dtype(typestr).name})")
+    if got_shape != shape:
+        raise SpecError(f"{what} has shape {got_shape}, expected {shape}")
+    itemsize = np.dtype(typestr).itemsize
+    if not _c_contiguous(got_shape, interface.get("strides"), itemsize):
+        raise SpecError(f"{what} is not C-contiguous (strides {interface.get('strides')}); "
+                        "pass .contiguous() / a row-major copy")
+    if interface.get("mask") is not None:
+        raise SpecError(f"{what} is a masked array; pass a plain one")
+    ptr = int(interface["data"][0])
+    if ptr % ALIGNMENT:
+        raise SpecError(f"{what} starts at 0x{ptr:x}, not {ALIGNMENT}-byte aligned; pass a fresh allocation")
+    return ptr
+
+
+def _c_contiguous(shape: tuple[int, ...], strides: Any, itemsize: int) -> bool:
+    if strides is None:  # the interface's way of saying C-contiguous
+        return True
+    expected = itemsize
+    for dim, stride in zip(reversed(shape), reversed(tuple(strides))):
+        if dim != 1 and stride != expected:  # a size-1 axis may report any stride
+            return False
+        expected *= dim
+    return True
+
+
+# --- launch checks -----------------------------------------------------------------------------
+def arch_problem(arch: str, info: DeviceInfo) -> str | None:
+    """Why a cubin for `arch` cannot load on `info`, or None. SASS runs on the same major with
+    an equal or higher minor; 'a' (arch-specific) cubins run on exactly their own arch."""
+    digits = arch.removeprefix("sm_").rstrip("a")
+    major, minor = int(digits[:-1]), int(digits[-1])
+    exact = arch.endswith("a")
+    fits = info.cc == (major, minor) if exact else (info.cc[0] == major and info.cc[1] >= minor)
+    return None if fits else f"the kernel was compiled for {arch} but GPU {info.ordinal} is {info.arch}"
+
+
+def resource_problems(compiled: CompiledKernel, info: DeviceInfo) -> list[str]:
+    """Reasons the launch would be refused for resources, checked before asking the driver."""
+    src, res = compiled.source, compiled.resources
+    problems = []
+    if src.threads > info.max_threads_per_block:
+        problems.append(f"{src.threads} threads per block exceed {info.max_threads_per_block}")
+    smem = res.shared_bytes + src.dynamic_smem
+    if smem > info.smem_per_block_optin:
+        problems.append(f"{smem} B of shared memory per block exceed {info.smem_per_block_optin} B")
+    warps = -(-src.threads // 32)
+    regs = warps * -(-res.registers * 32 // REGISTER_UNIT) * REGISTER_UNIT
+    if regs > info.regs_per_block:
+        problems.append(f"{res.registers} registers x {src.threads} threads need {regs} of {info.regs_per_block}")
+    gx, gy, gz = src.grid
+    if not (1 <= gx <= MAX_GRID_X and 1 <= gy <= MAX_GRID_YZ and 1 <= gz <= MAX_GRID_YZ):
+        problems.append(f"grid {src.grid} is outside the limits ({MAX_GRID_X}, {MAX_GRID_YZ}, {MAX_GRID_YZ})")
+    return problems
+
+
+# --- kernel arguments --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class KernelArguments:
+    """cuLaunchKernel's `void** kernelParams`: one pointer per parameter to a copy of its value.
+
+    The ctypes objects live as long as this value; the driver copies them at launch.
+    """
+
+    values: tuple[ctypes.c_void_p | ctypes.c_float, ...]
+    pointers: ctypes.Array
+
+    @property
+    def address(self) -> int:
+        return ctypes.addressof(self.pointers)
+
+
+def pack_arguments(names: tuple[str, ...], bindings: Mapping[str, Any], entry: str = "kernel") -> KernelArguments:
+    """Pack `bindings` in parameter order: pointers as void*, alpha/beta as float32."""
+    values: list[ctypes.c_void_p | ctypes.c_float] = []
+    for name in names:
+        if name not in bindings:
+            raise SpecError(f"{entry} takes argument '{name}' but no value was bound to it")
+        value = bindings[name]
+        if name in SCALAR_ARGS:
+            values.append(ctypes.c_float(float(value)))
+        elif name in POINTER_ARGS:
+            ptr = int(value)  # ints and DeviceBuffers
+            if ptr == 0:
+                raise SpecError(f"{entry}: argument '{name}' is a null pointer")
+            values.append(ctypes.c_void_p(ptr))
+    pointers = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.addressof(v) for v in values])
+    return KernelArguments(tuple(values), pointers)
+
+
+@dataclass(frozen=True)
+class BoundLaunch:
+    """One kernel with its arguments packed once: calling it only enqueues the launch."""
+
+    function: Any
+    source: KernelSource
+    arguments: KernelArguments
+    stream: Any = 0
+
+    def __call__(self) -> None:
+        src = self.source
+        result = driver().cuLaunchKernel(self.function, *src.grid, *src.block, src.dynamic_smem, self.stream,
+                                         self.arguments.address, 0)
+        checked(result, f"launching {src.entry}")
+
+
+class LoadedKernel:
+    """A compiled kernel loaded into the primary context. Call unload() (or use `with`) when done."""
+
+    def __init__(self, compiled: CompiledKernel, ordinal: int = 0):
+        info = query_device(ordinal)
+        ensure_context(ordinal)
+        problem = arch_problem(compiled.arch, info)
+        if problem:
+            raise LaunchError(problem)
+        problems = resource_problems(compiled, info)
+        if problems:
+            raise ResourceError(f"{compiled.source.entry}: " + "; ".join(problems))
+        self.compiled = compiled
+        self.source = compiled.source
+        self.module = checked(driver().cuModuleLoadData(compiled.cubin), "cuModuleLoadData")
+        try:
+            self.function = self._get_function()
+        except LaunchError:
+            self.unload()
+            raise
+
+    def _get_function(self) -> Any:
+        cu = driver()
+        entry = self.source.entry
+        function = checked(cu.cuModuleGetFunction(self.module, entry.encode()), f"cuModuleGetFunction({entry})")
+        if self.source.dynamic_smem > 0:
+            # Blocks get 48 KiB of shared memory unless the kernel opts in to more.
+            attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            checked(cu.cuFuncSetAttribute(function, attr, self.source.dynamic_smem),
+                    f"opting {entry} in to {self.source.dynamic_smem} B of dynamic shared memory")
+        return function
+
+    def bind(self, bindings: Mapping[str, Any], stream: Any = 0) -> BoundLaunch:
+        """Pack `bindings` (name -> device pointer int / DeviceBuffer, or float) for repeated launches."""
+        return BoundLaunch(self.function, self.source, pack_arguments(self.source.args, bindings, self.source.entry),
+                           stream)
+
+    def launch(self, bindings: Mapping[str, Any], stream: Any = 0) -> None:
+        """Enqueue one launch; faults surface at the next synchronize()."""
+        self.bind(bindings, stream)()
+
+    def unload(self) -> None:
+        if self.module is not None:
+            module, self.module = self.module, None
+            checked(driver().cuModuleUnload(module), "cuModuleUnload")
+
+    def __enter__(self) -> "LoadedKernel":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.unload()
+
+
+def release(closers: Iterable[Callable[[], None]], after_error: bool) -> None:
+    """Run every closer (free, unload, ...). After an error, a closer's own LaunchError is dropped:
+    the first error is the one to report, and a lost context makes every later call fail too."""
+    for close in closers:
+        try:
+            close()
+        except LaunchError:
+            if not after_error:
+                raise
+
+
+def synchronize() -> None:
+    """Wait for all work in the context; kernel faults are reported here as LaunchError."""
+    checked(driver().cuCtxSynchronize(), "kernel execution")

@@ -1,0 +1,141 @@
+"""The timing protocol: CUDA events around each launch, warm-up first, median of the samples.
+
+Each timed repetition is ``[flush L2] -> event start -> launch -> event end``. The flush (a
+cuMemsetD32Async over twice the L2 size) sits outside the event pair, so it is not timed but
+does leave the kernel a cold cache, and it keeps the GPU busy while the CPU enqueues the
+start event and the launch, so launch latency does not leak into small kernels' times.
+Repetitions are enqueued in batches and read back after one synchronize per batch.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+from .device import checked, driver, ensure_context
+from .runtime import DeviceBuffer, release
+
+BatchTimer = Callable[[int], list[float]]  # run n timed repetitions, return their seconds
+
+
+@dataclass(frozen=True)
+class TimingProtocol:
+    warmup: int = 3  # untimed launches first: module load, clocks, instruction cache
+    min_reps: int = 10
+    max_reps: int = 200
+    min_time_s: float = 0.1  # keep repeating until the timed launches add up to this
+    flush_l2: bool = True
+
+    def __post_init__(self) -> None:
+        if self.warmup < 0 or self.min_reps < 1 or self.max_reps < self.min_reps or self.min_time_s < 0:
+            raise ValueError(f"inconsistent timing protocol {self}")
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @staticmethod
+    def from_json(data: dict) -> "TimingProtocol":
+        return TimingProtocol(**data)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    median_s: float
+    samples_s: tuple[float, ...]
+    protocol: TimingProtocol
+
+    @staticmethod
+    def from_samples(samples_s: list[float] | tuple[float, ...], protocol: TimingProtocol) -> "Measurement":
+        if not samples_s:
+            raise ValueError("a measurement needs at least one sample")
+        return Measurement(statistics.median(samples_s), tuple(samples_s), protocol)
+
+    @property
+    def min_s(self) -> float:
+        return min(self.samples_s)
+
+    def tflops(self, flops: int) -> float:
+        return flops / self.median_s / 1e12
+
+    def to_json(self) -> dict:
+        return {"median_s": self.median_s, "samples_s": list(self.samples_s), "protocol": self.protocol.to_json()}
+
+    @staticmethod
+    def from_json(data: dict) -> "Measurement":
+        return Measurement(data["median_s"], tuple(data["samples_s"]), TimingProtocol.from_json(data["protocol"]))
+
+
+# --- the repetition policy (no GPU here, so it is tested on the CPU) ----------------------------
+def next_batch(done: int, elapsed_s: float, protocol: TimingProtocol) -> int:
+    """How many repetitions to enqueue next; 0 when the protocol is satisfied."""
+    if done >= protocol.max_reps or (done >= protocol.min_reps and elapsed_s >= protocol.min_time_s):
+        return 0
+    if done == 0:
+        return protocol.min_reps
+    per_rep = elapsed_s / done
+    wanted = protocol.min_time_s / per_rep - done if per_rep > 0 else protocol.max_reps
+    # Overshoot a little so a slightly fast batch does not cost one more synchronize.
+    return max(1, min(protocol.max_reps - done, int(wanted * 1.1) + 1))
+
+
+def collect(timer: BatchTimer, protocol: TimingProtocol) -> Measurement:
+    """Run batches from `timer` until next_batch says stop."""
+    samples: list[float] = []
+    while (count := next_batch(len(samples), sum(samples), protocol)) > 0:
+        samples.extend(timer(count))
+    return Measurement.from_samples(samples, protocol)
+
+
+# --- CUDA events -------------------------------------------------------------------------------
+class EventTimer:
+    """Times batches of launches with a reused pool of CUDA event pairs."""
+
+    def __init__(self, launch: Callable[[], None], flush: DeviceBuffer | None, stream: Any = 0):
+        self.launch, self.flush, self.stream = launch, flush, stream
+        self.events: list[tuple[Any, Any]] = []
+
+    def _pair(self, index: int) -> tuple[Any, Any]:
+        cu = driver()
+        while len(self.events) <= index:
+            flags = cu.CUevent_flags.CU_EVENT_DEFAULT
+            start = checked(cu.cuEventCreate(flags), "cuEventCreate")
+            end = checked(cu.cuEventCreate(flags), "cuEventCreate")
+            self.events.append((start, end))
+        return self.events[index]
+
+    def __call__(self, count: int) -> list[float]:
+        cu = driver()
+        pairs = [self._pair(i) for i in range(count)]
+        for start, end in pairs:
+            if self.flush is not None:
+                self.flush.fill_u32(0, self.stream)
+            checked(cu.cuEventRecord(start, self.stream), "cuEventRecord")
+            self.launch()
+            checked(cu.cuEventRecord(end, self.stream), "cuEventRecord")
+        checked(cu.cuEventSynchronize(pairs[-1][1]), "timed launches")
+        return [checked(cu.cuEventElapsedTime(s, e), "cuEventElapsedTime") / 1e3 for s, e in pairs]
+
+    def close(self) -> None:
+        cu = driver()
+        for pair in self.events:
+            for event in pair:
+                checked(cu.cuEventDestroy(event), "cuEventDestroy")
+        self.events = []
+
+
+def measure(launch: Callable[[], None], protocol: TimingProtocol, l2_bytes: int, stream: Any = 0) -> Measurement:
+    """Time `launch` (which only enqueues work on `stream`) under `protocol`."""
+    ensure_context()
+    for _ in range(protocol.warmup):
+        launch()
+    checked(driver().cuStreamSynchronize(stream), "warm-up launches")
+    flush = DeviceBuffer.alloc(2 * l2_bytes) if protocol.flush_l2 and l2_bytes > 0 else None
+    timer = EventTimer(launch, flush, stream)
+    closers = [timer.close] + ([flush.free] if flush is not None else [])
+    try:
+        result = collect(timer, protocol)
+    except BaseException:
+        release(closers, after_error=True)
+        raise
+    release(closers, after_error=False)
+    return result

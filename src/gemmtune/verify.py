@@ -1,0 +1,137 @@
+"""Is a kernel's output right? Random inputs, a float64 reference, and tolerances that grow with K.
+
+Two tests must both pass:
+- relative Frobenius error ‖out − ref‖ / ‖ref‖ ≤ tolerance(dtype, k): the whole-matrix accuracy;
+- every element within ELEMENT_FACTOR × that tolerance, measured against the RMS of ref: a single
+  wrong element of a large matrix barely moves the Frobenius norm, but fails here.
+Any NaN or inf fails: outputs are poisoned with NaN before the launch, so an unwritten element shows.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from .errors import SpecError
+from .spec import GemmSpec
+
+FP32_EPS = float(np.finfo(np.float32).eps)  # 2^-23
+# Extra error from rounding the fp32 inputs to the kernel's input type (products are exact in fp32).
+INPUT_ROUNDING = {"fp32": 0.0, "tf32": 2.0**-10, "fp16": 2.0**-10, "bf16": 2.0**-7}
+K_FACTOR = 16.0  # sequential fp32 accumulation measures ≈0.15·eps·√k: ~100× margin
+FLOOR = 1e-6
+ELEMENT_FACTOR = 4.0  # the worst element of sequential accumulation sits near 1.8·eps·√k·rms
+GPU_REFERENCE_FLOPS = 2e9  # above this, compute the float64 reference on the GPU when torch can
+
+
+def tolerance(dtype: str, k: int) -> float:
+    """Allowed relative Frobenius error for a K-long fp32-accumulated dot product."""
+    if dtype not in INPUT_ROUNDING:
+        raise SpecError(f"no tolerance is defined for dtype '{dtype}'")
+    return max(K_FACTOR * FP32_EPS * math.sqrt(k) + 4.0 * INPUT_ROUNDING[dtype], FLOOR)
+
+
+# --- inputs and reference ----------------------------------------------------------------------
+def make_inputs(spec: GemmSpec, rng: np.random.Generator) -> dict[str, np.ndarray | float]:
+    """A, B as stored (spec.a_shape/b_shape) and each epilogue operand; floats uniform in [-1, 1]."""
+    def uniform(shape: tuple[int, ...]) -> np.ndarray:
+        return rng.uniform(-1.0, 1.0, size=shape).astype(np.float32)
+
+    inputs: dict[str, np.ndarray | float] = {"A": uniform(spec.a_shape), "B": uniform(spec.b_shape)}
+    for operand in spec.epilogue.operands():
+        if operand.kind == "scalar":
+            # Away from 0 and ±1 so a kernel that ignores the scalar cannot pass; rounded to
+            # float32 because that is what the kernel receives.
+            value = rng.uniform(1.25, 2.0) * rng.choice((-1.0, 1.0))
+            inputs[operand.name] = float(np.float32(value))
+        else:
+            inputs[operand.name] = uniform(operand.shape(spec.m, spec.n))
+    return inputs
+
+
+def _operands(spec: GemmSpec, inputs: dict) -> dict:
+    return {op.name: inputs[op.name] for op in spec.epilogue.operands()}
+
+
+def reference(spec: GemmSpec, inputs: dict[str, np.ndarray | float], use_gpu: bool | None = None) -> np.ndarray:
+    """D in float64. On the GPU (torch, cuBLAS on upcast inputs) for large problems when possible."""
+    if use_gpu is None:
+        use_gpu = spec.flops > GPU_REFERENCE_FLOPS and _torch_cuda() is not None
+    product = _product_torch(spec, inputs) if use_gpu else _product_numpy(spec, inputs)
+    return spec.epilogue.reference(product, _operands(spec, inputs))
+
+
+def _product_numpy(spec: GemmSpec, inputs: dict) -> np.ndarray:
+    a = np.asarray(inputs["A"], dtype=np.float64)
+    b = np.asarray(inputs["B"], dtype=np.float64)
+    return (a.T if spec.a_trans else a) @ (b.T if spec.b_trans else b)
+
+
+def _product_torch(spec: GemmSpec, inputs: dict) -> np.ndarray:
+    torch = _torch_cuda()
+    if torch is None:
+        raise SpecError("the GPU reference needs torch with CUDA")
+    a = torch.from_numpy(np.asarray(inputs["A"])).cuda().double()
+    b = torch.from_numpy(np.asarray(inputs["B"])).cuda().double()
+    product = (a.t() if spec.a_trans else a) @ (b.t() if spec.b_trans else b)
+    return product.cpu().numpy()
+
+
+def _torch_cuda():
+    """torch when it is installed and sees a GPU, else None."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+# --- comparison --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class VerifyResult:
+    rel_error: float  # ‖out − ref‖_F / ‖ref‖_F
+    tolerance: float
+    ok: bool
+    nan_count: int  # NaN or inf elements in the output
+    message: str
+    max_element_error: float = 0.0  # max |out − ref| / rms(ref)
+    element_tolerance: float = 0.0
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def compare(out: np.ndarray, ref: np.ndarray, dtype: str, k: int) -> VerifyResult:
+    """Judge `out` against the float64 `ref`."""
+    tol = tolerance(dtype, k)
+    elem_tol = ELEMENT_FACTOR * tol
+    if out.shape != ref.shape:
+        return VerifyResult(math.inf, tol, False, 0, f"output shape {out.shape} != expected {ref.shape}",
+                            math.inf, elem_tol)
+    bad = int(np.count_nonzero(~np.isfinite(out)))
+    if bad:
+        where = np.argwhere(~np.isfinite(out))[0]
+        return VerifyResult(math.inf, tol, False, bad, f"{bad} of {out.size} outputs are NaN/inf "
+                            f"(first at {tuple(int(i) for i in where)}): unwritten or overflowed", math.inf, elem_tol)
+    return _judge(np.asarray(out, dtype=np.float64), ref, tol, elem_tol)
+
+
+def _judge(out: np.ndarray, ref: np.ndarray, tol: float, elem_tol: float) -> VerifyResult:
+    diff = np.abs(out - ref)
+    ref_norm = float(np.linalg.norm(ref))
+    scale = ref_norm if ref_norm > 0 else 1.0  # an all-zero reference: judge absolute error
+    rel = float(np.linalg.norm(diff)) / scale
+    rms = scale / math.sqrt(ref.size)
+    worst = np.unravel_index(int(np.argmax(diff)), diff.shape) if diff.size else ()
+    max_elem = float(diff[worst]) / rms if diff.size else 0.0
+    ok = rel <= tol and max_elem <= elem_tol
+    where = tuple(int(i) for i in worst)
+    if ok:
+        message = f"ok: relative error {rel:.2e} <= {tol:.2e}"
+    elif rel > tol:
+        message = f"relative error {rel:.2e} > tolerance {tol:.2e} (worst element at {where})"
+    else:
+        message = (f"element {where} is off by {max_elem:.2e}·rms > {elem_tol:.2e} "
+                   f"(got {out[worst]:.6g}, expected {ref[worst]:.6g})")
+    return VerifyResult(rel, tol, ok, 0, message, max_elem, elem_tol)

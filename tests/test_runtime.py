@@ -1,0 +1,141 @@
+"""runtime.py and device.py without a GPU: argument validation, packing and launch checks."""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import replace
+
+import pytest
+
+from gemmtune.compiler import CompiledKernel, ResourceUsage
+from gemmtune.device import DeviceInfo, checked, gpu_available, query_device
+from gemmtune.errors import LaunchError, NoDeviceError, SpecError
+from gemmtune.kernel_source import KernelSource
+from gemmtune.runtime import DeviceBuffer, arch_problem, pack_arguments, pointer_of, resource_problems
+from gemmtune.spec import GemmSpec
+
+H100 = DeviceInfo(ordinal=0, name="NVIDIA H100 80GB HBM3", cc=(9, 0), sm_count=132, max_threads_per_block=1024,
+                  smem_per_block=49152, smem_per_block_optin=232448, smem_per_sm=233472, regs_per_block=65536,
+                  regs_per_sm=65536, l2_bytes=52428800, total_memory=85 * 2**30, driver_version="12.8")
+
+
+class FakeCudaArray:
+    """Stands in for a torch/cupy array: only __cuda_array_interface__ matters."""
+
+    def __init__(self, shape, typestr="<f4", strides=None, ptr=0x7F0000000000, requires_grad=False):
+        self.requires_grad = requires_grad
+        self._interface = {"shape": shape, "typestr": typestr, "strides": strides, "data": (ptr, False),
+                           "version": 3}
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        if self.requires_grad:
+            raise RuntimeError("Can't get __cuda_array_interface__ on Variable that requires grad")
+        return self._interface
+
+    def detach(self) -> "FakeCudaArray":
+        return FakeCudaArray(self._interface["shape"], ptr=self._interface["data"][0])
+
+
+# --- pointer_of --------------------------------------------------------------------------------
+def test_pointer_of_accepts_a_contiguous_fp32_array() -> None:
+    assert pointer_of(FakeCudaArray((4, 8)), (4, 8), "A") == 0x7F0000000000
+    assert pointer_of(FakeCudaArray((4, 8), strides=(32, 4)), (4, 8), "A") == 0x7F0000000000
+    assert pointer_of(FakeCudaArray((1, 8), strides=(4, 4)), (1, 8), "A")  # size-1 axis: any stride
+    assert pointer_of(FakeCudaArray((4, 8), requires_grad=True), (4, 8), "A")
+
+
+@pytest.mark.parametrize("array,expected", [
+    (FakeCudaArray((4, 8), typestr="<f8"), "dtype <f8"),
+    (FakeCudaArray((8, 4)), "shape (8, 4), expected (4, 8)"),
+    (FakeCudaArray((4, 8), strides=(4, 16)), "not C-contiguous"),
+    (FakeCudaArray((4, 8), strides=(64, 4)), "not C-contiguous"),
+    (FakeCudaArray((4, 8), ptr=0x7F0000000004), "not 16-byte aligned"),
+])
+def test_pointer_of_rejects_bad_arrays_in_one_line(array: FakeCudaArray, expected: str) -> None:
+    with pytest.raises(SpecError) as info:
+        pointer_of(array, (4, 8), "A")
+    assert expected in str(info.value) and str(info.value).startswith("A ")
+    assert "\n" not in str(info.value)
+
+
+def test_pointer_of_rejects_host_arrays() -> None:
+    np = pytest.importorskip("numpy")
+    with pytest.raises(SpecError, match="host memory"):
+        pointer_of(np.zeros((4, 8), np.float32), (4, 8), "B")
+
+
+def test_pointer_of_checks_device_buffer_size() -> None:
+    buf = DeviceBuffer(0x1000, 128)  # not allocated: pointer_of only reads ptr and nbytes
+    assert pointer_of(buf, (4, 8), "D") == 0x1000
+    with pytest.raises(SpecError, match="needs 132 B"):
+        pointer_of(buf, (3, 11), "D")
+
+
+# --- argument packing --------------------------------------------------------------------------
+def test_pack_arguments_in_parameter_order() -> None:
+    packed = pack_arguments(("A", "B", "alpha", "D"), {"D": 0x3000, "A": 0x1000, "B": DeviceBuffer(0x2000, 4),
+                                                       "alpha": 1.5})
+    slots = (ctypes.c_void_p * 4).from_address(packed.address)
+    assert ctypes.c_void_p.from_address(slots[0]).value == 0x1000
+    assert ctypes.c_void_p.from_address(slots[1]).value == 0x2000
+    assert ctypes.c_float.from_address(slots[2]).value == 1.5
+    assert ctypes.c_void_p.from_address(slots[3]).value == 0x3000
+    assert ctypes.sizeof(packed.values[2]) == 4 and ctypes.sizeof(packed.values[0]) == 8
+
+
+def test_pack_arguments_rejects_missing_and_null() -> None:
+    with pytest.raises(SpecError, match="'C'"):
+        pack_arguments(("A", "C", "D"), {"A": 1, "D": 2})
+    with pytest.raises(SpecError, match="null pointer"):
+        pack_arguments(("A", "D"), {"A": 1, "D": 0})
+
+
+# --- launch checks -----------------------------------------------------------------------------
+def _compiled(arch="sm_90", threads=256, registers=64, static_smem=0, dynamic_smem=0, grid=(8, 8, 1)):
+    source = KernelSource("", "k", grid, (threads, 1, 1), ("A", "B", "D"), GemmSpec(64, 64, 64), "test", "1",
+                          dynamic_smem=dynamic_smem)
+    return CompiledKernel(source, arch, b"", "", ResourceUsage(registers, static_smem, 0, 0, 0), "", 0.0, "13.0")
+
+
+@pytest.mark.parametrize("arch,ok", [("sm_90", True), ("sm_90a", True), ("sm_80", False), ("sm_89", False)])
+def test_arch_problem(arch: str, ok: bool) -> None:
+    assert (arch_problem(arch, H100) is None) == ok
+    ampere = replace(H100, cc=(8, 6))
+    assert arch_problem("sm_80", ampere) is None and arch_problem("sm_80a", ampere) is not None
+
+
+def test_resource_problems() -> None:
+    assert resource_problems(_compiled(), H100) == []
+    assert resource_problems(_compiled(dynamic_smem=200 * 1024, static_smem=16 * 1024), H100) == []
+    assert "shared memory" in resource_problems(_compiled(dynamic_smem=220 * 1024, static_smem=16 * 1024), H100)[0]
+    assert "registers" in resource_problems(_compiled(threads=1024, registers=72), H100)[0]
+    assert "threads" in resource_problems(_compiled(threads=2048, registers=16), H100)[0]
+    assert "grid" in resource_problems(_compiled(grid=(1, 70000, 1)), H100)[0]
+
+
+# --- device ------------------------------------------------------------------------------------
+def test_checked_names_the_cuda_error() -> None:
+    from cuda.bindings import driver as cu
+
+    assert checked((cu.CUresult.CUDA_SUCCESS, 7), "x") == 7
+    assert checked((cu.CUresult.CUDA_SUCCESS,), "x") is None
+    with pytest.raises(LaunchError, match="launching k failed: CUDA_ERROR_ILLEGAL_ADDRESS; the CUDA context is lost"):
+        checked((cu.CUresult.CUDA_ERROR_ILLEGAL_ADDRESS,), "launching k")
+    with pytest.raises(NoDeviceError, match="CUDA_ERROR_NO_DEVICE$"):
+        checked((cu.CUresult.CUDA_ERROR_NO_DEVICE, None), "cuInit", NoDeviceError)
+
+
+def test_device_info_json_round_trip() -> None:
+    data = H100.to_json()
+    assert data["arch"] == "sm_90" and data["cc"] == [9, 0]
+    assert DeviceInfo.from_json(data) == H100
+    assert "132 SMs" in H100.summary()
+
+
+def test_gpu_available_never_raises() -> None:
+    if gpu_available():
+        assert query_device().sm_count > 0
+    else:
+        with pytest.raises(NoDeviceError) as info:
+            query_device()
+        assert "\n" not in str(info.value)

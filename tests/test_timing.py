@@ -1,0 +1,75 @@
+"""timing.py on the CPU: the Measurement record and the repetition policy with a fake timer."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gemmtune.timing import Measurement, TimingProtocol, collect, next_batch
+
+
+def test_measurement_median_keeps_samples_and_protocol() -> None:
+    protocol = TimingProtocol(warmup=1, min_reps=3, max_reps=9, min_time_s=0.0, flush_l2=False)
+    odd = Measurement.from_samples([3e-3, 1e-3, 2e-3], protocol)
+    assert odd.median_s == 2e-3 and odd.samples_s == (3e-3, 1e-3, 2e-3) and odd.min_s == 1e-3
+    assert Measurement.from_samples([4.0, 1.0, 2.0, 3.0], protocol).median_s == 2.5
+    with pytest.raises(ValueError):
+        Measurement.from_samples([], protocol)
+
+
+def test_measurement_json_round_trip_and_tflops() -> None:
+    m = Measurement.from_samples([1e-3, 2e-3, 3e-3], TimingProtocol())
+    data = json.loads(json.dumps(m.to_json()))
+    assert data["median_s"] == 2e-3 and data["samples_s"] == [1e-3, 2e-3, 3e-3]
+    assert data["protocol"]["flush_l2"] is True
+    assert Measurement.from_json(data) == m
+    assert m.tflops(2 * 1024**3) == pytest.approx(2 * 1024**3 / 2e-3 / 1e12)
+
+
+def test_protocol_rejects_inconsistent_counts() -> None:
+    with pytest.raises(ValueError):
+        TimingProtocol(min_reps=10, max_reps=5)
+    with pytest.raises(ValueError):
+        TimingProtocol(min_reps=0)
+    assert TimingProtocol.from_json(TimingProtocol().to_json()) == TimingProtocol()
+
+
+class FakeTimer:
+    """Every launch takes `seconds`; records the batch sizes asked for."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.batches: list[int] = []
+
+    def __call__(self, count: int) -> list[float]:
+        self.batches.append(count)
+        return [self.seconds] * count
+
+
+def test_slow_kernel_stops_at_min_reps() -> None:
+    timer = FakeTimer(0.1)
+    m = collect(timer, TimingProtocol(min_reps=5, max_reps=100, min_time_s=0.2))
+    assert len(m.samples_s) == 5 and timer.batches == [5]
+
+
+def test_fast_kernel_repeats_until_min_time() -> None:
+    timer = FakeTimer(1e-4)
+    m = collect(timer, TimingProtocol(min_reps=10, max_reps=10_000, min_time_s=0.05))
+    assert sum(m.samples_s) >= 0.05
+    assert len(m.samples_s) <= 600  # overshoots a little, not wildly
+    assert len(timer.batches) <= 3  # few synchronizes
+
+
+def test_very_fast_kernel_is_capped_at_max_reps() -> None:
+    timer = FakeTimer(1e-7)
+    m = collect(timer, TimingProtocol(min_reps=10, max_reps=200, min_time_s=1.0))
+    assert len(m.samples_s) == 200
+
+
+def test_next_batch_policy() -> None:
+    p = TimingProtocol(min_reps=10, max_reps=50, min_time_s=1.0)
+    assert next_batch(0, 0.0, p) == 10
+    assert next_batch(50, 0.1, p) == 0
+    assert next_batch(10, 2.0, p) == 0
+    assert 1 <= next_batch(10, 0.5, p) <= 40
+    assert next_batch(10, 0.0, p) == 40  # timer resolution: no estimate, so fill up to max
