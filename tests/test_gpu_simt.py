@@ -1,4 +1,5 @@
 """GPU: every ladder step and all four layouts compute the right product on random data."""
+import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
@@ -32,7 +33,7 @@ def compiled_ladder():
     arch = _arch()
     jobs = [(GemmSpec(*shape, layout=layout), config, arch)
             for _, config in ladder(arch) for layout in LAYOUTS for shape in SHAPES]
-    with ProcessPoolExecutor() as pool:
+    with ProcessPoolExecutor(mp_context=multiprocessing.get_context("spawn")) as pool:
         kernels = list(pool.map(_compile, jobs))
     return {(job[0], job[1]): kernel for job, kernel in zip(jobs, kernels)}
 

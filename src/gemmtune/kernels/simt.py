@@ -115,6 +115,7 @@ class _Operand:
     tile: str       # "BM" or "BN"
     k_major: bool   # stored with k as the row index (contiguous along x): copy straight across
     vec: int        # elements per global load (4 only when rows are 16-byte aligned)
+    use_async: bool  # cp.async straight into shared; transposing operands always stage in registers
 
     @property
     def units_per_row(self) -> str:
@@ -127,7 +128,10 @@ def _operands(spec: GemmSpec, config: SimtConfig) -> tuple[_Operand, _Operand]:
     b_row = spec.n if b_k_major else spec.k
     a_vec = 4 if config.vec == 4 and a_row % 4 == 0 else 1
     b_vec = 4 if config.vec == 4 and b_row % 4 == 0 else 1
-    return _Operand("A", "M", "BM", a_k_major, a_vec), _Operand("B", "N", "BN", b_k_major, b_vec)
+    # cp.async copies bytes unchanged, so only an operand stored k-major (no transpose) can use it;
+    # 4-byte transposing copies measured slower than register staging on the H200.
+    return (_Operand("A", "M", "BM", a_k_major, a_vec, config.async_copy and a_k_major),
+            _Operand("B", "N", "BN", b_k_major, b_vec, config.async_copy and b_k_major))
 
 
 def _global_index(op: _Operand, x: str, k: str) -> str:
@@ -195,13 +199,8 @@ def _emit_regs_to_smem(op: _Operand) -> str:
 
 def _emit_async_copy(op: _Operand) -> str:
     """cp.async global -> shared with zero fill (src-size 0) outside the matrix; no register staging."""
-    if op.k_major:
-        copies = (f"cp_async(&{op.name}s[buf][kq][x], ok ? src : {op.name}, ok);" if op.vec == 1 else
-                  f"cp_async16(&{op.name}s[buf][kq][x], ok ? src : {op.name}, ok);")
-    else:
-        copies = ("#pragma unroll\n            for (int e = 0; e < " + str(op.vec) + "; ++e) "
-                  f"cp_async(&{op.name}s[buf][kq + e][x], ok ? src + e : {op.name}, ok);")
-    return f"""    // {op.name}: global -> shared through cp.async, the copy engine fills the buffer while we compute.
+    copy = "cp_async16" if op.vec == 4 else "cp_async"
+    return f"""    // {op.name}: global -> shared through cp.async: the copy runs while this thread computes.
     auto copy_{op.name.lower()} = [&](int k0, int buf) {{
         #pragma unroll
         for (int l = 0; l < {_loads_per_thread(op)}; ++l) {{
@@ -209,8 +208,7 @@ def _emit_async_copy(op: _Operand) -> str:
             {_unit_coords(op)}
             const int gx = {op.name.lower()}_origin + x, gk = k0 + kq;
             const bool ok = gx < {op.extent} && gk < K;
-            const float* src = &{op.name}[{_global_index(op, 'gx', 'gk')}];
-            {copies}
+            {copy}(&{op.name}s[buf][kq][x], ok ? &{op.name}[{_global_index(op, 'gx', 'gk')}] : {op.name}, ok);
         }}
     }};
 """
@@ -330,52 +328,50 @@ def _emit_store(spec: GemmSpec, config: SimtConfig) -> str:
 """
 
 
-def _emit_main_loop(config: SimtConfig) -> str:
-    if config.async_copy:
-        return """    // Pipeline: slice t+1 is in flight on the copy engine while slice t is multiplied.
-    copy_a(0, 0); copy_b(0, 0); cp_async_commit();
-    for (int t = 0; t < KTILES; ++t) {
-        const int buf = t & 1;
-        if (t + 1 < KTILES) { copy_a((t + 1) * BK, buf ^ 1); copy_b((t + 1) * BK, buf ^ 1); }
-        cp_async_commit();
-        cp_async_wait<1>();  // everything but the newest group has landed: slice t is in shared memory
-        __syncthreads();
-        compute(buf);
-        __syncthreads();     // slice t's buffer is refilled at t+2
-    }
-"""
-    if config.stages == 2:
-        return """    // Pipeline: slice t+1 is loaded into registers before slice t is multiplied (latency hidden).
-    load_a(0, a_stage); load_b(0, b_stage); store_a(0, a_stage); store_b(0, b_stage);
-    __syncthreads();
-    for (int t = 0; t < KTILES; ++t) {
-        const int buf = t & 1;
-        const bool more = t + 1 < KTILES;
-        if (more) { load_a((t + 1) * BK, a_stage); load_b((t + 1) * BK, b_stage); }
-        compute(buf);
-        if (more) { store_a(buf ^ 1, a_stage); store_b(buf ^ 1, b_stage); }
-        __syncthreads();  // one barrier: the other buffer was last read before the previous barrier
-    }
-"""
-    return """    for (int t = 0; t < KTILES; ++t) {
-        load_a(t * BK, a_stage); load_b(t * BK, b_stage);
-        store_a(0, a_stage); store_b(0, b_stage);
-        __syncthreads();  // the whole slice is in shared memory
-        compute(0);
-        __syncthreads();  // everyone is done reading before it is overwritten
-    }
-"""
+def _fill(ops: tuple[_Operand, ...], k0: str, buf: str) -> str:
+    """Statements that start moving slice k0 into buffer buf (cp.async) or into registers (staged)."""
+    return " ".join(f"copy_{o.name.lower()}({k0}, {buf});" if o.use_async else
+                    f"load_{o.name.lower()}({k0}, {o.name.lower()}_stage);" for o in ops)
+
+
+def _drain(ops: tuple[_Operand, ...], buf: str) -> str:
+    """Statements that finish a fill: staged operands go registers -> shared."""
+    return " ".join(f"store_{o.name.lower()}({buf}, {o.name.lower()}_stage);" for o in ops if not o.use_async)
+
+
+def _emit_main_loop(config: SimtConfig, ops: tuple[_Operand, ...]) -> str:
+    any_async = any(o.use_async for o in ops)
+    drain_next = _drain(ops, "buf ^ 1")
+    if config.stages == 1:
+        lines = [f"{_fill(ops, 't * BK', '0')} {_drain(ops, '0')}",
+                 "__syncthreads();  // the whole slice is in shared memory",
+                 "compute(0);", "__syncthreads();  // everyone is done reading before it is overwritten"]
+        return "    for (int t = 0; t < KTILES; ++t) {\n" + "".join(f"        {x}\n" for x in lines) + "    }\n"
+    prologue = [f"{_fill(ops, '0', '0')}" + (" cp_async_commit();" if any_async else ""),
+                _drain(ops, "0"), "cp_async_wait<0>();" if any_async else "", "__syncthreads();"]
+    body = ["const int buf = t & 1;", "const bool more = t + 1 < KTILES;",
+            f"if (more) {{ {_fill(ops, '(t + 1) * BK', 'buf ^ 1')} }}",
+            "cp_async_commit();" if any_async else "",
+            "compute(buf);  // overlaps the moves of slice t+1",
+            f"if (more) {{ {drain_next} }}" if drain_next else "",
+            "cp_async_wait<0>();  // slice t+1 has landed in shared memory" if any_async else "",
+            "__syncthreads();  // one barrier: the other buffer was last read before the previous one"]
+    return ("    // Pipeline: slice t+1 moves (cp.async or through registers) while slice t is multiplied.\n"
+            + "".join(f"    {x}\n" for x in prologue if x)
+            + "    for (int t = 0; t < KTILES; ++t) {\n" + "".join(f"        {x}\n" for x in body if x) + "    }\n")
 
 
 def _render_tiled(spec: GemmSpec, config: SimtConfig) -> KernelSource:
     _, params = _params(spec)
     a, b = _operands(spec, config)
-    movers = (_emit_async_copy(a) + _emit_async_copy(b)) if config.async_copy else (
-        _emit_global_to_regs(a) + _emit_regs_to_smem(a) + _emit_global_to_regs(b) + _emit_regs_to_smem(b))
-    staging = "" if config.async_copy else (
-        f"    {_stage_type(a)} a_stage[{_loads_per_thread(a)}];\n    {_stage_type(b)} b_stage[{_loads_per_thread(b)}];\n")
-    body = (_tile_constants(spec, config) + "\n" + (CP_ASYNC_HELPERS if config.async_copy else "") + f"""
-extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({params}) {{
+    movers = "".join(_emit_async_copy(o) if o.use_async else _emit_global_to_regs(o) + _emit_regs_to_smem(o)
+                     for o in (a, b))
+    staging = "".join(f"    {_stage_type(o)} {o.name.lower()}_stage[{_loads_per_thread(o)}];\n"
+                      for o in (a, b) if not o.use_async)
+    body = (_tile_constants(spec, config) + "\n" + (CP_ASYNC_HELPERS if a.use_async or b.use_async else "") + f"""
+// (THREADS, 1): at least one block per SM, so ptxas may use up to 255 registers instead of
+// trimming to a guessed occupancy target and spilling (seen on sm_80 at odd shapes).
+extern "C" __global__ void __launch_bounds__(THREADS, 1) {entry_name(spec)}({params}) {{
     // Shared tiles are k-major (Xs[k][x]) so a thread's TM rows / TN columns are contiguous.
     __shared__ __align__(16) float As[STAGES][BK][BM + PAD];
     __shared__ __align__(16) float Bs[STAGES][BK][BN + PAD];
@@ -387,7 +383,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({params
     float acc[WMITER * TM][WNITER * TN] = {{}};
 
 {movers}{staging}{_emit_compute(spec, config)}
-{_emit_main_loop(config)}
+{_emit_main_loop(config, (a, b))}
 {_emit_store(spec, config)}}}
 """)
     grid = (_ceil_div(spec.n, config.bn), _ceil_div(spec.m, config.bm), 1)

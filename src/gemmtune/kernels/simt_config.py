@@ -12,7 +12,7 @@ from typing import Callable
 from ..spec import GemmSpec, stable_hash
 
 FAMILY = "simt"
-VERSION = "1"
+VERSION = "2"
 KINDS = ("naive", "coalesced", "tiled")
 STATIC_SMEM_LIMIT = 48 * 1024  # bytes of static shared memory a block may declare
 MAX_ACCUMULATORS = 128  # per thread; more spills on sm_80/sm_90 with 255 registers
@@ -30,7 +30,8 @@ class SimtConfig:
     wm×wn, wniter: warp tile and its column sub-iterations (wm=0: no warp tiling).
     vec: 4 = 128-bit global loads and shared reads where alignment allows, 1 = scalar.
     stages: shared-memory buffers (2 = double buffering: load the next slice while computing).
-    async_copy: global->shared through cp.async (sm_80+), no register staging.
+    async_copy: global->shared through cp.async (sm_80+) for operands stored k-major (copied
+      unchanged); an operand that must be transposed into shared memory always stages in registers.
     pad: floats of padding per shared row against bank conflicts (0 or 4 keeps 16-byte alignment).
     unroll: unroll factor of the inner k loop (0 = full); full unrolling can push a 128-accumulator
       thread past 255 registers, so partial unrolling is the default.
@@ -129,7 +130,9 @@ def ladder(arch: str = "sm_90") -> list[tuple[str, SimtConfig]]:
         ("blocktile_2d", blocktile2d),
         ("vectorized", blocktile2d.with_(vec=4)),
         ("warptiling", warptile),
-        ("double_buffer", warptile.with_(stages=2, async_copy=has_cp_async)),
+        # Double buffering holds a second slice in flight (registers or cp.async), so this step halves
+        # the accumulators per thread (256 threads of 8x4x2) to stay clear of 255 registers everywhere.
+        ("double_buffer", warptile.with_(wn=32, wniter=2, stages=2, async_copy=has_cp_async)),
     ]
 
 
