@@ -50,16 +50,16 @@ def parse_config(text: str, arch: str) -> ChosenConfig:
 
 
 def choose_config(spec: GemmSpec, arch: str, db_path: Path | None = None) -> ChosenConfig:
-    """Best known config for this spec on this device: tuning database, else the default."""
-    try:
-        from .tune.db import best_known_config
-    except ImportError:
-        best_known_config = None
-    if best_known_config is not None:
-        found = best_known_config(spec, arch, db_path)
-        if found is not None:
-            return ChosenConfig(found, "tuning database")
-    return ChosenConfig(default_config(spec, arch), "default")
+    """Best known config for this spec on this device: tuning database, shipped table, else default.
+
+    The same choice `gemmtune export` makes (export.config_source), so show/bench/build/export agree.
+    """
+    from .device import gpu_available, query_device
+    from .export.config_source import choose_config as choose
+
+    device = query_device() if gpu_available() else None
+    choice = choose(spec, arch, device, db_path)
+    return ChosenConfig(choice.config, choice.provenance.describe())
 
 
 class Kernel:

@@ -1,0 +1,185 @@
+"""What fusing the epilogue buys: D = ReLU(A·B) + C in fp32, four ways, measured in one run.
+
+    fused          our kernel with the epilogue applied in registers at write-back
+    gemm + pass    the same GEMM config without epilogue, then a separate elementwise kernel
+    torch eager    cuBLAS GEMM, then torch.relu and + as separate kernels
+    cuBLAS GEMM    the GEMM alone (no epilogue): the floor the unfused paths start from
+
+Every variant is verified against the float64 reference before it is timed, and all share the
+timing protocol of gemmtune.timing (L2 flushed between runs). Prints a markdown table.
+
+    PYTHONPATH=src python bench/bench_epilogue.py [--sizes 2048 4096] [--min-time 0.3]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from gemmtune.compiler import ARCHES, CompiledKernel, compile_kernel
+from gemmtune.device import DeviceInfo, query_device
+from gemmtune.errors import GemmtuneError
+from gemmtune.evaluate import evaluate
+from gemmtune.export.config_source import ConfigChoice, choose_config
+from gemmtune.kernel_source import KernelSource
+from gemmtune.kernels import simt
+from gemmtune.runtime import DeviceBuffer, LoadedKernel, release, synchronize
+from gemmtune.spec import GemmSpec
+from gemmtune.timing import Measurement, TimingProtocol, measure
+from gemmtune.verify import compare, make_inputs, reference
+
+EPILOGUE = "relu+add"
+THREADS = 256
+
+
+@dataclass(frozen=True)
+class Row:
+    size: int
+    variant: str
+    median_s: float | None
+    note: str = ""
+
+
+# --- the separate elementwise pass ----------------------------------------------------------------
+def elementwise_source(spec: GemmSpec) -> KernelSource:
+    """D = max(D, 0) + C over all M·N elements, four per thread (128-bit accesses when N·M % 4 == 0)."""
+    count = spec.m * spec.n
+    vec = 4 if count % 4 == 0 else 1
+    body = ("float4 d = reinterpret_cast<float4*>(D)[i];\n"
+            "    const float4 c = reinterpret_cast<const float4*>(C)[i];\n"
+            "    d.x = fmaxf(d.x, 0.0f) + c.x; d.y = fmaxf(d.y, 0.0f) + c.y;\n"
+            "    d.z = fmaxf(d.z, 0.0f) + c.z; d.w = fmaxf(d.w, 0.0f) + c.w;\n"
+            "    reinterpret_cast<float4*>(D)[i] = d;") if vec == 4 else "D[i] = fmaxf(D[i], 0.0f) + C[i];"
+    code = f"""// The epilogue as its own pass: one more read of D and C and one more write of D.
+extern "C" __global__ void relu_add_pass(const float* __restrict__ C, float* __restrict__ D) {{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;  // index of one float{vec if vec > 1 else ''}
+    if (i >= {count // vec}) return;
+    {body}
+}}
+"""
+    grid = (-(-(count // vec) // THREADS), 1, 1)
+    return KernelSource(code=code, entry="relu_add_pass", grid=grid, block=(THREADS, 1, 1), args=("C", "D"),
+                        spec=spec, family="elementwise", family_version="1")
+
+
+def _upload(inputs: dict) -> dict[str, DeviceBuffer]:
+    return {name: DeviceBuffer.from_numpy(value) for name, value in inputs.items() if isinstance(value, np.ndarray)}
+
+
+def _unfused_measurement(gemm: LoadedKernel, passes: LoadedKernel, spec: GemmSpec, protocol: TimingProtocol,
+                         l2_bytes: int) -> tuple[Measurement | None, str]:
+    """Verify GEMM-then-pass once, then time the pair as one launch sequence."""
+    inputs = make_inputs(spec, np.random.default_rng(1))
+    buffers = _upload(inputs)
+    try:
+        result = _verify_and_time_pair(gemm, passes, buffers, inputs, spec, protocol, l2_bytes)
+    except BaseException:
+        release([b.free for b in buffers.values()], after_error=True)
+        raise
+    release([b.free for b in buffers.values()], after_error=False)
+    return result
+
+
+def _verify_and_time_pair(gemm: LoadedKernel, passes: LoadedKernel, buffers: dict[str, DeviceBuffer], inputs: dict,
+                          spec: GemmSpec, protocol: TimingProtocol, l2_bytes: int) -> tuple[Measurement | None, str]:
+    buffers["D"] = DeviceBuffer.alloc(spec.m * spec.n * 4)
+    first = gemm.bind({"A": buffers["A"].ptr, "B": buffers["B"].ptr, "D": buffers["D"].ptr})
+    second = passes.bind({"C": buffers["C"].ptr, "D": buffers["D"].ptr})
+
+    def both() -> None:
+        first()
+        second()
+
+    buffers["D"].fill_nan()
+    both()
+    synchronize()
+    check = compare(buffers["D"].to_numpy((spec.m, spec.n)), reference(spec, inputs), spec.dtype, spec.k)
+    if not check.ok:
+        return None, f"wrong: {check.message}"
+    return measure(both, protocol, l2_bytes), ""
+
+
+# --- the four rows of one size -------------------------------------------------------------------
+def _compile_pair(spec: GemmSpec, choice: ConfigChoice, arch: str) -> tuple[CompiledKernel, CompiledKernel]:
+    bare = GemmSpec(spec.m, spec.n, spec.k, spec.layout, spec.dtype)
+    return (compile_kernel(simt.render(spec, choice.config, arch), arch),
+            compile_kernel(simt.render(bare, choice.config, arch), arch))
+
+
+def _fused_row(size: int, fused: CompiledKernel, protocol: TimingProtocol) -> Row:
+    result = evaluate(fused, protocol)
+    if not result.ok:
+        return Row(size, "fused (ours)", None, f"wrong: {result.verify.message}")
+    return Row(size, "fused (ours)", result.measurement.median_s)
+
+
+def _unfused_row(size: int, spec: GemmSpec, plain: CompiledKernel, arch: str, protocol: TimingProtocol,
+                 info: DeviceInfo) -> Row:
+    gemm, passes = LoadedKernel(plain), LoadedKernel(compile_kernel(elementwise_source(spec), arch))
+    try:
+        measurement, note = _unfused_measurement(gemm, passes, spec, protocol, info.l2_bytes)
+    except BaseException:
+        release([gemm.unload, passes.unload], after_error=True)
+        raise
+    release([gemm.unload, passes.unload], after_error=False)
+    return Row(size, "same GEMM + elementwise pass (ours)", measurement.median_s if measurement else None, note)
+
+
+def _baseline_row(size: int, variant: str, run) -> Row:
+    try:
+        return Row(size, variant, run().median_s)
+    except GemmtuneError as err:  # torch missing, or a baseline that failed its own check
+        return Row(size, variant, None, f"unavailable: {err}")
+
+
+def bench_size(size: int, arch: str, info: DeviceInfo, protocol: TimingProtocol) -> tuple[list[Row], ConfigChoice]:
+    from gemmtune.baseline import cublas_measurement, torch_eager_measurement
+
+    spec = GemmSpec(size, size, size, epilogue=EPILOGUE)
+    choice = choose_config(spec, arch, info)
+    fused, plain = _compile_pair(spec, choice, arch)
+    rows = [
+        _fused_row(size, fused, protocol),
+        _unfused_row(size, spec, plain, arch, protocol, info),
+        _baseline_row(size, "torch eager (cuBLAS + relu + add)", lambda: torch_eager_measurement(spec, protocol)),
+        _baseline_row(size, "cuBLAS GEMM alone (no epilogue)", lambda: cublas_measurement(spec, protocol)),
+    ]
+    return rows, choice
+
+
+# --- printing ------------------------------------------------------------------------------------
+def markdown(rows: list[Row]) -> str:
+    lines = ["| size | variant | time (µs) | TFLOP/s | vs fused |", "|---|---|---|---|---|"]
+    fused = {r.size: r.median_s for r in rows if r.variant.startswith("fused")}
+    for r in rows:
+        if r.median_s is None:
+            lines.append(f"| {r.size}³ | {r.variant} | — | — | {r.note} |")
+            continue
+        tflops = 2 * r.size**3 / r.median_s / 1e12
+        ratio = f"{r.median_s / fused[r.size]:.2f}×" if fused.get(r.size) else "—"
+        lines.append(f"| {r.size}³ | {r.variant} | {r.median_s * 1e6:.1f} | {tflops:.2f} | {ratio} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[2048, 4096], help="M = N = K values")
+    parser.add_argument("--min-time", type=float, default=0.3, help="seconds of timed runs per variant")
+    args = parser.parse_args(argv)
+    info = query_device()
+    arch = info.arch if info.arch in ARCHES else "sm_90"
+    protocol = TimingProtocol(min_time_s=args.min_time)
+    rows: list[Row] = []
+    print(f"{info.summary()}; D = ReLU(A·B) + C, fp32, nn; protocol {protocol.to_json()}", file=sys.stderr)
+    for size in args.sizes:
+        size_rows, choice = bench_size(size, arch, info, protocol)
+        print(f"{size}³: {choice.describe()}; config {choice.config.describe()}", file=sys.stderr)
+        rows += size_rows
+    print(markdown(rows))
+    return 1 if any(r.note.startswith("wrong") for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""Verb `export`: write a kernel as a header + launcher, self-checking harness, CMake project and cubin."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..compiler import ARCHES
+from ..errors import SpecError
+from ..export.cmake import check_arch
+from ..export.writer import ExportResult
+from ..kernels import simt_config
+from .common import add_spec_arguments, spec_from_args
+
+FALLBACK_ARCH = "sm_90"
+
+
+def register(subparsers) -> None:
+    export = subparsers.add_parser(
+        "export", help="write a kernel as .cuh + launcher, self-checking harness, CMake project and cubin",
+        description="Choose the config (tuning database, else shipped known configs, else the default), generate "
+                    "the kernel, compile it with NVRTC and write a folder that builds and checks itself with "
+                    "CMake or nvcc, and that gemmtune.load(DIR) runs from Python. No GPU is needed.")
+    add_spec_arguments(export)
+    export.add_argument("--out", metavar="DIR", help="folder to write (an earlier export there is replaced)")
+    export.add_argument("--arch", help=f"target: {', '.join(ARCHES)} (default: the GPU's, else {FALLBACK_ARCH})")
+    export.add_argument("--name", help="launcher and file name (default: gemm_<dtype>_<layout>_<M>x<N>x<K>[_<epilogue>])")
+    export.add_argument("--config", help="a ladder step name or a JSON object of config fields "
+                                         "(default: tuning database, known configs, default config)")
+    export.add_argument("--db", dest="db_path", metavar="FILE", help="tuning database (default: the tuner's)")
+    export.set_defaults(run=run_export)
+
+
+def present_device() -> Any:
+    """The GPU's DeviceInfo, or None on a machine without one."""
+    from ..device import gpu_available, query_device
+
+    return query_device() if gpu_available() else None
+
+
+def target_arch(requested: str | None, device: Any) -> str:
+    if requested:
+        return check_arch(requested)
+    if device is not None and device.arch in ARCHES:
+        return device.arch
+    if device is not None:
+        print(f"gemmtune: {device.name} is {device.arch}, which NVRTC targets here do not include; "
+              f"exporting for {FALLBACK_ARCH}", file=sys.stderr)
+    return FALLBACK_ARCH
+
+
+def _given_choice(text: str, arch: str):
+    from ..build import parse_config
+    from ..export.config_source import given_config
+
+    chosen = parse_config(text, arch)
+    return given_config(chosen.config, f"--config ({chosen.source})")
+
+
+def config_text(result: ExportResult) -> str:
+    source = result.compiled.source
+    if source.family == simt_config.FAMILY:
+        return simt_config.SimtConfig.from_json(source.config).describe()
+    return json.dumps(source.config, sort_keys=True)
+
+
+def print_result(result: ExportResult, device: Any) -> None:
+    m, folder = result.manifest, result.path
+    where = f"on {device.name}" if device is not None else f"no GPU here, target {m.arch}"
+    print(f"exported {m.spec.short()} for {m.arch} to {folder} ({where})")
+    print(f"config source: {m.provenance.describe()}")
+    print(f"config: {config_text(result)}")
+    print(f"ptxas: {m.resources.summary()}")
+    print(f"files: {', '.join(sorted(m.files.values()))}")
+    print(f"check it: cd {folder} && cmake -B build && cmake --build build && ./build/{m.name}_check")
+
+
+def run_export(args: argparse.Namespace) -> int:
+    if not args.out:
+        raise SpecError("export needs --out DIR: the folder to write")
+    spec = spec_from_args(args)
+    device = present_device()
+    arch = target_arch(args.arch, device)
+    config = _given_choice(args.config, arch) if args.config else None
+    from ..export.writer import export_spec
+
+    result = export_spec(spec, Path(args.out), arch, args.name, config=config, device=device,
+                         db_path=Path(args.db_path) if args.db_path else None)
+    print_result(result, device)
+    return 0

@@ -1,0 +1,179 @@
+"""``main.cu``: a self-checking benchmark for an exported kernel.
+
+It fills the inputs with fixed-seed random values in [-1, 1), poisons D with NaN, runs the tuned
+kernel and the reference (``reference.cuh``: products summed in double), compares, and only when
+the check passes times the kernel with CUDA events. Exit code 0 means correct.
+"""
+from __future__ import annotations
+
+from ..epilogue import Operand
+from ..spec import GemmSpec
+
+SCALAR_VALUES = {"alpha": "0.75f", "beta": "-0.5f"}  # not 1 and 0, so a dropped scalar shows
+ERROR_SCALE = 8  # tolerance = ERROR_SCALE · FLT_EPSILON · sqrt(K): fp32 sums drift like a random walk
+
+PRELUDE = r"""#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+// Stop with the error's name and line on any failed CUDA call.
+#define CHECK_CUDA(call)                                                                      \
+    do {                                                                                      \
+        cudaError_t err_ = (call);                                                            \
+        if (err_ != cudaSuccess) {                                                            \
+            std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorName(err_),      \
+                         __FILE__, __LINE__, cudaGetErrorString(err_));                       \
+            std::exit(2);                                                                     \
+        }                                                                                     \
+    } while (0)
+
+namespace {
+
+// Uniform values in [-1, 1) from a fixed-seed xorshift generator: every run sees the same inputs.
+std::vector<float> random_values(size_t count, uint32_t seed) {
+    std::vector<float> values(count);
+    uint32_t state = seed * 2654435761u + 1u;
+    for (float& v : values) {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        v = (float)(state >> 8) * (2.0f / 16777216.0f) - 1.0f;
+    }
+    return values;
+}
+
+// A device buffer holding `count` random values.
+float* random_device_buffer(size_t count, uint32_t seed) {
+    const std::vector<float> host = random_values(count, seed);
+    float* device = nullptr;
+    CHECK_CUDA(cudaMalloc(&device, count * sizeof(float)));
+    CHECK_CUDA(cudaMemcpy(device, host.data(), count * sizeof(float), cudaMemcpyHostToDevice));
+    return device;
+}
+
+std::vector<float> to_host(const float* device, size_t count) {
+    std::vector<float> host(count);
+    CHECK_CUDA(cudaMemcpy(host.data(), device, count * sizeof(float), cudaMemcpyDeviceToHost));
+    return host;
+}
+
+struct Check {
+    double rel_error;   // max |D - R| / max |R|
+    size_t non_finite;  // NaN or inf in D: unwritten (still poisoned) or broken elements
+};
+
+Check compare(const std::vector<float>& d, const std::vector<float>& r) {
+    double max_diff = 0.0, max_ref = 0.0;
+    size_t non_finite = 0;
+    for (size_t i = 0; i < d.size(); ++i) {
+        if (!std::isfinite(d[i])) { ++non_finite; continue; }
+        max_diff = std::max(max_diff, std::fabs((double)d[i] - (double)r[i]));
+        max_ref = std::max(max_ref, std::fabs((double)r[i]));
+    }
+    return Check{max_diff / std::max(max_ref, 1e-30), non_finite};
+}
+
+// Median time of `reps` single launches, each between two CUDA events, after 3 warm-up launches.
+template <class Launch>
+float median_ms(Launch launch, int reps) {
+    cudaEvent_t start, stop;
+    CHECK_CUDA(cudaEventCreate(&start));
+    CHECK_CUDA(cudaEventCreate(&stop));
+    for (int i = 0; i < 3; ++i) CHECK_CUDA(launch());
+    std::vector<float> times(reps);
+    for (float& ms : times) {
+        CHECK_CUDA(cudaEventRecord(start));
+        CHECK_CUDA(launch());
+        CHECK_CUDA(cudaEventRecord(stop));
+        CHECK_CUDA(cudaEventSynchronize(stop));
+        CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    }
+    CHECK_CUDA(cudaEventDestroy(start));
+    CHECK_CUDA(cudaEventDestroy(stop));
+    std::sort(times.begin(), times.end());
+    return times[times.size() / 2];
+}
+
+}  // namespace
+"""
+
+
+def _elements(operand: Operand, spec: GemmSpec) -> str:
+    return {"matrix": "(size_t)M * N", "row": "(size_t)M", "col": "(size_t)N"}[operand.kind]
+
+
+def _inputs(spec: GemmSpec) -> str:
+    """Declarations of A, B and the epilogue operands, each with its own seed."""
+    lines = ["    float* A = random_device_buffer((size_t)M * K, 1);  // " + f"stored {spec.a_shape[0]}×{spec.a_shape[1]}",
+             "    float* B = random_device_buffer((size_t)K * N, 2);  // " + f"stored {spec.b_shape[0]}×{spec.b_shape[1]}"]
+    for seed, operand in enumerate(spec.epilogue.operands(), start=3):
+        if operand.kind == "scalar":
+            lines.append(f"    const float {operand.name} = {SCALAR_VALUES[operand.name]};")
+        else:
+            lines.append(f"    float* {operand.name} = random_device_buffer({_elements(operand, spec)}, {seed});")
+    return "\n".join(lines)
+
+
+def _frees(spec: GemmSpec) -> str:
+    pointers = ["A", "B", *(op.name for op in spec.epilogue.operands() if op.kind != "scalar"), "D", "R"]
+    return "\n".join(f"    CHECK_CUDA(cudaFree({p}));" for p in pointers)
+
+
+def call_arguments(spec: GemmSpec, output: str) -> str:
+    return ", ".join(["A", "B", *(op.name for op in spec.epilogue.operands()), output])
+
+
+def harness_text(name: str, spec: GemmSpec, arch: str) -> str:
+    """The complete ``main.cu`` for the exported kernel `name`."""
+    kernel_args, reference_args = call_arguments(spec, "D"), call_arguments(spec, "R")
+    return f"""// main.cu — written by gemmtune: checks {name} against a reference on this GPU, then times it.
+// Build: cmake -B build && cmake --build build   (or: nvcc -O3 -std=c++17 -arch={arch} -o {name}_check main.cu)
+// Run:   ./{name}_check [timed runs, default 20]; exit code 0 = correct, 1 = wrong result, 2 = CUDA error.
+{PRELUDE}
+#include "{name}.cuh"
+#include "reference.cuh"
+
+int main(int argc, char** argv) {{
+    const int reps = argc > 1 ? std::atoi(argv[1]) : 20;
+    if (reps < 1) {{
+        std::fprintf(stderr, "usage: %s [timed runs >= 1]\\n", argv[0]);
+        return 2;
+    }}
+    namespace info = {name}_info;
+    constexpr int M = info::M, N = info::N, K = info::K;
+    cudaDeviceProp prop;
+    CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+    std::printf("{name}: M=%d N=%d K=%d layout=%s epilogue=%s built for %s, running on %s (sm_%d%d)\\n", M, N, K,
+                info::layout, info::epilogue, info::arch, prop.name, prop.major, prop.minor);
+
+{_inputs(spec)}
+    float* D = nullptr;  // the tuned kernel's output
+    float* R = nullptr;  // the reference's output
+    CHECK_CUDA(cudaMalloc(&D, (size_t)M * N * sizeof(float)));
+    CHECK_CUDA(cudaMalloc(&R, (size_t)M * N * sizeof(float)));
+    // Poison D with NaN (all bits set) so an element the kernel never writes fails the check.
+    CHECK_CUDA(cudaMemset(D, 0xFF, (size_t)M * N * sizeof(float)));
+
+    CHECK_CUDA({name}({kernel_args}));
+    CHECK_CUDA(gemmtune_reference::launch({reference_args}, 0));
+    CHECK_CUDA(cudaDeviceSynchronize());
+
+    // fp32 accumulation error grows like sqrt(K) relative to the size of the result.
+    const double tolerance = {ERROR_SCALE} * FLT_EPSILON * std::sqrt((double)K);
+    const Check check = compare(to_host(D, (size_t)M * N), to_host(R, (size_t)M * N));
+    const bool ok = check.non_finite == 0 && check.rel_error <= tolerance;
+    std::printf("check: rel_error=%.3e tolerance=%.3e non_finite=%zu %s\\n", check.rel_error, tolerance,
+                check.non_finite, ok ? "PASS" : "FAIL");
+    if (ok) {{  // never time a wrong kernel
+        const float ms = median_ms([&] {{ return {name}({kernel_args}); }}, reps);
+        std::printf("time: %.4f ms (median of %d runs), %.2f TFLOP/s\\n", ms, reps,
+                    info::flops / (ms * 1e-3) / 1e12);
+    }}
+{_frees(spec)}
+    return ok ? 0 : 1;
+}}
+"""
