@@ -39,9 +39,31 @@ def sweep_candidates(spec: GemmSpec, arch: str, count: int, seed: int = 0) -> li
     return valid[:count]
 
 
+def _compile_job(job):
+    from gemmtune.compiler import compile_kernel
+    from gemmtune.errors import GemmtuneError
+    from gemmtune.kernels.simt import render
+
+    spec, config, arch = job
+    try:
+        compile_kernel(render(spec, config, arch), arch)
+    except GemmtuneError:
+        pass  # bench_config reports it
+
+
+def precompile(spec: GemmSpec, configs: list[SimtConfig], arch: str) -> None:
+    """Fill the NVRTC disk cache in parallel; the timed loop then only loads cubins."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(mp_context=multiprocessing.get_context("spawn")) as pool:
+        list(pool.map(_compile_job, [(spec, c, arch) for c in configs]))
+
+
 def run_sweep(spec: GemmSpec, arch: str, count: int) -> list[BenchRow]:
     quick = TimingProtocol(warmup=2, min_reps=5, max_reps=30, min_time_s=0.03)
     rows = []
+    precompile(spec, sweep_candidates(spec, arch, count), arch)
     for i, config in enumerate(sweep_candidates(spec, arch, count)):
         row = bench_config(spec, f"sweep{i}", config, arch, quick)
         rows.append((row, config))
