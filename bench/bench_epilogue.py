@@ -69,8 +69,8 @@ def _upload(inputs: dict) -> dict[str, DeviceBuffer]:
 
 
 def _unfused_measurement(gemm: LoadedKernel, passes: LoadedKernel, spec: GemmSpec, protocol: TimingProtocol,
-                         l2_bytes: int) -> tuple[Measurement | None, str]:
-    """Verify GEMM-then-pass once, then time the pair as one launch sequence."""
+                         l2_bytes: int) -> tuple[Measurement | None, Measurement | None, str]:
+    """Verify GEMM-then-pass once, then time the pair as one launch sequence, and the pass alone."""
     inputs = make_inputs(spec, np.random.default_rng(1))
     buffers = _upload(inputs)
     try:
@@ -83,7 +83,8 @@ def _unfused_measurement(gemm: LoadedKernel, passes: LoadedKernel, spec: GemmSpe
 
 
 def _verify_and_time_pair(gemm: LoadedKernel, passes: LoadedKernel, buffers: dict[str, DeviceBuffer], inputs: dict,
-                          spec: GemmSpec, protocol: TimingProtocol, l2_bytes: int) -> tuple[Measurement | None, str]:
+                          spec: GemmSpec, protocol: TimingProtocol,
+                          l2_bytes: int) -> tuple[Measurement | None, Measurement | None, str]:
     buffers["D"] = DeviceBuffer.alloc(spec.m * spec.n * 4)
     first = gemm.bind({"A": buffers["A"].ptr, "B": buffers["B"].ptr, "D": buffers["D"].ptr})
     second = passes.bind({"C": buffers["C"].ptr, "D": buffers["D"].ptr})
@@ -97,8 +98,8 @@ def _verify_and_time_pair(gemm: LoadedKernel, passes: LoadedKernel, buffers: dic
     synchronize()
     check = compare(buffers["D"].to_numpy((spec.m, spec.n)), reference(spec, inputs), spec.dtype, spec.k)
     if not check.ok:
-        return None, f"wrong: {check.message}"
-    return measure(both, protocol, l2_bytes), ""
+        return None, None, f"wrong: {check.message}"
+    return measure(both, protocol, l2_bytes), measure(second, protocol, l2_bytes), ""
 
 
 # --- the four rows of one size -------------------------------------------------------------------
@@ -116,15 +117,23 @@ def _fused_row(size: int, fused: CompiledKernel, protocol: TimingProtocol) -> Ro
 
 
 def _unfused_row(size: int, spec: GemmSpec, plain: CompiledKernel, arch: str, protocol: TimingProtocol,
-                 info: DeviceInfo) -> Row:
+                 info: DeviceInfo) -> list[Row]:
     gemm, passes = LoadedKernel(plain), LoadedKernel(compile_kernel(elementwise_source(spec), arch))
     try:
-        measurement, note = _unfused_measurement(gemm, passes, spec, protocol, info.l2_bytes)
+        pair, alone, note = _unfused_measurement(gemm, passes, spec, protocol, info.l2_bytes)
     except BaseException:
         release([gemm.unload, passes.unload], after_error=True)
         raise
     release([gemm.unload, passes.unload], after_error=False)
-    return Row(size, "same GEMM + elementwise pass (ours)", measurement.median_s if measurement else None, note)
+    return [Row(size, "same GEMM + elementwise pass (ours)", pair.median_s if pair else None, note),
+            Row(size, "elementwise pass alone (ours)", alone.median_s if alone else None, note)]
+
+
+def _plain_row(size: int, plain: CompiledKernel, protocol: TimingProtocol) -> Row:
+    result = evaluate(plain, protocol)
+    if not result.ok:
+        return Row(size, "same GEMM alone, no epilogue (ours)", None, f"wrong: {result.verify.message}")
+    return Row(size, "same GEMM alone, no epilogue (ours)", result.measurement.median_s)
 
 
 def _baseline_row(size: int, variant: str, run) -> Row:
@@ -142,7 +151,8 @@ def bench_size(size: int, arch: str, info: DeviceInfo, protocol: TimingProtocol)
     fused, plain = _compile_pair(spec, choice, arch)
     rows = [
         _fused_row(size, fused, protocol),
-        _unfused_row(size, spec, plain, arch, protocol, info),
+        _plain_row(size, plain, protocol),
+        *_unfused_row(size, spec, plain, arch, protocol, info),
         _baseline_row(size, "torch eager (cuBLAS + relu + add)", lambda: torch_eager_measurement(spec, protocol)),
         _baseline_row(size, "cuBLAS GEMM alone (no epilogue)", lambda: cublas_measurement(spec, protocol)),
     ]
@@ -160,7 +170,21 @@ def markdown(rows: list[Row]) -> str:
         tflops = 2 * r.size**3 / r.median_s / 1e12
         ratio = f"{r.median_s / fused[r.size]:.2f}×" if fused.get(r.size) else "—"
         lines.append(f"| {r.size}³ | {r.variant} | {r.median_s * 1e6:.1f} | {tflops:.2f} | {ratio} |")
-    return "\n".join(lines)
+    return "\n".join(lines + [""] + [fusion_verdict(rows, size) for size in sorted(fused)])
+
+
+def fusion_verdict(rows: list[Row], size: int) -> str:
+    """The acceptance test of the fused kernel: it must save at least the elementwise pass's time."""
+    times = {r.variant.split(" (")[0]: r.median_s for r in rows if r.size == size}
+    fused, pair = times.get("fused"), times.get("same GEMM + elementwise pass")
+    alone, eager = times.get("elementwise pass alone"), times.get("torch eager")
+    if None in (fused, pair, alone):
+        return f"{size}³: verdict unavailable (a row failed)"
+    saved = pair - fused
+    verdict = "PASS" if saved >= alone else "FAIL"
+    eager_text = f"; fused / torch eager = {fused / eager:.3f}" if eager else ""
+    return (f"{size}³: fusion saves {saved * 1e6:.1f} µs vs the pair; the elementwise pass alone takes "
+            f"{alone * 1e6:.1f} µs: {verdict}{eager_text}")
 
 
 def main(argv: list[str] | None = None) -> int:
