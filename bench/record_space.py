@@ -18,6 +18,7 @@ import datetime
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
@@ -49,7 +50,7 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def printer(every: int):
+def printer(every: int) -> Callable[[TuneProgress], None]:
     started = time.monotonic()
 
     def show(progress: TuneProgress) -> None:

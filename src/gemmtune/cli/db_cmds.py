@@ -1,0 +1,115 @@
+"""Verb `db`: list the tuned specs, show the best config, export and import trials as JSON lines."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import GemmtuneError
+from .common import add_spec_arguments, spec_from_args
+
+if TYPE_CHECKING:
+    from ..tune.db import TuningDB
+
+
+def register(subparsers) -> None:
+    db = subparsers.add_parser("db", help="query the tuning database: list, best, export, import",
+                               description="The tuning database holds every trial of every tune.")
+    verbs = db.add_subparsers(dest="db_verb", metavar="ACTION", required=True)
+
+    listing = verbs.add_parser("list", help="every tuned spec and GPU with its trial count and best result")
+    _add_db_argument(listing)
+    listing.set_defaults(run=run_list)
+
+    best = verbs.add_parser("best", help="the best known config for a spec, per GPU")
+    add_spec_arguments(best)
+    _add_db_argument(best)
+    best.add_argument("--family", default="simt", help="generator family (default simt)")
+    best.add_argument("--json", action="store_true", help="print the winning config as JSON only")
+    best.set_defaults(run=run_best)
+
+    export = verbs.add_parser("export", help="write every trial as JSON lines")
+    export.add_argument("file", help="output file, or - for stdout")
+    _add_db_argument(export)
+    export.set_defaults(run=run_export)
+
+    load = verbs.add_parser("import", help="add trials from JSON lines (trials already present are kept)")
+    load.add_argument("file", help="input file, or - for stdin")
+    _add_db_argument(load)
+    load.set_defaults(run=run_import)
+
+
+def _add_db_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", type=Path, help="tuning database (default ~/.cache/gemmtune/tuning.sqlite)")
+
+
+def _open(path: Path | None, must_exist: bool = True) -> "TuningDB":
+    from ..tune.db import TuningDB, default_db_path
+
+    path = path or default_db_path()
+    if must_exist and not path.exists():
+        raise GemmtuneError(f"no tuning database at {path}: run 'gemmtune tune' first or pass --db")
+    return TuningDB(path)
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    with _open(args.db) as db:
+        summaries = db.contexts()
+    table = Table(title="tuned specs")
+    for column in ("spec", "GPU", "driver / NVRTC", "family", "trials", "failed", "best", "config"):
+        table.add_column(column, justify="right" if column in ("trials", "failed", "best") else "left",
+                         no_wrap=column == "spec")
+    for s in summaries:
+        env, best = s.context.environment, s.best
+        rate = f"{best.tflops(s.context.spec):.2f} TFLOP/s" if best else "—"
+        table.add_row(s.context.spec.short(), env.device_name, f"{env.driver_version} / {env.nvrtc_version}",
+                      f"{s.context.family} v{s.context.family_version}", str(s.trials), str(s.failures), rate,
+                      best.config.describe() if best else "—")
+    Console().print(table)
+    return 0
+
+
+def run_best(args: argparse.Namespace) -> int:
+    spec = spec_from_args(args)
+    with _open(args.db) as db:
+        ranked = db.ranked_for_spec(spec, args.family)
+    per_gpu = {}
+    for entry in ranked:  # best first, so the first per GPU wins
+        per_gpu.setdefault(entry.context.environment.device_name, entry)
+    if not per_gpu:
+        raise GemmtuneError(f"the database has no successful trial for {spec.short()}")
+    if args.json:
+        print(json.dumps(ranked[0].result.config.to_json(), sort_keys=True))
+        return 0
+    for device, entry in per_gpu.items():
+        result = entry.result
+        print(f"{device}: {result.median_s * 1e6:.1f} µs, {result.tflops(spec):.2f} TFLOP/s  "
+              f"{result.config.describe()}\n  {json.dumps(result.config.to_json(), sort_keys=True)}")
+    return 0
+
+
+def run_export(args: argparse.Namespace) -> int:
+    with _open(args.db) as db:
+        if args.file == "-":
+            count = db.export_jsonl(sys.stdout)
+        else:
+            with open(args.file, "w") as handle:
+                count = db.export_jsonl(handle)
+    print(f"exported {count} trials", file=sys.stderr)
+    return 0
+
+
+def run_import(args: argparse.Namespace) -> int:
+    with _open(args.db, must_exist=False) as db:
+        if args.file == "-":
+            added, skipped = db.import_jsonl(sys.stdin)
+        else:
+            with open(args.file) as handle:
+                added, skipped = db.import_jsonl(handle)
+    print(f"imported {added} trials ({skipped} already present)", file=sys.stderr)
+    return 0

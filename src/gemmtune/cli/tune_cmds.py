@@ -1,0 +1,224 @@
+"""Verbs `space` (size of the search space and why configs are rejected) and `tune` (the auto-tuner)."""
+from __future__ import annotations
+
+import argparse
+import re
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+from ..errors import SpecError
+from ..spec import GemmSpec
+from .common import add_spec_arguments, spec_from_args
+
+DEFAULT_TRIALS = 100  # when neither --trials nor --time is given
+_TRIAL_WORD = re.compile(r"^t=(.*)$", re.IGNORECASE)
+
+
+def register(subparsers) -> None:
+    space = subparsers.add_parser("space", help="size of the tuning search space and rejection counts by reason",
+                                  description="Enumerate the family's search space for a GEMM and count the configs "
+                                              "each constraint rejects (no GPU needed).")
+    add_spec_arguments(space)
+    space.add_argument("--family", default="simt", help="generator family (default simt)")
+    space.add_argument("--arch", help="target arch (default: the GPU's, else sm_90)")
+    space.set_defaults(run=run_space)
+
+    tune = subparsers.add_parser("tune", help="auto-tune a GEMM on the GPU and store every trial in the database",
+                                 description="Search the config space, verifying and timing each candidate in a "
+                                             "watched worker process. Re-running the same command resumes. "
+                                             "The trial budget may also be given as the size word t=N.")
+    add_spec_arguments(tune)
+    tune.add_argument("--trials", type=int, help=f"total trials for this spec and GPU (default {DEFAULT_TRIALS} "
+                                                 "unless --time is given)")
+    tune.add_argument("--time", type=float, dest="time_s", metavar="SECONDS", help="wall-clock budget of this run")
+    tune.add_argument("--strategy", default="evolutionary", choices=("exhaustive", "random", "evolutionary"),
+                      help="search strategy (default evolutionary: guided by a learned cost model)")
+    tune.add_argument("--db", type=Path, help="tuning database (default ~/.cache/gemmtune/tuning.sqlite)")
+    tune.add_argument("--seed", type=int, default=0, help="random seed of the strategy (default 0)")
+    tune.add_argument("--batch", type=int, default=8, help="configs per round between model updates (default 8)")
+    tune.add_argument("--top", type=int, default=5, help="re-measure and show this many best configs (default 5)")
+    tune.add_argument("--timeout", type=float, default=60.0, help="seconds before a measurement counts as hung")
+    tune.add_argument("--family", default="simt", help="generator family (default simt)")
+    tune.add_argument("--no-transfer", action="store_true", help="do not seed from the nearest tuned shapes")
+    tune.add_argument("--simulate", type=Path, metavar="CSV",
+                      help="replay a recorded table (src/gemmtune/data/*.csv) instead of measuring: no GPU needed")
+    tune.set_defaults(run=run_tune)
+
+
+# --- space ----------------------------------------------------------------------------------------
+def run_space(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..build import target_arch
+    from ..tune.space import analyze, space_for
+
+    spec = spec_from_args(args)
+    space = space_for(args.family)
+    report = analyze(space, spec, target_arch(args.arch))
+    console = Console(soft_wrap=True)
+    console.print(f"{space.family} v{space.version} search space for {spec.short()} on {report.arch}: "
+                  f"{report.total:,} combinations, [bold]{report.valid:,} valid[/bold]")
+    console.print("parameters: " + ", ".join(f"{p.name} {_domain_text(p.domain)}" for p in space.params))
+    console.print("rejections by rule, checked in this order. first: configs for which the rule is the first "
+                  "to fail (these add up to the total). any: every config the rule rejects among those that "
+                  "pass the structural rules.")
+    table = Table()
+    for column in ("rule", "first", "any", "example reason"):
+        table.add_column(column, justify="right" if column in ("first", "any") else "left")
+    for count in report.counts:
+        name = f"{count.name} (structural)" if count.structural else count.name
+        table.add_row(name, f"{count.first:,}", f"{count.any:,}", count.example or "—")
+    table.add_row("[bold]valid[/bold]", f"{report.valid:,}", "", "")
+    console.print(table)
+    return 0
+
+
+def _domain_text(domain: tuple) -> str:
+    return "{" + ",".join(str(int(v) if isinstance(v, bool) else v) for v in domain) + "}"
+
+
+# --- tune -----------------------------------------------------------------------------------------
+def split_trial_word(words: list[str]) -> tuple[list[str], int | None]:
+    """Take the trial budget word `t=N` out of the size words."""
+    rest, trials = [], None
+    for word in words:
+        match = _TRIAL_WORD.match(word.strip())
+        if not match:
+            rest.append(word)
+            continue
+        if trials is not None or not match.group(1).isdigit() or int(match.group(1)) < 1:
+            raise SpecError(f"cannot read '{word}': give the trial budget once, as t=N with N >= 1")
+        trials = int(match.group(1))
+    return rest, trials
+
+
+def trial_budget(flag: int | None, word: int | None, time_s: float | None) -> int | None:
+    if flag is not None and word is not None:
+        raise SpecError("the trial budget is given both as --trials and as t=N")
+    trials = flag if flag is not None else word
+    if trials is not None and trials < 1:
+        raise SpecError(f"--trials must be at least 1, got {trials}")
+    if time_s is not None and time_s <= 0:
+        raise SpecError(f"--time must be positive, got {time_s}")
+    return DEFAULT_TRIALS if trials is None and time_s is None else trials
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    from ..tune.db import TuningDB, default_db_path
+    from ..tune.tuner import TuneOptions, tune
+
+    words, word_trials = split_trial_word(args.sizes)
+    spec = spec_from_args(argparse.Namespace(**{**vars(args), "sizes": words}))
+    trials = trial_budget(args.trials, word_trials, args.time_s)
+    options = TuneOptions(args.family, args.strategy, trials, args.time_s, args.seed, args.batch, args.top,
+                          not args.no_transfer)
+    runner, cublas_s, note = simulation_runner(args.simulate, spec) if args.simulate else gpu_runner(spec, args)
+    db_path = args.db or default_db_path()
+    with closing(runner), TuningDB(db_path) as db:
+        with TuneDisplay(spec, trials, cublas_s, note) as display:
+            outcome = tune(spec, runner, db, options, on_trial=display.update)
+    print_outcome(outcome, cublas_s, db_path)
+    return 0
+
+
+def gpu_runner(spec: GemmSpec, args: argparse.Namespace) -> tuple[Any, float | None, str]:
+    """The measuring pipeline on GPU 0; NoDeviceError (exit 3) without one."""
+    from ..compiler import nvrtc_version
+    from ..device import query_device
+    from ..tune.pipeline import MeasurePipeline
+    from ..tune.trial import Environment
+
+    device = query_device(0)
+    spec.check_fits(_free_memory())
+    cublas_s, note = cublas_seconds(spec)
+    environment = Environment.from_device(device, nvrtc_version())
+    runner = MeasurePipeline(spec, environment, family=args.family, timeout_s=args.timeout, device=device)
+    return runner, cublas_s, f"{device.summary()}; {note}"
+
+
+def _free_memory() -> int:
+    from ..device import free_memory
+
+    return free_memory(0)
+
+
+def cublas_seconds(spec: GemmSpec) -> tuple[float | None, str]:
+    """cuBLAS's median for the spec, measured once, or None with the reason (torch is optional)."""
+    from ..baseline import cublas_measurement
+    from ..errors import GemmtuneError
+
+    try:
+        median = cublas_measurement(spec).median_s
+    except GemmtuneError as err:
+        return None, f"no cuBLAS baseline: {err}"
+    return median, f"cuBLAS {spec.flops / median / 1e12:.1f} TFLOP/s"
+
+
+def simulation_runner(path: Path, spec: GemmSpec) -> tuple[Any, float | None, str]:
+    from ..tune.simulation import SimulationRunner, SimulationTable
+
+    if not Path(path).exists() or not Path(path).with_suffix(".json").exists():
+        raise SpecError(f"no simulation table at {path} (a .csv with its .json beside it)")
+    table = SimulationTable.from_csv(path)
+    if table.spec != spec:
+        raise SpecError(f"the table at {path} was recorded for {table.spec.short()}, not {spec.short()}")
+    cublas_s = table.meta.get("cublas_median_s")
+    return SimulationRunner(table), cublas_s, f"simulating {table.environment.device_name} from {path}"
+
+
+# --- display ----------------------------------------------------------------------------------------
+def rate_text(spec: GemmSpec, seconds: float | None, cublas_s: float | None) -> str:
+    if seconds is None:
+        return "—"
+    text = f"{spec.flops / seconds / 1e12:.2f} TFLOP/s"
+    return text + (f" ({100 * cublas_s / seconds:.0f}% of cuBLAS)" if cublas_s else "")
+
+
+class TuneDisplay:
+    """A rich progress bar: trials done, failures, best so far."""
+
+    def __init__(self, spec: GemmSpec, budget: int | None, cublas_s: float | None, note: str):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.spec, self.budget, self.cublas_s, self.note = spec, budget, cublas_s, note
+        self.console = Console()
+        self.progress = Progress(TextColumn("[bold]tuning {task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[failures]} failed"), TextColumn("best {task.fields[best]}"),
+                                 TimeElapsedColumn(), console=self.console)
+        self.task = None
+
+    def __enter__(self) -> "TuneDisplay":
+        self.console.print(self.note)
+        self.progress.start()
+        self.task = self.progress.add_task(self.spec.short(), total=self.budget, failures=0, best="—")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def update(self, progress: Any) -> None:
+        best = progress.best.median_s if progress.best is not None else None
+        self.progress.update(self.task, completed=progress.done, failures=progress.failures,
+                             best=rate_text(self.spec, best, self.cublas_s))
+
+
+def print_outcome(outcome: Any, cublas_s: float | None, db_path: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    spec = outcome.context.spec
+    table = Table(title=f"best configs for {spec.short()} on {outcome.context.environment.device_name} (re-measured)")
+    for column in ("#", "config", "time", "TFLOP/s", "% of cuBLAS"):
+        table.add_column(column, justify="left" if column == "config" else "right")
+    for rank, result in enumerate(outcome.top, start=1):
+        percent = f"{100 * cublas_s / result.median_s:.0f}%" if cublas_s else "—"
+        table.add_row(str(rank), result.config.describe(), f"{result.median_s * 1e6:.1f} µs",
+                      f"{result.tflops(spec):.2f}", percent)
+    console = Console()
+    console.print(table)
+    console.print(f"{outcome.new_trials} new trials, {outcome.trials} in total for this spec and GPU "
+                  f"({outcome.failures} failed) out of {outcome.candidates:,} candidates; "
+                  f"{outcome.stop_reason}. Database: {db_path}")

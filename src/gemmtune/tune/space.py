@@ -1,0 +1,288 @@
+"""Search spaces: each family's parameters with their domains, and the rules that prune them.
+
+The simt space has about two million raw combinations; running the Python predicates on each takes
+~10 s. So every rule declares the parameters it reads (its footprint), runs once per combination of
+those parameters only, and numpy broadcasts the verdicts over the whole grid. A test checks each
+footprint against direct evaluation on random configs.
+
+A config's code is its flat index in the grid (C order, last parameter fastest), so a set of valid
+configs is a sorted int64 array and membership is a binary search.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..spec import GemmSpec
+
+Check = Callable[[Any, GemmSpec, str], "str | None"]
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    domain: tuple
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A named predicate returning a reason when it rejects a config; `reads` is its footprint."""
+
+    name: str
+    reads: tuple[str, ...]
+    check: Check
+    structural: bool = False  # the space's own canonical-form rule, checked before the family's
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    family: str
+    version: str
+    config_type: type
+    params: tuple[Parameter, ...]
+    rules: tuple[Rule, ...]  # structural rules first, then the family's constraints in their order
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(len(p.domain) for p in self.params)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def axis(self, name: str) -> int:
+        return self.names.index(name)
+
+    def config_at(self, indices: Sequence[int]) -> Any:
+        values = {p.name: p.domain[int(i)] for p, i in zip(self.params, indices)}
+        return self.config_type(**values)
+
+    def code_of(self, config: Any) -> int | None:
+        """Grid code of a config, or None when a value lies outside the domains."""
+        indices = []
+        for p in self.params:
+            value = getattr(config, p.name)
+            if value not in p.domain:
+                return None
+            indices.append(p.domain.index(value))
+        return int(np.ravel_multi_index(tuple(indices), self.shape))
+
+
+# --- rule tables and the rejection report --------------------------------------------------------
+@dataclass(frozen=True)
+class RuleCount:
+    name: str
+    first: int  # configs for which this is the first failing rule
+    any: int  # configs this rule rejects (among those passing the structural rules)
+    example: str
+    structural: bool
+
+
+@dataclass(frozen=True)
+class SpaceReport:
+    family: str
+    spec: GemmSpec
+    arch: str
+    total: int
+    valid: int
+    counts: tuple[RuleCount, ...]
+
+
+def _rule_table(space: SearchSpace, rule: Rule, spec: GemmSpec, arch: str) -> tuple[np.ndarray, str]:
+    """Boolean 'rejects' over the rule's footprint, shaped to broadcast against the full grid."""
+    axes = sorted(space.axis(name) for name in rule.reads)
+    guards = [g for g in space.rules if g.structural and g is not rule and set(g.reads) <= set(rule.reads)]
+    base = {f.name: getattr(space.config_type(), f.name) for f in fields(space.config_type)}
+    table = np.zeros([len(space.params[a].domain) if a in axes else 1 for a in range(len(space.params))], bool)
+    example = ""
+    for combo in itertools.product(*(range(len(space.params[a].domain)) for a in axes)):
+        values = {space.params[a].name: space.params[a].domain[i] for a, i in zip(axes, combo)}
+        config = space.config_type(**{**base, **values})
+        # A combination a structural rule already rejects is never asked of the family rule: the
+        # family predicates may divide by a warp size of zero there.
+        if any(g.check(config, spec, arch) for g in guards):
+            continue
+        reason = rule.check(config, spec, arch)
+        if reason:
+            chosen = dict(zip(axes, combo))
+            table[tuple(chosen.get(a, 0) for a in range(len(space.params)))] = True
+            example = example or reason
+    return table, example
+
+
+@dataclass(frozen=True, eq=False)
+class Analysis:
+    report: SpaceReport
+    codes: np.ndarray  # sorted codes of the valid configs
+    first: np.ndarray  # per grid code: index into space.rules of the first failing rule, -1 when valid
+
+
+@functools.lru_cache(maxsize=16)
+def _analyze(space: SearchSpace, spec: GemmSpec, arch: str) -> Analysis:
+    first = np.full(space.shape, -1, dtype=np.int8)
+    structural_ok = np.ones(space.shape, bool)
+    counts = []
+    for index, rule in enumerate(space.rules):
+        table, example = _rule_table(space, rule, spec, arch)
+        hit = (first < 0) & table
+        first[hit] = index
+        any_count = int(np.count_nonzero(table & structural_ok))
+        if rule.structural:
+            structural_ok &= ~table
+        counts.append(RuleCount(rule.name, int(np.count_nonzero(hit)), any_count, example, rule.structural))
+    first = first.ravel()
+    codes = np.flatnonzero(first < 0).astype(np.int64)
+    report = SpaceReport(space.family, spec, arch, space.size, int(codes.size), tuple(counts))
+    return Analysis(report, codes, first)
+
+
+def analyze(space: SearchSpace, spec: GemmSpec, arch: str) -> SpaceReport:
+    """Size of the space and how many configs each rule rejects (first failing and any)."""
+    return _analyze(space, spec, arch).report
+
+
+def candidate_set(space: SearchSpace, spec: GemmSpec, arch: str) -> "CandidateSet":
+    """Every config of the space that passes all rules for `spec` on `arch`."""
+    return CandidateSet(space, spec, arch, _analyze(space, spec, arch).codes)
+
+
+def first_failing(space: SearchSpace, config: Any, spec: GemmSpec, arch: str) -> str | None:
+    """Name of the first rule rejecting `config`, read from the broadcast tables; None when valid."""
+    code = space.code_of(config)
+    if code is None:
+        return "outside the domains"
+    index = int(_analyze(space, spec, arch).first[code])
+    return None if index < 0 else space.rules[index].name
+
+
+def verdict(space: SearchSpace, config: Any, spec: GemmSpec, arch: str) -> str | None:
+    """Name of the first rule rejecting `config`, checked directly (no tables); None when valid."""
+    for rule in space.rules:
+        if rule.check(config, spec, arch):
+            return rule.name
+    return None
+
+
+# --- the valid configs --------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class CandidateSet:
+    """The valid configs of a space for one spec and arch, addressed by position 0..len-1."""
+
+    space: SearchSpace
+    spec: GemmSpec
+    arch: str
+    codes: np.ndarray  # sorted grid codes
+
+    def __len__(self) -> int:
+        return int(self.codes.size)
+
+    @functools.cached_property
+    def domain_indices(self) -> np.ndarray:
+        """(len, params) matrix of each config's index into every parameter domain."""
+        return np.stack(np.unravel_index(self.codes, self.space.shape), axis=1)
+
+    @functools.cached_property
+    def columns(self) -> dict[str, np.ndarray]:
+        """Numeric value of each parameter per config (booleans as 0/1, strings by domain position)."""
+        out = {}
+        for axis, p in enumerate(self.space.params):
+            numeric = [v if isinstance(v, (int, float)) else i for i, v in enumerate(p.domain)]
+            out[p.name] = np.asarray(numeric, dtype=np.float64)[self.domain_indices[:, axis]]
+        return out
+
+    def config(self, position: int) -> Any:
+        return self.space.config_at(np.unravel_index(int(self.codes[position]), self.space.shape))
+
+    def configs(self, positions: Sequence[int]) -> list:
+        return [self.config(p) for p in positions]
+
+    def positions_of_codes(self, codes: np.ndarray) -> np.ndarray:
+        """Position of each code in this set, -1 where the code is not a member."""
+        codes = np.asarray(codes, dtype=np.int64)
+        if not len(self):
+            return np.full(codes.shape, -1, dtype=np.int64)
+        where = np.minimum(np.searchsorted(self.codes, codes), len(self) - 1)
+        return np.where(self.codes[where] == codes, where, -1)
+
+    def position_of(self, config: Any) -> int | None:
+        code = self.space.code_of(config)
+        if code is None:
+            return None
+        position = int(self.positions_of_codes(np.array([code]))[0])
+        return None if position < 0 else position
+
+    def subset(self, configs: Sequence[Any]) -> "CandidateSet":
+        codes = [self.space.code_of(c) for c in configs]
+        wanted = np.unique(np.asarray([c for c in codes if c is not None], dtype=np.int64))
+        kept = wanted[self.positions_of_codes(wanted) >= 0]
+        return CandidateSet(self.space, self.spec, self.arch, kept)
+
+
+# --- the simt family ------------------------------------------------------------------------------
+SIMT_DOMAINS: tuple[tuple[str, tuple], ...] = (
+    ("kind", ("tiled",)), ("bm", (32, 64, 128, 256)), ("bn", (32, 64, 128, 256)), ("bk", (8, 16, 32)),
+    ("tm", (1, 2, 4, 8, 16)), ("tn", (1, 2, 4, 8, 16)), ("wm", (0, 16, 32, 64, 128)),
+    ("wn", (0, 16, 32, 64, 128)), ("wniter", (1, 2, 4, 8)), ("vec", (1, 4)), ("stages", (1, 2)),
+    ("async_copy", (False, True)), ("pad", (0, 4)),
+)
+
+# The parameters each simt constraint reads (directly or through SimtConfig's derived properties).
+_TILE = ("kind", "bm", "bn", "tm", "tn", "wm", "wn")
+SIMT_READS: dict[str, tuple[str, ...]] = {
+    "kind": ("kind",), "dtype": (), "threads": _TILE, "thread_tile": ("kind", "bm", "bn", "tm", "tn"),
+    "warp_tile": _TILE + ("wniter",), "vector": ("kind", "vec", "tm", "tn", "bk"),
+    "loads_divide": _TILE + ("bk", "vec"), "shared_memory": ("kind", "bm", "bn", "bk", "stages", "pad"),
+    "pipeline": ("stages", "async_copy", "pad", "unroll"), "registers": ("kind", "tm", "tn", "wm", "wn", "wniter"),
+}
+
+
+def _warp_pair(c: Any, spec: GemmSpec, arch: str) -> str | None:
+    if (c.wm == 0) != (c.wn == 0):
+        return f"warp tile {c.wm}x{c.wn}: wm and wn are both 0 (no warp tiling) or both positive"
+    return None
+
+
+def _unused_wniter(c: Any, spec: GemmSpec, arch: str) -> str | None:
+    # Without warp tiling wniter changes nothing; keeping one value avoids measuring twins.
+    return f"wniter={c.wniter} has no effect without warp tiles" if c.wm == 0 and c.wniter != 1 else None
+
+
+def simt_space() -> SearchSpace:
+    from ..kernels import simt_config
+
+    structural = (Rule("warp_pair", ("wm", "wn"), _warp_pair, True),
+                  Rule("unused_wniter", ("wm", "wniter"), _unused_wniter, True))
+    params = fixed_defaults(simt_config.SimtConfig, SIMT_DOMAINS)
+    names = tuple(p.name for p in params)
+    # A constraint without a declared footprint reads everything: slow (~10 s) but never wrong.
+    family = tuple(Rule(name, tuple(r for r in SIMT_READS.get(name, names) if r in names), check)
+                   for name, check in simt_config.CONSTRAINTS.items())
+    return SearchSpace(simt_config.FAMILY, simt_config.VERSION, simt_config.SimtConfig, params, structural + family)
+
+
+def fixed_defaults(config_type: type, domains: tuple[tuple[str, tuple], ...]) -> tuple[Parameter, ...]:
+    """The tuned parameters, then every other config field pinned to its default (a domain of one),
+    so the space names every field and a field the family adds later is not silently lost."""
+    tuned = dict(domains)
+    defaults = config_type()
+    return tuple(Parameter(f.name, tuned.get(f.name, (getattr(defaults, f.name),))) for f in fields(config_type))
+
+
+SPACES: dict[str, Callable[[], SearchSpace]] = {"simt": simt_space}
+
+
+@functools.lru_cache(maxsize=None)
+def space_for(family: str) -> SearchSpace:
+    from ..errors import ConfigError
+
+    if family not in SPACES:
+        raise ConfigError(f"no search space for family '{family}'; known: {', '.join(SPACES)}")
+    return SPACES[family]()

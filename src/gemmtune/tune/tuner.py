@@ -1,0 +1,135 @@
+"""The tuning loop: ask the strategy, measure through a runner, record every trial, tell the results.
+
+A runner is the GPU pipeline (tune.pipeline.MeasurePipeline) or the simulation runner; the loop is
+the same. Trials already in the database for this context are told to the strategy first and never
+measured again, so re-running an interrupted tune resumes it. `trials` is the total for the context,
+counting the ones a previous run left.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Protocol, Sequence
+
+from ..spec import GemmSpec
+from .db import TuningDB
+from .space import CandidateSet, candidate_set, space_for
+from .strategies import Strategy, make_strategy
+from .transfer import transfer_seeds
+from .trial import Environment, TrialResult, TuneContext
+
+
+class Runner(Protocol):
+    environment: Environment
+
+    def restrict(self, candidates: CandidateSet) -> CandidateSet: ...
+
+    def run(self, configs: Sequence[Any]) -> Iterable[TrialResult]: ...
+
+    def remeasure(self, configs: Sequence[Any]) -> Iterable[TrialResult]: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    family: str = "simt"
+    strategy: str = "evolutionary"
+    trials: int | None = None  # total for this context, counting trials already in the database
+    time_s: float | None = None  # wall-clock budget of this run
+    seed: int = 0
+    batch: int = 8  # configs per ask: the model is refit between batches
+    remeasure_top: int = 5
+    transfer: bool = True
+
+
+@dataclass(frozen=True)
+class TuneProgress:
+    done: int
+    budget: int | None
+    failures: int
+    best: TrialResult | None
+    last: TrialResult
+
+
+@dataclass(frozen=True)
+class TuneOutcome:
+    context: TuneContext
+    candidates: int
+    trials: int
+    new_trials: int
+    failures: int
+    top: tuple[TrialResult, ...]
+    stop_reason: str
+
+    @property
+    def best(self) -> TrialResult | None:
+        return self.top[0] if self.top else None
+
+
+class Tally:
+    """Running counts of a tune, the previous run's trials included."""
+
+    def __init__(self, previous: Sequence[TrialResult], budget: int | None):
+        self.done, self.new, self.budget = 0, 0, budget
+        self.failures, self.best = 0, None
+        for result in previous:
+            self.add(result, new=False)
+
+    def add(self, result: TrialResult, new: bool = True) -> None:
+        self.done += 1
+        self.new += int(new)
+        self.failures += int(not result.ok)
+        if result.ok and (self.best is None or result.median_s < self.best.median_s):
+            self.best = result
+
+    def progress(self, last: TrialResult) -> TuneProgress:
+        return TuneProgress(self.done, self.budget, self.failures, self.best, last)
+
+
+def tune(spec: GemmSpec, runner: Runner, db: TuningDB, options: TuneOptions = TuneOptions(),
+         on_trial: Callable[[TuneProgress], None] | None = None) -> TuneOutcome:
+    space = space_for(options.family)
+    candidates = runner.restrict(candidate_set(space, spec, runner.environment.arch))
+    context = TuneContext(spec, runner.environment, space.family, space.version)
+    previous = db.results(context)
+    seeds = transfer_seeds(db, context, candidates) if options.transfer else []
+    strategy = make_strategy(options.strategy, candidates, options.seed, seeds, runner.environment.sm_count)
+    strategy.tell(previous)
+    tally = Tally(previous, options.trials)
+    reason = search(strategy, runner, db, context, options, tally, on_trial)
+    top = remeasure(runner, db, context, options.remeasure_top)
+    return TuneOutcome(context, len(candidates), tally.done, tally.new, tally.failures, top, reason)
+
+
+def search(strategy: Strategy, runner: Runner, db: TuningDB, context: TuneContext, options: TuneOptions,
+           tally: Tally, on_trial: Callable[[TuneProgress], None] | None) -> str:
+    """Run batches until a budget is spent or the strategy has nothing left; returns why it stopped."""
+    deadline = time.monotonic() + options.time_s if options.time_s is not None else None
+    while True:
+        if options.trials is not None and tally.done >= options.trials:
+            return "trial budget reached"
+        if deadline is not None and time.monotonic() >= deadline:
+            return "time budget reached"
+        wanted = options.batch if options.trials is None else min(options.batch, options.trials - tally.done)
+        configs = strategy.ask(wanted)
+        if not configs:
+            return "search space exhausted"
+        told = []
+        for result in runner.run(configs):
+            db.record(context, result)
+            tally.add(result)
+            told.append(result)
+            if on_trial is not None:
+                on_trial(tally.progress(result))
+        strategy.tell(told)
+
+
+def remeasure(runner: Runner, db: TuningDB, context: TuneContext, count: int) -> tuple[TrialResult, ...]:
+    """Measure the fastest `count` again (a lucky sample should not win); best-first afterwards."""
+    if count <= 0:
+        return tuple(db.ranked(context, 5))
+    leaders = [r.config for r in db.ranked(context, count)]
+    for result in runner.remeasure(leaders):
+        db.record(context, result, phase="remeasure")
+    return tuple(db.ranked(context, count))
