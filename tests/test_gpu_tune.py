@@ -1,0 +1,51 @@
+"""GPU: a real tuning run survives candidates that fault (out-of-bounds writes), and records them."""
+import dataclasses
+
+import pytest
+
+from gemmtune.spec import GemmSpec
+
+pytestmark = pytest.mark.gpu
+
+FAULT = "    if (threadIdx.x == 0) D[(size_t)1 << 36] = 1.0f;  // injected: far out-of-bounds write\n"
+
+
+def faulting_compiler(request):
+    """Compile normally, but plant an out-of-bounds write in every other candidate (by config key)."""
+    from gemmtune.compiler import compile_kernel
+    from gemmtune.kernel_source import KernelSource
+    from gemmtune.kernels.simt_config import SimtConfig
+    from gemmtune.tune.pipeline import compile_candidate
+
+    job = compile_candidate(request)
+    if int(SimtConfig.from_json(request.config_json).key(), 16) % 2:
+        return job
+    source = KernelSource.from_json(job.source_json)
+    marker = "    const int m_origin"
+    bad = dataclasses.replace(source, code=source.code.replace(marker, FAULT + marker, 1))
+    assert bad.code != source.code
+    return dataclasses.replace(job, source_json=bad.to_json(), cubin=compile_kernel(bad, request.arch).cubin)
+
+
+def test_faulting_candidates_do_not_stop_a_tune(tmp_path):
+    from gemmtune.compiler import nvrtc_version
+    from gemmtune.device import query_device
+    from gemmtune.tune.db import TuningDB
+    from gemmtune.tune.pipeline import MeasurePipeline
+    from gemmtune.tune.trial import Environment, Status
+    from gemmtune.tune.tuner import TuneOptions, tune
+
+    spec = GemmSpec(512, 384, 256, layout="nt")
+    device = query_device()
+    runner = MeasurePipeline(spec, Environment.from_device(device, nvrtc_version()), device=device,
+                             compiler=faulting_compiler, timeout_s=60)
+    try:
+        with TuningDB(tmp_path / "t.sqlite") as db:
+            outcome = tune(spec, runner, db, TuneOptions(strategy="random", trials=12, remeasure_top=2))
+            statuses = [r.status for r in db.results(outcome.context)]
+    finally:
+        runner.close()
+    assert outcome.trials == 12 and len(statuses) == 12
+    assert Status.LAUNCH_ERROR in statuses, statuses  # the planted faults were caught and recorded
+    assert Status.OK in statuses, statuses  # and the run went on measuring the good ones
+    assert outcome.best is not None and outcome.best.status == Status.OK
