@@ -43,6 +43,12 @@ def register(subparsers) -> None:
     tune.add_argument("--no-transfer", action="store_true", help="do not seed from the nearest tuned shapes")
     tune.add_argument("--simulate", type=Path, metavar="CSV",
                       help="replay a recorded table (src/gemmtune/data/*.csv) instead of measuring: no GPU needed")
+    tune.add_argument("--backend", default="native", choices=("native", "tvm", "tvm-manual"),
+                      help="native: gemmtune's own CUDA templates (default); tvm: MetaSchedule's own space; "
+                           "tvm-manual: the tile sizes of the manual TVM schedule")
+    from .tvm_cmds import add_tvm_tune_arguments
+
+    add_tvm_tune_arguments(tune)
     tune.set_defaults(run=run_tune)
 
 
@@ -106,6 +112,10 @@ def trial_budget(flag: int | None, word: int | None, time_s: float | None) -> in
 
 
 def run_tune(args: argparse.Namespace) -> int:
+    if args.backend != "native":
+        from .tvm_cmds import run_tvm_tune
+
+        return run_tvm_tune(args)
     from ..tune.db import TuningDB, default_db_path
     from ..tune.tuner import TuneOptions, tune
 

@@ -1,0 +1,194 @@
+"""TVM against gemmtune and cuBLAS on the GPU: one markdown table per shape.
+
+Rows per shape: TVM naive and each manual schedule step (the ladder), dlight's default schedule,
+MetaSchedule after each trial count in --trials (cumulative, one work dir per shape and space),
+gemmtune's own best SIMT kernel, and cuBLAS (torch, TF32 off). Every kernel row goes through
+gemmtune.evaluate: verified on fresh random inputs against a float64 reference before it is
+timed, and all rows of a shape are timed in this one process with the same protocol, so the
+"% of cuBLAS" column compares like with like.
+
+    PYTHONPATH=/tmp/tvmsite:src python bench/bench_tvm.py --trials 64,512 --out bench/tvm.md
+
+MetaSchedule uses cost_model="random" unless xgboost imports (the GPU bundle has none).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gemmtune.bench import BenchRow
+from gemmtune.errors import GemmtuneError
+from gemmtune.spec import GemmSpec
+from gemmtune.timing import TimingProtocol
+
+SHAPES = {
+    "1024": GemmSpec(1024, 1024, 1024),
+    "2048": GemmSpec(2048, 2048, 2048),
+    "2048-relu-add": GemmSpec(2048, 2048, 2048, epilogue="relu+add"),
+    "4096": GemmSpec(4096, 4096, 4096),
+}
+
+
+@dataclass(frozen=True)
+class Options:
+    shapes: tuple[str, ...]
+    trials: tuple[int, ...]
+    spaces: tuple[str, ...]
+    work_root: Path
+    protocol: TimingProtocol
+    arch: str
+    run_id: str
+    skip_fixed: bool
+
+
+def _log(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+def tvm_rows(spec: GemmSpec, opts: Options) -> list[BenchRow]:
+    """The ladder rows and dlight, each verified and timed (or a row saying why not)."""
+    from gemmtune.tvm import ladder
+    from gemmtune.tvm.rows import source_row
+    from gemmtune.tvm.schedules import named_source
+
+    rows = []
+    for name in (*ladder.RUNG_NAMES, "dlight"):
+        detail = ladder.rung(name).tiles.describe() if name != "dlight" else "default GPU rules"
+        rows.append(source_row(f"TVM {name}", detail, lambda n=name: named_source(spec, n, opts.arch), opts.arch,
+                               opts.protocol, True))
+        _log(f"  TVM {name}: {rows[-1].status}")
+    return rows
+
+
+def tuned_rows(spec: GemmSpec, key: str, space: str, opts: Options) -> list[BenchRow]:
+    """MetaSchedule rows after each cumulative trial count (the search continues in one work dir)."""
+    from gemmtune.tvm.convert import kernel_source
+    from gemmtune.tvm.rows import source_row
+    from gemmtune.tvm.tuning import TuneSettings, default_cost_model, tune
+
+    # A fresh work dir per run, so "after N trials" counts this run's trials only.
+    rows, done, work_dir = [], 0, opts.work_root / f"{key}-{space}-{opts.run_id}"
+    for total in opts.trials:
+        settings = TuneSettings(space=space, trials=total - done, cost_model=default_cost_model(), arch=opts.arch,
+                                seed=0)
+        started = time.perf_counter()
+        try:
+            result = tune(spec, work_dir, settings)
+        except GemmtuneError as err:
+            rows.append(BenchRow(f"MetaSchedule {space} {total}", "", None, None, None, type(err).__name__, str(err)))
+            break
+        done = total
+        detail = f"{total} trials, {settings.cost_model} cost model, {time.perf_counter() - started:.0f} s"
+        source = kernel_source(result.schedule.mod, spec, {"schedule": "tuned", "space": space}, opts.arch)
+        rows.append(source_row(f"MetaSchedule {space} {total}", detail, lambda s=source: s, opts.arch,
+                               opts.protocol, True))
+        _log(f"  MetaSchedule {space} after {total}: {rows[-1].status} ({detail})")
+    return rows
+
+
+def own_row(spec: GemmSpec, opts: Options) -> BenchRow:
+    """gemmtune's best SIMT kernel for the spec (tuning database, else the default config)."""
+    try:
+        from gemmtune.bench import bench_config
+        from gemmtune.build import choose_config
+    except ImportError as err:  # the native family is written in parallel; say so in the table
+        return BenchRow("gemmtune best", "", None, None, None, "ImportError", str(err))
+    chosen = choose_config(spec, opts.arch)
+    return bench_config(spec, f"gemmtune best ({chosen.source})", chosen.config, opts.arch, opts.protocol)
+
+
+def cublas_row(spec: GemmSpec, opts: Options) -> BenchRow:
+    from gemmtune.bench import bench_cublas
+
+    return bench_cublas(spec, opts.protocol)
+
+
+def _cell(value: float | None, pattern: str) -> str:
+    return "—" if value is None else pattern.format(value)
+
+
+def markdown(spec: GemmSpec, rows: list[BenchRow], device: str) -> str:
+    cublas = next((r.median_s for r in rows if r.name == "cuBLAS"), None)
+    lines = [f"### {spec.short()} on {device}", "",
+             "| kernel | config | time (ms) | TFLOP/s | % of cuBLAS | rel. error | regs | status |",
+             "|---|---|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        status = r.status if r.status == "ok" else f"{r.status}: {r.message[:90]}".replace("|", "/")
+        lines.append(f"| {r.name} | {r.config} | {_cell(r.median_s and r.median_s * 1e3, '{:.3f}')} | "
+                     f"{_cell(r.tflops, '{:.2f}')} | {_cell(r.pct_of(cublas), '{:.1f}%')} | "
+                     f"{_cell(r.rel_error, '{:.1e}')} | {_cell(r.registers, '{}')} | {status} |")
+    return "\n".join(lines) + "\n"
+
+
+def bench_shape(key: str, opts: Options, save: Callable[[list[BenchRow]], None]) -> list[BenchRow]:
+    """All rows of one shape; `save` sees the rows so far after each group (a cut-off run keeps them)."""
+    spec = SHAPES[key]
+    _log(f"{spec.short()}")
+    rows = [cublas_row(spec, opts)]
+    if not opts.skip_fixed:
+        rows += [own_row(spec, opts), *tvm_rows(spec, opts)]
+    save(rows)
+    for space in opts.spaces:
+        rows.extend(tuned_rows(spec, key, space, opts))
+        save(rows)
+    return rows
+
+
+def _options(argv: list[str] | None) -> tuple[Options, Path, Path | None]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated from {', '.join(SHAPES)}")
+    parser.add_argument("--trials", default="64,512", help="cumulative MetaSchedule trial counts ('' = no tuning)")
+    parser.add_argument("--spaces", default="auto", help="MetaSchedule spaces: auto, manual or auto,manual")
+    parser.add_argument("--work-root", type=Path, default=Path("tvm-bench-work"), help="tuning work dirs")
+    parser.add_argument("--min-time", type=float, default=0.3, help="seconds of timed runs per kernel")
+    parser.add_argument("--skip-fixed", action="store_true",
+                        help="only cuBLAS and the MetaSchedule rows (no ladder, dlight, gemmtune rows)")
+    parser.add_argument("--out", type=Path, default=Path("tvm-bench.md"), help="markdown output")
+    parser.add_argument("--json", type=Path, help="also write every row as JSON")
+    args = parser.parse_args(argv)
+    shapes = tuple(s for s in args.shapes.split(",") if s)
+    unknown = [s for s in shapes if s not in SHAPES]
+    if unknown:
+        parser.error(f"unknown shapes {unknown}; known: {', '.join(SHAPES)}")
+    from gemmtune.device import query_device
+
+    opts = Options(shapes, tuple(sorted(int(t) for t in args.trials.split(",") if t)),
+                   tuple(s for s in args.spaces.split(",") if s), args.work_root,
+                   TimingProtocol(min_time_s=args.min_time), query_device().arch, time.strftime("%Y%m%d-%H%M%S"),
+                   args.skip_fixed)
+    return opts, args.out, args.json
+
+
+def main(argv: list[str] | None = None) -> int:
+    from gemmtune.device import query_device
+    from gemmtune.tvm import require_tvm
+
+    require_tvm()
+    opts, out, json_path = _options(argv)
+    device = query_device()
+    report, everything = [f"# TVM vs gemmtune vs cuBLAS ({device.name}, {opts.arch})\n"], {}
+
+    def save(key: str, rows: list[BenchRow]) -> None:
+        everything[key] = [r.to_json() for r in rows]
+        out.write_text("\n".join([*report, markdown(SHAPES[key], rows, device.name)]))
+        if json_path:
+            json_path.write_text(json.dumps({"device": device.to_json(), "rows": everything}, indent=1))
+
+    for key in opts.shapes:
+        rows = bench_shape(key, opts, lambda rows, key=key: save(key, rows))
+        report.append(markdown(SHAPES[key], rows, device.name))
+    print("\n".join(report))
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except GemmtuneError as err:  # one line, like the gemmtune command
+        print(f"bench_tvm: {err}", file=sys.stderr)
+        sys.exit(err.exit_code)

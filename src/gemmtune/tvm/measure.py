@@ -1,0 +1,174 @@
+"""MetaSchedule's builder and runner, done the gemmtune way.
+
+MetaSchedule asks a builder to turn each candidate schedule into an artifact and a runner to
+time the artifact. Here the builder converts the candidate to a KernelSource and compiles it
+with NVRTC (the artifact is that KernelSource as JSON), and the runner launches it through
+gemmtune's runtime and times it with gemmtune's timing protocol. So a tuned TVM kernel was
+measured exactly like every other kernel in gemmtune, and tuning needs neither nvcc nor TVM's
+CUDA runtime on the GPU machine.
+
+The runner checks each candidate's output once against a float64 reference before timing it
+(the inputs and reference are made once per runner): a wrong kernel must never win.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
+from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerResult
+
+from ..compiler import CompiledKernel, compile_kernel
+from ..errors import GemmtuneError
+from ..kernel_source import KernelSource
+from ..spec import GemmSpec
+from ..timing import TimingProtocol
+from .convert import kernel_source
+
+# Short on purpose: the search compares hundreds of candidates; the winner is re-timed by
+# gemmtune.evaluate with the full protocol afterwards.
+TUNING_PROTOCOL = TimingProtocol(warmup=1, min_reps=3, max_reps=20, min_time_s=0.02, flush_l2=True)
+# TVM reports schedule and lowering failures as these Python exceptions (through tvm_ffi).
+TVM_BUILD_FAILURES = (GemmtuneError, RuntimeError, ValueError)
+
+
+def _write_artifact(directory: Path, source: KernelSource, arch: str) -> str:
+    # One folder per artifact: MetaSchedule's RemoveBuildArtifact callback deletes the folder
+    # holding an artifact once it has been measured.
+    directory.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(dir=directory, prefix="candidate-")) / f"{source.content_hash()}-{arch}.json"
+    path.write_text(json.dumps({"arch": arch, "source": source.to_json()}))
+    return str(path)
+
+
+def read_artifact(path: str, cache_dir: Path | None = None) -> CompiledKernel:
+    """The compiled kernel behind an artifact path (NVRTC's disk cache makes this cheap)."""
+    data = json.loads(Path(path).read_text())
+    return compile_kernel(KernelSource.from_json(data["source"]), data["arch"], cache_dir)
+
+
+@derived_object
+class GemmtuneBuilder(PyBuilder):
+    """Candidate module -> KernelSource -> NVRTC; the artifact is the KernelSource as JSON.
+
+    TVM's lowering runs one candidate at a time; the NVRTC compiles, which dominate and release
+    the GIL, run on a thread per core.
+    """
+
+    def __init__(self, spec: GemmSpec, arch: str, artifact_dir: Path, cache_dir: Path | None = None,
+                 workers: int | None = None):
+        super().__init__()
+        self.spec, self.arch, self.artifact_dir, self.cache_dir = spec, arch, artifact_dir, cache_dir
+        self.workers = workers or os.cpu_count() or 1
+
+    def build(self, build_inputs: list) -> list:
+        converted = [self._convert(item.mod) for item in build_inputs]
+        with ThreadPoolExecutor(self.workers) as pool:
+            return list(pool.map(self._compile, converted))
+
+    def _convert(self, mod: Any) -> KernelSource | BuilderResult:
+        try:
+            return kernel_source(mod, self.spec, {"schedule": "meta_schedule candidate"}, self.arch)
+        except TVM_BUILD_FAILURES as err:
+            return BuilderResult(None, f"{type(err).__name__}: {err}")
+
+    def _compile(self, source: KernelSource | BuilderResult) -> BuilderResult:
+        if isinstance(source, BuilderResult):  # conversion already failed
+            return source
+        try:
+            compile_kernel(source, self.arch, self.cache_dir)
+        except GemmtuneError as err:
+            return BuilderResult(None, f"{type(err).__name__}: {err}")
+        return BuilderResult(_write_artifact(self.artifact_dir, source, self.arch), None)
+
+
+def make_builder(spec: GemmSpec, arch: str, artifact_dir: Path, cache_dir: Path | None = None) -> GemmtuneBuilder:
+    return GemmtuneBuilder(spec, arch, artifact_dir, cache_dir)
+
+
+class _Bench:
+    """Inputs on the GPU, their reference, and a D buffer, shared by every candidate."""
+
+    def __init__(self, spec: GemmSpec, seed: int):
+        from ..runtime import DeviceBuffer
+        from ..verify import make_inputs, reference
+
+        inputs = make_inputs(spec, np.random.default_rng(seed))
+        self.spec, self.expected = spec, reference(spec, inputs)
+        self.buffers = {name: DeviceBuffer.from_numpy(v) for name, v in inputs.items() if isinstance(v, np.ndarray)}
+        self.buffers["D"] = DeviceBuffer.alloc(spec.m * spec.n * spec.element_bytes)
+        self.bindings = {name: buf.ptr for name, buf in self.buffers.items()}
+
+    def run(self, compiled: CompiledKernel, protocol: TimingProtocol) -> list[float]:
+        """Check the output once, then time; raises VerifyError for a wrong kernel."""
+        from ..device import query_device
+        from ..errors import VerifyError
+        from ..runtime import LoadedKernel, synchronize
+        from ..timing import measure
+        from ..verify import compare
+
+        with LoadedKernel(compiled) as kernel:
+            self.buffers["D"].fill_nan()
+            kernel.launch(self.bindings)
+            synchronize()
+            out = self.buffers["D"].to_numpy((self.spec.m, self.spec.n), np.float32)
+            check = compare(out, self.expected, self.spec.dtype, self.spec.k)
+            if not check.ok:
+                raise VerifyError(check.message)
+            return list(measure(kernel.bind(self.bindings), protocol, query_device().l2_bytes).samples_s)
+
+    def close(self) -> None:
+        for buf in self.buffers.values():
+            buf.free()
+
+
+@derived_object
+class DoneFuture(PyRunnerFuture):
+    """A result that is ready: the runner measures synchronously, one candidate at a time."""
+
+    def __init__(self, result: RunnerResult):
+        super().__init__()
+        self.finished = result
+
+    def done(self) -> bool:
+        return True
+
+    def result(self) -> RunnerResult:
+        return self.finished
+
+
+@derived_object
+class GemmtuneRunner(PyRunner):
+    """Verifies and times artifacts on the GPU through gemmtune; call close() to free the buffers."""
+
+    def __init__(self, spec: GemmSpec, protocol: TimingProtocol = TUNING_PROTOCOL, cache_dir: Path | None = None,
+                 seed: int = 0):
+        super().__init__()
+        self.spec, self.protocol, self.cache_dir, self.seed = spec, protocol, cache_dir, seed
+        self.bench: _Bench | None = None
+
+    def run(self, runner_inputs: list) -> list:
+        return [DoneFuture(self._one(item.artifact_path)) for item in runner_inputs]
+
+    def _one(self, path: str) -> RunnerResult:
+        try:
+            self.bench = self.bench or _Bench(self.spec, self.seed)
+            return RunnerResult(self.bench.run(read_artifact(path, self.cache_dir), self.protocol), None)
+        except GemmtuneError as err:
+            return RunnerResult(None, f"{type(err).__name__}: {err}")
+
+    def close(self) -> None:
+        if self.bench is not None:
+            self.bench.close()
+            self.bench = None
+
+
+def make_runner(spec: GemmSpec, protocol: TimingProtocol = TUNING_PROTOCOL, cache_dir: Path | None = None,
+                seed: int = 0) -> GemmtuneRunner:
+    return GemmtuneRunner(spec, protocol, cache_dir, seed)

@@ -1,0 +1,105 @@
+"""MetaSchedule on the CPU: the manual and the automatic space, tuned through tune_tir into a JSON
+database, with candidates really built (TVM codegen + NVRTC, gemmtune's builder) but *timed by a
+fake runner* (random seconds): measuring needs a GPU. So these tests cover the search spaces, the
+database, the builder, trace printing and re-applying - not which candidate is fastest.
+The first tune in a process pays ~20 s for `import tvm.s_tir.tensor_intrin`.
+"""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tvm")
+pytestmark = [pytest.mark.tvm, pytest.mark.slow]
+
+import tvm
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerInput, RunnerResult
+
+from gemmtune.compiler import compile_kernel
+from gemmtune.spec import GemmSpec
+from gemmtune.tvm import tuning
+from gemmtune.tvm.convert import kernel_source
+from gemmtune.tvm.ladder import schedule_rung
+from gemmtune.tvm.measure import make_builder, make_runner
+
+SPEC = GemmSpec(256, 128, 64, "nt", epilogue="relu+add")
+
+
+@derived_object
+class _Done(PyRunnerFuture):
+    def __init__(self, seconds: float):
+        super().__init__()
+        self.seconds = seconds
+
+    def done(self) -> bool:
+        return True
+
+    def result(self) -> RunnerResult:
+        return RunnerResult([self.seconds], None)
+
+
+@derived_object
+class FakeRunner(PyRunner):
+    """Random times: enough for the search loop, says nothing about speed."""
+
+    def run(self, runner_inputs: list) -> list:
+        return [_Done(random.uniform(1e-4, 2e-4)) for _ in runner_inputs]
+
+
+@pytest.fixture(scope="module", params=["manual", "auto"])
+def tuned(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuning.TuneResult:
+    settings = tuning.TuneSettings(space=request.param, trials=4, trials_per_iter=4, cost_model="random", seed=7)
+    work_dir = tmp_path_factory.mktemp(f"tune-{request.param}")
+    return tuning.tune(SPEC, work_dir, settings, runner=FakeRunner())
+
+
+def test_tune_writes_the_json_database_and_trace(tuned: tuning.TuneResult) -> None:
+    for name in ("database_workload.json", "database_tuning_record.json", tuning.TRACE_FILE):
+        assert (tuned.work_dir / name).exists(), name
+    records = (tuned.work_dir / "database_tuning_record.json").read_text().splitlines()
+    assert len(records) == 4
+
+
+def test_printed_trace_reapplies_to_the_same_module(tuned: tuning.TuneResult) -> None:
+    assert "def apply_trace(sch: s_tir.Schedule) -> None:" in tuned.trace_text
+    again = tuning.apply_trace_text(SPEC, tuned.trace_path.read_text())
+    tvm.ir.assert_structural_equal(again.mod, tuned.schedule.mod)
+
+
+def test_best_schedule_compiles_with_nvrtc(tuned: tuning.TuneResult, tmp_path: Path) -> None:
+    source = kernel_source(tuned.schedule.mod, SPEC, {"schedule": "tuned"})
+    assert source.args == ("A", "B", "C", "D")
+    compile_kernel(source, "sm_90", tmp_path)
+
+
+def test_manual_space_traces_sample_its_tiles(tuned: tuning.TuneResult) -> None:
+    if tuned.settings.space != "manual":
+        pytest.skip("the manual space only")
+    assert tuned.trace_text.count("sample_perfect_tile") == 3
+    # The cooperative-fetch annotations were rewritten by MetaSchedule's postprocessor.
+    assert "enter_postproc" in tuned.trace_text and "unannotate" in tuned.trace_text
+
+
+def test_builder_reports_multi_kernel_candidates_as_errors(tmp_path: Path) -> None:
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+
+    unfused = schedule_rung(SPEC, "write_cache").mod
+    (result,) = make_builder(SPEC, "sm_90", tmp_path).build([BuilderInput(unfused, tuning.cuda_target())])
+    assert result.artifact_path is None and "2 kernels" in result.error_msg
+
+
+def test_runner_without_gpu_reports_an_error_per_candidate(tmp_path: Path) -> None:
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+
+    from gemmtune.device import gpu_available
+
+    if gpu_available():
+        pytest.skip("checks the no-GPU path")
+    fused = schedule_rung(SPEC, "epilogue_fusion").mod
+    (built,) = make_builder(SPEC, "sm_90", tmp_path).build([BuilderInput(fused, tuning.cuda_target())])
+    runner = make_runner(SPEC)
+    (future,) = runner.run([RunnerInput(built.artifact_path, "cuda", [])])
+    assert future.result().run_secs is None and future.result().error_msg
