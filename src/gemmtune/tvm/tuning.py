@@ -11,6 +11,7 @@ to a fresh schedule, which is how `tvm evaluate --tuned --trace FILE` rebuilds a
 """
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -77,9 +78,18 @@ class TuneResult:
         return self.work_dir / TRACE_FILE
 
 
+def _drop_unnamed_handlers() -> None:
+    """tune_tir lists its logger's handlers by name in a logging dictConfig; a handler without a
+    name there (seen under pytest, on the second tune in a process) makes TVM 0.27 raise."""
+    logger = logging.getLogger("tvm.s_tir.meta_schedule")
+    for handler in [h for h in logger.handlers if h.get_name() is None]:
+        logger.removeHandler(handler)
+
+
 def _search(spec: GemmSpec, settings: TuneSettings, work_dir: Path, builder: Any, runner: Any) -> Any:
     import tvm.s_tir.meta_schedule as ms
 
+    _drop_unnamed_handlers()
     return ms.tune_tir(
         module(gemm(spec)), cuda_target(settings.arch), str(work_dir), max_trials_global=settings.trials,
         num_trials_per_iter=min(settings.trials_per_iter, settings.trials), builder=builder, runner=runner,
