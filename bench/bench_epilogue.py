@@ -143,11 +143,14 @@ def _baseline_row(size: int, variant: str, run) -> Row:
         return Row(size, variant, None, f"unavailable: {err}")
 
 
-def bench_size(size: int, arch: str, info: DeviceInfo, protocol: TimingProtocol) -> tuple[list[Row], ConfigChoice]:
+def bench_size(size: int, arch: str, info: DeviceInfo, protocol: TimingProtocol,
+               config: str | None = None) -> tuple[list[Row], ConfigChoice]:
     from gemmtune.baseline import cublas_measurement, torch_eager_measurement
+    from gemmtune.build import parse_config
+    from gemmtune.export.config_source import given_config
 
     spec = GemmSpec(size, size, size, epilogue=EPILOGUE)
-    choice = choose_config(spec, arch, info)
+    choice = given_config(parse_config(config, arch).config) if config else choose_config(spec, arch, info)
     fused, plain = _compile_pair(spec, choice, arch)
     rows = [
         _fused_row(size, fused, protocol),
@@ -191,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[2048, 4096], help="M = N = K values")
     parser.add_argument("--min-time", type=float, default=0.3, help="seconds of timed runs per variant")
+    parser.add_argument("--config", help="a ladder step or JSON config (default: what gemmtune export would choose)")
     args = parser.parse_args(argv)
     info = query_device()
     arch = info.arch if info.arch in ARCHES else "sm_90"
@@ -198,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     print(f"{info.summary()}; D = ReLU(A·B) + C, fp32, nn; protocol {protocol.to_json()}", file=sys.stderr)
     for size in args.sizes:
-        size_rows, choice = bench_size(size, arch, info, protocol)
+        size_rows, choice = bench_size(size, arch, info, protocol, args.config)
         print(f"{size}³: {choice.describe()}; config {choice.config.describe()}", file=sys.stderr)
         rows += size_rows
     print(markdown(rows))

@@ -75,7 +75,8 @@ def test_launch_geometry_covers_output():
 def test_epilogue_operands_in_kernel_signature():
     src = render(GemmSpec(32, 32, 32, epilogue="alpha+bias_row+beta"), dict(ladder())["double_buffer"])
     assert src.args == ("A", "B", "C", "bias", "alpha", "beta", "D")
-    assert "float alpha" in src.code and "v += beta * C[" in src.code
+    assert "float alpha" in src.code and "v += beta * c;" in src.code
+    assert "const float4 c4 = *reinterpret_cast<const float4*>(&C[row * N + col]);" in src.code
 
 
 def test_resource_report_parser():

@@ -47,7 +47,8 @@ def _gelu64(v: np.ndarray) -> np.ndarray:
 class EpilogueOp:
     name: str
     operands: tuple[Operand, ...]
-    # CUDA statement updating float `v`; {row}/{col}/{ld} are index expressions of the generator.
+    # CUDA statement updating float `v`; {row}/{col}/{ld} are index expressions of the generator,
+    # {c} is the element C[row, col] (an expression the caller chooses, e.g. a preloaded register).
     cuda: str
     reference: Callable[[np.ndarray, dict], np.ndarray]
     summary: str
@@ -63,9 +64,9 @@ OPS: dict[str, EpilogueOp] = {
                    "add bias[col] (length N)"),
         EpilogueOp("relu", (), "v = fmaxf(v, 0.0f);", lambda v, x: np.maximum(v, 0.0), "ReLU"),
         EpilogueOp("gelu", (), "v = gelu_tanh(v);", lambda v, x: _gelu64(v), "GELU, tanh form"),
-        EpilogueOp("add", (MATRIX_C,), "v += C[(size_t)({row}) * {ld} + ({col})];", lambda v, x: v + x["C"],
+        EpilogueOp("add", (MATRIX_C,), "v += {c};", lambda v, x: v + x["C"],
                    "add residual matrix C (M×N)"),
-        EpilogueOp("beta", (BETA, MATRIX_C), "v += beta * C[(size_t)({row}) * {ld} + ({col})];",
+        EpilogueOp("beta", (BETA, MATRIX_C), "v += beta * {c};",
                    lambda v, x: v + x["beta"] * x["C"], "add beta·C (C is M×N)"),
     )
 }
@@ -117,9 +118,16 @@ class Epilogue:
     def cuda_preamble(self) -> str:
         return GELU_PREAMBLE if "gelu" in self.ops else ""
 
-    def cuda_statements(self, row: str, col: str, ld: str) -> list[str]:
-        """CUDA statements that turn float `v` (the accumulator) into the output value."""
-        return [OPS[name].cuda.format(row=row, col=col, ld=ld) for name in self.ops]
+    @property
+    def reads_c(self) -> bool:
+        return MATRIX_C in self.operands()
+
+    def cuda_statements(self, row: str, col: str, ld: str, c: str | None = None) -> list[str]:
+        """CUDA statements that turn float `v` (the accumulator) into the output value.
+
+        `c` is the expression for C[row, col]; by default C is indexed in place (row-major, ld)."""
+        c_value = c if c is not None else f"C[(size_t)({row}) * {ld} + ({col})]"
+        return [OPS[name].cuda.format(row=row, col=col, ld=ld, c=c_value) for name in self.ops]
 
     def reference(self, acc: np.ndarray, operands: dict[str, np.ndarray | float]) -> np.ndarray:
         """Apply the chain in float64 to `acc` (= A·B) with the given operand values."""

@@ -33,20 +33,25 @@ def _params(spec: GemmSpec) -> tuple[tuple[str, ...], str]:
     return tuple(names), ", ".join(decl[n] for n in names)
 
 
-def _operand_args(spec: GemmSpec) -> str:
-    """The epilogue operands as call arguments (leading comma), e.g. ', C, alpha'."""
-    return "".join(f", {op.name}" for op in spec.epilogue.operands())
+def _epilogue_call(spec: GemmSpec, acc: str, row: str, col: str, c: str | None = None) -> str:
+    """epilogue(...) for one output; `c` is C[row, col] (default: read in place)."""
+    args = [acc, row, col]
+    if spec.epilogue.reads_c:
+        args.append(c if c is not None else f"C[{row} * N + {col}]")
+    args += [op.name for op in spec.epilogue.operands() if op.name != "C"]
+    return f"epilogue({', '.join(args)})"
 
 
 def _epilogue_function(spec: GemmSpec) -> str:
-    params = {"C": "const float* __restrict__ C", "bias": "const float* __restrict__ bias",
-              "alpha": "float alpha", "beta": "float beta"}
-    extra = "".join(f", {params[op.name]}" for op in spec.epilogue.operands())
-    body = "\n".join(f"    {s}" for s in spec.epilogue.cuda_statements("row", "col", "N"))
+    params = {"bias": "const float* __restrict__ bias", "alpha": "float alpha", "beta": "float beta"}
+    extra = ", float c" if spec.epilogue.reads_c else ""
+    extra += "".join(f", {params[op.name]}" for op in spec.epilogue.operands() if op.name != "C")
+    body = "\n".join(f"    {s}" for s in spec.epilogue.cuda_statements("row", "col", "N", c="c"))
     what = str(spec.epilogue) if not spec.epilogue.is_identity else "none (D = A·B)"
+    c_note = " c is C[row, col], loaded by the caller (128-bit where it can)." if spec.epilogue.reads_c else ""
     return (
         f"{spec.epilogue.cuda_preamble()}"
-        f"// Epilogue {what}: applied in registers on the way to D, so it costs no extra pass.\n"
+        f"// Epilogue {what}: applied in registers on the way to D, so it costs no extra pass.{c_note}\n"
         f"__device__ __forceinline__ float epilogue(float v, int row, int col{extra}) {{\n"
         f"{body + chr(10) if body else ''}    return v;\n}}\n"
     )
@@ -99,7 +104,7 @@ extern "C" __global__ void __launch_bounds__({config.threads}) {entry_name(spec)
     if (row >= M || col >= N) return;
     float acc = 0.0f;
     for (int k = 0; k < K; ++k) acc = fmaf(a_at(A, row, k), b_at(B, k, col), acc);
-    D[row * N + col] = epilogue(acc, row, col{_operand_args(spec)});
+    D[row * N + col] = {_epilogue_call(spec, "acc", "row", "col")};
 }}
 """
     return _source(spec, config, body, grid, block)
@@ -292,25 +297,29 @@ def _emit_compute(spec: GemmSpec, config: SimtConfig) -> str:
 
 
 def _emit_store(spec: GemmSpec, config: SimtConfig) -> str:
-    ops = _operand_args(spec)
+    load_c = ("                const float4 c4 = *reinterpret_cast<const float4*>(&C[row * N + col]);\n"
+              if spec.epilogue.reads_c else "")
+    lanes = [_epilogue_call(spec, f"acc[wi * TM + i][wj * TN + j + {e}]", "row", f"col + {e}", f"c4.{x}")
+             for e, x in enumerate("xyzw")]
+    scalar = _epilogue_call(spec, "acc[wi * TM + i][wj * TN + j]", "row", "col")
     wide = config.vec == 4 and config.tn % 4 == 0 and spec.n % 4 == 0
     if wide:
         inner = f"""#pragma unroll
             for (int j = 0; j < TN; j += 4) {{
                 const int col = col0 + wj * WSUBN + j;
                 if (row >= M || col >= N) continue;  // N % 4 == 0: a float4 is all in or all out
-                float4 out;
-                out.x = epilogue(acc[wi * TM + i][wj * TN + j + 0], row, col + 0{ops});
-                out.y = epilogue(acc[wi * TM + i][wj * TN + j + 1], row, col + 1{ops});
-                out.z = epilogue(acc[wi * TM + i][wj * TN + j + 2], row, col + 2{ops});
-                out.w = epilogue(acc[wi * TM + i][wj * TN + j + 3], row, col + 3{ops});
+{load_c}                float4 out;
+                out.x = {lanes[0]};
+                out.y = {lanes[1]};
+                out.z = {lanes[2]};
+                out.w = {lanes[3]};
                 *reinterpret_cast<float4*>(&D[row * N + col]) = out;
             }}"""
     else:
         inner = f"""#pragma unroll
             for (int j = 0; j < TN; ++j) {{
                 const int col = col0 + wj * WSUBN + j;
-                if (row < M && col < N) D[row * N + col] = epilogue(acc[wi * TM + i][wj * TN + j], row, col{ops});
+                if (row < M && col < N) D[row * N + col] = {scalar};
             }}"""
     return f"""    // Write-back: epilogue in registers, {'128-bit' if wide else 'scalar'} stores, predicated at the edges.
     const int row0 = m_origin + warp_row * WM + thread_row * TM;

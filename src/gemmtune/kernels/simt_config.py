@@ -12,7 +12,7 @@ from typing import Callable
 from ..spec import GemmSpec, stable_hash
 
 FAMILY = "simt"
-VERSION = "2"
+VERSION = "3"
 KINDS = ("naive", "coalesced", "tiled")
 STATIC_SMEM_LIMIT = 48 * 1024  # bytes of static shared memory a block may declare
 MAX_ACCUMULATORS = 128  # per thread; more spills on sm_80/sm_90 with 255 registers
