@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from .compiler import compile_kernel
+from .compiler import CompiledKernel, compile_kernel
 from .errors import GemmtuneError
 from .kernels import simt
 from .kernels.simt_config import SimtConfig
@@ -39,20 +39,29 @@ def _row_from_measurement(name: str, config: str, spec: GemmSpec, m: Measurement
                     len(m.samples_s))
 
 
-def bench_config(spec: GemmSpec, name: str, config: SimtConfig, arch: str, protocol: TimingProtocol) -> BenchRow:
-    """Render, compile, verify and time one config; failures become a row, never an exception."""
+def bench_compiled(name: str, detail: str, compiled: CompiledKernel, protocol: TimingProtocol) -> BenchRow:
+    """Verify, then time, one compiled kernel of any family; failures become a row."""
     from .evaluate import evaluate
 
+    registers = compiled.resources.registers
     try:
-        compiled = compile_kernel(simt.render(spec, config, arch), arch)
         result = evaluate(compiled, protocol)
     except GemmtuneError as err:
-        return BenchRow(name, config.describe(), None, None, None, type(err).__name__, str(err))
+        return BenchRow(name, detail, None, None, None, type(err).__name__, str(err), registers)
     if not result.verify.ok or result.measurement is None:
-        return BenchRow(name, config.describe(), None, None, result.verify.rel_error, "VerifyError",
-                        result.verify.message, compiled.resources.registers)
-    return _row_from_measurement(name, config.describe(), spec, result.measurement, result.verify.rel_error,
-                                 compiled.resources.registers)
+        return BenchRow(name, detail, None, None, result.verify.rel_error, "VerifyError", result.verify.message,
+                        registers)
+    return _row_from_measurement(name, detail, compiled.source.spec, result.measurement, result.verify.rel_error,
+                                 registers)
+
+
+def bench_config(spec: GemmSpec, name: str, config: SimtConfig, arch: str, protocol: TimingProtocol) -> BenchRow:
+    """Render, compile, verify and time one simt config; failures become a row, never an exception."""
+    try:
+        compiled = compile_kernel(simt.render(spec, config, arch), arch)
+    except GemmtuneError as err:
+        return BenchRow(name, config.describe(), None, None, None, type(err).__name__, str(err))
+    return bench_compiled(name, config.describe(), compiled, protocol)
 
 
 def bench_cublas(spec: GemmSpec, protocol: TimingProtocol) -> BenchRow:

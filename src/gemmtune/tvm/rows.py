@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..bench import BenchRow
+from ..bench import BenchRow, bench_compiled
 from ..compiler import compile_kernel
 from ..errors import GemmtuneError
 from ..kernel_source import KernelSource
@@ -23,22 +23,11 @@ def _failed(name: str, detail: str, err: GemmtuneError, registers: int | None = 
 def source_row(name: str, detail: str, make_source: Callable[[], KernelSource], arch: str,
                protocol: TimingProtocol, on_gpu: bool) -> BenchRow:
     """Build `make_source()`, compile it, and verify + time it when `on_gpu`."""
-    from ..evaluate import evaluate
-
     try:
         compiled = compile_kernel(make_source(), arch)
     except GemmtuneError as err:
         return _failed(name, detail, err)
-    registers = compiled.resources.registers
     if not on_gpu:
-        return BenchRow(name, detail, None, None, None, COMPILED, compiled.resources.summary(), registers)
-    try:
-        result = evaluate(compiled, protocol)
-    except GemmtuneError as err:
-        return _failed(name, detail, err, registers)
-    if not result.verify.ok or result.measurement is None:
-        return BenchRow(name, detail, None, None, result.verify.rel_error, "VerifyError", result.verify.message,
-                        registers)
-    m, spec = result.measurement, compiled.source.spec
-    return BenchRow(name, detail, m.median_s, m.tflops(spec.flops), result.verify.rel_error, "ok", "", registers,
-                    len(m.samples_s))
+        return BenchRow(name, detail, None, None, None, COMPILED, compiled.resources.summary(),
+                        compiled.resources.registers)
+    return bench_compiled(name, detail, compiled, protocol)
