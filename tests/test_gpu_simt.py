@@ -51,15 +51,17 @@ def test_ladder_step_correct(compiled_ladder, step, layout):
         assert result.verify.ok, f"{step} {layout} {shape}: {result.verify.message}"
 
 
+@pytest.mark.parametrize("prefetch_c", [False, True])
 @pytest.mark.parametrize("epilogue", ["relu+add", "alpha+beta", "bias_row+gelu", "bias_col+relu"])
-def test_epilogues_on_odd_shapes(epilogue):
+def test_epilogues_on_odd_shapes(epilogue, prefetch_c):
     from gemmtune.evaluate import evaluate
 
     arch = _arch()
+    config = ladder(arch)[-1][1].with_(prefetch_c=prefetch_c)
     for shape in [(7, 13, 5), (127, 129, 131), (1000, 999, 300)]:
         for layout in ("nn", "tt"):
             spec = GemmSpec(*shape, layout=layout, epilogue=epilogue)
-            result = evaluate(compile_kernel(render(spec, ladder(arch)[-1][1], arch), arch), verify_only=True)
+            result = evaluate(compile_kernel(render(spec, config, arch), arch), verify_only=True)
             assert result.verify.ok, f"{epilogue} {layout} {shape}: {result.verify.message}"
 
 

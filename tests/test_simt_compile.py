@@ -86,3 +86,11 @@ def test_resource_report_parser():
            "ptxas info    : Used 96 registers, used 1 barriers, 16384 bytes smem, 400 bytes cmem[0]\n")
     report = parse_resource_report(log, "k")
     assert (report.registers, report.shared_bytes, report.stack_bytes, report.spills) == (96, 16384, 8, 16)
+
+
+def test_prefetch_c_only_when_the_epilogue_reads_c(tmp_path):
+    config = dict(ladder())["double_buffer"].with_(prefetch_c=True)
+    fused = render(GemmSpec(1000, 999, 64, epilogue="relu+add"), config)
+    assert "prefetch.global.L2" in fused.code
+    assert compile_kernel(fused, "sm_90", tmp_path).resources.spills == 0
+    assert "prefetch.global.L2" not in render(GemmSpec(1000, 999, 64, epilogue="relu"), config).code

@@ -370,6 +370,19 @@ def _emit_main_loop(config: SimtConfig, ops: tuple[_Operand, ...]) -> str:
             + "    for (int t = 0; t < KTILES; ++t) {\n" + "".join(f"        {x}\n" for x in body if x) + "    }\n")
 
 
+def _emit_prefetch_c(spec: GemmSpec, config: SimtConfig) -> str:
+    if not (config.prefetch_c and spec.epilogue.reads_c):
+        return ""
+    return """    // The epilogue reads C: start pulling this block's C tile into L2 now (128-byte lines), so
+    // the write-back finds it there instead of stalling on DRAM after the last k-slice.
+    constexpr int C_LINES_PER_ROW = (BN + 31) / 32;
+    for (int l = threadIdx.x; l < BM * C_LINES_PER_ROW; l += THREADS) {
+        const int r = m_origin + l / C_LINES_PER_ROW, c = n_origin + (l % C_LINES_PER_ROW) * 32;
+        if (r < M && c < N) asm volatile("prefetch.global.L2 [%0];" :: "l"(C + (size_t)r * N + c));
+    }
+"""
+
+
 def _render_tiled(spec: GemmSpec, config: SimtConfig) -> KernelSource:
     _, params = _params(spec)
     a, b = _operands(spec, config)
@@ -390,7 +403,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {entry_name(spec)}({par
     const int warp_row = group / (BN / WN), warp_col = group % (BN / WN);
     const int thread_row = lane / TCOLS, thread_col = lane % TCOLS;
     float acc[WMITER * TM][WNITER * TN] = {{}};
-
+{_emit_prefetch_c(spec, config)}
 {movers}{staging}{_emit_compute(spec, config)}
 {_emit_main_loop(config, (a, b))}
 {_emit_store(spec, config)}}}

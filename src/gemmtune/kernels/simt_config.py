@@ -35,6 +35,8 @@ class SimtConfig:
     pad: floats of padding per shared row against bank conflicts (0 or 4 keeps 16-byte alignment).
     unroll: unroll factor of the inner k loop (0 = full); full unrolling can push a 128-accumulator
       thread past 255 registers, so partial unrolling is the default.
+    prefetch_c: for epilogues that read C, ask L2 for the block's C tile when the block starts, so
+      the write-back's C reads hit in L2 instead of waiting on DRAM after the main loop.
     """
 
     kind: str = "tiled"
@@ -51,6 +53,7 @@ class SimtConfig:
     async_copy: bool = True
     pad: int = 0
     unroll: int = 8
+    prefetch_c: bool = False
 
     # --- derived shape --------------------------------------------------------------------
     @property
@@ -103,7 +106,8 @@ class SimtConfig:
         copy = " cp.async" if self.async_copy else ""
         return (f"tile {self.bm}x{self.bn}x{self.bk} thread {self.tm}x{self.tn}{warp} vec{self.vec} "
                 f"stages{self.stages}{copy}" + (f" pad{self.pad}" if self.pad else "")
-                + (f" unroll{self.unroll}" if self.unroll else " unroll-full"))
+                + (f" unroll{self.unroll}" if self.unroll else " unroll-full")
+                + (" prefetchC" if self.prefetch_c else ""))
 
     def with_(self, **changes) -> "SimtConfig":
         return replace(self, **changes)
