@@ -94,3 +94,20 @@ def test_prefetch_c_only_when_the_epilogue_reads_c(tmp_path):
     assert "prefetch.global.L2" in fused.code
     assert compile_kernel(fused, "sm_90", tmp_path).resources.spills == 0
     assert "prefetch.global.L2" not in render(GemmSpec(1000, 999, 64, epilogue="relu"), config).code
+
+
+def test_missing_resource_report_is_retried_once(monkeypatch, tmp_path):
+    """NVRTC may skip ptxas (and its report) for a program it has seen; compile_kernel retries."""
+    import gemmtune.compiler as compiler
+
+    real, calls = compiler._nvrtc_compile, []
+
+    def first_without_report(source, arch, extra=()):
+        calls.append(extra)
+        cubin, ptx, log = real(source, arch, extra)
+        return (cubin, ptx, "") if len(calls) == 1 else (cubin, ptx, log)
+
+    monkeypatch.setattr(compiler, "_nvrtc_compile", first_without_report)
+    compiled = compile_kernel(render(GemmSpec(64, 64, 64), dict(ladder())["vectorized"]), "sm_90", tmp_path)
+    assert compiled.resources.registers > 0
+    assert len(calls) == 2 and calls[1][0].startswith("-DGEMMTUNE_REPORT_NONCE=")
