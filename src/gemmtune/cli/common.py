@@ -21,3 +21,12 @@ def add_spec_arguments(parser: argparse.ArgumentParser, epilogue: bool = True) -
 def spec_from_args(args: argparse.Namespace) -> GemmSpec:
     return spec_from_words(args.sizes, layout=args.layout, dtype=args.dtype,
                            epilogue=getattr(args, "epilogue", None), m=args.m, n=args.n, k=args.k)
+
+
+def console():
+    """A rich console; when output is not a terminal (a log, CI), wide enough that tables do not wrap."""
+    import sys
+
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=160)

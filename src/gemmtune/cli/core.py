@@ -10,7 +10,7 @@ from ..build import build, choose_config, target_arch
 from ..errors import GemmtuneError
 from ..kernels.simt_config import ladder
 from ..timing import TimingProtocol
-from .common import add_spec_arguments, spec_from_args
+from .common import add_spec_arguments, console, spec_from_args
 
 
 def register(subparsers) -> None:
@@ -67,7 +67,6 @@ def _fmt(value, pattern: str) -> str:
 
 
 def print_bench_table(rows: list[BenchRow], title: str) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     cublas = next((r.median_s for r in rows if r.name == "cuBLAS"), None)
@@ -78,7 +77,7 @@ def print_bench_table(rows: list[BenchRow], title: str) -> None:
         status = r.status if r.status == "ok" else f"{r.status}: {r.message[:60]}"
         table.add_row(r.name, r.config, _fmt(r.median_s and r.median_s * 1e6, "{:.1f} µs"),
                       _fmt(r.tflops, "{:.2f}"), _fmt(r.pct_of(cublas), "{:.1f}%"), _fmt(r.rel_error, "{:.1e}"), status)
-    Console().print(table)
+    console().print(table)
 
 
 def run_bench(args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import GemmtuneError
-from .common import add_spec_arguments, spec_from_args
+from .common import add_spec_arguments, console, spec_from_args
 
 if TYPE_CHECKING:
     from ..tune.db import TuningDB
@@ -55,7 +55,6 @@ def _open(path: Path | None, must_exist: bool = True) -> "TuningDB":
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     with _open(args.db) as db:
@@ -70,7 +69,7 @@ def run_list(args: argparse.Namespace) -> int:
         table.add_row(s.context.spec.short(), env.device_name, f"{env.driver_version} / {env.nvrtc_version}",
                       f"{s.context.family} v{s.context.family_version}", str(s.trials), str(s.failures), rate,
                       best.config.describe() if best else "—")
-    Console().print(table)
+    console().print(table)
     return 0
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import SpecError
 from ..spec import GemmSpec
-from .common import add_spec_arguments, spec_from_args
+from .common import add_spec_arguments, console, spec_from_args
 
 DEFAULT_TRIALS = 100  # when neither --trials nor --time is given
 _TRIAL_WORD = re.compile(r"^t=(.*)$", re.IGNORECASE)
@@ -190,11 +190,10 @@ class TuneDisplay:
     """A rich progress bar: trials done, failures, best so far."""
 
     def __init__(self, spec: GemmSpec, budget: int | None, cublas_s: float | None, note: str):
-        from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.spec, self.budget, self.cublas_s, self.note = spec, budget, cublas_s, note
-        self.console = Console()
+        self.console = console()
         self.progress = Progress(TextColumn("[bold]tuning {task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("{task.fields[failures]} failed"), TextColumn("best {task.fields[best]}"),
                                  TimeElapsedColumn(), console=self.console)
@@ -216,7 +215,6 @@ class TuneDisplay:
 
 
 def print_outcome(outcome: Any, cublas_s: float | None, db_path: Path) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     spec = outcome.context.spec
@@ -227,8 +225,8 @@ def print_outcome(outcome: Any, cublas_s: float | None, db_path: Path) -> None:
         percent = f"{100 * cublas_s / result.median_s:.0f}%" if cublas_s else "—"
         table.add_row(str(rank), result.config.describe(), f"{result.median_s * 1e6:.1f} µs",
                       f"{result.tflops(spec):.2f}", percent)
-    console = Console()
-    console.print(table)
-    console.print(f"{outcome.new_trials} new trials, {outcome.trials} in total for this spec and GPU "
+    out = console()
+    out.print(table)
+    out.print(f"{outcome.new_trials} new trials, {outcome.trials} in total for this spec and GPU "
                   f"({outcome.failures} failed) out of {outcome.candidates:,} candidates; "
                   f"{outcome.stop_reason}. Database: {db_path}")
