@@ -30,6 +30,13 @@ def register(subparsers) -> None:
     export.add_argument("--config", help="a ladder step name or a JSON object of config fields "
                                          "(default: tuning database, known configs, default config)")
     export.add_argument("--db", dest="db_path", metavar="FILE", help="tuning database (default: the tuner's)")
+    export.add_argument("--backend", choices=("native", "tvm"), default="native",
+                        help="native: gemmtune's CUDA templates (default); tvm: a TVM TensorIR schedule")
+    export.add_argument("--schedule", default="manual",
+                        help="tvm: naive, manual, dlight, tuned or a ladder step (default manual)")
+    export.add_argument("--apply-trace", dest="trace", type=Path, metavar="FILE",
+                        help="tvm --schedule tuned: a saved apply_trace file (best_trace.py)")
+    export.add_argument("--work-dir", type=Path, help="tvm --schedule tuned: a tune's work dir")
     export.set_defaults(run=run_export)
 
 
@@ -77,12 +84,29 @@ def print_result(result: ExportResult, device: Any) -> None:
     print(f"check it: cd {folder} && cmake -B build && cmake --build build && ./build/{m.name}_check")
 
 
+def export_tvm(args: argparse.Namespace, spec: Any, arch: str) -> ExportResult:
+    """A TVM schedule's kernel through the same exporter: the folder needs no TVM to build or run."""
+    from ..export.manifest import Provenance
+    from ..export.writer import export_source
+    from ..tvm import require_tvm
+
+    require_tvm()
+    from ..tvm.schedules import TunedFrom, named_source
+
+    source = named_source(spec, args.schedule, arch, tuned=TunedFrom(args.trace, args.work_dir))
+    provenance = Provenance("given", f"TVM TensorIR schedule '{args.schedule}' (--backend tvm)")
+    return export_source(source, Path(args.out), arch, args.name, provenance)
+
+
 def run_export(args: argparse.Namespace) -> int:
     if not args.out:
         raise SpecError("export needs --out DIR: the folder to write")
     spec = spec_from_args(args)
     device = present_device()
     arch = target_arch(args.arch, device)
+    if args.backend == "tvm":
+        print_result(export_tvm(args, spec, arch), device)
+        return 0
     config = _given_choice(args.config, arch) if args.config else None
     from ..export.writer import export_spec
 
