@@ -58,3 +58,9 @@ def test_every_verb_has_help():
     assert "show" in verbs and "bench" in verbs
     for verb in verbs:
         assert run_cli(verb, "--help").returncode == 0, verb
+
+
+def test_unreadable_file_is_one_line():
+    out = run_cli("db", "import", "/nonexistent/trials.jsonl")
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert out.stderr.strip() == "gemmtune: No such file or directory: /nonexistent/trials.jsonl"

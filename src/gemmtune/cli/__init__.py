@@ -43,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     except GemmtuneError as err:
         print(f"gemmtune: {err}", file=sys.stderr)
         return err.exit_code
+    except OSError as err:  # a file the user named that cannot be read or written
+        where = f": {err.filename}" if err.filename else ""
+        print(f"gemmtune: {err.strerror or err}{where}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("gemmtune: interrupted", file=sys.stderr)
         return 130
