@@ -30,7 +30,7 @@ SPEC = GemmSpec(200, 136, 72, layout="nt", epilogue="bias_col+relu+add")
 def no_tuning_db(monkeypatch):
     """A tuning database that knows nothing, so tests see the known-configs / default steps."""
     fake = types.ModuleType("gemmtune.tune.db")
-    fake.best_known_config = lambda spec, arch_or_device, db_path=None: None
+    fake.best_known_trial = lambda spec, arch_or_device, db_path=None: None
     monkeypatch.setitem(sys.modules, "gemmtune.tune.db", fake)
     return fake
 
@@ -201,13 +201,14 @@ def test_tuning_database_wins(monkeypatch):
     tuned = dict(ladder())["warptiling"]
     seen = {}
 
-    def best_known_config(spec, arch_or_device, db_path=None):
+    def best_known_trial(spec, arch_or_device, db_path=None):
         seen.update(spec=spec, target=arch_or_device, db_path=db_path)
-        return tuned
+        return types.SimpleNamespace(result=types.SimpleNamespace(config=tuned, median_s=1.25e-3))
 
-    monkeypatch.setitem(sys.modules, "gemmtune.tune.db", types.SimpleNamespace(best_known_config=best_known_config))
+    monkeypatch.setitem(sys.modules, "gemmtune.tune.db", types.SimpleNamespace(best_known_trial=best_known_trial))
     choice = choose_config(SPEC, "sm_90", FakeDevice("NVIDIA H100 80GB HBM3", "sm_90"), Path("/x/db.sqlite"))
     assert choice.config == tuned and choice.provenance.source == "tuning-db"
+    assert choice.provenance.measured_s == 1.25e-3  # the tuned time goes into kernel.json
     assert seen["target"].name.startswith("NVIDIA H100") and seen["db_path"] == Path("/x/db.sqlite")
 
 

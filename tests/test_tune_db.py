@@ -13,7 +13,7 @@ from gemmtune.device import DeviceInfo
 from gemmtune.errors import GemmtuneError
 from gemmtune.kernels.simt_config import SimtConfig
 from gemmtune.spec import GemmSpec
-from gemmtune.tune.db import TuningDB, best_known_config
+from gemmtune.tune.db import TuningDB, best_known_config, best_known_trial
 from gemmtune.tune.simulation import SimulationRunner
 from gemmtune.tune.space import candidate_set, space_for
 from gemmtune.tune.transfer import shape_distance, transfer_seeds
@@ -113,6 +113,8 @@ def test_best_known_config_for_arch_and_device(tmp_path: Path) -> None:
                   ok(SimtConfig(bm=32), 1e-6))
         db.record(TuneContext(SPEC, H100, "simt", "0"), ok(SimtConfig(bm=64), 1e-6))  # an older generator
     assert best_known_config(SPEC, "sm_90", path) == FAST  # fastest measured now; not simulated, not v0
+    best = best_known_trial(SPEC, "sm_90", path)
+    assert best.result.config == FAST and best.result.median_s > 0
     assert best_known_config(SPEC, "sm_80", path) is None
     assert best_known_config(SPEC, h100_device("12.8"), path) == SLOW  # this driver's own result wins
     assert best_known_config(SPEC, h100_device("13.0"), path) == FAST  # no exact match: any version

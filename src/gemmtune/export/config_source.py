@@ -81,13 +81,15 @@ def from_tuning_db(spec: GemmSpec, arch: str, device: Any, db_path: Path | None)
         if exc.name not in ("gemmtune.tune", "gemmtune.tune.db"):
             raise
         return None
-    found = db.best_known_config(spec, device if device is not None else arch, db_path=db_path)
+    found = db.best_known_trial(spec, device if device is not None else arch, db_path=db_path)
     if found is None:
         return None
-    if not isinstance(found, SimtConfig):
-        raise ConfigError(f"the tuning database returned a {type(found).__name__}, not a {FAMILY} config")
+    config = found.result.config
+    if not isinstance(config, SimtConfig):
+        raise ConfigError(f"the tuning database returned a {type(config).__name__}, not a {FAMILY} config")
     where = device.name if device is not None else arch
-    return ConfigChoice(found, Provenance("tuning-db", f"best tuned config for {spec.short()} on {where}"))
+    detail = f"best tuned config for {spec.short()} on {where}"
+    return ConfigChoice(config, Provenance("tuning-db", detail, found.result.median_s))
 
 
 def load_known_configs(table: Path = KNOWN_CONFIGS) -> list[KnownConfig]:

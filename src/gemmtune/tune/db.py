@@ -227,7 +227,14 @@ def imported(line: str, number: int) -> dict:
 # --- the question gemmtune.build asks -------------------------------------------------------------
 def best_known_config(spec: GemmSpec, arch_or_device: Any, db_path: Path | str | None = None,
                       family: str = "simt") -> Any | None:
-    """The fastest verified config the database holds for `spec` and the current family version, or None.
+    """The config of best_known_trial, or None."""
+    found = best_known_trial(spec, arch_or_device, db_path, family)
+    return found.result.config if found else None
+
+
+def best_known_trial(spec: GemmSpec, arch_or_device: Any, db_path: Path | str | None = None,
+                     family: str = "simt") -> Ranked | None:
+    """The fastest verified trial the database holds for `spec` and the current family version, or None.
 
     `arch_or_device` is an arch string ('sm_90': any device of that arch) or a DeviceInfo (that
     device by name, cc and SM count; an exact driver/NVRTC match wins, else any versions). Never
@@ -246,7 +253,7 @@ def best_known_config(spec: GemmSpec, arch_or_device: Any, db_path: Path | str |
     if not isinstance(arch_or_device, str):
         exact = [r for r in matching if _same_versions(r.context.environment, arch_or_device)]
         matching = exact or matching
-    return matching[0].result.config if matching else None
+    return matching[0] if matching else None
 
 
 def _same_target(env: Environment, arch_or_device: Any) -> bool:
