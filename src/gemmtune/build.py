@@ -29,9 +29,10 @@ def target_arch(arch: str | None) -> str:
     """The architecture to compile for: the given one, else the present GPU's, else sm_90."""
     if arch:
         return arch
-    from .device import gpu_available, query_device
+    from .device import present_device
 
-    return query_device().arch if gpu_available() else "sm_90"
+    device = present_device()
+    return device.arch if device is not None else "sm_90"
 
 
 def parse_config(text: str, arch: str) -> ChosenConfig:
@@ -54,11 +55,10 @@ def choose_config(spec: GemmSpec, arch: str, db_path: Path | None = None) -> Cho
 
     The same choice `gemmtune export` makes (export.config_source), so show/bench/build/export agree.
     """
-    from .device import gpu_available, query_device
+    from .device import present_device
     from .export.config_source import choose_config as choose
 
-    device = query_device() if gpu_available() else None
-    choice = choose(spec, arch, device, db_path)
+    choice = choose(spec, arch, present_device(), db_path)
     return ChosenConfig(choice.config, choice.provenance.describe())
 
 

@@ -183,6 +183,11 @@ def gpu_available() -> bool:
     return True
 
 
+def present_device(ordinal: int = 0) -> DeviceInfo | None:
+    """The GPU's DeviceInfo, or None on a machine without one (never raises NoDeviceError)."""
+    return query_device(ordinal) if gpu_available() else None
+
+
 def free_memory(ordinal: int = 0) -> int:
     """Bytes of device memory free right now on GPU `ordinal` (whose context becomes current)."""
     ensure_context(ordinal)

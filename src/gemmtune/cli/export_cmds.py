@@ -40,13 +40,6 @@ def register(subparsers) -> None:
     export.set_defaults(run=run_export)
 
 
-def present_device() -> Any:
-    """The GPU's DeviceInfo, or None on a machine without one."""
-    from ..device import gpu_available, query_device
-
-    return query_device() if gpu_available() else None
-
-
 def target_arch(requested: str | None, device: Any) -> str:
     if requested:
         return check_arch(requested)
@@ -102,6 +95,8 @@ def run_export(args: argparse.Namespace) -> int:
     if not args.out:
         raise SpecError("export needs --out DIR: the folder to write")
     spec = spec_from_args(args)
+    from ..device import present_device
+
     device = present_device()
     arch = target_arch(args.arch, device)
     if args.backend == "tvm":

@@ -24,13 +24,16 @@ def entry_name(spec: GemmSpec) -> str:
 
 
 # --- pieces every template shares -------------------------------------------------------------
+# C declarations of every argument a kernel (or its epilogue function) may take.
+_DECL = {"A": "const float* __restrict__ A", "B": "const float* __restrict__ B",
+         "C": "const float* __restrict__ C", "bias": "const float* __restrict__ bias",
+         "alpha": "float alpha", "beta": "float beta", "D": "float* __restrict__ D"}
+
+
 def _params(spec: GemmSpec) -> tuple[tuple[str, ...], str]:
     """Argument names in kernel order and the C parameter list."""
     names = ["A", "B", *(op.name for op in spec.epilogue.operands()), "D"]
-    decl = {"A": "const float* __restrict__ A", "B": "const float* __restrict__ B",
-            "C": "const float* __restrict__ C", "bias": "const float* __restrict__ bias",
-            "alpha": "float alpha", "beta": "float beta", "D": "float* __restrict__ D"}
-    return tuple(names), ", ".join(decl[n] for n in names)
+    return tuple(names), ", ".join(_DECL[n] for n in names)
 
 
 def _epilogue_call(spec: GemmSpec, acc: str, row: str, col: str, c: str | None = None) -> str:
@@ -43,9 +46,8 @@ def _epilogue_call(spec: GemmSpec, acc: str, row: str, col: str, c: str | None =
 
 
 def _epilogue_function(spec: GemmSpec) -> str:
-    params = {"bias": "const float* __restrict__ bias", "alpha": "float alpha", "beta": "float beta"}
     extra = ", float c" if spec.epilogue.reads_c else ""
-    extra += "".join(f", {params[op.name]}" for op in spec.epilogue.operands() if op.name != "C")
+    extra += "".join(f", {_DECL[op.name]}" for op in spec.epilogue.operands() if op.name != "C")
     body = "\n".join(f"    {s}" for s in spec.epilogue.cuda_statements("row", "col", "N", c="c"))
     what = str(spec.epilogue) if not spec.epilogue.is_identity else "none (D = A·B)"
     c_note = " c is C[row, col], loaded by the caller (128-bit where it can)." if spec.epilogue.reads_c else ""
