@@ -84,6 +84,7 @@ def tuned_rows(spec: GemmSpec, key: str, space: str, opts: Options) -> list[Benc
             break
         done = total
         detail = f"{total} trials, {settings.cost_model} cost model, {time.perf_counter() - started:.0f} s"
+        _log(f"  MetaSchedule {space} to {total}: {result.time_split()}")
         source = kernel_source(result.schedule.mod, spec, {"schedule": "tuned", "space": space}, opts.arch)
         rows.append(source_row(f"MetaSchedule {space} {total}", detail, lambda s=source: s, opts.arch,
                                opts.protocol, True))

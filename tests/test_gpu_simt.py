@@ -7,7 +7,7 @@ import pytest
 
 from gemmtune.compiler import compile_kernel
 from gemmtune.kernels.simt import render
-from gemmtune.kernels.simt_config import ladder
+from gemmtune.kernels.simt_config import SimtConfig, ladder
 from gemmtune.spec import GemmSpec
 
 pytestmark = pytest.mark.gpu
@@ -63,6 +63,45 @@ def test_epilogues_on_odd_shapes(epilogue, prefetch_c):
             spec = GemmSpec(*shape, layout=layout, epilogue=epilogue)
             result = evaluate(compile_kernel(render(spec, config, arch), arch), verify_only=True)
             assert result.verify.ok, f"{epilogue} {layout} {shape}: {result.verify.message}"
+
+
+STAGE_C_CONFIGS = {
+    "double_buffer": dict(ladder())["double_buffer"],
+    "128x128": SimtConfig(bm=128, bn=128, bk=16, tm=8, tn=4, wm=64, wn=64, wniter=4, pad=4),
+    "128x256": SimtConfig(bm=128, bn=256, bk=16, tm=16, tn=4, wm=128, wn=32, wniter=2),
+}
+
+
+STAGE_C_SHAPES = [(7, 13, 5), (130, 260, 32), (127, 129, 131), (1000, 999, 300), (300, 1028, 1000)]
+STAGE_C_EPILOGUES = ("relu+add", "alpha+beta")
+
+
+@pytest.fixture(scope="module")
+def compiled_stage_c():
+    arch = _arch()
+    jobs = [(GemmSpec(*shape, layout=layout, epilogue=epilogue), config.with_(stage_c=True), arch)
+            for config in STAGE_C_CONFIGS.values() for epilogue in STAGE_C_EPILOGUES
+            for shape in STAGE_C_SHAPES for layout in LAYOUTS]
+    with ProcessPoolExecutor(mp_context=multiprocessing.get_context("spawn")) as pool:
+        kernels = list(pool.map(_compile, jobs))
+    return {(job[0], job[1]): kernel for job, kernel in zip(jobs, kernels)}
+
+
+@pytest.mark.parametrize("name", list(STAGE_C_CONFIGS))
+@pytest.mark.parametrize("epilogue", STAGE_C_EPILOGUES)
+def test_staged_c_on_odd_shapes(compiled_stage_c, name, epilogue):
+    """C copied to shared memory by cp.async: one k-slice (K=5), exactly two (K=32), many; N % 4 != 0 (4-byte
+    copies) and partial tiles at every edge; every layout."""
+    from gemmtune.evaluate import evaluate
+
+    config = STAGE_C_CONFIGS[name].with_(stage_c=True)
+    for shape in STAGE_C_SHAPES:
+        for layout in LAYOUTS:
+            spec = GemmSpec(*shape, layout=layout, epilogue=epilogue)
+            kernel = compiled_stage_c[(spec, config)]
+            assert kernel.source.dynamic_smem > 0
+            result = evaluate(kernel, verify_only=True)
+            assert result.verify.ok, f"{name} {epilogue} {layout} {shape}: {result.verify.message}"
 
 
 def test_build_call_on_torch_arrays():

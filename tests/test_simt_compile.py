@@ -98,6 +98,32 @@ def test_prefetch_c_only_when_the_epilogue_reads_c(tmp_path):
     assert "prefetch.global.L2" not in render(GemmSpec(1000, 999, 64, epilogue="relu"), config).code
 
 
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_stage_c_copies_c_into_dynamic_shared_memory(arch, tmp_path):
+    config = dict(ladder(arch))["double_buffer"].with_(stage_c=True)
+    for shape in [(1000, 999, 64), (256, 256, 8), (100, 128, 1000)]:
+        fused = render(GemmSpec(*shape, epilogue="relu+add"), config, arch)
+        assert "copy_c()" in fused.code and "Cs[" in fused.code
+        assert fused.dynamic_smem == 4 * config.bm * (config.bn + 4)
+        assert compile_kernel(fused, arch, tmp_path).resources.spills == 0
+    # Without C to read, stage_c changes nothing: same kernel as without it (but the config comment).
+    plain = GemmSpec(1000, 999, 64, epilogue="relu")
+
+    def body(c):
+        return [line for line in render(plain, c, arch).code.splitlines() if not line.startswith("// config:")]
+
+    assert body(config) == body(config.with_(stage_c=False))
+    assert render(plain, config, arch).dynamic_smem == 0
+
+
+def test_stage_c_needs_double_buffering_and_room():
+    spec = GemmSpec(512, 512, 512, epilogue="relu+add")
+    single = dict(ladder())["warptiling"].with_(stage_c=True)
+    assert "c_stage" in rejections(single, spec, "sm_90")
+    wide = SimtConfig(bm=256, bn=256, bk=32, tm=16, tn=8, wm=128, wn=64, wniter=2, stage_c=True)
+    assert "c_stage" in rejections(wide, spec, "sm_86")  # 256 KiB of C tile > 99 KiB
+
+
 def test_nvrtc_cache_is_off_so_ptxas_always_reports():
     """NVRTC's own cache skips ptxas on a hit and prints no report; importing the compiler turns it off."""
     import subprocess

@@ -32,7 +32,7 @@ def table_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_space_prints_size_and_rejections(capsys: pytest.CaptureFixture) -> None:
     assert main(["space", "MNK=2048", "--arch", "sm_90"]) == 0
     out = capsys.readouterr().out
-    assert "1,920,000 combinations" in out and "valid" in out
+    assert "3,840,000 combinations" in out and "valid" in out
     for rule in ("warp_pair", "threads", "shared_memory", "registers"):
         assert rule in out
     assert "first" in out and "any" in out

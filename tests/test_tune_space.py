@@ -24,9 +24,20 @@ def test_domains_and_size(simt) -> None:
     domains = {p.name: p.domain for p in simt.params}
     assert domains["bm"] == domains["bn"] == (32, 64, 128, 256)
     assert domains["kind"] == ("tiled",) and domains["vec"] == (1, 4) and domains["pad"] == (0, 4)
-    assert simt.size == 4 * 4 * 3 * 5 * 5 * 5 * 5 * 4 * 2 * 2 * 2 * 2
+    assert simt.size == 4 * 4 * 3 * 5 * 5 * 5 * 5 * 4 * 2 * 2 * 2 * 2 * 2
+    assert domains["stage_c"] == (False, True)
     # Fields the space does not tune are pinned to the config's defaults.
     assert all(len(domains[f]) == 1 for f in domains if f not in dict(space_module.SIMT_DOMAINS))
+
+
+def test_stage_c_is_searched_only_when_the_epilogue_reads_c(simt) -> None:
+    from gemmtune.tune.space import candidate_set
+
+    plain = candidate_set(simt, GemmSpec(2048, 2048, 2048), "sm_90")
+    fused = candidate_set(simt, GemmSpec(2048, 2048, 2048, epilogue="relu+add"), "sm_90")
+    assert not any(c.stage_c for c in plain.configs(range(0, len(plain), 97)))
+    assert len(plain) < len(fused) < 2 * len(plain)  # some staged tiles do not fit in shared memory
+    assert any(c.stage_c for c in fused.configs(range(len(fused))))
 
 
 def test_every_constraint_declares_its_footprint(simt) -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ..errors import ConfigError
 from ..kernel_source import KernelSource
 from ..spec import GemmSpec
-from .simt_config import FAMILY, VERSION, SimtConfig, rejections
+from .simt_config import C_STAGE_PAD, FAMILY, VERSION, SimtConfig, rejections
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -79,11 +79,11 @@ def _header(spec: GemmSpec, config: SimtConfig) -> str:
     )
 
 
-def _source(spec: GemmSpec, config: SimtConfig, body: str, grid, block) -> KernelSource:
+def _source(spec: GemmSpec, config: SimtConfig, body: str, grid, block, dynamic_smem: int = 0) -> KernelSource:
     args, _ = _params(spec)
     code = _header(spec, config) + _accessors(spec) + "\n" + _epilogue_function(spec) + "\n" + body
     return KernelSource(code=code, entry=entry_name(spec), grid=grid, block=block, args=args, spec=spec,
-                        family=FAMILY, family_version=VERSION, config=config.to_json())
+                        family=FAMILY, family_version=VERSION, config=config.to_json(), dynamic_smem=dynamic_smem)
 
 
 # --- naive and coalesced: one thread per output --------------------------------------------------
@@ -298,12 +298,18 @@ def _emit_compute(spec: GemmSpec, config: SimtConfig) -> str:
 """
 
 
+def _stages_c(spec: GemmSpec, config: SimtConfig) -> bool:
+    return config.c_stage_bytes(spec) > 0
+
+
 def _emit_store(spec: GemmSpec, config: SimtConfig) -> str:
-    load_c = ("                const float4 c4 = *reinterpret_cast<const float4*>(&C[row * N + col]);\n"
+    staged = _stages_c(spec, config)
+    c_at = "Cs[(row - m_origin) * C_LD + (col - n_origin)]" if staged else "C[row * N + col]"
+    load_c = (f"                const float4 c4 = *reinterpret_cast<const float4*>(&{c_at});\n"
               if spec.epilogue.reads_c else "")
     lanes = [_epilogue_call(spec, f"acc[wi * TM + i][wj * TN + j + {e}]", "row", f"col + {e}", f"c4.{x}")
              for e, x in enumerate("xyzw")]
-    scalar = _epilogue_call(spec, "acc[wi * TM + i][wj * TN + j]", "row", "col")
+    scalar = _epilogue_call(spec, "acc[wi * TM + i][wj * TN + j]", "row", "col", c_at if staged else None)
     wide = config.vec == 4 and config.tn % 4 == 0 and spec.n % 4 == 0
     if wide:
         inner = f"""#pragma unroll
@@ -323,7 +329,8 @@ def _emit_store(spec: GemmSpec, config: SimtConfig) -> str:
                 const int col = col0 + wj * WSUBN + j;
                 if (row < M && col < N) D[row * N + col] = {scalar};
             }}"""
-    return f"""    // Write-back: epilogue in registers, {'128-bit' if wide else 'scalar'} stores, predicated at the edges.
+    c_from = " C comes from the staged shared tile." if staged else ""
+    return f"""    // Write-back: epilogue in registers, {'128-bit' if wide else 'scalar'} stores, predicated at the edges.{c_from}
     const int row0 = m_origin + warp_row * WM + thread_row * TM;
     const int col0 = n_origin + warp_col * WN + thread_col * TN;
     #pragma unroll
@@ -350,26 +357,49 @@ def _drain(ops: tuple[_Operand, ...], buf: str) -> str:
     return " ".join(f"store_{o.name.lower()}({buf}, {o.name.lower()}_stage);" for o in ops if not o.use_async)
 
 
-def _emit_main_loop(config: SimtConfig, ops: tuple[_Operand, ...]) -> str:
-    any_async = any(o.use_async for o in ops)
+def _emit_main_loop(config: SimtConfig, ops: tuple[_Operand, ...], stage_c: bool = False) -> str:
+    groups = stage_c or any(o.use_async for o in ops)  # cp.async groups to commit and wait for
     drain_next = _drain(ops, "buf ^ 1")
     if config.stages == 1:
         lines = [f"{_fill(ops, 't * BK', '0')} {_drain(ops, '0')}",
                  "__syncthreads();  // the whole slice is in shared memory",
                  "compute(0);", "__syncthreads();  // everyone is done reading before it is overwritten"]
         return "    for (int t = 0; t < KTILES; ++t) {\n" + "".join(f"        {x}\n" for x in lines) + "    }\n"
-    prologue = [f"{_fill(ops, '0', '0')}" + (" cp_async_commit();" if any_async else ""),
-                _drain(ops, "0"), "cp_async_wait<0>();" if any_async else "", "__syncthreads();"]
+    prologue = [f"{_fill(ops, '0', '0')}" + (" cp_async_commit();" if groups else ""),
+                _drain(ops, "0"), "cp_async_wait<0>();" if groups else "", "__syncthreads();"]
+    # With stage_c, C's copy is its own group, committed after slice t+1's at t == C_ISSUE: waiting
+    # for all but the newest group then completes the slice and leaves C in flight one more slice.
+    wait = ("if (t == C_ISSUE && more) cp_async_wait<1>(); else cp_async_wait<0>();  "
+            "// slice t+1 has landed (C may still be in flight)") if stage_c else \
+        "cp_async_wait<0>();  // slice t+1 has landed in shared memory"
     body = ["const int buf = t & 1;", "const bool more = t + 1 < KTILES;",
             f"if (more) {{ {_fill(ops, '(t + 1) * BK', 'buf ^ 1')} }}",
-            "cp_async_commit();" if any_async else "",
+            "cp_async_commit();" if groups else "",
+            "if (t == C_ISSUE) { copy_c(); cp_async_commit(); }  // C overlaps the last two slices" if stage_c else "",
             "compute(buf);  // overlaps the moves of slice t+1",
             f"if (more) {{ {drain_next} }}" if drain_next else "",
-            "cp_async_wait<0>();  // slice t+1 has landed in shared memory" if any_async else "",
+            wait if groups else "",
             "__syncthreads();  // one barrier: the other buffer was last read before the previous one"]
     return ("    // Pipeline: slice t+1 moves (cp.async or through registers) while slice t is multiplied.\n"
             + "".join(f"    {x}\n" for x in prologue if x)
             + "    for (int t = 0; t < KTILES; ++t) {\n" + "".join(f"        {x}\n" for x in body if x) + "    }\n")
+
+
+def _emit_copy_c(spec: GemmSpec) -> str:
+    """cp.async of the block's BM×BN tile of C into Cs (row stride C_LD), zero outside the matrix."""
+    wide = spec.n % 4 == 0  # then a 16-byte unit of a row is all inside or all outside
+    unit, copy = (4, "cp_async16") if wide else (1, "cp_async")
+    return f"""    // C: the epilogue's BM×BN tile, global -> shared by cp.async while the last two k-slices are
+    // multiplied, so the write-back reads C from shared memory instead of stalling on DRAM.
+    auto copy_c = [&]() {{
+        for (int idx = threadIdx.x; idx < BM * (BN / {unit}); idx += THREADS) {{
+            const int r = idx / (BN / {unit}), c = (idx % (BN / {unit})) * {unit};
+            const int gr = m_origin + r, gc = n_origin + c;
+            const bool ok = gr < M && gc < N;
+            {copy}(&Cs[r * C_LD + c], ok ? &C[gr * N + gc] : C, ok);
+        }}
+    }};
+"""
 
 
 def _emit_prefetch_c(spec: GemmSpec, config: SimtConfig) -> str:
@@ -385,21 +415,28 @@ def _emit_prefetch_c(spec: GemmSpec, config: SimtConfig) -> str:
 """
 
 
+_C_TILE_DECL = f"""    // The staged C tile lives in dynamic shared memory: BM×(BN+4) floats can exceed the 48 KiB static limit.
+    extern __shared__ __align__(16) float Cs[];  // Cs[r * C_LD + c] = C[m_origin + r, n_origin + c]
+    constexpr int C_LD = BN + {C_STAGE_PAD}, C_ISSUE = KTILES >= 2 ? KTILES - 2 : 0;  // C's copy starts at slice C_ISSUE
+"""
+
+
 def _render_tiled(spec: GemmSpec, config: SimtConfig) -> KernelSource:
     _, params = _params(spec)
     a, b = _operands(spec, config)
+    stage_c = _stages_c(spec, config)
     movers = "".join(_emit_async_copy(o) if o.use_async else _emit_global_to_regs(o) + _emit_regs_to_smem(o)
-                     for o in (a, b))
+                     for o in (a, b)) + (_emit_copy_c(spec) if stage_c else "")
     staging = "".join(f"    {_stage_type(o)} {o.name.lower()}_stage[{_loads_per_thread(o)}];\n"
                       for o in (a, b) if not o.use_async)
-    body = (_tile_constants(spec, config) + "\n" + (CP_ASYNC_HELPERS if a.use_async or b.use_async else "") + f"""
+    body = (_tile_constants(spec, config) + "\n" + (CP_ASYNC_HELPERS if a.use_async or b.use_async or stage_c else "") + f"""
 // (THREADS, 1): at least one block per SM, so ptxas may use up to 255 registers instead of
 // trimming to a guessed occupancy target and spilling (seen on sm_80 at odd shapes).
 extern "C" __global__ void __launch_bounds__(THREADS, 1) {entry_name(spec)}({params}) {{
     // Shared tiles are k-major (Xs[k][x]) so a thread's TM rows / TN columns are contiguous.
     __shared__ __align__(16) float As[STAGES][BK][BM + PAD];
     __shared__ __align__(16) float Bs[STAGES][BK][BN + PAD];
-    const int m_origin = blockIdx.y * BM, n_origin = blockIdx.x * BN;  // this block's corner of D
+{_C_TILE_DECL if stage_c else ""}    const int m_origin = blockIdx.y * BM, n_origin = blockIdx.x * BN;  // this block's corner of D
     const int a_origin = m_origin, b_origin = n_origin;
     const int group = threadIdx.x / GROUP, lane = threadIdx.x % GROUP;
     const int warp_row = group / (BN / WN), warp_col = group % (BN / WN);
@@ -407,11 +444,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {entry_name(spec)}({par
     float acc[WMITER * TM][WNITER * TN] = {{}};
 {_emit_prefetch_c(spec, config)}
 {movers}{staging}{_emit_compute(spec, config)}
-{_emit_main_loop(config, (a, b))}
+{_emit_main_loop(config, (a, b), stage_c)}
 {_emit_store(spec, config)}}}
 """)
     grid = (_ceil_div(spec.n, config.bn), _ceil_div(spec.m, config.bm), 1)
-    return _source(spec, config, body, grid, (config.threads, 1, 1))
+    return _source(spec, config, body, grid, (config.threads, 1, 1), config.c_stage_bytes(spec))
 
 
 def render(spec: GemmSpec, config: SimtConfig, arch: str = "sm_90") -> KernelSource:

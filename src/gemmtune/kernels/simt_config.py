@@ -16,6 +16,9 @@ VERSION = "3"
 KINDS = ("naive", "coalesced", "tiled")
 STATIC_SMEM_LIMIT = 48 * 1024  # bytes of static shared memory a block may declare
 MAX_ACCUMULATORS = 128  # per thread; more spills on sm_80/sm_90 with 255 registers
+C_STAGE_PAD = 4  # floats of padding per row of the staged C tile (bank conflicts; keeps 16 B alignment)
+# Shared memory one block may opt in to, per architecture (CUDA programming guide, compute capabilities).
+OPTIN_SMEM_LIMIT = {80: 163 * 1024, 86: 99 * 1024, 87: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024}
 
 
 @dataclass(frozen=True, order=True)
@@ -37,6 +40,10 @@ class SimtConfig:
       thread past 255 registers, so partial unrolling is the default.
     prefetch_c: for epilogues that read C, ask L2 for the block's C tile when the block starts, so
       the write-back's C reads hit in L2 instead of waiting on DRAM after the main loop.
+    stage_c: for epilogues that read C, copy the block's C tile into (dynamic) shared memory by
+      cp.async while the last two k-slices are multiplied, so the write-back reads C from shared
+      memory instead of waiting on DRAM; costs BM×(BN+4) floats of shared memory (sm_80+, stages=2).
+      A no-op for epilogues that do not read C.
     """
 
     kind: str = "tiled"
@@ -54,6 +61,7 @@ class SimtConfig:
     pad: int = 0
     unroll: int = 8
     prefetch_c: bool = False
+    stage_c: bool = False
 
     # --- derived shape --------------------------------------------------------------------
     @property
@@ -80,9 +88,16 @@ class SimtConfig:
         return self.tm * self.tn * self.wmiter * (self.wniter if self.warptiled else 1)
 
     def smem_bytes(self) -> int:
+        """Static shared memory: the A and B k-slices."""
         if self.kind != "tiled":
             return 0
         return 4 * self.stages * self.bk * ((self.bm + self.pad) + (self.bn + self.pad))
+
+    def c_stage_bytes(self, spec: GemmSpec) -> int:
+        """Dynamic shared memory for the staged C tile (0 unless stage_c and the epilogue reads C)."""
+        if self.kind != "tiled" or not (self.stage_c and spec.epilogue.reads_c):
+            return 0
+        return 4 * self.bm * (self.bn + C_STAGE_PAD)
 
     # --- serialization ----------------------------------------------------------------------
     def to_json(self) -> dict:
@@ -107,7 +122,7 @@ class SimtConfig:
         return (f"tile {self.bm}x{self.bn}x{self.bk} thread {self.tm}x{self.tn}{warp} vec{self.vec} "
                 f"stages{self.stages}{copy}" + (f" pad{self.pad}" if self.pad else "")
                 + (f" unroll{self.unroll}" if self.unroll else " unroll-full")
-                + (" prefetchC" if self.prefetch_c else ""))
+                + (" prefetchC" if self.prefetch_c else "") + (" stageC" if self.stage_c else ""))
 
     def with_(self, **changes) -> "SimtConfig":
         return replace(self, **changes)
@@ -209,6 +224,18 @@ def _smem(c: SimtConfig, s: GemmSpec, arch: str) -> str | None:
     return None
 
 
+def _c_stage(c: SimtConfig, s: GemmSpec, arch: str) -> str | None:
+    if not c.stage_c:
+        return None
+    if c.kind != "tiled" or c.stages != 2 or arch_number(arch) < 80:
+        return "stage_c needs a tiled kernel with stages=2 on sm_80 or newer (cp.async)"
+    limit = OPTIN_SMEM_LIMIT.get(arch_number(arch), 99 * 1024)
+    total = c.smem_bytes() + c.c_stage_bytes(s)
+    if total > limit:
+        return f"{total} B of shared memory with the staged C tile exceed the {limit} B {arch} allows a block"
+    return None
+
+
 def _pipeline(c: SimtConfig, s: GemmSpec, arch: str) -> str | None:
     if c.stages not in (1, 2):
         return f"stages must be 1 or 2, not {c.stages}"
@@ -236,7 +263,7 @@ def _dtype(c: SimtConfig, s: GemmSpec, arch: str) -> str | None:
 CONSTRAINTS: dict[str, Constraint] = {
     "kind": _kind, "dtype": _dtype, "threads": _threads, "thread_tile": _thread_tile,
     "warp_tile": _warp_tile, "vector": _vector, "loads_divide": _loads_divide, "shared_memory": _smem,
-    "pipeline": _pipeline, "registers": _registers,
+    "pipeline": _pipeline, "c_stage": _c_stage, "registers": _registers,
 }
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -66,11 +67,15 @@ class GemmtuneBuilder(PyBuilder):
         super().__init__()
         self.spec, self.arch, self.artifact_dir, self.cache_dir = spec, arch, artifact_dir, cache_dir
         self.workers = workers or os.cpu_count() or 1
+        self.seconds = 0.0  # wall time spent building, so a tune can say where its time went
 
     def build(self, build_inputs: list) -> list:
+        started = time.perf_counter()
         converted = [self._convert(item.mod) for item in build_inputs]
         with ThreadPoolExecutor(self.workers) as pool:
-            return list(pool.map(self._compile, converted))
+            results = list(pool.map(self._compile, converted))
+        self.seconds += time.perf_counter() - started
+        return results
 
     def _convert(self, mod: Any) -> KernelSource | BuilderResult:
         try:
@@ -152,9 +157,13 @@ class GemmtuneRunner(PyRunner):
         super().__init__()
         self.spec, self.protocol, self.cache_dir, self.seed = spec, protocol, cache_dir, seed
         self.bench: _Bench | None = None
+        self.seconds = 0.0  # wall time spent verifying and timing candidates
 
     def run(self, runner_inputs: list) -> list:
-        return [DoneFuture(self._one(item.artifact_path)) for item in runner_inputs]
+        started = time.perf_counter()
+        futures = [DoneFuture(self._one(item.artifact_path)) for item in runner_inputs]
+        self.seconds += time.perf_counter() - started
+        return futures
 
     def _one(self, path: str) -> RunnerResult:
         try:

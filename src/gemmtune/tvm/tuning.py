@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,15 @@ class TuneResult:
     work_dir: Path
     schedule: Any  # tvm.s_tir.Schedule of the best record
     trace_text: str  # the `apply_trace(sch)` function
+    seconds: dict[str, float] = field(default_factory=dict)  # where the tune's wall time went
+
+    def time_split(self) -> str:
+        """'total 207 s: build 40, measure 60, search and TVM overhead 107' (empty when unknown)."""
+        if "total" not in self.seconds:
+            return ""
+        parts = [f"{k} {self.seconds[k]:.0f}" for k in ("build", "measure") if k in self.seconds]
+        other = self.seconds["total"] - sum(self.seconds.get(k, 0.0) for k in ("build", "measure"))
+        return f"total {self.seconds['total']:.0f} s: " + ", ".join(parts + [f"search and TVM overhead {other:.0f}"])
 
     @property
     def trace_path(self) -> Path:
@@ -124,13 +134,18 @@ def tune(spec: GemmSpec, work_dir: Path, settings: TuneSettings, builder: Any = 
     work_dir.mkdir(parents=True, exist_ok=True)
     builder = builder or make_builder(spec, settings.arch, work_dir / "artifacts")
     runner = runner or make_runner(spec)
+    started = time.perf_counter()
     try:
         database = _search(spec, settings, work_dir, builder, runner)
     finally:
         if own_runner:
             runner.close()
+    seconds = {"total": time.perf_counter() - started}
+    for name, part in (("build", builder), ("measure", runner)):
+        if isinstance(getattr(part, "seconds", None), float):
+            seconds[name] = part.seconds
     best = best_schedule(database, spec, settings.arch)
-    result = TuneResult(spec, settings, work_dir, best, trace_function(best, spec))
+    result = TuneResult(spec, settings, work_dir, best, trace_function(best, spec), seconds)
     save_trace(result.trace_path, result.trace_text)
     return result
 
