@@ -27,7 +27,7 @@ from gemmtune.kernel_source import KernelSource
 from gemmtune.kernels import simt
 from gemmtune.runtime import DeviceBuffer, LoadedKernel, release, synchronize
 from gemmtune.spec import GemmSpec
-from gemmtune.timing import Measurement, TimingProtocol, measure
+from gemmtune.timing import FLUSH_MODES, Measurement, TimingProtocol, measure
 from gemmtune.verify import compare, make_inputs, reference
 
 EPILOGUE = "relu+add"
@@ -194,11 +194,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[2048, 4096], help="M = N = K values")
     parser.add_argument("--min-time", type=float, default=0.3, help="seconds of timed runs per variant")
+    parser.add_argument("--flush", choices=FLUSH_MODES, default="write",
+                        help="how L2 is emptied before each timed run (gemmtune.timing.TimingProtocol.flush_mode)")
     parser.add_argument("--config", help="a ladder step or JSON config (default: what gemmtune export would choose)")
     args = parser.parse_args(argv)
     info = query_device()
     arch = info.arch if info.arch in ARCHES else "sm_90"
-    protocol = TimingProtocol(min_time_s=args.min_time)
+    protocol = TimingProtocol(min_time_s=args.min_time, flush_mode=args.flush)
     rows: list[Row] = []
     print(f"{info.summary()}; D = ReLU(A·B) + C, fp32, nn; protocol {protocol.to_json()}", file=sys.stderr)
     for size in args.sizes:

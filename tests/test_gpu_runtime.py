@@ -123,6 +123,29 @@ def test_measure_returns_sane_samples(cache: Path) -> None:
             assert m.min_s <= m.median_s <= max(m.samples_s)
 
 
+SCALE = r"""
+extern "C" __global__ void scale(const float* __restrict__ A, float* __restrict__ D) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (1 << 22)) D[i] = 2.0f * A[i];
+}
+"""
+
+
+@pytest.mark.parametrize("mode", ["write", "read"])
+def test_flush_leaves_a_cold_l2(cache: Path, mode: str) -> None:
+    """32 MB of traffic fits in the H100/H200 L2: warm repetitions are faster than flushed ones."""
+    words = 1 << 22
+    source = KernelSource(SCALE, "scale", (words // 256, 1, 1), (256, 1, 1), ("A", "D"), GemmSpec(64, 64, 64),
+                          "handwritten", "1")
+    with DeviceBuffer.alloc(4 * words) as da, DeviceBuffer.alloc(4 * words) as dd, \
+            LoadedKernel(compile_kernel(source, _arch(), cache)) as kernel:
+        launch = kernel.bind({"A": da, "D": dd})
+        timed = {flush: measure(launch, TimingProtocol(warmup=3, min_reps=20, max_reps=200, min_time_s=0.01,
+                                                       flush_l2=flush, flush_mode=mode), query_device().l2_bytes)
+                 for flush in (False, True)}
+        assert timed[True].median_s > 1.2 * timed[False].median_s, {k: v.median_s for k, v in timed.items()}
+
+
 def test_evaluate_right_and_wrong_kernels(cache: Path) -> None:
     right = evaluate(naive_kernel(cache), QUICK, np.random.default_rng(2))
     assert right.ok and right.measurement is not None, right.verify.message

@@ -73,3 +73,25 @@ def test_next_batch_policy() -> None:
     assert next_batch(10, 2.0, p) == 0
     assert 1 <= next_batch(10, 0.5, p) <= 40
     assert next_batch(10, 0.0, p) == 40  # timer resolution: no estimate, so fill up to max
+
+
+def test_flush_mode_is_checked_and_defaults_to_the_old_protocol():
+    from gemmtune.timing import TimingProtocol
+
+    assert TimingProtocol().flush_mode == "write"
+    assert TimingProtocol.from_json({"warmup": 1, "min_reps": 1, "max_reps": 1, "min_time_s": 0.0,
+                                     "flush_l2": True}).flush_mode == "write"
+    with pytest.raises(ValueError, match="flush_mode"):
+        TimingProtocol(flush_mode="evict")
+
+
+def test_read_flush_kernel_compiles_without_a_gpu(tmp_path):
+    from gemmtune.compiler import compile_kernel
+    from gemmtune.kernel_source import KernelSource
+    from gemmtune.spec import GemmSpec
+    from gemmtune.timing import FLUSH_READ_SOURCE
+
+    source = KernelSource("#define WORDS4 7864320ull\n" + FLUSH_READ_SOURCE, "l2_flush_read", (528, 1, 1),
+                          (256, 1, 1), ("A", "D"), GemmSpec(1, 1, 1), "l2-flush", "1")
+    compiled = compile_kernel(source, "sm_90", tmp_path)
+    assert compiled.resources.spills == 0 and "ld.global.cg" in compiled.ptx

@@ -167,3 +167,57 @@ def compile_kernel(source: KernelSource, arch: str = "sm_90", cache_dir: Path | 
     meta = {"ptx": ptx, "resources": resources.to_json(), "log": log, "compile_seconds": seconds}
     _atomic_write(meta_path, json.dumps(meta).encode())
     return CompiledKernel(source, arch, cubin, ptx, resources, log, seconds, version)
+
+
+# --- many compiles at once ------------------------------------------------------------------------
+def _compile_job(job: tuple[dict, str, str | None]) -> str | None:
+    """Worker side of CompilePool: compile one KernelSource (as JSON) into the disk cache."""
+    data, arch, cache = job
+    try:
+        compile_kernel(KernelSource.from_json(data), arch, Path(cache) if cache else None)
+    except GemmtuneError as err:
+        return f"{type(err).__name__}: {err}"
+    return None
+
+
+class CompilePool:
+    """NVRTC compiles in spawned worker processes, whose results land in the disk cache.
+
+    Processes, not threads: some cuda-bindings releases hold the GIL through nvrtcCompileProgram
+    (a MetaSchedule batch of 64 compiled one at a time on a 16-core H200 host). Spawned, so the
+    workers inherit no CUDA context and import only gemmtune's compiler. Use as a context manager,
+    or call close().
+    """
+
+    def __init__(self, workers: int | None = None):
+        self.workers = workers or os.cpu_count() or 1
+        self._pool = None
+
+    def compile(self, sources: list[KernelSource], arch: str, cache_dir: Path | None = None) -> list[str | None]:
+        """One entry per source: None when it compiled (now in the cache), else the one-line error."""
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        if not sources:
+            return []
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+        from concurrent.futures.process import BrokenProcessPool
+
+        cache = str(cache_dir) if cache_dir else None
+        try:
+            return list(self._pool.map(_compile_job, [(s.to_json(), arch, cache) for s in sources]))
+        except BrokenProcessPool:  # a worker died (NVRTC crashed): fail this batch, start afresh next time
+            self.close()
+            return ["CompileError: a compile worker process died"] * len(sources)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
+
+    def __enter__(self) -> "CompilePool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

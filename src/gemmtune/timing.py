@@ -25,17 +25,27 @@ class TimingProtocol:
     max_reps: int = 200
     min_time_s: float = 0.1  # keep repeating until the timed launches add up to this
     flush_l2: bool = True
+    # How the flush empties L2. "write": cuMemsetD32 over twice the L2 size; it leaves L2 full of
+    # dirty lines, whose write-back the timed kernel pays as it evicts them (a few µs: noise for a
+    # GEMM, a third of a 48 MB elementwise pass). "read": a kernel reads a clean buffer of twice the
+    # L2 size instead, leaving L2 full of clean lines, like Nsight Compute's cache control.
+    flush_mode: str = "write"
 
     def __post_init__(self) -> None:
         if self.warmup < 0 or self.min_reps < 1 or self.max_reps < self.min_reps or self.min_time_s < 0:
             raise ValueError(f"inconsistent timing protocol {self}")
+        if self.flush_mode not in FLUSH_MODES:
+            raise ValueError(f"flush_mode must be one of {', '.join(FLUSH_MODES)}, not {self.flush_mode!r}")
 
     def to_json(self) -> dict:
         return asdict(self)
 
     @staticmethod
     def from_json(data: dict) -> "TimingProtocol":
-        return TimingProtocol(**data)
+        return TimingProtocol(**data)  # records from before flush_mode existed used "write", the default
+
+
+FLUSH_MODES = ("write", "read")
 
 
 @dataclass(frozen=True)
@@ -90,7 +100,7 @@ def collect(timer: BatchTimer, protocol: TimingProtocol) -> Measurement:
 class EventTimer:
     """Times batches of launches with a reused pool of CUDA event pairs."""
 
-    def __init__(self, launch: Callable[[], None], flush: DeviceBuffer | None, stream: Any = 0):
+    def __init__(self, launch: Callable[[], None], flush: "L2Flush | None", stream: Any = 0):
         self.launch, self.flush, self.stream = launch, flush, stream
         self.events: list[tuple[Any, Any]] = []
 
@@ -108,7 +118,7 @@ class EventTimer:
         pairs = [self._pair(i) for i in range(count)]
         for start, end in pairs:
             if self.flush is not None:
-                self.flush.fill_u32(0, self.stream)
+                self.flush(self.stream)
             checked(cu.cuEventRecord(start, self.stream), "cuEventRecord")
             self.launch()
             checked(cu.cuEventRecord(end, self.stream), "cuEventRecord")
@@ -123,15 +133,72 @@ class EventTimer:
         self.events = []
 
 
+# --- emptying L2 between repetitions ----------------------------------------------------------
+FLUSH_READ_SOURCE = r"""// Reads every 16 bytes of a zero-filled buffer twice the size of L2, so L2 ends up holding only
+// clean lines of it. The sum is zero, so the sink is never written; the compiler cannot know that.
+extern "C" __global__ void l2_flush_read(const float4* __restrict__ A, float* __restrict__ D) {
+    float sum = 0.0f;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < WORDS4; i += (size_t)gridDim.x * blockDim.x) {
+        const float4 v = __ldcg(&A[i]);  // L2 only: the point is to fill L2
+        sum += v.x + v.y + v.z + v.w;
+    }
+    if (sum != 0.0f) *D = sum;
+}
+"""
+
+
+class L2Flush:
+    """Empties L2 before each timed repetition, by a memset ("write") or a read kernel ("read")."""
+
+    def __init__(self, l2_bytes: int, mode: str):
+        self.mode = mode
+        self.buffer = DeviceBuffer.alloc(2 * l2_bytes)
+        self.sink: DeviceBuffer | None = None
+        self.kernel = None
+        self.bound: Callable[[], None] | None = None
+        if mode == "read":
+            self._load_reader()
+
+    def _load_reader(self) -> None:
+        from .compiler import compile_kernel
+        from .device import query_device
+        from .kernel_source import KernelSource
+        from .runtime import LoadedKernel
+        from .spec import GemmSpec
+
+        self.buffer.fill_u32(0)
+        self.sink = DeviceBuffer.alloc(4)
+        words4 = self.buffer.nbytes // 16
+        code = f"#define WORDS4 {words4}ull\n" + FLUSH_READ_SOURCE
+        # KernelSource is the GEMM artifact; the flush kernel borrows its A and D argument slots.
+        source = KernelSource(code=code, entry="l2_flush_read", grid=(4 * query_device().sm_count, 1, 1),
+                              block=(256, 1, 1), args=("A", "D"), spec=GemmSpec(1, 1, 1), family="l2-flush",
+                              family_version="1")
+        self.kernel = LoadedKernel(compile_kernel(source, query_device().arch))
+
+    def __call__(self, stream: Any = 0) -> None:
+        if self.mode == "read":
+            if self.bound is None:
+                self.bound = self.kernel.bind({"A": self.buffer.ptr, "D": self.sink.ptr}, stream)
+            self.bound()
+        else:
+            self.buffer.fill_u32(0, stream)
+
+    def close(self) -> None:
+        closers = [self.buffer.free] + ([self.sink.free] if self.sink is not None else [])
+        closers += [self.kernel.unload] if self.kernel is not None else []
+        release(closers, after_error=False)
+
+
 def measure(launch: Callable[[], None], protocol: TimingProtocol, l2_bytes: int, stream: Any = 0) -> Measurement:
     """Time `launch` (which only enqueues work on `stream`) under `protocol`."""
     ensure_context()
     for _ in range(protocol.warmup):
         launch()
     checked(driver().cuStreamSynchronize(stream), "warm-up launches")
-    flush = DeviceBuffer.alloc(2 * l2_bytes) if protocol.flush_l2 and l2_bytes > 0 else None
+    flush = L2Flush(l2_bytes, protocol.flush_mode) if protocol.flush_l2 and l2_bytes > 0 else None
     timer = EventTimer(launch, flush, stream)
-    closers = [timer.close] + ([flush.free] if flush is not None else [])
+    closers = [timer.close] + ([flush.close] if flush is not None else [])
     try:
         result = collect(timer, protocol)
     except BaseException:

@@ -16,7 +16,6 @@ import json
 import os
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
 from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerResult
 
-from ..compiler import CompiledKernel, compile_kernel
+from ..compiler import CompiledKernel, CompilePool, compile_kernel
 from ..errors import GemmtuneError
 from ..kernel_source import KernelSource
 from ..spec import GemmSpec
@@ -58,24 +57,28 @@ def read_artifact(path: str, cache_dir: Path | None = None) -> CompiledKernel:
 class GemmtuneBuilder(PyBuilder):
     """Candidate module -> KernelSource -> NVRTC; the artifact is the KernelSource as JSON.
 
-    TVM's lowering runs one candidate at a time; the NVRTC compiles, which dominate and release
-    the GIL, run on a thread per core.
+    TVM's lowering runs one candidate at a time in this process; the NVRTC compiles, which
+    dominate, run in a pool of worker processes (one per core) kept for the whole search.
     """
 
     def __init__(self, spec: GemmSpec, arch: str, artifact_dir: Path, cache_dir: Path | None = None,
                  workers: int | None = None):
         super().__init__()
         self.spec, self.arch, self.artifact_dir, self.cache_dir = spec, arch, artifact_dir, cache_dir
-        self.workers = workers or os.cpu_count() or 1
+        self.pool = CompilePool(workers)
         self.seconds = 0.0  # wall time spent building, so a tune can say where its time went
 
     def build(self, build_inputs: list) -> list:
         started = time.perf_counter()
         converted = [self._convert(item.mod) for item in build_inputs]
-        with ThreadPoolExecutor(self.workers) as pool:
-            results = list(pool.map(self._compile, converted))
+        sources = [c for c in converted if isinstance(c, KernelSource)]
+        errors = iter(self.pool.compile(sources, self.arch, self.cache_dir))
+        results = [c if isinstance(c, BuilderResult) else self._artifact(c, next(errors)) for c in converted]
         self.seconds += time.perf_counter() - started
         return results
+
+    def close(self) -> None:
+        self.pool.close()
 
     def _convert(self, mod: Any) -> KernelSource | BuilderResult:
         try:
@@ -83,13 +86,9 @@ class GemmtuneBuilder(PyBuilder):
         except TVM_BUILD_FAILURES as err:
             return BuilderResult(None, f"{type(err).__name__}: {err}")
 
-    def _compile(self, source: KernelSource | BuilderResult) -> BuilderResult:
-        if isinstance(source, BuilderResult):  # conversion already failed
-            return source
-        try:
-            compile_kernel(source, self.arch, self.cache_dir)
-        except GemmtuneError as err:
-            return BuilderResult(None, f"{type(err).__name__}: {err}")
+    def _artifact(self, source: KernelSource, error: str | None) -> BuilderResult:
+        if error is not None:
+            return BuilderResult(None, error)
         return BuilderResult(_write_artifact(self.artifact_dir, source, self.arch), None)
 
 
@@ -109,6 +108,7 @@ class _Bench:
         self.buffers = {name: DeviceBuffer.from_numpy(v) for name, v in inputs.items() if isinstance(v, np.ndarray)}
         self.buffers["D"] = DeviceBuffer.alloc(spec.m * spec.n * spec.element_bytes)
         self.bindings = {name: buf.ptr for name, buf in self.buffers.items()}
+        self.seconds = {"verify": 0.0, "time": 0.0}  # load + check, and the timed runs
 
     def run(self, compiled: CompiledKernel, protocol: TimingProtocol) -> list[float]:
         """Check the output once, then time; raises VerifyError for a wrong kernel."""
@@ -118,15 +118,20 @@ class _Bench:
         from ..timing import measure
         from ..verify import compare
 
+        started = time.perf_counter()
         with LoadedKernel(compiled) as kernel:
             self.buffers["D"].fill_nan()
             kernel.launch(self.bindings)
             synchronize()
             out = self.buffers["D"].to_numpy((self.spec.m, self.spec.n), np.float32)
             check = compare(out, self.expected, self.spec.dtype, self.spec.k)
+            checked = time.perf_counter()
+            self.seconds["verify"] += checked - started
             if not check.ok:
                 raise VerifyError(check.message)
-            return list(measure(kernel.bind(self.bindings), protocol, query_device().l2_bytes).samples_s)
+            samples = list(measure(kernel.bind(self.bindings), protocol, query_device().l2_bytes).samples_s)
+            self.seconds["time"] += time.perf_counter() - checked
+            return samples
 
     def close(self) -> None:
         for buf in self.buffers.values():
@@ -171,6 +176,9 @@ class GemmtuneRunner(PyRunner):
             return RunnerResult(self.bench.run(read_artifact(path, self.cache_dir), self.protocol), None)
         except GemmtuneError as err:
             return RunnerResult(None, f"{type(err).__name__}: {err}")
+
+    def phase_seconds(self) -> dict[str, float]:
+        return dict(self.bench.seconds) if self.bench is not None else {}
 
     def close(self) -> None:
         if self.bench is not None:

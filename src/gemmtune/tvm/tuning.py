@@ -79,7 +79,7 @@ class TuneResult:
         """'total 207 s: build 40, measure 60, search and TVM overhead 107' (empty when unknown)."""
         if "total" not in self.seconds:
             return ""
-        parts = [f"{k} {self.seconds[k]:.0f}" for k in ("build", "measure") if k in self.seconds]
+        parts = [f"{k} {v:.0f}" for k, v in self.seconds.items() if k != "total"]
         other = self.seconds["total"] - sum(self.seconds.get(k, 0.0) for k in ("build", "measure"))
         return f"total {self.seconds['total']:.0f} s: " + ", ".join(parts + [f"search and TVM overhead {other:.0f}"])
 
@@ -128,22 +128,26 @@ def tune(spec: GemmSpec, work_dir: Path, settings: TuneSettings, builder: Any = 
     from ..device import gpu_available
     from .measure import make_builder, make_runner
 
-    own_runner = runner is None
+    own_runner, own_builder = runner is None, builder is None
     if own_runner and not gpu_available():
         raise NoDeviceError("MetaSchedule measures its candidates on a GPU, and none is available")
     work_dir.mkdir(parents=True, exist_ok=True)
     builder = builder or make_builder(spec, settings.arch, work_dir / "artifacts")
     runner = runner or make_runner(spec)
-    started = time.perf_counter()
+    started, phases = time.perf_counter(), {}
     try:
         database = _search(spec, settings, work_dir, builder, runner)
     finally:
+        phases = runner.phase_seconds() if hasattr(runner, "phase_seconds") else {}
         if own_runner:
             runner.close()
+        if own_builder:
+            builder.close()
     seconds = {"total": time.perf_counter() - started}
     for name, part in (("build", builder), ("measure", runner)):
         if isinstance(getattr(part, "seconds", None), float):
             seconds[name] = part.seconds
+    seconds.update({f"measure: {k}": v for k, v in phases.items()})
     best = best_schedule(database, spec, settings.arch)
     result = TuneResult(spec, settings, work_dir, best, trace_function(best, spec), seconds)
     save_trace(result.trace_path, result.trace_text)
