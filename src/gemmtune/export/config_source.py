@@ -46,17 +46,18 @@ class KnownConfig:
     measured_s: float | None
     cublas_s: float | None
     provenance: str
+    epilogue: str = "none"  # the epilogue the config was tuned with
 
     @staticmethod
     def from_json(data: dict) -> "KnownConfig":
         return KnownConfig(data["gpu"], data["arch"], data["m"], data["n"], data["k"], data.get("layout", "nn"),
                            SimtConfig.from_json(data["config"]), data.get("measured_s"), data.get("cublas_s"),
-                           data.get("provenance", ""))
+                           data.get("provenance", ""), data.get("epilogue", "none"))
 
-    def distance(self, spec: GemmSpec) -> tuple[bool, float]:
-        """Sort key: same layout first, then the smallest log-ratio of the sizes."""
+    def distance(self, spec: GemmSpec) -> tuple[bool, float, bool]:
+        """Sort key: same layout first, then the smallest log-ratio of the sizes, then the same epilogue."""
         sizes = abs(math.log(spec.m / self.m)) + abs(math.log(spec.n / self.n)) + abs(math.log(spec.k / self.k))
-        return (self.layout != spec.layout, sizes)
+        return (self.layout != spec.layout, sizes, self.epilogue != str(spec.epilogue))
 
 
 def given_config(config: SimtConfig, detail: str = "given by the caller") -> ConfigChoice:
@@ -111,7 +112,8 @@ def from_known_configs(spec: GemmSpec, arch: str, device: Any = None,
     rows = sorted((r for r in load_known_configs(table) if _matches(r, arch, device)), key=lambda r: r.distance(spec))
     for row in rows:
         if not rejections(row.config, spec, arch):
-            detail = (f"{row.gpu} entry for {row.m}x{row.n}x{row.k} {row.layout} in {Path(table).name}"
+            fused = f" {row.epilogue}" if row.epilogue != "none" else ""
+            detail = (f"{row.gpu} entry for {row.m}x{row.n}x{row.k} {row.layout}{fused} in {Path(table).name}"
                       + (f"; {row.provenance}" if row.provenance else ""))
             return ConfigChoice(row.config, Provenance("known-configs", detail, row.measured_s, row.cublas_s))
     return None
