@@ -123,22 +123,28 @@ def test_measure_returns_sane_samples(cache: Path) -> None:
             assert m.min_s <= m.median_s <= max(m.samples_s)
 
 
-SCALE = r"""
-extern "C" __global__ void scale(const float* __restrict__ A, float* __restrict__ D) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < (1 << 22)) D[i] = 2.0f * A[i];
+SUM = r"""
+extern "C" __global__ void sum16(const float* __restrict__ A, float* __restrict__ D) {
+    // Reads 16 MB (it fits in L2) and writes nothing unless the zero-filled input sums to non-zero.
+    const float4* a = reinterpret_cast<const float4*>(A);
+    float s = 0.0f;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < (1 << 20); i += gridDim.x * blockDim.x) {
+        const float4 v = a[i];
+        s += v.x + v.y + v.z + v.w;
+    }
+    if (s != 0.0f) D[0] = s;
 }
 """
 
 
 @pytest.mark.parametrize("mode", ["write", "read"])
 def test_flush_leaves_a_cold_l2(cache: Path, mode: str) -> None:
-    """32 MB of traffic fits in the H100/H200 L2: warm repetitions are faster than flushed ones."""
-    words = 1 << 22
-    source = KernelSource(SCALE, "scale", (words // 256, 1, 1), (256, 1, 1), ("A", "D"), GemmSpec(64, 64, 64),
+    """A kernel reading 16 MB runs from L2 when warm; after either flush it must read DRAM (slower)."""
+    source = KernelSource(SUM, "sum16", (1024, 1, 1), (256, 1, 1), ("A", "D"), GemmSpec(64, 64, 64),
                           "handwritten", "1")
-    with DeviceBuffer.alloc(4 * words) as da, DeviceBuffer.alloc(4 * words) as dd, \
+    with DeviceBuffer.alloc(16 << 20) as da, DeviceBuffer.alloc(4) as dd, \
             LoadedKernel(compile_kernel(source, _arch(), cache)) as kernel:
+        da.fill_u32(0)
         launch = kernel.bind({"A": da, "D": dd})
         timed = {flush: measure(launch, TimingProtocol(warmup=3, min_reps=20, max_reps=200, min_time_s=0.01,
                                                        flush_l2=flush, flush_mode=mode), query_device().l2_bytes)

@@ -67,15 +67,22 @@ class GemmtuneBuilder(PyBuilder):
         self.spec, self.arch, self.artifact_dir, self.cache_dir = spec, arch, artifact_dir, cache_dir
         self.pool = CompilePool(workers)
         self.seconds = 0.0  # wall time spent building, so a tune can say where its time went
+        self.phases = {"lower": 0.0, "nvrtc": 0.0}  # TVM lowering + codegen (serial), NVRTC (worker pool)
 
     def build(self, build_inputs: list) -> list:
         started = time.perf_counter()
         converted = [self._convert(item.mod) for item in build_inputs]
         sources = [c for c in converted if isinstance(c, KernelSource)]
+        lowered = time.perf_counter()
         errors = iter(self.pool.compile(sources, self.arch, self.cache_dir))
         results = [c if isinstance(c, BuilderResult) else self._artifact(c, next(errors)) for c in converted]
+        self.phases["lower"] += lowered - started
+        self.phases["nvrtc"] += time.perf_counter() - lowered
         self.seconds += time.perf_counter() - started
         return results
+
+    def phase_seconds(self) -> dict[str, float]:
+        return dict(self.phases)
 
     def close(self) -> None:
         self.pool.close()

@@ -138,7 +138,8 @@ def tune(spec: GemmSpec, work_dir: Path, settings: TuneSettings, builder: Any = 
     try:
         database = _search(spec, settings, work_dir, builder, runner)
     finally:
-        phases = runner.phase_seconds() if hasattr(runner, "phase_seconds") else {}
+        phases = {f"{name}: {k}": v for name, part in (("build", builder), ("measure", runner))
+                  if hasattr(part, "phase_seconds") for k, v in part.phase_seconds().items()}
         if own_runner:
             runner.close()
         if own_builder:
@@ -147,7 +148,7 @@ def tune(spec: GemmSpec, work_dir: Path, settings: TuneSettings, builder: Any = 
     for name, part in (("build", builder), ("measure", runner)):
         if isinstance(getattr(part, "seconds", None), float):
             seconds[name] = part.seconds
-    seconds.update({f"measure: {k}": v for k, v in phases.items()})
+    seconds.update(phases)
     best = best_schedule(database, spec, settings.arch)
     result = TuneResult(spec, settings, work_dir, best, trace_function(best, spec), seconds)
     save_trace(result.trace_path, result.trace_text)
