@@ -252,6 +252,8 @@ def run_tvm_tune(args: argparse.Namespace) -> int:
     work_dir = getattr(args, "work_dir", None) or Path("tvm-tune") / f"{spec.slug()}-{settings.space}"
     result = tune(spec, work_dir, settings)
     print(result.trace_text)
+    if result.time_split():
+        print(f"# {result.time_split()}")
     epilogue = "" if spec.epilogue.is_identity else f" --epilogue {spec.epilogue}"
     print(f"# saved to {result.trace_path}; re-apply: gemmtune tvm evaluate --tuned --trace {result.trace_path} "
           f"M={spec.m} N={spec.n} K={spec.k} --layout {spec.layout}{epilogue}")

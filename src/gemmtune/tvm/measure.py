@@ -24,7 +24,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
 from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerResult
 
-from ..compiler import CompiledKernel, CompilePool, compile_kernel
+from ..compiler import CompiledKernel, compile_kernel
 from ..errors import GemmtuneError
 from ..kernel_source import KernelSource
 from ..spec import GemmSpec
@@ -34,6 +34,9 @@ from .convert import kernel_source
 # Short on purpose: the search compares hundreds of candidates; the winner is re-timed by
 # gemmtune.evaluate with the full protocol afterwards.
 TUNING_PROTOCOL = TimingProtocol(warmup=1, min_reps=3, max_reps=20, min_time_s=0.02, flush_l2=True)
+# A candidate whose single checked run is this many times slower than the best so far is not timed
+# further (at 4096³ some candidates take 300 ms a run): the search only needs to know it lost.
+HOPELESS = 8.0
 # TVM reports schedule and lowering failures as these Python exceptions (through tvm_ffi).
 TVM_BUILD_FAILURES = (GemmtuneError, RuntimeError, ValueError)
 
@@ -53,50 +56,70 @@ def read_artifact(path: str, cache_dir: Path | None = None) -> CompiledKernel:
     return compile_kernel(KernelSource.from_json(data["source"]), data["arch"], cache_dir)
 
 
+def build_candidate(job: tuple[str, dict, str, str | None]) -> tuple[dict | None, str | None]:
+    """Worker side of GemmtuneBuilder: a candidate IRModule (as TVM JSON) -> (KernelSource JSON, None)
+    once lowered and compiled into the NVRTC disk cache, or (None, the one-line reason it failed)."""
+    import tvm
+
+    mod_json, spec_json, arch, cache = job
+    try:
+        source = kernel_source(tvm.ir.load_json(mod_json), GemmSpec.from_json(spec_json),
+                               {"schedule": "meta_schedule candidate"}, arch)
+        compile_kernel(source, arch, Path(cache) if cache else None)
+    except TVM_BUILD_FAILURES as err:
+        return None, f"{type(err).__name__}: {err}"
+    return source.to_json(), None
+
+
 @derived_object
 class GemmtuneBuilder(PyBuilder):
     """Candidate module -> KernelSource -> NVRTC; the artifact is the KernelSource as JSON.
 
-    TVM's lowering runs one candidate at a time in this process; the NVRTC compiles, which
-    dominate, run in a pool of worker processes (one per core) kept for the whole search.
+    Both halves run in a pool of spawned worker processes (one per core) kept for the whole
+    search: on the H200 host, lowering 64 candidates one at a time in this process took about
+    three minutes, and NVRTC another large share, while MetaSchedule's own builder is parallel too.
     """
 
     def __init__(self, spec: GemmSpec, arch: str, artifact_dir: Path, cache_dir: Path | None = None,
                  workers: int | None = None):
         super().__init__()
         self.spec, self.arch, self.artifact_dir, self.cache_dir = spec, arch, artifact_dir, cache_dir
-        self.pool = CompilePool(workers)
+        self.workers = workers or os.cpu_count() or 1
+        self.pool: Any = None
         self.seconds = 0.0  # wall time spent building, so a tune can say where its time went
-        self.phases = {"lower": 0.0, "nvrtc": 0.0}  # TVM lowering + codegen (serial), NVRTC (worker pool)
 
     def build(self, build_inputs: list) -> list:
+        import tvm
+
         started = time.perf_counter()
-        converted = [self._convert(item.mod) for item in build_inputs]
-        sources = [c for c in converted if isinstance(c, KernelSource)]
-        lowered = time.perf_counter()
-        errors = iter(self.pool.compile(sources, self.arch, self.cache_dir))
-        results = [c if isinstance(c, BuilderResult) else self._artifact(c, next(errors)) for c in converted]
-        self.phases["lower"] += lowered - started
-        self.phases["nvrtc"] += time.perf_counter() - lowered
+        cache = str(self.cache_dir) if self.cache_dir else None
+        jobs = [(tvm.ir.save_json(item.mod), self.spec.to_json(), self.arch, cache) for item in build_inputs]
+        results = [self._artifact(*outcome) for outcome in self._run(jobs)]
         self.seconds += time.perf_counter() - started
         return results
 
-    def phase_seconds(self) -> dict[str, float]:
-        return dict(self.phases)
+    def _run(self, jobs: list) -> list[tuple[dict | None, str | None]]:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
+
+        if self.pool is None:
+            self.pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+        try:
+            return list(self.pool.map(build_candidate, jobs))
+        except BrokenProcessPool:  # a worker died (TVM or NVRTC crashed): fail this batch, start afresh
+            self.close()
+            return [(None, "BuildError: a build worker process died")] * len(jobs)
 
     def close(self) -> None:
-        self.pool.close()
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
+            self.pool = None
 
-    def _convert(self, mod: Any) -> KernelSource | BuilderResult:
-        try:
-            return kernel_source(mod, self.spec, {"schedule": "meta_schedule candidate"}, self.arch)
-        except TVM_BUILD_FAILURES as err:
-            return BuilderResult(None, f"{type(err).__name__}: {err}")
-
-    def _artifact(self, source: KernelSource, error: str | None) -> BuilderResult:
-        if error is not None:
+    def _artifact(self, source_json: dict | None, error: str | None) -> BuilderResult:
+        if source_json is None:
             return BuilderResult(None, error)
-        return BuilderResult(_write_artifact(self.artifact_dir, source, self.arch), None)
+        return BuilderResult(_write_artifact(self.artifact_dir, KernelSource.from_json(source_json), self.arch), None)
 
 
 def make_builder(spec: GemmSpec, arch: str, artifact_dir: Path, cache_dir: Path | None = None) -> GemmtuneBuilder:
@@ -115,10 +138,11 @@ class _Bench:
         self.buffers = {name: DeviceBuffer.from_numpy(v) for name, v in inputs.items() if isinstance(v, np.ndarray)}
         self.buffers["D"] = DeviceBuffer.alloc(spec.m * spec.n * spec.element_bytes)
         self.bindings = {name: buf.ptr for name, buf in self.buffers.items()}
-        self.seconds = {"verify": 0.0, "time": 0.0}  # load + check, and the timed runs
+        self.seconds = {"verify": 0.0, "time": 0.0, "skipped": 0}  # load + check, timed runs, candidates not timed
 
-    def run(self, compiled: CompiledKernel, protocol: TimingProtocol) -> list[float]:
-        """Check the output once, then time; raises VerifyError for a wrong kernel."""
+    def run(self, compiled: CompiledKernel, protocol: TimingProtocol, hopeless_s: float = float("inf")) -> list[float]:
+        """Check the output once, then time; raises VerifyError for a wrong kernel. A kernel whose checked
+        run already took over `hopeless_s` is not timed further: that one run is its sample."""
         from ..device import query_device
         from ..errors import VerifyError
         from ..runtime import LoadedKernel, synchronize
@@ -128,14 +152,20 @@ class _Bench:
         started = time.perf_counter()
         with LoadedKernel(compiled) as kernel:
             self.buffers["D"].fill_nan()
+            synchronize()
+            launched = time.perf_counter()
             kernel.launch(self.bindings)
             synchronize()
+            first_run = time.perf_counter() - launched
             out = self.buffers["D"].to_numpy((self.spec.m, self.spec.n), np.float32)
             check = compare(out, self.expected, self.spec.dtype, self.spec.k)
             checked = time.perf_counter()
             self.seconds["verify"] += checked - started
             if not check.ok:
                 raise VerifyError(check.message)
+            if first_run > hopeless_s:
+                self.seconds["skipped"] += 1
+                return [first_run]
             samples = list(measure(kernel.bind(self.bindings), protocol, query_device().l2_bytes).samples_s)
             self.seconds["time"] += time.perf_counter() - checked
             return samples
@@ -170,6 +200,7 @@ class GemmtuneRunner(PyRunner):
         self.spec, self.protocol, self.cache_dir, self.seed = spec, protocol, cache_dir, seed
         self.bench: _Bench | None = None
         self.seconds = 0.0  # wall time spent verifying and timing candidates
+        self.best_s = float("inf")  # fastest median so far
 
     def run(self, runner_inputs: list) -> list:
         started = time.perf_counter()
@@ -180,9 +211,11 @@ class GemmtuneRunner(PyRunner):
     def _one(self, path: str) -> RunnerResult:
         try:
             self.bench = self.bench or _Bench(self.spec, self.seed)
-            return RunnerResult(self.bench.run(read_artifact(path, self.cache_dir), self.protocol), None)
+            samples = self.bench.run(read_artifact(path, self.cache_dir), self.protocol, HOPELESS * self.best_s)
         except GemmtuneError as err:
             return RunnerResult(None, f"{type(err).__name__}: {err}")
+        self.best_s = min(self.best_s, sorted(samples)[len(samples) // 2])
+        return RunnerResult(samples, None)
 
     def phase_seconds(self) -> dict[str, float]:
         return dict(self.bench.seconds) if self.bench is not None else {}
