@@ -44,6 +44,7 @@ class Options:
     arch: str
     run_id: str
     skip_fixed: bool
+    resume_dir: Path | None = None
 
 
 def _log(text: str) -> None:
@@ -69,23 +70,31 @@ def tuned_rows(spec: GemmSpec, key: str, space: str, opts: Options) -> list[Benc
     """MetaSchedule rows after each cumulative trial count (the search continues in one work dir)."""
     from gemmtune.tvm.convert import kernel_source
     from gemmtune.tvm.rows import source_row
-    from gemmtune.tvm.tuning import TuneSettings, default_cost_model, tune
+    from gemmtune.tvm.tuning import TuneSettings, best_of_first, default_cost_model, trial_count, tune
 
-    # A fresh work dir per run, so "after N trials" counts this run's trials only.
-    rows, done, work_dir = [], 0, opts.work_root / f"{key}-{space}-{opts.run_id}"
+    # A fresh work dir per run unless --resume-dir continues an earlier search (a run cut off by the
+    # device's 600 s limit). The row "after N trials" is the best of the database's first N records,
+    # which MetaSchedule appends in the order it measures them.
+    rows, work_dir = [], opts.resume_dir or opts.work_root / f"{key}-{space}-{opts.run_id}"
+    tuned_here, seconds = 0, 0.0
     for total in opts.trials:
-        settings = TuneSettings(space=space, trials=total - done, cost_model=default_cost_model(), arch=opts.arch,
-                                seed=0)
-        started = time.perf_counter()
-        try:
-            result = tune(spec, work_dir, settings)
-        except GemmtuneError as err:
-            rows.append(BenchRow(f"MetaSchedule {space} {total}", "", None, None, None, type(err).__name__, str(err)))
-            break
-        done = total
-        detail = f"{total} trials, {settings.cost_model} cost model, {time.perf_counter() - started:.0f} s"
-        _log(f"  MetaSchedule {space} to {total}: {result.time_split()}")
-        source = kernel_source(result.schedule.mod, spec, {"schedule": "tuned", "space": space}, opts.arch)
+        have = trial_count(work_dir)
+        if have < total:
+            settings = TuneSettings(space=space, trials=total - have, cost_model=default_cost_model(),
+                                    arch=opts.arch, seed=0)
+            started = time.perf_counter()
+            try:
+                result = tune(spec, work_dir, settings)
+            except GemmtuneError as err:
+                rows.append(BenchRow(f"MetaSchedule {space} {total}", "", None, None, None, type(err).__name__,
+                                     str(err)))
+                break
+            tuned_here, seconds = tuned_here + total - have, seconds + time.perf_counter() - started
+            _log(f"  MetaSchedule {space} to {total}: {result.time_split()}")
+        earlier = f", {total - tuned_here} of them in an earlier run" if tuned_here < total else ""
+        detail = f"{total} trials{earlier}, {default_cost_model()} cost model, {seconds:.0f} s of tuning in this run"
+        schedule = best_of_first(work_dir, spec, total, opts.arch)
+        source = kernel_source(schedule.mod, spec, {"schedule": "tuned", "space": space}, opts.arch)
         rows.append(source_row(f"MetaSchedule {space} {total}", detail, lambda s=source: s, opts.arch,
                                opts.protocol, True))
         _log(f"  MetaSchedule {space} after {total}: {rows[-1].status} ({detail})")
@@ -149,6 +158,8 @@ def _options(argv: list[str] | None) -> tuple[Options, Path, Path | None]:
     parser.add_argument("--min-time", type=float, default=0.3, help="seconds of timed runs per kernel")
     parser.add_argument("--skip-fixed", action="store_true",
                         help="only cuBLAS and the MetaSchedule rows (no ladder, dlight, gemmtune rows)")
+    parser.add_argument("--resume-dir", type=Path,
+                        help="continue the MetaSchedule search in this work dir (one shape, one space)")
     parser.add_argument("--out", type=Path, default=Path("tvm-bench.md"), help="markdown output")
     parser.add_argument("--json", type=Path, help="also write every row as JSON")
     args = parser.parse_args(argv)
@@ -156,12 +167,14 @@ def _options(argv: list[str] | None) -> tuple[Options, Path, Path | None]:
     unknown = [s for s in shapes if s not in SHAPES]
     if unknown:
         parser.error(f"unknown shapes {unknown}; known: {', '.join(SHAPES)}")
+    if args.resume_dir and (len(shapes) != 1 or "," in args.spaces):
+        parser.error("--resume-dir continues one search: give one shape and one space")
     from gemmtune.device import query_device
 
     opts = Options(shapes, tuple(sorted(int(t) for t in args.trials.split(",") if t)),
                    tuple(s for s in args.spaces.split(",") if s), args.work_root,
                    TimingProtocol(min_time_s=args.min_time), query_device().arch, time.strftime("%Y%m%d-%H%M%S"),
-                   args.skip_fixed)
+                   args.skip_fixed, args.resume_dir)
     return opts, args.out, args.json
 
 

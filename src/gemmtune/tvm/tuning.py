@@ -174,6 +174,32 @@ def open_database(work_dir: Path) -> Any:
     return ms.database.JSONDatabase(work_dir=str(work_dir))
 
 
+def trial_count(work_dir: Path) -> int:
+    """Measured trials in a work dir's database (0 when there is none)."""
+    records = work_dir / "database_tuning_record.json"
+    return sum(1 for line in records.read_text().splitlines() if line.strip()) if records.exists() else 0
+
+
+def best_of_first(work_dir: Path, spec: GemmSpec, trials: int, arch: str = "sm_90") -> Any:
+    """The best schedule among the first `trials` records of a work dir's database: the search's
+    answer after that many trials (records are appended in the order they were measured)."""
+    import tempfile
+
+    import tvm.s_tir.meta_schedule as ms
+
+    lines = [line for line in (work_dir / "database_tuning_record.json").read_text().splitlines() if line.strip()]
+    if len(lines) < trials:
+        raise GemmtuneError(f"{work_dir} holds {len(lines)} trials, fewer than {trials}")
+    with tempfile.TemporaryDirectory() as prefix:
+        workloads = work_dir / "database_workload.json"
+        if workloads.exists():
+            (Path(prefix) / "database_workload.json").write_text(workloads.read_text())
+        else:  # the one workload of a gemmtune tune: its records all point at index 0
+            ms.database.JSONDatabase(work_dir=prefix).commit_workload(module(gemm(spec)))
+        (Path(prefix) / "database_tuning_record.json").write_text("\n".join(lines[:trials]) + "\n")
+        return best_schedule(ms.database.JSONDatabase(work_dir=prefix), spec, arch)
+
+
 # --- traces ----------------------------------------------------------------------------------
 def trace_function(sch: Any, spec: GemmSpec) -> str:
     """The schedule's trace as a self-contained Python `apply_trace(sch)` function."""
