@@ -63,6 +63,25 @@ def test_tune_writes_the_json_database_and_trace(tuned: tuning.TuneResult) -> No
     assert len(records) == 4
 
 
+def test_best_of_the_first_n_records_is_the_search_after_n_trials(tuned: tuning.TuneResult, tmp_path: Path) -> None:
+    from gemmtune.errors import GemmtuneError
+
+    assert tuning.trial_count(tuned.work_dir) == 4 and tuning.trial_count(tmp_path) == 0
+    whole = tuning.best_schedule(tuning.open_database(tuned.work_dir), SPEC)
+    assert str(tuning.best_of_first(tuned.work_dir, SPEC, 4).trace) == str(whole.trace)
+    # Without the workload file (a copy that lost it) the one gemm workload is recreated.
+    (tmp_path / "database_tuning_record.json").write_text((tuned.work_dir / "database_tuning_record.json").read_text())
+    assert str(tuning.best_of_first(tmp_path, SPEC, 4).trace) == str(whole.trace)
+    tuning.best_of_first(tmp_path, SPEC, 1)
+    with pytest.raises(GemmtuneError, match="fewer than 5"):
+        tuning.best_of_first(tuned.work_dir, SPEC, 5)
+
+
+def test_tune_says_where_its_time_went(tuned: tuning.TuneResult) -> None:
+    assert tuned.seconds["total"] > 0 and tuned.seconds["build"] > 0
+    assert tuned.time_split().startswith("total ") and "build" in tuned.time_split()
+
+
 def test_printed_trace_reapplies_to_the_same_module(tuned: tuning.TuneResult) -> None:
     assert "def apply_trace(sch: s_tir.Schedule) -> None:" in tuned.trace_text
     again = tuning.apply_trace_text(SPEC, tuned.trace_path.read_text())
