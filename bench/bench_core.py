@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from gemmtune.bench import BenchRow, bench_config, bench_many  # noqa: E402
-from gemmtune.build import choose_config  # noqa: E402
+from gemmtune.build import choose_config, compile_configs  # noqa: E402
 from gemmtune.device import query_device  # noqa: E402
 from gemmtune.kernels.simt_config import SimtConfig, ladder, rejections  # noqa: E402
 from gemmtune.spec import GemmSpec  # noqa: E402
@@ -39,25 +39,10 @@ def sweep_candidates(spec: GemmSpec, arch: str, count: int, seed: int = 0) -> li
     return valid[:count]
 
 
-def _compile_job(job):
-    from gemmtune.compiler import compile_kernel
-    from gemmtune.errors import GemmtuneError
-    from gemmtune.kernels.simt import render
-
-    spec, config, arch = job
-    try:
-        compile_kernel(render(spec, config, arch), arch)
-    except GemmtuneError:
-        pass  # bench_config reports it
-
-
 def precompile(spec: GemmSpec, configs: list[SimtConfig], arch: str) -> None:
-    """Fill the NVRTC disk cache in parallel; the timed loop then only loads cubins."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    with ProcessPoolExecutor(mp_context=multiprocessing.get_context("spawn")) as pool:
-        list(pool.map(_compile_job, [(spec, c, arch) for c in configs]))
+    """Fill the NVRTC disk cache in parallel; the timed loop then only loads cubins (and bench_config
+    reports any config that failed to compile)."""
+    compile_configs([(spec, c, arch) for c in configs])
 
 
 def run_sweep(spec: GemmSpec, arch: str, count: int) -> list[BenchRow]:

@@ -1,10 +1,8 @@
 """GPU: every ladder step and all four layouts compute the right product on random data."""
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
-
 import numpy as np
 import pytest
 
+from gemmtune.build import compile_configs
 from gemmtune.compiler import compile_kernel
 from gemmtune.kernels.simt import render
 from gemmtune.kernels.simt_config import SimtConfig, ladder
@@ -22,9 +20,12 @@ def _arch() -> str:
     return query_device().arch
 
 
-def _compile(job):
-    spec, config, arch = job
-    return compile_kernel(render(spec, config, arch), arch)
+def _compiled(jobs: list) -> dict:
+    """Compile every job once, in parallel: NVRTC is the slow part of this file."""
+    kernels = compile_configs(jobs)
+    failed = [(job[0].short(), job[1].describe(), k) for job, k in zip(jobs, kernels) if isinstance(k, Exception)]
+    assert not failed, failed[:3]
+    return {(job[0], job[1]): kernel for job, kernel in zip(jobs, kernels)}
 
 
 @pytest.fixture(scope="module")
@@ -33,9 +34,7 @@ def compiled_ladder():
     arch = _arch()
     jobs = [(GemmSpec(*shape, layout=layout), config, arch)
             for _, config in ladder(arch) for layout in LAYOUTS for shape in SHAPES]
-    with ProcessPoolExecutor(mp_context=multiprocessing.get_context("spawn")) as pool:
-        kernels = list(pool.map(_compile, jobs))
-    return {(job[0], job[1]): kernel for job, kernel in zip(jobs, kernels)}
+    return _compiled(jobs)
 
 
 @pytest.mark.parametrize("step", [name for name, _ in ladder()])
@@ -82,9 +81,7 @@ def compiled_stage_c():
     jobs = [(GemmSpec(*shape, layout=layout, epilogue=epilogue), config.with_(stage_c=True), arch)
             for config in STAGE_C_CONFIGS.values() for epilogue in STAGE_C_EPILOGUES
             for shape in STAGE_C_SHAPES for layout in LAYOUTS]
-    with ProcessPoolExecutor(mp_context=multiprocessing.get_context("spawn")) as pool:
-        kernels = list(pool.map(_compile, jobs))
-    return {(job[0], job[1]): kernel for job, kernel in zip(jobs, kernels)}
+    return _compiled(jobs)
 
 
 @pytest.mark.parametrize("name", list(STAGE_C_CONFIGS))

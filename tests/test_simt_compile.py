@@ -133,3 +133,12 @@ def test_nvrtc_cache_is_off_so_ptxas_always_reports():
     code = "import os, gemmtune.compiler; print(os.environ['CUDA_CACHE_DISABLE'])"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "1"
+
+
+def test_compile_configs_returns_each_kernel_or_its_typed_error():
+    from gemmtune.build import compile_configs
+
+    good, bad = dict(ladder())["double_buffer"], SimtConfig(bm=48)
+    out = compile_configs([(GemmSpec(127, 129, 131), good, "sm_90"), (GemmSpec(64, 64, 64), bad, "sm_90")], workers=2)
+    assert out[0].resources.spills == 0 and out[0].source.entry.endswith("_simt")
+    assert isinstance(out[1], ConfigError) and "48" in str(out[1])

@@ -119,3 +119,24 @@ def build(spec: GemmSpec, config: SimtConfig | str | None = None, arch: str | No
         chosen = ChosenConfig(config, "given")
     compiled = compile_kernel(simt.render(spec, chosen.config, arch), arch)
     return Kernel(compiled, chosen.config, chosen.source)
+
+
+# --- many configs at once ---------------------------------------------------------------------------
+def _render_and_compile(job: tuple[GemmSpec, SimtConfig, str]) -> CompiledKernel | GemmtuneError:
+    spec, config, arch = job
+    try:
+        return compile_kernel(simt.render(spec, config, arch), arch)
+    except GemmtuneError as err:  # returned, not raised: one bad config must not sink the batch
+        return err
+
+
+def compile_configs(jobs: list[tuple[GemmSpec, SimtConfig, str]],
+                    workers: int | None = None) -> list[CompiledKernel | GemmtuneError]:
+    """Render and compile (spec, config, arch) jobs in spawned worker processes (NVRTC is the slow
+    part of sweeps and test setup); one result per job, the typed error where it failed. The disk
+    cache keeps every result, so a later compile_kernel of the same source is a file read."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(_render_and_compile, jobs))
