@@ -167,4 +167,3 @@ def compile_kernel(source: KernelSource, arch: str = "sm_90", cache_dir: Path | 
     meta = {"ptx": ptx, "resources": resources.to_json(), "log": log, "compile_seconds": seconds}
     _atomic_write(meta_path, json.dumps(meta).encode())
     return CompiledKernel(source, arch, cubin, ptx, resources, log, seconds, version)
-

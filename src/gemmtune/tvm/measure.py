@@ -138,7 +138,8 @@ class _Bench:
         self.buffers = {name: DeviceBuffer.from_numpy(v) for name, v in inputs.items() if isinstance(v, np.ndarray)}
         self.buffers["D"] = DeviceBuffer.alloc(spec.m * spec.n * spec.element_bytes)
         self.bindings = {name: buf.ptr for name, buf in self.buffers.items()}
-        self.seconds = {"verify": 0.0, "time": 0.0, "skipped": 0}  # load + check, timed runs, candidates not timed
+        self.seconds = {"verify": 0.0, "time": 0.0}  # load + check, and the timed runs
+        self.untimed = 0  # candidates not timed beyond their checked run (hopeless)
 
     def run(self, compiled: CompiledKernel, protocol: TimingProtocol, hopeless_s: float = float("inf")) -> list[float]:
         """Check the output once, then time; raises VerifyError for a wrong kernel. A kernel whose checked
@@ -165,7 +166,7 @@ class _Bench:
             if not check.ok:
                 raise VerifyError(check.message)
             if first_run > hopeless_s:
-                self.seconds["skipped"] += 1
+                self.untimed += 1
                 return [first_run]
             samples = list(measure(kernel.bind(self.bindings), protocol, query_device().l2_bytes).samples_s)
             self.seconds["time"] += time.perf_counter() - checked
@@ -220,6 +221,9 @@ class GemmtuneRunner(PyRunner):
 
     def phase_seconds(self) -> dict[str, float]:
         return dict(self.bench.seconds) if self.bench is not None else {}
+
+    def untimed(self) -> int:
+        return self.bench.untimed if self.bench is not None else 0
 
     def close(self) -> None:
         if self.bench is not None:

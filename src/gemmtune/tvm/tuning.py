@@ -74,6 +74,7 @@ class TuneResult:
     schedule: Any  # tvm.s_tir.Schedule of the best record
     trace_text: str  # the `apply_trace(sch)` function
     seconds: dict[str, float] = field(default_factory=dict)  # where the tune's wall time went
+    untimed: int = 0  # candidates the runner did not time beyond their checked run (hopeless)
 
     def time_split(self) -> str:
         """'total 207 s: build 40, measure 60, search and TVM overhead 107' (empty when unknown)."""
@@ -81,7 +82,9 @@ class TuneResult:
             return ""
         parts = [f"{k} {v:.0f}" for k, v in self.seconds.items() if k != "total"]
         other = self.seconds["total"] - sum(self.seconds.get(k, 0.0) for k in ("build", "measure"))
-        return f"total {self.seconds['total']:.0f} s: " + ", ".join(parts + [f"search and TVM overhead {other:.0f}"])
+        untimed = f"; {self.untimed} candidates not timed past their checked run" if self.untimed else ""
+        return (f"total {self.seconds['total']:.0f} s: " + ", ".join(parts + [f"search and TVM overhead {other:.0f}"])
+                + untimed)
 
     @property
     def trace_path(self) -> Path:
@@ -134,12 +137,14 @@ def tune(spec: GemmSpec, work_dir: Path, settings: TuneSettings, builder: Any = 
     work_dir.mkdir(parents=True, exist_ok=True)
     builder = builder or make_builder(spec, settings.arch, work_dir / "artifacts")
     runner = runner or make_runner(spec)
-    started, phases = time.perf_counter(), {}
+    started = time.perf_counter()
     try:
         database = _search(spec, settings, work_dir, builder, runner)
     finally:
-        phases = {f"{name}: {k}": v for name, part in (("build", builder), ("measure", runner))
-                  if hasattr(part, "phase_seconds") for k, v in part.phase_seconds().items()}
+        # Read before close(): closing the runner drops its bench and with it these figures.
+        measured = hasattr(runner, "phase_seconds")  # a GemmtuneRunner (tests may pass their own)
+        phases = {f"measure: {k}": v for k, v in runner.phase_seconds().items()} if measured else {}
+        untimed = runner.untimed() if measured else 0
         if own_runner:
             runner.close()
         if own_builder:
@@ -150,7 +155,7 @@ def tune(spec: GemmSpec, work_dir: Path, settings: TuneSettings, builder: Any = 
             seconds[name] = part.seconds
     seconds.update(phases)
     best = best_schedule(database, spec, settings.arch)
-    result = TuneResult(spec, settings, work_dir, best, trace_function(best, spec), seconds)
+    result = TuneResult(spec, settings, work_dir, best, trace_function(best, spec), seconds, untimed)
     save_trace(result.trace_path, result.trace_text)
     return result
 
@@ -174,10 +179,15 @@ def open_database(work_dir: Path) -> Any:
     return ms.database.JSONDatabase(work_dir=str(work_dir))
 
 
+def _records(work_dir: Path) -> list[str]:
+    """The JSON lines of a work dir's tuning records, in the order MetaSchedule measured them."""
+    path = work_dir / "database_tuning_record.json"
+    return [line for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
 def trial_count(work_dir: Path) -> int:
     """Measured trials in a work dir's database (0 when there is none)."""
-    records = work_dir / "database_tuning_record.json"
-    return sum(1 for line in records.read_text().splitlines() if line.strip()) if records.exists() else 0
+    return len(_records(work_dir))
 
 
 def best_of_first(work_dir: Path, spec: GemmSpec, trials: int, arch: str = "sm_90") -> Any:
@@ -187,7 +197,7 @@ def best_of_first(work_dir: Path, spec: GemmSpec, trials: int, arch: str = "sm_9
 
     import tvm.s_tir.meta_schedule as ms
 
-    lines = [line for line in (work_dir / "database_tuning_record.json").read_text().splitlines() if line.strip()]
+    lines = _records(work_dir)
     if len(lines) < trials:
         raise GemmtuneError(f"{work_dir} holds {len(lines)} trials, fewer than {trials}")
     with tempfile.TemporaryDirectory() as prefix:
