@@ -45,6 +45,7 @@ class Options:
     run_id: str
     skip_fixed: bool
     resume_dir: Path | None = None
+    replay_traces: Path | None = None
 
 
 def _log(text: str) -> None:
@@ -52,17 +53,40 @@ def _log(text: str) -> None:
 
 
 def tvm_rows(spec: GemmSpec, opts: Options) -> list[BenchRow]:
-    """The ladder rows and dlight, each verified and timed (or a row saying why not)."""
+    """The ladder rows and dlight, each verified and timed (or a row saying why not). A prefix that
+    TVM lowers to two kernels (GEMM, then the epilogue) is timed as that launch sequence."""
     from gemmtune.tvm import ladder
-    from gemmtune.tvm.rows import source_row
-    from gemmtune.tvm.schedules import named_source
+    from gemmtune.tvm.rows import schedule_row
 
     rows = []
     for name in (*ladder.RUNG_NAMES, "dlight"):
-        detail = ladder.rung(name).tiles.describe() if name != "dlight" else "default GPU rules"
-        rows.append(source_row(f"TVM {name}", detail, lambda n=name: named_source(spec, n, opts.arch), opts.arch,
-                               opts.protocol, True))
+        rows.append(schedule_row(spec, name, opts.arch, opts.protocol, True, label=f"TVM {name}"))
         _log(f"  TVM {name}: {rows[-1].status}")
+    return rows
+
+
+def replayed_rows(spec: GemmSpec, key: str, opts: Options) -> list[BenchRow]:
+    """MetaSchedule rows from --replay-traces: each saved schedule rebuilt, verified and timed here."""
+    from gemmtune.tvm.convert import kernel_source
+    from gemmtune.tvm.rows import source_row
+    from gemmtune.tvm.tuning import apply_trace_text
+    from tvm_traces import load
+
+    saved = load(opts.replay_traces).get(key)
+    if saved is None:
+        return [BenchRow("MetaSchedule", "", None, None, None, "missing", f"no traces for {key} in {opts.replay_traces}")]
+    rows = []
+    for total in opts.trials:
+        name, trace = f"MetaSchedule auto {total}", saved["trials"].get(str(total))
+        if trace is None:
+            rows.append(BenchRow(name, "", None, None, None, "missing", f"no trace after {total} trials"))
+            continue
+        detail = (f"best of the first {total} of {saved['records']} trials of a search run before this one "
+                  f"({saved['database']}), rebuilt from its trace")
+        rows.append(source_row(name, detail, lambda t=trace: kernel_source(
+            apply_trace_text(spec, t).mod, spec, {"schedule": "tuned", "trials": total}, opts.arch),
+            opts.arch, opts.protocol, True))
+        _log(f"  {name} (replayed): {rows[-1].status}")
     return rows
 
 
@@ -143,6 +167,10 @@ def bench_shape(key: str, opts: Options, save: Callable[[list[BenchRow]], None])
     if not opts.skip_fixed:
         rows += [own_row(spec, opts), *tvm_rows(spec, opts)]
     save(rows)
+    if opts.replay_traces:
+        rows.extend(replayed_rows(spec, key, opts))
+        save(rows)
+        return rows
     for space in opts.spaces:
         rows.extend(tuned_rows(spec, key, space, opts))
         save(rows)
@@ -160,6 +188,8 @@ def _options(argv: list[str] | None) -> tuple[Options, Path, Path | None]:
                         help="only cuBLAS and the MetaSchedule rows (no ladder, dlight, gemmtune rows)")
     parser.add_argument("--resume-dir", type=Path,
                         help="continue the MetaSchedule search in this work dir (one shape, one space)")
+    parser.add_argument("--replay-traces", type=Path,
+                        help="no search: time the MetaSchedule schedules saved by bench/tvm_traces.py (auto space)")
     parser.add_argument("--out", type=Path, default=Path("tvm-bench.md"), help="markdown output")
     parser.add_argument("--json", type=Path, help="also write every row as JSON")
     args = parser.parse_args(argv)
@@ -169,12 +199,16 @@ def _options(argv: list[str] | None) -> tuple[Options, Path, Path | None]:
         parser.error(f"unknown shapes {unknown}; known: {', '.join(SHAPES)}")
     if args.resume_dir and (len(shapes) != 1 or "," in args.spaces):
         parser.error("--resume-dir continues one search: give one shape and one space")
+    if args.replay_traces and args.resume_dir:
+        parser.error("--replay-traces times saved schedules; --resume-dir searches: give one of them")
+    if args.replay_traces and not args.replay_traces.exists():
+        parser.error(f"no traces file {args.replay_traces}")
     from gemmtune.device import query_device
 
     opts = Options(shapes, tuple(sorted(int(t) for t in args.trials.split(",") if t)),
                    tuple(s for s in args.spaces.split(",") if s), args.work_root,
                    TimingProtocol(min_time_s=args.min_time), query_device().arch, time.strftime("%Y%m%d-%H%M%S"),
-                   args.skip_fixed, args.resume_dir)
+                   args.skip_fixed, args.resume_dir, args.replay_traces)
     return opts, args.out, args.json
 
 

@@ -122,3 +122,19 @@ def test_runner_without_gpu_reports_an_error_per_candidate(tmp_path: Path) -> No
     runner = make_runner(SPEC)
     (future,) = runner.run([RunnerInput(built.artifact_path, "cuda", [])])
     assert future.result().run_secs is None and future.result().error_msg
+
+
+def test_committed_benchmark_traces_rebuild_and_compile(tmp_path: Path) -> None:
+    """The traces behind the README's MetaSchedule rows (bench/tvm_traces.py) still re-apply to the
+    workloads and compile: a TVM or workload change that breaks the replay shows up here, not on the GPU."""
+    import json
+
+    path = sorted((Path(__file__).parent.parent / "bench" / "results").glob("*-tvm-traces.json"))[-1]
+    data = json.loads(path.read_text())
+    assert data["format"] == "gemmtune-tvm-traces-1" and data["shapes"]
+    for key, saved in data["shapes"].items():
+        spec = GemmSpec.from_json(saved["spec"])
+        for trials, trace in saved["trials"].items():
+            source = kernel_source(tuning.apply_trace_text(spec, trace).mod, spec, {}, data["arch"])
+            compiled = compile_kernel(source, data["arch"], tmp_path)
+            assert compiled.resources.registers > 0, (key, trials)

@@ -137,8 +137,7 @@ def _tuned_from(args: argparse.Namespace):
 def run_tvm_ladder(args: argparse.Namespace) -> int:
     _require()
     from ..tvm import ladder
-    from ..tvm.rows import source_row
-    from ..tvm.schedules import named_source
+    from ..tvm.rows import ladder_rows
 
     spec, arch = spec_from_args(args), _arch(args)
     if args.show:
@@ -148,8 +147,7 @@ def run_tvm_ladder(args: argparse.Namespace) -> int:
             print(f"# completed: {note}")
         return 0
     on_gpu, protocol = _gpu(), TimingProtocol(min_time_s=args.min_time)
-    rows = [source_row(r.name, r.tiles.describe(), lambda r=r: named_source(spec, r.name, arch), arch, protocol, on_gpu)
-            for r in ladder.LADDER]
+    rows = ladder_rows(spec, arch, protocol, on_gpu)  # rows before epilogue_fusion may be 2-kernel sequences
     _print_rows(rows, spec, f"TVM ladder, {spec.short()} ({arch})", on_gpu, protocol if on_gpu else None)
     return 0 if any(r.status in ("ok", "compiled") for r in rows) else 1
 

@@ -6,9 +6,10 @@ A prefix can leave work TVM cannot place on the GPU, so `complete` gives it the 
 correct mapping and says what it did:
   - shared-memory copies not yet distributed by cooperative_fetching: one float per thread
     per iteration (otherwise every thread would copy the whole slice);
-  - an epilogue not yet fused: its own kernel over an accumulator in global memory. gemmtune
-    launches one kernel per KernelSource, so conversion rejects such a module with a reason
-    (show-cuda still prints both kernels).
+  - an epilogue not yet fused: its own kernel over an accumulator in global memory. Such a
+    module is not one KernelSource (convert.kernel_source rejects it with the reason); the
+    ladder's rows (rows.ladder_rows) verify and time it as the launch sequence TVM produced
+    (sequence.py: GEMM into `acc`, then ReLU + C), and show-cuda --raw prints both kernels.
 """
 from __future__ import annotations
 
