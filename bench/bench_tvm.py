@@ -67,10 +67,11 @@ def tvm_rows(spec: GemmSpec, opts: Options) -> list[BenchRow]:
 
 def replayed_rows(spec: GemmSpec, key: str, opts: Options) -> list[BenchRow]:
     """MetaSchedule rows from --replay-traces: each saved schedule rebuilt, verified and timed here."""
+    from tvm_traces import load
+
     from gemmtune.tvm.convert import kernel_source
     from gemmtune.tvm.rows import source_row
     from gemmtune.tvm.tuning import apply_trace_text
-    from tvm_traces import load
 
     saved = load(opts.replay_traces).get(key)
     if saved is None:
@@ -83,8 +84,8 @@ def replayed_rows(spec: GemmSpec, key: str, opts: Options) -> list[BenchRow]:
             continue
         detail = (f"best of the first {total} of {saved['records']} trials of a search run before this one "
                   f"({saved['database']}), rebuilt from its trace")
-        rows.append(source_row(name, detail, lambda t=trace: kernel_source(
-            apply_trace_text(spec, t).mod, spec, {"schedule": "tuned", "trials": total}, opts.arch),
+        rows.append(source_row(name, detail, lambda t=trace, n=total: kernel_source(
+            apply_trace_text(spec, t).mod, spec, {"schedule": "tuned", "trials": n}, opts.arch),
             opts.arch, opts.protocol, True))
         _log(f"  {name} (replayed): {rows[-1].status}")
     return rows
@@ -94,7 +95,13 @@ def tuned_rows(spec: GemmSpec, key: str, space: str, opts: Options) -> list[Benc
     """MetaSchedule rows after each cumulative trial count (the search continues in one work dir)."""
     from gemmtune.tvm.convert import kernel_source
     from gemmtune.tvm.rows import source_row
-    from gemmtune.tvm.tuning import TuneSettings, best_of_first, default_cost_model, trial_count, tune
+    from gemmtune.tvm.tuning import (
+        TuneSettings,
+        best_of_first,
+        default_cost_model,
+        trial_count,
+        tune,
+    )
 
     # A fresh work dir per run unless --resume-dir continues an earlier search (a run cut off by the
     # device's 600 s limit). The row "after N trials" is the best of the database's first N records,

@@ -38,6 +38,7 @@ def load(path: Path) -> dict:
 def extract(key: str, work_dir: Path, trials: tuple[int, ...], arch: str) -> dict:
     """The traces of one shape's search: the best of the first N records for each N."""
     from bench_tvm import SHAPES
+
     from gemmtune.tvm.tuning import best_of_first, trace_function, trial_count
 
     spec = SHAPES[key]

@@ -21,8 +21,16 @@ from gemmtune.timing import TimingProtocol
 from gemmtune.tvm import ladder
 from gemmtune.tvm.convert import TvmBuild, TvmKernel, build_cuda
 from gemmtune.tvm.rows import COMPILED, ladder_rows, schedule_row
-from gemmtune.tvm.sequence import (Intermediate, compile_sequence, entry_log, evaluate_sequence,
-                                   intermediate_sizes, launch_sequence, pack_parameters, to_sequence)
+from gemmtune.tvm.sequence import (
+    Intermediate,
+    compile_sequence,
+    entry_log,
+    evaluate_sequence,
+    intermediate_sizes,
+    launch_sequence,
+    pack_parameters,
+    to_sequence,
+)
 from gemmtune.tvm.target import cuda_target
 
 UNFUSED = ladder.RUNG_NAMES[:-1]  # every prefix before epilogue_fusion

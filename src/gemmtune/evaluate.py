@@ -9,6 +9,7 @@ whose result changes from run to run (a race) is caught too.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -38,8 +39,9 @@ class Evaluation:
                 "measurement": self.measurement.to_json() if self.measurement else None}
 
 
-def _upload(spec: GemmSpec, inputs: dict, buffers: dict[str, DeviceBuffer]) -> dict[str, int | float]:
-    """Copy array inputs to the device (recording each buffer in `buffers` as soon as it exists)."""
+def upload_inputs(spec: GemmSpec, inputs: dict, buffers: dict[str, DeviceBuffer]) -> dict[str, int | float]:
+    """Copy array inputs to the device and allocate D (recording each buffer in `buffers` as soon as
+    it exists, so the caller frees it whatever fails next); returns the bindings by argument name."""
     bindings: dict[str, int | float] = {}
     for name, value in inputs.items():
         if isinstance(value, np.ndarray):
@@ -52,23 +54,24 @@ def _upload(spec: GemmSpec, inputs: dict, buffers: dict[str, DeviceBuffer]) -> d
     return bindings
 
 
-def _check_output(d: DeviceBuffer, spec: GemmSpec, expected: np.ndarray) -> VerifyResult:
+def check_output(d: DeviceBuffer, spec: GemmSpec, expected: np.ndarray) -> VerifyResult:
     out = d.to_numpy((spec.m, spec.n), np.float32)
     return compare(out, expected, spec.dtype, spec.k)
 
 
-def _verify_and_time(kernel: LoadedKernel, bindings: dict, d: DeviceBuffer, expected: np.ndarray,
-                     protocol: TimingProtocol, verify_only: bool, l2_bytes: int) -> Evaluation:
-    spec = kernel.source.spec
-    d.fill_nan()
-    kernel.launch(bindings)
+def check_then_time(run: Callable[[], None], poison: Callable[[], None], check: Callable[[], VerifyResult],
+                    protocol: TimingProtocol, verify_only: bool, l2_bytes: int) -> Evaluation:
+    """The one order every kernel (or launch sequence) is judged in: poison the outputs, run once,
+    check; then poison again, time `run` under `protocol`, and check again (a race shows there)."""
+    poison()
+    run()
     synchronize()
-    first = _check_output(d, spec, expected)
+    first = check()
     if not first.ok or verify_only:
         return Evaluation(first, None)
-    d.fill_nan()  # again, so the check after timing sees only what the timed launches wrote
-    measurement = measure(kernel.bind(bindings), protocol, l2_bytes)
-    again = _check_output(d, spec, expected)
+    poison()  # again, so the check after timing sees only what the timed launches wrote
+    measurement = measure(run, protocol, l2_bytes)
+    again = check()
     if not again.ok:
         return Evaluation(replace(again, message=f"after timing: {again.message}"), None)
     return Evaluation(first, measurement)
@@ -90,8 +93,10 @@ def evaluate(compiled: CompiledKernel, protocol: TimingProtocol = TimingProtocol
     try:
         kernel = LoadedKernel(compiled, ordinal)
         closers.append(kernel.unload)
-        bindings = _upload(spec, inputs, buffers)
-        result = _verify_and_time(kernel, bindings, buffers["D"], expected, protocol, verify_only, info.l2_bytes)
+        bindings = upload_inputs(spec, inputs, buffers)
+        d = buffers["D"]
+        result = check_then_time(kernel.bind(bindings), d.fill_nan, lambda: check_output(d, spec, expected),
+                                 protocol, verify_only, info.l2_bytes)
     except BaseException:
         release(closers + [b.free for b in buffers.values()], after_error=True)
         raise

@@ -100,8 +100,9 @@ def collect(timer: BatchTimer, protocol: TimingProtocol) -> Measurement:
 class EventTimer:
     """Times batches of launches with a reused pool of CUDA event pairs."""
 
-    def __init__(self, launch: Callable[[], None], flush: "L2Flush | None", stream: Any = 0):
-        self.launch, self.flush, self.stream = launch, flush, stream
+    def __init__(self, launch: Callable[[], None], flush: "L2Flush | None", stream: Any = 0,
+                 before: Callable[[], None] | None = None):
+        self.launch, self.flush, self.stream, self.before = launch, flush, stream, before
         self.events: list[tuple[Any, Any]] = []
 
     def _pair(self, index: int) -> tuple[Any, Any]:
@@ -119,6 +120,8 @@ class EventTimer:
         for start, end in pairs:
             if self.flush is not None:
                 self.flush(self.stream)
+            if self.before is not None:  # untimed work between the flush and the start event
+                self.before()
             checked(cu.cuEventRecord(start, self.stream), "cuEventRecord")
             self.launch()
             checked(cu.cuEventRecord(end, self.stream), "cuEventRecord")
@@ -190,14 +193,22 @@ class L2Flush:
         release(closers, after_error=False)
 
 
-def measure(launch: Callable[[], None], protocol: TimingProtocol, l2_bytes: int, stream: Any = 0) -> Measurement:
-    """Time `launch` (which only enqueues work on `stream`) under `protocol`."""
+def measure(launch: Callable[[], None], protocol: TimingProtocol, l2_bytes: int, stream: Any = 0,
+            before: Callable[[], None] | None = None) -> Measurement:
+    """Time `launch` (which only enqueues work on `stream`) under `protocol`.
+
+    `before`, when given, is enqueued after each flush and before the start event: its work is not
+    timed but shapes the state `launch` meets (e.g. the GEMM whose output an elementwise pass reads,
+    to time the pass as it runs inside the pair).
+    """
     ensure_context()
     for _ in range(protocol.warmup):
+        if before is not None:
+            before()
         launch()
     checked(driver().cuStreamSynchronize(stream), "warm-up launches")
     flush = L2Flush(l2_bytes, protocol.flush_mode) if protocol.flush_l2 and l2_bytes > 0 else None
-    timer = EventTimer(launch, flush, stream)
+    timer = EventTimer(launch, flush, stream, before)
     closers = [timer.close] + ([flush.close] if flush is not None else [])
     try:
         result = collect(timer, protocol)

@@ -30,17 +30,31 @@ from typing import Any
 
 import numpy as np
 
-from ..compiler import CompiledKernel, ResourceUsage, compile_kernel, parse_resource_report
+from ..compiler import (
+    CompiledKernel,
+    ResourceUsage,
+    compile_kernel,
+    parse_resource_report,
+)
 from ..device import free_memory, query_device
 from ..errors import ConfigError, SpecError
-from ..evaluate import Evaluation
+from ..evaluate import Evaluation, check_output, check_then_time, upload_inputs
 from ..kernel_source import SCALAR_ARGS, KernelSource
-from ..runtime import BoundLaunch, DeviceBuffer, KernelArguments, LoadedKernel, release, synchronize
+from ..runtime import BoundLaunch, DeviceBuffer, KernelArguments, LoadedKernel, release
 from ..spec import GemmSpec
-from ..timing import TimingProtocol, measure
-from ..verify import VerifyResult, compare, make_inputs, reference
+from ..timing import TimingProtocol
+from ..verify import make_inputs, reference
+
 # _check_signature: the same check to_kernel_source makes (CUDA parameter order == lowered IR's).
-from .convert import CONVERT_VERSION, FAMILY, TvmBuild, TvmKernel, _check_signature, build_cuda, nvrtc_ready
+from .convert import (
+    CONVERT_VERSION,
+    FAMILY,
+    TvmBuild,
+    TvmKernel,
+    _check_signature,
+    build_cuda,
+    nvrtc_ready,
+)
 
 SEQUENCE_VERSION = "1"
 # TVM names the kernels of function <symbol> "<symbol>_kernel", "<symbol>_kernel_1", ... taking fresh
@@ -232,19 +246,11 @@ def _load(compiled: CompiledSequence, ordinal: int, closers: list[Callable[[], N
 
 
 def _upload(sequence: LaunchSequence, inputs: dict, buffers: dict[str, DeviceBuffer]) -> dict[str, int | float]:
-    """Inputs to the device, D and every intermediate allocated (each recorded in `buffers` at once)."""
-    bindings: dict[str, int | float] = {}
-    for name, value in inputs.items():
-        if isinstance(value, np.ndarray):
-            buffers[name] = DeviceBuffer.from_numpy(value)
-            bindings[name] = buffers[name].ptr
-        else:
-            bindings[name] = value
-    spec = sequence.spec
-    for name, nbytes in [("D", spec.m * spec.n * spec.element_bytes),
-                         *((i.name, i.nbytes) for i in sequence.intermediates)]:
-        buffers[name] = DeviceBuffer.alloc(nbytes)
-        bindings[name] = buffers[name].ptr
+    """Inputs and D as for one kernel (evaluate.upload_inputs), then every intermediate allocated."""
+    bindings = upload_inputs(sequence.spec, inputs, buffers)
+    for intermediate in sequence.intermediates:
+        buffers[intermediate.name] = DeviceBuffer.alloc(intermediate.nbytes)
+        bindings[intermediate.name] = buffers[intermediate.name].ptr
     return bindings
 
 
@@ -267,27 +273,6 @@ def _poison(sequence: LaunchSequence, buffers: dict[str, DeviceBuffer]) -> None:
         buffers[name].fill_nan()
 
 
-def _check_output(buffers: dict[str, DeviceBuffer], spec: GemmSpec, expected: np.ndarray) -> VerifyResult:
-    return compare(buffers["D"].to_numpy((spec.m, spec.n), np.float32), expected, spec.dtype, spec.k)
-
-
-def _verify_and_time(run_all: Callable[[], None], sequence: LaunchSequence, buffers: dict[str, DeviceBuffer],
-                     expected: np.ndarray, protocol: TimingProtocol, verify_only: bool, l2_bytes: int) -> Evaluation:
-    spec = sequence.spec
-    _poison(sequence, buffers)
-    run_all()
-    synchronize()
-    first = _check_output(buffers, spec, expected)
-    if not first.ok or verify_only:
-        return Evaluation(first, None)
-    _poison(sequence, buffers)  # again, so the check after timing sees only what the timed runs wrote
-    measurement = measure(run_all, protocol, l2_bytes)
-    again = _check_output(buffers, spec, expected)
-    if not again.ok:
-        return Evaluation(replace(again, message=f"after timing: {again.message}"), None)
-    return Evaluation(first, measurement)
-
-
 def evaluate_sequence(compiled: CompiledSequence, protocol: TimingProtocol = TimingProtocol(),
                       rng: np.random.Generator | None = None, verify_only: bool = False,
                       ordinal: int = 0) -> Evaluation:
@@ -307,7 +292,9 @@ def evaluate_sequence(compiled: CompiledSequence, protocol: TimingProtocol = Tim
     try:
         loaded = _load(compiled, ordinal, closers)
         run_all = _bind_all(loaded, sequence, _upload(sequence, inputs, buffers))
-        result = _verify_and_time(run_all, sequence, buffers, expected, protocol, verify_only, info.l2_bytes)
+        result = check_then_time(run_all, lambda: _poison(sequence, buffers),
+                                 lambda: check_output(buffers["D"], spec, expected), protocol, verify_only,
+                                 info.l2_bytes)
     except BaseException:
         release(closers + [b.free for b in buffers.values()], after_error=True)
         raise
