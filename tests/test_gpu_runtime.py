@@ -153,10 +153,12 @@ def test_flush_leaves_a_cold_l2(cache: Path, mode: str) -> None:
             LoadedKernel(compile_kernel(source, _arch(), cache)) as kernel:
         da.fill_u32(0)
         launch = kernel.bind({"A": da, "D": dd})
-        timed = {flush: measure(launch, TimingProtocol(warmup=3, min_reps=20, max_reps=200, min_time_s=0.01,
+        timed = {flush: measure(launch, TimingProtocol(warmup=20, min_reps=50, max_reps=500, min_time_s=0.02,
                                                        flush_l2=flush, flush_mode=mode), l2)
                  for flush in (False, True)}
-        assert timed[True].median_s > 1.2 * timed[False].median_s, {k: v.median_s for k, v in timed.items()}
+        # Fastest runs, not medians: at ~8 µs a run, launch jitter and clocks that ramp after an idle
+        # moment only ever add time, and in the full GPU suite they moved the warm median by 25%.
+        assert timed[True].min_s > 1.2 * timed[False].min_s, {k: (v.min_s, v.median_s) for k, v in timed.items()}
 
 
 def test_measure_leaves_the_before_work_untimed(cache: Path) -> None:
