@@ -26,14 +26,14 @@ import numpy as np
 from gemmtune.compiler import ARCHES, CompiledKernel, compile_kernel
 from gemmtune.device import DeviceInfo, query_device
 from gemmtune.errors import GemmtuneError
-from gemmtune.evaluate import evaluate
+from gemmtune.evaluate import check_output, evaluate
 from gemmtune.export.config_source import ConfigChoice, choose_config
 from gemmtune.kernel_source import KernelSource
 from gemmtune.kernels import simt
 from gemmtune.runtime import DeviceBuffer, LoadedKernel, release, synchronize
 from gemmtune.spec import GemmSpec
 from gemmtune.timing import FLUSH_MODES, Measurement, TimingProtocol, measure
-from gemmtune.verify import compare, make_inputs, reference
+from gemmtune.verify import make_inputs, reference
 
 EPILOGUE = "relu+add"
 THREADS = 256
@@ -105,7 +105,7 @@ def _verify_and_time_pair(gemm: LoadedKernel, passes: LoadedKernel, buffers: dic
     buffers["D"].fill_nan()
     both()
     synchronize()
-    check = compare(buffers["D"].to_numpy((spec.m, spec.n)), reference(spec, inputs), spec.dtype, spec.k)
+    check = check_output(buffers["D"], spec, reference(spec, inputs))
     if not check.ok:
         return None, None, None, f"wrong: {check.message}"
     return (measure(both, protocol, l2_bytes), measure(second, protocol, l2_bytes),

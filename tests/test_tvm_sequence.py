@@ -17,6 +17,7 @@ import tvm
 
 from gemmtune.errors import ConfigError, SpecError
 from gemmtune.spec import GemmSpec
+from gemmtune.runtime import pack_arguments
 from gemmtune.timing import TimingProtocol
 from gemmtune.tvm import ladder
 from gemmtune.tvm.convert import TvmBuild, TvmKernel, build_cuda
@@ -28,7 +29,6 @@ from gemmtune.tvm.sequence import (
     evaluate_sequence,
     intermediate_sizes,
     launch_sequence,
-    pack_parameters,
     to_sequence,
 )
 from gemmtune.tvm.target import cuda_target
@@ -141,12 +141,12 @@ def test_entry_log_keeps_one_kernel_apart_from_a_name_it_prefixes() -> None:
 
 def test_parameters_are_packed_in_the_kernels_own_order() -> None:
     kernel = TvmKernel("k", ("C", "D", "acc"), (1, 1, 1), (1, 1, 1))
-    packed = pack_parameters(kernel, {"acc": 0x3000, "C": 0x1000, "D": 0x2000})
+    packed = pack_arguments(kernel.params, {"acc": 0x3000, "C": 0x1000, "D": 0x2000}, kernel.entry)
     assert [v.value for v in packed.values] == [0x1000, 0x2000, 0x3000]
     slots = ctypes.cast(packed.pointers, ctypes.POINTER(ctypes.c_void_p))
     assert [ctypes.c_void_p.from_address(slots[i]).value for i in range(3)] == [0x1000, 0x2000, 0x3000]
     with pytest.raises(SpecError, match="'acc'"):
-        pack_parameters(kernel, {"C": 0x1000, "D": 0x2000})
+        pack_arguments(kernel.params, {"C": 0x1000, "D": 0x2000}, kernel.entry)
 
 
 def test_ladder_rows_without_a_gpu_compile_sequences_and_the_fused_kernel() -> None:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from .compiler import CompiledKernel, compile_kernel
 from .errors import GemmtuneError
@@ -10,6 +10,9 @@ from .kernels import simt
 from .kernels.simt_config import SimtConfig
 from .spec import GemmSpec
 from .timing import Measurement, TimingProtocol
+
+if TYPE_CHECKING:
+    from .evaluate import Evaluation
 
 
 @dataclass(frozen=True)
@@ -39,20 +42,25 @@ def _row_from_measurement(name: str, config: str, spec: GemmSpec, m: Measurement
                     len(m.samples_s))
 
 
-def bench_compiled(name: str, detail: str, compiled: CompiledKernel, protocol: TimingProtocol) -> BenchRow:
-    """Verify, then time, one compiled kernel of any family; failures become a row."""
-    from .evaluate import evaluate
-
-    registers = compiled.resources.registers
+def evaluation_row(name: str, detail: str, spec: GemmSpec, evaluate: Callable[[], Evaluation],
+                   registers: int | None) -> BenchRow:
+    """Run `evaluate` (verify, then time) and make its row: failures and wrong results become rows too."""
     try:
-        result = evaluate(compiled, protocol)
+        result = evaluate()
     except GemmtuneError as err:
         return BenchRow(name, detail, None, None, None, type(err).__name__, str(err), registers)
     if not result.verify.ok or result.measurement is None:
         return BenchRow(name, detail, None, None, result.verify.rel_error, "VerifyError", result.verify.message,
                         registers)
-    return _row_from_measurement(name, detail, compiled.source.spec, result.measurement, result.verify.rel_error,
-                                 registers)
+    return _row_from_measurement(name, detail, spec, result.measurement, result.verify.rel_error, registers)
+
+
+def bench_compiled(name: str, detail: str, compiled: CompiledKernel, protocol: TimingProtocol) -> BenchRow:
+    """Verify, then time, one compiled kernel of any family; failures become a row."""
+    from .evaluate import evaluate
+
+    return evaluation_row(name, detail, compiled.source.spec, lambda: evaluate(compiled, protocol),
+                          compiled.resources.registers)
 
 
 def bench_config(spec: GemmSpec, name: str, config: SimtConfig, arch: str, protocol: TimingProtocol) -> BenchRow:

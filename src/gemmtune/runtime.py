@@ -15,7 +15,7 @@ import numpy as np
 from .compiler import CompiledKernel
 from .device import DeviceInfo, checked, driver, ensure_context, query_device
 from .errors import LaunchError, ResourceError, SpecError
-from .kernel_source import POINTER_ARGS, SCALAR_ARGS, KernelSource
+from .kernel_source import SCALAR_ARGS, KernelSource
 
 NAN_F32_BITS = 0x7FC00000  # a quiet float32 NaN: poisons outputs so unwritten elements show
 ALIGNMENT = 16  # bytes; generated kernels use 128-bit vector loads
@@ -194,7 +194,8 @@ class KernelArguments:
 
 
 def pack_arguments(names: tuple[str, ...], bindings: Mapping[str, Any], entry: str = "kernel") -> KernelArguments:
-    """Pack `bindings` in parameter order: pointers as void*, alpha/beta as float32."""
+    """Pack `bindings` in parameter order: alpha/beta as float32, every other parameter as a void*
+    (the GEMM operands, and buffers such as a TVM launch sequence's intermediates)."""
     values: list[ctypes.c_void_p | ctypes.c_float] = []
     for name in names:
         if name not in bindings:
@@ -202,7 +203,7 @@ def pack_arguments(names: tuple[str, ...], bindings: Mapping[str, Any], entry: s
         value = bindings[name]
         if name in SCALAR_ARGS:
             values.append(ctypes.c_float(float(value)))
-        elif name in POINTER_ARGS:
+        else:
             ptr = int(value)  # ints and DeviceBuffers
             if ptr == 0:
                 raise SpecError(f"{entry}: argument '{name}' is a null pointer")

@@ -160,7 +160,11 @@ class L2Flush:
         self.kernel = None
         self.bound: Callable[[], None] | None = None
         if mode == "read":
-            self._load_reader()
+            try:
+                self._load_reader()
+            except BaseException:  # a reader that fails to compile or load must not leak 2×L2 of memory
+                release(self._closers(), after_error=True)
+                raise
 
     def _load_reader(self) -> None:
         from .compiler import compile_kernel
@@ -187,10 +191,12 @@ class L2Flush:
         else:
             self.buffer.fill_u32(0, stream)
 
-    def close(self) -> None:
+    def _closers(self) -> list[Callable[[], None]]:
         closers = [self.buffer.free] + ([self.sink.free] if self.sink is not None else [])
-        closers += [self.kernel.unload] if self.kernel is not None else []
-        release(closers, after_error=False)
+        return closers + ([self.kernel.unload] if self.kernel is not None else [])
+
+    def close(self) -> None:
+        release(self._closers(), after_error=False)
 
 
 def measure(launch: Callable[[], None], protocol: TimingProtocol, l2_bytes: int, stream: Any = 0,

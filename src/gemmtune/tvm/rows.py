@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..bench import BenchRow, bench_compiled
+from ..bench import BenchRow, bench_compiled, evaluation_row
 from ..compiler import compile_kernel
 from ..errors import GemmtuneError
 from ..kernel_source import KernelSource
@@ -51,17 +51,8 @@ def bench_sequence(name: str, detail: str, compiled: CompiledSequence, protocol:
     """
     from .sequence import evaluate_sequence
 
-    spec, registers = compiled.sequence.spec, max(r.registers for r in compiled.resources)
-    try:
-        result = evaluate_sequence(compiled, protocol)
-    except GemmtuneError as err:
-        return _failed(name, detail, err, registers)
-    if not result.ok or result.measurement is None:
-        return BenchRow(name, detail, None, None, result.verify.rel_error, "VerifyError", result.verify.message,
-                        registers)
-    m = result.measurement
-    return BenchRow(name, detail, m.median_s, m.tflops(spec.flops), result.verify.rel_error, "ok", "", registers,
-                    len(m.samples_s))
+    return evaluation_row(name, detail, compiled.sequence.spec, lambda: evaluate_sequence(compiled, protocol),
+                          max(r.registers for r in compiled.resources))
 
 
 def sequence_row(name: str, detail: str, make_sequence: Callable[[], LaunchSequence], arch: str,

@@ -20,7 +20,6 @@ sequence's operands and are never used to launch: each launch packs the kernel's
 """
 from __future__ import annotations
 
-import ctypes
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -37,10 +36,10 @@ from ..compiler import (
     parse_resource_report,
 )
 from ..device import free_memory, query_device
-from ..errors import ConfigError, SpecError
+from ..errors import ConfigError
 from ..evaluate import Evaluation, check_output, check_then_time, upload_inputs
-from ..kernel_source import SCALAR_ARGS, KernelSource
-from ..runtime import BoundLaunch, DeviceBuffer, KernelArguments, LoadedKernel, release
+from ..kernel_source import KernelSource
+from ..runtime import BoundLaunch, DeviceBuffer, LoadedKernel, pack_arguments, release
 from ..spec import GemmSpec
 from ..timing import TimingProtocol
 from ..verify import make_inputs, reference
@@ -220,22 +219,6 @@ def compile_sequence(sequence: LaunchSequence, arch: str = "sm_90", cache_dir: P
 
 
 # --- the GPU ------------------------------------------------------------------------------------
-def pack_parameters(kernel: TvmKernel, bindings: Mapping[str, int | float]) -> KernelArguments:
-    """cuLaunchKernel's arguments for `kernel`'s own parameters (intermediates included).
-
-    runtime.pack_arguments packs only KernelSource's argument names and skips any other, so a
-    kernel taking `acc` needs this: pointers as void*, alpha/beta as float32.
-    """
-    values: list[ctypes.c_void_p | ctypes.c_float] = []
-    for name in kernel.params:
-        if name not in bindings:
-            raise SpecError(f"{kernel.entry} takes '{name}' but no value was bound to it")
-        value = bindings[name]
-        values.append(ctypes.c_float(float(value)) if name in SCALAR_ARGS else ctypes.c_void_p(int(value)))
-    pointers = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.addressof(v) for v in values])
-    return KernelArguments(tuple(values), pointers)
-
-
 def _load(compiled: CompiledSequence, ordinal: int, closers: list[Callable[[], None]]) -> list[LoadedKernel]:
     loaded = []
     for index in range(len(compiled.sequence.kernels)):
@@ -257,7 +240,7 @@ def _upload(sequence: LaunchSequence, inputs: dict, buffers: dict[str, DeviceBuf
 def _bind_all(loaded: list[LoadedKernel], sequence: LaunchSequence,
               bindings: Mapping[str, int | float]) -> Callable[[], None]:
     """One callable that enqueues every kernel in launch order (what is timed)."""
-    launches = [BoundLaunch(kernel.function, kernel.source, pack_parameters(launch, bindings))
+    launches = [BoundLaunch(kernel.function, kernel.source, pack_arguments(launch.params, bindings, launch.entry))
                 for kernel, launch in zip(loaded, sequence.kernels)]
 
     def run_all() -> None:
