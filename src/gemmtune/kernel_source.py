@@ -15,6 +15,53 @@ from .spec import GemmSpec
 # Argument kinds a kernel may take, in the names the runtime binds them by.
 POINTER_ARGS = ("A", "B", "C", "bias", "D")
 SCALAR_ARGS = ("alpha", "beta")
+TENSOR_MAP_DTYPES = {"fp16": 2, "bf16": 2, "fp32": 4}  # storage types a tensor map may describe
+SWIZZLES = (0, 32, 64, 128)
+
+
+@dataclass(frozen=True)
+class TensorMapArg:
+    """A TMA descriptor parameter (``const __grid_constant__ CUtensorMap``), 128 bytes passed by value.
+
+    The kernel names it; the host builds it at bind time with cuTensorMapEncodeTiled from the device
+    pointer bound to `operand`, so a launcher (the runtime, an export's harness) rebuilds it from
+    this description alone. Extents are innermost first, as the driver takes them. Elements outside
+    the extents read as zero (TMA's out-of-bounds fill), which is how partial edge tiles stay correct.
+    """
+
+    name: str  # the kernel parameter, e.g. "tma_A"
+    operand: str  # the pointer it describes: one of POINTER_ARGS
+    dtype: str  # storage type: fp16, bf16 or fp32
+    dims: tuple[int, ...]  # global extents in elements, innermost first
+    strides: tuple[int, ...]  # byte strides of dims[1:] (rank - 1 values)
+    box: tuple[int, ...]  # elements one copy moves along each dim, innermost first
+    swizzle: int = 128  # bytes: 0 (none), 32, 64 or 128
+
+    def __post_init__(self) -> None:
+        rank = len(self.dims)
+        if self.operand not in POINTER_ARGS:
+            raise ValueError(f"tensor map {self.name} describes unknown operand {self.operand!r}")
+        if self.dtype not in TENSOR_MAP_DTYPES or self.swizzle not in SWIZZLES:
+            raise ValueError(f"tensor map {self.name}: dtype {self.dtype!r} / swizzle {self.swizzle} unsupported")
+        if not 1 <= rank <= 5 or len(self.box) != rank or len(self.strides) != rank - 1:
+            raise ValueError(f"tensor map {self.name}: rank {rank} needs {rank} box extents and {rank - 1} strides")
+        if any(s % 16 for s in self.strides):
+            raise ValueError(f"tensor map {self.name}: byte strides {self.strides} must be multiples of 16")
+        if any(not 1 <= b <= 256 for b in self.box):
+            raise ValueError(f"tensor map {self.name}: box extents {self.box} must lie in 1..256")
+
+    @property
+    def element_bytes(self) -> int:
+        return TENSOR_MAP_DTYPES[self.dtype]
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "operand": self.operand, "dtype": self.dtype, "dims": list(self.dims),
+                "strides": list(self.strides), "box": list(self.box), "swizzle": self.swizzle}
+
+    @staticmethod
+    def from_json(data: dict) -> "TensorMapArg":
+        return TensorMapArg(data["name"], data["operand"], data["dtype"], tuple(data["dims"]),
+                            tuple(data["strides"]), tuple(data["box"]), data.get("swizzle", 128))
 
 
 @dataclass(frozen=True)
@@ -31,9 +78,12 @@ class KernelSource:
     dynamic_smem: int = 0
     # Optional compiler flags the kernel needs (e.g. TVM sources want --use_fast_math off).
     options: tuple[str, ...] = ()
+    # TMA descriptors among `args` (by name), built on the host at bind time.
+    tensor_maps: tuple[TensorMapArg, ...] = ()
 
     def __post_init__(self) -> None:
-        unknown = [a for a in self.args if a not in POINTER_ARGS + SCALAR_ARGS]
+        names = POINTER_ARGS + SCALAR_ARGS + tuple(t.name for t in self.tensor_maps)
+        unknown = [a for a in self.args if a not in names]
         if unknown:
             raise ValueError(f"unknown kernel argument names {unknown}")
         if "D" not in self.args:
@@ -55,6 +105,7 @@ class KernelSource:
             "args": list(self.args), "spec": self.spec.to_json(), "family": self.family,
             "family_version": self.family_version, "config": self.config,
             "dynamic_smem": self.dynamic_smem, "options": list(self.options),
+            "tensor_maps": [t.to_json() for t in self.tensor_maps],
         }
 
     @staticmethod
@@ -64,4 +115,8 @@ class KernelSource:
             args=tuple(data["args"]), spec=GemmSpec.from_json(data["spec"]), family=data["family"],
             family_version=data["family_version"], config=data.get("config", {}),
             dynamic_smem=data.get("dynamic_smem", 0), options=tuple(data.get("options", ())),
+            tensor_maps=tuple(TensorMapArg.from_json(t) for t in data.get("tensor_maps", ())),
         )
+
+    def tensor_map(self, name: str) -> TensorMapArg | None:
+        return next((t for t in self.tensor_maps if t.name == name), None)

@@ -1,1 +1,78 @@
-"""Generator families. Each module offers Config, ladder()/default_config(), check() and render()."""
+"""Generator families as plug-ins, and the registry every verb asks.
+
+A family is one way of writing GEMM kernels (CUDA-core fp32 templates, Hopper wgmma + TMA, ...).
+Each package under ``kernels/`` describes itself with one :class:`Family` value; build, show, bench,
+tune, space, export, load and the tuning database find families here and never import one by name.
+
+    family = family_for(spec, arch)           # the best family that supports the spec on arch
+    family = family_for(spec, arch, "simt")   # that family, or a ConfigError saying why not
+    source = family.render(spec, family.default_config(spec, arch), arch)
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from ..kernel_source import KernelSource
+    from ..spec import GemmSpec
+    from ..tune.space import SearchSpace
+
+# Family packages, best first: family_for picks the first one that supports a spec.
+FAMILY_MODULES = ("wgmma", "simt")
+
+
+@dataclass(frozen=True)
+class Family:
+    """What a generator family offers the rest of gemmtune."""
+
+    name: str
+    version: str
+    config_type: type  # frozen dataclass with to_json/from_json/key/describe
+    # Why this family cannot run `spec` on `arch` (None: it can). Checked before any config.
+    supports: Callable[["GemmSpec", str], "str | None"]
+    render: Callable[["GemmSpec", Any, str], "KernelSource"]
+    ladder: Callable[[str], "list[tuple[str, Any]]"]
+    default_config: Callable[["GemmSpec", str], Any]
+    # {constraint name: reason} for every constraint `config` breaks on (spec, arch); empty when valid.
+    rejections: Callable[[Any, "GemmSpec", str], "dict[str, str]"]
+    space: Callable[[], "SearchSpace"]  # the tuner's search space (built lazily, cached by tune.space)
+    description: str = ""
+
+    def config_from_json(self, data: dict) -> Any:
+        return self.config_type.from_json(data)
+
+
+@functools.lru_cache(maxsize=None)
+def families() -> tuple[Family, ...]:
+    """Every registered family, best first."""
+    return tuple(importlib.import_module(f".{name}", __name__).FAMILY for name in FAMILY_MODULES)
+
+
+def get_family(name: str) -> Family:
+    for family in families():
+        if family.name == name:
+            return family
+    raise ConfigError(f"unknown family '{name}'; known: {', '.join(f.name for f in families())}")
+
+
+def family_for(spec: "GemmSpec", arch: str, name: str | None = None) -> Family:
+    """The family to use for `spec` on `arch`: `name` if given (ConfigError when it cannot), else
+    the first registered family that supports the spec."""
+    if name:
+        family = get_family(name)
+        reason = family.supports(spec, arch)
+        if reason:
+            raise ConfigError(f"family {family.name} cannot run {spec.short()} on {arch}: {reason}")
+        return family
+    reasons = []
+    for family in families():
+        reason = family.supports(spec, arch)
+        if reason is None:
+            return family
+        reasons.append(f"{family.name}: {reason}")
+    raise ConfigError(f"no generator family supports {spec.short()} on {arch} ({'; '.join(reasons)})")
