@@ -27,7 +27,8 @@ def encode_tensor_map(desc: TensorMapArg, pointer: int) -> Any:
     rank = len(desc.dims)
     result = cu.cuTensorMapEncodeTiled(
         getattr(cu.CUtensorMapDataType, _DATA_TYPES[desc.dtype]), rank, pointer,
-        [int(d) for d in desc.dims], [int(s) for s in desc.strides], [int(b) for b in desc.box], [1] * rank,
+        [cu.cuuint64_t(d) for d in desc.dims], [cu.cuuint64_t(s) for s in desc.strides],
+        [cu.cuuint32_t(b) for b in desc.box], [cu.cuuint32_t(1)] * rank,
         cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, getattr(cu.CUtensorMapSwizzle, _SWIZZLES[desc.swizzle]),
         cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
