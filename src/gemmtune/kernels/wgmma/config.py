@@ -20,7 +20,17 @@ SMEM_LIMIT = 227 * 1024  # bytes one block may opt in to on sm_90
 SMEM_SLACK = 1024  # the tiles are realigned to 1024 bytes (the swizzle atom) inside dynamic smem
 MAX_ACCUMULATORS = 128  # fp32 accumulators per consumer thread; more leaves no room to address
 SM90_SMS = 132  # H100 SXM / H200: the persistent grid's size (any grid is correct, this one fills them)
+# Clusters are placed within a GPC; with 132 SMs in GPCs of uneven size, fewer than 66 pairs fit at
+# once, and a pair left over would run after the others. 64 pairs always fit.
+CLUSTER_GRID = 128
 INPUT_BYTES = {"bf16": 2, "fp16": 2, "tf32": 4}
+OUT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+def out_dtype(spec: GemmSpec) -> str:
+    """D's storage type (and C's, bias's): the spec's out_dtype, else fp32 for tf32, else the input type."""
+    default = "fp32" if spec.dtype == "tf32" else spec.dtype
+    return getattr(spec, "out_dtype", None) or default
 
 
 @dataclass(frozen=True, order=True)
@@ -38,6 +48,10 @@ class WgmmaConfig:
       right, so blocks running together share A and B tiles in L2 (1 = row by row).
     cluster_m: blocks per cluster along M; with 2, the pair shares B: each loads half of the B tile
       and multicasts it to both (half the L2 → SM traffic for B).
+    tma_store: the epilogue goes through a shared-memory tile: the producer TMA-loads the block's C
+      tile there while the last k-blocks run (C is waiting when the math ends), each consumer
+      overwrites it in place with D and one thread TMA-stores it (coalesced, asynchronous, edges
+      clipped by TMA). Without it, threads store their fragments to D directly.
     """
 
     bm: int = 128
@@ -48,6 +62,7 @@ class WgmmaConfig:
     persistent: bool = True
     group_m: int = 8
     cluster_m: int = 1
+    tma_store: bool = False
 
     # --- derived shape --------------------------------------------------------------------
     @property
@@ -70,12 +85,15 @@ class WgmmaConfig:
     def bk(self, dtype: str) -> int:
         return SWIZZLE_BYTES // INPUT_BYTES[dtype]
 
-    def stage_bytes(self, dtype: str) -> int:
+    def stage_bytes(self) -> int:
         return (self.bm + self.bn) * SWIZZLE_BYTES
 
-    def smem_bytes(self, dtype: str) -> int:
-        """Dynamic shared memory: the ring of A and B tiles, two barriers per stage, alignment slack."""
-        return self.stages * self.stage_bytes(dtype) + 16 * self.stages + SMEM_SLACK
+    def epilogue_bytes(self, spec: GemmSpec) -> int:
+        return self.bm * self.bn * OUT_BYTES[out_dtype(spec)] if self.tma_store else 0
+
+    def smem_bytes(self, spec: GemmSpec) -> int:
+        """Dynamic shared memory: the ring of A and B tiles, the epilogue tile, barriers, alignment slack."""
+        return self.stages * self.stage_bytes() + self.epilogue_bytes(spec) + 16 * self.stages + 16 + SMEM_SLACK
 
     # --- serialization ----------------------------------------------------------------------
     def to_json(self) -> dict:
@@ -96,7 +114,8 @@ class WgmmaConfig:
         roles = f"producer+{self.consumers}wg" if self.specialized else f"{self.consumers}wg"
         grid = f" persistent g{self.group_m}" if self.persistent else ""
         cluster = f" cluster{self.cluster_m}x1 multicastB" if self.cluster_m > 1 else ""
-        return f"tile {self.bm}x{self.bn} stages{self.stages} {roles}{grid}{cluster}"
+        store = " tma-store" if self.tma_store else ""
+        return f"tile {self.bm}x{self.bn} stages{self.stages} {roles}{grid}{cluster}{store}"
 
     def with_(self, **changes) -> "WgmmaConfig":
         return replace(self, **changes)
@@ -155,7 +174,7 @@ def _registers(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
 
 
 def _smem(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
-    need = c.smem_bytes(s.dtype if s.dtype in INPUT_BYTES else "bf16")
+    need = c.smem_bytes(s)
     if need > SMEM_LIMIT:
         return f"{c.stages} stages of {c.bm}x{c.bn} tiles need {need} B of shared memory, over {SMEM_LIMIT} B"
     return None
@@ -185,9 +204,20 @@ def _dtype(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
     return supports(s, arch)
 
 
+def _store(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
+    if not c.tma_store:
+        return None
+    if not c.specialized:
+        return "the TMA-store epilogue needs the producer warpgroup (it loads C)"
+    row = s.n * OUT_BYTES.get(out_dtype(s), 4)
+    if row % 16:
+        return f"rows of D are {row} bytes, not a multiple of 16, which a TMA store needs"
+    return None
+
+
 CONSTRAINTS: dict[str, Constraint] = {
     "dtype": _dtype, "tile": _tile, "registers": _registers, "shared_memory": _smem,
-    "pipeline": _pipeline, "schedule": _schedule,
+    "pipeline": _pipeline, "schedule": _schedule, "store": _store,
 }
 
 
@@ -209,13 +239,15 @@ def ladder(arch: str = "sm_90a") -> list[tuple[str, WgmmaConfig]]:
     specialized = multistage.with_(specialized=True)
     wide = specialized.with_(bn=256)
     persistent = wide.with_(persistent=True, group_m=8)
+    stored = persistent.with_(stages=3, tma_store=True)
     return [
         ("tma_wgmma", single),
         ("multistage", multistage),
         ("warp_specialized", specialized),
         ("wide_tile", wide),
         ("persistent", persistent),
-        ("cluster_multicast", persistent.with_(cluster_m=2)),
+        ("tma_store", stored),
+        ("cluster_multicast", stored.with_(cluster_m=2)),
     ]
 
 

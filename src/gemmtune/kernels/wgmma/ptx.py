@@ -115,6 +115,19 @@ __device__ __forceinline__ void tma_load_2d_multicast(void* dst, const TmaDescri
                  : "memory");
 }
 
+// TMA store: copy a box from shared memory to the tensor at (c0, c1), clipped at the tensor's edges;
+// completion is tracked per thread in bulk groups.
+__device__ __forceinline__ void tma_store_2d(const TmaDescriptor* map, const void* src, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
+                 :: "l"(map), "r"(smem_addr(src)), "r"(c0), "r"(c1) : "memory");
+}
+__device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// Wait until the committed stores have finished reading shared memory (the buffer may be reused).
+__device__ __forceinline__ void tma_store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+
+// Make this thread's ordinary shared-memory writes visible to the async proxy (a TMA store next).
+__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
 // Ask L2 to fetch a descriptor early (it lives in kernel parameter space).
 __device__ __forceinline__ void tma_prefetch_descriptor(const TmaDescriptor* map) {
     asm volatile("prefetch.tensormap [%0];" :: "l"(map) : "memory");
