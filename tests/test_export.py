@@ -20,7 +20,7 @@ from gemmtune.export.manifest import ExportManifest, Provenance, file_names, rea
 from gemmtune.export.reference import reference_source
 from gemmtune.export.writer import export_source, export_spec, write_folder
 from gemmtune.kernel_source import KernelSource
-from gemmtune.kernels.simt_config import SimtConfig, default_config, ladder
+from gemmtune.kernels.simt.config import SimtConfig, default_config, ladder
 from gemmtune.spec import GemmSpec
 
 SPEC = GemmSpec(200, 136, 72, layout="nt", epilogue="bias_col+relu+add")
@@ -30,7 +30,7 @@ SPEC = GemmSpec(200, 136, 72, layout="nt", epilogue="bias_col+relu+add")
 def no_tuning_db(monkeypatch):
     """A tuning database that knows nothing, so tests see the known-configs / default steps."""
     fake = types.ModuleType("gemmtune.tune.db")
-    fake.best_known_trial = lambda spec, arch_or_device, db_path=None: None
+    fake.best_known_trial = lambda spec, arch_or_device, db_path=None, family=None: None
     monkeypatch.setitem(sys.modules, "gemmtune.tune.db", fake)
     return fake
 
@@ -115,8 +115,10 @@ def test_header_wraps_the_kernel_and_launches_it(exported):
     entry = exported.manifest.entry
     assert f"namespace {SPEC.slug()}_kernel {{" in text and f"namespace {SPEC.slug()}_info {{" in text
     assert f"inline cudaError_t {SPEC.slug()}(" in text
-    assert f"{SPEC.slug()}_kernel::{entry}<<<grid, block, smem, stream>>>(const_cast<float*>(A)" in text
-    assert "return cudaGetLastError();" in text
+    # Arguments packed as the runtime packs them, in the kernel's parameter order.
+    assert "void* args[] = {&arg_A, &arg_B, &arg_C, &arg_bias, &arg_D};" in text
+    assert f"cudaLaunchKernel({SPEC.slug()}_kernel::{entry}, grid, block, args, smem, stream)" in text
+    assert "cudaGetLastError()" in text and "cuTensorMapEncodeTiled" not in text
     assert "cudaFuncSetAttribute" not in text  # static shared memory only
 
 
@@ -201,7 +203,7 @@ def test_tuning_database_wins(monkeypatch):
     tuned = dict(ladder())["warptiling"]
     seen = {}
 
-    def best_known_trial(spec, arch_or_device, db_path=None):
+    def best_known_trial(spec, arch_or_device, db_path=None, family=None):
         seen.update(spec=spec, target=arch_or_device, db_path=db_path)
         return types.SimpleNamespace(result=types.SimpleNamespace(config=tuned, median_s=1.25e-3))
 

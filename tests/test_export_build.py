@@ -22,7 +22,7 @@ needs_nvcc = pytest.mark.skipif(NVCC is None, reason="no nvcc: pip install 'nvid
 @pytest.fixture(autouse=True)
 def no_tuning_db(monkeypatch):
     fake = types.ModuleType("gemmtune.tune.db")
-    fake.best_known_trial = lambda spec, arch_or_device, db_path=None: None
+    fake.best_known_trial = lambda spec, arch_or_device, db_path=None, family=None: None
     monkeypatch.setitem(sys.modules, "gemmtune.tune.db", fake)
 
 
