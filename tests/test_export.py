@@ -20,6 +20,7 @@ from gemmtune.export.manifest import ExportManifest, Provenance, file_names, rea
 from gemmtune.export.reference import reference_source
 from gemmtune.export.writer import export_source, export_spec, write_folder
 from gemmtune.kernel_source import KernelSource
+from gemmtune.kernels import get_family
 from gemmtune.kernels.simt.config import SimtConfig, default_config, ladder
 from gemmtune.spec import GemmSpec
 
@@ -92,11 +93,12 @@ def test_readme_and_cmake_name_the_target(exported):
     assert "CUDA_ARCHITECTURES 90)" in cmake and "LANGUAGES CXX CUDA" in cmake
 
 
-@pytest.mark.parametrize("arch,value", [("sm_80", "80"), ("sm_90", "90"), ("sm_90a", "90a")])
-def test_cmake_architecture_per_arch(tmp_path, arch, value):
+@pytest.mark.parametrize("arch,value,flag", [("sm_80", "80", "-arch=sm_80"), ("sm_90", "90", "-arch=sm_90"),
+                                             ("sm_90a", "90a", "-gencode=arch=compute_90a,code=sm_90a")])
+def test_cmake_architecture_per_arch(tmp_path, arch, value, flag):
     result = export_source(reference_source(GemmSpec(8, 8, 8)), tmp_path / arch, arch, cache_dir=tmp_path / "c")
     assert f"CUDA_ARCHITECTURES {value})" in (result.path / "CMakeLists.txt").read_text()
-    assert f"-arch={arch}" in (result.path / "main.cu").read_text()
+    assert flag in (result.path / "main.cu").read_text()
 
 
 # --- header ------------------------------------------------------------------------------------
@@ -196,7 +198,9 @@ def test_shipped_table_is_valid():
     rows = config_source.load_known_configs()
     assert {row.gpu for row in rows} >= {"H100", "H200", "A100"}
     for row in rows:
-        assert row.config.to_json() == SimtConfig.from_json(row.config.to_json()).to_json()
+        config_type = get_family(row.family).config_type
+        assert isinstance(row.config, config_type)
+        assert row.config.to_json() == config_type.from_json(row.config.to_json()).to_json()
 
 
 def test_tuning_database_wins(monkeypatch):

@@ -147,3 +147,27 @@ def test_tensor_map_export_compiles(tmp_path):
     """Compile only: linking needs libcuda, which a machine without a driver lacks."""
     folder = _write(tmp_path, tma_source(), "tma_gemm")
     assert build_harness(folder, NVCC, link=False).is_file()
+
+
+@needs_nvcc
+def test_a_tensor_core_family_export_compiles(tmp_path, monkeypatch):
+    """The registry's choice for bf16 on sm_90a, exported: its launcher encodes the tensor maps."""
+    import sys
+    import types
+
+    from gemmtune.errors import ConfigError
+    from gemmtune.export.writer import export_spec
+    from gemmtune.kernels import family_for
+
+    spec = GemmSpec(300, 200, 136, "nt", "bf16", "relu+add")
+    try:
+        family = family_for(spec, "sm_90a")
+    except ConfigError as err:
+        pytest.skip(f"no family for bf16 on sm_90a here: {err}")
+    fake_db = types.SimpleNamespace(best_known_trial=lambda spec, target, db_path=None, family=None: None)
+    monkeypatch.setitem(sys.modules, "gemmtune.tune.db", fake_db)
+    result = export_spec(spec, tmp_path / "out", "sm_90a", cache_dir=tmp_path / "cache")
+    header = (result.path / f"{spec.slug()}.cuh").read_text()
+    assert result.manifest.family == family.name
+    assert header.count("cuTensorMapEncodeTiled(") == len(result.compiled.source.tensor_maps)
+    assert build_harness(result.path, NVCC, link=False).is_file()

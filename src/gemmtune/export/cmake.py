@@ -22,6 +22,16 @@ def cmake_architecture(arch: str) -> str:
     return check_arch(arch).removeprefix("sm_")
 
 
+def nvcc_arch_flag(arch: str) -> str:
+    """nvcc's target flag: -arch=sm_90, or for an arch-specific target (sm_90a) exactly that SASS from
+    compute_90a PTX (plain -arch=sm_90a also embeds compute_90 PTX, where wgmma/setmaxnreg do not exist)."""
+    check_arch(arch)
+    if arch.endswith("a"):
+        number = arch.removeprefix("sm_")
+        return f"-gencode=arch=compute_{number},code=sm_{number}"
+    return f"-arch={arch}"
+
+
 def nvcc_options(options: tuple[str, ...]) -> list[str]:
     """The kernel's NVRTC options that nvcc understands too (e.g. --use_fast_math)."""
     return [opt for opt in options if opt.startswith(NVCC_COMPATIBLE_PREFIXES)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..epilogue import Operand
 from ..spec import GemmSpec
+from .cmake import nvcc_arch_flag
 from .element_types import CONVERSIONS, c_type, uses_16_bit
 
 SCALAR_VALUES = {"alpha": "0.75f", "beta": "-0.5f"}  # not 1 and 0, so a dropped scalar shows
@@ -167,11 +168,13 @@ def call_arguments(spec: GemmSpec, output: str) -> str:
     return ", ".join(["A", "B", *(op.name for op in spec.epilogue.operands()), output])
 
 
-def harness_text(name: str, spec: GemmSpec, arch: str) -> str:
-    """The complete ``main.cu`` for the exported kernel `name`."""
+def harness_text(name: str, spec: GemmSpec, arch: str, driver_api: bool = False) -> str:
+    """The complete ``main.cu`` for the exported kernel `name` (driver_api: the launcher calls the
+    driver, so a plain nvcc build links -lcuda)."""
     kernel_args, reference_args = call_arguments(spec, "D"), call_arguments(spec, "R")
+    driver = " -lcuda" if driver_api else ""
     return f"""// main.cu — written by gemmtune: checks {name} against a reference on this GPU, then times it.
-// Build: cmake -B build && cmake --build build   (or: nvcc -O3 -std=c++17 -arch={arch} -o {name}_check main.cu)
+// Build: cmake -B build && cmake --build build   (or: nvcc -O3 -std=c++17 {nvcc_arch_flag(arch)} -o {name}_check main.cu{driver})
 // Run:   ./{name}_check [timed runs, default 20]; exit code 0 = correct, 1 = wrong result, 2 = CUDA error.
 {prelude(spec)}
 #include "{name}.cuh"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..spec import GemmSpec
+from .cmake import nvcc_arch_flag
 from .element_types import c_type
 from .harness import call_arguments, tolerance_expression
 from .header import formula
@@ -44,7 +45,7 @@ def _timing_lines(manifest: ExportManifest) -> str:
     return text + "."
 
 
-def readme_text(manifest: ExportManifest) -> str:
+def readme_text(manifest: ExportManifest, driver_api: bool = False) -> str:
     m, spec, name = manifest, manifest.spec, manifest.name
     operands = ", ".join(op.name for op in spec.epilogue.operands())
     return f"""# {name}
@@ -72,7 +73,7 @@ this folder and link the interface target `{name}`.
 
 ```sh
 cmake -B build && cmake --build build && ./build/{name}_check      # CMake >= 3.25
-nvcc -O3 -std=c++17 -arch={m.arch} -o {name}_check main.cu && ./{name}_check   # or plain nvcc
+nvcc -O3 -std=c++17 {nvcc_arch_flag(m.arch)} -o {name}_check main.cu{' -lcuda' if driver_api else ''} && ./{name}_check   # or plain nvcc
 ```
 
 `main.cu` fills the inputs with fixed-seed random values, runs the kernel and a simple reference

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CompileError, GemmtuneError, Timeout
-from .cmake import nvcc_options
+from .cmake import nvcc_arch_flag, nvcc_options
 from .manifest import KERNEL_SOURCE, read_manifest
 
 WHEEL_LAYOUTS = ("cu13", "cu12", "cuda_nvcc")  # nvidia/<layout>/bin/nvcc across wheel generations
@@ -68,7 +68,7 @@ def harness_command(folder: Path, nvcc: Nvcc, link: bool = True) -> list[str]:
     # The launcher of a kernel with TMA descriptors calls the driver API (cuTensorMapEncodeTiled).
     driver = ["-lcuda"] if link and saved.get("tensor_maps") else []
     output = ["-c", "-o", f"{manifest.name}_check.o"] if not link else ["-o", f"{manifest.name}_check"]
-    return [str(nvcc.path), "-O3", "-std=c++17", f"-arch={manifest.arch}", "-lineinfo", *nvcc_options(options),
+    return [str(nvcc.path), "-O3", "-std=c++17", nvcc_arch_flag(manifest.arch), "-lineinfo", *nvcc_options(options),
             "main.cu", *driver, *output]
 
 

@@ -45,12 +45,13 @@ def export_files(name: str, compiled: CompiledKernel, provenance: Provenance) ->
     """File name -> contents of the whole export folder."""
     manifest = ExportManifest.from_compiled(name, compiled, provenance)
     source, files = compiled.source, manifest.files
+    driver_api = bool(source.tensor_maps)  # the launcher encodes TMA descriptors with the driver API
     texts = {
         files["header"]: header_text(name, source, compiled.arch),
-        files["harness"]: harness_text(name, source.spec, compiled.arch),
+        files["harness"]: harness_text(name, source.spec, compiled.arch, driver_api),
         files["reference"]: reference_header(source.spec),
-        files["cmake"]: cmake_text(name, compiled.arch, source.options, driver_api=bool(source.tensor_maps)),
-        files["readme"]: readme_text(manifest),
+        files["cmake"]: cmake_text(name, compiled.arch, source.options, driver_api),
+        files["readme"]: readme_text(manifest, driver_api),
         files["ptx"]: compiled.ptx,
         files["manifest"]: json.dumps(manifest.to_json(), indent=1) + "\n",
         files["kernel_source"]: json.dumps(source.to_json(), indent=1) + "\n",
