@@ -126,3 +126,51 @@ def test_torch_eager_baseline_16_bit_with_epilogue(dtype: str) -> None:
 
     spec = GemmSpec(1024, 512, 768, "nn", dtype, "relu+add")
     assert torch_eager_measurement(spec, QUICK).median_s > 0
+
+
+# --- export of a tensor-core kernel ----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def bf16_export(tmp_path_factory):
+    """The registry's bf16 kernel for this GPU (sm_90a on Hopper), exported; skips without such a family."""
+    from gemmtune.errors import ConfigError
+    from gemmtune.export import export_spec
+    from gemmtune.kernels import family_for
+
+    device = query_device()
+    arch = f"sm_{device.cc[0]}{device.cc[1]}a" if device.cc[0] >= 9 else device.arch
+    spec = GemmSpec(1000, 520, 300, "nt", "bf16", "bias_col+relu")
+    try:
+        family_for(spec, arch)
+    except ConfigError as err:
+        pytest.skip(f"no family runs bf16 on {arch}: {err}")
+    return export_spec(spec, tmp_path_factory.mktemp("bf16") / "gemm", arch=arch, device=device)
+
+
+def test_bf16_export_harness_builds_its_tensor_maps_and_passes(bf16_export):
+    import subprocess
+
+    from gemmtune.export.toolchain import build_harness, find_nvcc
+
+    nvcc = find_nvcc()
+    if nvcc is None:
+        pytest.skip("no nvcc (pip install the test extra)")
+    done = subprocess.run([str(build_harness(bf16_export.path, nvcc)), "5"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "PASS" in done.stdout
+
+
+def test_bf16_export_loads_and_runs_on_torch_tensors(bf16_export):
+    torch = pytest.importorskip("torch")
+    import gemmtune
+    from gemmtune.verify import compare, make_inputs, reference
+
+    gemm = gemmtune.load(bf16_export.path)
+    spec = gemm.spec
+    x = make_inputs(spec, np.random.default_rng(3))
+    on_gpu = {k: torch.from_numpy(v).cuda().bfloat16() for k, v in x.items() if isinstance(v, np.ndarray)}
+    out = gemm(on_gpu["A"], on_gpu["B"], on_gpu["bias"])
+    torch.cuda.synchronize()
+    assert out.dtype == torch.bfloat16
+    result = compare(out.float().cpu().numpy(), reference(spec, x), spec.dtype, spec.k, spec.out_dtype)
+    assert result.ok, result.message
