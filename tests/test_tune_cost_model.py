@@ -48,3 +48,12 @@ def test_features_cover_the_whole_simt_space() -> None:
     positions = np.arange(0, len(candidates), 997)
     model.fit(positions, np.log(1.0 + positions.astype(float)))
     assert model.predict(positions).shape == positions.shape
+
+
+def test_families_without_features_get_generic_ones() -> None:
+    from gemmtune.tune.cost_model import generic_features
+
+    cols = {"bm": np.array([64.0, 128.0, 256.0]), "flag": np.array([0.0, 1.0, 0.0]), "fixed": np.array([3.0] * 3)}
+    features = generic_features(cols, GemmSpec(64, 64, 64), 132)
+    np.testing.assert_array_equal(features, np.array([[6.0, 0.0], [7.0, 1.0], [8.0, 0.0]]))
+    assert generic_features({"fixed": np.array([1.0, 1.0])}, GemmSpec(8, 8, 8), 132).shape == (2, 1)

@@ -160,6 +160,16 @@ def simt_features(cols: dict[str, np.ndarray], spec: GemmSpec, sm_count: int) ->
     ], axis=1)
 
 
+def generic_features(cols: dict[str, np.ndarray], spec: GemmSpec, sm_count: int) -> np.ndarray:
+    """Features of a family without its own: every parameter column that varies, log2 where all values
+    are at least 1 (tile sizes, stage counts), as is elsewhere (flags, positions in a domain)."""
+    varying = [c for c in cols.values() if len(c) and np.ptp(c) > 0]
+    if not varying:
+        return np.zeros((len(next(iter(cols.values()), ())), 1))
+    return np.stack([np.log2(c) if np.all(c >= 1) else c for c in varying], axis=1)
+
+
+# Families with hand-made features; every other family gets generic_features.
 FEATURES: dict[str, Callable[[dict[str, np.ndarray], GemmSpec, int], np.ndarray]] = {"simt": simt_features}
 
 
@@ -168,7 +178,7 @@ class CostModel:
 
     def __init__(self, candidates: CandidateSet, sm_count: int = 132, params: BoostingParams = BoostingParams(),
                  seed: int = 0):
-        featurize = FEATURES[candidates.space.family]
+        featurize = FEATURES.get(candidates.space.family, generic_features)
         self.features = featurize(candidates.columns, candidates.spec, sm_count)
         self.params, self.seed = params, seed
         self.model: GradientBoostedTrees | None = None
