@@ -148,11 +148,40 @@ def run_checks(steps, dtypes, layouts, shapes, epilogues) -> list[dict]:
     return rows
 
 
+def sweep_configs():
+    base = dict(config_module.ladder())["tma_store"]
+    variants = [base, base.with_(stages=4, tma_store=False), base.with_(cluster_m=2), base.with_(group_m=16),
+                base.with_(group_m=4), base.with_(bm=256, bn=128), base.with_(bm=256, bn=128, cluster_m=2),
+                base.with_(stages=4, tma_store=False, cluster_m=2), base.with_(bn=192, stages=4),
+                base.with_(bn=192, stages=4, cluster_m=2)]
+    return variants
+
+
+def sweep(dev, out: Path) -> None:
+    protocol = TimingProtocol(min_time_s=0.2)
+    rows = []
+    for size, dtype, epi in [(4096, "bf16", None), (4096, "fp16", "relu+add"), (8192, "bf16", None)]:
+        spec = GemmSpec(size, size, size, "nt", dtype, epi)
+        jobs = [(spec, c) for c in sweep_configs() if not config_module.rejections(c, spec, "sm_90a")]
+        precompile(jobs)
+        base = time_torch(spec, protocol, dev.l2_bytes, epi is not None)
+        plain = GemmSpec(size, size, size, "nt", dtype)
+        cublas = time_torch(plain, protocol, dev.l2_bytes, False) if epi else base
+        for _, cfg in jobs:
+            t = time_kernel(spec, cfg, protocol, dev.l2_bytes)
+            rows.append({"spec": spec.short(), "config": cfg.to_json(), "us": t * 1e6, "torch_us": base * 1e6,
+                         "cublas_gemm_us": cublas * 1e6})
+            print(f"SWEEP {spec.short():<30} {cfg.describe():<62} {t * 1e6:8.1f} us  x{base / t:5.3f} "
+                  f"(torch {base * 1e6:.1f}, cuBLAS GEMM {cublas * 1e6:.1f})", flush=True)
+    (out / "sweep.json").write_text(json.dumps(rows, indent=1))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--time", action="store_true")
     parser.add_argument("--sizes", default="4096,8192")
+    parser.add_argument("--sweep", action="store_true", help="time variants of the best steps (a small manual tune)")
     parser.add_argument("--out", default=".")
     args = parser.parse_args()
     out = Path(args.out)
@@ -170,6 +199,8 @@ def main() -> int:
         for r in rows:
             counts[r["status"]] = counts.get(r["status"], 0) + 1
         print(f"checks: {counts} in {time.time() - started:.0f} s", flush=True)
+    if args.sweep:
+        sweep(dev, out)
     if args.time:
         protocol = TimingProtocol(min_time_s=0.2)
         table = []

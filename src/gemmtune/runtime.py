@@ -16,7 +16,8 @@ from .compiler import CompiledKernel
 from .device import DeviceInfo, checked, driver, ensure_context, query_device
 from .dtypes import NAN_BITS, storage_bytes
 from .errors import LaunchError, ResourceError, SpecError
-from .kernel_source import SCALAR_ARGS, KernelSource
+from .kernel_source import SCALAR_ARGS, KernelSource, TensorMapArg
+from .tensor_map import encode_tensor_map
 
 NAN_F32_BITS = NAN_BITS["fp32"]  # a quiet float32 NaN: poisons outputs so unwritten elements show
 # __cuda_array_interface__ typestr of each storage type (bf16 has none: numpy cannot name it).
@@ -221,10 +222,11 @@ def resource_problems(compiled: CompiledKernel, info: DeviceInfo) -> list[str]:
 class KernelArguments:
     """cuLaunchKernel's `void** kernelParams`: one pointer per parameter to a copy of its value.
 
-    The ctypes objects live as long as this value; the driver copies them at launch.
+    The objects in `values` (ctypes scalars, CUtensorMaps) live as long as this value; the driver
+    copies them at launch.
     """
 
-    values: tuple[ctypes.c_void_p | ctypes.c_float, ...]
+    values: tuple[Any, ...]
     pointers: ctypes.Array
 
     @property
@@ -232,22 +234,30 @@ class KernelArguments:
         return ctypes.addressof(self.pointers)
 
 
-def pack_arguments(names: tuple[str, ...], bindings: Mapping[str, Any], entry: str = "kernel") -> KernelArguments:
-    """Pack `bindings` in parameter order: alpha/beta as float32, every other parameter as a void*
-    (the GEMM operands, and buffers such as a TVM launch sequence's intermediates)."""
-    values: list[ctypes.c_void_p | ctypes.c_float] = []
+def _address_of(value: Any) -> int:
+    return value.getPtr() if hasattr(value, "getPtr") else ctypes.addressof(value)
+
+
+def pack_arguments(names: tuple[str, ...], bindings: Mapping[str, Any], entry: str = "kernel",
+                   tensor_maps: tuple[TensorMapArg, ...] = ()) -> KernelArguments:
+    """Pack `bindings` in parameter order: alpha/beta as float32, a tensor-map parameter as the
+    128-byte TMA descriptor of its operand's pointer, every other parameter as a void* (the GEMM
+    operands, and buffers such as a TVM launch sequence's intermediates)."""
+    maps = {t.name: t for t in tensor_maps}
+    values: list[Any] = []
     for name in names:
-        if name not in bindings:
-            raise SpecError(f"{entry} takes argument '{name}' but no value was bound to it")
-        value = bindings[name]
+        key = maps[name].operand if name in maps else name
+        if key not in bindings:
+            raise SpecError(f"{entry} takes argument '{name}' but no value was bound to {key!r}")
+        value = bindings[key]
         if name in SCALAR_ARGS:
             values.append(ctypes.c_float(float(value)))
-        else:
-            ptr = int(value)  # ints and DeviceBuffers
-            if ptr == 0:
-                raise SpecError(f"{entry}: argument '{name}' is a null pointer")
-            values.append(ctypes.c_void_p(ptr))
-    pointers = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.addressof(v) for v in values])
+            continue
+        ptr = int(value)  # ints and DeviceBuffers
+        if ptr == 0:
+            raise SpecError(f"{entry}: argument '{name}' is a null pointer")
+        values.append(encode_tensor_map(maps[name], ptr) if name in maps else ctypes.c_void_p(ptr))
+    pointers = (ctypes.c_void_p * max(1, len(values)))(*[_address_of(v) for v in values])
     return KernelArguments(tuple(values), pointers)
 
 
@@ -301,7 +311,8 @@ class LoadedKernel:
 
     def bind(self, bindings: Mapping[str, Any], stream: Any = 0) -> BoundLaunch:
         """Pack `bindings` (name -> device pointer int / DeviceBuffer, or float) for repeated launches."""
-        return BoundLaunch(self.function, self.source, pack_arguments(self.source.args, bindings, self.source.entry),
+        args = pack_arguments(self.source.args, bindings, self.source.entry, self.source.tensor_maps)
+        return BoundLaunch(self.function, self.source, args,
                            stream)
 
     def launch(self, bindings: Mapping[str, Any], stream: Any = 0) -> None:

@@ -251,6 +251,12 @@ def ladder(arch: str = "sm_90a") -> list[tuple[str, WgmmaConfig]]:
     ]
 
 
-def default_config(spec: GemmSpec, arch: str = "sm_90a") -> WgmmaConfig:
-    """A sound fast config for any supported shape: the persistent warp-specialized kernel."""
-    return dict(ladder(arch))["persistent"]
+def default_config(spec: GemmSpec | None, arch: str = "sm_90a") -> WgmmaConfig:
+    """A sound fast config for any supported shape: the persistent warp-specialized kernel with the
+    TMA-store epilogue where D's rows allow it (and its tile fits), else with direct stores."""
+    steps = dict(ladder(arch))
+    if spec is not None and not rejections(steps["tma_store"], spec, arch):
+        return steps["tma_store"]
+    if spec is not None and not rejections(steps["tma_store"].with_(stages=2), spec, arch):
+        return steps["tma_store"].with_(stages=2)
+    return steps["persistent"]
