@@ -27,6 +27,7 @@ import sys
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
@@ -74,6 +75,38 @@ def spawn_pool(workers: int | None) -> ProcessPoolExecutor:
     """A pool of spawned (never forked: a fork inherits a CUDA context) processes bound to this one."""
     return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                initializer=bind_to_parent, initargs=(os.getpid(),))
+
+
+# --- looking at process trees (Linux /proc; what tests and bench/reliability.py check) ---------------
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, parent pid) of a process, or None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    fields = text[text.rindex(")") + 2:].split()
+    return fields[0], int(fields[1])
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` runs; a zombie (dead, waiting to be reaped) holds no memory and counts as gone."""
+    state = _stat(pid)
+    return state is not None and state[0] not in ("Z", "X")
+
+
+def descendants(pid: int) -> list[int]:
+    """Pids of the living processes below `pid`: children, their children, and so on."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        state = _stat(int(entry.name))
+        if state is not None and state[0] not in ("Z", "X"):
+            parents.setdefault(state[1], []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found += children
+        todo += children
+    return sorted(found)
 
 
 # --- stopping a run by signal ---------------------------------------------------------------------
