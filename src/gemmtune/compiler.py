@@ -149,7 +149,11 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 def compile_kernel(source: KernelSource, arch: str = "sm_90", cache_dir: Path | None = None) -> CompiledKernel:
-    """Compile `source` for `arch` (e.g. sm_90), reusing the disk cache when it holds the result."""
+    """Compile `source` for `arch` (e.g. sm_90), reusing the disk cache when it holds the result.
+
+    A source with arch-specific instructions (wgmma) is compiled for the 'a' target of that arch."""
+    if source.arch_specific and not arch.endswith("a"):
+        arch += "a"
     if arch not in ARCHES:
         raise CompileError(f"unknown arch '{arch}'; choose one of {', '.join(ARCHES)}")
     version = nvrtc_version()

@@ -80,6 +80,8 @@ class KernelSource:
     options: tuple[str, ...] = ()
     # TMA descriptors among `args` (by name), built on the host at bind time.
     tensor_maps: tuple[TensorMapArg, ...] = ()
+    # Uses arch-specific instructions (wgmma, setmaxnreg): compiled for e.g. sm_90a, not sm_90.
+    arch_specific: bool = False
 
     def __post_init__(self) -> None:
         names = POINTER_ARGS + SCALAR_ARGS + tuple(t.name for t in self.tensor_maps)
@@ -105,7 +107,7 @@ class KernelSource:
             "args": list(self.args), "spec": self.spec.to_json(), "family": self.family,
             "family_version": self.family_version, "config": self.config,
             "dynamic_smem": self.dynamic_smem, "options": list(self.options),
-            "tensor_maps": [t.to_json() for t in self.tensor_maps],
+            "tensor_maps": [t.to_json() for t in self.tensor_maps], "arch_specific": self.arch_specific,
         }
 
     @staticmethod
@@ -116,6 +118,7 @@ class KernelSource:
             family_version=data["family_version"], config=data.get("config", {}),
             dynamic_smem=data.get("dynamic_smem", 0), options=tuple(data.get("options", ())),
             tensor_maps=tuple(TensorMapArg.from_json(t) for t in data.get("tensor_maps", ())),
+            arch_specific=data.get("arch_specific", False),
         )
 
     def tensor_map(self, name: str) -> TensorMapArg | None:

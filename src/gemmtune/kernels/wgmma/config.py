@@ -1,0 +1,256 @@
+"""The Hopper tensor-core family's Config, its constraints with reasons, and its ladder.
+
+One frozen dataclass spans the ladder: TMA + wgmma with one shared-memory stage, then a multistage
+pipeline, warp specialization (a producer warpgroup feeding consumer warpgroups through mbarriers),
+a wider tile, a persistent grid with grouped rasterization, and thread-block clusters that multicast
+B. Each step is a parameter choice, so the tuner searches the same space the ladder walks.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Callable
+
+from ...spec import GemmSpec, stable_hash
+
+FAMILY = "wgmma"
+VERSION = "1"
+DTYPES = ("bf16", "fp16", "tf32")
+SWIZZLE_BYTES = 128  # every tile row in shared memory is one 128-byte swizzle span
+SMEM_LIMIT = 227 * 1024  # bytes one block may opt in to on sm_90
+SMEM_SLACK = 1024  # the tiles are realigned to 1024 bytes (the swizzle atom) inside dynamic smem
+MAX_ACCUMULATORS = 128  # fp32 accumulators per consumer thread; more leaves no room to address
+SM90_SMS = 132  # H100 SXM / H200: the persistent grid's size (any grid is correct, this one fills them)
+# Clusters are placed within a GPC; with 132 SMs in GPCs of uneven size, fewer than 66 pairs fit at
+# once, and a pair left over would run after the others. 64 pairs always fit.
+CLUSTER_GRID = 128
+INPUT_BYTES = {"bf16": 2, "fp16": 2, "tf32": 4}
+OUT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+def out_dtype(spec: GemmSpec) -> str:
+    """D's storage type (and C's, bias's): the spec's out_dtype, else fp32 for tf32, else the input type."""
+    default = "fp32" if spec.dtype == "tf32" else spec.dtype
+    return getattr(spec, "out_dtype", None) or default
+
+
+@dataclass(frozen=True, order=True)
+class WgmmaConfig:
+    """Parameters of one wgmma + TMA kernel.
+
+    bm×bn: the block's output tile; bk is fixed by the dtype (128 bytes of K per row: 64 16-bit
+      values, 32 tf32), the width of one 128-byte swizzled row.
+    consumers: warpgroups (128 threads each) that issue wgmma; each owns bm/consumers rows.
+    stages: shared-memory buffers in the TMA → wgmma ring (1 = load, wait, compute, repeat).
+    specialized: one extra producer warpgroup issues every TMA copy (and gives its registers to the
+      consumers with setmaxnreg); without it thread 0 issues copies between its own wgmmas.
+    persistent: one block per SM walks the tiles (grid = SM count) instead of one block per tile.
+    group_m: rasterization — consecutive tiles run down `group_m` rows of tiles before moving
+      right, so blocks running together share A and B tiles in L2 (1 = row by row).
+    cluster_m: blocks per cluster along M; with 2, the pair shares B: each loads half of the B tile
+      and multicasts it to both (half the L2 → SM traffic for B).
+    tma_store: the epilogue goes through a shared-memory tile: the producer TMA-loads the block's C
+      tile there while the last k-blocks run (C is waiting when the math ends), each consumer
+      overwrites it in place with D and one thread TMA-stores it (coalesced, asynchronous, edges
+      clipped by TMA). Without it, threads store their fragments to D directly.
+    """
+
+    bm: int = 128
+    bn: int = 256
+    stages: int = 4
+    consumers: int = 2
+    specialized: bool = True
+    persistent: bool = True
+    group_m: int = 8
+    cluster_m: int = 1
+    tma_store: bool = False
+
+    # --- derived shape --------------------------------------------------------------------
+    @property
+    def threads(self) -> int:
+        return 128 * (self.consumers + int(self.specialized))
+
+    @property
+    def rows_per_consumer(self) -> int:
+        return self.bm // self.consumers
+
+    @property
+    def m_blocks(self) -> int:
+        """wgmma instructions of 64 rows each consumer issues per k-step."""
+        return self.rows_per_consumer // 64
+
+    @property
+    def accumulators(self) -> int:
+        return self.m_blocks * self.bn // 2
+
+    def bk(self, dtype: str) -> int:
+        return SWIZZLE_BYTES // INPUT_BYTES[dtype]
+
+    def stage_bytes(self) -> int:
+        return (self.bm + self.bn) * SWIZZLE_BYTES
+
+    def epilogue_bytes(self, spec: GemmSpec) -> int:
+        return self.bm * self.bn * OUT_BYTES[out_dtype(spec)] if self.tma_store else 0
+
+    def smem_bytes(self, spec: GemmSpec) -> int:
+        """Dynamic shared memory: the ring of A and B tiles, the epilogue tile, barriers, alignment slack."""
+        return self.stages * self.stage_bytes() + self.epilogue_bytes(spec) + 16 * self.stages + 16 + SMEM_SLACK
+
+    # --- serialization ----------------------------------------------------------------------
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @staticmethod
+    def from_json(data: dict) -> "WgmmaConfig":
+        known = {f.name for f in fields(WgmmaConfig)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown wgmma config keys: {sorted(unknown)}")
+        return WgmmaConfig(**data)
+
+    def key(self) -> str:
+        return stable_hash(self.to_json())
+
+    def describe(self) -> str:
+        roles = f"producer+{self.consumers}wg" if self.specialized else f"{self.consumers}wg"
+        grid = f" persistent g{self.group_m}" if self.persistent else ""
+        cluster = f" cluster{self.cluster_m}x1 multicastB" if self.cluster_m > 1 else ""
+        store = " tma-store" if self.tma_store else ""
+        return f"tile {self.bm}x{self.bn} stages{self.stages} {roles}{grid}{cluster}{store}"
+
+    def with_(self, **changes) -> "WgmmaConfig":
+        return replace(self, **changes)
+
+
+def arch_number(arch: str) -> int:
+    digits = "".join(ch for ch in arch if ch.isdigit())
+    return int(digits) if digits else 0
+
+
+# --- what the family can run at all ----------------------------------------------------------------
+def k_major(spec: GemmSpec) -> tuple[bool, bool]:
+    """Whether A and B are stored with K contiguous (A as M×K, B as N×K), the layout wgmma reads
+    without transposing."""
+    return (not spec.a_trans, spec.b_trans)
+
+
+def stride_problem(spec: GemmSpec) -> str | None:
+    """TMA needs every row of A and B to start on a 16-byte boundary."""
+    size = INPUT_BYTES.get(spec.dtype, 4)
+    for name, (_, inner) in (("A", spec.a_shape), ("B", spec.b_shape)):
+        if inner * size % 16:
+            return (f"rows of {name} are {inner * size} bytes, not a multiple of 16, which TMA needs "
+                    f"(make the stored row length a multiple of {16 // size})")
+    return None
+
+
+def supports(spec: GemmSpec, arch: str) -> str | None:
+    """Why this family cannot run `spec` on `arch`, or None."""
+    if arch_number(arch) != 90:
+        return f"wgmma and TMA need a Hopper GPU (sm_90a), not {arch}"
+    if spec.dtype not in DTYPES:
+        return f"tensor-core inputs must be {', '.join(DTYPES)}, not {spec.dtype}"
+    if spec.dtype == "tf32" and k_major(spec) != (True, True):
+        return (f"tf32 wgmma reads only K-major operands (layout nt: A as M×K, B as N×K); "
+                f"layout {spec.layout} would need a transposing copy")
+    return stride_problem(spec)
+
+
+# --- constraints --------------------------------------------------------------------------------
+Constraint = Callable[[WgmmaConfig, GemmSpec, str], "str | None"]
+
+
+def _tile(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
+    if c.bm not in (64, 128, 192, 256) or c.bn not in (64, 128, 192, 256):
+        return f"tile {c.bm}x{c.bn}: bm and bn must be 64, 128, 192 or 256 (one TMA box is at most 256)"
+    if c.consumers not in (1, 2) or c.bm % (64 * c.consumers):
+        return f"bm={c.bm} does not split into {c.consumers} consumer warpgroup(s) of 64-row wgmma blocks"
+    return None
+
+
+def _registers(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
+    if c.accumulators > MAX_ACCUMULATORS:
+        return f"{c.accumulators} fp32 accumulators per thread exceed {MAX_ACCUMULATORS} (registers would spill)"
+    return None
+
+
+def _smem(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
+    need = c.smem_bytes(s)
+    if need > SMEM_LIMIT:
+        return f"{c.stages} stages of {c.bm}x{c.bn} tiles need {need} B of shared memory, over {SMEM_LIMIT} B"
+    return None
+
+
+def _pipeline(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
+    if not 1 <= c.stages <= 8:
+        return f"stages={c.stages}: 1 to 8 buffers"
+    if c.specialized and c.stages < 2:
+        return "a producer warpgroup needs at least 2 stages to run ahead of the consumers"
+    return None
+
+
+def _schedule(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
+    if c.group_m not in (1, 2, 4, 8, 16):
+        return f"group_m={c.group_m}: 1, 2, 4, 8 or 16"
+    if c.cluster_m not in (1, 2):
+        return f"cluster_m={c.cluster_m}: clusters of 1 or 2 blocks along M"
+    if c.cluster_m > 1 and not (c.specialized and c.persistent):
+        return "B multicast in clusters runs only in the persistent warp-specialized kernel"
+    if c.bn % (64 * c.cluster_m):
+        return f"bn={c.bn} does not split into {c.cluster_m} multicast halves of whole 64-column chunks"
+    return None
+
+
+def _dtype(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
+    return supports(s, arch)
+
+
+def _store(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
+    if not c.tma_store:
+        return None
+    if not c.specialized:
+        return "the TMA-store epilogue needs the producer warpgroup (it loads C)"
+    row = s.n * OUT_BYTES.get(out_dtype(s), 4)
+    if row % 16:
+        return f"rows of D are {row} bytes, not a multiple of 16, which a TMA store needs"
+    return None
+
+
+CONSTRAINTS: dict[str, Constraint] = {
+    "dtype": _dtype, "tile": _tile, "registers": _registers, "shared_memory": _smem,
+    "pipeline": _pipeline, "schedule": _schedule, "store": _store,
+}
+
+
+def rejections(config: WgmmaConfig, spec: GemmSpec, arch: str = "sm_90a") -> dict[str, str]:
+    """{constraint name: reason} for every constraint the config breaks; empty when valid."""
+    found = {}
+    for name, rule in CONSTRAINTS.items():
+        reason = rule(config, spec, arch)
+        if reason:
+            found[name] = reason
+    return found
+
+
+def ladder(arch: str = "sm_90a") -> list[tuple[str, WgmmaConfig]]:
+    """The tensor-core ladder: each step adds one technique to the one before."""
+    single = WgmmaConfig(bm=128, bn=128, stages=1, consumers=2, specialized=False, persistent=False,
+                         group_m=1, cluster_m=1)
+    multistage = single.with_(stages=4)
+    specialized = multistage.with_(specialized=True)
+    wide = specialized.with_(bn=256)
+    persistent = wide.with_(persistent=True, group_m=8)
+    stored = persistent.with_(stages=3, tma_store=True)
+    return [
+        ("tma_wgmma", single),
+        ("multistage", multistage),
+        ("warp_specialized", specialized),
+        ("wide_tile", wide),
+        ("persistent", persistent),
+        ("tma_store", stored),
+        ("cluster_multicast", stored.with_(cluster_m=2)),
+    ]
+
+
+def default_config(spec: GemmSpec, arch: str = "sm_90a") -> WgmmaConfig:
+    """A sound fast config for any supported shape: the persistent warp-specialized kernel."""
+    return dict(ladder(arch))["persistent"]

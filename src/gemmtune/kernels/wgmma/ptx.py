@@ -1,0 +1,212 @@
+"""Named inline-PTX helpers for Hopper kernels, emitted as CUDA device functions.
+
+Every template of the family (and later families that reuse the pipeline) includes these instead of
+writing `asm` inline, so each instruction is spelled once, with a comment saying what it does.
+Shared-memory operands are 32-bit shared-window addresses (``smem_addr``), as the instructions take.
+"""
+from __future__ import annotations
+
+# Types and small helpers that need no PTX. NVRTC has no <cuda.h>: a TMA descriptor is 128 opaque
+# bytes, aligned to 64, that the host fills with cuTensorMapEncodeTiled and passes by value.
+PRELUDE = r"""
+typedef unsigned long long u64;
+typedef unsigned int u32;
+
+struct alignas(64) TmaDescriptor { u64 opaque[16]; };
+
+// 16-bit floats as their bit patterns: the kernel needs no CUDA headers (NVRTC finds none by
+// default), and PTX's cvt does every conversion with round-to-nearest-even.
+struct bf16_t { unsigned short bits; };
+struct fp16_t { unsigned short bits; };
+
+// 32-bit address of a shared-memory object, as PTX's shared-state-space operands want it.
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    return static_cast<u32>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(bf16_t x) { return __uint_as_float((u32)x.bits << 16); }
+__device__ __forceinline__ float to_float(fp16_t x) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));
+    return f;
+}
+
+// Round fp32 to the output type; the pair forms pack (lo, hi) into one 32-bit word, lo first in memory.
+__device__ __forceinline__ float from_float(float v, float*) { return v; }
+__device__ __forceinline__ bf16_t from_float(float v, bf16_t*) {
+    unsigned short b;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b) : "f"(v));
+    return bf16_t{b};
+}
+__device__ __forceinline__ fp16_t from_float(float v, fp16_t*) {
+    unsigned short b;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(b) : "f"(v));
+    return fp16_t{b};
+}
+__device__ __forceinline__ u32 pack_pair(float lo, float hi, bf16_t*) {
+    u32 r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+__device__ __forceinline__ u32 pack_pair(float lo, float hi, fp16_t*) {
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+"""
+
+BARRIERS = r"""
+// mbarrier.init: a barrier in shared memory that completes a phase after `arrivals` arrive-on
+// operations and once every byte announced with expect_tx has landed.
+__device__ __forceinline__ void mbarrier_init(u64* bar, u32 arrivals) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_addr(bar)), "r"(arrivals));
+}
+
+// Make initialised barriers visible to the async proxy (TMA) and to the other CTAs of a cluster.
+__device__ __forceinline__ void fence_barrier_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// Arrive once and announce `bytes` that asynchronous copies will deliver to this phase.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(u64* bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                 :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+
+// Arrive once (a consumer saying "this stage is free again").
+__device__ __forceinline__ void mbarrier_arrive(u64* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(smem_addr(bar)) : "memory");
+}
+
+// Arrive on the barrier at the same offset in the shared memory of CTA `cta` of this cluster.
+__device__ __forceinline__ void mbarrier_arrive_cluster(u64* bar, u32 cta) {
+    asm volatile("{\n .reg .b32 remote;\n"
+                 " mapa.shared::cluster.u32 remote, %0, %1;\n"
+                 " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}"
+                 :: "r"(smem_addr(bar)), "r"(cta) : "memory");
+}
+
+// Spin until the barrier's phase with parity `phase` has completed.
+__device__ __forceinline__ void mbarrier_wait(u64* bar, u32 phase) {
+    asm volatile("{\n .reg .pred done;\n"
+                 "WAIT:\n"  // a label inside { } is local to this block, so inlined copies don't clash
+                 " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 " @!done bra WAIT;\n}"
+                 :: "r"(smem_addr(bar)), "r"(phase) : "memory");
+}
+"""
+
+TMA = r"""
+// TMA: copy one box of a 2-D tensor (coordinates innermost first) into shared memory; the bytes
+// count towards `bar`'s expected transaction. Out-of-bounds elements arrive as zeros.
+__device__ __forceinline__ void tma_load_2d(void* dst, const TmaDescriptor* map, u64* bar, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4}], [%2];"
+                 :: "r"(smem_addr(dst)), "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1) : "memory");
+}
+
+// The same copy delivered to the same shared-memory offset (and barrier) of every CTA in `mask`.
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const TmaDescriptor* map, u64* bar,
+                                                      int c0, int c1, unsigned short mask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 ".multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;"
+                 :: "r"(smem_addr(dst)), "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "h"(mask)
+                 : "memory");
+}
+
+// TMA store: copy a box from shared memory to the tensor at (c0, c1), clipped at the tensor's edges;
+// completion is tracked per thread in bulk groups.
+__device__ __forceinline__ void tma_store_2d(const TmaDescriptor* map, const void* src, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
+                 :: "l"(map), "r"(smem_addr(src)), "r"(c0), "r"(c1) : "memory");
+}
+__device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// Wait until the committed stores have finished reading shared memory (the buffer may be reused).
+__device__ __forceinline__ void tma_store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+
+// Make this thread's ordinary shared-memory writes visible to the async proxy (a TMA store next).
+__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// Ask L2 to fetch a descriptor early (it lives in kernel parameter space).
+__device__ __forceinline__ void tma_prefetch_descriptor(const TmaDescriptor* map) {
+    asm volatile("prefetch.tensormap [%0];" :: "l"(map) : "memory");
+}
+"""
+
+WARPGROUP = r"""
+// Order earlier register/shared-memory accesses before the warpgroup's next wgmma reads them.
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+
+// Close the batch of wgmma issued so far into one group that can be waited on.
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+
+// Wait until at most N committed wgmma groups are still running.
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory"); }
+
+// Hand registers back (producer) or take more (consumers): the warpgroup's per-thread budget.
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(REGS)); }
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(REGS)); }
+
+// A named barrier among `threads` threads (ids 1..15; 0 is __syncthreads).
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+    asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
+}
+
+// All threads of all CTAs in the cluster meet here (release/acquire: shared memory is visible).
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+__device__ __forceinline__ u32 cluster_cta_rank() {
+    u32 rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    return rank;
+}
+
+// Shared-memory matrix descriptor for wgmma with the 128-byte swizzle (layout type 1 in bits 62-63).
+// lbo/sbo: byte distances between core-matrix groups along the leading / strided dimension.
+__device__ __forceinline__ u64 smem_descriptor(const void* tile, u32 lbo, u32 sbo) {
+    u64 address = smem_addr(tile);
+    return ((address & 0x3FFFF) >> 4) | ((u64)(lbo >> 4) << 16) | ((u64)(sbo >> 4) << 32) | (1ull << 62);
+}
+"""
+
+# wgmma's PTX type names and K depth per instruction, by gemmtune input dtype.
+WGMMA_TYPES = {"bf16": ("bf16", 16), "fp16": ("f16", 16), "tf32": ("tf32", 8)}
+
+
+def wgmma_function(dtype: str, n: int) -> str:
+    """`wgmma_m64n{n}`: one warpgroup-wide D(64×n, fp32) += A(64×k) · B(k×n), both from shared memory.
+
+    The accumulator fragment is n/2 floats per thread. 16-bit types take transpose flags (MN-major
+    operands); tf32 reads K-major operands only."""
+    ptx_type, k = WGMMA_TYPES[dtype]
+    regs = n // 2
+    outputs = ", ".join(f"%{i}" for i in range(regs))
+    constraints = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    a, b = regs, regs + 1
+    if dtype == "tf32":
+        template_args, flags, inputs = "", "1, 1", f'"l"(desc_a), "l"(desc_b)'
+    else:
+        template_args = "template <int TRANS_A, int TRANS_B>\n"
+        flags = f"1, 1, %{regs + 2}, %{regs + 3}"
+        inputs = '"l"(desc_a), "l"(desc_b), "n"(TRANS_A), "n"(TRANS_B)'
+    return (
+        f"// wgmma m64n{n}k{k}: D(64x{n}) += A·B with fp32 accumulators; issued by all 128 threads of a warpgroup.\n"
+        f"{template_args}__device__ __forceinline__ void wgmma_m64n{n}(float (&d)[{regs}], u64 desc_a, u64 desc_b) {{\n"
+        f'    asm volatile("{{\\n .reg .pred accumulate;\\n setp.ne.b32 accumulate, 1, 0;\\n"\n'
+        f'        "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{ptx_type}.{ptx_type} "\n'
+        f'        "{{{outputs}}}, %{a}, %{b}, accumulate, {flags};\\n}}"\n'
+        f"        : {constraints}\n"
+        f"        : {inputs});\n"
+        "}\n"
+    )
+
+
+def helpers(dtype: str, n: int) -> str:
+    """Everything a wgmma kernel for `dtype` with n-wide instructions includes."""
+    return PRELUDE + BARRIERS + TMA + WARPGROUP + wgmma_function(dtype, n)

@@ -1,0 +1,543 @@
+"""WgmmaConfig + GemmSpec → KernelSource: a Hopper GEMM written as readable CUDA with inline PTX.
+
+The kernel is assembled from stages, each one function here: the tile scheduler, the TMA loads of
+one k-block (producer), the wgmma of one k-block (consumer), the epilogue write-back, and the two
+main loops (warp-specialized, or every warpgroup computing while thread 0 issues the copies).
+
+Shared memory per stage: the A tile then the B tile, each as rows of 128 bytes (64 16-bit or 32
+tf32 values of K, or 64 values of M/N when the operand is stored MN-major), in TMA's 128-byte
+swizzle, which is also the layout wgmma's descriptors read without bank conflicts.
+"""
+from __future__ import annotations
+
+from ...epilogue import Epilogue
+from ...errors import ConfigError
+from ...kernel_source import KernelSource, TensorMapArg
+from ...spec import GemmSpec
+from . import ptx
+from .config import (CLUSTER_GRID, FAMILY, INPUT_BYTES, OUT_BYTES, SM90_SMS, VERSION, WgmmaConfig, k_major,
+                     out_dtype, rejections)
+
+C_TYPES = {"bf16": "bf16_t", "fp16": "fp16_t", "tf32": "float", "fp32": "float"}
+TMA_TYPES = {"bf16": "bf16", "fp16": "fp16", "tf32": "fp32"}
+K_STEP = {"bf16": 16, "fp16": 16, "tf32": 8}  # K per wgmma instruction
+PRODUCER_REGS, CONSUMER_REGS = 40, 232  # setmaxnreg budgets: 128·40 + 256·232 ≤ 64K registers
+CHUNK = 64  # 16-bit values in one 128-byte swizzled row: the MN width of one MN-major box
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def entry_name(spec: GemmSpec) -> str:
+    return f"wgmma_{spec.slug().removeprefix('gemm_')}"
+
+
+# --- host-side descriptions ------------------------------------------------------------------------
+def tensor_maps(spec: GemmSpec, config: WgmmaConfig) -> tuple[TensorMapArg, ...]:
+    """TMA descriptors of A and B. A K-major operand is one box of bk × rows; an MN-major one is
+    loaded as 64-wide chunks (a swizzled box row is at most 128 bytes)."""
+    size, bk = INPUT_BYTES[spec.dtype], config.bk(spec.dtype)
+    a_kmajor, b_kmajor = k_major(spec)
+    kind = TMA_TYPES[spec.dtype]
+    m, n, k = spec.m, spec.n, spec.k
+    a = (TensorMapArg("tma_A", "A", kind, (k, m), (k * size,), (bk, config.bm)) if a_kmajor
+         else TensorMapArg("tma_A", "A", kind, (m, k), (m * size,), (CHUNK, bk)))
+    b_rows = config.bn // config.cluster_m  # each block of a cluster loads its share of B
+    b = (TensorMapArg("tma_B", "B", kind, (k, n), (k * size,), (bk, b_rows)) if b_kmajor
+         else TensorMapArg("tma_B", "B", kind, (n, k), (n * size,), (CHUNK, bk)))
+    return (a, b, *epilogue_maps(spec, config))
+
+
+def epilogue_maps(spec: GemmSpec, config: WgmmaConfig) -> tuple[TensorMapArg, ...]:
+    """D (and C, when the epilogue reads it) as boxes of one 128-byte row × one consumer's rows."""
+    if not config.tma_store:
+        return ()
+    out = out_dtype(spec)
+    size = OUT_BYTES[out]
+    box = (128 // size, config.rows_per_consumer)
+    names = ("D", "C") if spec.epilogue.reads_c else ("D",)
+    return tuple(TensorMapArg(f"tma_{x}", x, out, (spec.n, spec.m), (spec.n * size,), box) for x in names)
+
+def kernel_args(spec: GemmSpec, config: WgmmaConfig) -> tuple[str, ...]:
+    extra = tuple(op.name for op in spec.epilogue.operands())
+    return ("A", "B", *extra, "D", *(t.name for t in tensor_maps(spec, config)))
+
+
+def grid_size(spec: GemmSpec, config: WgmmaConfig) -> int:
+    units = _ceil_div(_ceil_div(spec.m, config.bm), config.cluster_m) * _ceil_div(spec.n, config.bn)
+    if config.persistent:
+        blocks = CLUSTER_GRID if config.cluster_m > 1 else SM90_SMS
+        return min(units, blocks // config.cluster_m) * config.cluster_m
+    return units * config.cluster_m
+
+
+# --- CUDA text: constants and scheduler -------------------------------------------------------------
+def _constants(spec: GemmSpec, config: WgmmaConfig) -> str:
+    a_kmajor, b_kmajor = k_major(spec)
+    bk, size = config.bk(spec.dtype), INPUT_BYTES[spec.dtype]
+    return f"""
+// Problem and tile shape, baked in at generation time.
+constexpr int M = {spec.m}, N = {spec.n}, K = {spec.k};
+constexpr int BM = {config.bm}, BN = {config.bn}, BK = {bk};   // block tile; BK·{size} B = one 128-byte row
+constexpr int STAGES = {config.stages};                  // shared-memory ring depth
+constexpr int CONSUMERS = {config.consumers};            // warpgroups issuing wgmma
+constexpr int ROWS_PER_CONSUMER = BM / CONSUMERS, M_BLOCKS = ROWS_PER_CONSUMER / 64;
+constexpr int K_STEP = {K_STEP[spec.dtype]};                     // K of one wgmma instruction
+constexpr int K_BLOCKS = (K + BK - 1) / BK;              // the last block's tail is TMA zero-fill
+constexpr int TILES_M = (M + BM - 1) / BM, TILES_N = (N + BN - 1) / BN;
+constexpr int CLUSTER_M = {config.cluster_m}, GROUP_M = {config.group_m};
+constexpr int UNITS_M = (TILES_M + CLUSTER_M - 1) / CLUSTER_M;   // scheduled units: one tile per cluster block
+constexpr int UNITS = UNITS_M * TILES_N;
+constexpr int A_TILE_BYTES = BM * 128, B_TILE_BYTES = BN * 128, STAGE_BYTES = A_TILE_BYTES + B_TILE_BYTES;
+constexpr bool A_K_MAJOR = {str(a_kmajor).lower()}, B_K_MAJOR = {str(b_kmajor).lower()};  // else MN-major: wgmma transposes
+typedef {C_TYPES[spec.dtype]} in_t;
+typedef {C_TYPES[out_dtype(spec)]} out_t;
+// Epilogue tile in shared memory (TMA store): per consumer, chunks of one 128-byte row × its rows.
+constexpr bool TMA_STORE = {str(config.tma_store).lower()}, READS_C = {str(spec.epilogue.reads_c).lower()};
+constexpr int OUT_CHUNK = 128 / sizeof(out_t), EPI_BYTES = TMA_STORE ? BM * BN * (int)sizeof(out_t) : 0;
+constexpr int C_LOAD_KB = K_BLOCKS > STAGES ? K_BLOCKS - STAGES : 0;  // when the producer fetches C
+"""
+
+
+SCHEDULER = r"""
+// Tile order: units run down GROUP_M rows of tiles before moving one column right, so the blocks
+// running at one time share the same few A row-panels and B column-panels in L2.
+__device__ __forceinline__ void unit_coords(int unit, int& unit_m, int& tile_n) {
+    const int per_group = GROUP_M * TILES_N;
+    const int first_m = (unit / per_group) * GROUP_M;
+    const int rows = min(UNITS_M - first_m, GROUP_M);
+    unit_m = first_m + (unit % per_group) % rows;
+    tile_n = (unit % per_group) / rows;
+}
+"""
+
+
+# --- CUDA text: producer, consumer math, epilogue ----------------------------------------------------
+def _load_stage(multicast: bool) -> str:
+    b_call = ("tma_load_2d_multicast(b_dst, &tma_B, bar, c0, c1, (unsigned short)((1 << CLUSTER_M) - 1))"
+              if multicast else "tma_load_2d(b_dst, &tma_B, bar, c0, c1)")
+    return f"""
+// Producer: copy k-block `kb` of tile (tile_m, tile_n) into stage buffers a/b; completion (bytes)
+// is counted on `bar`. A K-major operand is one box; an MN-major one is BM/64 (BN/64) boxes.
+__device__ __forceinline__ void load_stage(const TmaDescriptor& tma_A, const TmaDescriptor& tma_B,
+                                           in_t* a, in_t* b, u64* bar, int tile_m, int tile_n, int kb, int rank) {{
+    mbarrier_arrive_expect_tx(bar, STAGE_BYTES);
+    if (A_K_MAJOR) {{
+        tma_load_2d(a, &tma_A, bar, kb * BK, tile_m * BM);
+    }} else {{
+        #pragma unroll
+        for (int chunk = 0; chunk < BM / 64; ++chunk)
+            tma_load_2d(a + chunk * 64 * BK, &tma_A, bar, tile_m * BM + chunk * 64, kb * BK);
+    }}
+    // With a cluster, this block loads its share of B and multicasts it to every block of the pair.
+    constexpr int B_SHARE = BN / CLUSTER_M;
+    if (B_K_MAJOR) {{
+        in_t* b_dst = b + rank * B_SHARE * BK;
+        const int c0 = kb * BK, c1 = tile_n * BN + rank * B_SHARE;
+        {b_call};
+    }} else {{
+        #pragma unroll
+        for (int chunk = 0; chunk < B_SHARE / 64; ++chunk) {{
+            in_t* b_dst = b + (rank * B_SHARE / 64 + chunk) * 64 * BK;
+            const int c0 = tile_n * BN + rank * B_SHARE + chunk * 64, c1 = kb * BK;
+            {b_call};
+        }}
+    }}
+}}
+"""
+
+
+def _mma_stage(spec: GemmSpec, config: WgmmaConfig) -> str:
+    size = INPUT_BYTES[spec.dtype]
+    call = (f"wgmma_m64n{config.bn}" if spec.dtype == "tf32"
+            else f"wgmma_m64n{config.bn}<A_K_MAJOR ? 0 : 1, B_K_MAJOR ? 0 : 1>")
+    return f"""
+// Consumer: this warpgroup's rows times the whole B tile for one k-block, BK / K_STEP wgmma per
+// 64-row block. Descriptor steps: K-major operands advance K_STEP·{size} bytes along the swizzled
+// row; MN-major ones advance K_STEP rows of 128 bytes. SBO = 1024: eight 128-byte rows per core
+// matrix group; LBO (MN-major only) = BK·128: the distance between 64-wide chunks.
+__device__ __forceinline__ void mma_stage(float (&acc)[M_BLOCKS][BN / 2], const in_t* a, const in_t* b, int consumer) {{
+    const char* a_bytes = reinterpret_cast<const char*>(a) + consumer * ROWS_PER_CONSUMER * 128;
+    const char* b_bytes = reinterpret_cast<const char*>(b);
+    constexpr int A_K_ADVANCE = A_K_MAJOR ? K_STEP * {size} : K_STEP * 128;
+    constexpr int B_K_ADVANCE = B_K_MAJOR ? K_STEP * {size} : K_STEP * 128;
+    #pragma unroll
+    for (int ks = 0; ks < BK / K_STEP; ++ks) {{
+        const u64 desc_b = smem_descriptor(b_bytes + ks * B_K_ADVANCE, BK * 128, 1024);
+        #pragma unroll
+        for (int mb = 0; mb < M_BLOCKS; ++mb) {{
+            const u64 desc_a = smem_descriptor(a_bytes + mb * 64 * 128 + ks * A_K_ADVANCE, BK * 128, 1024);
+            {call}(acc[mb], desc_a, desc_b);
+        }}
+    }}
+}}
+"""
+
+
+def _operand_params(spec: GemmSpec) -> list[str]:
+    return _operand_params_of(spec.epilogue)
+
+
+def _epilogue_function(epilogue: Epilogue) -> str:
+    params = ", ".join(["float v", "int row", "int col"] + _operand_params_of(epilogue, c_value=True))
+    body = "\n".join(f"    {line}" for line in epilogue.cuda_statements("row", "col", "N", c="c"))
+    return f"""
+// The fused epilogue, in fp32 registers before rounding to out_t: {epilogue}.
+__device__ __forceinline__ float apply_epilogue({params}) {{
+{body}
+    return v;
+}}
+"""
+
+
+def _operand_params_of(epilogue: Epilogue, c_value: bool = False) -> list[str]:
+    """Parameter declarations for the epilogue operands; with c_value, C arrives as its element `c`."""
+    decl = {"C": "float c" if c_value else "FloatView<out_t> C", "bias": "FloatView<out_t> bias",
+            "alpha": "float alpha", "beta": "float beta"}
+    return [decl[op.name] for op in epilogue.operands()]
+
+
+def _epilogue_call(spec: GemmSpec, value: str, col: str, c: str) -> str:
+    """`value = apply_epilogue(value, row, col, ...)`, C passed as the expression `c`."""
+    if spec.epilogue.is_identity:
+        return ""
+    args = "".join(f", {c}" if op.name == "C" else f", {op.name}" for op in spec.epilogue.operands())
+    return f"{value} = apply_epilogue({value}, row, {col}{args}); "
+
+
+FLOAT_VIEW = r"""
+// Reads an out_t array as floats (C and bias come in the output type; the epilogue runs in fp32).
+template <typename T>
+struct FloatView {
+    const T* p;
+    __device__ __forceinline__ float operator[](size_t i) const { return to_float(p[i]); }
+};
+"""
+
+# How a pair of neighbouring outputs is written: as one 32-bit word (16-bit types) or a float2.
+PAIR_STORE = {
+    "bf16": "*reinterpret_cast<u32*>(D + (size_t)row * N + col) = pack_pair(v0, v1, (out_t*)0);",
+    "fp16": "*reinterpret_cast<u32*>(D + (size_t)row * N + col) = pack_pair(v0, v1, (out_t*)0);",
+    "fp32": "*reinterpret_cast<float2*>(D + (size_t)row * N + col) = make_float2(v0, v1);",
+}
+
+
+def _store_tile(spec: GemmSpec) -> str:
+    params = "".join(f", {p}" for p in _operand_params(spec))
+    fix0 = _epilogue_call(spec, "v0", "col", "C[(size_t)row * N + col]")
+    fix1 = _epilogue_call(spec, "v1", "col + 1", "C[(size_t)row * N + col + 1]")
+    even = spec.n % 2 == 0
+    pair_store = (PAIR_STORE[out_dtype(spec)] if even else
+                  "D[(size_t)row * N + col] = to_out(v0); D[(size_t)row * N + col + 1] = to_out(v1);")
+    return f"""
+__device__ __forceinline__ out_t to_out(float v) {{ return from_float(v, (out_t*)0); }}
+
+// Write-back from the wgmma fragment: in each 64-row block, thread t of the warpgroup holds rows
+// 16·warp + lane/4 (+8) and columns 8·j + 2·(lane%4) (+1): pairs of neighbours, stored together
+// {"as one vector (N is even, so every pair is aligned)" if even else "one by one (N is odd: pairs are not aligned)"}.
+__device__ __forceinline__ void store_tile(const float (&acc)[M_BLOCKS][BN / 2], int tile_m, int tile_n,
+                                           int consumer, out_t* __restrict__ D{params}) {{
+    const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+    #pragma unroll
+    for (int mb = 0; mb < M_BLOCKS; ++mb) {{
+        #pragma unroll
+        for (int half = 0; half < 2; ++half) {{
+            const int row = tile_m * BM + consumer * ROWS_PER_CONSUMER + mb * 64 + warp * 16 + lane / 4 + 8 * half;
+            if (row >= M) continue;
+            #pragma unroll
+            for (int j = 0; j < BN / 8; ++j) {{
+                const int col = tile_n * BN + j * 8 + 2 * (lane % 4);
+                float v0 = acc[mb][4 * j + 2 * half], v1 = acc[mb][4 * j + 2 * half + 1];
+                if (col + 1 < N) {{
+                    {fix0}{fix1}{pair_store}
+                }} else if (col < N) {{
+                    {fix0}D[(size_t)row * N + col] = to_out(v0);
+                }}
+            }}
+        }}
+    }}
+}}
+"""
+
+
+SMEM_PAIR = {
+    "16": """
+// A pair of outputs in the epilogue tile: one 32-bit word, lo first.
+__device__ __forceinline__ void store_pair_smem(unsigned char* at, float v0, float v1) {
+    *reinterpret_cast<u32*>(at) = pack_pair(v0, v1, (out_t*)0);
+}
+__device__ __forceinline__ void load_pair_smem(const unsigned char* at, float& c0, float& c1) {
+    const u32 word = *reinterpret_cast<const u32*>(at);
+    c0 = to_float(out_t{(unsigned short)(word & 0xFFFF)});
+    c1 = to_float(out_t{(unsigned short)(word >> 16)});
+}
+""",
+    "32": """
+// A pair of outputs in the epilogue tile: one float2.
+__device__ __forceinline__ void store_pair_smem(unsigned char* at, float v0, float v1) {
+    *reinterpret_cast<float2*>(at) = make_float2(v0, v1);
+}
+__device__ __forceinline__ void load_pair_smem(const unsigned char* at, float& c0, float& c1) {
+    const float2 pair = *reinterpret_cast<const float2*>(at);
+    c0 = pair.x;
+    c1 = pair.y;
+}
+""",
+}
+
+
+def _operands_without_c(spec: GemmSpec) -> tuple[str, str]:
+    """(parameter declarations, call arguments) of the epilogue operands other than C."""
+    ops = [op for op in spec.epilogue.operands() if op.name != "C"]
+    decls = dict(zip([op.name for op in spec.epilogue.operands()], _operand_params(spec)))
+    return "".join(f", {decls[op.name]}" for op in ops), "".join(f", {op.name}" for op in ops)
+
+
+def _store_tile_smem(spec: GemmSpec) -> str:
+    params, _ = _operands_without_c(spec)
+    reads_c = spec.epilogue.reads_c
+    fix0 = _epilogue_call(spec, "v0", "col", "c0")
+    fix1 = _epilogue_call(spec, "v1", "col + 1", "c1")
+    load_c = "float c0, c1;\n                load_pair_smem(at, c0, c1);\n                " if reads_c else ""
+    wait = ("mbarrier_wait(c_full, c_phase);  // the producer's C tile has landed here" if reads_c else
+            "named_barrier(1 + consumer, 128);  // the previous tile's store has finished reading the buffer")
+    return SMEM_PAIR["32" if OUT_BYTES[out_dtype(spec)] == 4 else "16"] + f"""
+// Write-back through shared memory. Each consumer owns ROWS_PER_CONSUMER rows of the epilogue tile,
+// kept as BN / OUT_CHUNK chunks of 128-byte rows in TMA's 128-byte swizzle (16-byte unit u of row r
+// sits at unit u ^ (r % 8)), so the fragment's 8 rows × 16 bytes per warp hit 32 distinct banks.
+// C (loaded there by the producer) is read and overwritten in place by the same thread, then one
+// thread stores the rows with TMA: coalesced, asynchronous, clipped at the matrix edges.
+__device__ __forceinline__ void store_tile_smem(const float (&acc)[M_BLOCKS][BN / 2], int tile_m, int tile_n,
+                                                int consumer, unsigned char* out_buf, const TmaDescriptor& tma_D,
+                                                u64* c_full, u64* c_empty, u32 c_phase{params}) {{
+    const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+    unsigned char* tile = out_buf + consumer * ROWS_PER_CONSUMER * BN * (int)sizeof(out_t);
+    {wait}
+    #pragma unroll
+    for (int mb = 0; mb < M_BLOCKS; ++mb) {{
+        #pragma unroll
+        for (int half = 0; half < 2; ++half) {{
+            const int r = mb * 64 + warp * 16 + lane / 4 + 8 * half;
+            const int row = tile_m * BM + consumer * ROWS_PER_CONSUMER + r;
+            #pragma unroll
+            for (int j = 0; j < BN / 8; ++j) {{
+                const int c = j * 8 + 2 * (lane % 4), col = tile_n * BN + c;
+                const int byte = (c % OUT_CHUNK) * (int)sizeof(out_t);
+                unsigned char* at = tile + (c / OUT_CHUNK) * ROWS_PER_CONSUMER * 128 + r * 128
+                                    + (((byte / 16) ^ (r % 8)) * 16) + byte % 16;
+                float v0 = acc[mb][4 * j + 2 * half], v1 = acc[mb][4 * j + 2 * half + 1];
+                {load_c}{fix0}{fix1}store_pair_smem(at, v0, v1);
+            }}
+        }}
+    }}
+    fence_async_shared();               // the TMA engine reads what these threads wrote
+    named_barrier(1 + consumer, 128);   // every thread of this consumer has written its part
+    if (threadIdx.x % 128 == 0) {{
+        #pragma unroll
+        for (int chunk = 0; chunk < BN / OUT_CHUNK; ++chunk)
+            tma_store_2d(&tma_D, tile + chunk * ROWS_PER_CONSUMER * 128, tile_n * BN + chunk * OUT_CHUNK,
+                         tile_m * BM + consumer * ROWS_PER_CONSUMER);
+        tma_store_commit();
+        tma_store_wait_read();          // the buffer may be refilled (C of a later tile) from here on
+        {"mbarrier_arrive(c_empty);" if reads_c else ""}
+    }}
+    {"" if reads_c else ""}
+}}
+"""
+
+
+LOAD_C_TILE = r"""
+// Producer: the C tile of (tile_m, tile_n) into the epilogue buffer, one box per consumer and chunk.
+__device__ __forceinline__ void load_c_tile(const TmaDescriptor& tma_C, unsigned char* out_buf, u64* bar,
+                                            int tile_m, int tile_n) {
+    mbarrier_arrive_expect_tx(bar, EPI_BYTES);
+    #pragma unroll
+    for (int consumer = 0; consumer < CONSUMERS; ++consumer)
+        #pragma unroll
+        for (int chunk = 0; chunk < BN / OUT_CHUNK; ++chunk)
+            tma_load_2d(out_buf + (consumer * BN / OUT_CHUNK + chunk) * ROWS_PER_CONSUMER * 128, &tma_C, bar,
+                        tile_n * BN + chunk * OUT_CHUNK, tile_m * BM + consumer * ROWS_PER_CONSUMER);
+}
+"""
+
+
+# --- CUDA text: the kernels ------------------------------------------------------------------------
+def _signature(spec: GemmSpec, config: WgmmaConfig, entry: str) -> str:
+    cluster = f" __cluster_dims__({config.cluster_m}, 1, 1)" if config.cluster_m > 1 else ""
+    params = ["const in_t* __restrict__ A", "const in_t* __restrict__ B", *_operand_params(spec),
+              "out_t* __restrict__ D",
+              *(f"const __grid_constant__ TmaDescriptor {t.name}" for t in tensor_maps(spec, config))]
+    return (f'extern "C" __global__ void __launch_bounds__({config.threads}, 1){cluster}\n'
+            f"{entry}({', '.join(params)})")
+
+
+SMEM_SETUP = r"""
+    // The ring of stages in dynamic shared memory, realigned to 1024 bytes: the 128-byte swizzle
+    // repeats every 8 rows, and wgmma descriptors assume tiles start on that boundary.
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    in_t* a_tiles = reinterpret_cast<in_t*>(smem);                          // STAGES × A tile
+    in_t* b_tiles = reinterpret_cast<in_t*>(smem + STAGES * A_TILE_BYTES);  // STAGES × B tile
+    unsigned char* out_buf = smem + STAGES * STAGE_BYTES;                   // epilogue tile (TMA store)
+    u64* full = reinterpret_cast<u64*>(out_buf + EPI_BYTES);                // stage s has landed
+    u64* empty = full + STAGES;                                             // stage s may be refilled
+    u64* c_full = empty + STAGES;                                           // the C tile has landed
+    u64* c_empty = c_full + 1;                                              // the epilogue tile is free
+    constexpr int A_ELEMS = A_TILE_BYTES / sizeof(in_t), B_ELEMS = B_TILE_BYTES / sizeof(in_t);
+"""
+
+
+def _epilogue_args(spec: GemmSpec) -> str:
+    return "".join(f", {op.name}" for op in spec.epilogue.operands())
+
+
+def _body_specialized(spec: GemmSpec, config: WgmmaConfig) -> str:
+    epi = _epilogue_args(spec)
+    sync = "cluster_sync()" if config.cluster_m > 1 else "__syncthreads()"
+    first, step = (("blockIdx.x / CLUSTER_M", "gridDim.x / CLUSTER_M") if config.persistent
+                   else ("blockIdx.x / CLUSTER_M", "UNITS"))
+    rank = "(int)cluster_cta_rank()" if config.cluster_m > 1 else "0"
+    load_c = ("""
+                    if (kb == C_LOAD_KB) {  // C arrives while the last k-blocks are multiplied
+                        mbarrier_wait(c_empty, c_phase ^ 1);
+                        load_c_tile(tma_C, out_buf, c_full, tile_m, tile_n);
+                        c_phase ^= 1;
+                    }""" if config.tma_store and spec.epilogue.reads_c else "")
+    _, others = _operands_without_c(spec)
+    store = (f"store_tile_smem(acc, tile_m, tile_n, consumer, out_buf, tma_D, c_full, c_empty, c_phase{others});\n"
+             "            c_phase ^= 1;" if config.tma_store else f"store_tile(acc, tile_m, tile_n, consumer, D{epi});")
+    release = ("if (threadIdx.x % 128 < CLUSTER_M) mbarrier_arrive_cluster(&empty[s], threadIdx.x % 128);"
+               if config.cluster_m > 1 else "if (threadIdx.x % 128 == 0) mbarrier_arrive(&empty[s]);")
+    return f"""{SMEM_SETUP}
+    const int rank = {rank};   // this block's place in its cluster (0 without clusters)
+    if (threadIdx.x == 0) {{
+        tma_prefetch_descriptor(&tma_A);
+        tma_prefetch_descriptor(&tma_B);
+        for (int s = 0; s < STAGES; ++s) {{
+            mbarrier_init(&full[s], 1);                       // the producer's expect_tx arrival
+            mbarrier_init(&empty[s], CONSUMERS * CLUSTER_M);  // every consumer of every block that shares B
+        }}
+        mbarrier_init(c_full, 1);
+        mbarrier_init(c_empty, CONSUMERS);
+        fence_barrier_init();
+    }}
+    {sync};
+
+    // Release stage s: arrive on its `empty` barrier in every block whose B share lives there.
+    auto release_stage = [&](int s) {{ {release} }};
+
+    if (threadIdx.x < 128) {{
+        // Producer warpgroup: one thread issues every copy; the others only give back registers.
+        setmaxnreg_dec<{PRODUCER_REGS}>();
+        if (threadIdx.x == 0) {{
+            int s = 0; u32 phase = 0, c_phase = 0;
+            for (int unit = {first}; unit < UNITS; unit += {step}) {{
+                int unit_m, tile_n;
+                unit_coords(unit, unit_m, tile_n);
+                const int tile_m = unit_m * CLUSTER_M + rank;
+                for (int kb = 0; kb < K_BLOCKS; ++kb) {{
+                    mbarrier_wait(&empty[s], phase ^ 1);  // passes at once on the first lap
+                    load_stage(tma_A, tma_B, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, &full[s],
+                               tile_m, tile_n, kb, rank);
+                    if (++s == STAGES) {{ s = 0; phase ^= 1; }}{load_c}
+                }}
+            }}
+        }}
+    }} else {{
+        // Consumer warpgroups: wait for a stage, multiply it, release the one before (one wgmma
+        // group stays in flight so the tensor cores never wait on the release), then write back.
+        setmaxnreg_inc<{CONSUMER_REGS}>();
+        const int consumer = threadIdx.x / 128 - 1;
+        int s = 0; u32 phase = 0, c_phase = 0;
+        for (int unit = {first}; unit < UNITS; unit += {step}) {{
+            int unit_m, tile_n;
+            unit_coords(unit, unit_m, tile_n);
+            const int tile_m = unit_m * CLUSTER_M + rank;
+            float acc[M_BLOCKS][BN / 2];
+            #pragma unroll
+            for (int mb = 0; mb < M_BLOCKS; ++mb)
+                #pragma unroll
+                for (int i = 0; i < BN / 2; ++i) acc[mb][i] = 0.0f;
+            int previous = -1;
+            for (int kb = 0; kb < K_BLOCKS; ++kb) {{
+                mbarrier_wait(&full[s], phase);
+                wgmma_fence();
+                mma_stage(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer);
+                wgmma_commit();
+                wgmma_wait<1>();
+                if (previous >= 0) release_stage(previous);
+                previous = s;
+                if (++s == STAGES) {{ s = 0; phase ^= 1; }}
+            }}
+            wgmma_wait<0>();
+            release_stage(previous);
+            {store}
+        }}
+    }}
+    {"cluster_sync();  // no block leaves while its pair may still arrive on its barriers" if config.cluster_m > 1 else ""}
+"""
+
+
+def _body_unified(spec: GemmSpec, config: WgmmaConfig) -> str:
+    epi = _epilogue_args(spec)
+    return f"""{SMEM_SETUP}
+    if (threadIdx.x == 0) {{
+        for (int s = 0; s < STAGES; ++s) mbarrier_init(&full[s], 1);
+        fence_barrier_init();
+    }}
+    __syncthreads();
+    // No producer warpgroup: every warpgroup computes; thread 0 also issues the copies, first
+    // filling the whole ring, then refilling each stage as soon as all warpgroups are done with it.
+    int unit_m, tile_n;
+    unit_coords(blockIdx.x, unit_m, tile_n);
+    const int tile_m = unit_m, consumer = threadIdx.x / 128;
+    if (threadIdx.x == 0)
+        for (int kb = 0; kb < STAGES && kb < K_BLOCKS; ++kb)
+            load_stage(tma_A, tma_B, a_tiles + kb * A_ELEMS, b_tiles + kb * B_ELEMS, &full[kb], tile_m, tile_n, kb, 0);
+    float acc[M_BLOCKS][BN / 2];
+    #pragma unroll
+    for (int mb = 0; mb < M_BLOCKS; ++mb)
+        #pragma unroll
+        for (int i = 0; i < BN / 2; ++i) acc[mb][i] = 0.0f;
+    for (int kb = 0; kb < K_BLOCKS; ++kb) {{
+        const int s = kb % STAGES;
+        mbarrier_wait(&full[s], (kb / STAGES) & 1);
+        wgmma_fence();
+        mma_stage(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer);
+        wgmma_commit();
+        wgmma_wait<0>();
+        __syncthreads();  // every warpgroup has finished reading stage s
+        if (threadIdx.x == 0 && kb + STAGES < K_BLOCKS)
+            load_stage(tma_A, tma_B, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, &full[s], tile_m, tile_n,
+                       kb + STAGES, 0);
+    }}
+    store_tile(acc, tile_m, tile_n, consumer, D{epi});
+"""
+
+
+def _code(spec: GemmSpec, config: WgmmaConfig, entry: str) -> str:
+    body = _body_specialized(spec, config) if config.specialized else _body_unified(spec, config)
+    epilogue = "" if spec.epilogue.is_identity else spec.epilogue.cuda_preamble() + _epilogue_function(spec.epilogue)
+    return "\n".join([
+        f"// gemmtune {FAMILY} v{VERSION}: {spec.short()}, {config.describe()}",
+        "// TMA loads into a ring of 128-byte-swizzled shared-memory stages, wgmma from shared memory",
+        "// into fp32 registers, the epilogue applied in registers and stored to D.",
+        ptx.helpers(spec.dtype, config.bn), FLOAT_VIEW, _constants(spec, config), SCHEDULER,
+        _load_stage(config.cluster_m > 1), _mma_stage(spec, config), epilogue, _store_tile(spec),
+        (_store_tile_smem(spec) + (LOAD_C_TILE if spec.epilogue.reads_c else "")) if config.tma_store else "",
+        _signature(spec, config, entry) + " {", body, "}",
+    ])
+
+
+def render(spec: GemmSpec, config: WgmmaConfig, arch: str = "sm_90a") -> KernelSource:
+    problems = rejections(config, spec, arch)
+    if problems:
+        raise ConfigError("; ".join(f"{name}: {reason}" for name, reason in problems.items()))
+    entry = entry_name(spec)
+    return KernelSource(
+        code=_code(spec, config, entry), entry=entry, grid=(grid_size(spec, config), 1, 1),
+        block=(config.threads, 1, 1), args=kernel_args(spec, config), spec=spec, family=FAMILY,
+        family_version=VERSION, config=config.to_json(), dynamic_smem=config.smem_bytes(spec),
+        tensor_maps=tensor_maps(spec, config), arch_specific=True,
+    )

@@ -1,0 +1,36 @@
+"""The wgmma family's search space: tuned parameters, each constraint's footprint, canonical rules."""
+from __future__ import annotations
+
+from typing import Any
+
+from ...spec import GemmSpec
+from ...tune.space import Rule, SearchSpace, fixed_defaults
+from .config import CONSTRAINTS, FAMILY, VERSION, WgmmaConfig
+
+WGMMA_DOMAINS: tuple[tuple[str, tuple], ...] = (
+    ("bm", (64, 128, 192, 256)), ("bn", (64, 128, 192, 256)), ("stages", (2, 3, 4, 5, 6, 7)),
+    ("consumers", (1, 2)), ("specialized", (True,)), ("persistent", (False, True)),
+    ("group_m", (1, 4, 8, 16)), ("cluster_m", (1, 2)),
+)
+
+# The parameters each constraint reads (directly or through WgmmaConfig's derived properties).
+WGMMA_READS: dict[str, tuple[str, ...]] = {
+    "dtype": (), "tile": ("bm", "bn", "consumers"), "registers": ("bm", "bn", "consumers"),
+    "shared_memory": ("bm", "bn", "stages"), "pipeline": ("stages", "specialized"),
+    "schedule": ("group_m", "cluster_m", "specialized", "persistent", "bn"),
+}
+
+
+def _unused_group(c: Any, spec: GemmSpec, arch: str) -> str | None:
+    # Without a persistent grid the tile order still follows group_m, but the tuner explores it
+    # only where blocks run many tiles; one value for the rest avoids measuring near-twins.
+    return "group_m only matters with a persistent grid" if not c.persistent and c.group_m != 1 else None
+
+
+def wgmma_space() -> SearchSpace:
+    params = fixed_defaults(WgmmaConfig, WGMMA_DOMAINS)
+    names = tuple(p.name for p in params)
+    structural = (Rule("unused_group", ("persistent", "group_m"), _unused_group, True),)
+    family = tuple(Rule(name, tuple(r for r in WGMMA_READS.get(name, names) if r in names), check)
+                   for name, check in CONSTRAINTS.items())
+    return SearchSpace(FAMILY, VERSION, WgmmaConfig, params, structural + family)

@@ -1,0 +1,113 @@
+"""GPU (Hopper): every wgmma ladder step × layout × dtype computes the right product, checked by the
+common verifier (float64 reference of the rounded inputs, NaN-poisoned D, per-dtype tolerance).
+
+Shapes whose stored rows are not a multiple of 16 bytes (7×13×5 in bf16, say) cannot be read by TMA:
+for those the family must refuse with its reason, which is asserted too, never a wrong result.
+"""
+import numpy as np
+import pytest
+
+from gemmtune.build import compile_configs
+from gemmtune.errors import ConfigError
+from gemmtune.kernels import family_for, get_family
+from gemmtune.spec import GemmSpec
+
+pytestmark = pytest.mark.gpu
+
+FAMILY = get_family("wgmma")
+SHAPES = [(1, 1, 1), (7, 13, 5), (127, 129, 131), (8, 8, 8), (136, 200, 72), (1000, 1000, 1000),
+          (4096, 4096, 4096), (3000, 5000, 704), (1, 4096, 4096), (4096, 1, 4096), (4096, 8, 4096)]
+LAYOUTS = ("nt", "nn", "tn", "tt")
+DTYPES = ("bf16", "fp16", "tf32")
+
+
+def _hopper() -> str:
+    from gemmtune.device import query_device
+
+    arch = query_device().arch
+    if arch != "sm_90":
+        pytest.skip(f"the wgmma family needs a Hopper GPU, this one is {arch}")
+    return "sm_90a"
+
+
+def _jobs(arch: str) -> list:
+    jobs = []
+    for _, config in FAMILY.ladder(arch):
+        for dtype in DTYPES:
+            for layout in LAYOUTS:
+                for shape in SHAPES:
+                    spec = GemmSpec(*shape, layout=layout, dtype=dtype)
+                    if FAMILY.supports(spec, arch) is None and not FAMILY.rejections(config, spec, arch):
+                        jobs.append((spec, config, arch))
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def compiled_ladder():
+    arch = _hopper()
+    jobs = _jobs(arch)
+    kernels = compile_configs(jobs)
+    failed = [(job[0].short(), job[1].describe(), str(k)) for job, k in zip(jobs, kernels) if isinstance(k, Exception)]
+    assert not failed, failed[:3]
+    return {(job[0], job[1]): kernel for job, kernel in zip(jobs, kernels)}
+
+
+@pytest.mark.parametrize("step", [name for name, _ in FAMILY.ladder("sm_90a")])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_ladder_step_correct(compiled_ladder, step, dtype, layout):
+    from gemmtune.evaluate import evaluate
+
+    arch = _hopper()
+    config = dict(FAMILY.ladder(arch))[step]
+    rng = np.random.default_rng(abs(hash((step, dtype, layout))) & 0xFFFF)
+    ran = 0
+    for shape in SHAPES:
+        spec = GemmSpec(*shape, layout=layout, dtype=dtype)
+        reason = FAMILY.supports(spec, arch)
+        if reason is not None:  # refused with a reason that names the cause, never run wrong
+            assert "multiple of 16" in reason or "K-major" in reason, reason
+            with pytest.raises(ConfigError):
+                family_for(spec, arch, "wgmma")
+            continue
+        if FAMILY.rejections(config, spec, arch):
+            continue
+        result = evaluate(compiled_ladder[(spec, config)], verify_only=True, rng=rng)
+        assert result.verify.ok, f"{step} {spec.short()}: {result.verify.message}"
+        ran += 1
+    if dtype == "tf32" and layout != "nt":
+        assert ran == 0
+    elif not (dtype == "tf32" and step in ("tma_store", "cluster_multicast")):
+        assert ran >= 5
+
+
+@pytest.mark.parametrize("epilogue", ["relu+add", "alpha+beta", "bias_row+gelu", "bias_col+relu", "alpha+beta+relu"])
+@pytest.mark.parametrize("step", ["warp_specialized", "persistent", "tma_store", "cluster_multicast"])
+def test_epilogues_on_odd_shapes(epilogue, step):
+    from gemmtune.compiler import compile_kernel
+    from gemmtune.evaluate import evaluate
+
+    arch = _hopper()
+    config = dict(FAMILY.ladder(arch))[step]
+    rng = np.random.default_rng(11)
+    for shape, layout, dtype in [((136, 200, 72), "nt", "fp16"), ((1000, 1000, 1000), "nn", "bf16"),
+                                 ((264, 520, 4104), "tt", "fp16"), ((3000, 5000, 704), "nt", "tf32")]:
+        spec = GemmSpec(*shape, layout=layout, dtype=dtype, epilogue=epilogue)
+        if FAMILY.supports(spec, arch) or FAMILY.rejections(config, spec, arch):
+            continue
+        result = evaluate(compile_kernel(FAMILY.render(spec, config, arch), arch), verify_only=True, rng=rng)
+        assert result.verify.ok, f"{step} {spec.short()}: {result.verify.message}"
+
+
+@pytest.mark.parametrize("out_dtype", ["fp32"])
+def test_fp32_output_of_16bit_inputs(out_dtype):
+    from gemmtune.compiler import compile_kernel
+    from gemmtune.evaluate import evaluate
+
+    arch = _hopper()
+    for step in ("persistent", "tma_store"):
+        config = dict(FAMILY.ladder(arch))[step].with_(stages=2)
+        spec = GemmSpec(1000, 1000, 1000, layout="nt", dtype="bf16", epilogue="relu+add", out_dtype=out_dtype)
+        result = evaluate(compile_kernel(FAMILY.render(spec, config, arch), arch), verify_only=True,
+                          rng=np.random.default_rng(5))
+        assert result.verify.ok, result.verify.message
