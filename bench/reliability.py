@@ -302,7 +302,9 @@ def find_sanitizer() -> str | None:
 
 
 def exports(spec: GemmSpec, arch: str, device, out: Path) -> list[tuple[str, Path | str]]:
-    """(family, exported folder or why not) for every registered family."""
+    """(family, exported folder, or the reason it could not be exported) for every family that
+    supports `spec`. The registry lists a family as a Family, or by name while it moves in (simt)."""
+    from gemmtune.errors import GemmtuneError
     from gemmtune.export import export_spec
     from gemmtune.export.writer import export_source
 
@@ -312,20 +314,28 @@ def exports(spec: GemmSpec, arch: str, device, out: Path) -> list[tuple[str, Pat
         found = list(families())
     except (ImportError, AttributeError) as err:  # a registry that is mid-refactor: simt alone
         log(f"  family registry unavailable ({err}); exporting simt only")
-        found = []
+        found = ["simt"]
     results: list[tuple[str, Path | str]] = []
-    if not found:
-        return [("simt", export_spec(spec, out / "simt", arch=arch, device=device).path)]
     for family in found:
-        reason = family.supports(spec, arch)
-        if reason:
-            results.append((family.name, reason))
-        elif family.name == "simt":
-            results.append(("simt", export_spec(spec, out / "simt", arch=arch, device=device).path))
-        else:
-            source = family.render(spec, family.default_config(spec, arch), arch)
-            results.append((family.name, export_source(source, out / family.name, arch).path))
+        name = getattr(family, "name", family)
+        try:
+            if name == "simt":
+                if spec.dtype == "fp32":
+                    results.append((name, export_spec(spec, out / name, arch=arch, device=device).path))
+            elif family.supports(spec, arch) is None:
+                source = family.render(spec, family.default_config(spec, arch), arch)
+                results.append((name, export_source(source, out / name, source_arch(source, arch)).path))
+            else:
+                results.append((name, f"does not support it: {family.supports(spec, arch)}"))
+        except (GemmtuneError, ValueError) as err:
+            results.append((name, f"export failed: {err}"))
     return results
+
+
+def source_arch(source, arch: str) -> str:
+    """sm_90a for a kernel that needs the arch-specific features (wgmma), else `arch`."""
+    return getattr(source, "arch", None) or (arch + "a" if "wgmma" in source.family and not arch.endswith("a")
+                                              else arch)
 
 
 def sanitize(sanitizer: str, tool: str, executable: Path) -> tuple[int | None, bool, str]:
@@ -346,6 +356,7 @@ def sanitize(sanitizer: str, tool: str, executable: Path) -> tuple[int | None, b
 
 def sanitizer_part(work: Path, device) -> tuple[list[str], list[Check]]:
     from gemmtune.compiler import ARCHES
+    from gemmtune.errors import GemmtuneError
     from gemmtune.export.toolchain import build_harness, find_nvcc
 
     sanitizer, nvcc = find_sanitizer(), find_nvcc()
@@ -358,9 +369,14 @@ def sanitizer_part(work: Path, device) -> tuple[list[str], list[Check]]:
     for spec in SANITIZER_SPECS:
         for family, folder in exports(spec, arch, device, work / "export" / spec.slug()):
             if isinstance(folder, str):
-                lines.append(f"| {family} | {spec.short()} | not supported: {folder} |")
+                lines.append(f"| {family} | {spec.short()} | {folder} |")
                 continue
-            executable = build_harness(folder, nvcc)
+            try:
+                executable = build_harness(folder, nvcc)
+            except GemmtuneError as err:
+                lines.append(f"| {family} | {spec.short()} | harness did not build: {str(err)[:120]} |")
+                checks.append(Check("sanitizer", f"{family} {spec.short()}", "harness did not build", False))
+                continue
             cells, clean = [], True
             for tool in SANITIZER_TOOLS:
                 errors, passed, note = sanitize(sanitizer, tool, executable)
