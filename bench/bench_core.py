@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from gemmtune.bench import BenchRow, bench_config, bench_many  # noqa: E402
 from gemmtune.build import choose_config, compile_configs  # noqa: E402
 from gemmtune.device import query_device  # noqa: E402
-from gemmtune.kernels.simt_config import SimtConfig, ladder, rejections  # noqa: E402
+from gemmtune.kernels.simt.config import SimtConfig, ladder, rejections  # noqa: E402
 from gemmtune.spec import GemmSpec  # noqa: E402
 from gemmtune.timing import TimingProtocol  # noqa: E402
 

@@ -29,7 +29,7 @@ from gemmtune.errors import GemmtuneError
 from gemmtune.evaluate import check_output, evaluate
 from gemmtune.export.config_source import ConfigChoice, choose_config
 from gemmtune.kernel_source import KernelSource
-from gemmtune.kernels import simt
+from gemmtune.kernels import family_for, get_family
 from gemmtune.runtime import DeviceBuffer, LoadedKernel, release, synchronize
 from gemmtune.spec import GemmSpec
 from gemmtune.timing import FLUSH_MODES, Measurement, TimingProtocol, measure
@@ -114,9 +114,9 @@ def _verify_and_time_pair(gemm: LoadedKernel, passes: LoadedKernel, buffers: dic
 
 # --- the four rows of one size -------------------------------------------------------------------
 def _compile_pair(spec: GemmSpec, choice: ConfigChoice, arch: str) -> tuple[CompiledKernel, CompiledKernel]:
-    bare = GemmSpec(spec.m, spec.n, spec.k, spec.layout, spec.dtype)
-    return (compile_kernel(simt.render(spec, choice.config, arch), arch),
-            compile_kernel(simt.render(bare, choice.config, arch), arch))
+    render = get_family(choice.family).render
+    return (compile_kernel(render(spec, choice.config, arch), arch),
+            compile_kernel(render(spec.without_epilogue(), choice.config, arch), arch))
 
 
 def _fused_row(size: int, fused: CompiledKernel, protocol: TimingProtocol) -> Row:
@@ -161,7 +161,8 @@ def bench_size(size: int, arch: str, info: DeviceInfo, protocol: TimingProtocol,
     from gemmtune.export.config_source import given_config
 
     spec = GemmSpec(size, size, size, epilogue=EPILOGUE)
-    choice = given_config(parse_config(config, arch).config) if config else choose_config(spec, arch, info)
+    choice = (given_config(parse_config(config, spec, arch, family_for(spec, arch)).config) if config
+              else choose_config(spec, arch, info))
     fused, plain = _compile_pair(spec, choice, arch)
     rows = [
         _fused_row(size, fused, protocol),

@@ -290,7 +290,9 @@ def same_config_ratios(alone: Path, shared: Path) -> list[float]:
 
 # --- part 4: compute-sanitizer on exported kernels ---------------------------------------------------
 SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
-SANITIZER_SPECS = (GemmSpec(256, 256, 256), GemmSpec(300, 200, 100, layout="nt", epilogue="relu+add"))
+SANITIZER_SPECS = (GemmSpec(256, 256, 256), GemmSpec(300, 200, 100, layout="nt", epilogue="relu+add"),
+                   GemmSpec(256, 256, 256, dtype="bf16"),
+                   GemmSpec(320, 192, 128, layout="nt", dtype="bf16", epilogue="relu+add"))
 
 
 def find_sanitizer() -> str | None:
@@ -302,40 +304,22 @@ def find_sanitizer() -> str | None:
 
 
 def exports(spec: GemmSpec, arch: str, device, out: Path) -> list[tuple[str, Path | str]]:
-    """(family, exported folder, or the reason it could not be exported) for every family that
-    supports `spec`. The registry lists a family as a Family, or by name while it moves in (simt)."""
+    """(family, exported folder, or the reason it could not be) for every registered family; a family
+    that does not support `spec` is left out (each spec above suits at least one)."""
     from gemmtune.errors import GemmtuneError
     from gemmtune.export import export_spec
-    from gemmtune.export.writer import export_source
+    from gemmtune.kernels import families
 
-    try:
-        from gemmtune.kernels import families
-
-        found = list(families())
-    except (ImportError, AttributeError) as err:  # a registry that is mid-refactor: simt alone
-        log(f"  family registry unavailable ({err}); exporting simt only")
-        found = ["simt"]
     results: list[tuple[str, Path | str]] = []
-    for family in found:
-        name = getattr(family, "name", family)
+    for family in families():
+        if family.supports(spec, arch) is not None:
+            continue
         try:
-            if name == "simt":
-                if spec.dtype == "fp32":
-                    results.append((name, export_spec(spec, out / name, arch=arch, device=device).path))
-            elif family.supports(spec, arch) is None:
-                source = family.render(spec, family.default_config(spec, arch), arch)
-                results.append((name, export_source(source, out / name, source_arch(source, arch)).path))
-            else:
-                results.append((name, f"does not support it: {family.supports(spec, arch)}"))
-        except (GemmtuneError, ValueError) as err:
-            results.append((name, f"export failed: {err}"))
+            results.append((family.name, export_spec(spec, out / family.name, arch=arch, device=device,
+                                                     family=family.name).path))
+        except GemmtuneError as err:
+            results.append((family.name, f"export failed: {err}"))
     return results
-
-
-def source_arch(source, arch: str) -> str:
-    """sm_90a for a kernel that needs the arch-specific features (wgmma), else `arch`."""
-    return getattr(source, "arch", None) or (arch + "a" if "wgmma" in source.family and not arch.endswith("a")
-                                              else arch)
 
 
 def sanitize(sanitizer: str, tool: str, executable: Path) -> tuple[int | None, bool, str]:

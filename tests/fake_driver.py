@@ -37,9 +37,10 @@ def param_float(params: int, index: int) -> float:
     return ctypes.c_float.from_address(slot).value
 
 
-def device_array(ptr: int, shape: tuple[int, ...]) -> np.ndarray:
+def device_array(ptr: int, shape: tuple[int, ...], ctype: type = ctypes.c_float) -> np.ndarray:
+    """A numpy view of fake device memory (ctype: c_float, or c_uint16 for 16-bit storage)."""
     count = int(np.prod(shape))
-    return np.ctypeslib.as_array((ctypes.c_float * count).from_address(ptr)).reshape(shape)
+    return np.ctypeslib.as_array((ctype * count).from_address(ptr)).reshape(shape)
 
 
 class FakeUuid:
@@ -105,6 +106,10 @@ class FakeDriver:
 
     def cuMemsetD32(self, ptr, value, words):
         np.ctypeslib.as_array((ctypes.c_uint32 * words).from_address(int(ptr)))[:] = value
+        return (OK,)
+
+    def cuMemsetD16(self, ptr, value, halves):
+        np.ctypeslib.as_array((ctypes.c_uint16 * halves).from_address(int(ptr)))[:] = value
         return (OK,)
 
     def cuMemsetD32Async(self, ptr, value, words, stream):

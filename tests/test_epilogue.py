@@ -10,8 +10,8 @@ from gemmtune.compiler import compile_kernel
 from gemmtune.epilogue import OPS, Epilogue
 from gemmtune.errors import SpecError
 from gemmtune.export.reference import reference_source
-from gemmtune.kernels.simt import render
-from gemmtune.kernels.simt_config import default_config
+from gemmtune.kernels.simt.render import render
+from gemmtune.kernels.simt.config import default_config
 from gemmtune.spec import GemmSpec
 
 COMPOSITIONS = ["relu+add", "alpha+beta", "bias_col+gelu", "bias_row+relu+add", "alpha+bias_col+gelu+beta",

@@ -20,7 +20,8 @@ from gemmtune.export.manifest import ExportManifest, Provenance, file_names, rea
 from gemmtune.export.reference import reference_source
 from gemmtune.export.writer import export_source, export_spec, write_folder
 from gemmtune.kernel_source import KernelSource
-from gemmtune.kernels.simt_config import SimtConfig, default_config, ladder
+from gemmtune.kernels import get_family
+from gemmtune.kernels.simt.config import SimtConfig, default_config, ladder
 from gemmtune.spec import GemmSpec
 
 SPEC = GemmSpec(200, 136, 72, layout="nt", epilogue="bias_col+relu+add")
@@ -30,7 +31,7 @@ SPEC = GemmSpec(200, 136, 72, layout="nt", epilogue="bias_col+relu+add")
 def no_tuning_db(monkeypatch):
     """A tuning database that knows nothing, so tests see the known-configs / default steps."""
     fake = types.ModuleType("gemmtune.tune.db")
-    fake.best_known_trial = lambda spec, arch_or_device, db_path=None: None
+    fake.best_known_trial = lambda spec, arch_or_device, db_path=None, family=None: None
     monkeypatch.setitem(sys.modules, "gemmtune.tune.db", fake)
     return fake
 
@@ -92,11 +93,12 @@ def test_readme_and_cmake_name_the_target(exported):
     assert "CUDA_ARCHITECTURES 90)" in cmake and "LANGUAGES CXX CUDA" in cmake
 
 
-@pytest.mark.parametrize("arch,value", [("sm_80", "80"), ("sm_90", "90"), ("sm_90a", "90a")])
-def test_cmake_architecture_per_arch(tmp_path, arch, value):
+@pytest.mark.parametrize("arch,value,flag", [("sm_80", "80", "-arch=sm_80"), ("sm_90", "90", "-arch=sm_90"),
+                                             ("sm_90a", "90a", "-gencode=arch=compute_90a,code=sm_90a")])
+def test_cmake_architecture_per_arch(tmp_path, arch, value, flag):
     result = export_source(reference_source(GemmSpec(8, 8, 8)), tmp_path / arch, arch, cache_dir=tmp_path / "c")
     assert f"CUDA_ARCHITECTURES {value})" in (result.path / "CMakeLists.txt").read_text()
-    assert f"-arch={arch}" in (result.path / "main.cu").read_text()
+    assert flag in (result.path / "main.cu").read_text()
 
 
 # --- header ------------------------------------------------------------------------------------
@@ -115,8 +117,10 @@ def test_header_wraps_the_kernel_and_launches_it(exported):
     entry = exported.manifest.entry
     assert f"namespace {SPEC.slug()}_kernel {{" in text and f"namespace {SPEC.slug()}_info {{" in text
     assert f"inline cudaError_t {SPEC.slug()}(" in text
-    assert f"{SPEC.slug()}_kernel::{entry}<<<grid, block, smem, stream>>>(const_cast<float*>(A)" in text
-    assert "return cudaGetLastError();" in text
+    # Arguments packed as the runtime packs them, in the kernel's parameter order.
+    assert "void* args[] = {&arg_A, &arg_B, &arg_C, &arg_bias, &arg_D};" in text
+    assert f"cudaLaunchKernel({SPEC.slug()}_kernel::{entry}, grid, block, args, smem, stream)" in text
+    assert "cudaGetLastError()" in text and "cuTensorMapEncodeTiled" not in text
     assert "cudaFuncSetAttribute" not in text  # static shared memory only
 
 
@@ -194,14 +198,16 @@ def test_shipped_table_is_valid():
     rows = config_source.load_known_configs()
     assert {row.gpu for row in rows} >= {"H100", "H200", "A100"}
     for row in rows:
-        assert row.config.to_json() == SimtConfig.from_json(row.config.to_json()).to_json()
+        config_type = get_family(row.family).config_type
+        assert isinstance(row.config, config_type)
+        assert row.config.to_json() == config_type.from_json(row.config.to_json()).to_json()
 
 
 def test_tuning_database_wins(monkeypatch):
     tuned = dict(ladder())["warptiling"]
     seen = {}
 
-    def best_known_trial(spec, arch_or_device, db_path=None):
+    def best_known_trial(spec, arch_or_device, db_path=None, family=None):
         seen.update(spec=spec, target=arch_or_device, db_path=db_path)
         return types.SimpleNamespace(result=types.SimpleNamespace(config=tuned, median_s=1.25e-3))
 

@@ -22,7 +22,7 @@ needs_nvcc = pytest.mark.skipif(NVCC is None, reason="no nvcc: pip install 'nvid
 @pytest.fixture(autouse=True)
 def no_tuning_db(monkeypatch):
     fake = types.ModuleType("gemmtune.tune.db")
-    fake.best_known_trial = lambda spec, arch_or_device, db_path=None: None
+    fake.best_known_trial = lambda spec, arch_or_device, db_path=None, family=None: None
     monkeypatch.setitem(sys.modules, "gemmtune.tune.db", fake)
 
 
@@ -34,7 +34,8 @@ def _export(tmp_path: Path, spec: GemmSpec, arch: str, name: str | None = None) 
 def test_harness_command(tmp_path):
     folder = _export(tmp_path, GemmSpec(64, 64, 64), "sm_90a")
     command = harness_command(folder, Nvcc(Path("/opt/nvcc"), "PATH"))
-    assert command[:5] == ["/opt/nvcc", "-O3", "-std=c++17", "-arch=sm_90a", "-lineinfo"]
+    # sm_90a: exactly that SASS from compute_90a PTX (-arch=sm_90a also embeds compute_90 PTX)
+    assert command[:5] == ["/opt/nvcc", "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-lineinfo"]
     assert command[-3:] == ["main.cu", "-o", "gemm_fp32_nn_64x64x64_check"]
     assert harness_command(folder, Nvcc(Path("nvcc"), "PATH"), link=False)[-3:] == ["-c", "-o",
                                                                                     "gemm_fp32_nn_64x64x64_check.o"]

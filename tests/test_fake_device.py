@@ -146,3 +146,53 @@ def test_allocation_keeps_the_current_context(fake: FakeDriver) -> None:
     fake.context = 0x5001  # as if a kernel had been loaded on GPU 1
     DeviceBuffer.alloc(64).free()
     assert fake.context == 0x5001
+
+
+# --- 16-bit storage: upload, poison, read back --------------------------------------------------------
+def half_gemm(spec: GemmSpec, skip_last: bool = False):
+    """A 'kernel' on 16-bit storage (A, B, D): fp32 products of the stored inputs, D rounded once."""
+    import ctypes
+
+    from gemmtune.dtypes import from_storage, to_storage
+
+    def kernel(params: int) -> None:
+        def stored(index: int, shape: tuple[int, ...]) -> np.ndarray:
+            return device_array(param_pointer(params, index), shape, ctypes.c_uint16)
+
+        a, b = (from_storage(stored(i, s).view(np.float16) if spec.dtype == "fp16" else stored(i, s), spec.dtype)
+                for i, s in ((0, spec.a_shape), (1, spec.b_shape)))
+        result = to_storage((a.astype(np.float32) @ b.astype(np.float32)), spec.out_dtype).view(np.uint16)
+        d = stored(2, (spec.m, spec.n))
+        if skip_last:
+            d[:, :-1] = result[:, :-1]
+        else:
+            d[:] = result
+    return kernel
+
+
+def half_compiled(spec: GemmSpec, entry: str) -> CompiledKernel:
+    source = KernelSource("// python", entry, (1, 1, 1), (128, 1, 1), ("A", "B", "D"), spec, "fake", "1")
+    return CompiledKernel(source, "sm_90", b"cubin", "", ResourceUsage(32, 0, 0, 0, 0), "", 0.0, "13.0")
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_16_bit_buffers_poison_every_element(fake: FakeDriver, dtype: str) -> None:
+    from gemmtune.dtypes import STORAGE, from_storage, round_to, to_storage
+
+    values = round_to(np.linspace(-1, 1, 15, dtype=np.float32).reshape(3, 5), dtype)  # an odd count of halves
+    with DeviceBuffer.from_numpy(to_storage(values, dtype)) as buf:
+        assert buf.nbytes == 30
+        np.testing.assert_array_equal(from_storage(buf.to_numpy((3, 5), STORAGE[dtype]), dtype), values)
+        buf.fill_nan(dtype)
+        assert np.isnan(from_storage(buf.to_numpy((3, 5), STORAGE[dtype]), dtype)).all()  # the 15th too
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_evaluate_16_bit_round_trip(fake: FakeDriver, dtype: str) -> None:
+    spec = GemmSpec(13, 7, 24, "nn", dtype)
+    fake.kernels.update({"half": half_gemm(spec), "half_broken": half_gemm(spec, skip_last=True)})
+    good = evaluate(half_compiled(spec, "half"), QUICK, np.random.default_rng(0))
+    assert good.ok, good.verify.message
+    bad = evaluate(half_compiled(spec, "half_broken"), QUICK, np.random.default_rng(0))
+    assert not bad.ok and bad.verify.nan_count == spec.m  # the unwritten column keeps its 16-bit NaN
+    assert fake.memory == {} and fake.modules_alive == 0

@@ -89,7 +89,7 @@ def _inputs_on_device(inputs: dict) -> dict:
 def test_load_matches_building_the_same_spec_in_process(folder):
     from gemmtune import build, load
     from gemmtune.export.manifest import read_manifest
-    from gemmtune.kernels.simt_config import SimtConfig
+    from gemmtune.kernels.simt.config import SimtConfig
     from gemmtune.runtime import DeviceBuffer, synchronize
     from gemmtune.verify import compare, make_inputs, reference
 

@@ -4,8 +4,8 @@ import pytest
 
 from gemmtune.build import compile_configs
 from gemmtune.compiler import compile_kernel
-from gemmtune.kernels.simt import render
-from gemmtune.kernels.simt_config import SimtConfig, ladder
+from gemmtune.kernels.simt.render import render
+from gemmtune.kernels.simt.config import SimtConfig, ladder
 from gemmtune.spec import GemmSpec
 
 pytestmark = pytest.mark.gpu

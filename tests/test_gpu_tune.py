@@ -14,7 +14,7 @@ def faulting_compiler(request):
     """Compile normally, but plant an out-of-bounds write in every other candidate (by config key)."""
     from gemmtune.compiler import compile_kernel
     from gemmtune.kernel_source import KernelSource
-    from gemmtune.kernels.simt_config import SimtConfig
+    from gemmtune.kernels.simt.config import SimtConfig
     from gemmtune.tune.pipeline import compile_candidate
 
     job = compile_candidate(request)

@@ -139,3 +139,80 @@ def test_gpu_available_never_raises() -> None:
         with pytest.raises(NoDeviceError) as info:
             query_device()
         assert "\n" not in str(info.value)
+
+
+# --- per-dtype operands -----------------------------------------------------------------------------
+class FakeTorchTensor:
+    """Stands in for a torch CUDA tensor: torch refuses __cuda_array_interface__ for bf16, so the runtime
+    reads data_ptr/dtype/shape/stride instead."""
+
+    __module__ = "torch"
+
+    def __init__(self, shape, dtype="torch.bfloat16", stride=None, ptr=0x7F0000000000, is_cuda=True):
+        self.shape, self.dtype, self.is_cuda, self._ptr = shape, dtype, is_cuda, ptr
+        self._stride = stride or (shape[1], 1)
+
+    def stride(self):
+        return self._stride
+
+    def data_ptr(self):
+        return self._ptr
+
+
+def test_pointer_of_reads_torch_tensors_of_each_dtype() -> None:
+    assert pointer_of(FakeTorchTensor((4, 8)), (4, 8), "A", "bf16") == 0x7F0000000000
+    assert pointer_of(FakeTorchTensor((4, 8), "torch.float16"), (4, 8), "A", "fp16") == 0x7F0000000000
+    assert pointer_of(FakeTorchTensor((4, 8), "torch.float32"), (4, 8), "D") == 0x7F0000000000
+
+
+@pytest.mark.parametrize("tensor,dtype,expected", [
+    (FakeTorchTensor((4, 8), "torch.float32"), "bf16", "A has dtype torch.float32, expected torch.bfloat16 (bf16)"),
+    (FakeTorchTensor((4, 8), "torch.bfloat16"), "fp16", "expected torch.float16"),
+    (FakeTorchTensor((8, 4)), "bf16", "shape (8, 4), expected (4, 8)"),
+    (FakeTorchTensor((4, 8), stride=(1, 4)), "bf16", "not C-contiguous"),
+    (FakeTorchTensor((4, 8), ptr=0x7F0000000002), "bf16", "not 16-byte aligned"),
+    (FakeTorchTensor((4, 8), is_cuda=False), "bf16", "host memory"),
+])
+def test_torch_tensors_are_checked_per_dtype(tensor, dtype, expected) -> None:
+    with pytest.raises(SpecError) as info:
+        pointer_of(tensor, (4, 8), "A", dtype)
+    assert expected in str(info.value) and "\n" not in str(info.value)
+
+
+def test_array_interface_dtypes() -> None:
+    assert pointer_of(FakeCudaArray((4, 8), typestr="<f2"), (4, 8), "A", "fp16") == 0x7F0000000000
+    with pytest.raises(SpecError, match="expected <f2"):
+        pointer_of(FakeCudaArray((4, 8)), (4, 8), "A", "fp16")
+    with pytest.raises(SpecError, match="torch.bfloat16 CUDA tensor or a DeviceBuffer"):
+        pointer_of(FakeCudaArray((4, 8)), (4, 8), "A", "bf16")
+    with pytest.raises(SpecError, match="needs 96 B"):
+        pointer_of(DeviceBuffer(0x1000, 64), (4, 12), "D", "bf16")
+
+
+def test_bind_checks_each_operand_in_its_storage_type() -> None:
+    from gemmtune.invoke import bind
+    from gemmtune.kernel_source import KernelSource
+
+    spec = GemmSpec(4, 8, 16, "nn", "bf16", "bias_col", "fp32")
+    source = KernelSource("//", "k", (1, 1, 1), (32, 1, 1), ("A", "B", "bias", "D"), spec, "fake", "1")
+    a, b = FakeTorchTensor((4, 16)), FakeTorchTensor((16, 8), ptr=0x7F0000001000)
+    bias = FakeTorchTensor((8,), "torch.float32", stride=(1,), ptr=0x7F0000002000)
+    d = FakeTorchTensor((4, 8), "torch.float32", ptr=0x7F0000003000)
+    assert bind(source, a, b, {"bias": bias}, d) == {"A": 0x7F0000000000, "B": 0x7F0000001000,
+                                                      "bias": 0x7F0000002000, "D": 0x7F0000003000}
+    with pytest.raises(SpecError, match="D has dtype torch.bfloat16, expected torch.float32"):
+        bind(source, a, b, {"bias": bias}, FakeTorchTensor((4, 8)))
+
+
+def test_bind_gives_the_pointers_that_tensor_maps_describe() -> None:
+    from gemmtune.invoke import bind
+    from gemmtune.kernel_source import KernelSource, TensorMapArg
+
+    spec = GemmSpec(64, 64, 64, "nt", "fp16")
+    maps = (TensorMapArg("tma_A", "A", "fp16", (64, 64), (128,), (64, 64)),
+            TensorMapArg("tma_B", "B", "fp16", (64, 64), (128,), (64, 64)))
+    source = KernelSource("//", "k", (1, 1, 1), (128, 1, 1), ("tma_A", "tma_B", "D"), spec, "fake", "1",
+                          tensor_maps=maps)
+    a, b, d = (FakeTorchTensor((64, 64), "torch.float16", ptr=0x7F0000000000 + i * 0x10000) for i in range(3))
+    bindings = bind(source, a, b, {}, d)
+    assert bindings == {"D": 0x7F0000020000, "A": 0x7F0000000000, "B": 0x7F0000010000}

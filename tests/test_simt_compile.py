@@ -5,8 +5,8 @@ import pytest
 
 from gemmtune.compiler import compile_kernel, parse_resource_report
 from gemmtune.errors import ConfigError
-from gemmtune.kernels.simt import render
-from gemmtune.kernels.simt_config import SimtConfig, ladder, rejections
+from gemmtune.kernels.simt.render import render
+from gemmtune.kernels.simt.config import SimtConfig, ladder, rejections
 from gemmtune.spec import GemmSpec
 
 SHAPES = [(4096, 4096, 4096), (127, 129, 131), (7, 13, 5)]

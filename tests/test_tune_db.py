@@ -11,7 +11,7 @@ import pytest
 from gemmtune.compiler import nvrtc_version
 from gemmtune.device import DeviceInfo
 from gemmtune.errors import GemmtuneError
-from gemmtune.kernels.simt_config import SimtConfig
+from gemmtune.kernels.simt.config import SimtConfig
 from gemmtune.spec import GemmSpec
 from gemmtune.tune.db import TuningDB, best_known_config, best_known_trial
 from gemmtune.tune.simulation import SimulationRunner

@@ -6,11 +6,12 @@ import time
 import numpy as np
 import pytest
 
-from gemmtune.kernels import simt_config
-from gemmtune.kernels.simt_config import SimtConfig
+from gemmtune.kernels.simt import config as simt_config
+from gemmtune.kernels.simt.config import SimtConfig
 from gemmtune.spec import GemmSpec
 from gemmtune.tune import space as space_module
-from gemmtune.tune.space import SIMT_READS, analyze, candidate_set, first_failing, space_for, verdict
+from gemmtune.kernels.simt.space import SIMT_DOMAINS, SIMT_READS
+from gemmtune.tune.space import analyze, candidate_set, first_failing, space_for, verdict
 
 SPEC = GemmSpec(4096, 4096, 4096)
 
@@ -27,7 +28,7 @@ def test_domains_and_size(simt) -> None:
     assert simt.size == 4 * 4 * 3 * 5 * 5 * 5 * 5 * 4 * 2 * 2 * 2 * 2 * 2
     assert domains["stage_c"] == (False, True)
     # Fields the space does not tune are pinned to the config's defaults.
-    assert all(len(domains[f]) == 1 for f in domains if f not in dict(space_module.SIMT_DOMAINS))
+    assert all(len(domains[f]) == 1 for f in domains if f not in dict(SIMT_DOMAINS))
 
 
 def test_stage_c_is_searched_only_when_the_epilogue_reads_c(simt) -> None:
@@ -112,5 +113,5 @@ def test_subset_and_membership(simt) -> None:
 def test_unknown_family_is_a_config_error() -> None:
     from gemmtune.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="no search space"):
+    with pytest.raises(ConfigError, match="unknown family"):
         space_for("wgmma_sm90")

@@ -142,3 +142,89 @@ def test_reference_matches_independent_formula(layout: str, epilogue: str) -> No
     got = reference(spec, x, use_gpu=False)
     assert got.dtype == np.float64 and got.shape == (9, 6)
     np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+
+
+# --- 16-bit and tf32 -------------------------------------------------------------------------------
+def _kernel_like(spec: GemmSpec, x: dict) -> np.ndarray:
+    """What a correct tensor-core kernel returns: fp32 accumulation of the stored inputs, the
+    epilogue in fp32, one rounding to D's type (read back as float64)."""
+    from gemmtune.dtypes import round_to
+
+    a = x["A"].T if spec.a_trans else x["A"]
+    b = x["B"].T if spec.b_trans else x["B"]
+    acc = (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float32)
+    operands = {op.name: x[op.name] for op in spec.epilogue.operands()}
+    fp32 = spec.epilogue.reference(acc, operands).astype(np.float32)
+    return round_to(fp32, spec.out_dtype).astype(np.float64)
+
+
+def _tf32(values: np.ndarray) -> np.ndarray:
+    """fp32 cut to tf32 (10 mantissa bits), as tensor cores read fp32 operands."""
+    return (np.ascontiguousarray(values, np.float32).view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+def test_tolerance_formula_per_dtype() -> None:
+    acc = 16 * 2.0**-23 * math.sqrt(1024)
+    assert tolerance("fp16", 1024) == pytest.approx(acc + 2**-11)
+    assert tolerance("bf16", 1024) == pytest.approx(acc + 2**-8)
+    assert tolerance("bf16", 1024, "fp32") == pytest.approx(acc)  # inputs exact, no output rounding
+    assert tolerance("tf32", 1024) == pytest.approx(acc + 4 * 2**-10)
+    assert tolerance("fp32", 1024) == pytest.approx(acc)
+    with pytest.raises(SpecError, match="out dtype"):
+        tolerance("fp16", 16, "fp8")
+
+
+@pytest.mark.parametrize("dtype,out", [("fp16", "fp16"), ("bf16", "bf16"), ("bf16", "fp32"), ("fp16", "fp32")])
+def test_make_inputs_round_to_the_stored_types(dtype: str, out: str) -> None:
+    from gemmtune.dtypes import round_to
+
+    spec = GemmSpec(6, 5, 7, "tn", dtype, Epilogue.parse("bias_row+add"), out)
+    x = make_inputs(spec, np.random.default_rng(1))
+    for name, stored in (("A", dtype), ("B", dtype), ("C", out), ("bias", out)):
+        assert x[name].dtype == np.float32
+        np.testing.assert_array_equal(round_to(x[name], stored), x[name])  # already representable
+    assert not np.array_equal(round_to(x["A"], "bf16"), x["A"]) or dtype == "bf16"  # fp16 keeps more bits
+
+
+@pytest.mark.parametrize("dtype,out", [("fp16", "fp16"), ("bf16", "bf16"), ("bf16", "fp32"), ("fp16", "fp32")])
+@pytest.mark.parametrize("layout,epilogue", [("nn", "none"), ("nt", "relu+add"), ("tt", "bias_col+gelu"),
+                                             ("tn", "alpha+beta")])
+def test_correct_16_bit_results_pass(dtype: str, out: str, layout: str, epilogue: str) -> None:
+    spec = GemmSpec(96, 80, 512, layout, dtype, Epilogue.parse(epilogue), out)
+    x = make_inputs(spec, np.random.default_rng(2))
+    result = compare(_kernel_like(spec, x), reference(spec, x, use_gpu=False), dtype, spec.k, out)
+    assert result.ok, result.message
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_one_wrong_16_bit_element_fails(dtype: str) -> None:
+    spec = GemmSpec(128, 128, 256, "nn", dtype)
+    x = make_inputs(spec, np.random.default_rng(4))
+    ref = reference(spec, x, use_gpu=False)
+    out = _kernel_like(spec, x)
+    rms = float(np.sqrt(np.mean(ref**2)))
+    out[17, 33] += 0.1 * rms  # far beyond the output's rounding; bf16's Frobenius tolerance does not see it
+    result = compare(out, ref, dtype, spec.k)
+    assert not result.ok and "(17, 33)" in result.message
+    assert result.max_element_error > result.element_tolerance
+
+
+def test_a_16_bit_result_rounded_twice_as_coarsely_fails() -> None:
+    """fp16 inputs but D rounded to bf16: 8x the allowed output rounding."""
+    from gemmtune.dtypes import round_to
+
+    spec = GemmSpec(64, 64, 128, "nn", "fp16")
+    x = make_inputs(spec, np.random.default_rng(5))
+    out = round_to(_kernel_like(spec, x), "bf16").astype(np.float64)
+    assert not compare(out, reference(spec, x, use_gpu=False), "fp16", spec.k).ok
+
+
+def test_tf32_sized_error_fails_fp32_and_passes_tf32() -> None:
+    spec = GemmSpec(96, 64, 512, "nn", "fp32")
+    x = make_inputs(spec, np.random.default_rng(6))
+    ref = reference(spec, x, use_gpu=False)
+    out = (_tf32(x["A"]) @ _tf32(x["B"])).astype(np.float64)  # what TF32 tensor cores compute
+    assert not compare(out, ref, "fp32", spec.k).ok  # fp32 must not pass with TF32 on
+    assert compare(out, ref, "tf32", spec.k).ok, compare(out, ref, "tf32", spec.k).message
+    exact = _fp32_sequential(x["A"], x["B"]).astype(np.float64)
+    assert compare(exact, ref, "fp32", spec.k).ok

@@ -1,7 +1,11 @@
 """What a generated kernel has to beat: cuBLAS through torch, and torch's eager GEMM + epilogue.
 
-Both run on the same inputs as evaluate() (make_inputs), are checked against the same float64
-reference (which also proves TF32 was off), and are timed by the same protocol via measure().
+Both run on the same inputs as evaluate() (make_inputs, already rounded to the spec's types), are
+checked against the same float64 reference with the dtype's tolerance (for fp32 this also proves
+TF32 was off), and are timed by the same protocol via measure(). Per dtype:
+- fp32: torch.mm in fp32 with TF32 off; tf32: fp32 tensors with TF32 allowed for the duration;
+- fp16 / bf16: torch.mm on tensors of that type (cuBLAS's half GEMM, fp32 accumulation); an fp32
+  D comes from torch.mm(..., out_dtype=torch.float32) where torch has it.
 torch is optional: without it these raise one clear line.
 """
 from __future__ import annotations
@@ -28,12 +32,25 @@ def _torch() -> Any:
     return torch
 
 
+_TORCH_TYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+
+def matmul_label(spec: GemmSpec) -> str:
+    """How the cuBLAS row computes, said plainly."""
+    if spec.dtype in ("fp32", "tf32"):
+        return f"torch.matmul, tf32 {'on' if spec.dtype == 'tf32' else 'off'}"
+    return f"torch.matmul {spec.dtype}" + ("" if spec.default_out else f", {spec.out_dtype} out")
+
+
 @contextmanager
-def _ieee_fp32(torch: Any) -> Iterator[None]:
-    """Full-precision fp32 matmuls (no TF32) for the duration, restoring the caller's setting."""
+def _fp32_precision(torch: Any, tf32: bool) -> Iterator[None]:
+    """fp32 matmuls with TF32 allowed (tf32=True) or not for the duration, restoring the caller's setting."""
     matmul = torch.backends.cuda.matmul
     # torch >= 2.9 has fp32_precision; setting the old allow_tf32 there only warns.
-    name, value = ("fp32_precision", "ieee") if hasattr(matmul, "fp32_precision") else ("allow_tf32", False)
+    if hasattr(matmul, "fp32_precision"):
+        name, value = "fp32_precision", "tf32" if tf32 else "ieee"
+    else:
+        name, value = "allow_tf32", tf32
     saved = getattr(matmul, name)
     setattr(matmul, name, value)
     try:
@@ -42,8 +59,25 @@ def _ieee_fp32(torch: Any) -> Iterator[None]:
         setattr(matmul, name, saved)
 
 
-def _on_gpu(torch: Any, inputs: dict) -> dict:
-    return {k: torch.from_numpy(v).cuda() if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
+def _torch_type(torch: Any, dtype: str) -> Any:
+    return getattr(torch, _TORCH_TYPES["fp32" if dtype == "tf32" else dtype])
+
+
+def _on_gpu(torch: Any, spec: GemmSpec, inputs: dict) -> dict:
+    """Each array on the GPU in the type the kernel gets it in (values are already rounded: exact)."""
+    return {k: torch.from_numpy(v).cuda().to(_torch_type(torch, spec.storage_dtype(k)))
+            if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
+
+
+def _mm(torch: Any, spec: GemmSpec, a: Any, b: Any) -> Any:
+    """op(A)·op(B) in D's type: a plain torch.mm unless 16-bit inputs ask for fp32 out."""
+    if spec.default_out or spec.out_dtype != "fp32":
+        return torch.mm(a, b)
+    try:
+        return torch.mm(a, b, out_dtype=torch.float32)
+    except TypeError:
+        raise GemmtuneError(f"this torch ({torch.__version__}) has no torch.mm(out_dtype=): no cuBLAS baseline "
+                            f"for {spec.dtype} in, fp32 out") from None
 
 
 def _operands(spec: GemmSpec, x: dict) -> tuple[Any, Any]:
@@ -63,31 +97,37 @@ EAGER_OPS: dict[str, Callable[[Any, Any, dict], Any]] = {
 }
 
 
-def _check(spec: GemmSpec, out: Any, inputs: dict, what: str) -> None:
-    result = compare(out.cpu().numpy(), reference(spec, inputs), spec.dtype, spec.k)
+def _check(spec: GemmSpec, out: Any, inputs: dict, what: str, roundings: int = 1) -> None:
+    result = compare(out.float().cpu().numpy(), reference(spec, inputs), spec.dtype, spec.k, spec.out_dtype,
+                     roundings)
     if not result.ok:
-        raise VerifyError(f"{what} baseline is wrong ({result.message}); is TF32 on?")
+        hint = "; is TF32 on?" if spec.dtype == "fp32" else ""
+        raise VerifyError(f"{what} baseline ({matmul_label(spec)}) is wrong ({result.message}){hint}")
 
 
 def _timed(spec: GemmSpec, protocol: TimingProtocol, make_launch: Callable[[Any, dict], Callable[[], Any]],
-           what: str) -> Measurement:
+           what: str, roundings: int = 1) -> Measurement:
     torch = _torch()
     inputs = make_inputs(spec, np.random.default_rng(0))
-    with _ieee_fp32(torch):
-        launch = make_launch(torch, _on_gpu(torch, inputs))
-        _check(spec, launch(), inputs, what)
+    with _fp32_precision(torch, tf32=spec.dtype == "tf32"):
+        launch = make_launch(torch, _on_gpu(torch, spec, inputs))
+        _check(spec, launch(), inputs, what, roundings)
         stream = torch.cuda.current_stream().cuda_stream
         return measure(launch, protocol, query_device().l2_bytes, stream)
 
 
 def cublas_measurement(spec: GemmSpec, protocol: TimingProtocol = TimingProtocol()) -> Measurement:
-    """cuBLAS SGEMM (torch.mm into a preallocated D) on the spec's layout; epilogue not included."""
+    """cuBLAS GEMM in the spec's types (torch.mm; into a preallocated D where the types allow) on the
+    spec's layout; epilogue not included."""
+    bare = spec.without_epilogue()
+
     def make_launch(torch: Any, x: dict) -> Callable[[], Any]:
-        a, b = _operands(spec, x)
-        out = torch.empty((spec.m, spec.n), dtype=torch.float32, device="cuda")
+        a, b = _operands(bare, x)
+        if not bare.default_out:  # torch.mm(out_dtype=) allocates its result
+            return lambda: _mm(torch, bare, a, b)
+        out = torch.empty((bare.m, bare.n), dtype=_torch_type(torch, bare.out_dtype), device="cuda")
         return lambda: torch.mm(a, b, out=out)
 
-    bare = GemmSpec(spec.m, spec.n, spec.k, spec.layout, spec.dtype)
     return _timed(bare, protocol, make_launch, "cuBLAS")
 
 
@@ -97,10 +137,11 @@ def torch_eager_measurement(spec: GemmSpec, protocol: TimingProtocol = TimingPro
         a, b = _operands(spec, x)
 
         def launch() -> Any:
-            v = torch.mm(a, b)
+            v = _mm(torch, spec, a, b)
             for name in spec.epilogue.ops:
                 v = EAGER_OPS[name](torch, v, x)
             return v
         return launch
 
-    return _timed(spec, protocol, make_launch, "torch eager")
+    # Each op of the chain rounds to D's type on its own (a fused kernel rounds once).
+    return _timed(spec, protocol, make_launch, "torch eager", 1 + len(spec.epilogue.ops))

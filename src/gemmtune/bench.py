@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from .compiler import CompiledKernel, compile_kernel
 from .errors import GemmtuneError
-from .kernels import simt
-from .kernels.simt_config import SimtConfig
+from .kernels import Family, family_of_config
 from .spec import GemmSpec
 from .timing import Measurement, TimingProtocol
 
@@ -63,31 +62,45 @@ def bench_compiled(name: str, detail: str, compiled: CompiledKernel, protocol: T
                           compiled.resources.registers)
 
 
-def bench_config(spec: GemmSpec, name: str, config: SimtConfig, arch: str, protocol: TimingProtocol) -> BenchRow:
-    """Render, compile, verify and time one simt config; failures become a row, never an exception."""
+def bench_config(spec: GemmSpec, name: str, config: Any, arch: str, protocol: TimingProtocol,
+                 family: Family | None = None) -> BenchRow:
+    """Render (by `family`, default the config's own), compile, verify and time one config; failures
+    become a row, never an exception."""
     try:
-        compiled = compile_kernel(simt.render(spec, config, arch), arch)
+        family = family or family_of_config(config)
+        compiled = compile_kernel(family.render(spec, config, arch), arch)
     except GemmtuneError as err:
         return BenchRow(name, config.describe(), None, None, None, type(err).__name__, str(err))
     return bench_compiled(name, config.describe(), compiled, protocol)
 
 
+def cublas_label(spec: GemmSpec) -> str:
+    """What the cuBLAS row runs, said plainly (see baseline.cublas_measurement)."""
+    from .baseline import matmul_label
+
+    return matmul_label(spec)
+
+
 def bench_cublas(spec: GemmSpec, protocol: TimingProtocol) -> BenchRow:
     from .baseline import cublas_measurement
 
+    label = cublas_label(spec)
     try:
         m = cublas_measurement(spec, protocol)
     except GemmtuneError as err:
-        return BenchRow("cuBLAS", "torch.matmul, tf32 off", None, None, None, type(err).__name__, str(err))
-    return _row_from_measurement("cuBLAS", "torch.matmul, tf32 off", spec, m, None)
+        return BenchRow("cuBLAS", label, None, None, None, type(err).__name__, str(err))
+    return _row_from_measurement("cuBLAS", label, spec, m, None)
 
 
-def bench_many(spec: GemmSpec, candidates: Iterable[tuple[str, SimtConfig]], arch: str,
-               protocol: TimingProtocol, on_row: Callable[[BenchRow], None] | None = None) -> list[BenchRow]:
-    """cuBLAS first, then each candidate; `on_row` sees each row as it is finished (progress)."""
+def bench_many(spec: GemmSpec, candidates: Iterable[tuple[str, Any]], arch: str,
+               protocol: TimingProtocol, on_row: Callable[[BenchRow], None] | None = None,
+               family: Family | None = None) -> list[BenchRow]:
+    """cuBLAS first, then each candidate (configs of `family`, default each config's own); `on_row`
+    sees each row as it is finished (progress)."""
     rows = []
     for name, config in [("cuBLAS", None), *candidates]:
-        row = bench_cublas(spec, protocol) if config is None else bench_config(spec, name, config, arch, protocol)
+        row = (bench_cublas(spec, protocol) if config is None
+               else bench_config(spec, name, config, arch, protocol, family))
         rows.append(row)
         if on_row:
             on_row(row)

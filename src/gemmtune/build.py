@@ -14,15 +14,15 @@ from typing import Any
 from .compiler import CompiledKernel, ResourceUsage, compile_kernel
 from .errors import ConfigError, GemmtuneError
 from .invoke import bind, collect_operands, empty_like_framework
-from .kernels import simt
-from .kernels.simt_config import SimtConfig, default_config, ladder
+from .kernels import Family, family_for, family_of_config
 from .spec import GemmSpec
 
 
 @dataclass(frozen=True)
 class ChosenConfig:
-    config: SimtConfig
+    config: Any  # the family's Config type
     source: str  # where it came from: "given", "tuning database", "ladder step X", "default"
+    family: str = "simt"
 
 
 def target_arch(arch: str | None) -> str:
@@ -35,22 +35,24 @@ def target_arch(arch: str | None) -> str:
     return device.arch if device is not None else "sm_90"
 
 
-def parse_config(text: str, arch: str) -> ChosenConfig:
-    """`--config` accepts a ladder step name or a JSON object of SimtConfig fields."""
-    steps = dict(ladder(arch))
+def parse_config(text: str, spec: GemmSpec, arch: str, family: Family) -> ChosenConfig:
+    """`--config` accepts a ladder step name of `family` or a JSON object of its config fields
+    (laid over the family's default config for `spec`)."""
+    steps = dict(family.ladder(arch))
     if text in steps:
-        return ChosenConfig(steps[text], f"ladder step {text}")
+        return ChosenConfig(steps[text], f"ladder step {text}", family.name)
     import json
 
     try:
         data = json.loads(text)
-        base = default_config(GemmSpec(1, 1, 1), arch).to_json()
-        return ChosenConfig(SimtConfig.from_json({**base, **data}), "given")
+        base = family.default_config(spec, arch).to_json()
+        return ChosenConfig(family.config_from_json({**base, **data}), "given", family.name)
     except (json.JSONDecodeError, ValueError, TypeError) as exc:
-        raise ConfigError(f"--config must be a ladder step ({', '.join(steps)}) or a JSON object: {exc}") from None
+        raise ConfigError(f"--config must be a {family.name} ladder step ({', '.join(steps)}) "
+                          f"or a JSON object: {exc}") from None
 
 
-def choose_config(spec: GemmSpec, arch: str, db_path: Path | None = None) -> ChosenConfig:
+def choose_config(spec: GemmSpec, arch: str, db_path: Path | None = None, family: str | None = None) -> ChosenConfig:
     """Best known config for this spec on this device: tuning database, shipped table, else default.
 
     The same choice `gemmtune export` makes (export.config_source), so show/bench/build/export agree.
@@ -58,14 +60,29 @@ def choose_config(spec: GemmSpec, arch: str, db_path: Path | None = None) -> Cho
     from .device import present_device
     from .export.config_source import choose_config as choose
 
-    choice = choose(spec, arch, present_device(), db_path)
-    return ChosenConfig(choice.config, choice.provenance.describe())
+    choice = choose(spec, arch, present_device(), db_path, family=family)
+    return ChosenConfig(choice.config, choice.provenance.describe(), choice.family)
+
+
+def chosen_config(spec: GemmSpec, config: Any, arch: str, family: str | None,
+                  db_path: Path | None = None) -> tuple[Family, ChosenConfig]:
+    """The family and config `build` uses: `config` may be None (best known), a ladder step name or
+    JSON (of `family`, else of the family chosen for the spec), or a family's Config value."""
+    if config is not None and not isinstance(config, str):
+        found = family_of_config(config)
+        if family and family != found.name:
+            raise ConfigError(f"a {type(config).__name__} is a {found.name} config, not a {family} config")
+        return family_for(spec, arch, found.name), ChosenConfig(config, "given", found.name)
+    chosen_family = family_for(spec, arch, family)
+    if config is None:
+        return chosen_family, choose_config(spec, arch, db_path, chosen_family.name)
+    return chosen_family, parse_config(config, spec, arch, chosen_family)
 
 
 class Kernel:
     """A compiled kernel for one spec; loads onto the GPU on first call."""
 
-    def __init__(self, compiled: CompiledKernel, config: SimtConfig, config_source: str):
+    def __init__(self, compiled: CompiledKernel, config: Any, config_source: str):
         self.compiled = compiled
         self.config = config
         self.config_source = config_source
@@ -74,6 +91,10 @@ class Kernel:
     @property
     def spec(self) -> GemmSpec:
         return self.compiled.source.spec
+
+    @property
+    def family(self) -> str:
+        return self.compiled.source.family
 
     @property
     def source(self) -> str:
@@ -97,42 +118,39 @@ class Kernel:
     def __call__(self, A: Any, B: Any, *operands: Any, out: Any = None, **named: Any) -> Any:
         values = collect_operands(self.spec, operands, named)
         if out is None:
-            out = empty_like_framework(A, (self.spec.m, self.spec.n))
+            out = empty_like_framework(A, (self.spec.m, self.spec.n), self.spec.out_dtype)
         self.loaded().launch(bind(self.compiled.source, A, B, values, out))
         return out
 
     def __repr__(self) -> str:
-        return f"Kernel({self.spec.short()}, {self.config.describe()}, {self.arch}, from {self.config_source})"
+        return (f"Kernel({self.spec.short()}, {self.family} {self.config.describe()}, {self.arch}, "
+                f"from {self.config_source})")
 
 
-def build(spec: GemmSpec, config: SimtConfig | str | None = None, arch: str | None = None,
+def build(spec: GemmSpec, config: Any = None, arch: str | None = None, family: str | None = None,
           db_path: Path | None = None) -> Kernel:
-    """Generate and compile the kernel for `spec` (config: a SimtConfig, a ladder step name or JSON)."""
+    """Generate and compile the kernel for `spec`. `family` defaults to the registry's choice for the
+    spec and arch; `config` is that family's Config, a ladder step name or JSON, or None (best known)."""
     if not isinstance(spec, GemmSpec):
         raise GemmtuneError("build() takes a gemmtune.GemmSpec")
     arch = target_arch(arch)
-    if config is None:
-        chosen = choose_config(spec, arch, db_path)
-    elif isinstance(config, str):
-        chosen = parse_config(config, arch)
-    else:
-        chosen = ChosenConfig(config, "given")
-    compiled = compile_kernel(simt.render(spec, chosen.config, arch), arch)
+    chosen_family, chosen = chosen_config(spec, config, arch, family, db_path)
+    compiled = compile_kernel(chosen_family.render(spec, chosen.config, arch), arch)
     return Kernel(compiled, chosen.config, chosen.source)
 
 
 # --- many configs at once ---------------------------------------------------------------------------
-def _render_and_compile(job: tuple[GemmSpec, SimtConfig, str]) -> CompiledKernel | GemmtuneError:
+def _render_and_compile(job: tuple[GemmSpec, Any, str]) -> CompiledKernel | GemmtuneError:
     spec, config, arch = job
     try:
-        return compile_kernel(simt.render(spec, config, arch), arch)
+        return compile_kernel(family_of_config(config).render(spec, config, arch), arch)
     except GemmtuneError as err:  # returned, not raised: one bad config must not sink the batch
         return err
 
 
-def compile_configs(jobs: list[tuple[GemmSpec, SimtConfig, str]],
+def compile_configs(jobs: list[tuple[GemmSpec, Any, str]],
                     workers: int | None = None) -> list[CompiledKernel | GemmtuneError]:
-    """Render and compile (spec, config, arch) jobs in spawned worker processes (NVRTC is the slow
+    """Render (by the config's family) and compile (spec, config, arch) jobs in spawned worker processes (NVRTC is the slow
     part of sweeps and test setup); one result per job, the typed error where it failed. The disk
     cache keeps every result, so a later compile_kernel of the same source is a file read."""
     from .lifeline import spawn_pool

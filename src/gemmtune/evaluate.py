@@ -16,6 +16,7 @@ import numpy as np
 
 from .compiler import CompiledKernel
 from .device import free_memory, query_device
+from .dtypes import STORAGE, from_storage, to_storage
 from .gpu_lock import device_lock
 from .runtime import DeviceBuffer, LoadedKernel, release, synchronize
 from .spec import GemmSpec
@@ -41,23 +42,29 @@ class Evaluation:
 
 
 def upload_inputs(spec: GemmSpec, inputs: dict, buffers: dict[str, DeviceBuffer]) -> dict[str, int | float]:
-    """Copy array inputs to the device and allocate D (recording each buffer in `buffers` as soon as
-    it exists, so the caller frees it whatever fails next); returns the bindings by argument name."""
+    """Copy array inputs to the device, each in its storage type (A, B: the input type; C, bias: the
+    output type; bf16 as its bit patterns), and allocate D in the output type (recording each buffer
+    in `buffers` as soon as it exists, so the caller frees it whatever fails next); returns the
+    bindings by argument name."""
     bindings: dict[str, int | float] = {}
     for name, value in inputs.items():
         if isinstance(value, np.ndarray):
-            buffers[name] = DeviceBuffer.from_numpy(value)
+            buffers[name] = DeviceBuffer.from_numpy(to_storage(value, spec.storage_dtype(name)))
             bindings[name] = buffers[name].ptr
         else:
             bindings[name] = value
-    buffers["D"] = DeviceBuffer.alloc(spec.m * spec.n * spec.element_bytes)
+    buffers["D"] = DeviceBuffer.alloc(spec.m * spec.n * spec.out_element_bytes)
     bindings["D"] = buffers["D"].ptr
     return bindings
 
 
+def read_output(d: DeviceBuffer, spec: GemmSpec) -> np.ndarray:
+    """D copied back and converted from its storage type to float64."""
+    return from_storage(d.to_numpy((spec.m, spec.n), STORAGE[spec.out_dtype]), spec.out_dtype)
+
+
 def check_output(d: DeviceBuffer, spec: GemmSpec, expected: np.ndarray) -> VerifyResult:
-    out = d.to_numpy((spec.m, spec.n), np.float32)
-    return compare(out, expected, spec.dtype, spec.k)
+    return compare(read_output(d, spec), expected, spec.dtype, spec.k, spec.out_dtype)
 
 
 def check_then_time(run: Callable[[], None], poison: Callable[[], None], check: Callable[[], VerifyResult],
@@ -103,7 +110,8 @@ def _load_check_time(compiled: CompiledKernel, inputs: dict, expected: np.ndarra
         closers.append(kernel.unload)
         bindings = upload_inputs(spec, inputs, buffers)
         d = buffers["D"]
-        result = check_then_time(kernel.bind(bindings), d.fill_nan, lambda: check_output(d, spec, expected),
+        result = check_then_time(kernel.bind(bindings), lambda: d.fill_nan(spec.out_dtype),
+                                 lambda: check_output(d, spec, expected),
                                  protocol, verify_only, l2_bytes)
     except BaseException:
         release(closers + [b.free for b in buffers.values()], after_error=True)

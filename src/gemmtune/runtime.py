@@ -14,10 +14,13 @@ import numpy as np
 
 from .compiler import CompiledKernel
 from .device import DeviceInfo, checked, driver, ensure_context, query_device
+from .dtypes import NAN_BITS, storage_bytes
 from .errors import LaunchError, ResourceError, SpecError
 from .kernel_source import SCALAR_ARGS, KernelSource
 
-NAN_F32_BITS = 0x7FC00000  # a quiet float32 NaN: poisons outputs so unwritten elements show
+NAN_F32_BITS = NAN_BITS["fp32"]  # a quiet float32 NaN: poisons outputs so unwritten elements show
+# __cuda_array_interface__ typestr of each storage type (bf16 has none: numpy cannot name it).
+TYPESTR = {"fp32": "<f4", "fp16": "<f2"}
 ALIGNMENT = 16  # bytes; generated kernels use 128-bit vector loads
 MAX_GRID_YZ = 65535
 MAX_GRID_X = 2**31 - 1
@@ -73,8 +76,16 @@ class DeviceBuffer:
         else:
             checked(cu.cuMemsetD32Async(self.ptr, value, words, stream), "cuMemsetD32Async")
 
-    def fill_nan(self) -> None:
-        self.fill_u32(NAN_F32_BITS)
+    def fill_u16(self, value: int) -> None:
+        """Set every 16-bit half-word to `value` (also the last one of an odd count)."""
+        checked(driver().cuMemsetD16(self.ptr, value, self.nbytes // 2), "cuMemsetD16")
+
+    def fill_nan(self, dtype: str = "fp32") -> None:
+        """Poison every element with a quiet NaN of `dtype` (fp32, fp16 or bf16)."""
+        if storage_bytes(dtype) == 2:
+            self.fill_u16(NAN_BITS[dtype])
+        else:
+            self.fill_u32(NAN_BITS[dtype])
 
     def free(self) -> None:
         if self.ptr:
@@ -95,25 +106,50 @@ class DeviceBuffer:
 
 
 # --- foreign arrays ----------------------------------------------------------------------------
-def pointer_of(array: Any, shape: tuple[int, ...], what: str, typestr: str = "<f4") -> int:
-    """The device address of `array` after checking it can stand in for operand `what`.
+def pointer_of(array: Any, shape: tuple[int, ...], what: str, dtype: str = "fp32") -> int:
+    """The device address of `array` after checking it can stand in for operand `what` of `dtype`
+    (storage type: fp32, fp16 or bf16).
 
-    Accepts a DeviceBuffer (size checked) or anything with __cuda_array_interface__ (torch CUDA
-    tensors, cupy arrays): dtype, shape, C-contiguity and 16-byte alignment are checked.
+    Accepts a DeviceBuffer (size checked), a torch CUDA tensor (dtype, shape, C-contiguity, 16-byte
+    alignment, read through data_ptr/stride: torch refuses __cuda_array_interface__ for bf16), or
+    anything else with __cuda_array_interface__ (cupy; no bf16 there) with the same checks.
     """
     shape = tuple(int(d) for d in shape)
     if isinstance(array, DeviceBuffer):
-        need = math.prod(shape) * np.dtype(typestr).itemsize
+        need = math.prod(shape) * storage_bytes(dtype)
         if array.nbytes < need:
             raise SpecError(f"{what}: buffer holds {array.nbytes} B, {shape} needs {need} B")
         return array.ptr
-    if getattr(array, "requires_grad", False):  # torch refuses the interface on grad tensors
+    if type(array).__module__.split(".")[0] == "torch":
+        return torch_pointer(array, shape, what, dtype)
+    if getattr(array, "requires_grad", False):  # interface providers may refuse it on grad arrays
         array = array.detach()
     interface = getattr(array, "__cuda_array_interface__", None)
     if interface is None:
         raise SpecError(f"{what} is a {type(array).__name__} in host memory; pass a CUDA tensor/array "
                         "(torch on cuda, cupy) or a DeviceBuffer")
-    return check_array_interface(interface, shape, what, typestr)
+    if dtype not in TYPESTR:
+        raise SpecError(f"{what} must be {dtype}: pass a torch.bfloat16 CUDA tensor or a DeviceBuffer "
+                        f"(__cuda_array_interface__ has no {dtype} type)")
+    return check_array_interface(interface, shape, what, TYPESTR[dtype])
+
+
+TORCH_DTYPES = {"fp32": "torch.float32", "fp16": "torch.float16", "bf16": "torch.bfloat16"}
+
+
+def torch_pointer(tensor: Any, shape: tuple[int, ...], what: str, dtype: str = "fp32") -> int:
+    """data_ptr() of a torch tensor after checking device, dtype, shape, C-contiguity and alignment."""
+    if not getattr(tensor, "is_cuda", False):
+        raise SpecError(f"{what} is a torch tensor in host memory; move it to the GPU (.cuda())")
+    if str(tensor.dtype) != TORCH_DTYPES[dtype]:
+        raise SpecError(f"{what} has dtype {tensor.dtype}, expected {TORCH_DTYPES[dtype]} ({dtype})")
+    got_shape = tuple(int(d) for d in tensor.shape)
+    if got_shape != shape:
+        raise SpecError(f"{what} has shape {got_shape}, expected {shape}")
+    itemsize = storage_bytes(dtype)
+    if not _c_contiguous(got_shape, tuple(int(s) * itemsize for s in tensor.stride()), itemsize):
+        raise SpecError(f"{what} is not C-contiguous (strides {tuple(tensor.stride())}); pass .contiguous()")
+    return _aligned(int(tensor.data_ptr()), what)
 
 
 def check_array_interface(interface: Mapping[str, Any], shape: tuple[int, ...], what: str,
@@ -130,7 +166,10 @@ def check_array_interface(interface: Mapping[str, Any], shape: tuple[int, ...], 
                         "pass .contiguous() / a row-major copy")
     if interface.get("mask") is not None:
         raise SpecError(f"{what} is a masked array; pass a plain one")
-    ptr = int(interface["data"][0])
+    return _aligned(int(interface["data"][0]), what)
+
+
+def _aligned(ptr: int, what: str) -> int:
     if ptr % ALIGNMENT:
         raise SpecError(f"{what} starts at 0x{ptr:x}, not {ALIGNMENT}-byte aligned; pass a fresh allocation")
     return ptr

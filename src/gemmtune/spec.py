@@ -1,5 +1,10 @@
 """GemmSpec: what to compute. D[M×N] = epilogue(op(A)·op(B)), all matrices row-major in memory.
 
+Types: ``dtype`` is the type of A and B. fp32: fp32 products; tf32: fp32 data whose products the
+tensor cores form from tf32 (10-bit mantissa) inputs; fp16 / bf16: 16-bit A and B. Accumulation and
+the epilogue are always fp32. ``out_dtype`` is the storage type of D and of the epilogue's C and
+bias: the input type for fp16/bf16, fp32 for fp32/tf32; fp16/bf16 inputs may ask for fp32 out.
+
 Layout letters follow BLAS: the first describes A, the second B; 'n' means the operand is stored
 as used (A: M×K, B: K×N), 't' means it is stored transposed (A: K×M, B: N×K). So ``nt`` is A·Bᵀ
 with B kept as N×K, the usual layout of a linear layer's weight.
@@ -15,8 +20,8 @@ from .epilogue import Epilogue
 from .errors import SpecError
 
 LAYOUTS = ("nn", "nt", "tn", "tt")
-DTYPES = {"fp32": 4}  # element bytes; tf32/fp16/bf16 join here when a family supports them
-FUTURE_DTYPES = ("tf32", "fp16", "bf16")
+DTYPES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}  # input element bytes (tf32 is stored as fp32)
+OUT_DTYPES = {"fp32": 4, "fp16": 2, "bf16": 2}  # storage types D (and C, bias) may have
 MAX_DIM = 1 << 24
 MAX_ELEMENTS = (1 << 31) - 1  # generated kernels index each matrix with 32-bit offsets
 
@@ -43,6 +48,7 @@ class GemmSpec:
     layout: str = "nn"
     dtype: str = "fp32"
     epilogue: Epilogue = field(default_factory=Epilogue)
+    out_dtype: str | None = None  # None: default_out_dtype(dtype)
 
     def __post_init__(self) -> None:
         for name in ("m", "n", "k"):
@@ -52,11 +58,10 @@ class GemmSpec:
             raise SpecError(f"unknown layout '{self.layout}'; choose one of {', '.join(LAYOUTS)}")
         object.__setattr__(self, "layout", layout)
         dtype = str(self.dtype).lower()
-        if dtype in FUTURE_DTYPES:
-            raise SpecError(f"dtype '{dtype}' is not supported yet; supported: {', '.join(DTYPES)}")
         if dtype not in DTYPES:
             raise SpecError(f"unknown dtype '{self.dtype}'; supported: {', '.join(DTYPES)}")
         object.__setattr__(self, "dtype", dtype)
+        object.__setattr__(self, "out_dtype", _out_dtype(dtype, self.out_dtype))
         if not isinstance(self.epilogue, Epilogue):
             object.__setattr__(self, "epilogue", Epilogue.parse(self.epilogue))
         for what, count in (("A", self.m * self.k), ("B", self.k * self.n), ("D", self.m * self.n)):
@@ -83,20 +88,45 @@ class GemmSpec:
 
     @property
     def element_bytes(self) -> int:
+        """Bytes of one element of A or B."""
         return DTYPES[self.dtype]
+
+    @property
+    def out_element_bytes(self) -> int:
+        """Bytes of one element of D (and of C and bias)."""
+        return OUT_DTYPES[self.out_dtype]
+
+    def storage_dtype(self, operand: str) -> str:
+        """How operand `operand` (A, B, C, bias, D) is stored: fp32, fp16 or bf16 (tf32 data is fp32)."""
+        if operand in ("A", "B"):
+            return "fp32" if self.dtype == "tf32" else self.dtype
+        return self.out_dtype
+
+    @property
+    def default_out(self) -> bool:
+        """Whether D has the dtype's default type (then out_dtype is left out of names and JSON)."""
+        return self.out_dtype == default_out_dtype(self.dtype)
 
     @property
     def flops(self) -> int:
         return 2 * self.m * self.n * self.k
 
     def operand_elements(self) -> int:
+        return self.input_elements() + self.output_elements()
+
+    def input_elements(self) -> int:
+        """Elements of A and B."""
+        return self.m * self.k + self.k * self.n
+
+    def output_elements(self) -> int:
+        """Elements of D and of the epilogue's C and bias (stored in out_dtype)."""
         extra = sum(_elements(op.shape(self.m, self.n)) for op in self.epilogue.operands())
-        return self.m * self.k + self.k * self.n + self.m * self.n + extra
+        return self.m * self.n + extra
 
     @property
     def min_bytes(self) -> int:
-        """Each input read once, D written once."""
-        return self.operand_elements() * self.element_bytes
+        """Each input read once, D written once: A and B in dtype, D/C/bias in out_dtype."""
+        return self.input_elements() * self.element_bytes + self.output_elements() * self.out_element_bytes
 
     def check_fits(self, free_bytes: int) -> None:
         """Raise SpecError if the operands cannot live in `free_bytes` of device memory."""
@@ -109,24 +139,54 @@ class GemmSpec:
     # --- naming and serialization ---------------------------------------------------------------
     def short(self) -> str:
         epi = "" if self.epilogue.is_identity else f" {self.epilogue}"
-        return f"{self.m}x{self.n}x{self.k} {self.layout} {self.dtype}{epi}"
+        out = "" if self.default_out else f"->{self.out_dtype}"
+        return f"{self.m}x{self.n}x{self.k} {self.layout} {self.dtype}{out}{epi}"
 
     def slug(self) -> str:
         """A file- and C-identifier-safe name."""
         epi = "" if self.epilogue.is_identity else "_" + str(self.epilogue).replace("+", "_")
-        return f"gemm_{self.dtype}_{self.layout}_{self.m}x{self.n}x{self.k}{epi}"
+        out = "" if self.default_out else f"_out{self.out_dtype}"
+        return f"gemm_{self.dtype}{out}_{self.layout}_{self.m}x{self.n}x{self.k}{epi}"
 
     def to_json(self) -> dict:
-        return {"m": self.m, "n": self.n, "k": self.k, "layout": self.layout, "dtype": self.dtype,
+        """The spec's identity. out_dtype appears only when it is not the dtype's default, so specs
+        written before it existed keep their JSON and key (tuning databases are keyed on them)."""
+        data = {"m": self.m, "n": self.n, "k": self.k, "layout": self.layout, "dtype": self.dtype,
                 "epilogue": str(self.epilogue)}
+        if not self.default_out:
+            data["out_dtype"] = self.out_dtype
+        return data
 
     @staticmethod
     def from_json(data: dict) -> "GemmSpec":
         return GemmSpec(data["m"], data["n"], data["k"], data.get("layout", "nn"), data.get("dtype", "fp32"),
-                        Epilogue.parse(data.get("epilogue")))
+                        Epilogue.parse(data.get("epilogue")), data.get("out_dtype"))
+
+    def without_epilogue(self) -> "GemmSpec":
+        """The same GEMM with no epilogue (types kept)."""
+        return GemmSpec(self.m, self.n, self.k, self.layout, self.dtype, Epilogue(), self.out_dtype)
 
     def key(self) -> str:
         return stable_hash(self.to_json())
+
+
+def default_out_dtype(dtype: str) -> str:
+    """D's type unless asked otherwise: 16-bit inputs give 16-bit D, fp32 and tf32 give fp32."""
+    return dtype if dtype in ("fp16", "bf16") else "fp32"
+
+
+def _out_dtype(dtype: str, requested: str | None) -> str:
+    """The checked out_dtype for inputs of `dtype` (None: the default)."""
+    default = default_out_dtype(dtype)
+    if requested is None:
+        return default
+    out = str(requested).lower()
+    if out not in OUT_DTYPES:
+        raise SpecError(f"unknown out dtype '{requested}'; supported: {', '.join(OUT_DTYPES)}")
+    allowed = sorted({default, "fp32"})
+    if out not in allowed:
+        raise SpecError(f"out dtype {out} is not allowed with {dtype} inputs; choose {' or '.join(allowed)}")
+    return out
 
 
 def _elements(shape: tuple[int, ...]) -> int:
@@ -160,7 +220,8 @@ def parse_size_words(words: list[str]) -> dict[str, str]:
 
 
 def spec_from_words(words: list[str], layout: str = "nn", dtype: str = "fp32", epilogue: str | None = None,
-                    m: str | None = None, n: str | None = None, k: str | None = None) -> GemmSpec:
+                    m: str | None = None, n: str | None = None, k: str | None = None,
+                    out_dtype: str | None = None) -> GemmSpec:
     """Build a spec from size words plus flag values (flags fill what the words leave out)."""
     sizes = parse_size_words(words)
     for letter, flag in (("m", m), ("n", n), ("k", k)):
@@ -171,4 +232,4 @@ def spec_from_words(words: list[str], layout: str = "nn", dtype: str = "fp32", e
     missing = [x.upper() for x in "mnk" if x not in sizes]
     if missing:
         raise SpecError(f"missing size {', '.join(missing)}: give e.g. M=1024 N=1024 K=1024 or MNK=1024")
-    return GemmSpec(sizes["m"], sizes["n"], sizes["k"], layout, dtype, Epilogue.parse(epilogue))
+    return GemmSpec(sizes["m"], sizes["n"], sizes["k"], layout, dtype, Epilogue.parse(epilogue), out_dtype)

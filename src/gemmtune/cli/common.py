@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..spec import LAYOUTS, GemmSpec, spec_from_words
+from typing import Any
+
+from ..spec import DTYPES, LAYOUTS, OUT_DTYPES, GemmSpec, spec_from_words
 
 
 def add_spec_arguments(parser: argparse.ArgumentParser, epilogue: bool = True) -> None:
@@ -12,7 +14,12 @@ def add_spec_arguments(parser: argparse.ArgumentParser, epilogue: bool = True) -
     parser.add_argument("-n", dest="n", metavar="N", help="columns of B and D")
     parser.add_argument("-k", dest="k", metavar="K", help="reduction length")
     parser.add_argument("--layout", default="nn", help=f"operand layout, one of {', '.join(LAYOUTS)} (default nn)")
-    parser.add_argument("--dtype", default="fp32", help="element type (default fp32)")
+    parser.add_argument("--dtype", default="fp32",
+                        help=f"element type of A and B, one of {', '.join(DTYPES)} (default fp32; tf32: fp32 data, "
+                             "tf32 products; fp16/bf16: 16-bit A, B and D, fp32 accumulation)")
+    parser.add_argument("--out-dtype", dest="out_dtype", default=None,
+                        help=f"element type of D (and C/bias): {', '.join(OUT_DTYPES)} (default: the input type, "
+                             "fp32 for tf32; fp32 may be asked for with fp16/bf16 inputs)")
     if epilogue:
         parser.add_argument("--epilogue", default=None,
                             help="fused epilogue chain, e.g. relu+add, alpha+beta, bias_col+gelu (default none)")
@@ -20,7 +27,21 @@ def add_spec_arguments(parser: argparse.ArgumentParser, epilogue: bool = True) -
 
 def spec_from_args(args: argparse.Namespace) -> GemmSpec:
     return spec_from_words(args.sizes, layout=args.layout, dtype=args.dtype,
-                           epilogue=getattr(args, "epilogue", None), m=args.m, n=args.n, k=args.k)
+                           epilogue=getattr(args, "epilogue", None), m=args.m, n=args.n, k=args.k,
+                           out_dtype=getattr(args, "out_dtype", None))
+
+
+def add_family_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--family", default=None,
+                        help="generator family, e.g. simt (default: the best family for the dtype and arch)")
+
+
+def family_from_args(args: argparse.Namespace, spec: GemmSpec, arch: str) -> Any:
+    """The kernels.Family for `spec` on `arch`: --family if given (ConfigError, exit 2, when it cannot
+    run the spec), else the registry's choice."""
+    from ..kernels import family_for
+
+    return family_for(spec, arch, getattr(args, "family", None))
 
 
 def console():

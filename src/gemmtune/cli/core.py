@@ -5,12 +5,11 @@ import argparse
 import json
 import sys
 
-from ..bench import BenchRow, bench_many
+from ..bench import BenchRow, bench_many, cublas_label
 from ..build import build, choose_config, target_arch
-from ..errors import GemmtuneError
-from ..kernels.simt_config import ladder
+from ..errors import ConfigError
 from ..timing import TimingProtocol
-from .common import add_spec_arguments, console, spec_from_args
+from .common import add_family_argument, add_spec_arguments, console, family_from_args, spec_from_args
 
 
 def register(subparsers) -> None:
@@ -18,7 +17,9 @@ def register(subparsers) -> None:
                                  description="Generate the kernel for a GEMM, compile it with NVRTC and print "
                                              "the CUDA source followed by the resource report.")
     add_spec_arguments(show)
-    show.add_argument("--config", help="a ladder step name (naive ... double_buffer) or a JSON object of config fields")
+    add_family_argument(show)
+    show.add_argument("--config", help="a ladder step name of the family (simt: naive ... double_buffer) or a JSON "
+                                       "object of config fields")
     show.add_argument("--arch", help="target: sm_80, sm_86, sm_89, sm_90, sm_90a (default: the GPU's, else sm_90)")
     show.add_argument("--no-code", action="store_true", help="print only the resource report")
     show.set_defaults(run=run_show)
@@ -26,9 +27,11 @@ def register(subparsers) -> None:
     bench = subparsers.add_parser("bench", help="verify and time every ladder step and the best config against cuBLAS",
                                   description="Runs each step of the optimization ladder and the best known config "
                                               "for the shape, verified against a float64 reference, timed against "
-                                              "cuBLAS (fp32, tf32 off) in the same process.")
+                                              "cuBLAS (in the spec's dtype; fp32 with tf32 off) in the same "
+                                              "process.")
     add_spec_arguments(bench)
-    bench.add_argument("--steps", default="all", help="'all', 'best', or comma-separated ladder steps")
+    add_family_argument(bench)
+    bench.add_argument("--steps", default="all", help="'all', 'best', or comma-separated ladder steps of the family")
     bench.add_argument("--min-time", type=float, default=0.3, help="seconds of timed runs per kernel (default 0.3)")
     bench.add_argument("--json", dest="json_path", help="also write the rows as JSON to this file")
     bench.set_defaults(run=run_bench)
@@ -36,20 +39,20 @@ def register(subparsers) -> None:
 
 def run_show(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
-    kern = build(spec, config=args.config, arch=args.arch)
+    kern = build(spec, config=args.config, arch=args.arch, family=args.family)
     src = kern.compiled.source
     if not args.no_code:
         print(kern.source)
     print(f"// kernel   {src.entry}  ({spec.short()})")
-    print(f"// config   {kern.config.describe()}  [{kern.config_source}]")
+    print(f"// config   {src.family}: {kern.config.describe()}  [{kern.config_source}]")
     print(f"// launch   grid {src.grid}  block {src.block}  dynamic smem {src.dynamic_smem} B")
     print(f"// ptxas    {kern.arch}: {kern.resources.summary()}")
     return 0
 
 
-def _candidates(spec, steps: str, arch: str):
-    ladder_steps = ladder(arch)
-    best = choose_config(spec, arch)
+def _candidates(spec, steps: str, arch: str, family):
+    ladder_steps = family.ladder(arch)
+    best = choose_config(spec, arch, family=family.name)
     if steps == "best":
         return [(f"best ({best.source})", best.config)]
     if steps == "all":
@@ -58,7 +61,7 @@ def _candidates(spec, steps: str, arch: str):
     wanted = [s.strip() for s in steps.split(",") if s.strip()]
     unknown = [s for s in wanted if s not in named]
     if unknown:
-        raise GemmtuneError(f"unknown ladder step(s) {', '.join(unknown)}; known: {', '.join(named)}")
+        raise ConfigError(f"unknown {family.name} ladder step(s) {', '.join(unknown)}; known: {', '.join(named)}")
     return [(s, named[s]) for s in wanted]
 
 
@@ -84,15 +87,16 @@ def run_bench(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     from ..device import free_memory, query_device
 
+    arch = target_arch(None)
+    family = family_from_args(args, spec, arch)  # a bad --family is exit 2 even without a GPU
     device = query_device()
     spec.check_fits(free_memory())
-    arch = target_arch(None)
     protocol = TimingProtocol(min_time_s=args.min_time)
-    candidates = _candidates(spec, args.steps, arch)
-    print(f"{device.name} ({arch}, {device.sm_count} SMs): {spec.short()}, {len(candidates)} kernels + cuBLAS",
-          file=sys.stderr)
+    candidates = _candidates(spec, args.steps, arch, family)
+    print(f"{device.name} ({arch}, {device.sm_count} SMs): {spec.short()}, {len(candidates)} {family.name} kernels "
+          f"+ cuBLAS ({cublas_label(spec)})", file=sys.stderr)
     rows = bench_many(spec, candidates, arch, protocol,
-                      on_row=lambda r: print(f"  {r.name:<24} {r.status}", file=sys.stderr))
+                      on_row=lambda r: print(f"  {r.name:<24} {r.status}", file=sys.stderr), family=family)
     print_bench_table(rows, f"{spec.short()} on {device.name}")
     if args.json_path:
         with open(args.json_path, "w") as handle:

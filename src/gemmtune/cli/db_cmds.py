@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import GemmtuneError
-from .common import add_spec_arguments, console, spec_from_args
+from ..build import target_arch
+from .common import add_family_argument, add_spec_arguments, console, family_from_args, spec_from_args
 
 if TYPE_CHECKING:
     from ..tune.db import TuningDB
@@ -27,7 +28,7 @@ def register(subparsers) -> None:
     best = verbs.add_parser("best", help="the best known config for a spec, per GPU")
     add_spec_arguments(best)
     _add_db_argument(best)
-    best.add_argument("--family", default="simt", help="generator family (default simt)")
+    add_family_argument(best)
     best.add_argument("--json", action="store_true", help="print the winning config as JSON only")
     best.set_defaults(run=run_best)
 
@@ -85,7 +86,7 @@ def run_list(args: argparse.Namespace) -> int:
 def run_best(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     with _open(args.db) as db:
-        ranked = db.ranked_for_spec(spec, args.family)
+        ranked = db.ranked_for_spec(spec, family_from_args(args, spec, target_arch(None)).name)
     per_gpu = {}
     for entry in ranked:  # best first, so the first per GPU wins
         per_gpu.setdefault(entry.context.environment.device_name, entry)

@@ -11,8 +11,8 @@ from ..compiler import ARCHES
 from ..errors import SpecError
 from ..export.cmake import check_arch
 from ..export.writer import ExportResult
-from ..kernels import simt_config
-from .common import add_spec_arguments, spec_from_args
+from ..kernels import families
+from .common import add_family_argument, add_spec_arguments, family_from_args, spec_from_args
 
 FALLBACK_ARCH = "sm_90"
 
@@ -24,10 +24,11 @@ def register(subparsers) -> None:
                     "the kernel, compile it with NVRTC and write a folder that builds and checks itself with "
                     "CMake or nvcc, and that gemmtune.load(DIR) runs from Python. No GPU is needed.")
     add_spec_arguments(export)
+    add_family_argument(export)
     export.add_argument("--out", metavar="DIR", help="folder to write (an earlier export there is replaced)")
     export.add_argument("--arch", help=f"target: {', '.join(ARCHES)} (default: the GPU's, else {FALLBACK_ARCH})")
     export.add_argument("--name", help="launcher and file name (default: gemm_<dtype>_<layout>_<M>x<N>x<K>[_<epilogue>])")
-    export.add_argument("--config", help="a ladder step name or a JSON object of config fields "
+    export.add_argument("--config", help="a ladder step name of the family or a JSON object of config fields "
                                          "(default: tuning database, known configs, default config)")
     export.add_argument("--db", dest="db_path", metavar="FILE", help="tuning database (default: the tuner's)")
     export.add_argument("--backend", choices=("native", "tvm"), default="native",
@@ -51,18 +52,20 @@ def target_arch(requested: str | None, device: Any) -> str:
     return FALLBACK_ARCH
 
 
-def _given_choice(text: str, arch: str):
+def _given_choice(text: str, spec: Any, arch: str, family: Any):
     from ..build import parse_config
     from ..export.config_source import given_config
 
-    chosen = parse_config(text, arch)
+    chosen = parse_config(text, spec, arch, family)
     return given_config(chosen.config, f"--config ({chosen.source})")
 
 
 def config_text(result: ExportResult) -> str:
+    """The config described by its family (`family: description`), or its JSON for other sources (TVM)."""
     source = result.compiled.source
-    if source.family == simt_config.FAMILY:
-        return simt_config.SimtConfig.from_json(source.config).describe()
+    family = next((f for f in families() if f.name == source.family), None)
+    if family is not None:
+        return f"{family.name}: {family.config_from_json(source.config).describe()}"
     return json.dumps(source.config, sort_keys=True)
 
 
@@ -102,10 +105,11 @@ def run_export(args: argparse.Namespace) -> int:
     if args.backend == "tvm":
         print_result(export_tvm(args, spec, arch), device)
         return 0
-    config = _given_choice(args.config, arch) if args.config else None
+    family = family_from_args(args, spec, arch)
+    config = _given_choice(args.config, spec, arch, family) if args.config else None
     from ..export.writer import export_spec
 
     result = export_spec(spec, Path(args.out), arch, args.name, config=config, device=device,
-                         db_path=Path(args.db_path) if args.db_path else None)
+                         db_path=Path(args.db_path) if args.db_path else None, family=family.name)
     print_result(result, device)
     return 0

@@ -11,7 +11,7 @@ from typing import Any, Callable
 from ..errors import SpecError
 from ..lifeline import Interrupted, stop_signals
 from ..spec import GemmSpec
-from .common import add_spec_arguments, console, spec_from_args
+from .common import add_family_argument, add_spec_arguments, console, family_from_args, spec_from_args
 
 DEFAULT_TRIALS = 100  # when neither --trials nor --time is given
 _TRIAL_WORD = re.compile(r"^t=(.*)$", re.IGNORECASE)
@@ -22,7 +22,7 @@ def register(subparsers) -> None:
                                   description="Enumerate the family's search space for a GEMM and count the configs "
                                               "each constraint rejects (no GPU needed).")
     add_spec_arguments(space)
-    space.add_argument("--family", default="simt", help="generator family (default simt)")
+    add_family_argument(space)
     space.add_argument("--arch", help="target arch (default: the GPU's, else sm_90)")
     space.set_defaults(run=run_space)
 
@@ -41,7 +41,7 @@ def register(subparsers) -> None:
     tune.add_argument("--batch", type=int, default=8, help="configs per round between model updates (default 8)")
     tune.add_argument("--top", type=int, default=5, help="re-measure and show this many best configs (default 5)")
     tune.add_argument("--timeout", type=float, default=60.0, help="seconds before a measurement counts as hung")
-    tune.add_argument("--family", default="simt", help="generator family (default simt)")
+    add_family_argument(tune)
     tune.add_argument("--no-transfer", action="store_true", help="do not seed from the nearest tuned shapes")
     tune.add_argument("--simulate", type=Path, metavar="CSV",
                       help="replay a recorded table (src/gemmtune/data/*.csv) instead of measuring: no GPU needed")
@@ -63,8 +63,9 @@ def run_space(args: argparse.Namespace) -> int:
     from ..tune.space import analyze, space_for
 
     spec = spec_from_args(args)
-    space = space_for(args.family)
-    report = analyze(space, spec, target_arch(args.arch))
+    arch = target_arch(args.arch)
+    space = space_for(family_from_args(args, spec, arch).name)
+    report = analyze(space, spec, arch)
     console = Console(soft_wrap=True)
     console.print(f"{space.family} v{space.version} search space for {spec.short()} on {report.arch}: "
                   f"{report.total:,} combinations, [bold]{report.valid:,} valid[/bold]")
@@ -124,7 +125,8 @@ def run_tune(args: argparse.Namespace) -> int:
     words, word_trials = split_trial_word(args.sizes)
     spec = spec_from_args(argparse.Namespace(**{**vars(args), "sizes": words}))
     trials = trial_budget(args.trials, word_trials, args.time_s)
-    options = TuneOptions(args.family, args.strategy, trials, args.time_s, args.seed, args.batch, args.top,
+    family = tuned_family(args, spec)
+    options = TuneOptions(family, args.strategy, trials, args.time_s, args.seed, args.batch, args.top,
                           not args.no_transfer)
     runner, cublas_s, note = simulation_runner(args.simulate, spec) if args.simulate else gpu_runner(spec, args)
     db_path = args.db or default_db_path()
@@ -157,6 +159,13 @@ class SeenTrials:
         return f"{self.new} new trial{'s' if self.new != 1 else ''}{total}"
 
 
+def tuned_family(args: argparse.Namespace, spec: GemmSpec, arch: str | None = None) -> str:
+    """--family, checked against the spec, or the registry's choice for the spec on the target arch."""
+    from ..build import target_arch
+
+    return family_from_args(args, spec, arch or target_arch(None)).name
+
+
 def gpu_runner(spec: GemmSpec, args: argparse.Namespace) -> tuple[Any, float | None, str]:
     """The measuring pipeline on GPU 0; NoDeviceError (exit 3) without one."""
     from ..compiler import nvrtc_version
@@ -168,7 +177,8 @@ def gpu_runner(spec: GemmSpec, args: argparse.Namespace) -> tuple[Any, float | N
     spec.check_fits(_free_memory())
     cublas_s, note = cublas_seconds(spec)
     environment = Environment.from_device(device, nvrtc_version())
-    runner = MeasurePipeline(spec, environment, family=args.family, timeout_s=args.timeout, device=device)
+    runner = MeasurePipeline(spec, environment, family=tuned_family(args, spec, device.arch), timeout_s=args.timeout,
+                             device=device)
     return runner, cublas_s, f"{device.summary()}; {note}"
 
 

@@ -1,16 +1,23 @@
 """``main.cu``: a self-checking benchmark for an exported kernel.
 
-It fills the inputs with fixed-seed random values in [-1, 1), poisons D with NaN, runs the tuned
-kernel and the reference (``reference.cuh``: products summed in double), compares, and only when
-the check passes times the kernel with CUDA events. Exit code 0 means correct.
+It fills the inputs with fixed-seed random values in [-1, 1) rounded to each operand's storage type
+(fp32, __half, __nv_bfloat16), poisons D with NaN, runs the tuned kernel and the reference
+(``reference.cuh``: products of the same stored values summed in double, rounded to D's type once),
+compares, and only when the check passes times the kernel with CUDA events. Exit code 0 means correct.
 """
 from __future__ import annotations
 
 from ..epilogue import Operand
 from ..spec import GemmSpec
+from .cmake import nvcc_arch_flag
+from .element_types import CONVERSIONS, c_type, uses_16_bit
 
 SCALAR_VALUES = {"alpha": "0.75f", "beta": "-0.5f"}  # not 1 and 0, so a dropped scalar shows
-ERROR_SCALE = 8  # tolerance = ERROR_SCALE · FLT_EPSILON · sqrt(K): fp32 sums drift like a random walk
+ERROR_SCALE = 8  # tolerance = ERROR_SCALE · FLT_EPSILON · sqrt(K) + rounding: fp32 sums drift like a random walk
+# D and the reference are each rounded to D's type once: they may differ by one ulp, 2·unit roundoff.
+OUTPUT_ROUNDING = {"fp32": "0.0", "fp16": "2.0 * 0x1p-11", "bf16": "2.0 * 0x1p-8"}
+# tf32 tensor cores cut each fp32 input to a 10-bit mantissa; the reference multiplies the fp32 values.
+INPUT_ROUNDING = {"fp32": "0.0", "tf32": "4.0 * 0x1p-10", "fp16": "0.0", "bf16": "0.0"}
 
 PRELUDE = r"""#include <algorithm>
 #include <cfloat>
@@ -19,7 +26,7 @@ PRELUDE = r"""#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
-
+{type_headers}
 // Stop with the error's name and line on any failed CUDA call.
 #define CHECK_CUDA(call)                                                                      \
     do {                                                                                      \
@@ -33,6 +40,7 @@ PRELUDE = r"""#include <algorithm>
 
 namespace {
 
+{conversions}
 // Uniform values in [-1, 1) from a fixed-seed xorshift generator: every run sees the same inputs.
 std::vector<float> random_values(size_t count, uint32_t seed) {
     std::vector<float> values(count);
@@ -46,18 +54,26 @@ std::vector<float> random_values(size_t count, uint32_t seed) {
     return values;
 }
 
-// A device buffer holding `count` random values.
-float* random_device_buffer(size_t count, uint32_t seed) {
-    const std::vector<float> host = random_values(count, seed);
-    float* device = nullptr;
-    CHECK_CUDA(cudaMalloc(&device, count * sizeof(float)));
-    CHECK_CUDA(cudaMemcpy(device, host.data(), count * sizeof(float), cudaMemcpyHostToDevice));
+// A device buffer holding `count` random values, rounded to T (the kernel and the reference read
+// the same stored values).
+template <class T>
+T* random_device_buffer(size_t count, uint32_t seed) {
+    const std::vector<float> values = random_values(count, seed);
+    std::vector<T> host(count);
+    for (size_t i = 0; i < count; ++i) host[i] = from_float<T>(values[i]);
+    T* device = nullptr;
+    CHECK_CUDA(cudaMalloc(&device, count * sizeof(T)));
+    CHECK_CUDA(cudaMemcpy(device, host.data(), count * sizeof(T), cudaMemcpyHostToDevice));
     return device;
 }
 
-std::vector<float> to_host(const float* device, size_t count) {
+// `count` elements of type T copied back and widened to float.
+template <class T>
+std::vector<float> to_host(const T* device, size_t count) {
+    std::vector<T> stored(count);
+    CHECK_CUDA(cudaMemcpy(stored.data(), device, count * sizeof(T), cudaMemcpyDeviceToHost));
     std::vector<float> host(count);
-    CHECK_CUDA(cudaMemcpy(host.data(), device, count * sizeof(float), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < count; ++i) host[i] = to_float(stored[i]);
     return host;
 }
 
@@ -102,20 +118,45 @@ float median_ms(Launch launch, int reps) {
 """
 
 
+# fp32-only harnesses need no CUDA half-precision headers (which pull in CCCL's <nv/target>).
+FLOAT_CONVERSIONS = r"""// float <-> storage type (every operand is fp32 here).
+inline float to_float(float x) { return x; }
+template <class T> inline T from_float(float v) { return v; }
+"""
+
+
+def prelude(spec: GemmSpec) -> str:
+    """PRELUDE with the element-type headers and conversions `spec` needs."""
+    wide = uses_16_bit(spec)
+    headers = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n" if wide else ""
+    return PRELUDE.replace("{type_headers}\n", headers).replace("{conversions}", CONVERSIONS if wide else FLOAT_CONVERSIONS)
+
+
 def _elements(operand: Operand, spec: GemmSpec) -> str:
     return {"matrix": "(size_t)M * N", "row": "(size_t)M", "col": "(size_t)N"}[operand.kind]
 
 
+def _random_buffer(spec: GemmSpec, name: str, count: str, seed: int) -> str:
+    t = c_type(spec, name)
+    return f"    {t}* {name} = random_device_buffer<{t}>({count}, {seed});"
+
+
 def _inputs(spec: GemmSpec) -> str:
-    """Declarations of A, B and the epilogue operands, each with its own seed."""
-    lines = ["    float* A = random_device_buffer((size_t)M * K, 1);  // " + f"stored {spec.a_shape[0]}×{spec.a_shape[1]}",
-             "    float* B = random_device_buffer((size_t)K * N, 2);  // " + f"stored {spec.b_shape[0]}×{spec.b_shape[1]}"]
+    """Declarations of A, B and the epilogue operands, each with its own seed, in its storage type."""
+    lines = [_random_buffer(spec, "A", "(size_t)M * K", 1) + f"  // stored {spec.a_shape[0]}×{spec.a_shape[1]}",
+             _random_buffer(spec, "B", "(size_t)K * N", 2) + f"  // stored {spec.b_shape[0]}×{spec.b_shape[1]}"]
     for seed, operand in enumerate(spec.epilogue.operands(), start=3):
         if operand.kind == "scalar":
             lines.append(f"    const float {operand.name} = {SCALAR_VALUES[operand.name]};")
         else:
-            lines.append(f"    float* {operand.name} = random_device_buffer({_elements(operand, spec)}, {seed});")
+            lines.append(_random_buffer(spec, operand.name, _elements(operand, spec), seed))
     return "\n".join(lines)
+
+
+def tolerance_expression(spec: GemmSpec) -> str:
+    """C++ expression of the harness's tolerance on max|D − R| / max|R| (see the module docstring)."""
+    extra = [x for x in (INPUT_ROUNDING[spec.dtype], OUTPUT_ROUNDING[spec.out_dtype]) if x != "0.0"]
+    return " + ".join([f"{ERROR_SCALE} * FLT_EPSILON * std::sqrt((double)K)", *extra])
 
 
 def _frees(spec: GemmSpec) -> str:
@@ -127,13 +168,15 @@ def call_arguments(spec: GemmSpec, output: str) -> str:
     return ", ".join(["A", "B", *(op.name for op in spec.epilogue.operands()), output])
 
 
-def harness_text(name: str, spec: GemmSpec, arch: str) -> str:
-    """The complete ``main.cu`` for the exported kernel `name`."""
+def harness_text(name: str, spec: GemmSpec, arch: str, driver_api: bool = False) -> str:
+    """The complete ``main.cu`` for the exported kernel `name` (driver_api: the launcher calls the
+    driver, so a plain nvcc build links -lcuda)."""
     kernel_args, reference_args = call_arguments(spec, "D"), call_arguments(spec, "R")
+    driver = " -lcuda" if driver_api else ""
     return f"""// main.cu — written by gemmtune: checks {name} against a reference on this GPU, then times it.
-// Build: cmake -B build && cmake --build build   (or: nvcc -O3 -std=c++17 -arch={arch} -o {name}_check main.cu)
+// Build: cmake -B build && cmake --build build   (or: nvcc -O3 -std=c++17 {nvcc_arch_flag(arch)} -o {name}_check main.cu{driver})
 // Run:   ./{name}_check [timed runs, default 20]; exit code 0 = correct, 1 = wrong result, 2 = CUDA error.
-{PRELUDE}
+{prelude(spec)}
 #include "{name}.cuh"
 #include "reference.cuh"
 
@@ -151,19 +194,21 @@ int main(int argc, char** argv) {{
                 info::layout, info::epilogue, info::arch, prop.name, prop.major, prop.minor);
 
 {_inputs(spec)}
-    float* D = nullptr;  // the tuned kernel's output
-    float* R = nullptr;  // the reference's output
-    CHECK_CUDA(cudaMalloc(&D, (size_t)M * N * sizeof(float)));
-    CHECK_CUDA(cudaMalloc(&R, (size_t)M * N * sizeof(float)));
-    // Poison D with NaN (all bits set) so an element the kernel never writes fails the check.
-    CHECK_CUDA(cudaMemset(D, 0xFF, (size_t)M * N * sizeof(float)));
+    using out_t = {c_type(spec, "D")};
+    out_t* D = nullptr;  // the tuned kernel's output
+    out_t* R = nullptr;  // the reference's output
+    CHECK_CUDA(cudaMalloc(&D, (size_t)M * N * sizeof(out_t)));
+    CHECK_CUDA(cudaMalloc(&R, (size_t)M * N * sizeof(out_t)));
+    // Poison D with NaN (all bits set: a NaN in fp32, fp16 and bf16) so an unwritten element fails the check.
+    CHECK_CUDA(cudaMemset(D, 0xFF, (size_t)M * N * sizeof(out_t)));
 
     CHECK_CUDA({name}({kernel_args}));
     CHECK_CUDA(gemmtune_reference::launch({reference_args}, 0));
     CHECK_CUDA(cudaDeviceSynchronize());
 
-    // fp32 accumulation error grows like sqrt(K) relative to the size of the result.
-    const double tolerance = {ERROR_SCALE} * FLT_EPSILON * std::sqrt((double)K);
+    // fp32 accumulation error grows like sqrt(K) relative to the size of the result; 16-bit outputs
+    // add one ulp of D's type, tf32 the rounding of its inputs.
+    const double tolerance = {tolerance_expression(spec)};
     const Check check = compare(to_host(D, (size_t)M * N), to_host(R, (size_t)M * N));
     const bool ok = check.non_finite == 0 && check.rel_error <= tolerance;
     std::printf("check: rel_error=%.3e tolerance=%.3e non_finite=%zu %s\\n", check.rel_error, tolerance,

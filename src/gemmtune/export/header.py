@@ -4,6 +4,12 @@ The kernel text is wrapped in ``namespace <name>_kernel`` so its file-scope help
 ``K``, tile constants, ``epilogue``) cannot clash with the including program; the entry keeps
 ``extern "C"`` linkage, so its name is the same as in the cubin. ``#include`` lines of the kernel
 are hoisted above the namespace.
+
+The launcher takes typed pointers (``float``, ``__half``, ``__nv_bfloat16`` per operand) and launches
+through ``cudaLaunchKernel`` with the arguments packed as the runtime packs them (pointers, float
+scalars, 128-byte tensor maps by value), so it works whatever C++ types the kernel declares. A
+kernel with TMA descriptors gets each one built by the launcher with the driver's
+``cuTensorMapEncodeTiled`` from its TensorMapArg and the operand's pointer.
 """
 from __future__ import annotations
 
@@ -11,13 +17,17 @@ import json
 import re
 
 from ..errors import SpecError
-from ..kernel_source import KernelSource
+from ..kernel_source import KernelSource, TensorMapArg
 from ..spec import GemmSpec
+from .element_types import type_includes
 from .reference import operand_params
 
 DEFAULT_SMEM_LIMIT = 48 * 1024  # dynamic shared memory a block gets without opting in
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_INPUT_POINTERS = ("A", "B", "C", "bias")
+TMA_DATA_TYPES = {"fp16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16", "bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",
+                  "fp32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32"}
+TMA_SWIZZLES = {0: "CU_TENSOR_MAP_SWIZZLE_NONE", 32: "CU_TENSOR_MAP_SWIZZLE_32B", 64: "CU_TENSOR_MAP_SWIZZLE_64B",
+                128: "CU_TENSOR_MAP_SWIZZLE_128B"}
 
 
 def check_name(name: str, source: KernelSource) -> str:
@@ -30,14 +40,46 @@ def check_name(name: str, source: KernelSource) -> str:
 
 
 def launcher_params(spec: GemmSpec) -> str:
-    """``const float* A, const float* B, [operands,] float* D, cudaStream_t stream``."""
-    return ", ".join(["const float* A", "const float* B", *operand_params(spec), "float* D",
-                      "cudaStream_t stream = 0"])
+    """``const T* A, const T* B, [operands,] T_out* D, cudaStream_t stream`` with each operand's C++ type."""
+    from .reference import kernel_params
+
+    return f"{kernel_params(spec)}, cudaStream_t stream = 0"
 
 
-def _call_argument(name: str) -> str:
-    # Kernels may declare inputs without const (TVM does); const_cast keeps both kinds callable.
-    return f"const_cast<float*>({name})" if name in _INPUT_POINTERS else name
+def _argument_slot(name: str, source: KernelSource) -> str:
+    """A local holding kernel argument `name` as the kernel receives it (cudaLaunchKernel takes its address)."""
+    if source.tensor_map(name) is not None:
+        return ""  # the CUtensorMap local built by _tensor_map_block
+    if name in ("alpha", "beta"):
+        return f"    float arg_{name} = {name};\n"
+    return f"    const void* arg_{name} = {name};\n"
+
+
+def _argument_address(name: str, source: KernelSource) -> str:
+    return f"&{name}" if source.tensor_map(name) is not None else f"&arg_{name}"
+
+
+def _dims(values: tuple[int, ...], c_type: str) -> str:
+    return f"{{{', '.join(f'({c_type}){v}' for v in values)}}}"
+
+
+def _tensor_map_block(tmap: TensorMapArg) -> str:
+    """Build CUtensorMap `tmap.name` over the operand's pointer, exactly as the runtime does at bind time."""
+    rank = len(tmap.dims)
+    return f"""    // {tmap.name}: TMA descriptor of {tmap.operand} ({tmap.dtype}), dims {tmap.dims} innermost first, box {tmap.box}.
+    CUtensorMap {tmap.name};
+    {{
+        const cuuint64_t dims[{rank}] = {_dims(tmap.dims, "cuuint64_t")};
+        const cuuint64_t strides[{max(rank - 1, 1)}] = {_dims(tmap.strides or (0,), "cuuint64_t")};  // bytes, dims[1:]
+        const cuuint32_t box[{rank}] = {_dims(tmap.box, "cuuint32_t")};
+        const cuuint32_t element_strides[{rank}] = {_dims((1,) * rank, "cuuint32_t")};
+        const CUresult made = cuTensorMapEncodeTiled(
+            &{tmap.name}, {TMA_DATA_TYPES[tmap.dtype]}, {rank}, const_cast<void*>(static_cast<const void*>({tmap.operand})),
+            dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, {TMA_SWIZZLES[tmap.swizzle]},
+            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);  // out of bounds reads as 0
+        if (made != CUDA_SUCCESS) return cudaErrorInvalidValue;
+    }}
+"""
 
 
 def split_includes(code: str) -> tuple[list[str], str]:
@@ -78,18 +120,30 @@ def _layout_comment(spec: GemmSpec) -> str:
     return f"{a}, {b}, D M×N, all row-major"
 
 
+def _types_comment(spec: GemmSpec) -> str:
+    if spec.dtype == "fp32":
+        return "fp32 data"
+    if spec.dtype == "tf32":
+        return "fp32 data multiplied as tf32"
+    return f"A, B {spec.dtype}, D (and C/bias) {spec.out_dtype}, accumulated in fp32"
+
+
 def _launcher(name: str, source: KernelSource) -> str:
     spec, kernel = source.spec, f"{name}_kernel::{source.entry}"
-    call = ", ".join(_call_argument(arg) for arg in source.args)
+    slots = "".join(_argument_slot(arg, source) for arg in source.args)
+    addresses = ", ".join(_argument_address(arg, source) for arg in source.args)
+    maps = "".join(_tensor_map_block(t) for t in source.tensor_maps)
     g, b = source.grid, source.block
     return f"""// D = {formula(spec)} for exactly M={spec.m}, N={spec.n}, K={spec.k} ({_layout_comment(spec)}).
 // Launches asynchronously on `stream`; returns cudaSuccess or the launch error. Pointers are
-// device pointers to fp32 data, 16-byte aligned (cudaMalloc's are).
+// device pointers ({_types_comment(spec)}), 16-byte aligned (cudaMalloc's are).
 inline cudaError_t {name}({launcher_params(spec)}) {{
     const dim3 grid({g[0]}, {g[1]}, {g[2]}), block({b[0]}, {b[1]}, {b[2]});
     const size_t smem = {source.dynamic_smem};  // dynamic shared memory in bytes
-{_smem_opt_in(source, kernel)}    {kernel}<<<grid, block, smem, stream>>>({call});
-    return cudaGetLastError();
+{_smem_opt_in(source, kernel)}{maps}    // Arguments in the kernel's parameter order, each passed by the address of its value.
+{slots}    void* args[] = {{{addresses}}};
+    cudaError_t launched = cudaLaunchKernel({kernel}, grid, block, args, smem, stream);
+    return launched != cudaSuccess ? launched : cudaGetLastError();
 }}
 """
 
@@ -111,7 +165,9 @@ def header_text(name: str, source: KernelSource, arch: str) -> str:
     """The complete ``<name>.cuh``."""
     check_name(name, source)
     includes, body = split_includes(source.code)
-    hoisted = "".join(f"{line}\n" for line in includes)
+    host = ["#include <cuda.h>  // cuTensorMapEncodeTiled: link the driver (CUDA::cuda_driver, -lcuda)"] \
+        if source.tensor_maps else []
+    hoisted = "".join(f"{line}\n" for line in dict.fromkeys([*host, *type_includes(source.spec), *includes]))
     return f"""// {name}.cuh — written by gemmtune ({source.family} v{source.family_version}) for {arch}.
 // D = {formula(source.spec)}, {source.spec.short()}.
 // Include this header in exactly one .cu file: it defines the kernel.

@@ -77,7 +77,7 @@ class ExportedGemm:
 
         values = collect_operands(self.spec, operands, named)
         if out is None:
-            out = empty_like_framework(A, (self.spec.m, self.spec.n))
+            out = empty_like_framework(A, (self.spec.m, self.spec.n), self.spec.out_dtype)
         self.kernel.launch(bind(self.compiled.source, A, B, values, out), stream)
         return out
 

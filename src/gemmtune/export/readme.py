@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 from ..spec import GemmSpec
-from .harness import call_arguments
+from .cmake import nvcc_arch_flag
+from .element_types import c_type
+from .harness import call_arguments, tolerance_expression
 from .header import formula
 from .manifest import ExportManifest
 
@@ -23,7 +25,14 @@ def _argument_kinds(spec: GemmSpec) -> str:
     operands = spec.epilogue.operands()
     pointers = ["A", "B", *(op.name for op in operands if op.kind != "scalar"), "D"]
     scalars = [op.name for op in operands if op.kind == "scalar"]
-    return f"{', '.join(pointers)}: device pointers" + (f"; {', '.join(scalars)}: float" if scalars else "")
+    typed = ", ".join(f"{p} ({c_type(spec, p)})" for p in pointers)
+    return f"{typed}: device pointers" + (f"; {', '.join(scalars)}: float" if scalars else "")
+
+
+def _types_text(spec: GemmSpec) -> str:
+    if spec.dtype in ("fp32", "tf32"):
+        return spec.dtype
+    return f"{spec.dtype} inputs, {spec.out_dtype} output, fp32 accumulation"
 
 
 def _timing_lines(manifest: ExportManifest) -> str:
@@ -36,12 +45,12 @@ def _timing_lines(manifest: ExportManifest) -> str:
     return text + "."
 
 
-def readme_text(manifest: ExportManifest) -> str:
+def readme_text(manifest: ExportManifest, driver_api: bool = False) -> str:
     m, spec, name = manifest, manifest.spec, manifest.name
     operands = ", ".join(op.name for op in spec.epilogue.operands())
     return f"""# {name}
 
-`D = {formula(spec)}` for M={spec.m}, N={spec.n}, K={spec.k}, layout `{spec.layout}`, fp32, built for
+`D = {formula(spec)}` for M={spec.m}, N={spec.n}, K={spec.k}, layout `{spec.layout}`, {_types_text(spec)}, built for
 `{m.arch}` by gemmtune ({m.family} generator v{m.family_version}).
 
 {_operand_lines(spec)}
@@ -64,12 +73,12 @@ this folder and link the interface target `{name}`.
 
 ```sh
 cmake -B build && cmake --build build && ./build/{name}_check      # CMake >= 3.25
-nvcc -O3 -std=c++17 -arch={m.arch} -o {name}_check main.cu && ./{name}_check   # or plain nvcc
+nvcc -O3 -std=c++17 {nvcc_arch_flag(m.arch)} -o {name}_check main.cu{' -lcuda' if driver_api else ''} && ./{name}_check   # or plain nvcc
 ```
 
 `main.cu` fills the inputs with fixed-seed random values, runs the kernel and a simple reference
 kernel (`reference.cuh`, products summed in double), prints the relative error against a tolerance
-of 8·FLT_EPSILON·√K, and only when that passes the median time of 20 launches (an argument changes
+of `{tolerance_expression(spec)}`, and only when that passes the median time of 20 launches (an argument changes
 the count) and TFLOP/s. Exit code 0 = correct, 1 = wrong result, 2 = CUDA error. Times are
 warm-L2 times of back-to-back launches.
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CompileError, GemmtuneError, Timeout
-from .cmake import nvcc_options
+from .cmake import nvcc_arch_flag, nvcc_options
 from .manifest import KERNEL_SOURCE, read_manifest
 
 WHEEL_LAYOUTS = ("cu13", "cu12", "cuda_nvcc")  # nvidia/<layout>/bin/nvcc across wheel generations
@@ -63,15 +63,18 @@ def require_nvcc() -> Nvcc:
 def harness_command(folder: Path, nvcc: Nvcc, link: bool = True) -> list[str]:
     """The nvcc command line that builds (or, link=False, only compiles) main.cu in `folder`."""
     manifest = read_manifest(folder)
-    options = json_options(folder)
+    saved = saved_source(folder)
+    options = tuple(saved.get("options", ()))
+    # The launcher of a kernel with TMA descriptors calls the driver API (cuTensorMapEncodeTiled).
+    driver = ["-lcuda"] if link and saved.get("tensor_maps") else []
     output = ["-c", "-o", f"{manifest.name}_check.o"] if not link else ["-o", f"{manifest.name}_check"]
-    return [str(nvcc.path), "-O3", "-std=c++17", f"-arch={manifest.arch}", "-lineinfo", *nvcc_options(options),
-            "main.cu", *output]
+    return [str(nvcc.path), "-O3", "-std=c++17", nvcc_arch_flag(manifest.arch), "-lineinfo", *nvcc_options(options),
+            "main.cu", *driver, *output]
 
 
-def json_options(folder: Path) -> tuple[str, ...]:
-    """The kernel's NVRTC options as saved in kernel_source.json."""
-    return tuple(json.loads((Path(folder) / KERNEL_SOURCE).read_text()).get("options", ()))
+def saved_source(folder: Path) -> dict:
+    """kernel_source.json of an exported folder, as saved."""
+    return json.loads((Path(folder) / KERNEL_SOURCE).read_text())
 
 
 def build_harness(folder: Path, nvcc: Nvcc | None = None, link: bool = True,

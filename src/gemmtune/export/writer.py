@@ -17,8 +17,7 @@ from typing import Any, Callable
 from ..compiler import CompiledKernel, compile_kernel
 from ..errors import SpecError
 from ..kernel_source import KernelSource
-from ..kernels import simt
-from ..kernels.simt_config import SimtConfig
+from ..kernels import get_family
 from ..spec import GemmSpec
 from .cmake import check_arch, cmake_text
 from .config_source import ConfigChoice, choose_config, given_config
@@ -28,7 +27,7 @@ from .manifest import MANIFEST, ExportManifest, Provenance
 from .readme import readme_text
 from .reference import reference_header
 
-Renderer = Callable[[GemmSpec, SimtConfig, str], KernelSource]
+Renderer = Callable[[GemmSpec, Any, str], KernelSource]
 
 
 @dataclass(frozen=True)
@@ -46,12 +45,13 @@ def export_files(name: str, compiled: CompiledKernel, provenance: Provenance) ->
     """File name -> contents of the whole export folder."""
     manifest = ExportManifest.from_compiled(name, compiled, provenance)
     source, files = compiled.source, manifest.files
+    driver_api = bool(source.tensor_maps)  # the launcher encodes TMA descriptors with the driver API
     texts = {
         files["header"]: header_text(name, source, compiled.arch),
-        files["harness"]: harness_text(name, source.spec, compiled.arch),
+        files["harness"]: harness_text(name, source.spec, compiled.arch, driver_api),
         files["reference"]: reference_header(source.spec),
-        files["cmake"]: cmake_text(name, compiled.arch, source.options),
-        files["readme"]: readme_text(manifest),
+        files["cmake"]: cmake_text(name, compiled.arch, source.options, driver_api),
+        files["readme"]: readme_text(manifest, driver_api),
         files["ptx"]: compiled.ptx,
         files["manifest"]: json.dumps(manifest.to_json(), indent=1) + "\n",
         files["kernel_source"]: json.dumps(source.to_json(), indent=1) + "\n",
@@ -104,13 +104,18 @@ def export_source(source: KernelSource, out: Path, arch: str = "sm_90", name: st
 
 
 def export_spec(spec: GemmSpec, out: Path, arch: str = "sm_90", name: str | None = None,
-                config: SimtConfig | ConfigChoice | None = None, device: Any = None, db_path: Path | None = None,
-                render: Renderer = simt.render, cache_dir: Path | None = None) -> ExportResult:
-    """Choose a config (given, tuning DB, known configs, default), render, compile, write `out`."""
+                config: Any = None, device: Any = None, db_path: Path | None = None,
+                render: Renderer | None = None, cache_dir: Path | None = None,
+                family: str | None = None) -> ExportResult:
+    """Choose a config (given: a family's Config or a ConfigChoice; else tuning DB, known configs,
+    default of `family` or the registry's choice), render with its family (or `render`), compile,
+    write `out`."""
     check_arch(arch)
     if isinstance(config, ConfigChoice):
         choice = config
+    elif config is not None:
+        choice = given_config(config)
     else:
-        choice = given_config(config) if config is not None else choose_config(spec, arch, device, db_path)
-    source = render(spec, choice.config, arch)
+        choice = choose_config(spec, arch, device, db_path, family=family)
+    source = (render or get_family(choice.family).render)(spec, choice.config, arch)
     return export_source(source, out, arch, name, choice.provenance, cache_dir)

@@ -49,8 +49,17 @@ class Family:
 
 @functools.lru_cache(maxsize=None)
 def families() -> tuple[Family, ...]:
-    """Every registered family, best first."""
-    return tuple(importlib.import_module(f".{name}", __name__).FAMILY for name in FAMILY_MODULES)
+    """Every registered family, best first (a family package not written yet is skipped)."""
+    found = []
+    for name in FAMILY_MODULES:
+        try:
+            module = importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":  # a missing dependency inside the family is a real error
+                raise
+            continue
+        found.append(module.FAMILY)
+    return tuple(found)
 
 
 def get_family(name: str) -> Family:
@@ -76,3 +85,12 @@ def family_for(spec: "GemmSpec", arch: str, name: str | None = None) -> Family:
             return family
         reasons.append(f"{family.name}: {reason}")
     raise ConfigError(f"no generator family supports {spec.short()} on {arch} ({'; '.join(reasons)})")
+
+
+def family_of_config(config: Any) -> Family:
+    """The registered family whose Config type `config` is an instance of (ConfigError otherwise)."""
+    for family in families():
+        if isinstance(config, family.config_type):
+            return family
+    raise ConfigError(f"a {type(config).__name__} is no registered family's config "
+                      f"(known: {', '.join(f.name for f in families())})")

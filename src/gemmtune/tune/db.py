@@ -244,23 +244,28 @@ def _short(error: BaseException) -> str:
 
 # --- the question gemmtune.build asks -------------------------------------------------------------
 def best_known_config(spec: GemmSpec, arch_or_device: Any, db_path: Path | str | None = None,
-                      family: str = "simt") -> Any | None:
+                      family: str | None = None) -> Any | None:
     """The config of best_known_trial, or None."""
     found = best_known_trial(spec, arch_or_device, db_path, family)
     return found.result.config if found else None
 
 
 def best_known_trial(spec: GemmSpec, arch_or_device: Any, db_path: Path | str | None = None,
-                     family: str = "simt") -> Ranked | None:
+                     family: str | None = None) -> Ranked | None:
     """The fastest verified trial the database holds for `spec` and the current family version, or None.
 
     `arch_or_device` is an arch string ('sm_90': any device of that arch) or a DeviceInfo (that
-    device by name, cc and SM count; an exact driver/NVRTC match wins, else any versions). Never
-    creates a database.
+    device by name, cc and SM count; an exact driver/NVRTC match wins, else any versions). `family`
+    defaults to the registry's choice for the spec on that arch. Never creates a database.
     """
     path = Path(db_path) if db_path is not None else default_db_path()
     if not path.exists():
         return None
+    if family is None:
+        from ..kernels import family_for
+
+        arch = arch_or_device if isinstance(arch_or_device, str) else arch_or_device.arch
+        family = family_for(spec, arch).name
     with TuningDB(path) as db:
         ranked = db.ranked_for_spec(spec, family)
     # Replayed numbers are never advice for a real build, nor are times of another generator version.

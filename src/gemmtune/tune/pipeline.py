@@ -3,7 +3,6 @@ at a time in the watched worker process, each as soon as its compile finishes.
 """
 from __future__ import annotations
 
-import importlib
 import os
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
@@ -33,10 +32,11 @@ def compile_candidate(request: CompileRequest) -> MeasureJob:
     """Render and compile one config (runs in a pool process); raises the typed failure."""
     from ..compiler import compile_kernel
 
-    render = importlib.import_module(f"..kernels.{request.family}", __package__).render
+    from ..kernels import get_family
+
+    family = get_family(request.family)
     spec = GemmSpec.from_json(request.spec_json)
-    config = space_for(request.family).config_type.from_json(request.config_json)
-    source = render(spec, config, arch=request.arch)
+    source = family.render(spec, family.config_from_json(request.config_json), request.arch)
     compiled = compile_kernel(source, request.arch, Path(request.cache_dir) if request.cache_dir else None)
     return MeasureJob(request.config_json, source.to_json(), request.arch, compiled.cubin,
                       compiled.resources.to_json(), compiled.compile_seconds, compiled.nvrtc_version,

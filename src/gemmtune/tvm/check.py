@@ -41,7 +41,7 @@ def cpu_rounds(spec: GemmSpec, rounds: int = 5, seed: int = 0) -> list[VerifyRes
     for index in range(rounds):
         inputs = make_inputs(spec, np.random.default_rng(seed + index))
         out = cpu_run(func, _gemm_arrays(spec, inputs), (spec.m, spec.n))
-        results.append(compare(out, reference(spec, inputs, use_gpu=False), spec.dtype, spec.k))
+        results.append(compare(out, reference(spec, inputs, use_gpu=False), spec.dtype, spec.k, spec.out_dtype))
     return results
 
 

@@ -9,9 +9,9 @@ import json
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Callable
 
-from ..spec import GemmSpec, stable_hash
+from ...spec import GemmSpec, stable_hash
 
-FAMILY = "simt"
+NAME = "simt"
 VERSION = "3"
 KINDS = ("naive", "coalesced", "tiled")
 STATIC_SMEM_LIMIT = 48 * 1024  # bytes of static shared memory a block may declare

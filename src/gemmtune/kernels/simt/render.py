@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import ConfigError
-from ..kernel_source import KernelSource
-from ..spec import GemmSpec
-from .simt_config import C_STAGE_PAD, FAMILY, VERSION, SimtConfig, rejections
+from ...errors import ConfigError
+from ...kernel_source import KernelSource
+from ...spec import GemmSpec
+from .config import C_STAGE_PAD, NAME, VERSION, SimtConfig, rejections
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -73,7 +73,7 @@ def _accessors(spec: GemmSpec) -> str:
 
 def _header(spec: GemmSpec, config: SimtConfig) -> str:
     return (
-        f"// gemmtune {FAMILY} v{VERSION}: {spec.short()}\n"
+        f"// gemmtune {NAME} v{VERSION}: {spec.short()}\n"
         f"// config: {config.describe()}\n"
         f"constexpr int M = {spec.m}, N = {spec.n}, K = {spec.k};\n\n"
     )
@@ -83,7 +83,7 @@ def _source(spec: GemmSpec, config: SimtConfig, body: str, grid, block, dynamic_
     args, _ = _params(spec)
     code = _header(spec, config) + _accessors(spec) + "\n" + _epilogue_function(spec) + "\n" + body
     return KernelSource(code=code, entry=entry_name(spec), grid=grid, block=block, args=args, spec=spec,
-                        family=FAMILY, family_version=VERSION, config=config.to_json(), dynamic_smem=dynamic_smem)
+                        family=NAME, family_version=VERSION, config=config.to_json(), dynamic_smem=dynamic_smem)
 
 
 # --- naive and coalesced: one thread per output --------------------------------------------------
