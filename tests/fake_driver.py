@@ -43,6 +43,11 @@ def device_array(ptr: int, shape: tuple[int, ...], ctype: type = ctypes.c_float)
     return np.ctypeslib.as_array((ctype * count).from_address(ptr)).reshape(shape)
 
 
+class FakeUuid:
+    def __init__(self, raw: bytes):
+        self.bytes = raw
+
+
 class FakeDriver:
     CUresult = real.CUresult
     CUdevice_attribute = real.CUdevice_attribute
@@ -65,6 +70,9 @@ class FakeDriver:
     def cuDeviceGet(self, ordinal): return (OK, ordinal)
     def cuDevicePrimaryCtxRetain(self, dev): return (OK, 0x5000 + dev)
     def cuCtxGetCurrent(self): return (OK, self.context)
+
+    def cuCtxGetDevice(self): return (OK, 0)
+    def cuDeviceGetUuid(self, dev): return (OK, FakeUuid(b"fake-gpu-uuid-00"))
 
     def cuCtxSetCurrent(self, ctx):
         self.context = ctx

@@ -153,8 +153,7 @@ def compile_configs(jobs: list[tuple[GemmSpec, Any, str]],
     """Render (by the config's family) and compile (spec, config, arch) jobs in spawned worker processes (NVRTC is the slow
     part of sweeps and test setup); one result per job, the typed error where it failed. The disk
     cache keeps every result, so a later compile_kernel of the same source is a file read."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    from .lifeline import spawn_pool
 
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with spawn_pool(workers) as pool:
         return list(pool.map(_render_and_compile, jobs))

@@ -188,6 +188,21 @@ def present_device(ordinal: int = 0) -> DeviceInfo | None:
     return query_device(ordinal) if gpu_available() else None
 
 
+@functools.lru_cache(maxsize=None)
+def device_uuid(ordinal: int = 0) -> str:
+    """'GPU-3f2a…' as nvidia-smi prints it: stable across processes and CUDA_VISIBLE_DEVICES orders."""
+    cu = driver()
+    raw = checked(cu.cuDeviceGetUuid(_device_handle(ordinal)), "cuDeviceGetUuid", NoDeviceError).bytes
+    text = bytes(raw).hex() if isinstance(raw, (bytes, bytearray)) else "".join(f"{ord(c) & 0xFF:02x}" for c in raw)
+    return f"GPU-{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:32]}"
+
+
+def current_ordinal() -> int:
+    """The ordinal of the GPU whose context is current on this thread (GPU 0's made current if none)."""
+    ensure_context()
+    return int(checked(driver().cuCtxGetDevice(), "cuCtxGetDevice", NoDeviceError))
+
+
 def free_memory(ordinal: int = 0) -> int:
     """Bytes of device memory free right now on GPU `ordinal` (whose context becomes current)."""
     ensure_context(ordinal)

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 from .device import checked, driver, ensure_context
+from .gpu_lock import device_lock
 from .runtime import DeviceBuffer, release
 
 BatchTimer = Callable[[int], list[float]]  # run n timed repetitions, return their seconds
@@ -208,6 +209,12 @@ def measure(launch: Callable[[], None], protocol: TimingProtocol, l2_bytes: int,
     to time the pass as it runs inside the pair).
     """
     ensure_context()
+    with device_lock():  # one timed section per GPU at a time, across processes (gpu_lock)
+        return _measure(launch, protocol, l2_bytes, stream, before)
+
+
+def _measure(launch: Callable[[], None], protocol: TimingProtocol, l2_bytes: int, stream: Any,
+             before: Callable[[], None] | None) -> Measurement:
     for _ in range(protocol.warmup):
         if before is not None:
             before()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sqlite3
 import sys
 
 from ..errors import GemmtuneError
@@ -43,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     except GemmtuneError as err:
         print(f"gemmtune: {err}", file=sys.stderr)
         return err.exit_code
+    except sqlite3.Error as err:  # damage found after the database opened (opening itself says more)
+        print(f"gemmtune: tuning database error: {err}", file=sys.stderr)
+        return 1
     except OSError as err:  # a file the user named that cannot be read or written
         where = f": {err.filename}" if err.filename else ""
         print(f"gemmtune: {err.strerror or err}{where}", file=sys.stderr)

@@ -1,4 +1,5 @@
-"""Verb `db`: list the tuned specs, show the best config, export and import trials as JSON lines."""
+"""Verb `db`: list the tuned specs, show the best config, export and import trials as JSON lines,
+check the file."""
 from __future__ import annotations
 
 import argparse
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
 
 
 def register(subparsers) -> None:
-    db = subparsers.add_parser("db", help="query the tuning database: list, best, export, import",
+    db = subparsers.add_parser("db", help="query the tuning database: list, best, export, import, check",
                                description="The tuning database holds every trial of every tune.")
     verbs = db.add_subparsers(dest="db_verb", metavar="ACTION", required=True)
 
@@ -36,10 +37,18 @@ def register(subparsers) -> None:
     _add_db_argument(export)
     export.set_defaults(run=run_export)
 
-    load = verbs.add_parser("import", help="add trials from JSON lines (trials already present are kept)")
+    load = verbs.add_parser("import", help="add trials from JSON lines (trials already present are kept)",
+                            description="Every line is checked before any is written; then all are added in "
+                                        "one transaction, so a bad file leaves the database as it was.")
     load.add_argument("file", help="input file, or - for stdin")
     _add_db_argument(load)
     load.set_defaults(run=run_import)
+
+    check = verbs.add_parser("check", help="integrity check, schema version and row counts of the database",
+                             description="Run SQLite's integrity check and count the trials; exit 1 when the "
+                                         "database is damaged or holds duplicate keys.")
+    _add_db_argument(check)
+    check.set_defaults(run=run_check)
 
 
 def _add_db_argument(parser: argparse.ArgumentParser) -> None:
@@ -105,11 +114,34 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def run_import(args: argparse.Namespace) -> int:
+    from ..tune.db import parse_import
+
+    name = "standard input" if args.file == "-" else args.file
+    raw = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+    rows = parse_import(import_text(raw, name).splitlines(), name)  # before the database is opened
     with _open(args.db, must_exist=False) as db:
-        if args.file == "-":
-            added, skipped = db.import_jsonl(sys.stdin)
-        else:
-            with open(args.file) as handle:
-                added, skipped = db.import_jsonl(handle)
+        added, skipped = db.insert_rows(rows)
     print(f"imported {added} trials ({skipped} already present)", file=sys.stderr)
+    return 0
+
+
+def import_text(raw: bytes, name: str) -> str:
+    """The bytes of a JSON-lines file as text; GemmtuneError naming the file when they are not."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise GemmtuneError(f"{name} is not a JSON-lines text file: byte {err.start} is not UTF-8") from None
+    if "\x00" in text:
+        raise GemmtuneError(f"{name} is not a JSON-lines text file: it holds NUL bytes (binary data)")
+    return text
+
+
+def run_check(args: argparse.Namespace) -> int:
+    with _open(args.db) as db:
+        report = db.check()
+    for line in report.lines():
+        print(line)
+    if not report.ok:
+        print(f"gemmtune: {report.path} failed its check", file=sys.stderr)
+        return 1
     return 0

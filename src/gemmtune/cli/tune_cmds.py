@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from contextlib import closing
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import SpecError
+from ..lifeline import Interrupted, stop_signals
 from ..spec import GemmSpec
 from .common import add_family_argument, add_spec_arguments, console, family_from_args, spec_from_args
 
@@ -128,11 +130,33 @@ def run_tune(args: argparse.Namespace) -> int:
                           not args.no_transfer)
     runner, cublas_s, note = simulation_runner(args.simulate, spec) if args.simulate else gpu_runner(spec, args)
     db_path = args.db or default_db_path()
-    with closing(runner), TuningDB(db_path) as db:
-        with TuneDisplay(spec, trials, cublas_s, note) as display:
-            outcome = tune(spec, runner, db, options, on_trial=display.update)
+    seen = SeenTrials()
+    try:
+        with stop_signals(), closing(runner), TuningDB(db_path) as db:
+            with TuneDisplay(spec, trials, cublas_s, note) as display:
+                outcome = tune(spec, runner, db, options, on_trial=seen.watching(display.update))
+    except Interrupted as stop:  # every trial is committed as it is measured: say so, and stop
+        print(f"gemmtune: stopped by {stop.name}; {seen.describe()} saved in {db_path}", file=sys.stderr)
+        return stop.exit_code
     print_outcome(outcome, cublas_s, db_path)
     return 0
+
+
+class SeenTrials:
+    """What a tune reported through on_trial: how many trials this run added, and the total."""
+
+    def __init__(self) -> None:
+        self.new, self.total = 0, None
+
+    def watching(self, show: Callable[[Any], None]) -> Callable[[Any], None]:
+        def on_trial(progress: Any) -> None:
+            self.new, self.total = self.new + 1, progress.done
+            show(progress)
+        return on_trial
+
+    def describe(self) -> str:
+        total = "" if self.total is None else f", {self.total} in total for this spec and GPU"
+        return f"{self.new} new trial{'s' if self.new != 1 else ''}{total}"
 
 
 def tuned_family(args: argparse.Namespace, spec: GemmSpec, arch: str | None = None) -> str:

@@ -16,6 +16,7 @@ from typing import IO, Any, Iterator
 
 from ..errors import GemmtuneError
 from ..spec import GemmSpec, stable_hash
+from .db_file import DatabaseReport, check, connect
 from .space import space_for
 from .trial import SIMULATED, Environment, Status, TrialResult, TuneContext
 
@@ -71,13 +72,9 @@ class TuningDB:
     def __init__(self, path: Path | str):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.conn = sqlite3.connect(str(self.path), timeout=30.0)
-        self.conn.row_factory = sqlite3.Row
-        # WAL: readers never block the tuner's writes. synchronous=NORMAL keeps every committed trial
-        # through a killed process (the OS holds the WAL); only a power cut can lose the last few.
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=NORMAL")
-        self.conn.executescript(SCHEMA)
+        # Refuses (one line, file untouched) a directory, a non-SQLite file, another program's
+        # database and one from a newer gemmtune; sets WAL mode and the schema otherwise.
+        self.conn = connect(self.path, SCHEMA)
 
     def close(self) -> None:
         self.conn.close()
@@ -144,18 +141,24 @@ class TuningDB:
             count += 1
         return count
 
-    def import_jsonl(self, lines: Iterator[str] | IO[str]) -> tuple[int, int]:
-        """(added, skipped): a trial already present under its key is kept as it is."""
-        added = skipped = 0
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            row = imported(line, number)
-            if self._insert(row, replace=False):
-                added += 1
-            else:
-                skipped += 1
-        return added, skipped
+    def import_jsonl(self, lines: Iterator[str] | IO[str], source: str = "the import") -> tuple[int, int]:
+        """(added, skipped): a trial already present under its key is kept as it is. All or nothing:
+        every line is checked before the first is written, and all are written in one transaction."""
+        return self.insert_rows(parse_import(lines, source))
+
+    def insert_rows(self, rows: list[dict]) -> tuple[int, int]:
+        marks = ", ".join("?" for _ in COLUMNS)
+        added = 0
+        with self.conn:  # one transaction: a failure (or a kill) part-way leaves the database as it was
+            for row in rows:
+                cursor = self.conn.execute(f"INSERT OR IGNORE INTO trials ({', '.join(COLUMNS)}) VALUES ({marks})",
+                                           [row[c] for c in COLUMNS])
+                added += cursor.rowcount > 0
+        return added, len(rows) - added
+
+    def check(self) -> DatabaseReport:
+        """Integrity, schema version and row counts (gemmtune db check)."""
+        return check(self.conn, self.path)
 
 
 # --- rows <-> records -----------------------------------------------------------------------------
@@ -210,18 +213,33 @@ def exported(row: sqlite3.Row) -> dict:
     }
 
 
-def imported(line: str, number: int) -> dict:
+def parse_import(lines: Iterator[str] | IO[str], source: str = "the import") -> list[dict]:
+    """Every non-blank line as a row; GemmtuneError naming `source` and the line for the first bad one."""
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if line.strip():
+            rows.append(imported(line, number, source))
+    return rows
+
+
+def imported(line: str, number: int, source: str = "the import") -> dict:
     try:
         data = json.loads(line)
         context = TuneContext(GemmSpec.from_json(data["spec"]), Environment.from_json(data["environment"]),
                               data["family"], data["family_version"])
+        space_for(context.family).config_type.from_json(data["config"])  # readable back, or refused now
         outcome = {"status": Status(data["status"]).value, "median_s": data["median_s"],
                    "samples_json": json.dumps(data.get("samples_s", [])), "protocol_json": _dumps(data.get("protocol")),
                    "compile_s": data.get("compile_s"), "resources_json": _dumps(data.get("resources")),
                    "error": data.get("error", "")}
         return _row(context, data["config"], data["phase"], float(data["created"]), outcome)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise GemmtuneError(f"line {number} of the import is not a gemmtune trial: {exc}") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise GemmtuneError(f"{source}: line {number} is not a gemmtune trial: {_short(exc)}") from None
+
+
+def _short(error: BaseException) -> str:
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return text if len(text) <= 160 else text[:157] + "..."
 
 
 # --- the question gemmtune.build asks -------------------------------------------------------------

@@ -3,7 +3,6 @@ at a time in the watched worker process, each as soon as its compile finishes.
 """
 from __future__ import annotations
 
-import multiprocessing
 import os
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from ..errors import CompileError, ConfigError, GemmtuneError, ResourceError
+from ..lifeline import spawn_pool
 from ..spec import GemmSpec
 from .space import CandidateSet, space_for
 from .trial import Environment, Status, TrialResult
@@ -84,7 +84,7 @@ class MeasurePipeline:
 
     def _pool(self) -> ProcessPoolExecutor:
         if self.pool is None:
-            self.pool = ProcessPoolExecutor(self.compile_workers, mp_context=multiprocessing.get_context("spawn"))
+            self.pool = spawn_pool(self.compile_workers)
         return self.pool
 
     def _request(self, config: Any) -> CompileRequest:

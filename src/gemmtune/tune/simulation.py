@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from ..errors import SpecError
 from ..spec import GemmSpec
 from .space import CandidateSet, space_for
 from .trial import SIMULATED, Environment, Status, TrialResult, TuneContext
@@ -69,6 +70,17 @@ class SimulationTable:
 
     @staticmethod
     def from_csv(path: Path) -> "SimulationTable":
+        """The table at `path`; SpecError naming the file when it (or its .json) is not one."""
+        try:
+            return SimulationTable._read(Path(path))
+        except UnicodeDecodeError as err:
+            raise SpecError(f"{_which(path, err)} is not a text file: byte {err.start} is not UTF-8") from None
+        except (ValueError, KeyError, TypeError, AttributeError, csv.Error) as err:
+            # SpecError is a ValueError: a table naming an unknown family or a bad spec lands here too
+            raise SpecError(f"{path} is not a simulation table: {type(err).__name__}: {err}") from None
+
+    @staticmethod
+    def _read(path: Path) -> "SimulationTable":
         meta = json.loads(Path(path).with_suffix(".json").read_text())
         config_type = space_for(meta["family"]).config_type
         kinds = {f.name: f.type for f in fields(config_type)}
@@ -80,6 +92,16 @@ class SimulationTable:
                 rows[config] = TableRow(Status(record["status"]), median)
         return SimulationTable(meta["family"], meta["family_version"], GemmSpec.from_json(meta["spec"]),
                                Environment.from_json(meta["environment"]), rows, meta)
+
+
+def _which(path: Path, err: UnicodeDecodeError) -> str:
+    """The file a decode error came from: the CSV, or its .json sidecar (read first)."""
+    sidecar = Path(path).with_suffix(".json")
+    try:
+        sidecar.read_text()
+    except UnicodeDecodeError:
+        return str(sidecar)
+    return str(path)
 
 
 def _typed(kind: Any, text: str) -> Any:

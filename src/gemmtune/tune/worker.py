@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+import os
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Callable
 
 from ..errors import GemmtuneError, NoDeviceError, SpecError, Timeout
+from ..lifeline import run_bound
 from .trial import Status, error_text, status_of
 
 
@@ -156,8 +158,9 @@ class MeasureWorker:
             return
         self._stop(kill=True)
         parent, child = self.context.Pipe(duplex=True)
-        self.process = self.context.Process(target=serve, args=(child, self.evaluator), daemon=True,
-                                            name="gemmtune-measure")
+        # Bound to this process: it ends within a poll of our death, however we die (lifeline).
+        self.process = self.context.Process(target=run_bound, args=(os.getpid(), serve, child, self.evaluator),
+                                            daemon=True, name="gemmtune-measure")
         self.process.start()
         child.close()
         self.conn, self.jobs = parent, 0

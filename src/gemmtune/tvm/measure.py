@@ -100,12 +100,12 @@ class GemmtuneBuilder(PyBuilder):
         return results
 
     def _run(self, jobs: list) -> list[tuple[dict | None, str | None]]:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
         from concurrent.futures.process import BrokenProcessPool
 
+        from ..lifeline import spawn_pool
+
         if self.pool is None:
-            self.pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+            self.pool = spawn_pool(self.workers)
         try:
             return list(self.pool.map(build_candidate, jobs))
         except BrokenProcessPool:  # a worker died (TVM or NVRTC crashed): fail this batch, start afresh

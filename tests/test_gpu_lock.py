@@ -1,0 +1,108 @@
+"""One GPU, one timed section at a time: processes contending for the per-GPU lock never hold it at
+once, a waiter says whom it waits for, and a killed holder leaves the lock free."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gemmtune import gpu_lock
+from gemmtune.gpu_lock import Interval, overlaps, read_intervals
+
+SRC = str(Path(__file__).parents[1] / "src")
+
+HOLDER = """
+import sys, time
+from gemmtune.gpu_lock import gpu_lock
+key, rounds, hold_s = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+for _ in range(rounds):
+    with gpu_lock(key):
+        print("holding", flush=True)
+        time.sleep(hold_s)
+"""
+
+
+def holder(tmp_path: Path, key: str, rounds: int, hold_s: float) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": SRC, "GEMMTUNE_LOCK_DIR": str(tmp_path / "locks"),
+           "GEMMTUNE_LOCK_LOG": str(tmp_path / "intervals.log")}
+    return subprocess.Popen([sys.executable, "-c", HOLDER, key, str(rounds), str(hold_s)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(processes: list[subprocess.Popen]) -> list[str]:
+    errors = []
+    for process in processes:
+        _out, err = process.communicate(timeout=60)
+        assert process.returncode == 0, err
+        errors.append(err)
+    return errors
+
+
+def test_contending_processes_never_hold_the_lock_at_once(tmp_path: Path) -> None:
+    finish([holder(tmp_path, "GPU-same", 15, 0.01) for _ in range(3)])
+    intervals = read_intervals(tmp_path / "intervals.log")
+    assert len(intervals) == 45 and len({i.pid for i in intervals}) == 3
+    assert overlaps(intervals) == []
+
+
+def test_the_overlap_check_sees_overlaps_when_there_is_no_common_lock(tmp_path: Path) -> None:
+    """The check above can fail: with a lock each, the same processes' intervals do overlap."""
+    finish([holder(tmp_path, f"GPU-{n}", 15, 0.01) for n in range(3)])
+    assert overlaps(read_intervals(tmp_path / "intervals.log"))
+
+
+def test_a_waiter_names_the_holder_and_a_killed_holder_frees_the_lock(tmp_path: Path) -> None:
+    first = holder(tmp_path, "GPU-x", 1, 60.0)
+    try:
+        assert first.stdout.readline().strip() == "holding"
+        second = holder(tmp_path, "GPU-x", 1, 0.0)
+        time.sleep(gpu_lock.WAIT_NOTICE_S + 1.0)
+        assert second.poll() is None  # still waiting
+        os.kill(first.pid, signal.SIGKILL)  # the OS drops a dead holder's flock
+        [err] = finish([second])
+    finally:
+        first.kill()
+    notice = [line for line in err.splitlines() if "waiting for the GPU lock" in line]
+    assert len(notice) == 1 and f"pid {first.pid}" in notice[0] and "-c" in notice[0]
+
+
+def test_the_lock_is_reentrant_within_a_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GEMMTUNE_LOCK_DIR", str(tmp_path))
+    monkeypatch.setenv("GEMMTUNE_LOCK_LOG", str(tmp_path / "log"))
+    with gpu_lock.gpu_lock("GPU-r"):
+        with gpu_lock.gpu_lock("GPU-r"):
+            pass
+    assert len(read_intervals(tmp_path / "log")) == 1  # one interval: the outer hold
+
+
+def test_overlaps_finds_any_overlap_between_processes() -> None:
+    assert overlaps([Interval(1, 0.0, 1.0), Interval(2, 1.0, 2.0)]) == []
+    assert overlaps([Interval(1, 0.0, 10.0), Interval(2, 1.0, 2.0), Interval(3, 3.0, 4.0)])
+
+
+def test_timed_sections_on_the_fake_gpu_take_the_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import cuda.bindings
+
+    from fake_driver import FakeDriver
+    from gemmtune import device
+    from gemmtune.timing import TimingProtocol, measure
+
+    monkeypatch.setattr(cuda.bindings, "driver", FakeDriver())
+    for cached in (device._init_driver, device._primary_context, device.query_device, device.device_uuid):
+        cached.cache_clear()
+    monkeypatch.setenv("GEMMTUNE_LOCK_DIR", str(tmp_path))
+    monkeypatch.setenv("GEMMTUNE_LOCK_LOG", str(tmp_path / "log"))
+    try:
+        measure(lambda: None, TimingProtocol(warmup=0, min_reps=2, max_reps=2, min_time_s=0.0, flush_l2=False), 0)
+    finally:
+        for cached in (device._init_driver, device._primary_context, device.query_device, device.device_uuid):
+            cached.cache_clear()
+    assert len(read_intervals(tmp_path / "log")) == 1
+    raw = b"fake-gpu-uuid-00".hex()  # the fake driver's UUID, formatted as nvidia-smi does
+    expected = f"GPU-{raw[:8]}-{raw[8:12]}-{raw[12:16]}-{raw[16:20]}-{raw[20:]}"
+    assert [p.name for p in tmp_path.glob("*.lock")] == [f"gpu-{expected}.lock"]
