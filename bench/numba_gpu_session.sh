@@ -21,5 +21,6 @@ $G plot ladder "$R/ladder-4096.json" --out "$R/numba-ladder-4096" > "$R/plot.log
 $G plot roofline "$R"/ladder-*.json --out "$R/roofline" >> "$R/plot.log" 2>&1
 $G plot convergence --db "$R/tune.sqlite" --out "$R/convergence" >> "$R/plot.log" 2>&1
 gzip -f "$R/trace-numba.json" 2>/dev/null
+{ cat "$R/gpu.txt"; tail -4 "$R/test.log"; tail -3 "$R/tune.log"; cat "$R/plot.log"; grep -E "^==|rc=|kernel:|occupancy|SM thr|tensor|DRAM thr" "$R/profile.txt"; cat "$R/numba-ladder.md"; } > "$OUT/summary.txt" 2>&1
 (cd "$OUT" && tar czf res.tgz res && rm -rf res)
-tail -5 "$OUT"/../res.log 2>/dev/null; true
+cat "$OUT/summary.txt"
