@@ -4,6 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import gemmtune.numba_ladder  # noqa: E402,F401 - NumPy aliases numba-cuda needs, before numba loads
+
 pytest.importorskip("numba.cuda")
 
 from gemmtune.evaluate import evaluate  # noqa: E402

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+import gemmtune.numba_ladder  # noqa: E402,F401 - NumPy aliases numba-cuda needs, before numba loads
+
 pytest.importorskip("numba.cuda")
 
 from gemmtune.errors import ConfigError  # noqa: E402

@@ -111,7 +111,8 @@ def summarize(row: dict[str, str], top_stalls: int = 5) -> ProfileSummary:
             metrics[label] = value / 1e3 if label.startswith("duration") else value  # ns -> µs
     tensor = [v for name, text in row.items() if _TENSOR_PIPE.match(name) and (v := _value(text)) is not None]
     stalls = sorted(((m.group(1), v) for name, text in row.items()
-                     if (m := _STALL.match(name)) and (v := _value(text)) is not None and v > 0),
+                     if (m := _STALL.match(name)) and m.group(1) != "selected"  # issuing, not stalled
+                     and (v := _value(text)) is not None and v > 0),
                     key=lambda item: -item[1])
     notes = () if "duration (µs)" not in metrics else (
         "duration is under ncu's replay with its cache control; time kernels with gemmtune bench instead",)

@@ -32,6 +32,9 @@ _ENTRY = re.compile(r"\.visible \.entry (\S+?)\(")
 
 def require_numba():
     """numba.cuda, or a one-line error naming the extra."""
+    from . import numpy_compat
+
+    numpy_compat()
     try:
         from numba import cuda
     except ImportError as exc:
