@@ -13,7 +13,7 @@ from gemmtune.cli import main
 from gemmtune.profile import NCU_HINT, parse_raw_csv, summarize
 
 FIXTURES = Path(__file__).parent / "fixtures"
-LADDER = FIXTURES / "numba_ladder_synthetic.json"
+LADDER = FIXTURES / "numba_ladder_h100_1024.json"
 NCU_CSV = FIXTURES / "ncu_raw_simt_4096.csv"
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 

@@ -144,7 +144,9 @@ def ncu_path() -> str | None:
 
 def ncu_command(ncu: str, target: Target, kernel_filter: str) -> list[str]:
     sections = [arg for name in NCU_SECTIONS for arg in ("--section", name)]
-    return [ncu, "--clock-control", "none", "--target-processes", "all", "--kernel-name", kernel_filter,
+    # Filter on mangled names: numba's entries are C++-mangled, and ncu matches demangled ones by default.
+    return [ncu, "--clock-control", "none", "--target-processes", "all", "--kernel-name-base", "mangled",
+            "--kernel-name", kernel_filter,
             "--launch-count", "1", *sections, "--csv", "--page", "raw", "--print-units", "base",
             sys.executable, "-m", "gemmtune.profile", "--target", json.dumps(target.to_json())]
 
