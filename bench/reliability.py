@@ -125,7 +125,7 @@ def job_of(source, arch: str, protocol):
 
 def fault_part(arch: str) -> tuple[list[str], list[Check]]:
     from gemmtune.kernels.simt import render
-    from gemmtune.kernels.simt_config import default_config
+    from gemmtune.kernels.simt.config import default_config
     from gemmtune.timing import TimingProtocol
     from gemmtune.tune.worker import MeasureWorker, gpu_evaluator
 

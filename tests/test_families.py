@@ -78,8 +78,11 @@ def test_parse_config_uses_the_family_ladder_and_defaults():
 # --- known configs per family --------------------------------------------------------------------
 def test_shipped_known_configs_name_their_family():
     data = json.loads(config_source.KNOWN_CONFIGS.read_text())
-    assert "family" not in data and all(row["family"] == "simt" for row in data["entries"])
-    assert {row.family for row in config_source.load_known_configs()} == {"simt"}
+    assert "family" not in data and all(row["family"] in ("simt", "wgmma") for row in data["entries"])
+    rows = config_source.load_known_configs()
+    assert {row.family for row in rows} == {"simt", "wgmma"}
+    for row in rows:  # every config parses as its own family's type
+        assert type(row.config) is get_family(row.family).config_type
 
 
 def test_known_configs_default_to_simt_and_are_matched_by_family(tmp_path, no_tuning_db):

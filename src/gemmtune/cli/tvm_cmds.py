@@ -13,7 +13,7 @@ from ..errors import ConfigError
 from ..timing import TimingProtocol
 from .common import add_spec_arguments, spec_from_args
 
-BACKENDS = ("tvm",)
+BACKENDS = ("tvm", "numba")  # numba: the CUDA-C ladder beside its numba-cuda twin (numba_cmds)
 TUNE_BACKENDS = {"tvm": "auto", "tvm-manual": "manual"}
 DEFAULT_TUNE_TRIALS = 64
 
@@ -135,6 +135,10 @@ def _tuned_from(args: argparse.Namespace):
 
 
 def run_tvm_ladder(args: argparse.Namespace) -> int:
+    if getattr(args, "backend", "tvm") == "numba":
+        from .numba_cmds import run_numba_ladder
+
+        return run_numba_ladder(args)
     _require()
     from ..tvm import ladder
     from ..tvm.rows import ladder_rows
