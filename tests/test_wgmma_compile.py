@@ -4,13 +4,12 @@ from __future__ import annotations
 import random
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from gemmtune.compiler import compile_kernel
 from gemmtune.errors import ConfigError
+from gemmtune.export.toolchain import wheel_tool_candidates
 from gemmtune.kernels import family_for, get_family
 from gemmtune.spec import GemmSpec
 
@@ -19,12 +18,9 @@ LADDER = FAMILY.ladder("sm_90a")
 
 
 def _cuobjdump() -> str | None:
-    found = shutil.which("cuobjdump")
-    if found:
-        return found
-    candidate = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / \
-        "site-packages" / "nvidia" / "cu13" / "bin" / "cuobjdump"
-    return str(candidate) if candidate.exists() else None
+    """The nvidia-cuda-cuobjdump wheel's tool (the test extra installs it), else one on PATH."""
+    found = next((str(p) for p in wheel_tool_candidates("cuobjdump") if p.is_file()), None)
+    return found or shutil.which("cuobjdump")
 
 
 def _compile(spec: GemmSpec, config):
@@ -55,12 +51,12 @@ def test_sampled_configs_compile_without_spills():
         assert _compile(spec, config).resources.spills == 0, config.describe()
 
 
-def test_sass_holds_hgmma_and_tma():
+def test_sass_holds_hgmma_and_tma(tmp_path):
     tool = _cuobjdump()
     if tool is None:
         pytest.skip("cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
     compiled = _compile(GemmSpec(4096, 4096, 4096, "nt", "bf16"), FAMILY.default_config(None, "sm_90a"))
-    cubin = Path(compile_kernel.__globals__["default_cache_dir"]()) / "probe-sass.cubin"
+    cubin = tmp_path / "kernel.cubin"
     cubin.write_bytes(compiled.cubin)
     sass = subprocess.run([tool, "--dump-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
     assert "HGMMA.64x256x16.F32.BF16" in sass

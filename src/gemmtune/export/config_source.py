@@ -20,6 +20,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..kernels import Family, family_for, family_of_config, get_family
+from ..kernels.config_base import arch_number
 from ..spec import GemmSpec
 from .manifest import Provenance
 
@@ -114,12 +115,6 @@ def load_known_configs(table: Path = KNOWN_CONFIGS) -> list[KnownConfig]:
     """Every entry of the table, each parsed by its family's Config (entries without one are simt)."""
     data = json.loads(Path(table).read_text())
     return [KnownConfig.from_json(row) for row in data["entries"]]
-
-
-def arch_number(arch: str) -> int:
-    """'sm_90a' -> 90."""
-    digits = "".join(ch for ch in arch if ch.isdigit())
-    return int(digits) if digits else 0
 
 
 def _matches(row: KnownConfig, arch: str, device: Any, family: str) -> bool:

@@ -36,11 +36,17 @@ class Nvcc:
         return release.split("release", 1)[1].split(",", 1)[0].strip() if release else "unknown"
 
 
-def wheel_nvcc_candidates() -> list[Path]:
-    """Where the nvidia-cuda-nvcc wheel would have put nvcc, for each `nvidia` package path."""
+def wheel_tool_candidates(tool: str) -> list[Path]:
+    """Where an nvidia-cuda-* wheel (nvcc, cuobjdump, ...) would have put `tool`, for each `nvidia`
+    package path."""
     spec = importlib.util.find_spec("nvidia")
     roots = list(spec.submodule_search_locations or []) if spec is not None else []
-    return [Path(root) / layout / "bin" / "nvcc" for root in roots for layout in WHEEL_LAYOUTS]
+    return [Path(root) / layout / "bin" / tool for root in roots for layout in WHEEL_LAYOUTS]
+
+
+def wheel_nvcc_candidates() -> list[Path]:
+    """Where the nvidia-cuda-nvcc wheel would have put nvcc."""
+    return wheel_tool_candidates("nvcc")
 
 
 def find_nvcc() -> Nvcc | None:

@@ -6,10 +6,11 @@ Constraints are named predicates that return a reason string when they reject a 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass
 from typing import Callable
 
-from ...spec import GemmSpec, stable_hash
+from ...spec import GemmSpec
+from ..config_base import FamilyConfig, arch_number, rejections_by  # noqa: F401 (arch_number: re-exported)
 
 NAME = "simt"
 VERSION = "3"
@@ -22,7 +23,7 @@ OPTIN_SMEM_LIMIT = {80: 163 * 1024, 86: 99 * 1024, 87: 163 * 1024, 89: 99 * 1024
 
 
 @dataclass(frozen=True, order=True)
-class SimtConfig:
+class SimtConfig(FamilyConfig):
     """Parameters of one CUDA-core kernel.
 
     kind: naive (one thread per output, rows along threadIdx.x: uncoalesced), coalesced (one
@@ -62,6 +63,7 @@ class SimtConfig:
     unroll: int = 8
     prefetch_c: bool = False
     stage_c: bool = False
+    FAMILY_LABEL = "simt"
 
     # --- derived shape --------------------------------------------------------------------
     @property
@@ -99,21 +101,7 @@ class SimtConfig:
             return 0
         return 4 * self.bm * (self.bn + C_STAGE_PAD)
 
-    # --- serialization ----------------------------------------------------------------------
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    @staticmethod
-    def from_json(data: dict) -> "SimtConfig":
-        known = {f.name for f in fields(SimtConfig)}
-        unknown = set(data) - known
-        if unknown:
-            raise ValueError(f"unknown simt config keys: {sorted(unknown)}")
-        return SimtConfig(**data)
-
-    def key(self) -> str:
-        return stable_hash(self.to_json())
-
+    # --- naming -----------------------------------------------------------------------------
     def describe(self) -> str:
         if self.kind != "tiled":
             return f"{self.kind} {self.bm}x{self.bn}"
@@ -124,8 +112,6 @@ class SimtConfig:
                 + (f" unroll{self.unroll}" if self.unroll else " unroll-full")
                 + (" prefetchC" if self.prefetch_c else "") + (" stageC" if self.stage_c else ""))
 
-    def with_(self, **changes) -> "SimtConfig":
-        return replace(self, **changes)
 
 
 def _simple(kind: str, edge: int = 32) -> SimtConfig:
@@ -153,12 +139,6 @@ def ladder(arch: str = "sm_90") -> list[tuple[str, SimtConfig]]:
         # the accumulators per thread (256 threads of 8x4x2) to stay clear of 255 registers everywhere.
         ("double_buffer", warptile.with_(wn=32, wniter=2, stages=2, async_copy=has_cp_async)),
     ]
-
-
-def arch_number(arch: str) -> int:
-    """'sm_90a' -> 90."""
-    digits = "".join(ch for ch in arch if ch.isdigit())
-    return int(digits) if digits else 0
 
 
 # --- constraints -------------------------------------------------------------------------------
@@ -269,12 +249,7 @@ CONSTRAINTS: dict[str, Constraint] = {
 
 def rejections(config: SimtConfig, spec: GemmSpec, arch: str = "sm_90") -> dict[str, str]:
     """{constraint name: reason} for every constraint the config breaks; empty when valid."""
-    found = {}
-    for name, rule in CONSTRAINTS.items():
-        reason = rule(config, spec, arch)
-        if reason:
-            found[name] = reason
-    return found
+    return rejections_by(CONSTRAINTS, config, spec, arch)
 
 
 def default_config(spec: GemmSpec, arch: str = "sm_90") -> SimtConfig:

@@ -7,10 +7,11 @@ B. Each step is a parameter choice, so the tuner searches the same space the lad
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass
 from typing import Callable
 
-from ...spec import GemmSpec, stable_hash
+from ...spec import GemmSpec
+from ..config_base import FamilyConfig, arch_number, rejections_by
 
 FAMILY = "wgmma"
 VERSION = "1"
@@ -34,7 +35,7 @@ def out_dtype(spec: GemmSpec) -> str:
 
 
 @dataclass(frozen=True, order=True)
-class WgmmaConfig:
+class WgmmaConfig(FamilyConfig):
     """Parameters of one wgmma + TMA kernel.
 
     bm×bn: the block's output tile; bk is fixed by the dtype (128 bytes of K per row: 64 16-bit
@@ -63,6 +64,7 @@ class WgmmaConfig:
     group_m: int = 8
     cluster_m: int = 1
     tma_store: bool = False
+    FAMILY_LABEL = "wgmma"
 
     # --- derived shape --------------------------------------------------------------------
     @property
@@ -95,21 +97,7 @@ class WgmmaConfig:
         """Dynamic shared memory: the ring of A and B tiles, the epilogue tile, barriers, alignment slack."""
         return self.stages * self.stage_bytes() + self.epilogue_bytes(spec) + 16 * self.stages + 16 + SMEM_SLACK
 
-    # --- serialization ----------------------------------------------------------------------
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    @staticmethod
-    def from_json(data: dict) -> "WgmmaConfig":
-        known = {f.name for f in fields(WgmmaConfig)}
-        unknown = set(data) - known
-        if unknown:
-            raise ValueError(f"unknown wgmma config keys: {sorted(unknown)}")
-        return WgmmaConfig(**data)
-
-    def key(self) -> str:
-        return stable_hash(self.to_json())
-
+    # --- naming -----------------------------------------------------------------------------
     def describe(self) -> str:
         roles = f"producer+{self.consumers}wg" if self.specialized else f"{self.consumers}wg"
         grid = f" persistent g{self.group_m}" if self.persistent else ""
@@ -117,13 +105,6 @@ class WgmmaConfig:
         store = " tma-store" if self.tma_store else ""
         return f"tile {self.bm}x{self.bn} stages{self.stages} {roles}{grid}{cluster}{store}"
 
-    def with_(self, **changes) -> "WgmmaConfig":
-        return replace(self, **changes)
-
-
-def arch_number(arch: str) -> int:
-    digits = "".join(ch for ch in arch if ch.isdigit())
-    return int(digits) if digits else 0
 
 
 # --- what the family can run at all ----------------------------------------------------------------
@@ -223,12 +204,7 @@ CONSTRAINTS: dict[str, Constraint] = {
 
 def rejections(config: WgmmaConfig, spec: GemmSpec, arch: str = "sm_90a") -> dict[str, str]:
     """{constraint name: reason} for every constraint the config breaks; empty when valid."""
-    found = {}
-    for name, rule in CONSTRAINTS.items():
-        reason = rule(config, spec, arch)
-        if reason:
-            found[name] = reason
-    return found
+    return rejections_by(CONSTRAINTS, config, spec, arch)
 
 
 def ladder(arch: str = "sm_90a") -> list[tuple[str, WgmmaConfig]]:

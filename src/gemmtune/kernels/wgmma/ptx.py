@@ -190,7 +190,7 @@ def wgmma_function(dtype: str, n: int) -> str:
     constraints = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
     a, b = regs, regs + 1
     if dtype == "tf32":
-        template_args, flags, inputs = "", "1, 1", f'"l"(desc_a), "l"(desc_b)'
+        template_args, flags, inputs = "", "1, 1", '"l"(desc_a), "l"(desc_b)'
     else:
         template_args = "template <int TRANS_A, int TRANS_B>\n"
         flags = f"1, 1, %{regs + 2}, %{regs + 3}"

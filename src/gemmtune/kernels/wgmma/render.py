@@ -59,11 +59,6 @@ def epilogue_maps(spec: GemmSpec, config: WgmmaConfig) -> tuple[TensorMapArg, ..
     names = ("D", "C") if spec.epilogue.reads_c else ("D",)
     return tuple(TensorMapArg(f"tma_{x}", x, out, (spec.n, spec.m), (spec.n * size,), box) for x in names)
 
-def kernel_args(spec: GemmSpec, config: WgmmaConfig) -> tuple[str, ...]:
-    extra = tuple(op.name for op in spec.epilogue.operands())
-    return ("A", "B", *extra, "D", *(t.name for t in tensor_maps(spec, config)))
-
-
 def grid_size(spec: GemmSpec, config: WgmmaConfig) -> int:
     units = _ceil_div(_ceil_div(spec.m, config.bm), config.cluster_m) * _ceil_div(spec.n, config.bn)
     if config.persistent:
@@ -175,12 +170,8 @@ __device__ __forceinline__ void mma_stage(float (&acc)[M_BLOCKS][BN / 2], const 
 """
 
 
-def _operand_params(spec: GemmSpec) -> list[str]:
-    return _operand_params_of(spec.epilogue)
-
-
 def _epilogue_function(epilogue: Epilogue) -> str:
-    params = ", ".join(["float v", "int row", "int col"] + _operand_params_of(epilogue, c_value=True))
+    params = ", ".join(["float v", "int row", "int col"] + _operand_decls(epilogue, c_value=True))
     body = "\n".join(f"    {line}" for line in epilogue.cuda_statements("row", "col", "N", c="c"))
     return f"""
 // The fused epilogue, in fp32 registers before rounding to out_t: {epilogue}.
@@ -191,11 +182,12 @@ __device__ __forceinline__ float apply_epilogue({params}) {{
 """
 
 
-def _operand_params_of(epilogue: Epilogue, c_value: bool = False) -> list[str]:
-    """Parameter declarations for the epilogue operands; with c_value, C arrives as its element `c`."""
+def _operand_decls(epilogue: Epilogue, c_value: bool = False, skip_c: bool = False) -> list[str]:
+    """Parameter declarations for the epilogue operands in kernel order; with c_value, C arrives as
+    its element `c`; with skip_c, C is left out (the shared-memory epilogue reads it from its tile)."""
     decl = {"C": "float c" if c_value else "FloatView<out_t> C", "bias": "FloatView<out_t> bias",
             "alpha": "float alpha", "beta": "float beta"}
-    return [decl[op.name] for op in epilogue.operands()]
+    return [decl[op.name] for op in epilogue.operands() if not (skip_c and op.name == "C")]
 
 
 def _epilogue_call(spec: GemmSpec, value: str, col: str, c: str) -> str:
@@ -224,7 +216,7 @@ PAIR_STORE = {
 
 
 def _store_tile(spec: GemmSpec) -> str:
-    params = "".join(f", {p}" for p in _operand_params(spec))
+    params = "".join(f", {p}" for p in _operand_decls(spec.epilogue))
     fix0 = _epilogue_call(spec, "v0", "col", "C[(size_t)row * N + col]")
     fix1 = _epilogue_call(spec, "v1", "col + 1", "C[(size_t)row * N + col + 1]")
     even = spec.n % 2 == 0
@@ -287,15 +279,8 @@ __device__ __forceinline__ void load_pair_smem(const unsigned char* at, float& c
 }
 
 
-def _operands_without_c(spec: GemmSpec) -> tuple[str, str]:
-    """(parameter declarations, call arguments) of the epilogue operands other than C."""
-    ops = [op for op in spec.epilogue.operands() if op.name != "C"]
-    decls = dict(zip([op.name for op in spec.epilogue.operands()], _operand_params(spec)))
-    return "".join(f", {decls[op.name]}" for op in ops), "".join(f", {op.name}" for op in ops)
-
-
 def _store_tile_smem(spec: GemmSpec) -> str:
-    params, _ = _operands_without_c(spec)
+    params = "".join(f", {p}" for p in _operand_decls(spec.epilogue, skip_c=True))
     reads_c = spec.epilogue.reads_c
     fix0 = _epilogue_call(spec, "v0", "col", "c0")
     fix1 = _epilogue_call(spec, "v1", "col + 1", "c1")
@@ -342,7 +327,6 @@ __device__ __forceinline__ void store_tile_smem(const float (&acc)[M_BLOCKS][BN 
         tma_store_wait_read();          // the buffer may be refilled (C of a later tile) from here on
         {"mbarrier_arrive(c_empty);" if reads_c else ""}
     }}
-    {"" if reads_c else ""}
 }}
 """
 
@@ -363,11 +347,10 @@ __device__ __forceinline__ void load_c_tile(const TmaDescriptor& tma_C, unsigned
 
 
 # --- CUDA text: the kernels ------------------------------------------------------------------------
-def _signature(spec: GemmSpec, config: WgmmaConfig, entry: str) -> str:
+def _signature(spec: GemmSpec, config: WgmmaConfig, entry: str, maps: tuple[TensorMapArg, ...]) -> str:
     cluster = f" __cluster_dims__({config.cluster_m}, 1, 1)" if config.cluster_m > 1 else ""
-    params = ["const in_t* __restrict__ A", "const in_t* __restrict__ B", *_operand_params(spec),
-              "out_t* __restrict__ D",
-              *(f"const __grid_constant__ TmaDescriptor {t.name}" for t in tensor_maps(spec, config))]
+    params = ["const in_t* __restrict__ A", "const in_t* __restrict__ B", *_operand_decls(spec.epilogue),
+              "out_t* __restrict__ D", *(f"const __grid_constant__ TmaDescriptor {t.name}" for t in maps)]
     return (f'extern "C" __global__ void __launch_bounds__({config.threads}, 1){cluster}\n'
             f"{entry}({', '.join(params)})")
 
@@ -404,7 +387,7 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig) -> str:
                         load_c_tile(tma_C, out_buf, c_full, tile_m, tile_n);
                         c_phase ^= 1;
                     }""" if config.tma_store and spec.epilogue.reads_c else "")
-    _, others = _operands_without_c(spec)
+    others = "".join(f", {op.name}" for op in spec.epilogue.operands() if op.name != "C")
     store = (f"store_tile_smem(acc, tile_m, tile_n, consumer, out_buf, tma_D, c_full, c_empty, c_phase{others});\n"
              "            c_phase ^= 1;" if config.tma_store else f"store_tile(acc, tile_m, tile_n, consumer, D{epi});")
     release = ("if (threadIdx.x % 128 < CLUSTER_M) mbarrier_arrive_cluster(&empty[s], threadIdx.x % 128);"
@@ -516,7 +499,7 @@ def _body_unified(spec: GemmSpec, config: WgmmaConfig) -> str:
 """
 
 
-def _code(spec: GemmSpec, config: WgmmaConfig, entry: str) -> str:
+def _code(spec: GemmSpec, config: WgmmaConfig, entry: str, maps: tuple[TensorMapArg, ...]) -> str:
     body = _body_specialized(spec, config) if config.specialized else _body_unified(spec, config)
     epilogue = "" if spec.epilogue.is_identity else spec.epilogue.cuda_preamble() + _epilogue_function(spec.epilogue)
     return "\n".join([
@@ -526,7 +509,7 @@ def _code(spec: GemmSpec, config: WgmmaConfig, entry: str) -> str:
         ptx.helpers(spec.dtype, config.bn), FLOAT_VIEW, _constants(spec, config), SCHEDULER,
         _load_stage(config.cluster_m > 1), _mma_stage(spec, config), epilogue, _store_tile(spec),
         (_store_tile_smem(spec) + (LOAD_C_TILE if spec.epilogue.reads_c else "")) if config.tma_store else "",
-        _signature(spec, config, entry) + " {", body, "}",
+        _signature(spec, config, entry, maps) + " {", body, "}",
     ])
 
 
@@ -534,10 +517,12 @@ def render(spec: GemmSpec, config: WgmmaConfig, arch: str = "sm_90a") -> KernelS
     problems = rejections(config, spec, arch)
     if problems:
         raise ConfigError("; ".join(f"{name}: {reason}" for name, reason in problems.items()))
-    entry = entry_name(spec)
+    entry, maps = entry_name(spec), tensor_maps(spec, config)
+    # Parameter order: the pointers (A, B, epilogue operands, D) as native kernels take them, then
+    # the TMA descriptors the runtime builds from those pointers.
+    args = ("A", "B", *(op.name for op in spec.epilogue.operands()), "D", *(t.name for t in maps))
     return KernelSource(
-        code=_code(spec, config, entry), entry=entry, grid=(grid_size(spec, config), 1, 1),
-        block=(config.threads, 1, 1), args=kernel_args(spec, config), spec=spec, family=FAMILY,
-        family_version=VERSION, config=config.to_json(), dynamic_smem=config.smem_bytes(spec),
-        tensor_maps=tensor_maps(spec, config), arch_specific=True,
+        code=_code(spec, config, entry, maps), entry=entry, grid=(grid_size(spec, config), 1, 1),
+        block=(config.threads, 1, 1), args=args, spec=spec, family=FAMILY, family_version=VERSION,
+        config=config.to_json(), dynamic_smem=config.smem_bytes(spec), tensor_maps=maps, arch_specific=True,
     )
