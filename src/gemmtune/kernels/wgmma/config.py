@@ -53,6 +53,10 @@ class WgmmaConfig(FamilyConfig):
       tile there while the last k-blocks run (C is waiting when the math ends), each consumer
       overwrites it in place with D and one thread TMA-stores it (coalesced, asynchronous, edges
       clipped by TMA). Without it, threads store their fragments to D directly.
+    store_slices: with the TMA-store epilogue, the tile is written and stored in this many column
+      slices through a buffer that holds one slice (the store of one slice overlaps the writing of
+      the next, and the next tile's main loop). A smaller buffer leaves room for one more stage.
+      Epilogues that read C keep one slice: C is loaded as a whole tile under the main loop.
     """
 
     bm: int = 128
@@ -64,6 +68,7 @@ class WgmmaConfig(FamilyConfig):
     group_m: int = 8
     cluster_m: int = 1
     tma_store: bool = False
+    store_slices: int = 1
     FAMILY_LABEL = "wgmma"
 
     # --- derived shape --------------------------------------------------------------------
@@ -91,7 +96,7 @@ class WgmmaConfig(FamilyConfig):
         return (self.bm + self.bn) * SWIZZLE_BYTES
 
     def epilogue_bytes(self, spec: GemmSpec) -> int:
-        return self.bm * self.bn * OUT_BYTES[out_dtype(spec)] if self.tma_store else 0
+        return self.bm * self.bn * OUT_BYTES[out_dtype(spec)] // self.store_slices if self.tma_store else 0
 
     def smem_bytes(self, spec: GemmSpec) -> int:
         """Dynamic shared memory: the ring of A and B tiles, the epilogue tile, barriers, alignment slack."""
@@ -102,7 +107,8 @@ class WgmmaConfig(FamilyConfig):
         roles = f"producer+{self.consumers}wg" if self.specialized else f"{self.consumers}wg"
         grid = f" persistent g{self.group_m}" if self.persistent else ""
         cluster = f" cluster{self.cluster_m}x1 multicastB" if self.cluster_m > 1 else ""
-        store = " tma-store" if self.tma_store else ""
+        slices = f"/{self.store_slices}" if self.store_slices > 1 else ""
+        store = f" tma-store{slices}" if self.tma_store else ""
         return f"tile {self.bm}x{self.bn} stages{self.stages} {roles}{grid}{cluster}{store}"
 
 
@@ -186,8 +192,16 @@ def _dtype(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
 
 
 def _store(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
+    if c.store_slices not in (1, 2, 4):
+        return f"store_slices={c.store_slices}: 1, 2 or 4"
     if not c.tma_store:
-        return None
+        return None if c.store_slices == 1 else "store_slices needs the TMA-store epilogue"
+    slice_bytes = c.bn // c.store_slices * OUT_BYTES.get(out_dtype(s), 4)
+    if slice_bytes % SWIZZLE_BYTES:
+        return f"a slice of {c.bn // c.store_slices} columns is not whole 128-byte rows"
+    if c.store_slices > 1 and s.epilogue.reads_c:
+        return "an epilogue that reads C needs the whole tile buffer (store_slices=1): C is loaded as one tile"
+
     if not c.specialized:
         return "the TMA-store epilogue needs the producer warpgroup (it loads C)"
     row = s.n * OUT_BYTES.get(out_dtype(s), 4)
@@ -216,6 +230,8 @@ def ladder(arch: str = "sm_90a") -> list[tuple[str, WgmmaConfig]]:
     wide = specialized.with_(bn=256)
     persistent = wide.with_(persistent=True, group_m=8)
     stored = persistent.with_(stages=3, tma_store=True)
+    # A quarter-tile store buffer frees room for a fourth stage (for every output type).
+    sliced = stored.with_(stages=4, store_slices=4)
     return [
         ("tma_wgmma", single),
         ("multistage", multistage),
@@ -223,7 +239,8 @@ def ladder(arch: str = "sm_90a") -> list[tuple[str, WgmmaConfig]]:
         ("wide_tile", wide),
         ("persistent", persistent),
         ("tma_store", stored),
-        ("cluster_multicast", stored.with_(cluster_m=2)),
+        ("sliced_store", sliced),
+        ("cluster_multicast", sliced.with_(cluster_m=2)),
     ]
 
 

@@ -88,10 +88,17 @@ constexpr int A_TILE_BYTES = BM * 128, B_TILE_BYTES = BN * 128, STAGE_BYTES = A_
 constexpr bool A_K_MAJOR = {str(a_kmajor).lower()}, B_K_MAJOR = {str(b_kmajor).lower()};  // else MN-major: wgmma transposes
 typedef {C_TYPES[spec.dtype]} in_t;
 typedef {C_TYPES[out_dtype(spec)]} out_t;
-// Epilogue tile in shared memory (TMA store): per consumer, chunks of one 128-byte row × its rows.
+// Epilogue tile in shared memory (TMA store): per consumer, chunks of one 128-byte row × its rows,
+// for one slice of SLICE_COLS columns at a time.
 constexpr bool TMA_STORE = {str(config.tma_store).lower()}, READS_C = {str(spec.epilogue.reads_c).lower()};
-constexpr int OUT_CHUNK = 128 / sizeof(out_t), EPI_BYTES = TMA_STORE ? BM * BN * (int)sizeof(out_t) : 0;
-constexpr int C_LOAD_KB = K_BLOCKS > STAGES ? K_BLOCKS - STAGES : 0;  // when the producer fetches C
+constexpr int STORE_SLICES = {config.store_slices}, SLICE_COLS = BN / STORE_SLICES;
+constexpr int OUT_CHUNK = 128 / sizeof(out_t), EPI_BYTES = TMA_STORE ? BM * SLICE_COLS * (int)sizeof(out_t) : 0;
+// The C tile shares the buffer with the previous tile's D. Each consumer hands the buffer back at
+// k-block C_RELEASE_KB of the next tile (by then its TMA store has long finished reading it, so
+// nobody waits), and the producer fetches C at C_LOAD_KB, a full ring later: C is waiting in shared
+// memory when the math ends, and neither side ever blocks on the other.
+constexpr int C_RELEASE_KB = K_BLOCKS > 2 ? 2 : K_BLOCKS - 1;
+constexpr int C_LOAD_KB = C_RELEASE_KB + STAGES < K_BLOCKS - 1 ? C_RELEASE_KB + STAGES : K_BLOCKS - 1;
 """
 
 
@@ -284,48 +291,56 @@ def _store_tile_smem(spec: GemmSpec) -> str:
     reads_c = spec.epilogue.reads_c
     fix0 = _epilogue_call(spec, "v0", "col", "c0")
     fix1 = _epilogue_call(spec, "v1", "col + 1", "c1")
-    load_c = "float c0, c1;\n                load_pair_smem(at, c0, c1);\n                " if reads_c else ""
-    wait = ("mbarrier_wait(c_full, c_phase);  // the producer's C tile has landed here" if reads_c else
-            "named_barrier(1 + consumer, 128);  // the previous tile's store has finished reading the buffer")
+    load_c = "float c0, c1;\n                    load_pair_smem(at, c0, c1);\n                    " if reads_c else ""
+    # Before writing, the buffer must be free: with C, the producer's C tile must have landed in it
+    # (the producer waited for the previous store to leave); without C, the previous slice's store
+    # (of this tile or the one before) must have finished reading it.
+    wait = ("if (slice == 0) mbarrier_wait(c_full, c_phase);  // the producer's C tile has landed here" if reads_c else
+            """if (threadIdx.x % 128 == 0) tma_store_wait_read();  // the previous slice's store has read the buffer
+        named_barrier(1 + consumer, 128);""")
     return SMEM_PAIR["32" if OUT_BYTES[out_dtype(spec)] == 4 else "16"] + f"""
-// Write-back through shared memory. Each consumer owns ROWS_PER_CONSUMER rows of the epilogue tile,
-// kept as BN / OUT_CHUNK chunks of 128-byte rows in TMA's 128-byte swizzle (16-byte unit u of row r
-// sits at unit u ^ (r % 8)), so the fragment's 8 rows × 16 bytes per warp hit 32 distinct banks.
-// C (loaded there by the producer) is read and overwritten in place by the same thread, then one
-// thread stores the rows with TMA: coalesced, asynchronous, clipped at the matrix edges.
+// Write-back through shared memory, one slice of SLICE_COLS columns at a time. Each consumer owns
+// ROWS_PER_CONSUMER rows of the slice buffer, kept as SLICE_COLS / OUT_CHUNK chunks of 128-byte rows
+// in TMA's 128-byte swizzle (16-byte unit u of row r sits at unit u ^ (r % 8)), so the fragment's
+// 8 rows × 16 bytes per warp hit 32 distinct banks. C (loaded there by the producer) is read and
+// overwritten in place by the same thread. One thread stores each slice with TMA (coalesced,
+// clipped at the matrix edges) and does not wait for it: the next slice, or the next tile's main
+// loop, runs while the store drains.
 __device__ __forceinline__ void store_tile_smem(const float (&acc)[M_BLOCKS][BN / 2], int tile_m, int tile_n,
                                                 int consumer, unsigned char* out_buf, const TmaDescriptor& tma_D,
-                                                u64* c_full, u64* c_empty, u32 c_phase{params}) {{
+                                                u64* c_full, u32 c_phase{params}) {{
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-    unsigned char* tile = out_buf + consumer * ROWS_PER_CONSUMER * BN * (int)sizeof(out_t);
-    {wait}
+    unsigned char* tile = out_buf + consumer * ROWS_PER_CONSUMER * SLICE_COLS * (int)sizeof(out_t);
     #pragma unroll
-    for (int mb = 0; mb < M_BLOCKS; ++mb) {{
+    for (int slice = 0; slice < STORE_SLICES; ++slice) {{
+        {wait}
         #pragma unroll
-        for (int half = 0; half < 2; ++half) {{
-            const int r = mb * 64 + warp * 16 + lane / 4 + 8 * half;
-            const int row = tile_m * BM + consumer * ROWS_PER_CONSUMER + r;
+        for (int mb = 0; mb < M_BLOCKS; ++mb) {{
             #pragma unroll
-            for (int j = 0; j < BN / 8; ++j) {{
-                const int c = j * 8 + 2 * (lane % 4), col = tile_n * BN + c;
-                const int byte = (c % OUT_CHUNK) * (int)sizeof(out_t);
-                unsigned char* at = tile + (c / OUT_CHUNK) * ROWS_PER_CONSUMER * 128 + r * 128
-                                    + (((byte / 16) ^ (r % 8)) * 16) + byte % 16;
-                float v0 = acc[mb][4 * j + 2 * half], v1 = acc[mb][4 * j + 2 * half + 1];
-                {load_c}{fix0}{fix1}store_pair_smem(at, v0, v1);
+            for (int half = 0; half < 2; ++half) {{
+                const int r = mb * 64 + warp * 16 + lane / 4 + 8 * half;
+                const int row = tile_m * BM + consumer * ROWS_PER_CONSUMER + r;
+                #pragma unroll
+                for (int jj = 0; jj < SLICE_COLS / 8; ++jj) {{
+                    const int j = slice * SLICE_COLS / 8 + jj;  // 8-column group of the fragment
+                    const int c = jj * 8 + 2 * (lane % 4), col = tile_n * BN + slice * SLICE_COLS + c;
+                    const int byte = (c % OUT_CHUNK) * (int)sizeof(out_t);
+                    unsigned char* at = tile + (c / OUT_CHUNK) * ROWS_PER_CONSUMER * 128 + r * 128
+                                        + (((byte / 16) ^ (r % 8)) * 16) + byte % 16;
+                    float v0 = acc[mb][4 * j + 2 * half], v1 = acc[mb][4 * j + 2 * half + 1];
+                    {load_c}{fix0}{fix1}store_pair_smem(at, v0, v1);
+                }}
             }}
         }}
-    }}
-    fence_async_shared();               // the TMA engine reads what these threads wrote
-    named_barrier(1 + consumer, 128);   // every thread of this consumer has written its part
-    if (threadIdx.x % 128 == 0) {{
-        #pragma unroll
-        for (int chunk = 0; chunk < BN / OUT_CHUNK; ++chunk)
-            tma_store_2d(&tma_D, tile + chunk * ROWS_PER_CONSUMER * 128, tile_n * BN + chunk * OUT_CHUNK,
-                         tile_m * BM + consumer * ROWS_PER_CONSUMER);
-        tma_store_commit();
-        tma_store_wait_read();          // the buffer may be refilled (C of a later tile) from here on
-        {"mbarrier_arrive(c_empty);" if reads_c else ""}
+        fence_async_shared();               // the TMA engine reads what these threads wrote
+        named_barrier(1 + consumer, 128);   // every thread of this consumer has written its part
+        if (threadIdx.x % 128 == 0) {{
+            #pragma unroll
+            for (int chunk = 0; chunk < SLICE_COLS / OUT_CHUNK; ++chunk)
+                tma_store_2d(&tma_D, tile + chunk * ROWS_PER_CONSUMER * 128,
+                             tile_n * BN + slice * SLICE_COLS + chunk * OUT_CHUNK, tile_m * BM + consumer * ROWS_PER_CONSUMER);
+            tma_store_commit();
+        }}
     }}
 }}
 """
@@ -340,7 +355,7 @@ __device__ __forceinline__ void load_c_tile(const TmaDescriptor& tma_C, unsigned
     for (int consumer = 0; consumer < CONSUMERS; ++consumer)
         #pragma unroll
         for (int chunk = 0; chunk < BN / OUT_CHUNK; ++chunk)
-            tma_load_2d(out_buf + (consumer * BN / OUT_CHUNK + chunk) * ROWS_PER_CONSUMER * 128, &tma_C, bar,
+            tma_load_2d(out_buf + (consumer * SLICE_COLS / OUT_CHUNK + chunk) * ROWS_PER_CONSUMER * 128, &tma_C, bar,
                         tile_n * BN + chunk * OUT_CHUNK, tile_m * BM + consumer * ROWS_PER_CONSUMER);
 }
 """
@@ -382,14 +397,27 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig) -> str:
                    else ("blockIdx.x / CLUSTER_M", "UNITS"))
     rank = "(int)cluster_cta_rank()" if config.cluster_m > 1 else "0"
     load_c = ("""
-                    if (kb == C_LOAD_KB) {  // C arrives while the last k-blocks are multiplied
+                    if (kb == C_LOAD_KB) {  // C lands early under this tile's main loop
                         mbarrier_wait(c_empty, c_phase ^ 1);
                         load_c_tile(tma_C, out_buf, c_full, tile_m, tile_n);
                         c_phase ^= 1;
                     }""" if config.tma_store and spec.epilogue.reads_c else "")
     others = "".join(f", {op.name}" for op in spec.epilogue.operands() if op.name != "C")
-    store = (f"store_tile_smem(acc, tile_m, tile_n, consumer, out_buf, tma_D, c_full, c_empty, c_phase{others});\n"
+    store = (f"store_tile_smem(acc, tile_m, tile_n, consumer, out_buf, tma_D, c_full, c_phase{others});\n"
              "            c_phase ^= 1;" if config.tma_store else f"store_tile(acc, tile_m, tile_n, consumer, D{epi});")
+    deferred_c = config.tma_store and spec.epilogue.reads_c
+    if deferred_c:
+        store += "\n            c_pending = true;  // the buffer goes back to the producer early in the next tile"
+    hand_back = ('''
+                if (kb == C_RELEASE_KB && c_pending) {  // the previous tile's store has read the buffer:
+                    if (threadIdx.x % 128 == 0) {       // it may take this tile's C
+                        tma_store_wait_read();
+                        mbarrier_arrive(c_empty);
+                    }
+                    c_pending = false;
+                }''' if deferred_c else "")
+    drain = ("\n        if (threadIdx.x % 128 == 0) tma_store_wait_all();  // the last stores have left shared memory"
+             if config.tma_store else "")
     release = ("if (threadIdx.x % 128 < CLUSTER_M) mbarrier_arrive_cluster(&empty[s], threadIdx.x % 128);"
                if config.cluster_m > 1 else "if (threadIdx.x % 128 == 0) mbarrier_arrive(&empty[s]);")
     return f"""{SMEM_SETUP}
@@ -432,7 +460,7 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig) -> str:
         // group stays in flight so the tensor cores never wait on the release), then write back.
         setmaxnreg_inc<{CONSUMER_REGS}>();
         const int consumer = threadIdx.x / 128 - 1;
-        int s = 0; u32 phase = 0, c_phase = 0;
+        int s = 0; u32 phase = 0, c_phase = 0;{" bool c_pending = false;" if deferred_c else ""}
         for (int unit = {first}; unit < UNITS; unit += {step}) {{
             int unit_m, tile_n;
             unit_coords(unit, unit_m, tile_n);
@@ -448,7 +476,7 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig) -> str:
                 wgmma_fence();
                 mma_stage(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer);
                 wgmma_commit();
-                wgmma_wait<1>();
+                wgmma_wait<1>();{hand_back}
                 if (previous >= 0) release_stage(previous);
                 previous = s;
                 if (++s == STAGES) {{ s = 0; phase ^= 1; }}
@@ -456,7 +484,7 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig) -> str:
             wgmma_wait<0>();
             release_stage(previous);
             {store}
-        }}
+        }}{drain}
     }}
     {"cluster_sync();  // no block leaves while its pair may still arrive on its barriers" if config.cluster_m > 1 else ""}
 """

@@ -1,0 +1,178 @@
+"""Controlled experiments on the wgmma kernel: named variants of one config, each verified and timed
+by the common path (evaluate: float64 reference, poisoned D) beside cuBLAS in the same process.
+
+A variant is a config, optionally with a change to its generated source that isolates one effect
+(these changes exist only here, to answer a question; what proves useful becomes a config option):
+- grid128: the persistent grid of 128 blocks a cluster kernel gets, without clusters;
+- cluster_launch_only: the same kernel launched in clusters of 2, each block still loading its own
+  A and B (cluster placement and launch, without multicast);
+- multicast_rank0: clusters of 2 where block 0 loads the whole B tile and multicasts it (instead of
+  each block loading half and multicasting it).
+Also prints cuOccupancyMaxActiveClusters for the cluster kernels: how many pairs fit at once.
+
+    PYTHONPATH=src python bench/wgmma_variants.py [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from datetime import date
+from typing import Callable
+
+from gemmtune.bench import BenchRow, bench_compiled, bench_cublas
+from gemmtune.compiler import compile_kernel
+from gemmtune.device import query_device
+from gemmtune.kernel_source import KernelSource
+from gemmtune.kernels.wgmma.config import WgmmaConfig
+from gemmtune.kernels.wgmma.render import render
+from gemmtune.spec import GemmSpec
+from gemmtune.timing import TimingProtocol
+
+Patch = Callable[[KernelSource], KernelSource]
+BASE = WgmmaConfig(bm=128, bn=256, stages=3, consumers=2, specialized=True, persistent=True, group_m=8,
+                   tma_store=True)
+S4H2 = BASE.with_(stages=4, store_slices=2)
+
+
+def grid128(src: KernelSource) -> KernelSource:
+    return replace(src, grid=(min(src.grid[0], 128), 1, 1))
+
+
+def cluster_launch_only(src: KernelSource) -> KernelSource:
+    code = src.code.replace("__launch_bounds__(384, 1)", "__launch_bounds__(384, 1) __cluster_dims__(2, 1, 1)")
+    assert code != src.code
+    return replace(grid128(src), code=code)
+
+
+def multicast_rank0(src: KernelSource) -> KernelSource:
+    code = src.code.replace("constexpr int B_SHARE = BN / CLUSTER_M;", "constexpr int B_SHARE = BN;")
+    code = code.replace("in_t* b_dst = b + rank * B_SHARE * BK;", "if (rank != 0) return;\n        in_t* b_dst = b;")
+    assert code.count("B_SHARE = BN;") == 1 and "if (rank != 0) return;" in code
+    b = next(t for t in src.tensor_maps if t.name == "tma_B")
+    maps = tuple(replace(t, box=(b.box[0], b.box[1] * 2)) if t.name == "tma_B" else t for t in src.tensor_maps)
+    return replace(src, code=code, tensor_maps=maps)
+
+
+S4H4 = BASE.with_(stages=4, store_slices=4)
+C2 = S4H2.with_(cluster_m=2)
+CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
+    (GemmSpec(4096, 4096, 4096, "nt", "bf16"), [
+        ("tma_store s3", BASE, None),
+        ("s4 slices2", S4H2, None),
+        ("s4 slices2 g16", S4H2.with_(group_m=16), None),
+        ("s4 slices4", S4H4, None),
+        ("cluster2 s4 slices2", C2, None),
+        ("cluster2 s4 slices2 g16", C2.with_(group_m=16), None),
+        ("cluster2 s4 slices2 g4", C2.with_(group_m=4), None),
+        ("cluster2 s4 slices4", S4H4.with_(cluster_m=2), None),
+        ("cluster2 s3", BASE.with_(cluster_m=2), None),
+        ("cluster2 s4 slices2 multicast rank0", C2, multicast_rank0),
+    ]),
+    (GemmSpec(4096, 4096, 4096, "nt", "fp16"), [
+        ("s4 slices2", S4H2, None),
+        ("s4 slices4", S4H4, None),
+        ("cluster2 s4 slices2", C2, None),
+        ("cluster2 s4 slices2 g16", C2.with_(group_m=16), None),
+    ]),
+    (GemmSpec(4096, 4096, 4096, "nt", "tf32"), [
+        ("s4 slices4", S4H4, None),
+        ("cluster2 s4 slices4", S4H4.with_(cluster_m=2), None),
+        ("cluster2 s4 direct store", BASE.with_(stages=4, tma_store=False, cluster_m=2), None),
+    ]),
+    (GemmSpec(4096, 4096, 4096, "nt", "fp16", "relu+add"), [
+        ("tma_store s3 (C deferred)", BASE, None),
+        ("cluster2 s3 (C deferred)", BASE.with_(cluster_m=2), None),
+        ("cluster2 s3 g16", BASE.with_(cluster_m=2, group_m=16), None),
+    ]),
+    (GemmSpec(4096, 4096, 4096, "nt", "fp16", "relu"), [
+        ("s4 slices2 (relu, no C)", S4H2, None),
+        ("cluster2 s4 slices2", C2, None),
+    ]),
+    (GemmSpec(8192, 8192, 8192, "nt", "bf16"), [
+        ("tma_store s3", BASE, None),
+        ("s4 slices2", S4H2, None),
+        ("cluster2 s4 slices2", C2, None),
+        ("cluster2 s4 slices2 g16", C2.with_(group_m=16), None),
+        ("cluster2 s3", BASE.with_(cluster_m=2), None),
+    ]),
+    (GemmSpec(8192, 8192, 8192, "nt", "fp16"), [
+        ("s4 slices2", S4H2, None),
+        ("cluster2 s4 slices2", C2, None),
+        ("cluster2 s4 slices2 g16", C2.with_(group_m=16), None),
+    ]),
+]
+
+
+def max_active_clusters(compiled) -> str:
+    """How many clusters of this kernel the GPU holds at once (driver's occupancy calculator)."""
+    try:
+        from cuda.bindings import driver as cu
+
+        from gemmtune.runtime import LoadedKernel
+
+        with LoadedKernel(compiled) as kern:
+            config = cu.CUlaunchConfig()
+            config.gridDimX, config.gridDimY, config.gridDimZ = compiled.source.grid
+            config.blockDimX, config.blockDimY, config.blockDimZ = compiled.source.block
+            config.sharedMemBytes = compiled.source.dynamic_smem
+            err, count = cu.cuOccupancyMaxActiveClusters(kern.function, config)
+            return f"{count} (of {compiled.source.grid[0] // 2} launched)" if int(err) == 0 else f"error {err}"
+    except Exception as exc:  # a diagnostic only: say why it is missing
+        return f"unavailable: {type(exc).__name__}: {exc}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", help="write every row here")
+    parser.add_argument("--only", help="run the cases whose spec contains this text")
+    args = parser.parse_args()
+    dev = query_device()
+    protocol = TimingProtocol()
+    results, lines = [], [f"# wgmma variants, {dev.name}, {date.today().isoformat()}", ""]
+    for spec, variants in CASES:
+        if args.only and args.only not in spec.short():
+            continue
+        plain = GemmSpec(spec.m, spec.n, spec.k, spec.layout, spec.dtype)
+        cublas = bench_cublas(plain, protocol)
+        lines += [f"## {spec.short()} (cuBLAS GEMM {cublas.median_s * 1e6:.1f} µs)" if cublas.median_s
+                  else f"## {spec.short()} (cuBLAS failed: {cublas.message})", "",
+                  "| variant | µs | TFLOP/s | × cuBLAS | note |", "|---|---|---|---|---|"]
+        rows: list[tuple[str, BenchRow, str]] = []
+        for name, config, patch in variants:
+            note = ""
+            try:
+                src = render(spec, config, "sm_90a")
+                src = patch(src) if patch else src
+                compiled = compile_kernel(src, "sm_90a")
+                row = bench_compiled(name, config.describe(), compiled, protocol)
+                if "cluster" in name:
+                    note = "max active clusters " + max_active_clusters(compiled)
+            except Exception as exc:  # every variant is a row
+                row = BenchRow(name, config.describe(), None, None, None, type(exc).__name__, str(exc)[:200])
+            rows.append((name, row, note))
+        if not spec.epilogue.is_identity:
+            same = bench_compiled("same config, no epilogue", variants[0][1].describe(),
+                                  compile_kernel(render(plain, variants[0][1], "sm_90a"), "sm_90a"), protocol)
+            rows.append((same.name, same, ""))
+        again = bench_cublas(plain, protocol)
+        rows.append(("cuBLAS again", again, "same spec, after the variants"))
+        for name, row, note in rows:
+            ratio = (cublas.median_s / row.median_s) if (row.median_s and cublas.median_s) else None
+            lines.append(f"| {name} | {row.median_s * 1e6:.1f} | {row.tflops:.0f} | {ratio:.3f} | {note} |"
+                         if row.median_s else f"| {name} | — | — | — | {row.status}: {row.message[:120]} |")
+            results.append({"spec": spec.short(), "variant": name, "config": row.config, "median_s": row.median_s,
+                            "cublas_s": cublas.median_s, "status": row.status, "message": row.message,
+                            "note": note})
+        lines.append("")
+        print("\n".join(lines[-len(rows) - 5:]), flush=True)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"device": dev.name, "date": date.today().isoformat(), "rows": results}, fh, indent=1)
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
