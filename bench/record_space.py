@@ -1,14 +1,14 @@
-"""Record the simulation tables on the GPU: simt fp32 nn configs at 1024³ and 4096³, one CSV row each.
+"""Record the simulation tables on the GPU: one CSV row per config of a family at M=N=K.
 
-    PYTHONPATH=src python bench/record_space.py --sizes 1024 --time 500 --out "$OUT"
-    PYTHONPATH=src python bench/record_space.py --sizes 4096 --time 500 --out "$OUT"
+    PYTHONPATH=src python bench/record_space.py --sizes 1024 --time 500 --out "$OUT"           # simt fp32 nn
+    PYTHONPATH=src python bench/record_space.py --sizes 4096 --time 120 --family wgmma --dtype bf16 --layout nt
 
-The valid space is ~115,000 configs per shape; measuring all of them takes far longer than a
+The valid simt space is ~115,000 configs per shape (wgmma's a few hundred); measuring all of them takes far longer than a
 device session. So this measures the space in one fixed seeded random order (the random strategy:
 every prefix is a uniform sample) for --time seconds per size, through the tuner's own pipeline
 (parallel NVRTC, watched worker, verification before timing). Trials go to --db, so a later call
 with the same --db continues the same order; each call rewrites
-<out>/simt_gemm_fp32_nn_<M>x<N>x<K>.csv and its .json (device, versions, protocol, cuBLAS time).
+<out>/<family>_<spec slug>.csv and its .json (device, versions, protocol, cuBLAS time).
 Copy those into src/gemmtune/data/ for the strategy tests to replay.
 """
 from __future__ import annotations
@@ -47,6 +47,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=DATA_DIR, help="where the tables go (default the package data)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the sampling order (keep it across calls)")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds before a measurement counts as hung")
+    parser.add_argument("--family", default="simt", help="the family whose space is recorded (default simt)")
+    parser.add_argument("--dtype", default="fp32", help="input type of the spec (default fp32)")
+    parser.add_argument("--layout", default="nn", help="layout of the spec (default nn)")
     return parser.parse_args()
 
 
@@ -65,9 +68,10 @@ def record(spec: GemmSpec, device, db: TuningDB, args: argparse.Namespace) -> Pa
     cublas_s, note = cublas_seconds(spec)
     print(f"{spec.short()} on {device.name}: {note}", flush=True)
     environment = Environment.from_device(device, nvrtc_version())
-    runner = MeasurePipeline(spec, environment, protocol=QUICK, timeout_s=args.timeout, device=device)
+    runner = MeasurePipeline(spec, environment, family=args.family, protocol=QUICK, timeout_s=args.timeout,
+                             device=device)
     options = TuneOptions(strategy="random", trials=args.trials, time_s=args.time, seed=args.seed, batch=32,
-                          remeasure_top=0, transfer=False)
+                          remeasure_top=0, transfer=False, family=args.family)
     try:
         outcome = tune(spec, runner, db, options, on_trial=printer(50))
     finally:
@@ -96,7 +100,7 @@ def main() -> int:
         print(device.summary(), flush=True)
         with TuningDB(args.db) as db:
             for size in args.sizes:
-                record(GemmSpec(size, size, size), device, db, args)
+                record(GemmSpec(size, size, size, args.layout, args.dtype), device, db, args)
     except GemmtuneError as err:
         print(f"record_space: {err}", file=sys.stderr)
         return err.exit_code

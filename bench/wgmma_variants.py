@@ -57,6 +57,9 @@ def multicast_rank0(src: KernelSource) -> KernelSource:
 
 S4H4 = BASE.with_(stages=4, store_slices=4)
 C2 = S4H2.with_(cluster_m=2)
+PP = BASE.with_(bn=128, stages=5, pingpong=True)  # 128x128 per consumer, whole tiles in turn
+PP4 = BASE.with_(bn=128, stages=6, pingpong=True, store_slices=2)
+PPW = BASE.with_(bm=64, bn=256, stages=4, pingpong=True)  # 64x256 per consumer
 CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
     (GemmSpec(4096, 4096, 4096, "nt", "bf16"), [
         ("tma_store s3", BASE, None),
@@ -69,22 +72,34 @@ CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
         ("cluster2 s4 slices4", S4H4.with_(cluster_m=2), None),
         ("cluster2 s3", BASE.with_(cluster_m=2), None),
         ("cluster2 s4 slices2 multicast rank0", C2, multicast_rank0),
+        ("pingpong 128x128 s5", PP, None),
+        ("pingpong 128x128 s6 slices2", PP4, None),
+        ("pingpong 64x256 s4", PPW, None),
+        ("pingpong 128x128 s5 cluster2", PP.with_(cluster_m=2), None),
+        ("pingpong 64x256 s4 cluster2", PPW.with_(cluster_m=2), None),
     ]),
     (GemmSpec(4096, 4096, 4096, "nt", "fp16"), [
         ("s4 slices2", S4H2, None),
         ("s4 slices4", S4H4, None),
         ("cluster2 s4 slices2", C2, None),
         ("cluster2 s4 slices2 g16", C2.with_(group_m=16), None),
+        ("pingpong 128x128 s5", PP, None),
+        ("pingpong 128x128 s5 cluster2", PP.with_(cluster_m=2), None),
     ]),
     (GemmSpec(4096, 4096, 4096, "nt", "tf32"), [
         ("s4 slices4", S4H4, None),
         ("cluster2 s4 slices4", S4H4.with_(cluster_m=2), None),
         ("cluster2 s4 direct store", BASE.with_(stages=4, tma_store=False, cluster_m=2), None),
+        ("pingpong 128x128 s4 slices2 cluster2", PP.with_(stages=4, store_slices=2, cluster_m=2), None),
     ]),
     (GemmSpec(4096, 4096, 4096, "nt", "fp16", "relu+add"), [
         ("tma_store s3 (C deferred)", BASE, None),
         ("cluster2 s3 (C deferred)", BASE.with_(cluster_m=2), None),
         ("cluster2 s3 g16", BASE.with_(cluster_m=2, group_m=16), None),
+        ("pingpong 128x128 s5", PP, None),
+        ("pingpong 64x256 s4", PPW, None),
+        ("pingpong 128x128 s5 cluster2", PP.with_(cluster_m=2), None),
+        ("pingpong 64x256 s4 cluster2", PPW.with_(cluster_m=2), None),
     ]),
     (GemmSpec(4096, 4096, 4096, "nt", "fp16", "relu"), [
         ("s4 slices2 (relu, no C)", S4H2, None),
@@ -96,6 +111,8 @@ CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
         ("cluster2 s4 slices2", C2, None),
         ("cluster2 s4 slices2 g16", C2.with_(group_m=16), None),
         ("cluster2 s3", BASE.with_(cluster_m=2), None),
+        ("pingpong 128x128 s5 cluster2", PP.with_(cluster_m=2), None),
+        ("pingpong 64x256 s4 cluster2", PPW.with_(cluster_m=2), None),
     ]),
     (GemmSpec(8192, 8192, 8192, "nt", "fp16"), [
         ("s4 slices2", S4H2, None),

@@ -57,6 +57,9 @@ class WgmmaConfig(FamilyConfig):
       slices through a buffer that holds one slice (the store of one slice overlaps the writing of
       the next, and the next tile's main loop). A smaller buffer leaves room for one more stage.
       Epilogues that read C keep one slice: C is loaded as a whole tile under the main loop.
+    pingpong: the two consumer warpgroups take turns: each owns whole tiles (alternate tiles of the
+      block's sequence) instead of half of every tile, so one's epilogue runs while the other's
+      wgmma keep the tensor cores busy. Each consumer then holds a bm×bn accumulator.
     """
 
     bm: int = 128
@@ -69,6 +72,7 @@ class WgmmaConfig(FamilyConfig):
     cluster_m: int = 1
     tma_store: bool = False
     store_slices: int = 1
+    pingpong: bool = False
     FAMILY_LABEL = "wgmma"
 
     # --- derived shape --------------------------------------------------------------------
@@ -78,7 +82,7 @@ class WgmmaConfig(FamilyConfig):
 
     @property
     def rows_per_consumer(self) -> int:
-        return self.bm // self.consumers
+        return self.bm if self.pingpong else self.bm // self.consumers
 
     @property
     def m_blocks(self) -> int:
@@ -96,15 +100,20 @@ class WgmmaConfig(FamilyConfig):
         return (self.bm + self.bn) * SWIZZLE_BYTES
 
     def epilogue_bytes(self, spec: GemmSpec) -> int:
-        return self.bm * self.bn * OUT_BYTES[out_dtype(spec)] // self.store_slices if self.tma_store else 0
+        if not self.tma_store:
+            return 0
+        # Ping-pong consumers each keep a whole tile's buffer; cooperative ones share one.
+        tiles = self.consumers if self.pingpong else 1
+        return tiles * self.bm * self.bn * OUT_BYTES[out_dtype(spec)] // self.store_slices
 
     def smem_bytes(self, spec: GemmSpec) -> int:
-        """Dynamic shared memory: the ring of A and B tiles, the epilogue tile, barriers, alignment slack."""
-        return self.stages * self.stage_bytes() + self.epilogue_bytes(spec) + 16 * self.stages + 16 + SMEM_SLACK
+        """Dynamic shared memory: the ring of A and B tiles, the epilogue tile(s), barriers, alignment slack."""
+        return self.stages * self.stage_bytes() + self.epilogue_bytes(spec) + 16 * self.stages + 32 + SMEM_SLACK
 
     # --- naming -----------------------------------------------------------------------------
     def describe(self) -> str:
         roles = f"producer+{self.consumers}wg" if self.specialized else f"{self.consumers}wg"
+        roles += " pingpong" if self.pingpong else ""
         grid = f" persistent g{self.group_m}" if self.persistent else ""
         cluster = f" cluster{self.cluster_m}x1 multicastB" if self.cluster_m > 1 else ""
         slices = f"/{self.store_slices}" if self.store_slices > 1 else ""
@@ -149,8 +158,10 @@ Constraint = Callable[[WgmmaConfig, GemmSpec, str], "str | None"]
 def _tile(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
     if c.bm not in (64, 128, 192, 256) or c.bn not in (64, 128, 192, 256):
         return f"tile {c.bm}x{c.bn}: bm and bn must be 64, 128, 192 or 256 (one TMA box is at most 256)"
-    if c.consumers not in (1, 2) or c.bm % (64 * c.consumers):
+    if c.consumers not in (1, 2) or c.rows_per_consumer % 64 or c.bm % c.rows_per_consumer:
         return f"bm={c.bm} does not split into {c.consumers} consumer warpgroup(s) of 64-row wgmma blocks"
+    if c.pingpong and not (c.consumers == 2 and c.specialized and c.persistent):
+        return "ping-pong needs 2 consumer warpgroups, the producer warpgroup and a persistent grid"
     return None
 
 
@@ -241,6 +252,8 @@ def ladder(arch: str = "sm_90a") -> list[tuple[str, WgmmaConfig]]:
         ("tma_store", stored),
         ("sliced_store", sliced),
         ("cluster_multicast", sliced.with_(cluster_m=2)),
+        # Consumers take whole 128x128 tiles in turn: one's epilogue hides under the other's math.
+        ("pingpong", stored.with_(bn=128, stages=4, pingpong=True)),
     ]
 
 

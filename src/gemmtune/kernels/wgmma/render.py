@@ -77,7 +77,12 @@ constexpr int M = {spec.m}, N = {spec.n}, K = {spec.k};
 constexpr int BM = {config.bm}, BN = {config.bn}, BK = {bk};   // block tile; BK·{size} B = one 128-byte row
 constexpr int STAGES = {config.stages};                  // shared-memory ring depth
 constexpr int CONSUMERS = {config.consumers};            // warpgroups issuing wgmma
-constexpr int ROWS_PER_CONSUMER = BM / CONSUMERS, M_BLOCKS = ROWS_PER_CONSUMER / 64;
+// Cooperative consumers split every tile by rows; ping-pong consumers take whole tiles in turn.
+constexpr bool PINGPONG = {str(config.pingpong).lower()};
+constexpr int ROWS_PER_CONSUMER = PINGPONG ? BM : BM / CONSUMERS, M_BLOCKS = ROWS_PER_CONSUMER / 64;
+constexpr int CONSUMER_ROWS = PINGPONG ? 0 : ROWS_PER_CONSUMER;  // tile rows before a consumer's first
+constexpr int TILE_TURNS = PINGPONG ? CONSUMERS : 1;             // consumers taking turns over the tiles
+constexpr int STAGE_READERS = PINGPONG ? 1 : CONSUMERS;          // consumers that read (and release) a stage
 constexpr int K_STEP = {K_STEP[spec.dtype]};                     // K of one wgmma instruction
 constexpr int K_BLOCKS = (K + BK - 1) / BK;              // the last block's tail is TMA zero-fill
 constexpr int TILES_M = (M + BM - 1) / BM, TILES_N = (N + BN - 1) / BN;
@@ -92,7 +97,8 @@ typedef {C_TYPES[out_dtype(spec)]} out_t;
 // for one slice of SLICE_COLS columns at a time.
 constexpr bool TMA_STORE = {str(config.tma_store).lower()}, READS_C = {str(spec.epilogue.reads_c).lower()};
 constexpr int STORE_SLICES = {config.store_slices}, SLICE_COLS = BN / STORE_SLICES;
-constexpr int OUT_CHUNK = 128 / sizeof(out_t), EPI_BYTES = TMA_STORE ? BM * SLICE_COLS * (int)sizeof(out_t) : 0;
+constexpr int OUT_CHUNK = 128 / sizeof(out_t), C_TILE_BYTES = BM * BN * (int)sizeof(out_t);
+constexpr int EPI_BYTES = TMA_STORE ? TILE_TURNS * BM * SLICE_COLS * (int)sizeof(out_t) : 0;  // a buffer per turn
 // The C tile shares the buffer with the previous tile's D. Each consumer hands the buffer back at
 // k-block C_RELEASE_KB of the next tile (by then its TMA store has long finished reading it, so
 // nobody waits), and the producer fetches C at C_LOAD_KB, a full ring later: C is waiting in shared
@@ -160,7 +166,7 @@ def _mma_stage(spec: GemmSpec, config: WgmmaConfig) -> str:
 // row; MN-major ones advance K_STEP rows of 128 bytes. SBO = 1024: eight 128-byte rows per core
 // matrix group; LBO (MN-major only) = BK·128: the distance between 64-wide chunks.
 __device__ __forceinline__ void mma_stage(float (&acc)[M_BLOCKS][BN / 2], const in_t* a, const in_t* b, int consumer) {{
-    const char* a_bytes = reinterpret_cast<const char*>(a) + consumer * ROWS_PER_CONSUMER * 128;
+    const char* a_bytes = reinterpret_cast<const char*>(a) + consumer * CONSUMER_ROWS * 128;
     const char* b_bytes = reinterpret_cast<const char*>(b);
     constexpr int A_K_ADVANCE = A_K_MAJOR ? K_STEP * {size} : K_STEP * 128;
     constexpr int B_K_ADVANCE = B_K_MAJOR ? K_STEP * {size} : K_STEP * 128;
@@ -242,7 +248,7 @@ __device__ __forceinline__ void store_tile(const float (&acc)[M_BLOCKS][BN / 2],
     for (int mb = 0; mb < M_BLOCKS; ++mb) {{
         #pragma unroll
         for (int half = 0; half < 2; ++half) {{
-            const int row = tile_m * BM + consumer * ROWS_PER_CONSUMER + mb * 64 + warp * 16 + lane / 4 + 8 * half;
+            const int row = tile_m * BM + consumer * CONSUMER_ROWS + mb * 64 + warp * 16 + lane / 4 + 8 * half;
             if (row >= M) continue;
             #pragma unroll
             for (int j = 0; j < BN / 8; ++j) {{
@@ -319,7 +325,7 @@ __device__ __forceinline__ void store_tile_smem(const float (&acc)[M_BLOCKS][BN 
             #pragma unroll
             for (int half = 0; half < 2; ++half) {{
                 const int r = mb * 64 + warp * 16 + lane / 4 + 8 * half;
-                const int row = tile_m * BM + consumer * ROWS_PER_CONSUMER + r;
+                const int row = tile_m * BM + consumer * CONSUMER_ROWS + r;
                 #pragma unroll
                 for (int jj = 0; jj < SLICE_COLS / 8; ++jj) {{
                     const int j = slice * SLICE_COLS / 8 + jj;  // 8-column group of the fragment
@@ -338,7 +344,7 @@ __device__ __forceinline__ void store_tile_smem(const float (&acc)[M_BLOCKS][BN 
             #pragma unroll
             for (int chunk = 0; chunk < SLICE_COLS / OUT_CHUNK; ++chunk)
                 tma_store_2d(&tma_D, tile + chunk * ROWS_PER_CONSUMER * 128,
-                             tile_n * BN + slice * SLICE_COLS + chunk * OUT_CHUNK, tile_m * BM + consumer * ROWS_PER_CONSUMER);
+                             tile_n * BN + slice * SLICE_COLS + chunk * OUT_CHUNK, tile_m * BM + consumer * CONSUMER_ROWS);
             tma_store_commit();
         }}
     }}
@@ -347,16 +353,19 @@ __device__ __forceinline__ void store_tile_smem(const float (&acc)[M_BLOCKS][BN 
 
 
 LOAD_C_TILE = r"""
-// Producer: the C tile of (tile_m, tile_n) into the epilogue buffer, one box per consumer and chunk.
+// Producer: the C tile of (tile_m, tile_n) into the epilogue buffer, one box per chunk and consumer
+// part: each cooperative consumer's rows into its part, or the whole tile into `owner`'s buffer.
 __device__ __forceinline__ void load_c_tile(const TmaDescriptor& tma_C, unsigned char* out_buf, u64* bar,
-                                            int tile_m, int tile_n) {
-    mbarrier_arrive_expect_tx(bar, EPI_BYTES);
+                                            int tile_m, int tile_n, int owner) {
+    mbarrier_arrive_expect_tx(bar, C_TILE_BYTES);
     #pragma unroll
-    for (int consumer = 0; consumer < CONSUMERS; ++consumer)
+    for (int part = 0; part < CONSUMERS / TILE_TURNS; ++part) {
+        const int consumer = PINGPONG ? owner : part;
         #pragma unroll
         for (int chunk = 0; chunk < BN / OUT_CHUNK; ++chunk)
             tma_load_2d(out_buf + (consumer * SLICE_COLS / OUT_CHUNK + chunk) * ROWS_PER_CONSUMER * 128, &tma_C, bar,
-                        tile_n * BN + chunk * OUT_CHUNK, tile_m * BM + consumer * ROWS_PER_CONSUMER);
+                        tile_n * BN + chunk * OUT_CHUNK, tile_m * BM + consumer * CONSUMER_ROWS);
+    }
 }
 """
 
@@ -380,8 +389,8 @@ SMEM_SETUP = r"""
     unsigned char* out_buf = smem + STAGES * STAGE_BYTES;                   // epilogue tile (TMA store)
     u64* full = reinterpret_cast<u64*>(out_buf + EPI_BYTES);                // stage s has landed
     u64* empty = full + STAGES;                                             // stage s may be refilled
-    u64* c_full = empty + STAGES;                                           // the C tile has landed
-    u64* c_empty = c_full + 1;                                              // the epilogue tile is free
+    u64* c_full = empty + STAGES;                                           // [turn] the C tile has landed
+    u64* c_empty = c_full + 2;                                              // [turn] the epilogue tile is free
     constexpr int A_ELEMS = A_TILE_BYTES / sizeof(in_t), B_ELEMS = B_TILE_BYTES / sizeof(in_t);
 """
 
@@ -396,41 +405,48 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig) -> str:
     first, step = (("blockIdx.x / CLUSTER_M", "gridDim.x / CLUSTER_M") if config.persistent
                    else ("blockIdx.x / CLUSTER_M", "UNITS"))
     rank = "(int)cluster_cta_rank()" if config.cluster_m > 1 else "0"
+    deferred_c = config.tma_store and spec.epilogue.reads_c
     load_c = ("""
                     if (kb == C_LOAD_KB) {  // C lands early under this tile's main loop
-                        mbarrier_wait(c_empty, c_phase ^ 1);
-                        load_c_tile(tma_C, out_buf, c_full, tile_m, tile_n);
-                        c_phase ^= 1;
-                    }""" if config.tma_store and spec.epilogue.reads_c else "")
+                        const int turn = local % TILE_TURNS;
+                        mbarrier_wait(&c_empty[turn], ((local / TILE_TURNS) & 1) ^ 1);
+                        load_c_tile(tma_C, out_buf, &c_full[turn], tile_m, tile_n, turn);
+                    }""" if deferred_c else "")
     others = "".join(f", {op.name}" for op in spec.epilogue.operands() if op.name != "C")
-    store = (f"store_tile_smem(acc, tile_m, tile_n, consumer, out_buf, tma_D, c_full, c_phase{others});\n"
-             "            c_phase ^= 1;" if config.tma_store else f"store_tile(acc, tile_m, tile_n, consumer, D{epi});")
-    deferred_c = config.tma_store and spec.epilogue.reads_c
+    store = (f"store_tile_smem(acc, tile_m, tile_n, consumer, out_buf, tma_D, &c_full[turn], "
+             f"(local / TILE_TURNS) & 1{others});" if config.tma_store
+             else f"store_tile(acc, tile_m, tile_n, consumer, D{epi});")
     if deferred_c:
         store += "\n            c_pending = true;  // the buffer goes back to the producer early in the next tile"
-    hand_back = ('''
+    hand_back = ("""
                 if (kb == C_RELEASE_KB && c_pending) {  // the previous tile's store has read the buffer:
                     if (threadIdx.x % 128 == 0) {       // it may take this tile's C
                         tma_store_wait_read();
-                        mbarrier_arrive(c_empty);
+                        mbarrier_arrive(&c_empty[turn]);
                     }
                     c_pending = false;
-                }''' if deferred_c else "")
+                }""" if deferred_c else "")
     drain = ("\n        if (threadIdx.x % 128 == 0) tma_store_wait_all();  // the last stores have left shared memory"
              if config.tma_store else "")
     release = ("if (threadIdx.x % 128 < CLUSTER_M) mbarrier_arrive_cluster(&empty[s], threadIdx.x % 128);"
                if config.cluster_m > 1 else "if (threadIdx.x % 128 == 0) mbarrier_arrive(&empty[s]);")
+    turns = ("""
+        // Ping-pong: consumer c multiplies the block's tiles c, c + 2, ...; the producer fills the
+        // ring tile after tile, so one consumer's main loop starts as the other's ends, and each
+        // epilogue runs under the other consumer's wgmma.""" if config.pingpong else "")
     return f"""{SMEM_SETUP}
     const int rank = {rank};   // this block's place in its cluster (0 without clusters)
     if (threadIdx.x == 0) {{
         tma_prefetch_descriptor(&tma_A);
         tma_prefetch_descriptor(&tma_B);
         for (int s = 0; s < STAGES; ++s) {{
-            mbarrier_init(&full[s], 1);                       // the producer's expect_tx arrival
-            mbarrier_init(&empty[s], CONSUMERS * CLUSTER_M);  // every consumer of every block that shares B
+            mbarrier_init(&full[s], 1);                           // the producer's expect_tx arrival
+            mbarrier_init(&empty[s], STAGE_READERS * CLUSTER_M);  // every reader in every block that shares B
         }}
-        mbarrier_init(c_full, 1);
-        mbarrier_init(c_empty, CONSUMERS);
+        for (int turn = 0; turn < TILE_TURNS; ++turn) {{
+            mbarrier_init(&c_full[turn], 1);
+            mbarrier_init(&c_empty[turn], CONSUMERS / TILE_TURNS);
+        }}
         fence_barrier_init();
     }}
     {sync};
@@ -442,8 +458,9 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig) -> str:
         // Producer warpgroup: one thread issues every copy; the others only give back registers.
         setmaxnreg_dec<{PRODUCER_REGS}>();
         if (threadIdx.x == 0) {{
-            int s = 0; u32 phase = 0, c_phase = 0;
-            for (int unit = {first}; unit < UNITS; unit += {step}) {{
+            int s = 0; u32 phase = 0;
+            int local = 0;  // tiles this block has started
+            for (int unit = {first}; unit < UNITS; unit += {step}, ++local) {{
                 int unit_m, tile_n;
                 unit_coords(unit, unit_m, tile_n);
                 const int tile_m = unit_m * CLUSTER_M + rank;
@@ -457,14 +474,18 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig) -> str:
         }}
     }} else {{
         // Consumer warpgroups: wait for a stage, multiply it, release the one before (one wgmma
-        // group stays in flight so the tensor cores never wait on the release), then write back.
+        // group stays in flight so the tensor cores never wait on the release), then write back.{turns}
         setmaxnreg_inc<{CONSUMER_REGS}>();
         const int consumer = threadIdx.x / 128 - 1;
-        int s = 0; u32 phase = 0, c_phase = 0;{" bool c_pending = false;" if deferred_c else ""}
-        for (int unit = {first}; unit < UNITS; unit += {step}) {{
+        const int turn = PINGPONG ? consumer : 0;  // whose epilogue buffer and C barriers
+        {"bool c_pending = false;" if deferred_c else ""}
+        for (int local = turn, unit = {first} + turn * {step}; unit < UNITS; local += TILE_TURNS, unit += TILE_TURNS * {step}) {{
             int unit_m, tile_n;
             unit_coords(unit, unit_m, tile_n);
             const int tile_m = unit_m * CLUSTER_M + rank;
+            // Where this tile's first k-block sits in the ring: the producer fills it tile after tile.
+            int s = (local * K_BLOCKS) % STAGES;
+            u32 phase = ((local * K_BLOCKS) / STAGES) & 1;
             float acc[M_BLOCKS][BN / 2];
             #pragma unroll
             for (int mb = 0; mb < M_BLOCKS; ++mb)
