@@ -140,54 +140,61 @@ def max_active_clusters(compiled) -> str:
         return f"unavailable: {type(exc).__name__}: {exc}"
 
 
+def row_line(name: str, row: BenchRow, cublas_s: float | None, note: str) -> str:
+    if not row.median_s:
+        return f"| {name} | — | — | — | {row.status}: {row.message[:120]} |"
+    ratio = f"{cublas_s / row.median_s:.3f}" if cublas_s else "—"
+    return f"| {name} | {row.median_s * 1e6:.1f} | {row.tflops:.0f} | {ratio} | {note} |"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--json", help="write every row here")
+    parser.add_argument("--json", help="write every row here (rewritten after each row)")
     parser.add_argument("--only", help="run the cases whose spec contains this text")
+    parser.add_argument("--skip", help="leave out the variants whose name contains this text")
     args = parser.parse_args()
     dev = query_device()
     protocol = TimingProtocol()
-    results, lines = [], [f"# wgmma variants, {dev.name}, {date.today().isoformat()}", ""]
+    results: list[dict] = []
+    print(f"# wgmma variants, {dev.name}, {date.today().isoformat()}\n", flush=True)
+
+    def emit(spec: GemmSpec, name: str, row: BenchRow, cublas_s: float | None, note: str = "") -> None:
+        print(row_line(name, row, cublas_s, note), flush=True)  # each row as soon as it exists
+        results.append({"spec": spec.short(), "variant": name, "config": row.config, "median_s": row.median_s,
+                        "cublas_s": cublas_s, "status": row.status, "message": row.message, "note": note})
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump({"device": dev.name, "date": date.today().isoformat(), "rows": results}, fh, indent=1)
+        if "context is lost" in row.message:  # nothing after this in the process can run
+            raise SystemExit(f"stopped: {name} on {spec.short()} lost the CUDA context")
+
     for spec, variants in CASES:
         if args.only and args.only not in spec.short():
             continue
         plain = GemmSpec(spec.m, spec.n, spec.k, spec.layout, spec.dtype)
         cublas = bench_cublas(plain, protocol)
-        lines += [f"## {spec.short()} (cuBLAS GEMM {cublas.median_s * 1e6:.1f} µs)" if cublas.median_s
-                  else f"## {spec.short()} (cuBLAS failed: {cublas.message})", "",
-                  "| variant | µs | TFLOP/s | × cuBLAS | note |", "|---|---|---|---|---|"]
-        rows: list[tuple[str, BenchRow, str]] = []
+        print(f"\n## {spec.short()} (cuBLAS GEMM {cublas.median_s * 1e6:.1f} µs)\n" if cublas.median_s
+              else f"\n## {spec.short()} (cuBLAS failed: {cublas.message})\n", flush=True)
+        print("| variant | µs | TFLOP/s | × cuBLAS | note |\n|---|---|---|---|---|", flush=True)
         for name, config, patch in variants:
+            if args.skip and args.skip in name:
+                continue
             note = ""
             try:
                 src = render(spec, config, "sm_90a")
                 src = patch(src) if patch else src
                 compiled = compile_kernel(src, "sm_90a")
                 row = bench_compiled(name, config.describe(), compiled, protocol)
-                if "cluster" in name:
+                if "cluster" in name and row.median_s:
                     note = "max active clusters " + max_active_clusters(compiled)
             except Exception as exc:  # every variant is a row
                 row = BenchRow(name, config.describe(), None, None, None, type(exc).__name__, str(exc)[:200])
-            rows.append((name, row, note))
+            emit(spec, name, row, cublas.median_s, note)
         if not spec.epilogue.is_identity:
             same = bench_compiled("same config, no epilogue", variants[0][1].describe(),
                                   compile_kernel(render(plain, variants[0][1], "sm_90a"), "sm_90a"), protocol)
-            rows.append((same.name, same, ""))
-        again = bench_cublas(plain, protocol)
-        rows.append(("cuBLAS again", again, "same spec, after the variants"))
-        for name, row, note in rows:
-            ratio = (cublas.median_s / row.median_s) if (row.median_s and cublas.median_s) else None
-            lines.append(f"| {name} | {row.median_s * 1e6:.1f} | {row.tflops:.0f} | {ratio:.3f} | {note} |"
-                         if row.median_s else f"| {name} | — | — | — | {row.status}: {row.message[:120]} |")
-            results.append({"spec": spec.short(), "variant": name, "config": row.config, "median_s": row.median_s,
-                            "cublas_s": cublas.median_s, "status": row.status, "message": row.message,
-                            "note": note})
-        lines.append("")
-        print("\n".join(lines[-len(rows) - 5:]), flush=True)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"device": dev.name, "date": date.today().isoformat(), "rows": results}, fh, indent=1)
-    print("\n".join(lines))
+            emit(spec, f"{variants[0][0]}, no epilogue", same, cublas.median_s)
+        emit(spec, "cuBLAS again", bench_cublas(plain, protocol), cublas.median_s, "same spec, after the variants")
     return 0
 
 

@@ -108,7 +108,7 @@ class WgmmaConfig(FamilyConfig):
 
     def smem_bytes(self, spec: GemmSpec) -> int:
         """Dynamic shared memory: the ring of A and B tiles, the epilogue tile(s), barriers, alignment slack."""
-        return self.stages * self.stage_bytes() + self.epilogue_bytes(spec) + 16 * self.stages + 32 + SMEM_SLACK
+        return self.stages * self.stage_bytes() + self.epilogue_bytes(spec) + 16 * self.stages + 48 + SMEM_SLACK
 
     # --- naming -----------------------------------------------------------------------------
     def describe(self) -> str:

@@ -391,6 +391,7 @@ SMEM_SETUP = r"""
     u64* empty = full + STAGES;                                             // stage s may be refilled
     u64* c_full = empty + STAGES;                                           // [turn] the C tile has landed
     u64* c_empty = c_full + 2;                                              // [turn] the epilogue tile is free
+    u64* mainloop_done = c_empty + 2;                                       // [turn] (ping-pong) a main loop ended
     constexpr int A_ELEMS = A_TILE_BYTES / sizeof(in_t), B_ELEMS = B_TILE_BYTES / sizeof(in_t);
 """
 
@@ -434,6 +435,15 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig) -> str:
         // Ping-pong: consumer c multiplies the block's tiles c, c + 2, ...; the producer fills the
         // ring tile after tile, so one consumer's main loop starts as the other's ends, and each
         // epilogue runs under the other consumer's wgmma.""" if config.pingpong else "")
+    # Barrier waits go by phase parity, which cannot tell a stage's lap n from lap n + 2: a consumer
+    # may only wait on its tile's stages once the tile before (the other consumer's) has passed all
+    # of its own, which also keeps the two main loops in turn.
+    wait_turn = ("""
+            if (local > 0) mbarrier_wait(&mainloop_done[1 - turn], ((local - 1) / TILE_TURNS) & 1);"""
+                 if config.pingpong else "")
+    end_turn = ("""
+            if (threadIdx.x % 128 == 0) mbarrier_arrive(&mainloop_done[turn]);  // the other consumer's turn"""
+                if config.pingpong else "")
     return f"""{SMEM_SETUP}
     const int rank = {rank};   // this block's place in its cluster (0 without clusters)
     if (threadIdx.x == 0) {{
@@ -446,6 +456,7 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig) -> str:
         for (int turn = 0; turn < TILE_TURNS; ++turn) {{
             mbarrier_init(&c_full[turn], 1);
             mbarrier_init(&c_empty[turn], CONSUMERS / TILE_TURNS);
+            mbarrier_init(&mainloop_done[turn], 1);
         }}
         fence_barrier_init();
     }}
@@ -491,7 +502,7 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig) -> str:
             for (int mb = 0; mb < M_BLOCKS; ++mb)
                 #pragma unroll
                 for (int i = 0; i < BN / 2; ++i) acc[mb][i] = 0.0f;
-            int previous = -1;
+            int previous = -1;{wait_turn}
             for (int kb = 0; kb < K_BLOCKS; ++kb) {{
                 mbarrier_wait(&full[s], phase);
                 wgmma_fence();
@@ -502,6 +513,7 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig) -> str:
                 previous = s;
                 if (++s == STAGES) {{ s = 0; phase ^= 1; }}
             }}
+{end_turn}
             wgmma_wait<0>();
             release_stage(previous);
             {store}
