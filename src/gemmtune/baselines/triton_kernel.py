@@ -74,9 +74,16 @@ def _kernel(a_ptr, b_ptr, d_ptr, c_ptr, bias_ptr, alpha, beta, M, N, K,
     # Epilogue in fp32 registers, rounded once at the store.
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     at = offs_m[:, None] * N + offs_n[None, :]
-    c = tl.load(c_ptr + at, mask=mask, other=0.0).to(tl.float32) if HAS_C else 0.0
-    bias_row = tl.load(bias_ptr + offs_m, mask=offs_m < M, other=0.0).to(tl.float32) if BIAS == 1 else 0.0
-    bias_col = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32) if BIAS == 2 else 0.0
+    # Operands an op does not read stay zero tensors, which the compiler drops.
+    c = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    bias_row = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    bias_col = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    if HAS_C:
+        c = tl.load(c_ptr + at, mask=mask, other=0.0).to(tl.float32)
+    if BIAS == 1:
+        bias_row = tl.load(bias_ptr + offs_m, mask=offs_m < M, other=0.0).to(tl.float32)
+    if BIAS == 2:
+        bias_col = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)
     v = acc
     v = _apply(v, EP0, c, bias_row, bias_col, alpha, beta)
     v = _apply(v, EP1, c, bias_row, bias_col, alpha, beta)
