@@ -174,3 +174,18 @@ def test_one_cutlass_candidate_builds_with_nvcc(tmp_path):
     symbols = subprocess.run(["nm", "-D", str(built.library)], capture_output=True, text=True).stdout
     for name in ("gemmtune_cutlass_prepare", "gemmtune_cutlass_run", "gemmtune_cutlass_release"):
         assert name in symbols
+
+
+def test_results_table_merges_runs_into_one_row_per_kernel(tmp_path):
+    """bench/baselines_table.py: the README's table from the JSON of bench runs."""
+    from pathlib import Path
+
+    write_json(_report(), tmp_path / "a.json")
+    script = Path(__file__).resolve().parent.parent / "bench" / "baselines_table.py"
+    out = subprocess.run([sys.executable, str(script), str(tmp_path / "a.json")], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "| kernel | fp16 256x256x256 nn relu+add |"
+    assert lines[2] == "| gemmtune best | 1000.0 µs (2.000×) |" and lines[4] == "| CUTLASS | CompileError |"
+    assert "- skipped tvm: the TVM backend implements fp32, not fp16" in lines
