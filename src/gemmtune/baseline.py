@@ -11,6 +11,7 @@ torch is optional: without it these raise one clear line.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -19,7 +20,7 @@ from .device import query_device
 from .errors import GemmtuneError, NoDeviceError, VerifyError
 from .spec import GemmSpec
 from .timing import Measurement, TimingProtocol, measure
-from .verify import compare, make_inputs, reference
+from .verify import VerifyResult, compare, make_inputs, reference
 
 
 def _torch() -> Any:
@@ -97,23 +98,52 @@ EAGER_OPS: dict[str, Callable[[Any, Any, dict], Any]] = {
 }
 
 
-def _check(spec: GemmSpec, out: Any, inputs: dict, what: str, roundings: int = 1) -> None:
-    result = compare(out.float().cpu().numpy(), reference(spec, inputs), spec.dtype, spec.k, spec.out_dtype,
-                     roundings)
+def _check(spec: GemmSpec, out: Any, inputs: dict, what: str, roundings: int = 1,
+           ref: np.ndarray | None = None, label: str | None = None) -> VerifyResult:
+    """The verifier's judgement of `out`; VerifyError (one line) when it is wrong. `label` says what
+    ran (default: the cuBLAS call)."""
+    ref = reference(spec, inputs) if ref is None else ref
+    result = compare(out.float().cpu().numpy(), ref, spec.dtype, spec.k, spec.out_dtype, roundings)
     if not result.ok:
         hint = "; is TF32 on?" if spec.dtype == "fp32" else ""
-        raise VerifyError(f"{what} baseline ({matmul_label(spec)}) is wrong ({result.message}){hint}")
+        raise VerifyError(f"{what} baseline ({label or matmul_label(spec)}) is wrong ({result.message}){hint}")
+    return result
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """One spec's inputs (host, as rounded), the same on the GPU, and the float64 reference: made
+    once, shared by every launch a baseline checks (a CUTLASS search checks each candidate)."""
+
+    spec: GemmSpec
+    inputs: dict
+    gpu: dict
+    ref: np.ndarray
+
+
+def prepare(spec: GemmSpec) -> Prepared:
+    torch = _torch()
+    inputs = make_inputs(spec, np.random.default_rng(0))
+    return Prepared(spec, inputs, _on_gpu(torch, spec, inputs), reference(spec, inputs))
+
+
+def check_and_time(prepared: Prepared, launch: Callable[[], Any], protocol: TimingProtocol, what: str,
+                   roundings: int = 1, label: str | None = None) -> tuple[Measurement, VerifyResult]:
+    """Verify `launch()`'s output (its return value), then time `launch` by the protocol on torch's
+    current stream; VerifyError when the output is wrong."""
+    torch = _torch()
+    spec = prepared.spec
+    with _fp32_precision(torch, tf32=spec.dtype == "tf32"):
+        verdict = _check(spec, launch(), prepared.inputs, what, roundings, prepared.ref, label)
+        stream = torch.cuda.current_stream().cuda_stream
+        return measure(launch, protocol, query_device().l2_bytes, stream), verdict
 
 
 def _timed(spec: GemmSpec, protocol: TimingProtocol, make_launch: Callable[[Any, dict], Callable[[], Any]],
            what: str, roundings: int = 1) -> Measurement:
-    torch = _torch()
-    inputs = make_inputs(spec, np.random.default_rng(0))
-    with _fp32_precision(torch, tf32=spec.dtype == "tf32"):
-        launch = make_launch(torch, _on_gpu(torch, spec, inputs))
-        _check(spec, launch(), inputs, what, roundings)
-        stream = torch.cuda.current_stream().cuda_stream
-        return measure(launch, protocol, query_device().l2_bytes, stream)
+    prepared = prepare(spec)
+    launch = make_launch(_torch(), prepared.gpu)
+    return check_and_time(prepared, launch, protocol, what, roundings)[0]
 
 
 def cublas_measurement(spec: GemmSpec, protocol: TimingProtocol = TimingProtocol()) -> Measurement:

@@ -25,6 +25,7 @@ class BenchRow:
     message: str = ""
     registers: int | None = None
     samples: int = 0
+    compile_s: float | None = None  # baselines: build / autotune / torch.compile time before timing
 
     def pct_of(self, baseline_s: float | None) -> float | None:
         if baseline_s is None or self.median_s is None:
@@ -94,11 +95,11 @@ def bench_cublas(spec: GemmSpec, protocol: TimingProtocol) -> BenchRow:
 
 def bench_many(spec: GemmSpec, candidates: Iterable[tuple[str, Any]], arch: str,
                protocol: TimingProtocol, on_row: Callable[[BenchRow], None] | None = None,
-               family: Family | None = None) -> list[BenchRow]:
-    """cuBLAS first, then each candidate (configs of `family`, default each config's own); `on_row`
-    sees each row as it is finished (progress)."""
+               family: Family | None = None, cublas: bool = True) -> list[BenchRow]:
+    """cuBLAS first (unless `cublas` is False: the caller runs the baselines), then each candidate
+    (configs of `family`, default each config's own); `on_row` sees each row as it is finished."""
     rows = []
-    for name, config in [("cuBLAS", None), *candidates]:
+    for name, config in [("cuBLAS", None)] * cublas + [*candidates]:
         row = (bench_cublas(spec, protocol) if config is None
                else bench_config(spec, name, config, arch, protocol, family))
         rows.append(row)

@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
-from ..bench import BenchRow, bench_many, cublas_label
+from ..bench import BenchRow, bench_many
 from ..build import build, choose_config, target_arch
 from ..errors import ConfigError
 from ..timing import TimingProtocol
@@ -33,7 +32,12 @@ def register(subparsers) -> None:
     add_family_argument(bench)
     bench.add_argument("--steps", default="all", help="'all', 'best', or comma-separated ladder steps of the family")
     bench.add_argument("--min-time", type=float, default=0.3, help="seconds of timed runs per kernel (default 0.3)")
-    bench.add_argument("--json", dest="json_path", help="also write the rows as JSON to this file")
+    bench.add_argument("--baselines", default=None,
+                       help="comma-separated: cublas, eager (torch unfused), cutlass, triton, inductor "
+                            "(torch.compile max-autotune), tvm (dlight); 'none' for none (default: every one "
+                            "installed that can run the spec; the others are skipped with one line each)")
+    bench.add_argument("--json", dest="json_path", help="also write the run (rows, skipped baselines) as JSON")
+    bench.add_argument("--csv", dest="csv_path", help="also write the rows as CSV, one line per row")
     bench.set_defaults(run=run_bench)
 
 
@@ -74,33 +78,56 @@ def print_bench_table(rows: list[BenchRow], title: str) -> None:
 
     cublas = next((r.median_s for r in rows if r.name == "cuBLAS"), None)
     table = Table(title=title)
-    for col in ("kernel", "config", "time", "TFLOP/s", "% of cuBLAS", "rel. error", "status"):
+    for col in ("kernel", "config", "time", "TFLOP/s", "% of cuBLAS", "rel. error", "compile", "status"):
         table.add_column(col, justify="left" if col in ("kernel", "config", "status") else "right")
     for r in rows:
         status = r.status if r.status == "ok" else f"{r.status}: {r.message[:60]}"
         table.add_row(r.name, r.config, _fmt(r.median_s and r.median_s * 1e6, "{:.1f} µs"),
-                      _fmt(r.tflops, "{:.2f}"), _fmt(r.pct_of(cublas), "{:.1f}%"), _fmt(r.rel_error, "{:.1e}"), status)
+                      _fmt(r.tflops, "{:.2f}"), _fmt(r.pct_of(cublas), "{:.1f}%"), _fmt(r.rel_error, "{:.1e}"),
+                      _fmt(r.compile_s, "{:.0f} s"), status)
     console().print(table)
+
+
+def _failed(rows: list[BenchRow], ours: set[str]) -> list[BenchRow]:
+    """Rows that make the exit code 1: a gemmtune kernel that failed, or any baseline that computed a
+    wrong result (a baseline that cannot build or run the spec is a row, not a failure)."""
+    return [r for r in rows if r.status != "ok" and (r.name in ours or r.status == "VerifyError")]
 
 
 def run_bench(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
+    from ..baselines import parse_names, resolve, side_by_side
+    from ..bench_report import BenchReport, write_csv, write_json
     from ..device import free_memory, query_device
 
+    wanted = parse_names(args.baselines)  # an unknown name is exit 2 even without a GPU
     arch = target_arch(None)
     family = family_from_args(args, spec, arch)  # a bad --family is exit 2 even without a GPU
     device = query_device()
     spec.check_fits(free_memory())
     protocol = TimingProtocol(min_time_s=args.min_time)
     candidates = _candidates(spec, args.steps, arch, family)
+    chosen, skipped = resolve(wanted, spec)
     print(f"{device.name} ({arch}, {device.sm_count} SMs): {spec.short()}, {len(candidates)} {family.name} kernels "
-          f"+ cuBLAS ({cublas_label(spec)})", file=sys.stderr)
-    rows = bench_many(spec, candidates, arch, protocol,
-                      on_row=lambda r: print(f"  {r.name:<24} {r.status}", file=sys.stderr), family=family)
+          f"+ {', '.join(b.name for b in chosen) or 'no baselines'}", file=sys.stderr)
+    for item in skipped:
+        print(f"  {item.line()}", file=sys.stderr)
+
+    def progress(row: BenchRow) -> None:
+        print(f"  {row.name:<24} {row.status}", file=sys.stderr)
+
+    rows = side_by_side(spec, chosen, lambda: bench_many(spec, candidates, arch, protocol, on_row=progress,
+                                                         family=family, cublas=False), protocol, arch, progress)
     print_bench_table(rows, f"{spec.short()} on {device.name}")
+    report = BenchReport(spec, device.to_json(), protocol, _now(), tuple(rows), tuple(skipped))
     if args.json_path:
-        with open(args.json_path, "w") as handle:
-            json.dump({"spec": spec.to_json(), "device": device.to_json(), "rows": [r.to_json() for r in rows]},
-                      handle, indent=1)
-    failed = [r for r in rows if r.status != "ok" and r.name != "cuBLAS"]
-    return 1 if failed else 0
+        write_json(report, args.json_path)
+    if args.csv_path:
+        write_csv(report, args.csv_path)
+    return 1 if _failed(rows, {name for name, _ in candidates}) else 0
+
+
+def _now() -> str:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
