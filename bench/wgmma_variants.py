@@ -60,6 +60,29 @@ C2 = S4H2.with_(cluster_m=2)
 PP = BASE.with_(bn=128, stages=5, pingpong=True)  # 128x128 per consumer, whole tiles in turn
 PP4 = BASE.with_(bn=128, stages=6, pingpong=True, store_slices=2)
 PPW = BASE.with_(bm=64, bn=256, stages=4, pingpong=True)  # 64x256 per consumer
+def no_l2_hints(src: KernelSource) -> KernelSource:
+    code = src.code.replace("createpolicy.fractional.L2::evict_first.b64", "createpolicy.fractional.L2::evict_normal.b64")
+    assert code != src.code
+    return replace(src, code=code)
+
+
+FINAL_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
+    (GemmSpec(4096, 4096, 4096, "nt", "fp16", "relu+add"), [
+        ("tma_store s3 (C evict-first)", BASE, None),
+        ("tma_store s3, no L2 hints", BASE, no_l2_hints),
+        ("cluster2 s3 (C evict-first)", BASE.with_(cluster_m=2), None),
+        ("pingpong 128x128 s4", BASE.with_(bn=128, stages=4, pingpong=True), None),
+    ]),
+    (GemmSpec(4096, 4096, 4096, "nt", "bf16"), [
+        ("s4 slices2", S4H2, None),
+        ("s4 slices2, no L2 hints", S4H2, no_l2_hints),
+        ("pingpong 128x128 s5", BASE.with_(bn=128, stages=5, pingpong=True), None),
+        ("pingpong 128x128 s6 slices2", BASE.with_(bn=128, stages=6, pingpong=True, store_slices=2), None),
+        ("pingpong 64x256 s4", BASE.with_(bm=64, bn=256, stages=4, pingpong=True), None),
+        ("pingpong 128x128 s5 cluster2", BASE.with_(bn=128, stages=5, pingpong=True, cluster_m=2), None),
+    ]),
+]
+
 CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
     (GemmSpec(4096, 4096, 4096, "nt", "bf16"), [
         ("tma_store s3", BASE, None),
@@ -150,6 +173,7 @@ def main() -> int:
     parser.add_argument("--json", help="write every row here (rewritten after each row)")
     parser.add_argument("--only", help="run the cases whose spec contains this text")
     parser.add_argument("--skip", help="leave out the variants whose name contains this text")
+    parser.add_argument("--final", action="store_true", help="the short list: L2 hints and ping-pong")
     args = parser.parse_args()
     dev = query_device()
     protocol = TimingProtocol()
@@ -166,7 +190,7 @@ def main() -> int:
         if "context is lost" in row.message:  # nothing after this in the process can run
             raise SystemExit(f"stopped: {name} on {spec.short()} lost the CUDA context")
 
-    for spec, variants in CASES:
+    for spec, variants in (FINAL_CASES if args.final else CASES):
         if args.only and args.only not in spec.short():
             continue
         plain = GemmSpec(spec.m, spec.n, spec.k, spec.layout, spec.dtype)

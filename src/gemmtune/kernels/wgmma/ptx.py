@@ -118,11 +118,32 @@ __device__ __forceinline__ void tma_load_2d_multicast(void* dst, const TmaDescri
                  : "memory");
 }
 
+// An L2 policy for data touched once (C read, D written): its lines go first when L2 needs room,
+// so streaming the output does not push out the A and B panels that other blocks still reuse.
+__device__ __forceinline__ u64 l2_evict_first_policy() {
+    u64 policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    return policy;
+}
+
+// tma_load_2d with an L2 cache policy (see l2_evict_first_policy).
+__device__ __forceinline__ void tma_load_2d_hinted(void* dst, const TmaDescriptor* map, u64* bar, int c0, int c1,
+                                                   u64 policy) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+                 " [%0], [%1, {%3, %4}], [%2], %5;"
+                 :: "r"(smem_addr(dst)), "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "l"(policy) : "memory");
+}
+
 // TMA store: copy a box from shared memory to the tensor at (c0, c1), clipped at the tensor's edges;
 // completion is tracked per thread in bulk groups.
 __device__ __forceinline__ void tma_store_2d(const TmaDescriptor* map, const void* src, int c0, int c1) {
     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
                  :: "l"(map), "r"(smem_addr(src)), "r"(c0), "r"(c1) : "memory");
+}
+__device__ __forceinline__ void tma_store_2d_hinted(const TmaDescriptor* map, const void* src, int c0, int c1,
+                                                    u64 policy) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3}], [%1], %4;"
+                 :: "l"(map), "r"(smem_addr(src)), "r"(c0), "r"(c1), "l"(policy) : "memory");
 }
 __device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 // Wait until the committed stores have finished reading shared memory (the buffer may be reused).

@@ -343,8 +343,9 @@ __device__ __forceinline__ void store_tile_smem(const float (&acc)[M_BLOCKS][BN 
         if (threadIdx.x % 128 == 0) {{
             #pragma unroll
             for (int chunk = 0; chunk < SLICE_COLS / OUT_CHUNK; ++chunk)
-                tma_store_2d(&tma_D, tile + chunk * ROWS_PER_CONSUMER * 128,
-                             tile_n * BN + slice * SLICE_COLS + chunk * OUT_CHUNK, tile_m * BM + consumer * CONSUMER_ROWS);
+                tma_store_2d_hinted(&tma_D, tile + chunk * ROWS_PER_CONSUMER * 128,
+                                    tile_n * BN + slice * SLICE_COLS + chunk * OUT_CHUNK,
+                                    tile_m * BM + consumer * CONSUMER_ROWS, l2_evict_first_policy());  // written once
             tma_store_commit();
         }}
     }}
@@ -358,13 +359,14 @@ LOAD_C_TILE = r"""
 __device__ __forceinline__ void load_c_tile(const TmaDescriptor& tma_C, unsigned char* out_buf, u64* bar,
                                             int tile_m, int tile_n, int owner) {
     mbarrier_arrive_expect_tx(bar, C_TILE_BYTES);
+    const u64 policy = l2_evict_first_policy();  // C is read once
     #pragma unroll
     for (int part = 0; part < CONSUMERS / TILE_TURNS; ++part) {
         const int consumer = PINGPONG ? owner : part;
         #pragma unroll
         for (int chunk = 0; chunk < BN / OUT_CHUNK; ++chunk)
-            tma_load_2d(out_buf + (consumer * SLICE_COLS / OUT_CHUNK + chunk) * ROWS_PER_CONSUMER * 128, &tma_C, bar,
-                        tile_n * BN + chunk * OUT_CHUNK, tile_m * BM + consumer * CONSUMER_ROWS);
+            tma_load_2d_hinted(out_buf + (consumer * SLICE_COLS / OUT_CHUNK + chunk) * ROWS_PER_CONSUMER * 128, &tma_C,
+                               bar, tile_n * BN + chunk * OUT_CHUNK, tile_m * BM + consumer * CONSUMER_ROWS, policy);
     }
 }
 """
