@@ -259,10 +259,16 @@ def ladder(arch: str = "sm_90a") -> list[tuple[str, WgmmaConfig]]:
 
 def default_config(spec: GemmSpec | None, arch: str = "sm_90a") -> WgmmaConfig:
     """A sound fast config for any supported shape: the persistent warp-specialized kernel with the
-    TMA-store epilogue where D's rows allow it (and its tile fits), else with direct stores."""
+    TMA-store epilogue, in slices (a fourth stage fits) unless the epilogue reads C (whose tile is
+    loaded whole), else with direct stores where D's rows do not allow TMA."""
     steps = dict(ladder(arch))
-    # An fp32 output tile (tf32, or --out-dtype fp32) leaves room for 2 stages only: slower on the
-    # H100 (0.76x against 0.97x with direct stores at tf32 4096^3), so those keep direct stores.
-    if spec is not None and OUT_BYTES.get(out_dtype(spec)) == 2 and not rejections(steps["tma_store"], spec, arch):
-        return steps["tma_store"]
+    if spec is None:
+        return steps["sliced_store"]
+    wide = OUT_BYTES.get(out_dtype(spec)) == 4
+    # On the H100 at 4096^3: 2 slices 0.995x cuBLAS (bf16) against 0.973x for the whole-tile store;
+    # fp32 output (tf32) needs 4 slices to fit 4 stages (0.971x against 0.956x with direct stores).
+    for candidate in (steps["tma_store"] if spec.epilogue.reads_c else
+                      steps["sliced_store"].with_(store_slices=4 if wide else 2), steps["persistent"]):
+        if not rejections(candidate, spec, arch):
+            return candidate
     return steps["persistent"]
