@@ -95,7 +95,8 @@ def test_tensor_maps_describe_each_layout():
     a, b = mn_major.tensor_maps[:2]
     assert (a.dims, a.box) == ((304, 136), (64, 64))  # A stored K×M: 64-wide chunks of M
     assert (b.dims, b.box) == ((200, 136), (64, 64))
-    fused = FAMILY.render(GemmSpec(300, 200, 136, "nt", "fp16", "relu+add"), config.with_(stages=3, tma_store=True),
+    fused = FAMILY.render(GemmSpec(300, 200, 136, "nt", "fp16", "relu+add"),
+                          config.with_(stages=3, tma_store=True, store_slices=1),
                           "sm_90a")
     assert [t.operand for t in fused.tensor_maps] == ["A", "B", "D", "C"]
     assert fused.args[-4:] == ("tma_A", "tma_B", "tma_D", "tma_C")
