@@ -41,14 +41,14 @@ def eager_row(spec: GemmSpec, protocol: TimingProtocol) -> BenchRow:
                     None, "ok", "", None, len(m.samples_s))
 
 
-def run_case(spec: GemmSpec, protocol: TimingProtocol) -> list[tuple[str, BenchRow]]:
+def run_case(spec: GemmSpec, protocol: TimingProtocol, skip: tuple[str, ...] = ()) -> list[tuple[str, BenchRow]]:
     family, arch = get_family("wgmma"), "sm_90a"
     plain = GemmSpec(spec.m, spec.n, spec.k, spec.layout, spec.dtype)
     rows = [("cublas", bench_cublas(plain, protocol))]
     if not spec.epilogue.is_identity:
         rows.append(("eager", eager_row(spec, protocol)))
     for name, config in family.ladder(arch):
-        if not family.rejections(config, spec, arch):
+        if name not in skip and not family.rejections(config, spec, arch):
             rows.append(("step", bench_config(spec, name, config, arch, protocol)))
     best = choose_config(spec, arch, family=family.name)
     rows.append(("best", bench_config(spec, f"best ({best.source.split(';')[0]})", best.config, arch, protocol)))
@@ -77,6 +77,7 @@ def main() -> int:
     parser.add_argument("--cases", nargs="+", default=list(DEFAULT_CASES), help="dtype:size[:epilogue] (layout nt)")
     parser.add_argument("--min-time", type=float, default=0.3, help="seconds of timed runs per kernel")
     parser.add_argument("--json", dest="json_path", help="write every row here")
+    parser.add_argument("--skip", nargs="*", default=[], help="ladder steps to leave out")
     args = parser.parse_args()
     device = query_device()
     protocol = TimingProtocol(min_time_s=args.min_time)
@@ -84,7 +85,7 @@ def main() -> int:
     results = {}
     for text in args.cases:
         spec = parse_case(text)
-        rows = run_case(spec, protocol)
+        rows = run_case(spec, protocol, tuple(args.skip))
         results[spec.short()] = [{"kind": kind, **row.to_json()} for kind, row in rows]
         print(table(spec, rows) + "\n", flush=True)
     if args.json_path:
