@@ -1,0 +1,136 @@
+"""Time the chooser's candidates on training shapes (none of them bench_untuned's shapes) -> CSV.
+
+    python bench/collect_chooser_data.py --out rows.csv --budget 200
+
+Each shape's candidates are compiled in parallel, its inputs uploaded once, and every candidate
+launched once, checked against the float64 reference (shapes up to 2^22 outputs; larger ones are
+checked by the GPU tests and bench_untuned), then timed (short protocol, L2 flushed). A wrong or
+failing kernel is written with its status and no time. The CSV is what `gemmtune db train --csv`
+reads.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from gemmtune.build import compile_configs
+from gemmtune.chooser.candidates import candidates
+from gemmtune.device import query_device
+from gemmtune.errors import GemmtuneError
+from gemmtune.evaluate import check_output, upload_inputs
+from gemmtune.kernels import family_for
+from gemmtune.runtime import LoadedKernel, synchronize
+from gemmtune.spec import GemmSpec
+from gemmtune.timing import TimingProtocol, measure
+from gemmtune.verify import make_inputs, reference
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_untuned import BENCH_SHAPES  # noqa: E402  (training must not see the measured shapes)
+
+PROTOCOL = TimingProtocol(warmup=2, min_reps=5, max_reps=30, min_time_s=0.015)
+CHECK_LIMIT = 1 << 22
+FIELDS = ("family", "m", "n", "k", "layout", "dtype", "config", "median_s", "status", "gpu", "sm_count")
+
+
+def training_shapes(seed: int = 1) -> list[tuple[int, int, int]]:
+    """Log-uniform shapes plus skinny and GEMV ones, none equal to a bench shape."""
+    rng = random.Random(seed)
+    pick = lambda lo, hi: int(round(2 ** rng.uniform(lo, hi)))  # noqa: E731
+    shapes = [(pick(8, 13.3), pick(8, 13.3), pick(8, 13.5)) for _ in range(20)]
+    shapes += [(pick(3, 8), pick(11, 13.5), pick(10, 14)) for _ in range(8)]  # skinny M, long K
+    shapes += [(pick(11, 13.5), pick(3, 8), pick(10, 14)) for _ in range(3)]  # skinny N
+    shapes += [(pick(9, 11), pick(9, 11), pick(13, 15)) for _ in range(3)]  # few tiles, very long K
+    shapes += [(1, pick(10, 15), pick(10, 14)) for _ in range(6)] + [(pick(10, 14), 1, pick(10, 14)) for _ in range(2)]
+    bench = {(m, n, k) for m, n, k in BENCH_SHAPES}
+    return [(m, n, k - k % 8 or 8) for m, n, k in shapes if (m, n, k - k % 8 or 8) not in bench]
+
+
+def specs() -> list[GemmSpec]:
+    return [GemmSpec(m, n, k, layout, dtype) for m, n, k in training_shapes()
+            for dtype, layout in (("fp32", "nn"), ("bf16", "nt"))]
+
+
+MAX_PER_SHAPE = 28
+
+
+def jobs_for(spec: GemmSpec, arch: str, sm_count: int) -> list:
+    """The spec's candidates, thinned evenly to MAX_PER_SHAPE (gemv has up to 60 near-twins)."""
+    configs = candidates(family_for(spec, arch).name, spec, arch, sm_count)
+    step = max(1, -(-len(configs) // MAX_PER_SHAPE))
+    return [(spec, c, arch) for c in configs[::step]]
+
+
+def time_shape(spec: GemmSpec, jobs: list, compiled: list, sm_count: int, gpu: str, writer) -> int:
+    family = family_for(spec, jobs[0][2])
+    configs = [config for _, config, _ in jobs]
+    inputs = make_inputs(spec, np.random.default_rng(0))
+    expected = reference(spec, inputs) if spec.m * spec.n <= CHECK_LIMIT else None
+    buffers = {}
+    bindings = upload_inputs(spec, inputs, buffers)
+    info = query_device()
+    rows = 0
+    try:
+        for config, result in zip(configs, compiled):
+            status, median = "ok", None
+            if isinstance(result, GemmtuneError):
+                status = f"compile: {str(result)[:80]}"
+            else:
+                try:
+                    kernel = LoadedKernel(result)
+                    launch = kernel.bind(bindings)
+                    buffers["D"].fill_nan(spec.out_dtype)
+                    launch()
+                    synchronize()
+                    if expected is not None and not check_output(buffers["D"], spec, expected).ok:
+                        status = "wrong"
+                    else:
+                        median = measure(launch, PROTOCOL, info.l2_bytes).median_s
+                    kernel.unload()
+                except GemmtuneError as err:
+                    status = f"error: {str(err)[:80]}"
+            writer.writerow([family.name, spec.m, spec.n, spec.k, spec.layout, spec.dtype,
+                             json.dumps(config.to_json(), sort_keys=True), "" if median is None else f"{median:.6g}",
+                             status, gpu, sm_count])
+            rows += 1
+    finally:
+        for b in buffers.values():
+            b.free()
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--budget", type=float, default=200.0, help="seconds; stops after the shape that passes it")
+    args = parser.parse_args()
+    info = query_device()
+    start = time.time()
+    with open(args.out, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(FIELDS)
+        todo = specs()
+        per_spec = [jobs_for(spec, info.arch, info.sm_count) for spec in todo]
+        flat = [job for jobs in per_spec for job in jobs]
+        compiled = compile_configs(flat)  # one pool for everything: NVRTC is the slow part
+        print(f"{time.time() - start:6.1f}s compiled {len(flat)} kernels", flush=True)
+        at = 0
+        for i, (spec, jobs) in enumerate(zip(todo, per_spec)):
+            if time.time() - start > args.budget:
+                print(f"budget spent after {i} of {len(todo)} shapes")
+                break
+            n = time_shape(spec, jobs, compiled[at:at + len(jobs)], info.sm_count, info.name, writer)
+            at += len(jobs)
+            handle.flush()
+            print(f"{time.time() - start:6.1f}s {spec.short()}: {n} configs", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
