@@ -77,6 +77,7 @@ def test_explain_names_the_pick_and_its_reasons():
 
 def test_skinny_shape_gets_split_k_and_big_shape_does_not():
     assert choose(GemmSpec(32, 4096, 8192), "sm_90").config.split_k > 1
+    assert choose(GemmSpec(16, 4096, 8192), "sm_90").family == "gemv"
     assert choose(GemmSpec(8192, 8192, 2048), "sm_90").config.split_k == 1
 
 
@@ -139,12 +140,15 @@ def test_split_k_render_takes_turns_in_module_memory():
 
 
 # --- gemv ------------------------------------------------------------------------------------------
-def test_gemv_takes_single_rows_and_columns_only():
+def test_gemv_takes_one_column_or_a_few_rows():
     assert gemv_supports(GemmSpec(1, 4096, 4096), "sm_90") is None
+    assert gemv_supports(GemmSpec(16, 4096, 4096), "sm_90") is None
     assert gemv_supports(GemmSpec(4096, 1, 4096, dtype="bf16"), "sm_80") is None
-    assert "M = 1 or N = 1" in gemv_supports(GemmSpec(2, 4096, 4096), "sm_90")
+    assert "N = 1 or M ≤ 16" in gemv_supports(GemmSpec(17, 4096, 4096), "sm_90")
+    assert "M ≤ 8" in gemv_supports(GemmSpec(16, 4096, 4096, "nn", "bf16"), "sm_90")  # 16 x 8 sums per thread
     assert family_for(GemmSpec(1, 4096, 4096, "nt", "bf16"), "sm_90a").name == "gemv"
-    assert family_for(GemmSpec(2, 4096, 4096, "nt", "bf16"), "sm_90a").name == "wgmma"
+    assert family_for(GemmSpec(16, 4096, 4096, "nt", "bf16"), "sm_90a").name == "gemv"
+    assert family_for(GemmSpec(32, 4096, 4096, "nt", "bf16"), "sm_90a").name == "wgmma"
 
 
 def test_gemv_stream_follows_the_layout():
@@ -158,9 +162,10 @@ def test_gemv_stream_follows_the_layout():
 def test_gemv_compiles_every_layout_and_epilogue(dtype):
     family = get_family("gemv")
     for layout in ("nn", "nt", "tn", "tt"):
-        for shape in ((1, 13, 7), (77, 1, 4096)):
+        for shape in ((1, 13, 7), (77, 1, 4096), (5, 100, 4104)):
             for epilogue in ("none", "bias_row+gelu+add", "alpha+beta+bias_col+relu"):
                 spec = GemmSpec(*shape, layout=layout, dtype=dtype, epilogue=epilogue)
-                for config in (GemvConfig(), GemvConfig(threads=512, warps_per_output=4, threads_x=2, unroll=8)):
+                for config in (GemvConfig(), GemvConfig(threads=512, warps_per_output=4, threads_x=2, unroll=2),
+                               GemvConfig(threads=256, warps_per_output=2, outputs_per_warp=4, unroll=4)):
                     compiled = compile_kernel(family.render(spec, config, "sm_90"), "sm_90")
                     assert compiled.resources.spills == 0

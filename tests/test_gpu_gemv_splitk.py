@@ -4,6 +4,7 @@ import pytest
 
 from gemmtune.build import build, compile_configs
 from gemmtune.evaluate import evaluate
+from gemmtune.kernels import get_family
 from gemmtune.kernels.gemv.config import GemvConfig
 from gemmtune.kernels.simt.config import ladder
 from gemmtune.spec import GemmSpec
@@ -11,9 +12,12 @@ from gemmtune.spec import GemmSpec
 pytestmark = pytest.mark.gpu
 
 LAYOUTS = ("nn", "nt", "tn", "tt")
-GEMV_SHAPES = [(1, 1, 1), (1, 13, 7), (77, 1, 5), (1, 1000, 65536), (4099, 1, 1003), (1, 4096, 4096), (1, 1, 4096)]
-GEMV_CONFIGS = [GemvConfig(), GemvConfig(threads=512, warps_per_output=4, threads_x=2, unroll=8),
-                GemvConfig(threads=128, warps_per_output=1, threads_x=32, unroll=1)]
+GEMV_SHAPES = [(1, 1, 1), (1, 13, 7), (77, 1, 5), (4099, 1, 1003), (1, 4096, 4096), (1, 1, 4096),
+               (5, 1001, 4104), (16, 999, 777)]
+LONG_K = [(1, 1000, 65536), (8, 512, 65536), (3000, 1, 65536)]  # default config only: inputs are large
+GEMV_CONFIGS = [GemvConfig(), GemvConfig(threads=512, warps_per_output=4, threads_x=2, unroll=2),
+                GemvConfig(threads=128, warps_per_output=1, threads_x=32, unroll=1),
+                GemvConfig(threads=256, warps_per_output=2, outputs_per_warp=4, unroll=4)]
 EPILOGUES = ("none", "bias_row+gelu+add", "alpha+beta+bias_col+relu")
 
 
@@ -42,7 +46,12 @@ def test_gemv_every_layout_shape_and_epilogue(dtype):
     configs = GEMV_CONFIGS if dtype != "fp16" else GEMV_CONFIGS[:1]
     jobs = [(GemmSpec(*shape, layout=layout, dtype=dtype, epilogue=epilogue), config, arch)
             for shape in GEMV_SHAPES for layout in LAYOUTS for epilogue in EPILOGUES for config in configs
-            if epilogue == "none" or config == GEMV_CONFIGS[0]]
+            if (epilogue == "none" or config == GEMV_CONFIGS[0])
+            and not get_family("gemv").supports(GemmSpec(*shape, layout=layout, dtype=dtype), arch)
+            and not get_family("gemv").rejections(config, GemmSpec(*shape, layout=layout, dtype=dtype), arch)]
+    jobs += [(GemmSpec(*shape, layout=layout, dtype=dtype, epilogue=epilogue), GEMV_CONFIGS[0], arch)
+             for shape in LONG_K for layout in LAYOUTS for epilogue in EPILOGUES[:2]
+             if not get_family("gemv").supports(GemmSpec(*shape, layout=layout, dtype=dtype), arch)]
     assert _all_right(jobs) == []
 
 

@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from ..kernels import get_family
-from ..kernels.gemv.config import GemvConfig, stream_kind
+from ..kernels.gemv.config import GemvConfig, stream_kind, vectors
 from ..kernels.simt.config import SimtConfig
 from ..kernels.wgmma.config import WgmmaConfig
 from ..spec import GemmSpec
@@ -75,8 +75,9 @@ def _deepest(config: WgmmaConfig, spec: GemmSpec) -> WgmmaConfig:
 def gemv_candidates(spec: GemmSpec, sm_count: int) -> list[GemvConfig]:
     """Only the parameters the spec's stream reads vary (rows: warps per output; columns: threads_x)."""
     if stream_kind(spec) == "rows":
-        return [GemvConfig(threads=t, warps_per_output=w, threads_x=8, unroll=u)
-                for t in (128, 256, 512) for w in (1, 2, 4, 8) for u in (2, 4, 8) if w * 32 <= t]
+        groups = (1, 2, 4) if vectors(spec) > 1 else (1,)  # outputs per warp pay only with several vectors
+        return [GemvConfig(threads=t, warps_per_output=w, threads_x=8, unroll=u, outputs_per_warp=g)
+                for t in (128, 256, 512) for w in (1, 2, 4, 8) for g in groups for u in (2, 4, 8) if w * 32 <= t]
     return [GemvConfig(threads=t, warps_per_output=1, threads_x=x, unroll=u)
             for t in (128, 256, 512, 1024) for x in (2, 4, 8, 16, 32) for u in (2, 4, 8)]
 

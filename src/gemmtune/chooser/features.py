@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ..kernels.gemv.config import GemvConfig, outputs, stream_kind
+from ..kernels.gemv.config import GemvConfig, estimated_registers, outputs, stream_kind, streams_b
 from ..kernels.gemv.config import vec as gemv_vec
 from ..kernels.simt.config import SimtConfig
 from ..kernels.wgmma.config import SM90_SMS, WgmmaConfig
@@ -57,11 +57,11 @@ def wgmma_geometry(spec: GemmSpec, c: WgmmaConfig, registers: int | None) -> Geo
 
 def gemv_geometry(spec: GemmSpec, c: GemvConfig, registers: int | None) -> Geometry:
     rows = stream_kind(spec) == "rows"
-    per_block = c.threads // 32 // c.warps_per_output if rows else c.threads_x * gemv_vec(spec)
+    per_block = c.threads // 32 // c.warps_per_output * c.outputs_per_warp if rows else c.threads_x * gemv_vec(spec)
     blocks = math.ceil(outputs(spec) / per_block)
-    tile = (1, per_block) if spec.m == 1 else (per_block, 1)
+    tile = (spec.m, per_block) if streams_b(spec) else (per_block, 1)
     smem = 0 if rows else 4 * c.threads * gemv_vec(spec)
-    return Geometry(tile[0], tile[1], 1, blocks, c.threads, smem, registers or 32)
+    return Geometry(tile[0], tile[1], 1, blocks, c.threads, smem, registers or estimated_registers(c, spec))
 
 
 GEOMETRY = {SimtConfig: simt_geometry, WgmmaConfig: wgmma_geometry, GemvConfig: gemv_geometry}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ...errors import ConfigError
 from ...kernel_source import KernelSource
 from ...spec import GemmSpec
-from .config import NAME, VERSION, GemvConfig, outputs, rejections, stream_kind, vec
+from .config import NAME, VERSION, GemvConfig, outputs, rejections, stream_kind, streams_b, vec, vectors
 
 STORAGE_TYPES = {"fp32": "float", "tf32": "float", "bf16": "bf16_t", "fp16": "fp16_t"}
 
@@ -110,131 +110,203 @@ def _epilogue_function(spec: GemmSpec) -> str:
             f"{body + chr(10) if body else ''}    return v;\n}}\n")
 
 
-def _store(spec: GemmSpec, p: str, value: str) -> str:
-    """D[p] = epilogue(value) for output p (row 0/col p when M = 1, row p/col 0 when N = 1)."""
-    row, col = ("0", p) if spec.m == 1 else (p, "0")
+def _store(spec: GemmSpec, r: str, p: str, value: str) -> str:
+    """D[r, p] = epilogue(value) for output p of vector r (row r/col p when B is streamed, row p/col 0
+    when A is)."""
+    row, col, at = (r, p, f"(size_t)({r}) * N + {p}") if streams_b(spec) else (p, "0", p)
     args = [value, row, col]
     if spec.epilogue.reads_c:
-        args.append(f"to_float(C[{p}])")
+        args.append(f"to_float(C[{at}])")
     args += [("Floats{bias}" if op.name == "bias" else op.name)
              for op in spec.epilogue.operands() if op.name != "C"]
-    return f"D[{p}] = from_float(epilogue({', '.join(args)}), (out_t*)0);"
+    return f"D[{at}] = from_float(epilogue({', '.join(args)}), (out_t*)0);"
 
 
 def _header(spec: GemmSpec, config: GemvConfig) -> str:
-    matrix, vector = ("B", "A") if spec.m == 1 else ("A", "B")
+    matrix, vector = ("B", "the rows of A") if streams_b(spec) else ("A", "B")
     storage = "K-contiguous" if stream_kind(spec) == "rows" else "output-contiguous"
     return (f"// gemmtune {NAME} v{VERSION}: {spec.short()}\n// config: {config.describe()}\n"
             f"// D = x·W with W = {matrix} ({storage}) and x = {vector}: each element of W is read once,\n"
             f"// so the limit is HBM bandwidth; the kernel keeps 16-byte loads of W in flight.\n"
             f"constexpr int M = {spec.m}, N = {spec.n}, K = {spec.k};\n"
-            f"constexpr int P = {outputs(spec)};  // outputs\n"
-            f"constexpr int VEC = {vec(spec)};  // elements of W per load (16 bytes when rows are aligned)\n"
-            )
+            f"constexpr int P = {outputs(spec)};  // outputs per vector\n"
+            f"constexpr int R = {vectors(spec)};  // vectors (rows of A) that meet each element of W\n"
+            f"constexpr int VEC = {vec(spec)};  // elements of W per load (16 bytes when rows are aligned)\n")
 
 
 def _types(spec: GemmSpec) -> str:
     return f"typedef {STORAGE_TYPES[spec.dtype]} in_t;  // A, B\ntypedef {STORAGE_TYPES[spec.out_dtype]} out_t;  // C, bias, D\n"
 
 
+def _x_access(spec: GemmSpec, chunks: bool) -> str:
+    """x_at(x, r, k): element k of vector r; x_chunk: VEC of them (16 bytes at once where contiguous)."""
+    if not streams_b(spec):
+        at, contiguous = "x[k]", True  # B is K×1 or 1×K: contiguous either way
+    elif spec.a_trans:
+        at, contiguous = "x[(size_t)k * M + r]", spec.m == 1  # A stored K×M
+    else:
+        at, contiguous = "x[(size_t)r * K + k]", True
+    chunk = ("    unpack(*reinterpret_cast<const uint4*>(&x_at_ref(x, r, k)), f);  // 16 bytes, through the caches"
+             if contiguous and vec(spec) > 1 else
+             "    #pragma unroll\n    for (int i = 0; i < VEC; ++i) f[i] = to_float(x_at_ref(x, r, k + i));")
+    chunk_function = f"""__device__ __forceinline__ void x_chunk(const in_t* __restrict__ x, int r, int k, float (&f)[VEC]) {{
+{chunk}
+}}
+""" if chunks else ""
+    return f"""// The vectors: x_at(x, r, k) is element k of vector r; x_chunk reads VEC of them from k on.
+__device__ __forceinline__ const in_t& x_at_ref(const in_t* __restrict__ x, int r, int k) {{ return {at}; }}
+__device__ __forceinline__ float x_at(const in_t* __restrict__ x, int r, int k) {{ return to_float(x_at_ref(x, r, k)); }}
+{chunk_function}"""
+
+
+def _operands(spec: GemmSpec) -> str:
+    matrix, vector = ("B", "A") if streams_b(spec) else ("A", "B")
+    return (f"    const in_t* __restrict__ W = {matrix};  // streamed once\n"
+            f"    const in_t* __restrict__ x = {vector};  // small: read through the caches\n")
+
+
 # --- the rows kernel: W is P rows of K contiguous values --------------------------------------------
 def _rows_body(spec: GemmSpec, config: GemvConfig) -> str:
-    matrix, vector = ("B", "A") if spec.m == 1 else ("A", "B")
     v = vec(spec)
-    main = f"""        for (; k + (UNROLL - 1) * STEP < K_VEC; k += UNROLL * STEP) {{
-            uint4 w[UNROLL];  // all loads first, so UNROLL of them are in flight at once
+    main = """        for (; k + (UNROLL - 1) * STEP < K_VEC; k += UNROLL * STEP) {
+            uint4 w[UNROLL][NW];  // all loads first, so UNROLL·NW of them are in flight at once
             #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) w[u] = stream_load(row + k + u * STEP);
+            for (int u = 0; u < UNROLL; ++u)
+                #pragma unroll
+                for (int j = 0; j < NW; ++j) w[u][j] = row_load(p0 + j, k + u * STEP);
             #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) sum += dot(w[u], x + k + u * STEP);
-        }}
-        for (; k < K_VEC; k += STEP) sum += dot(stream_load(row + k), x + k);
+            for (int u = 0; u < UNROLL; ++u) multiply(w[u], k + u * STEP);
+        }
+        for (; k < K_VEC; k += STEP) {
+            uint4 w[NW];
+            #pragma unroll
+            for (int j = 0; j < NW; ++j) w[j] = row_load(p0 + j, k);
+            multiply(w, k);
+        }
 """ if v > 1 else ""
-    dot = """// One 16-byte chunk of W's row times the matching VEC values of x.
-__device__ __forceinline__ float dot(uint4 w, const in_t* __restrict__ x) {
-    float f[VEC];
-    unpack(w, f);
-    float s = 0.0f;
-    #pragma unroll
-    for (int i = 0; i < VEC; ++i) s = fmaf(f[i], to_float(x[i]), s);
-    return s;
-}
+    lambdas = """        // Row j of the group, 16 bytes from k (zeros past the last output).
+        auto row_load = [&](int p, int k) {
+            return p < P ? stream_load(W + (size_t)p * K + k) : make_uint4(0u, 0u, 0u, 0u);
+        };
+        // acc[j][r] += W[p0 + j, k .. k+VEC) · x_r[k .. k+VEC): each vector chunk serves NW rows of W.
+        auto multiply = [&](const uint4 (&w)[NW], int k) {
+            float wf[NW][VEC];
+            #pragma unroll
+            for (int j = 0; j < NW; ++j) unpack(w[j], wf[j]);
+            #pragma unroll
+            for (int r = 0; r < R; ++r) {
+                float f[VEC];
+                x_chunk(x, r, k, f);
+                #pragma unroll
+                for (int j = 0; j < NW; ++j)
+                    #pragma unroll
+                    for (int i = 0; i < VEC; ++i) acc[j][r] = fmaf(wf[j][i], f[i], acc[j][r]);
+            }
+        };
 """ if v > 1 else ""
     return f"""constexpr int THREADS = {config.threads}, UNROLL = {config.unroll};
-constexpr int WARPS_PER_OUTPUT = {config.warps_per_output};  // warps sharing one output's K
-constexpr int OUTPUTS_PER_BLOCK = THREADS / 32 / WARPS_PER_OUTPUT;
-constexpr int STEP = 32 * WARPS_PER_OUTPUT * VEC;  // K covered by one load of every lane of an output
+constexpr int WPO = {config.warps_per_output};  // warps sharing one group's K
+constexpr int NW = {config.outputs_per_warp};  // outputs of one group (a warp computes them together)
+constexpr int GROUPS = THREADS / 32 / WPO;  // groups per block
+constexpr int STEP = 32 * WPO * VEC;  // K covered by one load of every lane of a group
 constexpr int K_VEC = K - K % VEC;  // K handled by vector loads; the rest one value at a time
 
-{dot}
-// rows: a warp (or WARPS_PER_OUTPUT warps) reduces one output's row of W; a shuffle tree sums the lanes.
+// rows: the WPO warps of a group reduce NW rows of W against the R vectors; lanes stride along K with
+// 16-byte loads, then a shuffle tree (and shared memory across warps) sums the lanes.
 extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_params(spec)[1]}) {{
-    const in_t* __restrict__ W = {matrix};
-    const in_t* __restrict__ x = {vector};
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int p = blockIdx.x * OUTPUTS_PER_BLOCK + warp / WARPS_PER_OUTPUT;
-    const int part = warp % WARPS_PER_OUTPUT;  // which interleaved share of K this warp sums
-    float sum = 0.0f;
-    if (p < P) {{
-        const in_t* __restrict__ row = W + (size_t)p * K;
-        int k = (part * 32 + lane) * VEC;
-{main}        for (int t = K_VEC + part * 32 + lane; t < K; t += 32 * WARPS_PER_OUTPUT)
-            sum = fmaf(to_float(row[t]), to_float(x[t]), sum);
+{_operands(spec)}    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int group = warp / WPO, part = warp % WPO;  // part: which interleaved share of K
+    const int p0 = (blockIdx.x * GROUPS + group) * NW;  // first output of the group
+    float acc[NW][R] = {{}};
+    if (p0 < P) {{
+{lambdas}        int k = (part * 32 + lane) * VEC;
+{main}        for (int t = K_VEC + part * 32 + lane; t < K; t += 32 * WPO)  // scalar tail
+            #pragma unroll
+            for (int j = 0; j < NW; ++j) {{
+                const float w = p0 + j < P ? to_float(W[(size_t)(p0 + j) * K + t]) : 0.0f;
+                #pragma unroll
+                for (int r = 0; r < R; ++r) acc[j][r] = fmaf(w, x_at(x, r, t), acc[j][r]);
+            }}
     }}
     #pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, offset);
-    if (WARPS_PER_OUTPUT > 1) {{  // the warps of one output meet in shared memory
-        __shared__ float partial[THREADS / 32];
-        if (lane == 0) partial[warp] = sum;
-        __syncthreads();
-        if (part != 0 || lane != 0 || p >= P) return;
+    for (int j = 0; j < NW; ++j)
         #pragma unroll
-        for (int w = 1; w < WARPS_PER_OUTPUT; ++w) sum += partial[warp + w];
+        for (int r = 0; r < R; ++r)
+            #pragma unroll
+            for (int offset = 16; offset > 0; offset /= 2)
+                acc[j][r] += __shfl_xor_sync(0xFFFFFFFFu, acc[j][r], offset);
+    if (WPO > 1) {{  // the warps of one group meet in shared memory
+        __shared__ float partial[THREADS / 32][NW][R];
+        if (lane == 0)
+            #pragma unroll
+            for (int j = 0; j < NW; ++j)
+                #pragma unroll
+                for (int r = 0; r < R; ++r) partial[warp][j][r] = acc[j][r];
+        __syncthreads();
+        if (part != 0 || lane != 0 || p0 >= P) return;
+        #pragma unroll
+        for (int w = 1; w < WPO; ++w)
+            #pragma unroll
+            for (int j = 0; j < NW; ++j)
+                #pragma unroll
+                for (int r = 0; r < R; ++r) acc[j][r] += partial[warp + w][j][r];
     }}
-    if (lane == 0 && p < P) {_store(spec, "p", "sum")}
+    if (lane != 0) return;
+    #pragma unroll
+    for (int j = 0; j < NW; ++j) {{
+        const int p = p0 + j;
+        if (p < P)
+            #pragma unroll
+            for (int r = 0; r < R; ++r) {_store(spec, "r", "p", "acc[j][r]")}
+    }}
 }}
 """
 
 
 # --- the columns kernel: W is K rows of P contiguous values -----------------------------------------
 def _columns_body(spec: GemmSpec, config: GemvConfig) -> str:
-    matrix, vector = ("B", "A") if spec.m == 1 else ("A", "B")
     v = vec(spec)
     if v > 1:  # P % VEC == 0: a thread's VEC outputs are all inside or all outside
         walk = """            uint4 w[UNROLL];
             #pragma unroll
             for (int u = 0; u < UNROLL; ++u) w[u] = stream_load(W + (size_t)(k + u * TK) * P + p0);
             #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-                float f[VEC];
-                unpack(w[u], f);
-                const float xk = to_float(x[k + u * TK]);
-                #pragma unroll
-                for (int i = 0; i < VEC; ++i) acc[i] = fmaf(xk, f[i], acc[i]);
-            }"""
-        tail = """            float f[VEC];
-            unpack(stream_load(W + (size_t)k * P + p0), f);
+            for (int u = 0; u < UNROLL; ++u) add_row(w[u], k + u * TK);"""
+        tail = "            add_row(stream_load(W + (size_t)k * P + p0), k);"
+        add_row = """        // acc[r][i] += x_r[k] · W[k, p0 + i]: one 16-byte row piece of W serves all R vectors.
+        auto add_row = [&](uint4 w, int k) {
+            float f[VEC];
+            unpack(w, f);
             #pragma unroll
-            for (int i = 0; i < VEC; ++i) acc[i] = fmaf(to_float(x[k]), f[i], acc[i]);"""
+            for (int r = 0; r < R; ++r) {
+                const float xk = x_at(x, r, k);
+                #pragma unroll
+                for (int i = 0; i < VEC; ++i) acc[r][i] = fmaf(xk, f[i], acc[r][i]);
+            }
+        };
+"""
     else:
         walk = """            #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) acc[0] = fmaf(to_float(x[k + u * TK]), to_float(W[(size_t)(k + u * TK) * P + p0]), acc[0]);"""
-        tail = "            acc[0] = fmaf(to_float(x[k]), to_float(W[(size_t)k * P + p0]), acc[0]);"
+            for (int u = 0; u < UNROLL; ++u) add_one(W[(size_t)(k + u * TK) * P + p0], k + u * TK);"""
+        tail = "            add_one(W[(size_t)k * P + p0], k);"
+        add_row = """        auto add_one = [&](in_t w, int k) {
+            #pragma unroll
+            for (int r = 0; r < R; ++r) acc[r][0] = fmaf(x_at(x, r, k), to_float(w), acc[r][0]);
+        };
+"""
     return f"""constexpr int THREADS = {config.threads}, UNROLL = {config.unroll};
 constexpr int TX = {config.threads_x}, TK = THREADS / TX;  // threads across outputs × threads along K
 constexpr int COLS = TX * VEC;  // outputs per block
-{UNPACK[STORAGE_TYPES[spec.dtype]] if v > 1 else ""}
+
 // columns: thread (tx, tk) owns VEC neighbouring outputs and sums rows k = tk, tk + TK, ... of W;
 // a warp reads 32/TX rows, TX·16 contiguous bytes each. The TK partial sums meet in shared memory.
 extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_params(spec)[1]}) {{
-    const in_t* __restrict__ W = {matrix};
-    const in_t* __restrict__ x = {vector};
-    __shared__ float partial[TK][COLS];
+{_operands(spec)}    __shared__ float partial[TK][COLS];
     const int tx = threadIdx.x % TX, tk = threadIdx.x / TX;
     const int p0 = blockIdx.x * COLS + tx * VEC;
-    float acc[VEC] = {{}};
+    float acc[R][VEC] = {{}};
     if (p0 < P) {{
-        int k = tk;
+{add_row}        int k = tk;
         for (; k + (UNROLL - 1) * TK < K; k += UNROLL * TK) {{
 {walk}
         }}
@@ -243,17 +315,21 @@ extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_param
         }}
     }}
     #pragma unroll
-    for (int i = 0; i < VEC; ++i) partial[tk][tx * VEC + i] = acc[i];
-    __syncthreads();
-    // Tree over the TK partial sums: log2(TK) rounds, every thread adding one pair per column.
-    for (int half = TK / 2; half > 0; half /= 2) {{
-        for (int idx = threadIdx.x; idx < half * COLS; idx += THREADS)
-            partial[idx / COLS][idx % COLS] += partial[idx / COLS + half][idx % COLS];
+    for (int r = 0; r < R; ++r) {{  // one vector at a time through the shared buffer
+        #pragma unroll
+        for (int i = 0; i < VEC; ++i) partial[tk][tx * VEC + i] = acc[r][i];
         __syncthreads();
-    }}
-    for (int c = threadIdx.x; c < COLS; c += THREADS) {{
-        const int p = blockIdx.x * COLS + c;
-        if (p < P) {_store(spec, "p", "partial[0][c]")}
+        // Tree over the TK partial sums: log2(TK) rounds, every thread adding one pair per column.
+        for (int half = TK / 2; half > 0; half /= 2) {{
+            for (int idx = threadIdx.x; idx < half * COLS; idx += THREADS)
+                partial[idx / COLS][idx % COLS] += partial[idx / COLS + half][idx % COLS];
+            __syncthreads();
+        }}
+        for (int c = threadIdx.x; c < COLS; c += THREADS) {{
+            const int p = blockIdx.x * COLS + c;
+            if (p < P) {_store(spec, "r", "p", "partial[0][c]")}
+        }}
+        __syncthreads();  // the buffer is reused by the next vector
     }}
 }}
 """
@@ -265,9 +341,11 @@ def render(spec: GemmSpec, config: GemvConfig, arch: str = "sm_90") -> KernelSou
         raise ConfigError(f"config rejected for {spec.short()}: " + "; ".join(broken.values()))
     rows = stream_kind(spec) == "rows"
     body = _rows_body(spec, config) if rows else _columns_body(spec, config)
-    unpack = UNPACK[STORAGE_TYPES[spec.dtype]] if rows and vec(spec) > 1 else ""
-    code = (_header(spec, config) + PRELUDE + _types(spec) + LOADS + unpack + "\n" + _epilogue_function(spec) + "\n" + body)
-    per_block = (config.threads // 32 // config.warps_per_output) if rows else config.threads_x * vec(spec)
+    unpack = UNPACK[STORAGE_TYPES[spec.dtype]] if vec(spec) > 1 else ""
+    code = (_header(spec, config) + PRELUDE + _types(spec) + LOADS + unpack + _x_access(spec, rows) + "\n"
+            + _epilogue_function(spec) + "\n" + body)
+    per_block = (config.threads // 32 // config.warps_per_output * config.outputs_per_warp if rows
+                 else config.threads_x * vec(spec))
     grid = (_ceil_div(outputs(spec), per_block), 1, 1)
     return KernelSource(code=code, entry=entry_name(spec), grid=grid, block=(config.threads, 1, 1),
                         args=_params(spec)[0], spec=spec, family=NAME, family_version=VERSION,

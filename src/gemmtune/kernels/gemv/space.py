@@ -6,12 +6,13 @@ from .config import CONSTRAINTS, NAME, VERSION, GemvConfig
 
 GEMV_DOMAINS: tuple[tuple[str, tuple], ...] = (
     ("threads", (64, 128, 256, 512, 1024)), ("warps_per_output", (1, 2, 4, 8)),
-    ("threads_x", (2, 4, 8, 16, 32)), ("unroll", (1, 2, 4, 8)),
+    ("threads_x", (2, 4, 8, 16, 32)), ("unroll", (1, 2, 4, 8)), ("outputs_per_warp", (1, 2, 4, 8)),
 )
 
 GEMV_READS: dict[str, tuple[str, ...]] = {
     "dtype": (), "threads": ("threads",), "rows": ("threads", "warps_per_output"),
-    "columns": ("threads_x",), "unroll": ("unroll",),
+    "columns": ("threads_x",), "unroll": ("unroll",), "group": ("outputs_per_warp", "unroll"),
+    "registers": ("threads", "outputs_per_warp", "unroll"),
 }
 
 
