@@ -64,7 +64,7 @@ def copy_bandwidth(protocol) -> float:
 def bench_one(spec, protocol, db_path: Path) -> Row:
     import gemmtune
     from gemmtune.baseline import cublas_measurement
-    from gemmtune.errors import GemmtuneError
+    from gemmtune.errors import GemmtuneError, VerifyError
     from gemmtune.evaluate import evaluate
 
     try:
@@ -75,8 +75,29 @@ def bench_one(spec, protocol, db_path: Path) -> Row:
         family, config, source = kern.family, kern.config.describe(), kern.config_source.split(" (")[0]
     except GemmtuneError as err:
         ours, verified, family, config, source = None, f"error: {err}", "-", "-", "-"
-    cublas = cublas_measurement(spec, protocol).median_s
+    try:
+        cublas = cublas_measurement(spec, protocol).median_s
+    except VerifyError as err:  # cuBLAS itself off our tolerance (e.g. split-K rounding bf16 twice): time it anyway
+        cublas, verified = cublas_unchecked(spec, protocol), f"{verified}; cuBLAS off tolerance: {str(err)[-60:]}"
     return Row(spec.short(), spec.dtype, family, config, source, ours, cublas, spec.min_bytes, verified)
+
+
+def cublas_unchecked(spec, protocol) -> float:
+    """cuBLAS's time for the spec (torch.mm into a preallocated D, same protocol), without the check."""
+    import numpy as np
+    import torch
+
+    from gemmtune.device import query_device
+    from gemmtune.timing import measure
+    from gemmtune.verify import make_inputs
+
+    x = make_inputs(spec, np.random.default_rng(0))
+    kind = torch.bfloat16 if spec.dtype == "bf16" else torch.float32
+    a, b = (torch.from_numpy(x[n]).cuda().to(kind) for n in ("A", "B"))
+    a, b = (a.t() if spec.a_trans else a), (b.t() if spec.b_trans else b)
+    out = torch.empty((spec.m, spec.n), dtype=kind, device="cuda")
+    stream = torch.cuda.current_stream().cuda_stream
+    return measure(lambda: torch.mm(a, b, out=out), protocol, query_device().l2_bytes, stream).median_s
 
 
 def geomean(values: list[float]) -> float:
@@ -87,7 +108,7 @@ def table(rows: list[Row], copy_bw: float, device: str) -> str:
     today = datetime.date.today().isoformat()
     out = [f"# Untuned shapes vs cuBLAS ({device}, {today})", "",
            "`python bench/bench_untuned.py`: `gemmtune.build(spec)` with an empty tuning database (the chooser "
-           "picks), verified (float64 reference, poisoned D), timed with L2 flushed (median), cuBLAS "
+           "picks), verified (float64 reference, poisoned D), timed with L2 flushed by a read pass (median), cuBLAS "
            "(torch.mm, fp32 with TF32 off) in the same process. ratio = cuBLAS time / ours (higher is better).",
            f"Copy bandwidth (1 GiB device-to-device, read + write): **{copy_bw / 1e9:.0f} GB/s**.", ""]
     for dtype in sorted({r.dtype for r in rows}, key=lambda d: d != "fp32"):
@@ -118,7 +139,9 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="write the rows as JSON here")
     parser.add_argument("--dtypes", default="fp32,bf16")
     args = parser.parse_args()
-    protocol = TimingProtocol(warmup=3, min_reps=10, max_reps=100, min_time_s=0.05)
+    # "read" flush: L2 emptied by reading a clean buffer (no dirty lines for the timed kernel to write
+    # back, which would cost a GEMV of 32 MB several µs); the same protocol for ours, cuBLAS and the copy.
+    protocol = TimingProtocol(warmup=3, min_reps=10, max_reps=100, min_time_s=0.05, flush_mode="read")
     db_path = Path(tempfile.mkdtemp()) / "empty.sqlite"  # no tuning: a fresh, empty database
     rows = []
     for d in args.dtypes.split(","):

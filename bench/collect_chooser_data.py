@@ -52,18 +52,25 @@ def training_shapes(seed: int = 1) -> list[tuple[int, int, int]]:
     return [(m, n, k - k % 8 or 8) for m, n, k in shapes if (m, n, k - k % 8 or 8) not in bench]
 
 
-def specs() -> list[GemmSpec]:
-    return [GemmSpec(m, n, k, layout, dtype) for m, n, k in training_shapes()
+def extra_shapes() -> list[tuple[int, int, int]]:
+    """The second round: large shapes (the first round stopped at ~90 GFLOP), small ones, more GEMVs."""
+    large = [(6000, 7000, 3000), (3500, 9000, 5000), (10000, 2500, 4000), (8000, 8000, 1504), (7168, 3072, 7168)]
+    small = [(150, 250, 600), (300, 200, 1200), (700, 900, 304), (96, 2000, 3000), (2000, 96, 6000)]
+    gemv = [(1, 2048, 8192), (1, 14336, 4096), (1, 6000, 6000), (1, 24000, 2048), (4, 8000, 4096), (12, 5000, 5000)]
+    return large + small + gemv
+
+
+def specs(which: str = "first") -> list[GemmSpec]:
+    shapes = training_shapes() if which == "first" else extra_shapes()
+    bench = set(BENCH_SHAPES)
+    return [GemmSpec(m, n, k, layout, dtype) for m, n, k in shapes if (m, n, k) not in bench
             for dtype, layout in (("fp32", "nn"), ("bf16", "nt"))]
 
 
-MAX_PER_SHAPE = 28
-
-
-def jobs_for(spec: GemmSpec, arch: str, sm_count: int) -> list:
-    """The spec's candidates, thinned evenly to MAX_PER_SHAPE (gemv has up to 60 near-twins)."""
+def jobs_for(spec: GemmSpec, arch: str, sm_count: int, most: int = 28) -> list:
+    """The spec's candidates, thinned evenly to `most` (gemv has up to 80 near-twins)."""
     configs = candidates(family_for(spec, arch).name, spec, arch, sm_count)
-    step = max(1, -(-len(configs) // MAX_PER_SHAPE))
+    step = max(1, -(-len(configs) // most))
     return [(spec, c, arch) for c in configs[::step]]
 
 
@@ -109,14 +116,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--budget", type=float, default=200.0, help="seconds; stops after the shape that passes it")
+    parser.add_argument("--set", dest="which", choices=("first", "extra"), default="first", help="which shapes")
+    parser.add_argument("--most", type=int, default=28, help="candidates per shape at most (thinned evenly)")
     args = parser.parse_args()
     info = query_device()
     start = time.time()
     with open(args.out, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(FIELDS)
-        todo = specs()
-        per_spec = [jobs_for(spec, info.arch, info.sm_count) for spec in todo]
+        todo = specs(args.which)
+        per_spec = [jobs_for(spec, info.arch, info.sm_count, args.most) for spec in todo]
         flat = [job for jobs in per_spec for job in jobs]
         compiled = compile_configs(flat)  # one pool for everything: NVRTC is the slow part
         print(f"{time.time() - start:6.1f}s compiled {len(flat)} kernels", flush=True)

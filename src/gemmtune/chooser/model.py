@@ -1,11 +1,12 @@
 """The chooser's model: per family, boosted trees predicting log run time from the named features.
 
 Trained on measured rows (the tuning database, the shipped simulation tables, collected timing
-CSVs); shipped as ``data/chooser_model.json`` (a few hundred small trees' worth of numbers, rounded)
+CSVs); shipped as ``data/chooser_model.json.gz`` (150 small trees per family, numbers rounded, gzipped: ~90 KB)
 and retrained by ``gemmtune db train``. Loading needs numpy only: no GPU, no compiler.
 """
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -21,9 +22,9 @@ from ..spec import GemmSpec
 from ..tune.cost_model import BoostingParams, GradientBoostedTrees, Tree
 from .features import features, roofline_s
 
-MODEL_PATH = Path(__file__).resolve().parent.parent / "data" / "chooser_model.json"
+MODEL_PATH = Path(__file__).resolve().parent.parent / "data" / "chooser_model.json.gz"
 MODEL_VERSION = 1
-PARAMS = BoostingParams(trees=60, depth=4, learning_rate=0.15, min_leaf=3, subsample=0.8, max_bins=32)
+PARAMS = BoostingParams(trees=150, depth=5, learning_rate=0.1, min_leaf=3, subsample=0.8, max_bins=32)
 
 
 @dataclass(frozen=True)
@@ -64,9 +65,14 @@ class FamilyModel:
                            tuple(_tree_from_json(t) for t in data["trees"]), data["rows"], data["shapes"])
 
 
+def _short(v: float) -> float:
+    return float(f"{v:.5g}")  # 5 significant digits: the file stays small, splits stay where they were
+
+
 def _tree_json(tree: Tree) -> list:
-    return [tree.feature.tolist(), [round(float(v), 6) for v in tree.threshold], tree.left.tolist(),
-            tree.right.tolist(), [round(float(v), 6) for v in tree.value]]
+    inner = tree.feature >= 0  # leaves need no threshold, inner nodes no value
+    return [tree.feature.tolist(), [_short(t) if i else 0 for t, i in zip(tree.threshold, inner)],
+            tree.left.tolist(), tree.right.tolist(), [0 if i else _short(v) for v, i in zip(tree.value, inner)]]
 
 
 def _tree_from_json(data: list) -> Tree:
@@ -125,8 +131,9 @@ def save(model: ChooserModel, path: Path = MODEL_PATH) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as handle:
-        json.dump(model.to_json(), handle, separators=(",", ":"))
+    text = json.dumps(model.to_json(), separators=(",", ":")).encode()
+    with os.fdopen(fd, "wb") as handle:  # gzip when the name says so; mtime 0: same model, same bytes
+        handle.write(gzip.compress(text, mtime=0) if path.suffix == ".gz" else text)
     os.chmod(tmp, 0o644)
     os.replace(tmp, path)
 
@@ -137,6 +144,7 @@ def load(path: Path = MODEL_PATH) -> ChooserModel | None:
     if not path.exists():
         return None
     try:
-        return ChooserModel.from_json(json.loads(path.read_text()))
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+        raw = path.read_bytes()
+        return ChooserModel.from_json(json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw))
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError, OSError, EOFError) as err:
         raise ConfigError(f"{path} is not a chooser model ({type(err).__name__}: {err})") from None

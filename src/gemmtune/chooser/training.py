@@ -3,6 +3,7 @@ and timing CSVs written by bench/collect_chooser_data.py. `gemmtune db train` ca
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,10 +17,12 @@ CSV_FIELDS = ("family", "m", "n", "k", "layout", "dtype", "config", "median_s", 
 
 
 def rows_from_csv(path: Path) -> list[TrainingRow]:
-    """Successful rows of a collected timing CSV (GemmtuneError naming the file when it is not one)."""
+    """Successful rows of a collected timing CSV, plain or .gz (GemmtuneError naming the file when it is
+    not one)."""
     rows = []
+    opener = gzip.open if str(path).endswith(".gz") else open  # shipped rows are gzipped to stay small
     try:
-        with open(path, newline="") as handle:
+        with opener(path, "rt", newline="") as handle:
             for record in csv.DictReader(handle):
                 if record["status"] != "ok" or not record["median_s"]:
                     continue
@@ -27,7 +30,7 @@ def rows_from_csv(path: Path) -> list[TrainingRow]:
                 spec = GemmSpec(int(record["m"]), int(record["n"]), int(record["k"]), record["layout"], record["dtype"])
                 rows.append(TrainingRow(family.name, spec, family.config_from_json(json.loads(record["config"])),
                                         int(record["sm_count"]), float(record["median_s"]), str(path)))
-    except (KeyError, ValueError, TypeError, json.JSONDecodeError) as err:
+    except (KeyError, ValueError, TypeError, json.JSONDecodeError, OSError, EOFError) as err:
         raise GemmtuneError(f"{path} is not a chooser timing CSV ({type(err).__name__}: {err})") from None
     return rows
 

@@ -168,7 +168,8 @@ def _operands(spec: GemmSpec) -> str:
 # --- the rows kernel: W is P rows of K contiguous values --------------------------------------------
 def _rows_body(spec: GemmSpec, config: GemvConfig) -> str:
     v = vec(spec)
-    main = """        for (; k + (UNROLL - 1) * STEP < K_VEC; k += UNROLL * STEP) {
+    main = """        int k = (part * 32 + lane) * VEC;
+        for (; k + (UNROLL - 1) * STEP < K_VEC; k += UNROLL * STEP) {
             uint4 w[UNROLL][NW];  // all loads first, so UNROLL·NW of them are in flight at once
             #pragma unroll
             for (int u = 0; u < UNROLL; ++u)
@@ -209,7 +210,7 @@ constexpr int WPO = {config.warps_per_output};  // warps sharing one group's K
 constexpr int NW = {config.outputs_per_warp};  // outputs of one group (a warp computes them together)
 constexpr int GROUPS = THREADS / 32 / WPO;  // groups per block
 constexpr int STEP = 32 * WPO * VEC;  // K covered by one load of every lane of a group
-constexpr int K_VEC = K - K % VEC;  // K handled by vector loads; the rest one value at a time
+constexpr int K_VEC = VEC > 1 ? K - K % VEC : 0;  // K handled by 16-byte loads; the rest one value at a time
 
 // rows: the WPO warps of a group reduce NW rows of W against the R vectors; lanes stride along K with
 // 16-byte loads, then a shuffle tree (and shared memory across warps) sums the lanes.
@@ -219,8 +220,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_param
     const int p0 = (blockIdx.x * GROUPS + group) * NW;  // first output of the group
     float acc[NW][R] = {{}};
     if (p0 < P) {{
-{lambdas}        int k = (part * 32 + lane) * VEC;
-{main}        for (int t = K_VEC + part * 32 + lane; t < K; t += 32 * WPO)  // scalar tail
+{lambdas}{main}        for (int t = K_VEC + part * 32 + lane; t < K; t += 32 * WPO)  // scalar tail
             #pragma unroll
             for (int j = 0; j < NW; ++j) {{
                 const float w = p0 + j < P ? to_float(W[(size_t)(p0 + j) * K + t]) : 0.0f;
