@@ -60,16 +60,24 @@ def extra_shapes() -> list[tuple[int, int, int]]:
     return large + small + gemv
 
 
+SMALL_TILE = 32  # the third round times only the simt candidates with a 32-wide tile side
+
+
 def specs(which: str = "first") -> list[GemmSpec]:
+    if which == "small":  # fp32 shapes of the earlier rounds with at most 4M outputs
+        return [GemmSpec(m, n, k) for m, n, k in training_shapes() + extra_shapes()
+                if m * n <= 1 << 22 and m > 16 and n > 1 and (m, n, k) not in set(BENCH_SHAPES)]
     shapes = training_shapes() if which == "first" else extra_shapes()
     bench = set(BENCH_SHAPES)
     return [GemmSpec(m, n, k, layout, dtype) for m, n, k in shapes if (m, n, k) not in bench
             for dtype, layout in (("fp32", "nn"), ("bf16", "nt"))]
 
 
-def jobs_for(spec: GemmSpec, arch: str, sm_count: int, most: int = 28) -> list:
+def jobs_for(spec: GemmSpec, arch: str, sm_count: int, most: int = 28, small_only: bool = False) -> list:
     """The spec's candidates, thinned evenly to `most` (gemv has up to 80 near-twins)."""
     configs = candidates(family_for(spec, arch).name, spec, arch, sm_count)
+    if small_only:
+        configs = [c for c in configs if min(c.bm, c.bn) == SMALL_TILE]
     step = max(1, -(-len(configs) // most))
     return [(spec, c, arch) for c in configs[::step]]
 
@@ -116,7 +124,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--budget", type=float, default=200.0, help="seconds; stops after the shape that passes it")
-    parser.add_argument("--set", dest="which", choices=("first", "extra"), default="first", help="which shapes")
+    parser.add_argument("--set", dest="which", choices=("first", "extra", "small"), default="first", help="which shapes")
     parser.add_argument("--most", type=int, default=28, help="candidates per shape at most (thinned evenly)")
     args = parser.parse_args()
     info = query_device()
@@ -125,7 +133,7 @@ def main() -> int:
         writer = csv.writer(handle)
         writer.writerow(FIELDS)
         todo = specs(args.which)
-        per_spec = [jobs_for(spec, info.arch, info.sm_count, args.most) for spec in todo]
+        per_spec = [jobs_for(spec, info.arch, info.sm_count, args.most, args.which == "small") for spec in todo]
         flat = [job for jobs in per_spec for job in jobs]
         compiled = compile_configs(flat)  # one pool for everything: NVRTC is the slow part
         print(f"{time.time() - start:6.1f}s compiled {len(flat)} kernels", flush=True)

@@ -1,6 +1,6 @@
 """The configs the chooser ranks, per family: a short list of proven shapes of kernel, not a search.
 
-simt: the tuned and ladder tiles from small (64×64, for shapes with few tiles) to 128×256, each with
+simt: the tuned and ladder tiles from small (32×32, for shapes with few tiles) to 128×256, each with
 split-K where the shape has too few tiles to fill the GPU. wgmma: the persistent TMA-store kernel
 with each tile size the family allows, plus the non-persistent variants (one tile per block). gemv:
 block sizes and unrolls. Every candidate returned passes the family's constraints for the spec.
@@ -28,6 +28,10 @@ SIMT_TILES: tuple[tuple[int, ...], ...] = (
     (64, 128, 16, 8, 4, 32, 64, 2),
     (128, 64, 16, 8, 4, 64, 32, 2),
     (64, 64, 16, 4, 4, 32, 32, 2),
+    (32, 64, 16, 4, 4, 32, 32, 2),     # small tiles: more blocks for small and skinny shapes
+    (64, 32, 16, 4, 4, 32, 32, 2),
+    (32, 128, 16, 4, 4, 32, 64, 2),
+    (32, 32, 16, 4, 4, 32, 32, 2),
 )
 
 
