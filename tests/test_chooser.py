@@ -169,3 +169,17 @@ def test_gemv_compiles_every_layout_and_epilogue(dtype):
                                GemvConfig(threads=256, warps_per_output=2, outputs_per_warp=4, unroll=4)):
                     compiled = compile_kernel(family.render(spec, config, "sm_90"), "sm_90")
                     assert compiled.resources.spills == 0
+
+
+def test_shipped_chooser_still_picks_what_the_results_table_measured():
+    """bench/results/2026-11-23-h100-untuned.* measured the shipped model's picks; a change to the
+    candidates or the model that moves a pick makes that table stale (re-run bench/bench_untuned.py)."""
+    from pathlib import Path
+
+    table = Path(__file__).resolve().parent.parent / "bench" / "results" / "2026-11-23-h100-untuned.json"
+    rows = json.loads(table.read_text())
+    assert len(rows) == 48
+    for row in rows:
+        m, n, k = (int(x) for x in row["spec"].split()[0].split("x"))
+        spec = GemmSpec(m, n, k, row["spec"].split()[1], row["dtype"])
+        assert choose(spec, "sm_90").config.describe() == row["config"], row["spec"]

@@ -89,7 +89,8 @@ def traffic_bytes(spec: GemmSpec, g: Geometry) -> float:
     a = spec.m * spec.k * spec.element_bytes * math.ceil(spec.n / g.bn)
     b = spec.k * spec.n * spec.element_bytes * math.ceil(spec.m / g.bm)
     d = spec.m * spec.n * spec.out_element_bytes * (2 * g.splits - 1)
-    return float(a + b + d + (spec.min_bytes - spec.input_elements() * spec.element_bytes - spec.m * spec.n * spec.out_element_bytes))
+    epilogue = (spec.output_elements() - spec.m * spec.n) * spec.out_element_bytes  # C and bias, once
+    return float(a + b + d + epilogue)
 
 
 def features(spec: GemmSpec, config: Any, sm_count: int, registers: int | None = None) -> dict[str, float]:
