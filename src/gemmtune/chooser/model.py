@@ -1,7 +1,7 @@
 """The chooser's model: per family, boosted trees predicting log run time from the named features.
 
 Trained on measured rows (the tuning database, the shipped simulation tables, collected timing
-CSVs); shipped as ``data/chooser_model.json.gz`` (150 small trees per family, numbers rounded, gzipped: ~90 KB)
+CSVs); shipped as ``data/chooser_model.json.gz`` (150 small trees per family, numbers rounded, gzipped: ~100 KB)
 and retrained by ``gemmtune db train``. Loading needs numpy only: no GPU, no compiler.
 """
 from __future__ import annotations
