@@ -21,7 +21,7 @@ from gemmtune.export.reference import reference_source
 from gemmtune.export.writer import export_source, export_spec, write_folder
 from gemmtune.kernel_source import KernelSource
 from gemmtune.kernels import get_family
-from gemmtune.kernels.simt.config import SimtConfig, default_config, ladder
+from gemmtune.kernels.simt.config import SimtConfig, default_config, ladder, rejections
 from gemmtune.spec import GemmSpec
 
 SPEC = GemmSpec(200, 136, 72, layout="nt", epilogue="bias_col+relu+add")
@@ -65,7 +65,7 @@ def test_kernel_json_round_trips(exported):
     assert data["spec"]["epilogue"] == "bias_col+relu+add" and data["arch"] == "sm_90"
     assert data["config"] == exported.compiled.source.config
     assert set(data["measured"]) == {"time_s", "tflops", "cublas_time_s", "cublas_tflops"}
-    assert data["config_source"]["source"] in ("known-configs", "default")
+    assert data["config_source"]["source"] in ("known-configs", "chooser")
 
 
 def test_kernel_source_json_loads_without_the_generator(exported):
@@ -174,15 +174,23 @@ def test_known_configs_by_arch_without_a_gpu(no_tuning_db):
 
 def test_known_configs_by_gpu_name_and_nearest_shape(no_tuning_db):
     device = FakeDevice("NVIDIA H200", "sm_90")
-    choice = choose_config(GemmSpec(3000, 5000, 4096, layout="nt"), "sm_90", device)
+    choice = choose_config(GemmSpec(3800, 4400, 4096, layout="nt"), "sm_90", device)
     assert choice.provenance.detail.startswith("H200 entry for 4096x4096x4096 nt")
 
 
-def test_unknown_gpu_falls_back_to_the_default(no_tuning_db):
+def test_far_shapes_go_to_the_chooser_not_the_nearest_known_config(no_tuning_db):
+    device = FakeDevice("NVIDIA H200", "sm_90")
+    choice = choose_config(GemmSpec(3000, 5000, 4096, layout="nt"), "sm_90", device)
+    assert choice.provenance.source == "chooser" and "waves" in choice.provenance.detail
+    skinny = choose_config(GemmSpec(64, 4096, 4096), "sm_90", device)
+    assert skinny.provenance.source == "chooser" and skinny.config.split_k > 1
+
+
+def test_unknown_gpu_gets_the_chooser(no_tuning_db):
     spec = GemmSpec(512, 512, 512)
     for arch, device in (("sm_89", None), ("sm_90", FakeDevice("NVIDIA GH999", "sm_90"))):
         choice = choose_config(spec, arch, device)
-        assert choice.provenance.source == "default" and choice.config == default_config(spec, arch)
+        assert choice.provenance.source == "chooser" and not rejections(choice.config, spec, arch)
 
 
 def test_known_config_that_breaks_a_constraint_is_skipped(tmp_path, no_tuning_db):
@@ -191,7 +199,7 @@ def test_known_config_that_breaks_a_constraint_is_skipped(tmp_path, no_tuning_db
     table = tmp_path / "known.json"
     table.write_text(json.dumps({"format": 1, "family": "simt", "entries": [row]}))
     assert from_known_configs(GemmSpec(64, 64, 64), "sm_90", table=table) is None
-    assert choose_config(GemmSpec(64, 64, 64), "sm_90", table=table).provenance.source == "default"
+    assert choose_config(GemmSpec(64, 64, 64), "sm_90", table=table).provenance.source == "chooser"
 
 
 def test_shipped_table_is_valid():
@@ -282,7 +290,7 @@ def test_cli_export_prints_the_config_source(tmp_path, capsys, no_tuning_db, mon
                  "--out", str(tmp_path / "o"), "--name", "my_gemm"])
     out = capsys.readouterr().out
     assert code == 0
-    assert "config source: known-configs" in out and "for sm_90a" in out
+    assert "config source: chooser" in out and "for sm_90a" in out
     assert read_manifest(tmp_path / "o").name == "my_gemm" and (tmp_path / "o" / "my_gemm.cuh").exists()
 
 

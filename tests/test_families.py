@@ -112,7 +112,7 @@ def test_tuning_db_is_asked_for_the_chosen_family(monkeypatch):
         asked["family"] = family
 
     monkeypatch.setitem(sys.modules, "gemmtune.tune.db", types.SimpleNamespace(best_known_trial=best_known_trial))
-    assert config_source.choose_config(FP32, "sm_90").provenance.source in ("known-configs", "default")
+    assert config_source.choose_config(FP32, "sm_90").provenance.source in ("known-configs", "chooser")
     assert asked["family"] == "simt"
 
 

@@ -70,7 +70,7 @@ def test_family_choice_and_reasons():
     with pytest.raises(ConfigError, match="Hopper"):
         family_for(GemmSpec(64, 64, 64, "nt", "bf16"), "sm_80")
     with pytest.raises(ConfigError, match="multiple of 16"):
-        family_for(GemmSpec(7, 13, 5, "nn", "bf16"), "sm_90a")
+        family_for(GemmSpec(77, 13, 5, "nn", "bf16"), "sm_90a")  # M > 16: not a GEMV either
     with pytest.raises(ConfigError, match="K-major"):
         family_for(GemmSpec(64, 64, 64, "nn", "tf32"), "sm_90a")
 

@@ -21,6 +21,8 @@ def register(subparsers) -> None:
                                        "object of config fields")
     show.add_argument("--arch", help="target: sm_80, sm_86, sm_89, sm_90, sm_90a (default: the GPU's, else sm_90)")
     show.add_argument("--no-code", action="store_true", help="print only the resource report")
+    show.add_argument("--explain", action="store_true",
+                      help="also print the config chooser's ranking: the pick, why, and the runners-up")
     show.set_defaults(run=run_show)
 
     bench = subparsers.add_parser("bench", help="verify and time every ladder step and the best config against cuBLAS",
@@ -51,7 +53,21 @@ def run_show(args: argparse.Namespace) -> int:
     print(f"// config   {src.family}: {kern.config.describe()}  [{kern.config_source}]")
     print(f"// launch   grid {src.grid}  block {src.block}  dynamic smem {src.dynamic_smem} B")
     print(f"// ptxas    {kern.arch}: {kern.resources.summary()}")
+    if args.explain:
+        print(explain_text(spec, kern))
     return 0
+
+
+def explain_text(spec, kern) -> str:
+    """The chooser's ranking for the spec (what it would pick, and why), whatever built the kernel."""
+    from ..chooser import explain, rank
+    from ..device import present_device
+
+    device = present_device()
+    sm_count = device.sm_count if device is not None else 132
+    picks = rank(spec, kern.arch, sm_count, kern.family)
+    used = "" if kern.config_source.startswith("chooser") else f"\n  (the kernel above came from {kern.config_source})"
+    return explain(picks) + f"\n  GPU model: {sm_count} SMs" + used
 
 
 def _candidates(spec, steps: str, arch: str, family):

@@ -44,6 +44,18 @@ def register(subparsers) -> None:
     _add_db_argument(load)
     load.set_defaults(run=run_import)
 
+    train = verbs.add_parser("train", help="retrain the config chooser on the database, the shipped tables and CSVs",
+                             description="Fits the chooser's model (boosted trees over wave quantization, tile "
+                                         "waste, occupancy and bytes per FLOP) on every successful trial of the "
+                                         "tuning database, the shipped simulation tables and the timing CSVs "
+                                         "given, and writes it where build/show/bench/export read it.")
+    _add_db_argument(train)
+    train.add_argument("--csv", type=Path, action="append", default=[], metavar="FILE",
+                       help="a timing CSV from bench/collect_chooser_data.py (repeatable)")
+    train.add_argument("--no-tables", action="store_true", help="leave out the shipped simulation tables")
+    train.add_argument("--out", type=Path, help="model file (default: the shipped gemmtune/data/chooser_model.json)")
+    train.set_defaults(run=run_train)
+
     check = verbs.add_parser("check", help="integrity check, schema version and row counts of the database",
                              description="Run SQLite's integrity check and count the trials; exit 1 when the "
                                          "database is damaged or holds duplicate keys.")
@@ -144,4 +156,18 @@ def run_check(args: argparse.Namespace) -> int:
     if not report.ok:
         print(f"gemmtune: {report.path} failed its check", file=sys.stderr)
         return 1
+    return 0
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from ..chooser.model import MODEL_PATH
+    from ..chooser.training import retrain
+    from ..tune.db import default_db_path
+
+    model, report = retrain(args.csv, args.db or default_db_path(), args.out or MODEL_PATH,
+                            use_tables=not args.no_tables)
+    families = ", ".join(f"{name}: {count} rows" for name, count in sorted(report.per_family.items()))
+    print(f"trained the chooser on {report.rows} rows ({families}); wrote {report.path}")
+    for name, fam in sorted(model.families.items()):
+        print(f"  {name}: {len(fam.trees)} trees over {len(fam.feature_names)} features, {fam.shapes} shapes")
     return 0

@@ -43,6 +43,8 @@ def register(subparsers) -> None:
     tune.add_argument("--timeout", type=float, default=60.0, help="seconds before a measurement counts as hung")
     add_family_argument(tune)
     tune.add_argument("--no-transfer", action="store_true", help="do not seed from the nearest tuned shapes")
+    tune.add_argument("--chooser-seeds", type=int, default=4, metavar="N",
+                      help="measure the config chooser's N best picks first (default 4; 0: none)")
     tune.add_argument("--simulate", type=Path, metavar="CSV",
                       help="replay a recorded table (src/gemmtune/data/*.csv) instead of measuring: no GPU needed")
     tune.add_argument("--backend", default="native", choices=("native", "tvm", "tvm-manual"),
@@ -127,7 +129,7 @@ def run_tune(args: argparse.Namespace) -> int:
     trials = trial_budget(args.trials, word_trials, args.time_s)
     family = tuned_family(args, spec)
     options = TuneOptions(family, args.strategy, trials, args.time_s, args.seed, args.batch, args.top,
-                          not args.no_transfer)
+                          not args.no_transfer, args.chooser_seeds)
     runner, cublas_s, note = simulation_runner(args.simulate, spec) if args.simulate else gpu_runner(spec, args)
     db_path = args.db or default_db_path()
     seen = SeenTrials()

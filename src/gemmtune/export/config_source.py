@@ -5,8 +5,11 @@ First the family: the one asked for, else the registry's choice for the spec and
 1. ``tuning-db``: the best measured config for this spec on this device (``gemmtune.tune.db``).
 2. ``known-configs``: ``gemmtune/data/known_configs.json``, good configs per GPU for common shapes,
    matched by family and GPU name (or, without a GPU, by target arch); the nearest shape with the
-   same layout (and dtype) wins.
-3. ``default``: the family's ``default_config`` — sound for every shape it supports.
+   same layout (and dtype) wins, if it is near (sizes within NEAR_SHAPE in summed log ratio): a
+   config tuned for 4096³ is no answer for 64×4096×4096.
+3. ``chooser``: the config chooser's pick among the family's candidates (``gemmtune.chooser``: a
+   model of wave quantization, tile waste, occupancy and traffic, trained on measured rows).
+4. ``default``: the family's ``default_config`` — sound for every shape it supports.
 Every answer carries a :class:`Provenance` saying which step produced it.
 """
 from __future__ import annotations
@@ -27,6 +30,7 @@ from .manifest import Provenance
 KNOWN_CONFIGS = Path(__file__).resolve().parent.parent / "data" / "known_configs.json"
 
 
+NEAR_SHAPE = 0.25  # summed |log(size ratio)| of M, N, K within which a known config still applies
 DEFAULT_TABLE_FAMILY = "simt"  # entries written before families were plug-ins carry no family
 
 
@@ -84,7 +88,8 @@ def choose_config(spec: GemmSpec, arch: str, device: Any = None, db_path: Path |
     `family` (default: the registry's choice for the spec and arch; ConfigError when it cannot)."""
     chosen = family_for(spec, arch, family)
     found = (from_tuning_db(spec, arch, device, db_path, chosen)
-             or from_known_configs(spec, arch, device, table, chosen.name))
+             or from_known_configs(spec, arch, device, table, chosen.name, NEAR_SHAPE)
+             or from_chooser(spec, arch, device, chosen))
     if found is not None:
         return found
     detail = f"no tuned or known config for this spec and device; {chosen.name} default_config"
@@ -124,9 +129,12 @@ def _matches(row: KnownConfig, arch: str, device: Any, family: str) -> bool:
 
 
 def from_known_configs(spec: GemmSpec, arch: str, device: Any = None, table: Path = KNOWN_CONFIGS,
-                       family: str = DEFAULT_TABLE_FAMILY) -> ConfigChoice | None:
-    """The nearest shipped `family` config for this GPU (or arch) that is valid for `spec`, or None."""
-    rows = sorted((r for r in load_known_configs(table) if _matches(r, arch, device, family)),
+                       family: str = DEFAULT_TABLE_FAMILY, max_distance: float = math.inf) -> ConfigChoice | None:
+    """The nearest shipped `family` config for this GPU (or arch) that is valid for `spec` and whose
+    shape (same layout and dtype) lies within `max_distance`, or None."""
+    rows = sorted((r for r in load_known_configs(table) if _matches(r, arch, device, family)
+                   and (max_distance == math.inf or (r.distance(spec)[:2] == (False, False)
+                                                     and r.distance(spec)[2] <= max_distance))),
                   key=lambda r: r.distance(spec))
     if not rows:
         return None
@@ -139,3 +147,14 @@ def from_known_configs(spec: GemmSpec, arch: str, device: Any = None, table: Pat
                       + (f"; {row.provenance}" if row.provenance else ""))
             return ConfigChoice(row.config, Provenance("known-configs", detail, row.measured_s, row.cublas_s), family)
     return None
+
+
+def from_chooser(spec: GemmSpec, arch: str, device: Any, family: Family) -> ConfigChoice | None:
+    """The chooser's pick among the family's candidates (None when it has none for the spec)."""
+    from ..chooser import rank
+
+    sm_count = getattr(device, "sm_count", None) or 132  # no GPU (or a stand-in): an H100/H200-sized one
+    picks = rank(spec, arch, sm_count, family.name)
+    if not picks:
+        return None
+    return ConfigChoice(picks[0].config, Provenance("chooser", picks[0].why()), family.name)

@@ -16,7 +16,7 @@ HARNESS = "main.cu"
 REFERENCE = "reference.cuh"
 CMAKE = "CMakeLists.txt"
 README = "README.md"
-CONFIG_SOURCES = ("given", "tuning-db", "known-configs", "default")
+CONFIG_SOURCES = ("given", "tuning-db", "known-configs", "chooser", "default")
 
 
 def file_names(name: str) -> dict[str, str]:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from ..tune.space import SearchSpace
 
 # Family packages, best first: family_for picks the first one that supports a spec.
-FAMILY_MODULES = ("wgmma", "simt")
+FAMILY_MODULES = ("gemv", "wgmma", "simt")
 
 
 @dataclass(frozen=True)

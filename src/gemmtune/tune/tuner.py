@@ -41,6 +41,7 @@ class TuneOptions:
     batch: int = 8  # configs per ask: the model is refit between batches
     remeasure_top: int = 5
     transfer: bool = True
+    chooser_seeds: int = 4  # the chooser's top picks measured first (0: none)
 
 
 @dataclass(frozen=True)
@@ -87,13 +88,23 @@ class Tally:
         return TuneProgress(self.done, self.budget, self.failures, self.best, last)
 
 
+def chooser_seeds(spec: GemmSpec, environment, family: str, count: int) -> list:
+    """The chooser's `count` best-predicted configs for the spec (the strategy keeps those in its space)."""
+    if count <= 0:
+        return []
+    from ..chooser import rank
+
+    return [p.config for p in rank(spec, environment.arch, environment.sm_count, family)[:count]]
+
+
 def tune(spec: GemmSpec, runner: Runner, db: TuningDB, options: TuneOptions = TuneOptions(),
          on_trial: Callable[[TuneProgress], None] | None = None) -> TuneOutcome:
     space = space_for(options.family)
     candidates = runner.restrict(candidate_set(space, spec, runner.environment.arch))
     context = TuneContext(spec, runner.environment, space.family, space.version)
     previous = db.results(context)
-    seeds = transfer_seeds(db, context, candidates) if options.transfer else []
+    seeds = chooser_seeds(spec, runner.environment, space.family, options.chooser_seeds)
+    seeds += transfer_seeds(db, context, candidates) if options.transfer else []
     strategy = make_strategy(options.strategy, candidates, options.seed, seeds, runner.environment.sm_count)
     strategy.tell(previous)
     tally = Tally(previous, options.trials)

@@ -45,6 +45,10 @@ class SimtConfig(FamilyConfig):
       cp.async while the last two k-slices are multiplied, so the write-back reads C from shared
       memory instead of waiting on DRAM; costs BM×(BN+4) floats of shared memory (sm_80+, stages=2).
       A no-op for epilogues that do not read C.
+    split_k: blocks that share one output tile, each multiplying an equal share of the k-slices
+      (grid z); they add their partial sums into D in turn (serial reduction ordered by a per-tile
+      semaphore) and the last applies the epilogue. For shapes whose tiles do not fill the GPU
+      (small M·N, large K). 1 = off (and left out of the JSON, so keys from before it stay valid).
     """
 
     kind: str = "tiled"
@@ -63,7 +67,14 @@ class SimtConfig(FamilyConfig):
     unroll: int = 8
     prefetch_c: bool = False
     stage_c: bool = False
+    split_k: int = 1
     FAMILY_LABEL = "simt"
+
+    def to_json(self) -> dict:
+        data = super().to_json()
+        if data["split_k"] == 1:  # configs (and database keys) from before split-K stay unchanged
+            del data["split_k"]
+        return data
 
     # --- derived shape --------------------------------------------------------------------
     @property
@@ -110,7 +121,8 @@ class SimtConfig(FamilyConfig):
         return (f"tile {self.bm}x{self.bn}x{self.bk} thread {self.tm}x{self.tn}{warp} vec{self.vec} "
                 f"stages{self.stages}{copy}" + (f" pad{self.pad}" if self.pad else "")
                 + (f" unroll{self.unroll}" if self.unroll else " unroll-full")
-                + (" prefetchC" if self.prefetch_c else "") + (" stageC" if self.stage_c else ""))
+                + (" prefetchC" if self.prefetch_c else "") + (" stageC" if self.stage_c else "")
+                + (f" splitK{self.split_k}" if self.split_k > 1 else ""))
 
 
 
@@ -236,6 +248,22 @@ def _registers(c: SimtConfig, s: GemmSpec, arch: str) -> str | None:
     return None
 
 
+MAX_SPLIT_K = 32
+
+
+def _split_k(c: SimtConfig, s: GemmSpec, arch: str) -> str | None:
+    if c.split_k == 1:
+        return None
+    if not 1 <= c.split_k <= MAX_SPLIT_K:
+        return f"split_k={c.split_k}: 1 to {MAX_SPLIT_K}"
+    if c.kind != "tiled" or c.stage_c:
+        return "split-K runs in the tiled kernel without stage_c (only the last split reads C)"
+    k_tiles = -(-s.k // c.bk)
+    if c.split_k > k_tiles:
+        return f"split_k={c.split_k} exceeds the {k_tiles} k-slices of K={s.k} (a split would be empty)"
+    return None
+
+
 def _dtype(c: SimtConfig, s: GemmSpec, arch: str) -> str | None:
     return None if s.dtype == "fp32" else f"the simt family computes fp32 only, not {s.dtype}"
 
@@ -243,7 +271,7 @@ def _dtype(c: SimtConfig, s: GemmSpec, arch: str) -> str | None:
 CONSTRAINTS: dict[str, Constraint] = {
     "kind": _kind, "dtype": _dtype, "threads": _threads, "thread_tile": _thread_tile,
     "warp_tile": _warp_tile, "vector": _vector, "loads_divide": _loads_divide, "shared_memory": _smem,
-    "pipeline": _pipeline, "c_stage": _c_stage, "registers": _registers,
+    "pipeline": _pipeline, "c_stage": _c_stage, "registers": _registers, "split_k": _split_k,
 }
 
 

@@ -360,20 +360,22 @@ def _drain(ops: tuple[_Operand, ...], buf: str) -> str:
 def _emit_main_loop(config: SimtConfig, ops: tuple[_Operand, ...], stage_c: bool = False) -> str:
     groups = stage_c or any(o.use_async for o in ops)  # cp.async groups to commit and wait for
     drain_next = _drain(ops, "buf ^ 1")
+    # With split-K a block walks only its share of the k-slices: k_tiles of them from k_begin.
+    origin, tiles = ("k_begin + ", "k_tiles") if config.split_k > 1 else ("", "KTILES")
     if config.stages == 1:
-        lines = [f"{_fill(ops, 't * BK', '0')} {_drain(ops, '0')}",
+        lines = [f"{_fill(ops, origin + 't * BK', '0')} {_drain(ops, '0')}",
                  "__syncthreads();  // the whole slice is in shared memory",
                  "compute(0);", "__syncthreads();  // everyone is done reading before it is overwritten"]
-        return "    for (int t = 0; t < KTILES; ++t) {\n" + "".join(f"        {x}\n" for x in lines) + "    }\n"
-    prologue = [f"{_fill(ops, '0', '0')}" + (" cp_async_commit();" if groups else ""),
+        return f"    for (int t = 0; t < {tiles}; ++t) {{\n" + "".join(f"        {x}\n" for x in lines) + "    }\n"
+    prologue = [f"{_fill(ops, origin + '0', '0')}" + (" cp_async_commit();" if groups else ""),
                 _drain(ops, "0"), "cp_async_wait<0>();" if groups else "", "__syncthreads();"]
     # With stage_c, C's copy is its own group, committed after slice t+1's at t == C_ISSUE: waiting
     # for all but the newest group then completes the slice and leaves C in flight one more slice.
     wait = ("if (t == C_ISSUE && more) cp_async_wait<1>(); else cp_async_wait<0>();  "
             "// slice t+1 has landed (C may still be in flight)") if stage_c else \
         "cp_async_wait<0>();  // slice t+1 has landed in shared memory"
-    body = ["const int buf = t & 1;", "const bool more = t + 1 < KTILES;",
-            f"if (more) {{ {_fill(ops, '(t + 1) * BK', 'buf ^ 1')} }}",
+    body = ["const int buf = t & 1;", f"const bool more = t + 1 < {tiles};",
+            f"if (more) {{ {_fill(ops, origin + '(t + 1) * BK', 'buf ^ 1')} }}",
             "cp_async_commit();" if groups else "",
             "if (t == C_ISSUE) { copy_c(); cp_async_commit(); }  // C overlaps the last two slices" if stage_c else "",
             "compute(buf);  // overlaps the moves of slice t+1",
@@ -382,7 +384,7 @@ def _emit_main_loop(config: SimtConfig, ops: tuple[_Operand, ...], stage_c: bool
             "__syncthreads();  // one barrier: the other buffer was last read before the previous one"]
     return ("    // Pipeline: slice t+1 moves (cp.async or through registers) while slice t is multiplied.\n"
             + "".join(f"    {x}\n" for x in prologue if x)
-            + "    for (int t = 0; t < KTILES; ++t) {\n" + "".join(f"        {x}\n" for x in body if x) + "    }\n")
+            + f"    for (int t = 0; t < {tiles}; ++t) {{\n" + "".join(f"        {x}\n" for x in body if x) + "    }\n")
 
 
 def _emit_copy_c(spec: GemmSpec) -> str:
@@ -421,6 +423,73 @@ _C_TILE_DECL = f"""    // The staged C tile lives in dynamic shared memory: BM×
 """
 
 
+SPLIT_TURN_HELPERS = r"""// Split-K turns: the blocks of one output tile add into D one after another, in order of
+// blockIdx.z. split_turn[tile] holds whose turn it is; module memory starts at zero and the last
+// split sets it back to zero, so the kernel needs no workspace and no memset between launches.
+__device__ unsigned int split_turn[TILES_N * TILES_M];
+__device__ __forceinline__ void wait_turn(const unsigned int* turn, unsigned int mine) {
+    if (threadIdx.x == 0) {
+        unsigned int now;
+        do {  // acquire: the previous split's partial sums in D are visible once its turn ends
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(now) : "l"(turn) : "memory");
+        } while (now != mine);
+    }
+    __syncthreads();
+}
+__device__ __forceinline__ void pass_turn(unsigned int* turn, unsigned int next) {
+    __threadfence();  // every thread's stores to D reach L2 before the turn moves on
+    __syncthreads();
+    if (threadIdx.x == 0) asm volatile("st.release.gpu.global.u32 [%0], %1;" :: "l"(turn), "r"(next) : "memory");
+}
+"""
+
+
+def _split_constants(spec: GemmSpec, config: SimtConfig) -> str:
+    if config.split_k == 1:
+        return ""
+    return (f"constexpr int SPLITS = {config.split_k};  // blocks along K per output tile (grid z)\n"
+            f"constexpr int TILES_M = {_ceil_div(spec.m, config.bm)}, TILES_N = {_ceil_div(spec.n, config.bn)};\n"
+            + SPLIT_TURN_HELPERS)
+
+
+SPLIT_RANGE = """    // This block's share of the k-slices: an even split (shares differ by at most one slice).
+    const int k_first = blockIdx.z * KTILES / SPLITS, k_tiles = (blockIdx.z + 1) * KTILES / SPLITS - k_first;
+    const int k_begin = k_first * BK;
+"""
+
+
+def _emit_split_store(spec: GemmSpec, config: SimtConfig) -> str:
+    """Serial split-K write-back: add the earlier splits' sum from D (L2, not L1: other SMs wrote it),
+    store the new sum; the last split applies the epilogue. Same order every run: deterministic."""
+    final = _epilogue_call(spec, "v", "row", "col")
+    return f"""    // Split-K write-back: wait for this tile's turn, add to the partial sum the earlier splits left
+    // in D, and store; the last split applies the epilogue and hands the turn back to split 0.
+    const int tile = blockIdx.y * TILES_N + blockIdx.x;
+    const bool first = blockIdx.z == 0, last = blockIdx.z == SPLITS - 1;
+    if (!first) wait_turn(&split_turn[tile], blockIdx.z);
+    const int row0 = m_origin + warp_row * WM + thread_row * TM;
+    const int col0 = n_origin + warp_col * WN + thread_col * TN;
+    #pragma unroll
+    for (int wi = 0; wi < WMITER; ++wi)
+    #pragma unroll
+    for (int i = 0; i < TM; ++i) {{
+        const int row = row0 + wi * WSUBM + i;
+        #pragma unroll
+        for (int wj = 0; wj < WNITER; ++wj) {{
+            #pragma unroll
+            for (int j = 0; j < TN; ++j) {{
+                const int col = col0 + wj * WSUBN + j;
+                if (row >= M || col >= N) continue;
+                const float v = acc[wi * TM + i][wj * TN + j] + (first ? 0.0f : __ldcg(&D[row * N + col]));
+                if (last) D[row * N + col] = {final};
+                else __stcg(&D[row * N + col], v);
+            }}
+        }}
+    }}
+    pass_turn(&split_turn[tile], last ? 0u : blockIdx.z + 1);
+"""
+
+
 def _render_tiled(spec: GemmSpec, config: SimtConfig) -> KernelSource:
     _, params = _params(spec)
     a, b = _operands(spec, config)
@@ -429,7 +498,8 @@ def _render_tiled(spec: GemmSpec, config: SimtConfig) -> KernelSource:
                      for o in (a, b)) + (_emit_copy_c(spec) if stage_c else "")
     staging = "".join(f"    {_stage_type(o)} {o.name.lower()}_stage[{_loads_per_thread(o)}];\n"
                       for o in (a, b) if not o.use_async)
-    body = (_tile_constants(spec, config) + "\n" + (CP_ASYNC_HELPERS if a.use_async or b.use_async or stage_c else "") + f"""
+    split = config.split_k > 1
+    body = (_tile_constants(spec, config) + _split_constants(spec, config) + "\n" + (CP_ASYNC_HELPERS if a.use_async or b.use_async or stage_c else "") + f"""
 // (THREADS, 1): at least one block per SM, so ptxas may use up to 255 registers instead of
 // trimming to a guessed occupancy target and spilling (seen on sm_80 at odd shapes).
 extern "C" __global__ void __launch_bounds__(THREADS, 1) {entry_name(spec)}({params}) {{
@@ -442,12 +512,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {entry_name(spec)}({par
     const int warp_row = group / (BN / WN), warp_col = group % (BN / WN);
     const int thread_row = lane / TCOLS, thread_col = lane % TCOLS;
     float acc[WMITER * TM][WNITER * TN] = {{}};
-{_emit_prefetch_c(spec, config)}
+{SPLIT_RANGE if split else ""}{_emit_prefetch_c(spec, config)}
 {movers}{staging}{_emit_compute(spec, config)}
 {_emit_main_loop(config, (a, b), stage_c)}
-{_emit_store(spec, config)}}}
+{_emit_split_store(spec, config) if split else _emit_store(spec, config)}}}
 """)
-    grid = (_ceil_div(spec.n, config.bn), _ceil_div(spec.m, config.bm), 1)
+    grid = (_ceil_div(spec.n, config.bn), _ceil_div(spec.m, config.bm), config.split_k)
     return _source(spec, config, body, grid, (config.threads, 1, 1), config.c_stage_bytes(spec))
 
 

@@ -23,6 +23,7 @@ SIMT_READS: dict[str, tuple[str, ...]] = {
     "loads_divide": _TILE + ("bk", "vec"), "shared_memory": ("kind", "bm", "bn", "bk", "stages", "pad"),
     "pipeline": ("stages", "async_copy", "pad", "unroll"), "registers": ("kind", "tm", "tn", "wm", "wn", "wniter"),
     "c_stage": ("kind", "bm", "bn", "bk", "stages", "pad", "stage_c"),
+    "split_k": ("kind", "bk", "stage_c", "split_k"),
 }
 
 

@@ -1,0 +1,163 @@
+"""Fast without tuning: 24 shapes nobody tuned, fp32 and bf16, each against cuBLAS in the same run.
+
+    python bench/bench_untuned.py [--out results.md] [--json rows.json] [--dtypes fp32,bf16]
+
+Every kernel comes from `gemmtune.build(spec)` exactly as a new user gets it (tuning database off:
+the chooser or the shipped table decides), is verified against the float64 reference with a poisoned
+D, and timed with the same protocol (L2 flushed, median) as cuBLAS (torch.mm; fp32 with TF32 off).
+M = 1 / N = 1 rows are also given in GB/s (the bytes of A, B and D once) against the measured copy
+bandwidth (a device-to-device copy of 1 GiB: read + write bytes over its time).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+# (M, N, K): LLM layers (LLaMA-7B MLP and attention, decode at batch 1 and 16, the LM head), odd sizes,
+# and skinny shapes. K is a multiple of 8 so the bf16 rows meet TMA's 16-byte row rule (layout nt).
+BENCH_SHAPES: tuple[tuple[int, int, int], ...] = (
+    (4096, 11008, 4096), (4096, 4096, 11008), (8192, 1024, 8192), (2048, 5120, 5120), (6144, 6144, 2048),
+    (12288, 4096, 1024), (512, 4096, 4096), (128, 4096, 14336), (16, 4096, 4096), (64, 8192, 8192),
+    (1, 4096, 4096), (1, 11008, 4096), (1, 4096, 11008), (1, 32000, 4096), (4096, 1, 4096),
+    (1024, 1024, 16384), (2048, 2048, 8192), (4096, 128, 4096), (3001, 2999, 776), (1000, 1000, 1000),
+    (257, 1023, 4104), (777, 3333, 1536), (5000, 300, 2048), (200, 300, 504),
+)
+LAYOUT = {"fp32": "nn", "bf16": "nt"}  # bf16 as torch.nn.Linear stores it: A row-major, B = Wᵀ (N×K)
+
+
+@dataclass(frozen=True)
+class Row:
+    spec: str
+    dtype: str
+    family: str
+    config: str
+    source: str
+    ours_s: float | None
+    cublas_s: float | None
+    bytes: int
+    verified: str
+
+    @property
+    def ratio(self) -> float | None:
+        return self.cublas_s / self.ours_s if self.ours_s and self.cublas_s else None
+
+
+def copy_bandwidth(protocol) -> float:
+    """Bytes per second of a 1 GiB device-to-device copy (read + write), L2 flushed like the GEMMs."""
+    import torch
+
+    from gemmtune.device import query_device
+    from gemmtune.timing import measure
+
+    src = torch.empty(1 << 28, dtype=torch.float32, device="cuda").fill_(1.0)
+    dst = torch.empty_like(src)
+    stream = torch.cuda.current_stream().cuda_stream
+    m = measure(lambda: dst.copy_(src), protocol, query_device().l2_bytes, stream)
+    return 2 * src.numel() * 4 / m.median_s
+
+
+def bench_one(spec, protocol, db_path: Path) -> Row:
+    import gemmtune
+    from gemmtune.baseline import cublas_measurement
+    from gemmtune.errors import GemmtuneError, VerifyError
+    from gemmtune.evaluate import evaluate
+
+    try:
+        kern = gemmtune.build(spec, db_path=db_path)
+        result = evaluate(kern.compiled, protocol)
+        ours = result.measurement.median_s if result.ok else None
+        verified = "ok" if result.ok else f"WRONG: {result.verify.message}"
+        family, config, source = kern.family, kern.config.describe(), kern.config_source.split(" (")[0]
+    except GemmtuneError as err:
+        ours, verified, family, config, source = None, f"error: {err}", "-", "-", "-"
+    try:
+        cublas = cublas_measurement(spec, protocol).median_s
+    except VerifyError as err:  # cuBLAS itself off our tolerance (e.g. split-K rounding bf16 twice): time it anyway
+        cublas, verified = cublas_unchecked(spec, protocol), f"{verified}; cuBLAS off tolerance: {str(err)[-60:]}"
+    return Row(spec.short(), spec.dtype, family, config, source, ours, cublas, spec.min_bytes, verified)
+
+
+def cublas_unchecked(spec, protocol) -> float:
+    """cuBLAS's time for the spec (torch.mm into a preallocated D, same protocol), without the check."""
+    import numpy as np
+    import torch
+
+    from gemmtune.device import query_device
+    from gemmtune.timing import measure
+    from gemmtune.verify import make_inputs
+
+    x = make_inputs(spec, np.random.default_rng(0))
+    kind = torch.bfloat16 if spec.dtype == "bf16" else torch.float32
+    a, b = (torch.from_numpy(x[n]).cuda().to(kind) for n in ("A", "B"))
+    a, b = (a.t() if spec.a_trans else a), (b.t() if spec.b_trans else b)
+    out = torch.empty((spec.m, spec.n), dtype=kind, device="cuda")
+    stream = torch.cuda.current_stream().cuda_stream
+    return measure(lambda: torch.mm(a, b, out=out), protocol, query_device().l2_bytes, stream).median_s
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def table(rows: list[Row], copy_bw: float, device: str) -> str:
+    today = datetime.date.today().isoformat()
+    out = [f"# Untuned shapes vs cuBLAS ({device}, {today})", "",
+           "`python bench/bench_untuned.py`: `gemmtune.build(spec)` with an empty tuning database (the chooser "
+           "picks), verified (float64 reference, poisoned D), timed with L2 flushed by a read pass (median), cuBLAS "
+           "(torch.mm, fp32 with TF32 off) in the same process. ratio = cuBLAS time / ours (higher is better).",
+           f"Copy bandwidth (1 GiB device-to-device, read + write): **{copy_bw / 1e9:.0f} GB/s**.", ""]
+    for dtype in sorted({r.dtype for r in rows}, key=lambda d: d != "fp32"):
+        sel = [r for r in rows if r.dtype == dtype]
+        out += [f"## {dtype} (layout {LAYOUT[dtype]})", "",
+                "| shape | family | config (source) | ours µs | cuBLAS µs | ratio | GB/s (% of copy) | verified |",
+                "|---|---|---|---:|---:|---:|---:|---|"]
+        for r in sel:
+            gbs = ""
+            if r.ours_s and (r.spec.startswith("1x") or "x1x" in r.spec):
+                gbs = f"{r.bytes / r.ours_s / 1e9:.0f} ({100 * r.bytes / r.ours_s / copy_bw:.0f}%)"
+            ours = f"{r.ours_s * 1e6:.1f}" if r.ours_s else "-"
+            ratio = f"{r.ratio:.3f}" if r.ratio else "-"
+            out.append(f"| {r.spec} | {r.family} | {r.config} ({r.source}) | {ours} | {r.cublas_s * 1e6:.1f} | "
+                       f"{ratio} | {gbs} | {r.verified} |")
+        ratios = [r.ratio for r in sel if r.ratio]
+        out += ["", f"**geomean {dtype}: {geomean(ratios):.3f}× cuBLAS** over {len(ratios)} of {len(sel)} shapes", ""]
+    return "\n".join(out)
+
+
+def main() -> int:
+    from gemmtune.device import query_device
+    from gemmtune.spec import GemmSpec
+    from gemmtune.timing import TimingProtocol
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="write the markdown table here too")
+    parser.add_argument("--json", type=Path, help="write the rows as JSON here")
+    parser.add_argument("--dtypes", default="fp32,bf16")
+    args = parser.parse_args()
+    # "read" flush: L2 emptied by reading a clean buffer (no dirty lines for the timed kernel to write
+    # back, which would cost a GEMV of 32 MB several µs); the same protocol for ours, cuBLAS and the copy.
+    protocol = TimingProtocol(warmup=3, min_reps=10, max_reps=100, min_time_s=0.05, flush_mode="read")
+    db_path = Path(tempfile.mkdtemp()) / "empty.sqlite"  # no tuning: a fresh, empty database
+    rows = []
+    for d in args.dtypes.split(","):
+        for m, n, k in BENCH_SHAPES:
+            rows.append(bench_one(GemmSpec(m, n, k, LAYOUT[d], d), protocol, db_path))
+            r = rows[-1]
+            print(f"{r.spec}: {r.family} {r.config} ours {r.ours_s} cuBLAS {r.cublas_s} ratio {r.ratio} {r.verified}",
+                  flush=True)
+    text = table(rows, copy_bandwidth(protocol), query_device().name)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    if args.json:
+        args.json.write_text(json.dumps([r.__dict__ for r in rows], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

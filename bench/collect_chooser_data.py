@@ -1,0 +1,153 @@
+"""Time the chooser's candidates on training shapes (none of them bench_untuned's shapes) -> CSV.
+
+    python bench/collect_chooser_data.py --out rows.csv --budget 200
+
+Each shape's candidates are compiled in parallel, its inputs uploaded once, and every candidate
+launched once, checked against the float64 reference (shapes up to 2^22 outputs; larger ones are
+checked by the GPU tests and bench_untuned), then timed (short protocol, L2 flushed). A wrong or
+failing kernel is written with its status and no time. The CSV is what `gemmtune db train --csv`
+reads.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from gemmtune.build import compile_configs
+from gemmtune.chooser.candidates import candidates
+from gemmtune.device import query_device
+from gemmtune.errors import GemmtuneError
+from gemmtune.evaluate import check_output, upload_inputs
+from gemmtune.kernels import family_for
+from gemmtune.runtime import LoadedKernel, synchronize
+from gemmtune.spec import GemmSpec
+from gemmtune.timing import TimingProtocol, measure
+from gemmtune.verify import make_inputs, reference
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_untuned import BENCH_SHAPES  # noqa: E402  (training must not see the measured shapes)
+
+PROTOCOL = TimingProtocol(warmup=2, min_reps=5, max_reps=30, min_time_s=0.015)
+CHECK_LIMIT = 1 << 22
+FIELDS = ("family", "m", "n", "k", "layout", "dtype", "config", "median_s", "status", "gpu", "sm_count")
+
+
+def training_shapes(seed: int = 1) -> list[tuple[int, int, int]]:
+    """Log-uniform shapes plus skinny and GEMV ones, none equal to a bench shape."""
+    rng = random.Random(seed)
+    pick = lambda lo, hi: int(round(2 ** rng.uniform(lo, hi)))  # noqa: E731
+    shapes = [(pick(8, 13.3), pick(8, 13.3), pick(8, 13.5)) for _ in range(20)]
+    shapes += [(pick(3, 8), pick(11, 13.5), pick(10, 14)) for _ in range(8)]  # skinny M, long K
+    shapes += [(pick(11, 13.5), pick(3, 8), pick(10, 14)) for _ in range(3)]  # skinny N
+    shapes += [(pick(9, 11), pick(9, 11), pick(13, 15)) for _ in range(3)]  # few tiles, very long K
+    shapes += [(1, pick(10, 15), pick(10, 14)) for _ in range(6)] + [(pick(10, 14), 1, pick(10, 14)) for _ in range(2)]
+    bench = {(m, n, k) for m, n, k in BENCH_SHAPES}
+    return [(m, n, k - k % 8 or 8) for m, n, k in shapes if (m, n, k - k % 8 or 8) not in bench]
+
+
+def extra_shapes() -> list[tuple[int, int, int]]:
+    """The second round: large shapes (the first round stopped at ~90 GFLOP), small ones, more GEMVs."""
+    large = [(6000, 7000, 3000), (3500, 9000, 5000), (10000, 2500, 4000), (8000, 8000, 1504), (7168, 3072, 7168)]
+    small = [(150, 250, 600), (300, 200, 1200), (700, 900, 304), (96, 2000, 3000), (2000, 96, 6000)]
+    gemv = [(1, 2048, 8192), (1, 14336, 4096), (1, 6000, 6000), (1, 24000, 2048), (4, 8000, 4096), (12, 5000, 5000)]
+    return large + small + gemv
+
+
+SMALL_TILE = 32  # the third round times only the simt candidates with a 32-wide tile side
+
+
+def specs(which: str = "first") -> list[GemmSpec]:
+    if which == "small":  # fp32 shapes of the earlier rounds with at most 4M outputs
+        return [GemmSpec(m, n, k) for m, n, k in training_shapes() + extra_shapes()
+                if m * n <= 1 << 22 and m > 16 and n > 1 and (m, n, k) not in set(BENCH_SHAPES)]
+    shapes = training_shapes() if which == "first" else extra_shapes()
+    bench = set(BENCH_SHAPES)
+    return [GemmSpec(m, n, k, layout, dtype) for m, n, k in shapes if (m, n, k) not in bench
+            for dtype, layout in (("fp32", "nn"), ("bf16", "nt"))]
+
+
+def jobs_for(spec: GemmSpec, arch: str, sm_count: int, most: int = 28, small_only: bool = False) -> list:
+    """The spec's candidates, thinned evenly to `most` (gemv has up to 80 near-twins)."""
+    configs = candidates(family_for(spec, arch).name, spec, arch, sm_count)
+    if small_only:
+        configs = [c for c in configs if min(c.bm, c.bn) == SMALL_TILE]
+    step = max(1, -(-len(configs) // most))
+    return [(spec, c, arch) for c in configs[::step]]
+
+
+def time_shape(spec: GemmSpec, jobs: list, compiled: list, sm_count: int, gpu: str, writer) -> int:
+    family = family_for(spec, jobs[0][2])
+    configs = [config for _, config, _ in jobs]
+    inputs = make_inputs(spec, np.random.default_rng(0))
+    expected = reference(spec, inputs) if spec.m * spec.n <= CHECK_LIMIT else None
+    buffers = {}
+    bindings = upload_inputs(spec, inputs, buffers)
+    info = query_device()
+    rows = 0
+    try:
+        for config, result in zip(configs, compiled):
+            status, median = "ok", None
+            if isinstance(result, GemmtuneError):
+                status = f"compile: {str(result)[:80]}"
+            else:
+                try:
+                    kernel = LoadedKernel(result)
+                    launch = kernel.bind(bindings)
+                    buffers["D"].fill_nan(spec.out_dtype)
+                    launch()
+                    synchronize()
+                    if expected is not None and not check_output(buffers["D"], spec, expected).ok:
+                        status = "wrong"
+                    else:
+                        median = measure(launch, PROTOCOL, info.l2_bytes).median_s
+                    kernel.unload()
+                except GemmtuneError as err:
+                    status = f"error: {str(err)[:80]}"
+            writer.writerow([family.name, spec.m, spec.n, spec.k, spec.layout, spec.dtype,
+                             json.dumps(config.to_json(), sort_keys=True), "" if median is None else f"{median:.6g}",
+                             status, gpu, sm_count])
+            rows += 1
+    finally:
+        for b in buffers.values():
+            b.free()
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--budget", type=float, default=200.0, help="seconds; stops after the shape that passes it")
+    parser.add_argument("--set", dest="which", choices=("first", "extra", "small"), default="first", help="which shapes")
+    parser.add_argument("--most", type=int, default=28, help="candidates per shape at most (thinned evenly)")
+    args = parser.parse_args()
+    info = query_device()
+    start = time.time()
+    with open(args.out, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(FIELDS)
+        todo = specs(args.which)
+        per_spec = [jobs_for(spec, info.arch, info.sm_count, args.most, args.which == "small") for spec in todo]
+        flat = [job for jobs in per_spec for job in jobs]
+        compiled = compile_configs(flat)  # one pool for everything: NVRTC is the slow part
+        print(f"{time.time() - start:6.1f}s compiled {len(flat)} kernels", flush=True)
+        at = 0
+        for i, (spec, jobs) in enumerate(zip(todo, per_spec)):
+            if time.time() - start > args.budget:
+                print(f"budget spent after {i} of {len(todo)} shapes")
+                break
+            n = time_shape(spec, jobs, compiled[at:at + len(jobs)], info.sm_count, info.name, writer)
+            at += len(jobs)
+            handle.flush()
+            print(f"{time.time() - start:6.1f}s {spec.short()}: {n} configs", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,103 @@
+"""The configs the chooser ranks, per family: a short list of proven shapes of kernel, not a search.
+
+simt: the tuned and ladder tiles from small (32×32, for shapes with few tiles) to 128×256, each with
+split-K where the shape has too few tiles to fill the GPU. wgmma: the persistent TMA-store kernel
+with each tile size the family allows, plus the non-persistent variants (one tile per block). gemv:
+block sizes and unrolls. Every candidate returned passes the family's constraints for the spec.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..kernels import get_family
+from ..kernels.gemv.config import GemvConfig, stream_kind, vectors
+from ..kernels.simt.config import SimtConfig
+from ..kernels.wgmma.config import WgmmaConfig
+from ..spec import GemmSpec
+
+SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
+
+# (bm, bn, bk, tm, tn, wm, wn, wniter): warp-tiled simt tiles that compile without spills on sm_80+.
+SIMT_TILES: tuple[tuple[int, ...], ...] = (
+    (128, 128, 16, 8, 4, 64, 32, 2),   # the ladder's double_buffer step
+    (128, 128, 16, 8, 4, 64, 64, 4),   # tuned H100/H200 4096³
+    (128, 256, 16, 16, 4, 128, 32, 2),  # tuned H200 4096³ (wide)
+    (128, 256, 16, 8, 4, 32, 128, 2),  # tuned H200 2048³
+    (64, 64, 16, 4, 8, 64, 16, 1),     # tuned H200 1024³
+    (64, 128, 16, 8, 4, 32, 64, 2),
+    (128, 64, 16, 8, 4, 64, 32, 2),
+    (64, 64, 16, 4, 4, 32, 32, 2),
+    (32, 64, 16, 4, 4, 32, 32, 2),     # small tiles: more blocks for small and skinny shapes
+    (64, 32, 16, 4, 4, 32, 32, 2),
+    (32, 128, 16, 4, 4, 32, 64, 2),
+    (32, 32, 16, 4, 4, 32, 32, 2),
+)
+
+
+def simt_tiles() -> list[SimtConfig]:
+    return [SimtConfig(bm=bm, bn=bn, bk=bk, tm=tm, tn=tn, wm=wm, wn=wn, wniter=wi, vec=4, stages=2,
+                       async_copy=True, pad=0, unroll=8)
+            for bm, bn, bk, tm, tn, wm, wn, wi in SIMT_TILES]
+
+
+def useful_splits(tiles: int, k_slices: int, sm_count: int) -> list[int]:
+    """split_k values worth ranking: 1, and more only while tiles × splits stay within ~2 waves."""
+    return [s for s in SPLITS if s == 1 or (tiles * s <= 2 * sm_count and s <= k_slices // 4)]
+
+
+def simt_candidates(spec: GemmSpec, sm_count: int) -> list[SimtConfig]:
+    found = []
+    for tile in simt_tiles():
+        tiles = math.ceil(spec.m / tile.bm) * math.ceil(spec.n / tile.bn)
+        found += [tile.with_(split_k=s) for s in useful_splits(tiles, math.ceil(spec.k / tile.bk), sm_count)]
+    return found
+
+
+WGMMA_TILES = ((128, 256), (128, 128), (256, 128), (128, 192), (64, 256), (64, 128), (128, 64), (64, 64))
+
+
+def wgmma_candidates(spec: GemmSpec, sm_count: int) -> list[WgmmaConfig]:
+    found = []
+    for bm, bn in WGMMA_TILES:
+        base = WgmmaConfig(bm=bm, bn=bn, consumers=1 if bm == 64 else 2, stages=4, specialized=True,
+                           persistent=True, group_m=8, cluster_m=1, tma_store=True)
+        for variant in (base, base.with_(tma_store=False), base.with_(persistent=False, group_m=1, tma_store=False)):
+            found.append(_deepest(variant, spec))
+    return found
+
+
+def _deepest(config: WgmmaConfig, spec: GemmSpec) -> WgmmaConfig:
+    """The config with the most stages (up to 6) that fits shared memory."""
+    family = get_family("wgmma")
+    for stages in (6, 5, 4, 3, 2):
+        if not family.rejections(config.with_(stages=stages), spec, "sm_90a"):
+            return config.with_(stages=stages)
+    return config
+
+
+def gemv_candidates(spec: GemmSpec, sm_count: int) -> list[GemvConfig]:
+    """Only the parameters the spec's stream reads vary (rows: warps per output; columns: threads_x)."""
+    if stream_kind(spec) == "rows":
+        groups = (1, 2, 4) if vectors(spec) > 1 else (1,)  # outputs per warp pay only with several vectors
+        return [GemvConfig(threads=t, warps_per_output=w, threads_x=8, unroll=u, outputs_per_warp=g)
+                for t in (128, 256, 512) for w in (1, 2, 4, 8) for g in groups for u in (2, 4, 8) if w * 32 <= t]
+    return [GemvConfig(threads=t, warps_per_output=1, threads_x=x, unroll=u)
+            for t in (128, 256, 512, 1024) for x in (2, 4, 8, 16, 32) for u in (2, 4, 8)]
+
+
+CANDIDATES = {"simt": simt_candidates, "wgmma": wgmma_candidates, "gemv": gemv_candidates}
+
+
+def candidates(family: str, spec: GemmSpec, arch: str, sm_count: int) -> list[Any]:
+    """The family's candidates that are valid for `spec` on `arch`, without duplicates, in a fixed order."""
+    make = CANDIDATES.get(family)
+    if make is None:
+        return [get_family(family).default_config(spec, arch)]
+    rejections = get_family(family).rejections
+    seen, found = set(), []
+    for config in make(spec, sm_count):
+        if config not in seen and not rejections(config, spec, arch):
+            seen.add(config)
+            found.append(config)
+    return found

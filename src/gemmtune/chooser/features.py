@@ -1,0 +1,123 @@
+"""What the chooser knows about a (spec, config, GPU): named features, the same for every family.
+
+Each family describes a config's launch as a Geometry (output tile, k-splits, blocks, threads,
+shared memory, registers); the features follow from it and the shape:
+- wave quantization: blocks over the SM slots (blocks per SM × SMs), and the share of the last wave
+  that runs (1.0 = every wave full);
+- tile waste: the share of the padded output tiles that lies inside D;
+- occupancy: resident blocks per SM (limited by threads, shared memory and registers; registers are
+  ptxas's report when given one, else estimated from the accumulators) and warps per SM;
+- bytes per FLOP: global traffic the tiling implies (A read once per column of tiles, B once per row
+  of tiles, D once, plus the split-K partial sums) per multiply-add, and the roofline time of the
+  shape (compute or HBM bound, whichever is slower).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any
+
+from ..kernels.gemv.config import GemvConfig, estimated_registers, outputs, stream_kind, streams_b
+from ..kernels.gemv.config import vec as gemv_vec
+from ..kernels.simt.config import SimtConfig
+from ..kernels.wgmma.config import SM90_SMS, WgmmaConfig
+from ..spec import GemmSpec
+
+SM_THREADS, SM_REGISTERS, SM_SMEM, SM_BLOCKS = 2048, 65536, 228 * 1024, 32  # per SM, sm_80/sm_90
+# Roofline constants of an H100 SXM (only the scale of one feature; the model learns the rest).
+PEAK_FLOPS = {"fp32": 60e12, "tf32": 400e12, "bf16": 800e12, "fp16": 800e12}
+HBM_BYTES_PER_S = 3.0e12
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """How a config launches for a spec: enough to reason about waves, waste and occupancy."""
+
+    bm: int  # output tile rows (for gemv: 1 or the outputs per block)
+    bn: int  # output tile columns
+    splits: int  # blocks sharing one tile along K
+    blocks: int  # blocks launched
+    threads: int
+    smem_bytes: int
+    registers: int  # per thread (ptxas's, or an estimate)
+    persistent: bool = False
+
+
+def simt_geometry(spec: GemmSpec, c: SimtConfig, registers: int | None) -> Geometry:
+    tiles = math.ceil(spec.m / c.bm) * math.ceil(spec.n / c.bn)
+    return Geometry(c.bm, c.bn, c.split_k, tiles * c.split_k, c.threads, c.smem_bytes() + c.c_stage_bytes(spec),
+                    registers or min(255, c.accumulators + 48))
+
+
+def wgmma_geometry(spec: GemmSpec, c: WgmmaConfig, registers: int | None) -> Geometry:
+    units = math.ceil(math.ceil(spec.m / c.bm) / c.cluster_m) * math.ceil(spec.n / c.bn) * c.cluster_m
+    blocks = min(units, SM90_SMS) if c.persistent else units
+    return Geometry(c.bm, c.bn, 1, blocks, c.threads, c.smem_bytes(spec), registers or 168, c.persistent)
+
+
+def gemv_geometry(spec: GemmSpec, c: GemvConfig, registers: int | None) -> Geometry:
+    rows = stream_kind(spec) == "rows"
+    per_block = c.threads // 32 // c.warps_per_output * c.outputs_per_warp if rows else c.threads_x * gemv_vec(spec)
+    blocks = math.ceil(outputs(spec) / per_block)
+    tile = (spec.m, per_block) if streams_b(spec) else (per_block, 1)
+    smem = 0 if rows else 4 * c.threads * gemv_vec(spec)
+    return Geometry(tile[0], tile[1], 1, blocks, c.threads, smem, registers or estimated_registers(c, spec))
+
+
+GEOMETRY = {SimtConfig: simt_geometry, WgmmaConfig: wgmma_geometry, GemvConfig: gemv_geometry}
+
+
+def geometry(spec: GemmSpec, config: Any, registers: int | None = None) -> Geometry:
+    return GEOMETRY[type(config)](spec, config, registers)
+
+
+def blocks_per_sm(g: Geometry) -> int:
+    """Resident blocks per SM: the tightest of the thread, register, shared-memory and block limits."""
+    by_threads = SM_THREADS // max(g.threads, 1)
+    by_registers = SM_REGISTERS // max(g.threads * max(g.registers, 1), 1)
+    by_smem = SM_SMEM // g.smem_bytes if g.smem_bytes else SM_BLOCKS
+    return max(1, min(by_threads, by_registers, by_smem, SM_BLOCKS))
+
+
+def roofline_s(spec: GemmSpec) -> float:
+    return max(spec.flops / PEAK_FLOPS[spec.dtype], spec.min_bytes / HBM_BYTES_PER_S)
+
+
+def traffic_bytes(spec: GemmSpec, g: Geometry) -> float:
+    """Global bytes the tiling moves: A once per column of tiles, B once per row of tiles, D (and the
+    split-K partial sums: each split but the first reads and every split writes)."""
+    a = spec.m * spec.k * spec.element_bytes * math.ceil(spec.n / g.bn)
+    b = spec.k * spec.n * spec.element_bytes * math.ceil(spec.m / g.bm)
+    d = spec.m * spec.n * spec.out_element_bytes * (2 * g.splits - 1)
+    epilogue = (spec.output_elements() - spec.m * spec.n) * spec.out_element_bytes  # C and bias, once
+    return float(a + b + d + epilogue)
+
+
+def features(spec: GemmSpec, config: Any, sm_count: int, registers: int | None = None) -> dict[str, float]:
+    """Named features, in a fixed order (the model's columns)."""
+    g = geometry(spec, config, registers)
+    per_sm = blocks_per_sm(g)
+    slots = per_sm * sm_count
+    waves = g.blocks / slots
+    padded = math.ceil(spec.m / g.bm) * g.bm * math.ceil(spec.n / g.bn) * g.bn
+    log2 = math.log2
+    return {
+        "log2_m": log2(spec.m), "log2_n": log2(spec.n), "log2_k": log2(spec.k),
+        "log2_k_per_split": log2(max(1.0, spec.k / g.splits)),
+        "log_roofline_s": math.log(roofline_s(spec)),
+        "bytes_per_flop": traffic_bytes(spec, g) / spec.flops,
+        "log2_tile_m": log2(g.bm), "log2_tile_n": log2(g.bn), "splits": float(g.splits),
+        "tile_waste": 1.0 - spec.m * spec.n / padded,
+        "waves": waves, "last_wave_full": waves / math.ceil(waves) if waves > 0 else 0.0,
+        "sm_fill": min(1.0, g.blocks / sm_count),
+        "blocks_per_sm": float(per_sm), "warps_per_sm": float(per_sm * g.threads // 32),
+        "log2_threads": log2(g.threads), "smem_kib": g.smem_bytes / 1024, "registers": float(g.registers),
+        "persistent": float(g.persistent),
+        **{f"cfg_{k}": float(v) for k, v in config_numbers(config).items()},
+    }
+
+
+def config_numbers(config: Any) -> dict[str, float]:
+    """The config's numeric and boolean fields (strings such as simt's kind are left out)."""
+    return {f.name: float(getattr(config, f.name)) for f in fields(config)
+            if isinstance(getattr(config, f.name), (bool, int, float))}

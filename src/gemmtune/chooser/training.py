@@ -1,0 +1,88 @@
+"""Where the chooser's training rows come from: the tuning database, the shipped simulation tables,
+and timing CSVs written by bench/collect_chooser_data.py. `gemmtune db train` calls `retrain`."""
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import GemmtuneError
+from ..kernels import get_family
+from ..spec import GemmSpec
+from .model import MODEL_PATH, ChooserModel, TrainingRow, save, train
+
+CSV_FIELDS = ("family", "m", "n", "k", "layout", "dtype", "config", "median_s", "status", "gpu", "sm_count")
+
+
+def rows_from_csv(path: Path) -> list[TrainingRow]:
+    """Successful rows of a collected timing CSV, plain or .gz (GemmtuneError naming the file when it is
+    not one)."""
+    rows = []
+    opener = gzip.open if str(path).endswith(".gz") else open  # shipped rows are gzipped to stay small
+    try:
+        with opener(path, "rt", newline="") as handle:
+            for record in csv.DictReader(handle):
+                if record["status"] != "ok" or not record["median_s"]:
+                    continue
+                family = get_family(record["family"])
+                spec = GemmSpec(int(record["m"]), int(record["n"]), int(record["k"]), record["layout"], record["dtype"])
+                rows.append(TrainingRow(family.name, spec, family.config_from_json(json.loads(record["config"])),
+                                        int(record["sm_count"]), float(record["median_s"]), str(path)))
+    except (KeyError, ValueError, TypeError, json.JSONDecodeError, OSError, EOFError) as err:
+        raise GemmtuneError(f"{path} is not a chooser timing CSV ({type(err).__name__}: {err})") from None
+    return rows
+
+
+def rows_from_tables() -> list[TrainingRow]:
+    """Every successful row of the simulation tables shipped in gemmtune/data."""
+    from ..tune.simulation import SimulationTable, recorded_tables
+
+    rows = []
+    for path in recorded_tables():
+        table = SimulationTable.from_csv(path)
+        sm = table.environment.sm_count
+        rows += [TrainingRow(table.family, table.spec, config, sm, row.median_s, path.name)
+                 for config, row in table.rows.items() if row.median_s is not None]
+    return rows
+
+
+def rows_from_db(path: Path) -> list[TrainingRow]:
+    """Every successful trial of the tuning database at `path` (none when there is no file)."""
+    from ..tune.db import TuningDB
+
+    if not Path(path).exists():
+        return []
+    rows = []
+    with TuningDB(path) as db:
+        for summary in db.contexts():
+            context = summary.context
+            rows += [TrainingRow(context.family, context.spec, r.config, context.environment.sm_count, r.median_s,
+                                 str(path)) for r in db.results(context) if r.ok and r.median_s]
+    return rows
+
+
+@dataclass(frozen=True)
+class TrainingReport:
+    rows: int
+    per_family: dict
+    sources: dict  # source -> rows
+    path: Path
+
+
+def retrain(csv_paths: list[Path], db_path: Path | None, out: Path = MODEL_PATH,
+            use_tables: bool = True) -> tuple[ChooserModel, TrainingReport]:
+    """Train on every source given and write the model to `out`."""
+    rows = [r for p in csv_paths for r in rows_from_csv(p)]
+    rows += rows_from_tables() if use_tables else []
+    rows += rows_from_db(db_path) if db_path is not None else []
+    if not rows:
+        raise GemmtuneError("no training rows: pass --csv files, keep the shipped tables, or tune something first")
+    model = train(rows)
+    save(model, out)
+    per_family, sources = {}, {}
+    for r in rows:
+        per_family[r.family] = per_family.get(r.family, 0) + 1
+        sources[r.source] = sources.get(r.source, 0) + 1
+    return model, TrainingReport(len(rows), per_family, sources, Path(out))

@@ -1,0 +1,177 @@
+"""The memory-bound family's Config: GEMV-shaped GEMMs in any dtype and layout: N = 1, or a few rows
+of A (M ≤ MAX_ROWS, decode with a small batch).
+
+With one row (or column) of output, every element of the big operand is used once; with R ≤ 16 rows
+it is used R times from registers. Either way the kernel is a stream over that matrix, and its speed
+limit is HBM bandwidth, not FLOPs. Two shapes of stream:
+- ``rows`` ("dot"): the big matrix is contiguous along K, so a warp reduces one output's row with
+  16-byte loads and a shuffle tree;
+- ``columns`` ("axpy"): the big matrix is contiguous along the outputs, so a thread owns VEC
+  neighbouring outputs, walks a share of K, and the block sums its K-shares in shared memory.
+Which one a spec needs follows from its layout (``stream_kind``); the config sizes the blocks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ...spec import GemmSpec
+from ..config_base import FamilyConfig, rejections_by
+
+NAME = "gemv"
+VERSION = "1"
+DTYPES = ("fp32", "tf32", "bf16", "fp16")
+MAX_ROWS = 16  # rows of A the family takes (each a vector the streamed B meets)
+MAX_ACCUMULATORS = 64  # fp32 sums per thread: more spills once the loads in flight are counted
+INPUT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
+LOAD_BYTES = 16  # one vector load: 4 fp32 or 8 16-bit values
+
+
+@dataclass(frozen=True, order=True)
+class GemvConfig(FamilyConfig):
+    """Parameters of one GEMV kernel.
+
+    threads: threads per block.
+    warps_per_output (rows kind): warps that share one group of outputs' K (1 = a warp per group);
+      more give short-K shapes enough loads in flight.
+    outputs_per_warp (rows kind): outputs one warp computes together, so each load of the vectors'
+      chunk (from L1) serves that many rows of W (matters when there are several vectors).
+    threads_x (columns kind): threads across the outputs in a block; the rest of the block's threads
+      (threads / threads_x) split K. A warp reads threads_x·16 contiguous bytes of each of
+      32/threads_x matrix rows, whole 32-byte sectors as long as threads_x ≥ 2.
+    unroll: independent 16-byte loads each thread keeps in flight per step of its K loop.
+    """
+
+    threads: int = 256
+    warps_per_output: int = 1
+    threads_x: int = 8
+    outputs_per_warp: int = 1
+    unroll: int = 4
+    FAMILY_LABEL = "gemv"
+
+    def describe(self) -> str:
+        return (f"gemv {self.threads} threads, {self.warps_per_output} warp(s) per {self.outputs_per_warp} "
+                f"output(s) (rows), {self.threads_x} across outputs (columns), unroll{self.unroll}")
+
+
+# --- what the spec asks for ----------------------------------------------------------------------
+def streams_b(spec: GemmSpec) -> bool:
+    """Whether W is B (a few rows of A are the vectors) rather than A (N = 1: B is the vector)."""
+    return not (spec.n == 1 and spec.m > 1)
+
+
+def outputs(spec: GemmSpec) -> int:
+    """Outputs per vector: N when B is streamed, else M."""
+    return spec.n if streams_b(spec) else spec.m
+
+
+def vectors(spec: GemmSpec) -> int:
+    """How many vectors meet W: the rows of A when B is streamed, else the one column of B."""
+    return spec.m if streams_b(spec) else 1
+
+
+def stream_kind(spec: GemmSpec) -> str:
+    """'rows' when the streamed matrix is stored with K contiguous, 'columns' when the outputs are.
+
+    B (K×N stored) is contiguous along N unless transposed; A (M×K stored) along K unless transposed."""
+    if streams_b(spec):
+        return "rows" if spec.b_trans else "columns"
+    return "columns" if spec.a_trans else "rows"
+
+
+def vec(spec: GemmSpec) -> int:
+    """Elements per vector load of the matrix: 16 bytes when each stored row starts 16-byte aligned."""
+    row = spec.k if stream_kind(spec) == "rows" else outputs(spec)
+    per_load = LOAD_BYTES // INPUT_BYTES[spec.dtype]
+    return per_load if row % per_load == 0 else 1
+
+
+def supports(spec: GemmSpec, arch: str) -> str | None:
+    if spec.m > MAX_ROWS and spec.n != 1:
+        return f"gemv runs N = 1 or M ≤ {MAX_ROWS}, not {spec.m}x{spec.n}"
+    if spec.dtype not in DTYPES:
+        return f"gemv reads {', '.join(DTYPES)}, not {spec.dtype}"
+    if stream_kind(spec) == "columns" and vectors(spec) * vec(spec) > MAX_ACCUMULATORS:
+        return (f"{vectors(spec)} rows × {vec(spec)} outputs per thread exceed {MAX_ACCUMULATORS} sums "
+                f"(output-contiguous {spec.dtype} B takes M ≤ {MAX_ACCUMULATORS // vec(spec)})")
+    return None
+
+
+# --- constraints -----------------------------------------------------------------------------------
+Constraint = Callable[[GemvConfig, GemmSpec, str], "str | None"]
+
+
+def _threads(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
+    if c.threads not in (64, 128, 256, 512, 1024):
+        return f"threads={c.threads}: 64, 128, 256, 512 or 1024"
+    return None
+
+
+def _rows(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
+    if c.warps_per_output not in (1, 2, 4, 8) or c.warps_per_output * 32 > c.threads:
+        return f"warps_per_output={c.warps_per_output}: 1, 2, 4 or 8 and within the block's {c.threads // 32} warps"
+    return None
+
+
+def _columns(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
+    if c.threads_x not in (2, 4, 8, 16, 32):
+        return f"threads_x={c.threads_x}: 2, 4, 8, 16 or 32 (whole 32-byte sectors per matrix row)"
+    return None
+
+
+def _unroll(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
+    return None if c.unroll in (1, 2, 4, 8) else f"unroll={c.unroll}: 1, 2, 4 or 8"
+
+
+def _group(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
+    if c.outputs_per_warp not in (1, 2, 4, 8):
+        return f"outputs_per_warp={c.outputs_per_warp}: 1, 2, 4 or 8"
+    if c.outputs_per_warp * vectors(s) > MAX_ACCUMULATORS:
+        return f"{c.outputs_per_warp} outputs × {vectors(s)} rows exceed {MAX_ACCUMULATORS} sums per thread"
+    if c.outputs_per_warp * c.unroll > 16:
+        return f"{c.outputs_per_warp} outputs × unroll {c.unroll} exceed 16 loads in flight per thread (registers)"
+    return None
+
+
+def _dtype(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
+    return supports(s, arch)
+
+
+def estimated_registers(c: GemvConfig, s: GemmSpec) -> int:
+    """Live 32-bit values per thread: sums, 16-byte loads in flight, unpacked values, ~24 for addresses."""
+    v = vec(s)
+    if stream_kind(s) == "rows":
+        return c.outputs_per_warp * (vectors(s) + 4 * c.unroll + v) + v + 24
+    return vectors(s) * v + 4 * c.unroll + v + 24
+
+
+def _registers(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
+    budget = min(255, 65536 // c.threads)  # a block's threads share the SM's 64K registers
+    need = estimated_registers(c, s)
+    if need > budget:
+        return f"~{need} registers per thread exceed the {budget} that {c.threads} threads per block may use"
+    return None
+
+
+CONSTRAINTS: dict[str, Constraint] = {
+    "dtype": _dtype, "threads": _threads, "rows": _rows, "columns": _columns, "unroll": _unroll, "group": _group,
+    "registers": _registers,
+}
+
+
+def rejections(config: GemvConfig, spec: GemmSpec, arch: str = "sm_90") -> dict[str, str]:
+    return rejections_by(CONSTRAINTS, config, spec, arch)
+
+
+def ladder(arch: str = "sm_90") -> list[tuple[str, GemvConfig]]:
+    """Named starting points: a plain one, and ones with more loads in flight."""
+    return [
+        ("warp_per_output", GemvConfig(threads=128, warps_per_output=1, threads_x=32, unroll=1)),
+        ("unrolled", GemvConfig(threads=256, warps_per_output=1, threads_x=8, unroll=4)),
+        ("wide_blocks", GemvConfig(threads=512, warps_per_output=2, threads_x=4, unroll=4)),
+    ]
+
+
+def default_config(spec: GemmSpec | None, arch: str = "sm_90") -> GemvConfig:
+    """Enough 16-byte loads in flight to cover HBM latency on an H100 for the shapes it sees."""
+    return dict(ladder(arch))["unrolled"]

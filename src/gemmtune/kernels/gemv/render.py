@@ -1,0 +1,352 @@
+"""GEMV generator: GemvConfig + GemmSpec (M = 1 or N = 1) -> readable CUDA (KernelSource).
+
+The big operand is called W (P outputs × K, stored either K-contiguous or P-contiguous) and the
+vector x (K values). Every element of W is read exactly once, with 16-byte streaming loads that skip
+L1 (ld.global.nc.L1::no_allocate): the kernel's job is to keep enough of them in flight to saturate
+HBM. x is small and read by every block, so it goes through the caches.
+"""
+from __future__ import annotations
+
+from ...errors import ConfigError
+from ...kernel_source import KernelSource
+from ...spec import GemmSpec
+from .config import NAME, VERSION, GemvConfig, outputs, rejections, stream_kind, streams_b, vec, vectors
+
+STORAGE_TYPES = {"fp32": "float", "tf32": "float", "bf16": "bf16_t", "fp16": "fp16_t"}
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def entry_name(spec: GemmSpec) -> str:
+    return f"{spec.slug()}_gemv"
+
+
+PRELUDE = r"""typedef unsigned int u32;
+// 16-bit floats as their bit patterns (NVRTC finds no CUDA headers); PTX cvt rounds to nearest even.
+struct bf16_t { unsigned short bits; };
+struct fp16_t { unsigned short bits; };
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(bf16_t x) { return __uint_as_float((u32)x.bits << 16); }
+__device__ __forceinline__ float to_float(fp16_t x) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));
+    return f;
+}
+__device__ __forceinline__ float from_float(float v, float*) { return v; }
+__device__ __forceinline__ bf16_t from_float(float v, bf16_t*) {
+    unsigned short b;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b) : "f"(v));
+    return bf16_t{b};
+}
+__device__ __forceinline__ fp16_t from_float(float v, fp16_t*) {
+    unsigned short b;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(b) : "f"(v));
+    return fp16_t{b};
+}
+"""
+
+# After the in_t/out_t typedefs: what reads operands.
+LOADS = r"""// An out_t array read as floats (bias comes in D's type; the epilogue runs in fp32).
+struct Floats {
+    const out_t* p;
+    __device__ __forceinline__ float operator[](int i) const { return to_float(p[i]); }
+};
+// 16 bytes of W that are used once: not kept in L1 (W is streamed; x and C stay cached).
+__device__ __forceinline__ uint4 stream_load(const void* p) {
+    uint4 r;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+    return r;
+}
+"""
+
+# unpack(w, f): the VEC values of one 16-byte load as floats, first element first.
+UNPACK = {
+    "float": """__device__ __forceinline__ void unpack(uint4 w, float (&f)[4]) {
+    f[0] = __uint_as_float(w.x); f[1] = __uint_as_float(w.y); f[2] = __uint_as_float(w.z); f[3] = __uint_as_float(w.w);
+}
+""",
+    "bf16_t": """__device__ __forceinline__ void unpack(uint4 w, float (&f)[8]) {
+    const u32 words[4] = {w.x, w.y, w.z, w.w};
+    #pragma unroll
+    for (int i = 0; i < 4; ++i) {  // a word holds two bf16, the lower address in the low half
+        f[2 * i] = __uint_as_float(words[i] << 16);
+        f[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
+    }
+}
+""",
+    "fp16_t": """__device__ __forceinline__ void unpack(uint4 w, float (&f)[8]) {
+    const u32 words[4] = {w.x, w.y, w.z, w.w};
+    #pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        f[2 * i] = to_float(fp16_t{(unsigned short)(words[i] & 0xFFFF)});
+        f[2 * i + 1] = to_float(fp16_t{(unsigned short)(words[i] >> 16)});
+    }
+}
+""",
+}
+
+
+# --- arguments and the epilogue ------------------------------------------------------------------
+def _params(spec: GemmSpec) -> tuple[tuple[str, ...], str]:
+    decl = {"A": "const in_t* __restrict__ A", "B": "const in_t* __restrict__ B",
+            "C": "const out_t* __restrict__ C", "bias": "const out_t* __restrict__ bias",
+            "alpha": "float alpha", "beta": "float beta", "D": "out_t* __restrict__ D"}
+    names = ["A", "B", *(op.name for op in spec.epilogue.operands()), "D"]
+    return tuple(names), ", ".join(decl[n] for n in names)
+
+
+def _epilogue_function(spec: GemmSpec) -> str:
+    extra = ", float c" if spec.epilogue.reads_c else ""
+    decl = {"bias": "Floats bias", "alpha": "float alpha", "beta": "float beta"}
+    extra += "".join(f", {decl[op.name]}" for op in spec.epilogue.operands() if op.name != "C")
+    body = "\n".join(f"    {s}" for s in spec.epilogue.cuda_statements("row", "col", "N", c="c"))
+    what = str(spec.epilogue) if not spec.epilogue.is_identity else "none (D = A·B)"
+    return (f"{spec.epilogue.cuda_preamble()}"
+            f"// Epilogue {what}, in fp32 on the finished sum, before rounding to D's type.\n"
+            f"__device__ __forceinline__ float epilogue(float v, int row, int col{extra}) {{\n"
+            f"{body + chr(10) if body else ''}    return v;\n}}\n")
+
+
+def _store(spec: GemmSpec, r: str, p: str, value: str) -> str:
+    """D[r, p] = epilogue(value) for output p of vector r (row r/col p when B is streamed, row p/col 0
+    when A is)."""
+    row, col, at = (r, p, f"(size_t)({r}) * N + {p}") if streams_b(spec) else (p, "0", p)
+    args = [value, row, col]
+    if spec.epilogue.reads_c:
+        args.append(f"to_float(C[{at}])")
+    args += [("Floats{bias}" if op.name == "bias" else op.name)
+             for op in spec.epilogue.operands() if op.name != "C"]
+    return f"D[{at}] = from_float(epilogue({', '.join(args)}), (out_t*)0);"
+
+
+def _header(spec: GemmSpec, config: GemvConfig) -> str:
+    matrix, vector = ("B", "the rows of A") if streams_b(spec) else ("A", "B")
+    storage = "K-contiguous" if stream_kind(spec) == "rows" else "output-contiguous"
+    return (f"// gemmtune {NAME} v{VERSION}: {spec.short()}\n// config: {config.describe()}\n"
+            f"// D = x·W with W = {matrix} ({storage}) and x = {vector}: each element of W is read once,\n"
+            f"// so the limit is HBM bandwidth; the kernel keeps 16-byte loads of W in flight.\n"
+            f"constexpr int M = {spec.m}, N = {spec.n}, K = {spec.k};\n"
+            f"constexpr int P = {outputs(spec)};  // outputs per vector\n"
+            f"constexpr int R = {vectors(spec)};  // vectors (rows of A) that meet each element of W\n"
+            f"constexpr int VEC = {vec(spec)};  // elements of W per load (16 bytes when rows are aligned)\n")
+
+
+def _types(spec: GemmSpec) -> str:
+    return f"typedef {STORAGE_TYPES[spec.dtype]} in_t;  // A, B\ntypedef {STORAGE_TYPES[spec.out_dtype]} out_t;  // C, bias, D\n"
+
+
+def _x_access(spec: GemmSpec, chunks: bool) -> str:
+    """x_at(x, r, k): element k of vector r; x_chunk: VEC of them (16 bytes at once where contiguous)."""
+    if not streams_b(spec):
+        at, contiguous = "x[k]", True  # B is K×1 or 1×K: contiguous either way
+    elif spec.a_trans:
+        at, contiguous = "x[(size_t)k * M + r]", spec.m == 1  # A stored K×M
+    else:
+        at, contiguous = "x[(size_t)r * K + k]", True
+    chunk = ("    unpack(*reinterpret_cast<const uint4*>(&x_at_ref(x, r, k)), f);  // 16 bytes, through the caches"
+             if contiguous and vec(spec) > 1 else
+             "    #pragma unroll\n    for (int i = 0; i < VEC; ++i) f[i] = to_float(x_at_ref(x, r, k + i));")
+    chunk_function = f"""__device__ __forceinline__ void x_chunk(const in_t* __restrict__ x, int r, int k, float (&f)[VEC]) {{
+{chunk}
+}}
+""" if chunks else ""
+    return f"""// The vectors: x_at(x, r, k) is element k of vector r; x_chunk reads VEC of them from k on.
+__device__ __forceinline__ const in_t& x_at_ref(const in_t* __restrict__ x, int r, int k) {{ return {at}; }}
+__device__ __forceinline__ float x_at(const in_t* __restrict__ x, int r, int k) {{ return to_float(x_at_ref(x, r, k)); }}
+{chunk_function}"""
+
+
+def _operands(spec: GemmSpec) -> str:
+    matrix, vector = ("B", "A") if streams_b(spec) else ("A", "B")
+    return (f"    const in_t* __restrict__ W = {matrix};  // streamed once\n"
+            f"    const in_t* __restrict__ x = {vector};  // small: read through the caches\n")
+
+
+# --- the rows kernel: W is P rows of K contiguous values --------------------------------------------
+def _rows_body(spec: GemmSpec, config: GemvConfig) -> str:
+    v = vec(spec)
+    main = """        int k = (part * 32 + lane) * VEC;
+        for (; k + (UNROLL - 1) * STEP < K_VEC; k += UNROLL * STEP) {
+            uint4 w[UNROLL][NW];  // all loads first, so UNROLL·NW of them are in flight at once
+            #pragma unroll
+            for (int u = 0; u < UNROLL; ++u)
+                #pragma unroll
+                for (int j = 0; j < NW; ++j) w[u][j] = row_load(p0 + j, k + u * STEP);
+            #pragma unroll
+            for (int u = 0; u < UNROLL; ++u) multiply(w[u], k + u * STEP);
+        }
+        for (; k < K_VEC; k += STEP) {
+            uint4 w[NW];
+            #pragma unroll
+            for (int j = 0; j < NW; ++j) w[j] = row_load(p0 + j, k);
+            multiply(w, k);
+        }
+""" if v > 1 else ""
+    lambdas = """        // Row j of the group, 16 bytes from k (zeros past the last output).
+        auto row_load = [&](int p, int k) {
+            return p < P ? stream_load(W + (size_t)p * K + k) : make_uint4(0u, 0u, 0u, 0u);
+        };
+        // acc[j][r] += W[p0 + j, k .. k+VEC) · x_r[k .. k+VEC): each vector chunk serves NW rows of W.
+        auto multiply = [&](const uint4 (&w)[NW], int k) {
+            float wf[NW][VEC];
+            #pragma unroll
+            for (int j = 0; j < NW; ++j) unpack(w[j], wf[j]);
+            #pragma unroll
+            for (int r = 0; r < R; ++r) {
+                float f[VEC];
+                x_chunk(x, r, k, f);
+                #pragma unroll
+                for (int j = 0; j < NW; ++j)
+                    #pragma unroll
+                    for (int i = 0; i < VEC; ++i) acc[j][r] = fmaf(wf[j][i], f[i], acc[j][r]);
+            }
+        };
+""" if v > 1 else ""
+    return f"""constexpr int THREADS = {config.threads}, UNROLL = {config.unroll};
+constexpr int WPO = {config.warps_per_output};  // warps sharing one group's K
+constexpr int NW = {config.outputs_per_warp};  // outputs of one group (a warp computes them together)
+constexpr int GROUPS = THREADS / 32 / WPO;  // groups per block
+constexpr int STEP = 32 * WPO * VEC;  // K covered by one load of every lane of a group
+constexpr int K_VEC = VEC > 1 ? K - K % VEC : 0;  // K handled by 16-byte loads; the rest one value at a time
+
+// rows: the WPO warps of a group reduce NW rows of W against the R vectors; lanes stride along K with
+// 16-byte loads, then a shuffle tree (and shared memory across warps) sums the lanes.
+extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_params(spec)[1]}) {{
+{_operands(spec)}    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int group = warp / WPO, part = warp % WPO;  // part: which interleaved share of K
+    const int p0 = (blockIdx.x * GROUPS + group) * NW;  // first output of the group
+    float acc[NW][R] = {{}};
+    if (p0 < P) {{
+{lambdas}{main}        for (int t = K_VEC + part * 32 + lane; t < K; t += 32 * WPO)  // scalar tail
+            #pragma unroll
+            for (int j = 0; j < NW; ++j) {{
+                const float w = p0 + j < P ? to_float(W[(size_t)(p0 + j) * K + t]) : 0.0f;
+                #pragma unroll
+                for (int r = 0; r < R; ++r) acc[j][r] = fmaf(w, x_at(x, r, t), acc[j][r]);
+            }}
+    }}
+    #pragma unroll
+    for (int j = 0; j < NW; ++j)
+        #pragma unroll
+        for (int r = 0; r < R; ++r)
+            #pragma unroll
+            for (int offset = 16; offset > 0; offset /= 2)
+                acc[j][r] += __shfl_xor_sync(0xFFFFFFFFu, acc[j][r], offset);
+    if (WPO > 1) {{  // the warps of one group meet in shared memory
+        __shared__ float partial[THREADS / 32][NW][R];
+        if (lane == 0)
+            #pragma unroll
+            for (int j = 0; j < NW; ++j)
+                #pragma unroll
+                for (int r = 0; r < R; ++r) partial[warp][j][r] = acc[j][r];
+        __syncthreads();
+        if (part != 0 || lane != 0 || p0 >= P) return;
+        #pragma unroll
+        for (int w = 1; w < WPO; ++w)
+            #pragma unroll
+            for (int j = 0; j < NW; ++j)
+                #pragma unroll
+                for (int r = 0; r < R; ++r) acc[j][r] += partial[warp + w][j][r];
+    }}
+    if (lane != 0) return;
+    #pragma unroll
+    for (int j = 0; j < NW; ++j) {{
+        const int p = p0 + j;
+        if (p < P)
+            #pragma unroll
+            for (int r = 0; r < R; ++r) {_store(spec, "r", "p", "acc[j][r]")}
+    }}
+}}
+"""
+
+
+# --- the columns kernel: W is K rows of P contiguous values -----------------------------------------
+def _columns_body(spec: GemmSpec, config: GemvConfig) -> str:
+    v = vec(spec)
+    if v > 1:  # P % VEC == 0: a thread's VEC outputs are all inside or all outside
+        walk = """            uint4 w[UNROLL];
+            #pragma unroll
+            for (int u = 0; u < UNROLL; ++u) w[u] = stream_load(W + (size_t)(k + u * TK) * P + p0);
+            #pragma unroll
+            for (int u = 0; u < UNROLL; ++u) add_row(w[u], k + u * TK);"""
+        tail = "            add_row(stream_load(W + (size_t)k * P + p0), k);"
+        add_row = """        // acc[r][i] += x_r[k] · W[k, p0 + i]: one 16-byte row piece of W serves all R vectors.
+        auto add_row = [&](uint4 w, int k) {
+            float f[VEC];
+            unpack(w, f);
+            #pragma unroll
+            for (int r = 0; r < R; ++r) {
+                const float xk = x_at(x, r, k);
+                #pragma unroll
+                for (int i = 0; i < VEC; ++i) acc[r][i] = fmaf(xk, f[i], acc[r][i]);
+            }
+        };
+"""
+    else:
+        walk = """            #pragma unroll
+            for (int u = 0; u < UNROLL; ++u) add_one(W[(size_t)(k + u * TK) * P + p0], k + u * TK);"""
+        tail = "            add_one(W[(size_t)k * P + p0], k);"
+        add_row = """        auto add_one = [&](in_t w, int k) {
+            #pragma unroll
+            for (int r = 0; r < R; ++r) acc[r][0] = fmaf(x_at(x, r, k), to_float(w), acc[r][0]);
+        };
+"""
+    return f"""constexpr int THREADS = {config.threads}, UNROLL = {config.unroll};
+constexpr int TX = {config.threads_x}, TK = THREADS / TX;  // threads across outputs × threads along K
+constexpr int COLS = TX * VEC;  // outputs per block
+
+// columns: thread (tx, tk) owns VEC neighbouring outputs and sums rows k = tk, tk + TK, ... of W;
+// a warp reads 32/TX rows, TX·16 contiguous bytes each. The TK partial sums meet in shared memory.
+extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_params(spec)[1]}) {{
+{_operands(spec)}    __shared__ float partial[TK][COLS];
+    const int tx = threadIdx.x % TX, tk = threadIdx.x / TX;
+    const int p0 = blockIdx.x * COLS + tx * VEC;
+    float acc[R][VEC] = {{}};
+    if (p0 < P) {{
+{add_row}        int k = tk;
+        for (; k + (UNROLL - 1) * TK < K; k += UNROLL * TK) {{
+{walk}
+        }}
+        for (; k < K; k += TK) {{
+{tail}
+        }}
+    }}
+    #pragma unroll
+    for (int r = 0; r < R; ++r) {{  // one vector at a time through the shared buffer
+        #pragma unroll
+        for (int i = 0; i < VEC; ++i) partial[tk][tx * VEC + i] = acc[r][i];
+        __syncthreads();
+        // Tree over the TK partial sums: log2(TK) rounds, every thread adding one pair per column.
+        for (int half = TK / 2; half > 0; half /= 2) {{
+            for (int idx = threadIdx.x; idx < half * COLS; idx += THREADS)
+                partial[idx / COLS][idx % COLS] += partial[idx / COLS + half][idx % COLS];
+            __syncthreads();
+        }}
+        for (int c = threadIdx.x; c < COLS; c += THREADS) {{
+            const int p = blockIdx.x * COLS + c;
+            if (p < P) {_store(spec, "r", "p", "partial[0][c]")}
+        }}
+        __syncthreads();  // the buffer is reused by the next vector
+    }}
+}}
+"""
+
+
+def render(spec: GemmSpec, config: GemvConfig, arch: str = "sm_90") -> KernelSource:
+    broken = rejections(config, spec, arch)
+    if broken:
+        raise ConfigError(f"config rejected for {spec.short()}: " + "; ".join(broken.values()))
+    rows = stream_kind(spec) == "rows"
+    body = _rows_body(spec, config) if rows else _columns_body(spec, config)
+    unpack = UNPACK[STORAGE_TYPES[spec.dtype]] if vec(spec) > 1 else ""
+    code = (_header(spec, config) + PRELUDE + _types(spec) + LOADS + unpack + _x_access(spec, rows) + "\n"
+            + _epilogue_function(spec) + "\n" + body)
+    per_block = (config.threads // 32 // config.warps_per_output * config.outputs_per_warp if rows
+                 else config.threads_x * vec(spec))
+    grid = (_ceil_div(outputs(spec), per_block), 1, 1)
+    return KernelSource(code=code, entry=entry_name(spec), grid=grid, block=(config.threads, 1, 1),
+                        args=_params(spec)[0], spec=spec, family=NAME, family_version=VERSION,
+                        config=config.to_json())

@@ -1,0 +1,24 @@
+"""The gemv family's search space: a few hundred configs, all cheap to compile."""
+from __future__ import annotations
+
+from ...tune.space import Rule, SearchSpace, fixed_defaults
+from .config import CONSTRAINTS, NAME, VERSION, GemvConfig
+
+GEMV_DOMAINS: tuple[tuple[str, tuple], ...] = (
+    ("threads", (64, 128, 256, 512, 1024)), ("warps_per_output", (1, 2, 4, 8)),
+    ("threads_x", (2, 4, 8, 16, 32)), ("unroll", (1, 2, 4, 8)), ("outputs_per_warp", (1, 2, 4, 8)),
+)
+
+GEMV_READS: dict[str, tuple[str, ...]] = {
+    "dtype": (), "threads": ("threads",), "rows": ("threads", "warps_per_output"),
+    "columns": ("threads_x",), "unroll": ("unroll",), "group": ("outputs_per_warp", "unroll"),
+    "registers": ("threads", "outputs_per_warp", "unroll"),
+}
+
+
+def gemv_space() -> SearchSpace:
+    params = fixed_defaults(GemvConfig, GEMV_DOMAINS)
+    names = tuple(p.name for p in params)
+    rules = tuple(Rule(name, tuple(r for r in GEMV_READS.get(name, names) if r in names), check)
+                  for name, check in CONSTRAINTS.items())
+    return SearchSpace(NAME, VERSION, GemvConfig, params, rules)

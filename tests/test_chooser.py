@@ -1,0 +1,185 @@
+"""The config chooser without a GPU: deterministic, loads from its file, explains itself, and every
+pick compiles; split-K and gemv configs are judged by their constraints; training learns."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+from gemmtune.chooser import choose, explain, rank
+from gemmtune.chooser.candidates import candidates
+from gemmtune.chooser.features import blocks_per_sm, features, geometry
+from gemmtune.chooser.model import MODEL_PATH, ChooserModel, TrainingRow, feature_matrix, load, save, train
+from gemmtune.chooser.training import rows_from_csv, rows_from_tables
+from gemmtune.compiler import compile_kernel
+from gemmtune.errors import GemmtuneError
+from gemmtune.kernels import family_for, get_family
+from gemmtune.kernels.gemv.config import GemvConfig, stream_kind
+from gemmtune.kernels.gemv.config import supports as gemv_supports
+from gemmtune.kernels.simt.config import SimtConfig, ladder, rejections
+from gemmtune.kernels.simt.render import render
+from gemmtune.spec import GemmSpec
+
+CORE_SHAPES = [(1, 1, 1), (7, 13, 5), (127, 129, 131), (1000, 1000, 1000), (4092, 4092, 4092), (3000, 5000, 700)]
+
+
+def test_ranking_is_deterministic_and_covers_every_candidate():
+    spec = GemmSpec(777, 3333, 1536)
+    first, again = rank(spec, "sm_90"), rank(spec, "sm_90")
+    assert [p.config for p in first] == [p.config for p in again]
+    assert {p.config for p in first} == set(candidates("simt", spec, "sm_90", 132))
+    assert [p.predicted_s for p in first] == sorted(p.predicted_s for p in first)
+
+
+def test_shipped_model_loads_without_a_gpu_and_round_trips(tmp_path):
+    model = load()
+    if model is None:
+        pytest.skip("no chooser model shipped yet")
+    assert {"simt", "wgmma", "gemv"} <= set(model.families)
+    save(model, tmp_path / "m.json")
+    again = load(tmp_path / "m.json")
+    spec = GemmSpec(1000, 1000, 1000)
+    configs = candidates("simt", spec, "sm_90", 132)
+    x, _ = feature_matrix([(spec, c, 132) for c in configs], model.families["simt"].feature_names)
+    np.testing.assert_allclose(model.families["simt"].predict_log_ratio(x), again.families["simt"].predict_log_ratio(x))
+    assert MODEL_PATH.stat().st_size < 200_000  # a small file
+
+
+def test_a_broken_model_file_is_one_clear_error(tmp_path):
+    bad = tmp_path / "m.json"
+    bad.write_text(json.dumps({"version": 1, "families": {"simt": {"family": "simt"}}}))
+    with pytest.raises(GemmtuneError, match="is not a chooser model"):
+        load(bad)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_every_pick_for_the_core_shapes_compiles(dtype):
+    layouts = ("nn", "nt", "tn", "tt") if dtype == "fp32" else ("nt", "nn")
+    arch = "sm_90a" if dtype == "bf16" else "sm_90"
+    for shape in CORE_SHAPES + [(1, 4096, 4096), (4096, 1, 4096), (16, 4096, 4096)]:
+        for layout in layouts:
+            spec = GemmSpec(*shape, layout=layout, dtype=dtype)
+            try:
+                family = family_for(spec, arch)
+            except GemmtuneError:
+                assert dtype == "bf16"  # e.g. K=5: rows of 10 bytes, which TMA cannot read
+                continue
+            pick = choose(spec, arch)
+            assert pick.family == family.name
+            compiled = compile_kernel(family.render(spec, pick.config, arch), arch)
+            assert compiled.resources.spills == 0, (spec.short(), pick.config.describe())
+
+
+def test_explain_names_the_pick_and_its_reasons():
+    text = explain(rank(GemmSpec(64, 4096, 4096), "sm_90"))
+    assert text.startswith("chooser: simt") and "waves" in text and "B/FLOP" in text and "candidates ranked" in text
+
+
+def test_skinny_shape_gets_split_k_and_big_shape_does_not():
+    assert choose(GemmSpec(32, 4096, 8192), "sm_90").config.split_k > 1
+    assert choose(GemmSpec(16, 4096, 8192), "sm_90").family == "gemv"
+    assert choose(GemmSpec(8192, 8192, 2048), "sm_90").config.split_k == 1
+
+
+def test_wave_quantization_and_tile_waste_features():
+    spec, config = GemmSpec(64, 4096, 4096), dict(ladder())["double_buffer"]  # 128x128 tiles, 256 threads
+    f = features(spec, config, 132)
+    per_sm = blocks_per_sm(geometry(spec, config))
+    assert f["waves"] == pytest.approx(32 / (per_sm * 132)) and f["tile_waste"] == pytest.approx(0.5)
+    split = features(spec, config.with_(split_k=4), 132)
+    assert split["waves"] == pytest.approx(4 * f["waves"]) and split["bytes_per_flop"] > f["bytes_per_flop"]
+
+
+def test_training_learns_the_recorded_table_order():
+    """Fit on one recorded table, predict its configs: the ranking must follow the measurements."""
+    rows = [r for r in rows_from_tables() if (r.spec.m, r.spec.n, r.spec.k) == (1024, 1024, 1024)]
+    model = train(rows)
+    fam = model.families["simt"]
+    x, _ = feature_matrix([(r.spec, r.config, r.sm_count) for r in rows], fam.feature_names)
+    predicted = fam.predict_log_ratio(x)
+    measured = np.log([r.median_s for r in rows])
+    rank_corr = np.corrcoef(np.argsort(np.argsort(predicted)), np.argsort(np.argsort(measured)))[0, 1]
+    assert rank_corr > 0.7
+    top = np.argsort(predicted)[:10]
+    assert measured[top].min() <= np.quantile(measured, 0.05)  # the predicted top 10 hold a top-5% config
+
+
+def test_training_csv_round_trip(tmp_path):
+    spec, config = GemmSpec(300, 400, 500), SimtConfig(split_k=2)
+    path = tmp_path / "rows.csv"
+    path.write_text("family,m,n,k,layout,dtype,config,median_s,status,gpu,sm_count\n"
+                    f"simt,300,400,500,nn,fp32,\"{json.dumps(config.to_json()).replace(chr(34), chr(34) * 2)}\","
+                    "1e-4,ok,H100,132\nsimt,300,400,500,nn,fp32,{},,wrong,H100,132\n")
+    rows = rows_from_csv(path)
+    assert rows == [TrainingRow("simt", spec, config, 132, 1e-4, str(path))]
+    path.write_text("not,a,table\n1,2,3\n")
+    with pytest.raises(GemmtuneError, match="is not a chooser timing CSV"):
+        rows_from_csv(path)
+
+
+# --- split-K in simt -------------------------------------------------------------------------------
+def test_split_k_is_off_by_default_and_left_out_of_json():
+    assert "split_k" not in SimtConfig().to_json() and SimtConfig(split_k=3).to_json()["split_k"] == 3
+    assert SimtConfig.from_json(SimtConfig(split_k=3).to_json()).split_k == 3
+    assert "split" not in SimtConfig().describe()
+
+
+def test_split_k_constraints():
+    spec = GemmSpec(64, 64, 64)  # 4 k-slices of 16
+    assert "split_k" in rejections(SimtConfig(split_k=5), spec)
+    assert "split_k" in rejections(SimtConfig(split_k=2, stage_c=True), GemmSpec(64, 64, 64, epilogue="add"))
+    assert not rejections(SimtConfig(split_k=4), spec)
+
+
+def test_split_k_render_takes_turns_in_module_memory():
+    spec = GemmSpec(127, 129, 4097, epilogue="relu+add")
+    source = render(spec, dict(ladder())["double_buffer"].with_(split_k=3))
+    assert source.grid[2] == 3 and "wait_turn" in source.code and "__device__ unsigned int split_turn[" in source.code
+    assert source.code.count("epilogue(v, row, col") == 1  # only the last split applies the epilogue
+    assert "k_begin + (t + 1) * BK" in source.code
+
+
+# --- gemv ------------------------------------------------------------------------------------------
+def test_gemv_takes_one_column_or_a_few_rows():
+    assert gemv_supports(GemmSpec(1, 4096, 4096), "sm_90") is None
+    assert gemv_supports(GemmSpec(16, 4096, 4096), "sm_90") is None
+    assert gemv_supports(GemmSpec(4096, 1, 4096, dtype="bf16"), "sm_80") is None
+    assert "N = 1 or M ≤ 16" in gemv_supports(GemmSpec(17, 4096, 4096), "sm_90")
+    assert "M ≤ 8" in gemv_supports(GemmSpec(16, 4096, 4096, "nn", "bf16"), "sm_90")  # 16 x 8 sums per thread
+    assert family_for(GemmSpec(1, 4096, 4096, "nt", "bf16"), "sm_90a").name == "gemv"
+    assert family_for(GemmSpec(16, 4096, 4096, "nt", "bf16"), "sm_90a").name == "gemv"
+    assert family_for(GemmSpec(32, 4096, 4096, "nt", "bf16"), "sm_90a").name == "wgmma"
+
+
+def test_gemv_stream_follows_the_layout():
+    kinds = {layout: (stream_kind(GemmSpec(1, 64, 64, layout)), stream_kind(GemmSpec(64, 1, 64, layout)))
+             for layout in ("nn", "nt", "tn", "tt")}
+    assert kinds == {"nn": ("columns", "rows"), "nt": ("rows", "rows"), "tn": ("columns", "columns"),
+                     "tt": ("rows", "columns")}
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16", "tf32"])
+def test_gemv_compiles_every_layout_and_epilogue(dtype):
+    family = get_family("gemv")
+    for layout in ("nn", "nt", "tn", "tt"):
+        for shape in ((1, 13, 7), (77, 1, 4096), (5, 100, 4104)):
+            for epilogue in ("none", "bias_row+gelu+add", "alpha+beta+bias_col+relu"):
+                spec = GemmSpec(*shape, layout=layout, dtype=dtype, epilogue=epilogue)
+                for config in (GemvConfig(), GemvConfig(threads=512, warps_per_output=4, threads_x=2, unroll=2),
+                               GemvConfig(threads=256, warps_per_output=2, outputs_per_warp=4, unroll=4)):
+                    compiled = compile_kernel(family.render(spec, config, "sm_90"), "sm_90")
+                    assert compiled.resources.spills == 0
+
+
+def test_shipped_chooser_still_picks_what_the_results_table_measured():
+    """bench/results/2026-11-23-h100-untuned.* measured the shipped model's picks; a change to the
+    candidates or the model that moves a pick makes that table stale (re-run bench/bench_untuned.py)."""
+    from pathlib import Path
+
+    table = Path(__file__).resolve().parent.parent / "bench" / "results" / "2026-11-23-h100-untuned.json"
+    rows = json.loads(table.read_text())
+    assert len(rows) == 48
+    for row in rows:
+        m, n, k = (int(x) for x in row["spec"].split()[0].split("x"))
+        spec = GemmSpec(m, n, k, row["spec"].split()[1], row["dtype"])
+        assert choose(spec, "sm_90").config.describe() == row["config"], row["spec"]
