@@ -106,9 +106,13 @@ class WgmmaConfig(FamilyConfig):
         tiles = self.consumers if self.pingpong else 1
         return tiles * self.bm * self.bn * OUT_BYTES[out_dtype(spec)] // self.store_slices
 
+    def barrier_bytes(self) -> int:
+        """full/empty per stage; C full/empty per epilogue buffer; with ping-pong, a main-loop turn each."""
+        return 16 * self.stages + (48 if self.pingpong else 16)
+
     def smem_bytes(self, spec: GemmSpec) -> int:
         """Dynamic shared memory: the ring of A and B tiles, the epilogue tile(s), barriers, alignment slack."""
-        return self.stages * self.stage_bytes() + self.epilogue_bytes(spec) + 16 * self.stages + 48 + SMEM_SLACK
+        return self.stages * self.stage_bytes() + self.epilogue_bytes(spec) + self.barrier_bytes() + SMEM_SLACK
 
     # --- naming -----------------------------------------------------------------------------
     def describe(self) -> str:

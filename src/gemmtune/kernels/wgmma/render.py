@@ -392,8 +392,8 @@ SMEM_SETUP = r"""
     u64* full = reinterpret_cast<u64*>(out_buf + EPI_BYTES);                // stage s has landed
     u64* empty = full + STAGES;                                             // stage s may be refilled
     u64* c_full = empty + STAGES;                                           // [turn] the C tile has landed
-    u64* c_empty = c_full + 2;                                              // [turn] the epilogue tile is free
-    u64* mainloop_done = c_empty + 2;                                       // [turn] (ping-pong) a main loop ended
+    u64* c_empty = c_full + TILE_TURNS;                                     // [turn] the epilogue tile is free
+    u64* mainloop_done = c_empty + TILE_TURNS;                              // [turn] (ping-pong) a main loop ended
     constexpr int A_ELEMS = A_TILE_BYTES / sizeof(in_t), B_ELEMS = B_TILE_BYTES / sizeof(in_t);
 """
 
@@ -458,7 +458,7 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig) -> str:
         for (int turn = 0; turn < TILE_TURNS; ++turn) {{
             mbarrier_init(&c_full[turn], 1);
             mbarrier_init(&c_empty[turn], CONSUMERS / TILE_TURNS);
-            mbarrier_init(&mainloop_done[turn], 1);
+            if (PINGPONG) mbarrier_init(&mainloop_done[turn], 1);
         }}
         fence_barrier_init();
     }}
