@@ -100,3 +100,57 @@ def test_tensor_maps_describe_each_layout():
                           "sm_90a")
     assert [t.operand for t in fused.tensor_maps] == ["A", "B", "D", "C"]
     assert fused.args[-4:] == ("tma_A", "tma_B", "tma_D", "tma_C")
+
+
+def _sass(tmp_path, compiled) -> str:
+    tool = _cuobjdump()
+    if tool is None:
+        pytest.skip("cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
+    cubin = tmp_path / "kernel.cubin"
+    cubin.write_bytes(compiled.cubin)
+    return subprocess.run([tool, "--dump-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+
+
+def test_cluster_main_loop_has_no_gpu_wide_fence(tmp_path):
+    """A stage release to the other block of a cluster must not fence: `.release.cluster` arrivals put
+    MEMBAR.ALL.GPU before every one of them, in the main loop, and cost the cluster kernel 30% on an
+    H100. Between the first and the last HGMMA there may be no MEMBAR.ALL.GPU at all."""
+    config = dict(LADDER)["cluster_multicast"]
+    sass = _sass(tmp_path, _compile(GemmSpec(4096, 4096, 4096, "nt", "bf16"), config))
+    lines = sass.splitlines()
+    mma = [i for i, line in enumerate(lines) if "HGMMA" in line]
+    assert mma and "UTMALDG.2D.MULTICAST" in sass
+    loop = lines[mma[0]:mma[-1] + 1]
+    assert not [line for line in loop if "MEMBAR.ALL.GPU" in line]
+    assert any("SYNCS.ARRIVE.TRANS64.RED" in line for line in loop)  # the remote arrivals are there
+
+
+def test_store_slices_and_pingpong_constraints():
+    spec = GemmSpec(1024, 1024, 1024, "nt", "bf16")
+    fused = GemmSpec(1024, 1024, 1024, "nt", "bf16", "relu+add")
+    steps = dict(LADDER)
+    sliced = steps["sliced_store"]
+    assert not FAMILY.rejections(sliced.with_(store_slices=2), spec, "sm_90a")
+    assert "store" in FAMILY.rejections(sliced.with_(store_slices=3), spec, "sm_90a")
+    assert "store" in FAMILY.rejections(sliced.with_(store_slices=2), fused, "sm_90a")  # C is loaded whole
+    assert "store" in FAMILY.rejections(sliced.with_(tma_store=False), spec, "sm_90a")
+    narrow = sliced.with_(bn=128, store_slices=4)  # 32 bf16 columns: half a 128-byte row
+    assert "store" in FAMILY.rejections(narrow, spec, "sm_90a")
+    pingpong = steps["pingpong"]
+    assert not FAMILY.rejections(pingpong, fused, "sm_90a")
+    assert "tile" in FAMILY.rejections(pingpong.with_(persistent=False), spec, "sm_90a")
+    assert "tile" in FAMILY.rejections(pingpong.with_(consumers=1), spec, "sm_90a")
+    assert "registers" in FAMILY.rejections(pingpong.with_(bn=256), spec, "sm_90a")  # a whole 128x256 tile each
+    # Each ping-pong consumer keeps its own epilogue buffer; cooperative ones share one.
+    cooperative = pingpong.with_(pingpong=False)
+    assert pingpong.epilogue_bytes(spec) == 2 * cooperative.epilogue_bytes(spec)
+    assert pingpong.rows_per_consumer == 128 and cooperative.rows_per_consumer == 64
+
+
+def test_pingpong_renders_turns_and_own_buffers():
+    steps = dict(LADDER)
+    code = FAMILY.render(GemmSpec(2056, 2184, 200, "nt", "fp16", "relu+add"), steps["pingpong"], "sm_90a").code
+    assert "constexpr bool PINGPONG = true;" in code
+    assert "mbarrier_wait(&mainloop_done[1 - turn]" in code and "mbarrier_arrive(&mainloop_done[turn])" in code
+    plain = FAMILY.render(GemmSpec(2056, 2184, 200, "nt", "fp16"), steps["sliced_store"], "sm_90a").code
+    assert "mainloop_done[1 - turn]" not in plain  # cooperative consumers read every stage: no turns
