@@ -71,7 +71,9 @@ FINAL_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] 
         ("tma_store s3 (C evict-first)", BASE, None),
         ("tma_store s3, no L2 hints", BASE, no_l2_hints),
         ("cluster2 s3 (C evict-first)", BASE.with_(cluster_m=2), None),
-        ("pingpong 128x128 s4", BASE.with_(bn=128, stages=4, pingpong=True), None),
+        ("tma_store s3, C in registers", BASE.with_(c_prefetch=True), None),
+        ("s4 slices2, C in registers", S4H2.with_(c_prefetch=True), None),
+        ("cluster2 s4 slices2, C in registers", S4H2.with_(c_prefetch=True, cluster_m=2), None),
     ]),
     (GemmSpec(4096, 4096, 4096, "nt", "bf16"), [
         ("s4 slices2", S4H2, None),

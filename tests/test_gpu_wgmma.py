@@ -151,3 +151,21 @@ def test_pingpong_many_tiles_per_block(epilogue, cluster_m):
         result = evaluate(compile_kernel(FAMILY.render(spec, config, arch), arch), verify_only=True,
                           rng=np.random.default_rng(3))
         assert result.verify.ok, f"pingpong {spec.short()}: {result.verify.message}"
+
+
+@pytest.mark.parametrize("epilogue", ["relu+add", "alpha+beta", "bias_row+gelu+add"])
+@pytest.mark.parametrize("cluster_m", [1, 2])
+def test_c_prefetch_on_odd_shapes(epilogue, cluster_m):
+    """C read into registers near the end of each tile (c_prefetch), with sliced stores, on shapes
+    cut at every edge, many tiles per block, in all four layouts."""
+    from gemmtune.compiler import compile_kernel
+    from gemmtune.evaluate import evaluate
+
+    arch = _hopper()
+    config = dict(FAMILY.ladder(arch))["sliced_store"].with_(store_slices=2, c_prefetch=True, cluster_m=cluster_m)
+    for shape, layout, dtype in [((136, 200, 72), "nt", "fp16"), ((1000, 1000, 1000), "nn", "bf16"),
+                                 ((264, 520, 4104), "tt", "fp16"), ((2056, 2184, 200), "tn", "bf16")]:
+        spec = GemmSpec(*shape, layout=layout, dtype=dtype, epilogue=epilogue)
+        result = evaluate(compile_kernel(FAMILY.render(spec, config, arch), arch), verify_only=True,
+                          rng=np.random.default_rng(7))
+        assert result.verify.ok, f"c_prefetch {spec.short()}: {result.verify.message}"

@@ -154,3 +154,26 @@ def test_pingpong_renders_turns_and_own_buffers():
     assert "mbarrier_wait(&mainloop_done[1 - turn]" in code and "mbarrier_arrive(&mainloop_done[turn])" in code
     plain = FAMILY.render(GemmSpec(2056, 2184, 200, "nt", "fp16"), steps["sliced_store"], "sm_90a").code
     assert "mainloop_done[1 - turn]" not in plain  # cooperative consumers read every stage: no turns
+
+
+def test_c_prefetch_compiles_without_local_memory(tmp_path):
+    """C pairs held in registers next to 128 accumulators: no spills, no local memory, C read with
+    global loads (LDG) and no TMA map for C."""
+    config = dict(LADDER)["sliced_store"].with_(store_slices=2, c_prefetch=True)
+    spec = GemmSpec(4096, 4096, 4096, "nt", "fp16", "relu+add")
+    source = FAMILY.render(spec, config, "sm_90a")
+    assert [t.operand for t in source.tensor_maps] == ["A", "B", "D"]
+    compiled = compile_kernel(source, "sm_90a")
+    assert compiled.resources.spills == 0 and compiled.resources.stack_bytes == 0
+    sass = _sass(tmp_path, compiled)
+    assert "LDG.E" in sass and "LDL" not in sass and "STL" not in sass
+
+
+def test_c_prefetch_constraints():
+    config = dict(LADDER)["sliced_store"].with_(store_slices=2, c_prefetch=True)
+    assert not FAMILY.rejections(config, GemmSpec(1024, 1024, 1024, "tn", "bf16", "alpha+beta"), "sm_90a")
+    assert "store" in FAMILY.rejections(config, GemmSpec(1024, 1024, 1024, "nt", "bf16"), "sm_90a")  # no C
+    wide = GemmSpec(1024, 1024, 1024, "nt", "bf16", "relu+add", out_dtype="fp32")
+    assert "store" in FAMILY.rejections(config.with_(store_slices=4), wide, "sm_90a")  # fp32 C: no room
+    assert "store" in FAMILY.rejections(dict(LADDER)["pingpong"].with_(c_prefetch=True),
+                                        GemmSpec(1024, 1024, 1024, "nt", "bf16", "relu+add"), "sm_90a")

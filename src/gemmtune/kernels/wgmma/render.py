@@ -56,7 +56,7 @@ def epilogue_maps(spec: GemmSpec, config: WgmmaConfig) -> tuple[TensorMapArg, ..
     out = out_dtype(spec)
     size = OUT_BYTES[out]
     box = (128 // size, config.rows_per_consumer)
-    names = ("D", "C") if spec.epilogue.reads_c else ("D",)
+    names = ("D", "C") if spec.epilogue.reads_c and not config.c_prefetch else ("D",)
     return tuple(TensorMapArg(f"tma_{x}", x, out, (spec.n, spec.m), (spec.n * size,), box) for x in names)
 
 def grid_size(spec: GemmSpec, config: WgmmaConfig) -> int:
@@ -104,6 +104,8 @@ constexpr int EPI_BYTES = TMA_STORE ? TILE_TURNS * BM * SLICE_COLS * (int)sizeof
 // nobody waits), and the producer fetches C at C_LOAD_KB, a full ring later: C is waiting in shared
 // memory when the math ends, and neither side ever blocks on the other.
 constexpr int C_RELEASE_KB = K_BLOCKS > 2 ? 2 : K_BLOCKS - 1;
+// (c_prefetch) Consumers load their C pairs into registers this many k-blocks before the end.
+constexpr int C_FETCH_KB = K_BLOCKS > 2 ? K_BLOCKS - 2 : 0;
 constexpr int C_LOAD_KB = C_RELEASE_KB + STAGES < K_BLOCKS - 1 ? C_RELEASE_KB + STAGES : K_BLOCKS - 1;
 """
 
@@ -292,19 +294,24 @@ __device__ __forceinline__ void load_pair_smem(const unsigned char* at, float& c
 }
 
 
-def _store_tile_smem(spec: GemmSpec) -> str:
+def _store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
     params = "".join(f", {p}" for p in _operand_decls(spec.epilogue, skip_c=True))
-    reads_c = spec.epilogue.reads_c
+    prefetched = config.c_prefetch
+    reads_c = spec.epilogue.reads_c and not prefetched  # C staged in the buffer by the producer
+    if prefetched:
+        params += ", const u32 (&c_regs)[M_BLOCKS][BN / 8][2]"
     fix0 = _epilogue_call(spec, "v0", "col", "c0")
     fix1 = _epilogue_call(spec, "v1", "col + 1", "c1")
-    load_c = "float c0, c1;\n                    load_pair_smem(at, c0, c1);\n                    " if reads_c else ""
+    load_c = ("float c0, c1;\n                    load_pair_smem(at, c0, c1);\n                    " if reads_c else
+              "float c0, c1;\n                    unpack_pair(c_regs[mb][j][half], c0, c1);\n                    "
+              if prefetched else "")
     # Before writing, the buffer must be free: with C, the producer's C tile must have landed in it
     # (the producer waited for the previous store to leave); without C, the previous slice's store
     # (of this tile or the one before) must have finished reading it.
     wait = ("if (slice == 0) mbarrier_wait(c_full, c_phase);  // the producer's C tile has landed here" if reads_c else
             """if (threadIdx.x % 128 == 0) tma_store_wait_read();  // the previous slice's store has read the buffer
         named_barrier(1 + consumer, 128);""")
-    return SMEM_PAIR["32" if OUT_BYTES[out_dtype(spec)] == 4 else "16"] + f"""
+    return SMEM_PAIR["32" if OUT_BYTES[out_dtype(spec)] == 4 else "16"] + (FETCH_C if prefetched else "") + f"""
 // Write-back through shared memory, one slice of SLICE_COLS columns at a time. Each consumer owns
 // ROWS_PER_CONSUMER rows of the slice buffer, kept as SLICE_COLS / OUT_CHUNK chunks of 128-byte rows
 // in TMA's 128-byte swizzle (16-byte unit u of row r sits at unit u ^ (r % 8)), so the fragment's
@@ -350,6 +357,36 @@ __device__ __forceinline__ void store_tile_smem(const float (&acc)[M_BLOCKS][BN 
         }}
     }}
 }}
+"""
+
+
+FETCH_C = r"""
+// (c_prefetch) This thread's C pairs, in its accumulator fragment's layout, from global memory into
+// registers: issued a few k-blocks before the end of the tile so the loads land under the last
+// wgmma. Outside D the pair reads as zero (TMA clips those outputs anyway). D's rows are whole
+// 16-byte units (the TMA store needs that), so a pair inside D is aligned and complete.
+__device__ __forceinline__ void fetch_c(u32 (&c_regs)[M_BLOCKS][BN / 8][2], const out_t* __restrict__ C,
+                                        int tile_m, int tile_n, int consumer) {
+    const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+    #pragma unroll
+    for (int mb = 0; mb < M_BLOCKS; ++mb)
+        #pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int row = tile_m * BM + consumer * CONSUMER_ROWS + mb * 64 + warp * 16 + lane / 4 + 8 * half;
+            #pragma unroll
+            for (int j = 0; j < BN / 8; ++j) {
+                const int col = tile_n * BN + j * 8 + 2 * (lane % 4);
+                c_regs[mb][j][half] = (row < M && col < N)
+                    ? __ldg(reinterpret_cast<const u32*>(C + (size_t)row * N + col)) : 0u;
+            }
+        }
+}
+
+// The two 16-bit values of a C pair as floats, lo first.
+__device__ __forceinline__ void unpack_pair(u32 word, float& c0, float& c1) {
+    c0 = to_float(out_t{(unsigned short)(word & 0xFFFF)});
+    c1 = to_float(out_t{(unsigned short)(word >> 16)});
+}
 """
 
 
@@ -408,7 +445,7 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig) -> str:
     first, step = (("blockIdx.x / CLUSTER_M", "gridDim.x / CLUSTER_M") if config.persistent
                    else ("blockIdx.x / CLUSTER_M", "UNITS"))
     rank = "(int)cluster_cta_rank()" if config.cluster_m > 1 else "0"
-    deferred_c = config.tma_store and spec.epilogue.reads_c
+    deferred_c = config.tma_store and spec.epilogue.reads_c and not config.c_prefetch
     load_c = ("""
                     if (kb == C_LOAD_KB) {  // C lands early under this tile's main loop
                         const int turn = local % TILE_TURNS;
@@ -416,8 +453,9 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig) -> str:
                         load_c_tile(tma_C, out_buf, &c_full[turn], tile_m, tile_n, turn);
                     }""" if deferred_c else "")
     others = "".join(f", {op.name}" for op in spec.epilogue.operands() if op.name != "C")
+    regs = ", c_regs" if config.c_prefetch else ""
     store = (f"store_tile_smem(acc, tile_m, tile_n, consumer, out_buf, tma_D, &c_full[turn], "
-             f"(local / TILE_TURNS) & 1{others});" if config.tma_store
+             f"(local / TILE_TURNS) & 1{others}{regs});" if config.tma_store
              else f"store_tile(acc, tile_m, tile_n, consumer, D{epi});")
     if deferred_c:
         store += "\n            c_pending = true;  // the buffer goes back to the producer early in the next tile"
@@ -429,6 +467,9 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig) -> str:
                     }
                     c_pending = false;
                 }""" if deferred_c else "")
+    fetch = ("""
+                if (kb == C_FETCH_KB) fetch_c(c_regs, C.p, tile_m, tile_n, consumer);  // lands under the last wgmma"""
+             if config.c_prefetch else "")
     drain = ("\n        if (threadIdx.x % 128 == 0) tma_store_wait_all();  // the last stores have left shared memory"
              if config.tma_store else "")
     release = ("if (threadIdx.x % 128 < CLUSTER_M) mbarrier_arrive_cluster(&empty[s], threadIdx.x % 128);"
@@ -504,13 +545,14 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig) -> str:
             for (int mb = 0; mb < M_BLOCKS; ++mb)
                 #pragma unroll
                 for (int i = 0; i < BN / 2; ++i) acc[mb][i] = 0.0f;
-            int previous = -1;{wait_turn}
+            int previous = -1;{wait_turn}{"" if not config.c_prefetch else '''
+            u32 c_regs[M_BLOCKS][BN / 8][2];  // this thread's C pairs, fetched near the end of the tile'''}
             for (int kb = 0; kb < K_BLOCKS; ++kb) {{
                 mbarrier_wait(&full[s], phase);
                 wgmma_fence();
                 mma_stage(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer);
                 wgmma_commit();
-                wgmma_wait<1>();{hand_back}
+                wgmma_wait<1>();{hand_back}{fetch}
                 if (previous >= 0) release_stage(previous);
                 previous = s;
                 if (++s == STAGES) {{ s = 0; phase ^= 1; }}
@@ -571,7 +613,8 @@ def _code(spec: GemmSpec, config: WgmmaConfig, entry: str, maps: tuple[TensorMap
         "// into fp32 registers, the epilogue applied in registers and stored to D.",
         ptx.helpers(spec.dtype, config.bn), FLOAT_VIEW, _constants(spec, config), SCHEDULER,
         _load_stage(config.cluster_m > 1), _mma_stage(spec, config), epilogue, _store_tile(spec),
-        (_store_tile_smem(spec) + (LOAD_C_TILE if spec.epilogue.reads_c else "")) if config.tma_store else "",
+        (_store_tile_smem(spec, config) + (LOAD_C_TILE if spec.epilogue.reads_c and not config.c_prefetch else ""))
+        if config.tma_store else "",
         _signature(spec, config, entry, maps) + " {", body, "}",
     ])
 
