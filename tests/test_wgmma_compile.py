@@ -173,6 +173,8 @@ def test_c_prefetch_constraints():
     config = dict(LADDER)["sliced_store"].with_(store_slices=2, c_prefetch=True)
     assert not FAMILY.rejections(config, GemmSpec(1024, 1024, 1024, "tn", "bf16", "alpha+beta"), "sm_90a")
     assert "store" in FAMILY.rejections(config, GemmSpec(1024, 1024, 1024, "nt", "bf16"), "sm_90a")  # no C
+    fused = GemmSpec(1024, 1024, 1024, "nt", "bf16", "relu+add")
+    assert "store" in FAMILY.rejections(config.with_(tma_store=False, store_slices=1), fused, "sm_90a")
     wide = GemmSpec(1024, 1024, 1024, "nt", "bf16", "relu+add", out_dtype="fp32")
     assert "store" in FAMILY.rejections(config.with_(store_slices=4), wide, "sm_90a")  # fp32 C: no room
     assert "store" in FAMILY.rejections(dict(LADDER)["pingpong"].with_(c_prefetch=True),

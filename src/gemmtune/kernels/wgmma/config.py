@@ -216,6 +216,8 @@ def _store(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
     if c.store_slices not in (1, 2, 4):
         return f"store_slices={c.store_slices}: 1, 2 or 4"
     if not c.tma_store:
+        if c.c_prefetch:
+            return "c_prefetch is part of the TMA-store epilogue (direct stores read C themselves)"
         return None if c.store_slices == 1 else "store_slices needs the TMA-store epilogue"
     slice_bytes = c.bn // c.store_slices * OUT_BYTES.get(out_dtype(s), 4)
     if slice_bytes % SWIZZLE_BYTES:
