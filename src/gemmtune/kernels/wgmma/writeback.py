@@ -1,0 +1,237 @@
+"""The wgmma kernel's write-back, as CUDA text: the fused epilogue in fp32 registers, then D stored
+straight from the accumulator fragment, or through a swizzled shared-memory buffer and TMA stores
+(whole tile or column slices), with C staged in shared memory by the producer or fetched into
+registers by the consumers.
+
+Kept apart from the main loop (render.py) so a later tensor-core family with the same fragment
+layout can reuse it.
+"""
+from __future__ import annotations
+
+from ...epilogue import Epilogue
+from ...spec import GemmSpec
+from .config import OUT_BYTES, WgmmaConfig, out_dtype
+
+
+def epilogue_function(epilogue: Epilogue) -> str:
+    params = ", ".join(["float v", "int row", "int col"] + operand_decls(epilogue, c_value=True))
+    body = "\n".join(f"    {line}" for line in epilogue.cuda_statements("row", "col", "N", c="c"))
+    return f"""
+// The fused epilogue, in fp32 registers before rounding to out_t: {epilogue}.
+__device__ __forceinline__ float apply_epilogue({params}) {{
+{body}
+    return v;
+}}
+"""
+
+
+def operand_decls(epilogue: Epilogue, c_value: bool = False, skip_c: bool = False) -> list[str]:
+    """Parameter declarations for the epilogue operands in kernel order; with c_value, C arrives as
+    its element `c`; with skip_c, C is left out (the shared-memory epilogue reads it from its tile)."""
+    decl = {"C": "float c" if c_value else "FloatView<out_t> C", "bias": "FloatView<out_t> bias",
+            "alpha": "float alpha", "beta": "float beta"}
+    return [decl[op.name] for op in epilogue.operands() if not (skip_c and op.name == "C")]
+
+
+def epilogue_call(spec: GemmSpec, value: str, col: str, c: str) -> str:
+    """`value = apply_epilogue(value, row, col, ...)`, C passed as the expression `c`."""
+    if spec.epilogue.is_identity:
+        return ""
+    args = "".join(f", {c}" if op.name == "C" else f", {op.name}" for op in spec.epilogue.operands())
+    return f"{value} = apply_epilogue({value}, row, {col}{args}); "
+
+
+FLOAT_VIEW = r"""
+// Reads an out_t array as floats (C and bias come in the output type; the epilogue runs in fp32).
+template <typename T>
+struct FloatView {
+    const T* p;
+    __device__ __forceinline__ float operator[](size_t i) const { return to_float(p[i]); }
+};
+"""
+
+# How a pair of neighbouring outputs is written: as one 32-bit word (16-bit types) or a float2.
+PAIR_STORE = {
+    "bf16": "*reinterpret_cast<u32*>(D + (size_t)row * N + col) = pack_pair(v0, v1, (out_t*)0);",
+    "fp16": "*reinterpret_cast<u32*>(D + (size_t)row * N + col) = pack_pair(v0, v1, (out_t*)0);",
+    "fp32": "*reinterpret_cast<float2*>(D + (size_t)row * N + col) = make_float2(v0, v1);",
+}
+
+
+def store_tile(spec: GemmSpec) -> str:
+    params = "".join(f", {p}" for p in operand_decls(spec.epilogue))
+    fix0 = epilogue_call(spec, "v0", "col", "C[(size_t)row * N + col]")
+    fix1 = epilogue_call(spec, "v1", "col + 1", "C[(size_t)row * N + col + 1]")
+    even = spec.n % 2 == 0
+    pair_store = (PAIR_STORE[out_dtype(spec)] if even else
+                  "D[(size_t)row * N + col] = to_out(v0); D[(size_t)row * N + col + 1] = to_out(v1);")
+    return f"""
+__device__ __forceinline__ out_t to_out(float v) {{ return from_float(v, (out_t*)0); }}
+
+// Write-back from the wgmma fragment: in each 64-row block, thread t of the warpgroup holds rows
+// 16·warp + lane/4 (+8) and columns 8·j + 2·(lane%4) (+1): pairs of neighbours, stored together
+// {"as one vector (N is even, so every pair is aligned)" if even else "one by one (N is odd: pairs are not aligned)"}.
+__device__ __forceinline__ void store_tile(const float (&acc)[M_BLOCKS][BN / 2], int tile_m, int tile_n,
+                                           int consumer, out_t* __restrict__ D{params}) {{
+    const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+    #pragma unroll
+    for (int mb = 0; mb < M_BLOCKS; ++mb) {{
+        #pragma unroll
+        for (int half = 0; half < 2; ++half) {{
+            const int row = tile_m * BM + consumer * CONSUMER_ROWS + mb * 64 + warp * 16 + lane / 4 + 8 * half;
+            if (row >= M) continue;
+            #pragma unroll
+            for (int j = 0; j < BN / 8; ++j) {{
+                const int col = tile_n * BN + j * 8 + 2 * (lane % 4);
+                float v0 = acc[mb][4 * j + 2 * half], v1 = acc[mb][4 * j + 2 * half + 1];
+                if (col + 1 < N) {{
+                    {fix0}{fix1}{pair_store}
+                }} else if (col < N) {{
+                    {fix0}D[(size_t)row * N + col] = to_out(v0);
+                }}
+            }}
+        }}
+    }}
+}}
+"""
+
+
+SMEM_PAIR = {
+    "16": """
+// A pair of outputs in the epilogue tile: one 32-bit word, lo first.
+__device__ __forceinline__ void store_pair_smem(unsigned char* at, float v0, float v1) {
+    *reinterpret_cast<u32*>(at) = pack_pair(v0, v1, (out_t*)0);
+}
+__device__ __forceinline__ void load_pair_smem(const unsigned char* at, float& c0, float& c1) {
+    const u32 word = *reinterpret_cast<const u32*>(at);
+    c0 = to_float(out_t{(unsigned short)(word & 0xFFFF)});
+    c1 = to_float(out_t{(unsigned short)(word >> 16)});
+}
+""",
+    "32": """
+// A pair of outputs in the epilogue tile: one float2.
+__device__ __forceinline__ void store_pair_smem(unsigned char* at, float v0, float v1) {
+    *reinterpret_cast<float2*>(at) = make_float2(v0, v1);
+}
+__device__ __forceinline__ void load_pair_smem(const unsigned char* at, float& c0, float& c1) {
+    const float2 pair = *reinterpret_cast<const float2*>(at);
+    c0 = pair.x;
+    c1 = pair.y;
+}
+""",
+}
+
+
+def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
+    params = "".join(f", {p}" for p in operand_decls(spec.epilogue, skip_c=True))
+    prefetched = config.c_prefetch
+    reads_c = spec.epilogue.reads_c and not prefetched  # C staged in the buffer by the producer
+    if prefetched:
+        params += ", const u32 (&c_regs)[M_BLOCKS][BN / 8][2]"
+    fix0 = epilogue_call(spec, "v0", "col", "c0")
+    fix1 = epilogue_call(spec, "v1", "col + 1", "c1")
+    load_c = ("float c0, c1;\n                    load_pair_smem(at, c0, c1);\n                    " if reads_c else
+              "float c0, c1;\n                    unpack_pair(c_regs[mb][j][half], c0, c1);\n                    "
+              if prefetched else "")
+    # Before writing, the buffer must be free: with C, the producer's C tile must have landed in it
+    # (the producer waited for the previous store to leave); without C, the previous slice's store
+    # (of this tile or the one before) must have finished reading it.
+    wait = ("if (slice == 0) mbarrier_wait(c_full, c_phase);  // the producer's C tile has landed here" if reads_c else
+            """if (threadIdx.x % 128 == 0) tma_store_wait_read();  // the previous slice's store has read the buffer
+        named_barrier(1 + consumer, 128);""")
+    return SMEM_PAIR["32" if OUT_BYTES[out_dtype(spec)] == 4 else "16"] + (FETCH_C if prefetched else "") + f"""
+// Write-back through shared memory, one slice of SLICE_COLS columns at a time. Each consumer owns
+// ROWS_PER_CONSUMER rows of the slice buffer, kept as SLICE_COLS / OUT_CHUNK chunks of 128-byte rows
+// in TMA's 128-byte swizzle (16-byte unit u of row r sits at unit u ^ (r % 8)), so the fragment's
+// 8 rows × 16 bytes per warp hit 32 distinct banks. C (loaded there by the producer) is read and
+// overwritten in place by the same thread. One thread stores each slice with TMA (coalesced,
+// clipped at the matrix edges) and does not wait for it: the next slice, or the next tile's main
+// loop, runs while the store drains.
+__device__ __forceinline__ void store_tile_smem(const float (&acc)[M_BLOCKS][BN / 2], int tile_m, int tile_n,
+                                                int consumer, unsigned char* out_buf, const TmaDescriptor& tma_D,
+                                                u64* c_full, u32 c_phase{params}) {{
+    const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+    unsigned char* tile = out_buf + consumer * ROWS_PER_CONSUMER * SLICE_COLS * (int)sizeof(out_t);
+    #pragma unroll
+    for (int slice = 0; slice < STORE_SLICES; ++slice) {{
+        {wait}
+        #pragma unroll
+        for (int mb = 0; mb < M_BLOCKS; ++mb) {{
+            #pragma unroll
+            for (int half = 0; half < 2; ++half) {{
+                const int r = mb * 64 + warp * 16 + lane / 4 + 8 * half;
+                const int row = tile_m * BM + consumer * CONSUMER_ROWS + r;
+                #pragma unroll
+                for (int jj = 0; jj < SLICE_COLS / 8; ++jj) {{
+                    const int j = slice * SLICE_COLS / 8 + jj;  // 8-column group of the fragment
+                    const int c = jj * 8 + 2 * (lane % 4), col = tile_n * BN + slice * SLICE_COLS + c;
+                    const int byte = (c % OUT_CHUNK) * (int)sizeof(out_t);
+                    unsigned char* at = tile + (c / OUT_CHUNK) * ROWS_PER_CONSUMER * 128 + r * 128
+                                        + (((byte / 16) ^ (r % 8)) * 16) + byte % 16;
+                    float v0 = acc[mb][4 * j + 2 * half], v1 = acc[mb][4 * j + 2 * half + 1];
+                    {load_c}{fix0}{fix1}store_pair_smem(at, v0, v1);
+                }}
+            }}
+        }}
+        fence_async_shared();               // the TMA engine reads what these threads wrote
+        named_barrier(1 + consumer, 128);   // every thread of this consumer has written its part
+        if (threadIdx.x % 128 == 0) {{
+            #pragma unroll
+            for (int chunk = 0; chunk < SLICE_COLS / OUT_CHUNK; ++chunk)
+                tma_store_2d_hinted(&tma_D, tile + chunk * ROWS_PER_CONSUMER * 128,
+                                    tile_n * BN + slice * SLICE_COLS + chunk * OUT_CHUNK,
+                                    tile_m * BM + consumer * CONSUMER_ROWS, l2_evict_first_policy());  // written once
+            tma_store_commit();
+        }}
+    }}
+}}
+"""
+
+
+FETCH_C = r"""
+// (c_prefetch) This thread's C pairs, in its accumulator fragment's layout, from global memory into
+// registers: issued a few k-blocks before the end of the tile so the loads land under the last
+// wgmma. Outside D the pair reads as zero (TMA clips those outputs anyway). D's rows are whole
+// 16-byte units (the TMA store needs that), so a pair inside D is aligned and complete.
+__device__ __forceinline__ void fetch_c(u32 (&c_regs)[M_BLOCKS][BN / 8][2], const out_t* __restrict__ C,
+                                        int tile_m, int tile_n, int consumer) {
+    const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+    #pragma unroll
+    for (int mb = 0; mb < M_BLOCKS; ++mb)
+        #pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int row = tile_m * BM + consumer * CONSUMER_ROWS + mb * 64 + warp * 16 + lane / 4 + 8 * half;
+            #pragma unroll
+            for (int j = 0; j < BN / 8; ++j) {
+                const int col = tile_n * BN + j * 8 + 2 * (lane % 4);
+                c_regs[mb][j][half] = (row < M && col < N)
+                    ? __ldg(reinterpret_cast<const u32*>(C + (size_t)row * N + col)) : 0u;
+            }
+        }
+}
+
+// The two 16-bit values of a C pair as floats, lo first.
+__device__ __forceinline__ void unpack_pair(u32 word, float& c0, float& c1) {
+    c0 = to_float(out_t{(unsigned short)(word & 0xFFFF)});
+    c1 = to_float(out_t{(unsigned short)(word >> 16)});
+}
+"""
+
+
+LOAD_C_TILE = r"""
+// Producer: the C tile of (tile_m, tile_n) into the epilogue buffer, one box per chunk and consumer
+// part: each cooperative consumer's rows into its part, or the whole tile into `owner`'s buffer.
+__device__ __forceinline__ void load_c_tile(const TmaDescriptor& tma_C, unsigned char* out_buf, u64* bar,
+                                            int tile_m, int tile_n, int owner) {
+    mbarrier_arrive_expect_tx(bar, C_TILE_BYTES);
+    const u64 policy = l2_evict_first_policy();  // C is read once
+    #pragma unroll
+    for (int part = 0; part < CONSUMERS / TILE_TURNS; ++part) {
+        const int consumer = PINGPONG ? owner : part;
+        #pragma unroll
+        for (int chunk = 0; chunk < BN / OUT_CHUNK; ++chunk)
+            tma_load_2d_hinted(out_buf + (consumer * SLICE_COLS / OUT_CHUNK + chunk) * ROWS_PER_CONSUMER * 128, &tma_C,
+                               bar, tile_n * BN + chunk * OUT_CHUNK, tile_m * BM + consumer * CONSUMER_ROWS, policy);
+    }
+}
+"""
