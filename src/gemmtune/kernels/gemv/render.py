@@ -10,6 +10,7 @@ from __future__ import annotations
 from ...errors import ConfigError
 from ...kernel_source import KernelSource
 from ...spec import GemmSpec
+from ..half_floats import HALF_FLOATS
 from .config import NAME, VERSION, GemvConfig, outputs, rejections, stream_kind, streams_b, vec, vectors
 
 STORAGE_TYPES = {"fp32": "float", "tf32": "float", "bf16": "bf16_t", "fp16": "fp16_t"}
@@ -23,29 +24,7 @@ def entry_name(spec: GemmSpec) -> str:
     return f"{spec.slug()}_gemv"
 
 
-PRELUDE = r"""typedef unsigned int u32;
-// 16-bit floats as their bit patterns (NVRTC finds no CUDA headers); PTX cvt rounds to nearest even.
-struct bf16_t { unsigned short bits; };
-struct fp16_t { unsigned short bits; };
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(bf16_t x) { return __uint_as_float((u32)x.bits << 16); }
-__device__ __forceinline__ float to_float(fp16_t x) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));
-    return f;
-}
-__device__ __forceinline__ float from_float(float v, float*) { return v; }
-__device__ __forceinline__ bf16_t from_float(float v, bf16_t*) {
-    unsigned short b;
-    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b) : "f"(v));
-    return bf16_t{b};
-}
-__device__ __forceinline__ fp16_t from_float(float v, fp16_t*) {
-    unsigned short b;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(b) : "f"(v));
-    return fp16_t{b};
-}
-"""
+PRELUDE = HALF_FLOATS
 
 # After the in_t/out_t typedefs: what reads operands.
 LOADS = r"""// An out_t array read as floats (bias comes in D's type; the epilogue runs in fp32).

@@ -330,8 +330,14 @@ def _emit_store(spec: GemmSpec, config: SimtConfig) -> str:
                 if (row < M && col < N) D[row * N + col] = {scalar};
             }}"""
     c_from = " C comes from the staged shared tile." if staged else ""
-    return f"""    // Write-back: epilogue in registers, {'128-bit' if wide else 'scalar'} stores, predicated at the edges.{c_from}
-    const int row0 = m_origin + warp_row * WM + thread_row * TM;
+    return (f"    // Write-back: epilogue in registers, {'128-bit' if wide else 'scalar'} stores, predicated at the "
+            f"edges.{c_from}\n" + _over_fragment(inner))
+
+
+def _over_fragment(inner: str) -> str:
+    """`inner` (the loop over one fragment row's TN columns, at `col`) inside the loops over this
+    thread's fragment rows: WMITER × TM rows at `row`, WNITER column groups."""
+    return f"""    const int row0 = m_origin + warp_row * WM + thread_row * TM;
     const int col0 = n_origin + warp_col * WN + thread_col * TN;
     #pragma unroll
     for (int wi = 0; wi < WMITER; ++wi)
@@ -462,31 +468,19 @@ def _emit_split_store(spec: GemmSpec, config: SimtConfig) -> str:
     """Serial split-K write-back: add the earlier splits' sum from D (L2, not L1: other SMs wrote it),
     store the new sum; the last split applies the epilogue. Same order every run: deterministic."""
     final = _epilogue_call(spec, "v", "row", "col")
-    return f"""    // Split-K write-back: wait for this tile's turn, add to the partial sum the earlier splits left
+    return """    // Split-K write-back: wait for this tile's turn, add to the partial sum the earlier splits left
     // in D, and store; the last split applies the epilogue and hands the turn back to split 0.
     const int tile = blockIdx.y * TILES_N + blockIdx.x;
     const bool first = blockIdx.z == 0, last = blockIdx.z == SPLITS - 1;
     if (!first) wait_turn(&split_turn[tile], blockIdx.z);
-    const int row0 = m_origin + warp_row * WM + thread_row * TM;
-    const int col0 = n_origin + warp_col * WN + thread_col * TN;
-    #pragma unroll
-    for (int wi = 0; wi < WMITER; ++wi)
-    #pragma unroll
-    for (int i = 0; i < TM; ++i) {{
-        const int row = row0 + wi * WSUBM + i;
-        #pragma unroll
-        for (int wj = 0; wj < WNITER; ++wj) {{
-            #pragma unroll
+""" + _over_fragment(f"""#pragma unroll
             for (int j = 0; j < TN; ++j) {{
                 const int col = col0 + wj * WSUBN + j;
                 if (row >= M || col >= N) continue;
                 const float v = acc[wi * TM + i][wj * TN + j] + (first ? 0.0f : __ldcg(&D[row * N + col]));
                 if (last) D[row * N + col] = {final};
                 else __stcg(&D[row * N + col], v);
-            }}
-        }}
-    }}
-    pass_turn(&split_turn[tile], last ? 0u : blockIdx.z + 1);
+            }}""") + """    pass_turn(&split_turn[tile], last ? 0u : blockIdx.z + 1);
 """
 
 

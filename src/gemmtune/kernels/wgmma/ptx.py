@@ -6,44 +6,19 @@ Shared-memory operands are 32-bit shared-window addresses (``smem_addr``), as th
 """
 from __future__ import annotations
 
+from ..half_floats import HALF_FLOATS
+
 # Types and small helpers that need no PTX. NVRTC has no <cuda.h>: a TMA descriptor is 128 opaque
 # bytes, aligned to 64, that the host fills with cuTensorMapEncodeTiled and passes by value.
-PRELUDE = r"""
-typedef unsigned long long u64;
-typedef unsigned int u32;
-
+PRELUDE = "typedef unsigned long long u64;\n" + HALF_FLOATS + r"""
 struct alignas(64) TmaDescriptor { u64 opaque[16]; };
-
-// 16-bit floats as their bit patterns: the kernel needs no CUDA headers (NVRTC finds none by
-// default), and PTX's cvt does every conversion with round-to-nearest-even.
-struct bf16_t { unsigned short bits; };
-struct fp16_t { unsigned short bits; };
 
 // 32-bit address of a shared-memory object, as PTX's shared-state-space operands want it.
 __device__ __forceinline__ u32 smem_addr(const void* p) {
     return static_cast<u32>(__cvta_generic_to_shared(p));
 }
 
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(bf16_t x) { return __uint_as_float((u32)x.bits << 16); }
-__device__ __forceinline__ float to_float(fp16_t x) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));
-    return f;
-}
-
-// Round fp32 to the output type; the pair forms pack (lo, hi) into one 32-bit word, lo first in memory.
-__device__ __forceinline__ float from_float(float v, float*) { return v; }
-__device__ __forceinline__ bf16_t from_float(float v, bf16_t*) {
-    unsigned short b;
-    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b) : "f"(v));
-    return bf16_t{b};
-}
-__device__ __forceinline__ fp16_t from_float(float v, fp16_t*) {
-    unsigned short b;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(b) : "f"(v));
-    return fp16_t{b};
-}
+// Round fp32 to a 16-bit output type as a pair: (lo, hi) packed into one 32-bit word, lo first in memory.
 __device__ __forceinline__ u32 pack_pair(float lo, float hi, bf16_t*) {
     u32 r;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));

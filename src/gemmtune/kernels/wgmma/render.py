@@ -60,6 +60,7 @@ def epilogue_maps(spec: GemmSpec, config: WgmmaConfig) -> tuple[TensorMapArg, ..
     names = ("D", "C") if spec.epilogue.reads_c and not config.c_prefetch else ("D",)
     return tuple(TensorMapArg(f"tma_{x}", x, out, (spec.n, spec.m), (spec.n * size,), box) for x in names)
 
+
 def grid_size(spec: GemmSpec, config: WgmmaConfig) -> int:
     units = _ceil_div(_ceil_div(spec.m, config.bm), config.cluster_m) * _ceil_div(spec.n, config.bn)
     if config.persistent:
@@ -96,7 +97,7 @@ typedef {C_TYPES[spec.dtype]} in_t;
 typedef {C_TYPES[out_dtype(spec)]} out_t;
 // Epilogue tile in shared memory (TMA store): per consumer, chunks of one 128-byte row × its rows,
 // for one slice of SLICE_COLS columns at a time.
-constexpr bool TMA_STORE = {str(config.tma_store).lower()}, READS_C = {str(spec.epilogue.reads_c).lower()};
+constexpr bool TMA_STORE = {str(config.tma_store).lower()};
 constexpr int STORE_SLICES = {config.store_slices}, SLICE_COLS = BN / STORE_SLICES;
 constexpr int OUT_CHUNK = 128 / sizeof(out_t), C_TILE_BYTES = BM * BN * (int)sizeof(out_t);
 constexpr int EPI_BYTES = TMA_STORE ? TILE_TURNS * BM * SLICE_COLS * (int)sizeof(out_t) : 0;  // a buffer per turn
@@ -244,6 +245,9 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig) -> str:
                     }
                     c_pending = false;
                 }""" if deferred_c else "")
+    c_regs = ("""
+            u32 c_regs[M_BLOCKS][BN / 8][2];  // this thread's C pairs, fetched near the end of the tile"""
+              if config.c_prefetch else "")
     fetch = ("""
                 if (kb == C_FETCH_KB) fetch_c(c_regs, C.p, tile_m, tile_n, consumer);  // lands under the last wgmma"""
              if config.c_prefetch else "")
@@ -322,8 +326,7 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig) -> str:
             for (int mb = 0; mb < M_BLOCKS; ++mb)
                 #pragma unroll
                 for (int i = 0; i < BN / 2; ++i) acc[mb][i] = 0.0f;
-            int previous = -1;{wait_turn}{"" if not config.c_prefetch else '''
-            u32 c_regs[M_BLOCKS][BN / 8][2];  // this thread's C pairs, fetched near the end of the tile'''}
+            int previous = -1;{wait_turn}{c_regs}
             for (int kb = 0; kb < K_BLOCKS; ++kb) {{
                 mbarrier_wait(&full[s], phase);
                 wgmma_fence();

@@ -102,10 +102,13 @@ SMEM_PAIR = {
 __device__ __forceinline__ void store_pair_smem(unsigned char* at, float v0, float v1) {
     *reinterpret_cast<u32*>(at) = pack_pair(v0, v1, (out_t*)0);
 }
-__device__ __forceinline__ void load_pair_smem(const unsigned char* at, float& c0, float& c1) {
-    const u32 word = *reinterpret_cast<const u32*>(at);
+// The two 16-bit values of a pair as floats, lo first.
+__device__ __forceinline__ void unpack_pair(u32 word, float& c0, float& c1) {
     c0 = to_float(out_t{(unsigned short)(word & 0xFFFF)});
     c1 = to_float(out_t{(unsigned short)(word >> 16)});
+}
+__device__ __forceinline__ void load_pair_smem(const unsigned char* at, float& c0, float& c1) {
+    unpack_pair(*reinterpret_cast<const u32*>(at), c0, c1);
 }
 """,
     "32": """
@@ -208,12 +211,6 @@ __device__ __forceinline__ void fetch_c(u32 (&c_regs)[M_BLOCKS][BN / 8][2], cons
                     ? __ldg(reinterpret_cast<const u32*>(C + (size_t)row * N + col)) : 0u;
             }
         }
-}
-
-// The two 16-bit values of a C pair as floats, lo first.
-__device__ __forceinline__ void unpack_pair(u32 word, float& c0, float& c1) {
-    c0 = to_float(out_t{(unsigned short)(word & 0xFFFF)});
-    c1 = to_float(out_t{(unsigned short)(word >> 16)});
 }
 """
 
