@@ -55,7 +55,6 @@ def multicast_rank0(src: KernelSource) -> KernelSource:
     return replace(src, code=code, tensor_maps=maps)
 
 
-S4H4 = BASE.with_(stages=4, store_slices=4)
 C2 = S4H2.with_(cluster_m=2)
 PP = BASE.with_(bn=128, stages=5, pingpong=True)  # 128x128 per consumer, whole tiles in turn
 PP4 = BASE.with_(bn=128, stages=6, pingpong=True, store_slices=2)
@@ -66,23 +65,45 @@ def no_l2_hints(src: KernelSource) -> KernelSource:
     return replace(src, code=code)
 
 
+def cluster_grid_132(src: KernelSource) -> KernelSource:
+    """The cluster kernel on 66 pairs (all 132 SMs; cuOccupancyMaxActiveClusters says 66 fit on the
+    H100 SXM) instead of the 64 the family launches."""
+    from gemmtune.kernels.wgmma import schedule
+
+    saved, schedule.CLUSTER_GRID = schedule.CLUSTER_GRID, 132
+    try:
+        return render(src.spec, WgmmaConfig.from_json(src.config), "sm_90a")
+    finally:
+        schedule.CLUSTER_GRID = saved
+
+
+S4H4 = BASE.with_(stages=4, store_slices=4)
+SK = {"stream_k": True}
+
+
+def four_ways(base: WgmmaConfig) -> list[tuple[str, WgmmaConfig, Patch | None]]:
+    """A config plain and with stream-K, each without and with clusters (66 pairs for stream-K)."""
+    name = f"s{base.stages}" + (f" slices{base.store_slices}" if base.store_slices > 1 else "")
+    return [(name, base, None), (f"{name} stream-K", base.with_(**SK), None),
+            (f"cluster2 {name}", base.with_(cluster_m=2), None),
+            (f"cluster2 {name} 66 pairs stream-K", base.with_(cluster_m=2, **SK), cluster_grid_132)]
+
+
+# The short list (--final): stream-K against the plain persistent kernel, where the tile count is
+# not a whole number of waves (4096^2 in 128x256 tiles: 512 tiles on 132 SMs), and on the
+# untuned shapes of issue 13 whose tiles do not fill the GPU.
 FINAL_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
-    (GemmSpec(4096, 4096, 4096, "nt", "fp16", "relu+add"), [
-        ("tma_store s3 (C evict-first)", BASE, None),
-        ("tma_store s3, no L2 hints", BASE, no_l2_hints),
-        ("cluster2 s3 (C evict-first)", BASE.with_(cluster_m=2), None),
-        ("tma_store s3, C in registers", BASE.with_(c_prefetch=True), None),
-        ("s4 slices2, C in registers", S4H2.with_(c_prefetch=True), None),
-        ("cluster2 s4 slices2, C in registers", S4H2.with_(c_prefetch=True, cluster_m=2), None),
-    ]),
-    (GemmSpec(4096, 4096, 4096, "nt", "bf16"), [
-        ("s4 slices2", S4H2, None),
-        ("s4 slices2, no L2 hints", S4H2, no_l2_hints),
-        ("pingpong 128x128 s5", BASE.with_(bn=128, stages=5, pingpong=True), None),
-        ("pingpong 128x128 s6 slices2", BASE.with_(bn=128, stages=6, pingpong=True, store_slices=2), None),
-        ("pingpong 64x256 s4", BASE.with_(bm=64, bn=256, stages=4, pingpong=True), None),
-        ("pingpong 128x128 s5 cluster2", BASE.with_(bn=128, stages=5, pingpong=True, cluster_m=2), None),
-    ]),
+    (GemmSpec(4096, 4096, 4096, "nt", "fp16", "relu+add"), four_ways(BASE)),
+    (GemmSpec(4096, 4096, 4096, "nt", "fp16"), four_ways(S4H2)),
+    (GemmSpec(4096, 4096, 4096, "nt", "bf16"), four_ways(S4H2)),
+    (GemmSpec(4096, 4096, 4096, "nt", "tf32"), four_ways(S4H4)),
+    (GemmSpec(8192, 8192, 8192, "nt", "bf16"), four_ways(S4H2)),
+    (GemmSpec(8192, 8192, 8192, "nt", "fp16"), four_ways(S4H2)),
+    *((GemmSpec(m, n, k, "nt", "bf16"), [("s4 slices2", S4H2, None), ("s4 slices2 stream-K", S4H2.with_(**SK), None),
+                                         ("128x128 s6 slices2 stream-K",
+                                          S4H2.with_(bn=128, stages=6, **SK), None)])
+      for m, n, k in [(1024, 1024, 16384), (512, 4096, 4096), (128, 4096, 14336), (8192, 1024, 8192),
+                      (4096, 4096, 11008), (2048, 5120, 5120)]),
 ]
 
 CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
@@ -175,7 +196,7 @@ def main() -> int:
     parser.add_argument("--json", help="write every row here (rewritten after each row)")
     parser.add_argument("--only", help="run the cases whose spec contains this text")
     parser.add_argument("--skip", help="leave out the variants whose name contains this text")
-    parser.add_argument("--final", action="store_true", help="the short list: L2 hints and ping-pong")
+    parser.add_argument("--final", action="store_true", help="the short list: stream-K against the plain persistent kernel")
     args = parser.parse_args()
     dev = query_device()
     protocol = TimingProtocol()

@@ -156,26 +156,40 @@ def test_pingpong_renders_turns_and_own_buffers():
     assert "mainloop_done[1 - turn]" not in plain  # cooperative consumers read every stage: no turns
 
 
-def test_c_prefetch_compiles_without_local_memory(tmp_path):
-    """C pairs held in registers next to 128 accumulators: no spills, no local memory, C read with
-    global loads (LDG) and no TMA map for C."""
-    config = dict(LADDER)["sliced_store"].with_(store_slices=2, c_prefetch=True)
-    spec = GemmSpec(4096, 4096, 4096, "nt", "fp16", "relu+add")
+@pytest.mark.parametrize("spec", [GemmSpec(4096, 3840, 4096, "nt", "bf16"),
+                                  GemmSpec(1024, 1024, 16384, "nt", "fp16", "relu+add"),
+                                  GemmSpec(1000, 3000, 4104, "tn", "bf16", "bias_row+gelu")],
+                         ids=lambda s: s.short())
+@pytest.mark.parametrize("cluster_m", [1, 2])
+def test_stream_k_compiles_without_spills(tmp_path, spec, cluster_m):
+    """Cut tiles keep their accumulators in registers: the partial sums go to module memory with
+    128-bit stores, nothing to local memory."""
+    config = dict(LADDER)["sliced_store"].with_(stream_k=True, cluster_m=cluster_m)
+    if spec.epilogue.reads_c:
+        config = dict(LADDER)["tma_store"].with_(stream_k=True, cluster_m=cluster_m)
     source = FAMILY.render(spec, config, "sm_90a")
-    assert [t.operand for t in source.tensor_maps] == ["A", "B", "D"]
+    assert "store_partial(acc, consumer);" in source.code and "__device__ float4 sk_partials" in source.code
     compiled = compile_kernel(source, "sm_90a")
     assert compiled.resources.spills == 0 and compiled.resources.stack_bytes == 0
     sass = _sass(tmp_path, compiled)
-    assert "LDG.E" in sass and "LDL" not in sass and "STL" not in sass
+    assert "HGMMA" in sass and "LDL" not in sass and "STL" not in sass
+    assert "STG.E.STRONG.GPU.128" in sass or "STG.E.128" in sass
 
 
-def test_c_prefetch_constraints():
-    config = dict(LADDER)["sliced_store"].with_(store_slices=2, c_prefetch=True)
-    assert not FAMILY.rejections(config, GemmSpec(1024, 1024, 1024, "tn", "bf16", "alpha+beta"), "sm_90a")
-    assert "store" in FAMILY.rejections(config, GemmSpec(1024, 1024, 1024, "nt", "bf16"), "sm_90a")  # no C
-    fused = GemmSpec(1024, 1024, 1024, "nt", "bf16", "relu+add")
-    assert "store" in FAMILY.rejections(config.with_(tma_store=False, store_slices=1), fused, "sm_90a")
-    wide = GemmSpec(1024, 1024, 1024, "nt", "bf16", "relu+add", out_dtype="fp32")
-    assert "store" in FAMILY.rejections(config.with_(store_slices=4), wide, "sm_90a")  # fp32 C: no room
-    assert "store" in FAMILY.rejections(dict(LADDER)["pingpong"].with_(c_prefetch=True),
-                                        GemmSpec(1024, 1024, 1024, "nt", "bf16", "relu+add"), "sm_90a")
+def test_stream_k_only_where_tiles_are_cut():
+    """A tile count that is a whole number of waves runs whole tiles: no partial-sum code, and the
+    same grid as the plain persistent kernel."""
+    config = dict(LADDER)["sliced_store"]
+    spec = GemmSpec(128 * 12, 256 * 11, 4096, "nt", "bf16")  # 132 tiles: one full wave
+    plain, cut = FAMILY.render(spec, config, "sm_90a"), FAMILY.render(spec, config.with_(stream_k=True), "sm_90a")
+    assert "sk_partials" not in cut.code and cut.grid == plain.grid == (132, 1, 1)
+    small = GemmSpec(512, 512, 8192, "nt", "bf16")  # 8 tiles of 128 k-blocks: cut over 128 blocks
+    assert FAMILY.render(small, config, "sm_90a").grid == (8, 1, 1)
+    assert FAMILY.render(small, config.with_(stream_k=True), "sm_90a").grid == (128, 1, 1)
+
+
+def test_stream_k_constraints():
+    spec = GemmSpec(1024, 1024, 1024, "nt", "bf16")
+    assert "schedule" in FAMILY.rejections(dict(LADDER)["pingpong"].with_(stream_k=True), spec, "sm_90a")
+    assert "schedule" in FAMILY.rejections(dict(LADDER)["wide_tile"].with_(stream_k=True), spec, "sm_90a")
+    assert not FAMILY.rejections(dict(LADDER)["cluster_multicast"].with_(stream_k=True), spec, "sm_90a")

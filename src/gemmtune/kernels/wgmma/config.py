@@ -57,13 +57,12 @@ class WgmmaConfig(FamilyConfig):
       slices through a buffer that holds one slice (the store of one slice overlaps the writing of
       the next, and the next tile's main loop). A smaller buffer leaves room for one more stage.
       Epilogues that read C keep one slice: C is loaded as a whole tile under the main loop.
-    c_prefetch: (TMA-store epilogue reading C, 16-bit C) each consumer thread loads its own C pairs
-      from global memory into registers during the last k-blocks instead of the producer staging the
-      C tile in shared memory: the epilogue reads no shared memory for C, and the buffer may be
-      sliced, so a fourth stage fits.
     pingpong: the two consumer warpgroups take turns: each owns whole tiles (alternate tiles of the
       block's sequence) instead of half of every tile, so one's epilogue runs while the other's
       wgmma keep the tensor cores busy. Each consumer then holds a bm×bn accumulator.
+    stream_k: (persistent grid) where the tiles are not a whole number of waves, or too few to fill
+      the GPU, the leading tiles are cut along K and their k-blocks dealt out evenly over the blocks
+      (schedule.py); a tile cut in pieces is summed in fp32 by the block holding its first k-block.
     """
 
     bm: int = 128
@@ -77,7 +76,7 @@ class WgmmaConfig(FamilyConfig):
     tma_store: bool = False
     store_slices: int = 1
     pingpong: bool = False
-    c_prefetch: bool = False
+    stream_k: bool = False
     FAMILY_LABEL = "wgmma"
 
     # --- derived shape --------------------------------------------------------------------
@@ -127,7 +126,7 @@ class WgmmaConfig(FamilyConfig):
         cluster = f" cluster{self.cluster_m}x1 multicastB" if self.cluster_m > 1 else ""
         slices = f"/{self.store_slices}" if self.store_slices > 1 else ""
         store = f" tma-store{slices}" if self.tma_store else ""
-        store += " C-in-registers" if self.c_prefetch else ""
+        grid += " stream-K" if self.stream_k else ""
         return f"tile {self.bm}x{self.bn} stages{self.stages} {roles}{grid}{cluster}{store}"
 
 
@@ -203,6 +202,8 @@ def _schedule(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
         return f"cluster_m={c.cluster_m}: clusters of 1 or 2 blocks along M"
     if c.cluster_m > 1 and not (c.specialized and c.persistent):
         return "B multicast in clusters runs only in the persistent warp-specialized kernel"
+    if c.stream_k and not (c.specialized and c.persistent and not c.pingpong):
+        return "stream-K runs in the persistent warp-specialized kernel with cooperative consumers"
     if c.bn % (64 * c.cluster_m):
         return f"bn={c.bn} does not split into {c.cluster_m} multicast halves of whole 64-column chunks"
     return None
@@ -216,18 +217,11 @@ def _store(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
     if c.store_slices not in (1, 2, 4):
         return f"store_slices={c.store_slices}: 1, 2 or 4"
     if not c.tma_store:
-        if c.c_prefetch:
-            return "c_prefetch is part of the TMA-store epilogue (direct stores read C themselves)"
         return None if c.store_slices == 1 else "store_slices needs the TMA-store epilogue"
     slice_bytes = c.bn // c.store_slices * OUT_BYTES.get(out_dtype(s), 4)
     if slice_bytes % SWIZZLE_BYTES:
         return f"a slice of {c.bn // c.store_slices} columns is not whole 128-byte rows"
-    if c.c_prefetch:
-        if not s.epilogue.reads_c:
-            return "c_prefetch is for epilogues that read C"
-        if OUT_BYTES.get(out_dtype(s)) != 2 or c.pingpong:
-            return "c_prefetch holds C in registers for 16-bit C and cooperative consumers only (no room otherwise)"
-    elif c.store_slices > 1 and s.epilogue.reads_c:
+    if c.store_slices > 1 and s.epilogue.reads_c:
         return "an epilogue that reads C needs the whole tile buffer (store_slices=1): C is loaded as one tile"
 
     if not c.specialized:

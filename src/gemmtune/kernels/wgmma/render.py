@@ -13,11 +13,11 @@ from __future__ import annotations
 from ...errors import ConfigError
 from ...kernel_source import KernelSource, TensorMapArg
 from ...spec import GemmSpec
-from . import ptx
+from . import ptx, schedule
+from .schedule import schedule_for
 from .writeback import (FLOAT_VIEW, LOAD_C_TILE, epilogue_function, operand_decls, store_tile,
                         store_tile_smem)
-from .config import (CLUSTER_GRID, FAMILY, INPUT_BYTES, OUT_BYTES, SM90_SMS, VERSION, WgmmaConfig, k_major,
-                     out_dtype, rejections)
+from .config import FAMILY, INPUT_BYTES, OUT_BYTES, VERSION, WgmmaConfig, k_major, out_dtype, rejections
 
 C_TYPES = {"bf16": "bf16_t", "fp16": "fp16_t", "tf32": "float", "fp32": "float"}
 TMA_TYPES = {"bf16": "bf16", "fp16": "fp16", "tf32": "fp32"}
@@ -57,16 +57,12 @@ def epilogue_maps(spec: GemmSpec, config: WgmmaConfig) -> tuple[TensorMapArg, ..
     out = out_dtype(spec)
     size = OUT_BYTES[out]
     box = (128 // size, config.rows_per_consumer)
-    names = ("D", "C") if spec.epilogue.reads_c and not config.c_prefetch else ("D",)
+    names = ("D", "C") if spec.epilogue.reads_c else ("D",)
     return tuple(TensorMapArg(f"tma_{x}", x, out, (spec.n, spec.m), (spec.n * size,), box) for x in names)
 
 
 def grid_size(spec: GemmSpec, config: WgmmaConfig) -> int:
-    units = _ceil_div(_ceil_div(spec.m, config.bm), config.cluster_m) * _ceil_div(spec.n, config.bn)
-    if config.persistent:
-        blocks = CLUSTER_GRID if config.cluster_m > 1 else SM90_SMS
-        return min(units, blocks // config.cluster_m) * config.cluster_m
-    return units * config.cluster_m
+    return schedule_for(spec, config).workers * config.cluster_m
 
 
 # --- CUDA text: constants and scheduler -------------------------------------------------------------
@@ -106,8 +102,6 @@ constexpr int EPI_BYTES = TMA_STORE ? TILE_TURNS * BM * SLICE_COLS * (int)sizeof
 // nobody waits), and the producer fetches C at C_LOAD_KB, a full ring later: C is waiting in shared
 // memory when the math ends, and neither side ever blocks on the other.
 constexpr int C_RELEASE_KB = K_BLOCKS > 2 ? 2 : K_BLOCKS - 1;
-// (c_prefetch) Consumers load their C pairs into registers this many k-blocks before the end.
-constexpr int C_FETCH_KB = K_BLOCKS > 2 ? K_BLOCKS - 2 : 0;
 constexpr int C_LOAD_KB = C_RELEASE_KB + STAGES < K_BLOCKS - 1 ? C_RELEASE_KB + STAGES : K_BLOCKS - 1;
 """
 
@@ -219,38 +213,38 @@ def _epilogue_args(spec: GemmSpec) -> str:
 
 def _body_specialized(spec: GemmSpec, config: WgmmaConfig) -> str:
     epi = _epilogue_args(spec)
+    cut = schedule_for(spec, config).sk_units > 0  # some tiles are cut along K (stream-K)
     sync = "cluster_sync()" if config.cluster_m > 1 else "__syncthreads()"
-    first, step = (("blockIdx.x / CLUSTER_M", "gridDim.x / CLUSTER_M") if config.persistent
-                   else ("blockIdx.x / CLUSTER_M", "UNITS"))
     rank = "(int)cluster_cta_rank()" if config.cluster_m > 1 else "0"
-    deferred_c = config.tma_store and spec.epilogue.reads_c and not config.c_prefetch
+    deferred_c = config.tma_store and spec.epilogue.reads_c
     load_c = ("""
-                    if (kb == C_LOAD_KB) {  // C lands early under this tile's main loop
-                        const int turn = local % TILE_TURNS;
-                        mbarrier_wait(&c_empty[turn], ((local / TILE_TURNS) & 1) ^ 1);
-                        load_c_tile(tma_C, out_buf, &c_full[turn], tile_m, tile_n, turn);
-                    }""" if deferred_c else "")
+                if (kb == c_at) {  // C lands early under this tile's main loop
+                    const int turn = epi % TILE_TURNS;
+                    mbarrier_wait(&c_empty[turn], ((epi / TILE_TURNS) & 1) ^ 1);
+                    load_c_tile(tma_C, out_buf, &c_full[turn], tile_m, tile_n, turn);
+                    ++epi;
+                }""" if deferred_c else "")
+    c_at = ("""
+            // Only a piece that writes D (it holds the tile's first k-block) needs C.
+            const int c_at = kb_begin == 0 ? kb_begin + min(C_LOAD_KB, kb_end - kb_begin - 1) : -1;"""
+            if deferred_c else "")
     others = "".join(f", {op.name}" for op in spec.epilogue.operands() if op.name != "C")
-    regs = ", c_regs" if config.c_prefetch else ""
     store = (f"store_tile_smem(acc, tile_m, tile_n, consumer, out_buf, tma_D, &c_full[turn], "
-             f"(local / TILE_TURNS) & 1{others}{regs});" if config.tma_store
+             f"(epi / TILE_TURNS) & 1{others});" if config.tma_store
              else f"store_tile(acc, tile_m, tile_n, consumer, D{epi});")
     if deferred_c:
-        store += "\n            c_pending = true;  // the buffer goes back to the producer early in the next tile"
+        store += "\n            c_pending = true;  // the buffer goes back to the producer early in the next piece"
     hand_back = ("""
-                if (kb == C_RELEASE_KB && c_pending) {  // the previous tile's store has read the buffer:
-                    if (threadIdx.x % 128 == 0) {       // it may take this tile's C
+                if (kb == release_at && c_pending) {  // the previous tile's store has read the buffer:
+                    if (threadIdx.x % 128 == 0) {     // it may take the next tile's C
                         tma_store_wait_read();
                         mbarrier_arrive(&c_empty[turn]);
                     }
                     c_pending = false;
                 }""" if deferred_c else "")
-    c_regs = ("""
-            u32 c_regs[M_BLOCKS][BN / 8][2];  // this thread's C pairs, fetched near the end of the tile"""
-              if config.c_prefetch else "")
-    fetch = ("""
-                if (kb == C_FETCH_KB) fetch_c(c_regs, C.p, tile_m, tile_n, consumer);  // lands under the last wgmma"""
-             if config.c_prefetch else "")
+    release_at = ("""
+            const int release_at = kb_begin + min(C_RELEASE_KB, kb_end - kb_begin - 1);"""
+                  if deferred_c else "")
     drain = ("\n        if (threadIdx.x % 128 == 0) tma_store_wait_all();  // the last stores have left shared memory"
              if config.tma_store else "")
     release = ("if (threadIdx.x % 128 < CLUSTER_M) mbarrier_arrive_cluster(&empty[s], threadIdx.x % 128);"
@@ -263,13 +257,20 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig) -> str:
     # may only wait on its tile's stages once the tile before (the other consumer's) has passed all
     # of its own, which also keeps the two main loops in turn.
     wait_turn = ("""
-            if (local > 0) mbarrier_wait(&mainloop_done[1 - turn], ((local - 1) / TILE_TURNS) & 1);"""
+            if (piece > 0) mbarrier_wait(&mainloop_done[1 - turn], ((piece - 1) / TILE_TURNS) & 1);"""
                  if config.pingpong else "")
     end_turn = ("""
             if (threadIdx.x % 128 == 0) mbarrier_arrive(&mainloop_done[turn]);  // the other consumer's turn"""
                 if config.pingpong else "")
+    partial = ("""
+            if (!writes_d) {  // a later part of a tile cut along K: its finisher adds these sums
+                store_partial(acc, consumer);
+                continue;
+            }
+            if (kb_end < K_BLOCKS) add_partials(acc, unit, worker, rank, consumer);  // the rest of the tile""" if cut else "")
     return f"""{SMEM_SETUP}
     const int rank = {rank};   // this block's place in its cluster (0 without clusters)
+    const int worker = blockIdx.x / CLUSTER_M;
     if (threadIdx.x == 0) {{
         tma_prefetch_descriptor(&tma_A);
         tma_prefetch_descriptor(&tma_B);
@@ -288,18 +289,20 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig) -> str:
 
     // Release stage s: arrive on its `empty` barrier in every block whose B share lives there.
     auto release_stage = [&](int s) {{ {release} }};
+    int cursor = sk_begin(worker);  // where this block is in its sequence of pieces (next_piece)
+    int unit, kb_begin, kb_end;
 
     if (threadIdx.x < 128) {{
         // Producer warpgroup: one thread issues every copy; the others only give back registers.
         setmaxnreg_dec<{PRODUCER_REGS}>();
         if (threadIdx.x == 0) {{
             int s = 0; u32 phase = 0;
-            int local = 0;  // tiles this block has started
-            for (int unit = {first}; unit < UNITS; unit += {step}, ++local) {{
+            int epi = 0;  // pieces so far that end in an epilogue (whose C tile is loaded)
+            while (next_piece(worker, cursor, unit, kb_begin, kb_end)) {{
                 int unit_m, tile_n;
                 unit_coords(unit, unit_m, tile_n);
-                const int tile_m = unit_m * CLUSTER_M + rank;
-                for (int kb = 0; kb < K_BLOCKS; ++kb) {{
+                const int tile_m = unit_m * CLUSTER_M + rank;{c_at}
+                for (int kb = kb_begin; kb < kb_end; ++kb) {{
                     mbarrier_wait(&empty[s], phase ^ 1);  // passes at once on the first lap
                     load_stage(tma_A, tma_B, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, &full[s],
                                tile_m, tile_n, kb, rank);
@@ -314,33 +317,41 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig) -> str:
         const int consumer = threadIdx.x / 128 - 1;
         const int turn = PINGPONG ? consumer : 0;  // whose epilogue buffer and C barriers
         {"bool c_pending = false;" if deferred_c else ""}
-        for (int local = turn, unit = {first} + turn * {step}; unit < UNITS; local += TILE_TURNS, unit += TILE_TURNS * {step}) {{
+        int s = 0; u32 phase = 0;  // the ring position, continued piece after piece as the producer fills it
+        int epi = 0;  // pieces before this one that wrote D (each used the C tile and buffer turn)
+        for (int piece = 0; next_piece(worker, cursor, unit, kb_begin, kb_end); ++piece) {{
+            const bool writes_d = kb_begin == 0;  // holds the tile's first k-block: finishes the tile
+            if (piece % TILE_TURNS != turn) {{  // the other ping-pong consumer's tile: skip its k-blocks
+                s += kb_end - kb_begin;
+                phase ^= (s / STAGES) & 1;
+                s %= STAGES;
+                epi += writes_d;
+                continue;
+            }}
             int unit_m, tile_n;
             unit_coords(unit, unit_m, tile_n);
             const int tile_m = unit_m * CLUSTER_M + rank;
-            // Where this tile's first k-block sits in the ring: the producer fills it tile after tile.
-            int s = (local * K_BLOCKS) % STAGES;
-            u32 phase = ((local * K_BLOCKS) / STAGES) & 1;
             float acc[M_BLOCKS][BN / 2];
             #pragma unroll
             for (int mb = 0; mb < M_BLOCKS; ++mb)
                 #pragma unroll
                 for (int i = 0; i < BN / 2; ++i) acc[mb][i] = 0.0f;
-            int previous = -1;{wait_turn}{c_regs}
-            for (int kb = 0; kb < K_BLOCKS; ++kb) {{
+            int previous = -1;{wait_turn}{release_at}
+            for (int kb = kb_begin; kb < kb_end; ++kb) {{
                 mbarrier_wait(&full[s], phase);
                 wgmma_fence();
                 mma_stage(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer);
                 wgmma_commit();
-                wgmma_wait<1>();{hand_back}{fetch}
+                wgmma_wait<1>();{hand_back}
                 if (previous >= 0) release_stage(previous);
                 previous = s;
                 if (++s == STAGES) {{ s = 0; phase ^= 1; }}
             }}
 {end_turn}
             wgmma_wait<0>();
-            release_stage(previous);
+            release_stage(previous);{partial}
             {store}
+            ++epi;
         }}{drain}
     }}
     {"cluster_sync();  // no block leaves while its pair may still arrive on its barriers" if config.cluster_m > 1 else ""}
@@ -392,8 +403,9 @@ def _code(spec: GemmSpec, config: WgmmaConfig, entry: str, maps: tuple[TensorMap
         "// TMA loads into a ring of 128-byte-swizzled shared-memory stages, wgmma from shared memory",
         "// into fp32 registers, the epilogue applied in registers and stored to D.",
         ptx.helpers(spec.dtype, config.bn), FLOAT_VIEW, _constants(spec, config), SCHEDULER,
+        schedule.cuda(schedule_for(spec, config)),
         _load_stage(config.cluster_m > 1), _mma_stage(spec, config), epilogue, store_tile(spec),
-        (store_tile_smem(spec, config) + (LOAD_C_TILE if spec.epilogue.reads_c and not config.c_prefetch else ""))
+        (store_tile_smem(spec, config) + (LOAD_C_TILE if spec.epilogue.reads_c else ""))
         if config.tma_store else "",
         _signature(spec, config, entry, maps) + " {", body, "}",
     ])

@@ -1,7 +1,6 @@
 """The wgmma kernel's write-back, as CUDA text: the fused epilogue in fp32 registers, then D stored
 straight from the accumulator fragment, or through a swizzled shared-memory buffer and TMA stores
-(whole tile or column slices), with C staged in shared memory by the producer or fetched into
-registers by the consumers.
+(whole tile or column slices), with C staged in shared memory by the producer.
 
 Kept apart from the main loop (render.py) so a later tensor-core family with the same fragment
 layout can reuse it.
@@ -127,22 +126,17 @@ __device__ __forceinline__ void load_pair_smem(const unsigned char* at, float& c
 
 def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
     params = "".join(f", {p}" for p in operand_decls(spec.epilogue, skip_c=True))
-    prefetched = config.c_prefetch
-    reads_c = spec.epilogue.reads_c and not prefetched  # C staged in the buffer by the producer
-    if prefetched:
-        params += ", const u32 (&c_regs)[M_BLOCKS][BN / 8][2]"
+    reads_c = spec.epilogue.reads_c  # C staged in the buffer by the producer
     fix0 = epilogue_call(spec, "v0", "col", "c0")
     fix1 = epilogue_call(spec, "v1", "col + 1", "c1")
-    load_c = ("float c0, c1;\n                    load_pair_smem(at, c0, c1);\n                    " if reads_c else
-              "float c0, c1;\n                    unpack_pair(c_regs[mb][j][half], c0, c1);\n                    "
-              if prefetched else "")
+    load_c = "float c0, c1;\n                    load_pair_smem(at, c0, c1);\n                    " if reads_c else ""
     # Before writing, the buffer must be free: with C, the producer's C tile must have landed in it
     # (the producer waited for the previous store to leave); without C, the previous slice's store
     # (of this tile or the one before) must have finished reading it.
     wait = ("if (slice == 0) mbarrier_wait(c_full, c_phase);  // the producer's C tile has landed here" if reads_c else
             """if (threadIdx.x % 128 == 0) tma_store_wait_read();  // the previous slice's store has read the buffer
         named_barrier(1 + consumer, 128);""")
-    return SMEM_PAIR["32" if OUT_BYTES[out_dtype(spec)] == 4 else "16"] + (FETCH_C if prefetched else "") + f"""
+    return SMEM_PAIR["32" if OUT_BYTES[out_dtype(spec)] == 4 else "16"] + f"""
 // Write-back through shared memory, one slice of SLICE_COLS columns at a time. Each consumer owns
 // ROWS_PER_CONSUMER rows of the slice buffer, kept as SLICE_COLS / OUT_CHUNK chunks of 128-byte rows
 // in TMA's 128-byte swizzle (16-byte unit u of row r sits at unit u ^ (r % 8)), so the fragment's
@@ -188,30 +182,6 @@ __device__ __forceinline__ void store_tile_smem(const float (&acc)[M_BLOCKS][BN 
         }}
     }}
 }}
-"""
-
-
-FETCH_C = r"""
-// (c_prefetch) This thread's C pairs, in its accumulator fragment's layout, from global memory into
-// registers: issued a few k-blocks before the end of the tile so the loads land under the last
-// wgmma. Outside D the pair reads as zero (TMA clips those outputs anyway). D's rows are whole
-// 16-byte units (the TMA store needs that), so a pair inside D is aligned and complete.
-__device__ __forceinline__ void fetch_c(u32 (&c_regs)[M_BLOCKS][BN / 8][2], const out_t* __restrict__ C,
-                                        int tile_m, int tile_n, int consumer) {
-    const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-    #pragma unroll
-    for (int mb = 0; mb < M_BLOCKS; ++mb)
-        #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const int row = tile_m * BM + consumer * CONSUMER_ROWS + mb * 64 + warp * 16 + lane / 4 + 8 * half;
-            #pragma unroll
-            for (int j = 0; j < BN / 8; ++j) {
-                const int col = tile_n * BN + j * 8 + 2 * (lane % 4);
-                c_regs[mb][j][half] = (row < M && col < N)
-                    ? __ldg(reinterpret_cast<const u32*>(C + (size_t)row * N + col)) : 0u;
-            }
-        }
-}
 """
 
 
