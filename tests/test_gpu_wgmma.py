@@ -153,20 +153,20 @@ def test_pingpong_many_tiles_per_block(epilogue, cluster_m):
         assert result.verify.ok, f"pingpong {spec.short()}: {result.verify.message}"
 
 
-STREAM_K_CASES = [  # (shape, layout, dtype): every one has cut tiles (see test_wgmma_schedule.py)
-    ((1000, 1000, 1000), "nt", "bf16"),    # 32 tiles < 132: every tile cut (split-K over 64 blocks)
-    ((2056, 2184, 1000), "tn", "fp16"),    # 153 tiles: all cut (21 left over + one wave)
-    ((264, 520, 4104), "tt", "fp16"),      # 9 tiles, 65 k-blocks each: cut over 73 blocks, K tail
-    ((1, 4096, 8192), "nn", "bf16"),       # M = 1: 16 tiles of 128 k-blocks over 132 blocks
-    ((4096, 4096, 4096), "nt", "fp16"),    # 512 tiles: 248 cut, 264 whole
+SPLIT_CASES = [  # (shape, layout, dtype): each has split tiles without clusters (see test_wgmma_schedule.py)
+    ((1000, 1000, 1000), "nt", "bf16"),    # 32 tiles < 132: each split in 2 (16 k-blocks)
+    ((2056, 2184, 1000), "tn", "fp16"),    # 153 tiles: one wave, then 21 tiles split 2 ways
+    ((264, 520, 4104), "tt", "fp16"),      # 9 tiles, 65 k-blocks each: 8 K ranges, K tail
+    ((1, 4096, 8192), "nn", "bf16"),       # M = 1: 16 tiles of 128 k-blocks, 8 ways
+    ((2048, 5120, 5120), "nt", "fp16"),    # 320 tiles: two waves, then 56 tiles in halves
 ]
 
 
 @pytest.mark.parametrize("epilogue", ["none", "relu+add", "bias_row+gelu+add"])
 @pytest.mark.parametrize("cluster_m", [1, 2])
-def test_stream_k_on_odd_shapes(epilogue, cluster_m):
-    """Tiles cut along K and summed by their finisher: right on shapes cut at every edge, in all four
-    layouts, with C, and still right after many launches (the ready flags reset themselves)."""
+def test_split_tail_on_odd_shapes(epilogue, cluster_m):
+    """Tiles split along K and summed by their finisher: right on shapes cut at every edge, in all
+    four layouts, with C, and still right after many launches (the ready flags reset themselves)."""
     from gemmtune.compiler import compile_kernel
     from gemmtune.evaluate import evaluate
     from gemmtune.timing import TimingProtocol
@@ -174,27 +174,27 @@ def test_stream_k_on_odd_shapes(epilogue, cluster_m):
     arch = _hopper()
     steps = dict(FAMILY.ladder(arch))
     base = steps["tma_store"] if epilogue != "none" else steps["sliced_store"].with_(store_slices=2)
-    config = base.with_(stream_k=True, cluster_m=cluster_m)
+    config = base.with_(split_tail=True, cluster_m=cluster_m)
     quick = TimingProtocol(warmup=2, min_reps=3, max_reps=5, min_time_s=0.0)
-    for shape, layout, dtype in STREAM_K_CASES:
+    for shape, layout, dtype in SPLIT_CASES:
         spec = GemmSpec(*shape, layout=layout, dtype=dtype, epilogue=epilogue if epilogue != "none" else None)
         result = evaluate(compile_kernel(FAMILY.render(spec, config, arch), arch), quick,
                           rng=np.random.default_rng(11))
-        assert result.verify.ok, f"stream-K {spec.short()} {config.describe()}: {result.verify.message}"
+        assert result.verify.ok, f"split tail {spec.short()} {config.describe()}: {result.verify.message}"
 
 
-def test_stream_k_with_direct_stores_and_fp32_out():
-    """The cut tiles with the direct-store epilogue (D rows too short for TMA) and with tf32."""
+def test_split_tail_with_direct_stores_and_fp32_out():
+    """Split tiles with the direct-store epilogue (D rows too short for TMA), tf32, and fp32 D."""
     from gemmtune.compiler import compile_kernel
     from gemmtune.evaluate import evaluate
 
     arch = _hopper()
     steps = dict(FAMILY.ladder(arch))
-    cases = [(GemmSpec(130, 7, 8200, "nt", "fp16", "relu"), steps["persistent"].with_(stream_k=True)),
-             (GemmSpec(777, 1000, 3000, "nt", "tf32", "alpha+beta"), steps["persistent"].with_(stream_k=True)),
+    cases = [(GemmSpec(130, 7, 8200, "nt", "fp16", "relu"), steps["persistent"].with_(split_tail=True)),
+             (GemmSpec(777, 1000, 3000, "nt", "tf32", "alpha+beta"), steps["persistent"].with_(split_tail=True)),
              (GemmSpec(1000, 1000, 2000, "nt", "bf16", "add", out_dtype="fp32"),
-              steps["tma_store"].with_(bn=128, stream_k=True, cluster_m=2))]
+              steps["tma_store"].with_(bn=128, split_tail=True, cluster_m=2))]
     for spec, config in cases:
         result = evaluate(compile_kernel(FAMILY.render(spec, config, arch), arch), verify_only=True,
                           rng=np.random.default_rng(5))
-        assert result.verify.ok, f"stream-K {spec.short()} {config.describe()}: {result.verify.message}"
+        assert result.verify.ok, f"split tail {spec.short()} {config.describe()}: {result.verify.message}"

@@ -156,19 +156,19 @@ def test_pingpong_renders_turns_and_own_buffers():
     assert "mainloop_done[1 - turn]" not in plain  # cooperative consumers read every stage: no turns
 
 
-@pytest.mark.parametrize("spec", [GemmSpec(4096, 3840, 4096, "nt", "bf16"),
+@pytest.mark.parametrize("spec", [GemmSpec(2048, 5120, 5120, "nt", "bf16"),
                                   GemmSpec(1024, 1024, 16384, "nt", "fp16", "relu+add"),
-                                  GemmSpec(1000, 3000, 4104, "tn", "bf16", "bias_row+gelu")],
+                                  GemmSpec(1000, 1496, 4104, "tn", "bf16", "bias_row+gelu")],
                          ids=lambda s: s.short())
 @pytest.mark.parametrize("cluster_m", [1, 2])
-def test_stream_k_compiles_without_spills(tmp_path, spec, cluster_m):
-    """Cut tiles keep their accumulators in registers: the partial sums go to module memory with
+def test_split_tail_compiles_without_spills(tmp_path, spec, cluster_m):
+    """Split tiles keep their accumulators in registers: the partial sums go to module memory with
     128-bit stores, nothing to local memory."""
-    config = dict(LADDER)["sliced_store"].with_(stream_k=True, cluster_m=cluster_m)
+    config = dict(LADDER)["sliced_store"].with_(split_tail=True, cluster_m=cluster_m)
     if spec.epilogue.reads_c:
-        config = dict(LADDER)["tma_store"].with_(stream_k=True, cluster_m=cluster_m)
+        config = dict(LADDER)["tma_store"].with_(split_tail=True, cluster_m=cluster_m)
     source = FAMILY.render(spec, config, "sm_90a")
-    assert "store_partial(acc, consumer);" in source.code and "__device__ float4 sk_partials" in source.code
+    assert "store_partial(acc, consumer);" in source.code and "__device__ float4 partial_sums" in source.code
     compiled = compile_kernel(source, "sm_90a")
     assert compiled.resources.spills == 0 and compiled.resources.stack_bytes == 0
     sass = _sass(tmp_path, compiled)
@@ -176,20 +176,21 @@ def test_stream_k_compiles_without_spills(tmp_path, spec, cluster_m):
     assert "STG.E.STRONG.GPU.128" in sass or "STG.E.128" in sass
 
 
-def test_stream_k_only_where_tiles_are_cut():
-    """A tile count that is a whole number of waves runs whole tiles: no partial-sum code, and the
+def test_split_tail_only_where_the_last_wave_has_room():
+    """Whole waves, or a last wave too full to split, run whole tiles: no partial-sum code, and the
     same grid as the plain persistent kernel."""
     config = dict(LADDER)["sliced_store"]
-    spec = GemmSpec(128 * 12, 256 * 11, 4096, "nt", "bf16")  # 132 tiles: one full wave
-    plain, cut = FAMILY.render(spec, config, "sm_90a"), FAMILY.render(spec, config.with_(stream_k=True), "sm_90a")
-    assert "sk_partials" not in cut.code and cut.grid == plain.grid == (132, 1, 1)
-    small = GemmSpec(512, 512, 8192, "nt", "bf16")  # 8 tiles of 128 k-blocks: cut over 128 blocks
+    for spec in (GemmSpec(128 * 12, 256 * 11, 4096, "nt", "bf16"),  # 132 tiles: one full wave
+                 GemmSpec(4096, 4096, 4096, "nt", "bf16")):  # 512 tiles: 116 left over, no room to split
+        plain, split = FAMILY.render(spec, config, "sm_90a"), FAMILY.render(spec, config.with_(split_tail=True), "sm_90a")
+        assert "partial_sums" not in split.code and split.grid == plain.grid == (132, 1, 1)
+    small = GemmSpec(512, 512, 8192, "nt", "bf16")  # 8 tiles of 128 k-blocks: 16 ways each
     assert FAMILY.render(small, config, "sm_90a").grid == (8, 1, 1)
-    assert FAMILY.render(small, config.with_(stream_k=True), "sm_90a").grid == (128, 1, 1)
+    assert FAMILY.render(small, config.with_(split_tail=True), "sm_90a").grid == (128, 1, 1)
 
 
-def test_stream_k_constraints():
+def test_split_tail_constraints():
     spec = GemmSpec(1024, 1024, 1024, "nt", "bf16")
-    assert "schedule" in FAMILY.rejections(dict(LADDER)["pingpong"].with_(stream_k=True), spec, "sm_90a")
-    assert "schedule" in FAMILY.rejections(dict(LADDER)["wide_tile"].with_(stream_k=True), spec, "sm_90a")
-    assert not FAMILY.rejections(dict(LADDER)["cluster_multicast"].with_(stream_k=True), spec, "sm_90a")
+    assert "schedule" in FAMILY.rejections(dict(LADDER)["pingpong"].with_(split_tail=True), spec, "sm_90a")
+    assert "schedule" in FAMILY.rejections(dict(LADDER)["wide_tile"].with_(split_tail=True), spec, "sm_90a")
+    assert not FAMILY.rejections(dict(LADDER)["cluster_multicast"].with_(split_tail=True), spec, "sm_90a")

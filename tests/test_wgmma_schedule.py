@@ -13,29 +13,31 @@ from gemmtune.spec import GemmSpec
 
 def _walk(schedule: Schedule) -> None:
     done: dict[tuple[int, int], int] = {}
-    partials = {}  # worker -> unit of the partial it stores
-    finishers = {}  # unit -> worker that writes D
-    cut = set()  # units whose head piece stops before the last k-block
+    partials: dict[int, int] = {}  # worker -> unit of the partial sums it stores
+    finishers: dict[int, int] = {}  # unit -> worker that writes D
+    split = set()  # units whose first piece stops before the last k-block
     for worker in range(schedule.workers):
         pieces = schedule.pieces(worker)
         for index, (unit, begin, end) in enumerate(pieces):
             assert 0 <= begin < end <= schedule.k_blocks and 0 <= unit < schedule.units
+            assert end - begin >= min(MIN_SHARE, schedule.k_blocks)
             for kb in range(begin, end):
                 assert (unit, kb) not in done, f"k-block {kb} of unit {unit} done twice"
                 done[(unit, kb)] = worker
-            if begin > 0:  # a later part of a cut tile: only ever a worker's first piece
-                assert index == 0 and worker not in partials
+            if end - begin < schedule.k_blocks:  # a split piece: only ever a worker's last
+                assert index == len(pieces) - 1
+            if begin > 0:
+                assert worker not in partials
                 partials[worker] = unit
             else:
                 assert unit not in finishers
                 finishers[unit] = worker
-                if end < schedule.k_blocks:  # a cut tile's head: the last stream-K piece of its range
-                    cut.add(unit)
-                    assert all(b == 0 and e == schedule.k_blocks for _, b, e in pieces[index + 1:])
+                if end < schedule.k_blocks:
+                    split.add(unit)
     assert len(done) == schedule.units * schedule.k_blocks  # every k-block of every unit
     assert set(finishers) == set(range(schedule.units))
-    assert set(partials.values()) == cut  # whole tiles have no partial sums
-    for unit in cut:
+    assert set(partials.values()) == split  # whole tiles have no partial sums
+    for unit in split:
         worker = finishers[unit]
         expected = sorted(w for w, u in partials.items() if u == unit)
         assert expected and schedule.contributors(worker, unit) == expected
@@ -43,33 +45,33 @@ def _walk(schedule: Schedule) -> None:
 
 
 @pytest.mark.parametrize("units,k_blocks,slots", list(itertools.product(
-    [1, 2, 7, 64, 131, 132, 133, 248, 512, 2048], [1, 3, 16, 17, 64, 65, 1024], [64, 132])))
+    [1, 2, 7, 33, 64, 131, 132, 133, 188, 320, 512, 2048], [1, 3, 16, 17, 64, 65, 1024], [64, 66, 132])))
 def test_every_k_block_once_and_finishers_know_their_contributors(units, k_blocks, slots):
-    schedule = plan(units, k_blocks, slots, stream_k=True)
+    schedule = plan(units, k_blocks, slots, split_tail=True)
     assert schedule.workers <= slots
     _walk(schedule)
-    _walk(plan(units, k_blocks, slots, stream_k=False))
+    _walk(plan(units, k_blocks, slots, split_tail=False))
 
 
-def test_plan_cuts_the_partial_wave_and_one_more():
-    s = plan(512, 64, 132, stream_k=True)  # 4096^2 in 128x256 tiles on 132 SMs
-    assert (s.workers, s.sk_units) == (132, 116 + 132)
-    shares = [s.sk_begin(w + 1) - s.sk_begin(w) for w in range(s.workers)]
-    assert max(shares) - min(shares) <= 1 and min(shares) >= s.k_blocks  # even, and never a sliver
-    assert plan(264, 64, 132, stream_k=True).sk_units == 0  # two whole waves: nothing to cut
-    assert plan(512, 64, 132, stream_k=False).sk_units == 0
+def test_plan_splits_the_partial_wave_over_the_gpu():
+    s = plan(320, 80, 132, split_tail=True)  # 2048x5120 in 128x256 tiles: 2 waves and 56 tiles
+    assert (s.workers, s.whole_units, s.splits) == (132, 264, 2)
+    assert plan(512, 64, 132, split_tail=True).splits == 1  # 116 left over: no room to split them
+    assert plan(264, 64, 132, split_tail=True).splits == 1  # two whole waves: nothing to split
+    assert plan(320, 80, 132, split_tail=False).splits == 1
 
 
 def test_plan_splits_few_tiles_over_workers_with_enough_k():
-    s = plan(8, 128, 132, stream_k=True)  # 8 tiles of 128 k-blocks: 1024 iterations, 128 workers
-    assert (s.workers, s.sk_units) == (1024 // MIN_SHARE, 8)
-    assert plan(8, 2 * MIN_SHARE - 1, 132, stream_k=True).sk_units == 0  # too little K to cut
+    s = plan(16, 224, 132, split_tail=True)  # 128x4096x14336 in 128x256 tiles
+    assert (s.workers, s.whole_units, s.splits) == (128, 0, 8)
+    assert plan(8, 3 * MIN_SHARE, 132, split_tail=True).splits == 3  # no piece under MIN_SHARE k-blocks
+    assert plan(8, 2 * MIN_SHARE - 1, 132, split_tail=True).splits == 1  # too little K to split
 
 
 def test_schedule_for_a_config():
-    spec = GemmSpec(4096, 4096, 4096, "nt", "bf16")
-    s = schedule_for(spec, WgmmaConfig(bm=128, bn=256, stream_k=True))
-    assert (s.units, s.k_blocks, s.workers) == (512, 64, 132)
-    clustered = schedule_for(spec, WgmmaConfig(bm=128, bn=256, cluster_m=2, stream_k=True))
-    assert (clustered.units, clustered.workers, clustered.sk_units) == (256, 64, 0)  # 4 whole waves of pairs
-    assert schedule_for(spec, WgmmaConfig(persistent=False)).workers == 512
+    spec = GemmSpec(1024, 1024, 16384, "nt", "bf16")
+    s = schedule_for(spec, WgmmaConfig(bm=128, bn=256, split_tail=True))
+    assert (s.units, s.k_blocks, s.workers, s.splits) == (32, 256, 128, 4)
+    clustered = schedule_for(spec, WgmmaConfig(bm=128, bn=256, cluster_m=2, split_tail=True))
+    assert (clustered.units, clustered.workers, clustered.splits) == (16, 64, 4)
+    assert schedule_for(spec, WgmmaConfig(persistent=False)).workers == 32

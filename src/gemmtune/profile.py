@@ -42,6 +42,8 @@ METRICS: dict[str, tuple[str, ...]] = {
     "DRAM throughput (% of peak)": ("dram__throughput.avg.pct_of_peak_sustained_elapsed",
                                     "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"),
     "DRAM bytes read": ("dram__bytes_read.sum",),
+    "DRAM bytes written": ("dram__bytes_write.sum",),
+    "L2 hit rate (%)": ("lts__t_sector_hit_rate.pct",),
     "L2 throughput (% of peak)": ("lts__throughput.avg.pct_of_peak_sustained_elapsed",
                                   "lts__t_sectors.avg.pct_of_peak_sustained_elapsed"),
     "L1/shared throughput (% of peak)": ("l1tex__throughput.avg.pct_of_peak_sustained_active",),
@@ -180,6 +182,8 @@ def compiled_for(target: Target):
     from .kernels.simt.render import render as simt_render
 
     arch = target_arch(target.arch)
+    if target.family not in ("simt", "numba"):
+        return _registry_kernel(target, arch)  # its own config type (JSON) and ladder
     named = dict(ladder(arch))
     if target.config is None:
         config = None
@@ -194,13 +198,11 @@ def compiled_for(target: Target):
         from .numba_ladder.compile import compile_numba
 
         return compile_numba(target.spec, config or named["double_buffer"], arch)
-    if target.family == "simt":
-        if config is None:
-            from .build import choose_config
+    if config is None:
+        from .build import choose_config
 
-            config = choose_config(target.spec, arch).config
-        return compile_kernel(simt_render(target.spec, config, arch), arch)
-    return _registry_kernel(target, arch)
+        config = choose_config(target.spec, arch).config
+    return compile_kernel(simt_render(target.spec, config, arch), arch)
 
 
 def _registry_kernel(target: Target, arch: str):
@@ -209,8 +211,17 @@ def _registry_kernel(target: Target, arch: str):
     from .kernels import family_for
 
     family = family_for(target.spec, arch, target.family)
-    config = (family.config_from_json(json.loads(target.config)) if target.config
-              else family.default_config(target.spec, arch))
+    steps = dict(family.ladder(arch))
+    if target.config is None:
+        config = family.default_config(target.spec, arch)
+    elif target.config in steps:
+        config = steps[target.config]
+    else:
+        try:
+            config = family.config_from_json(json.loads(target.config))
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"--config must be a {family.name} ladder step ({', '.join(steps)}) "
+                              f"or a JSON config: {exc}") from None
     return compile_kernel(family.render(target.spec, config, arch), arch)
 
 

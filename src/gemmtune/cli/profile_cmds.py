@@ -15,7 +15,7 @@ def register(subparsers) -> None:
         description="Runs the kernel once under ncu (clocks left alone: --clock-control none) and prints SM and "
                     "tensor-pipe utilization, achieved occupancy, DRAM and L2 throughput, shared-memory bank "
                     "conflicts and the top warp-stall reasons. Needs a GPU and ncu on PATH.")
-    add_spec_arguments(profile, epilogue=False)
+    add_spec_arguments(profile)
     profile.add_argument("--config", help="a ladder step (naive ... double_buffer) or a JSON config "
                                           "(default: the best known config; numba: double_buffer)")
     profile.add_argument("--family", default="simt",

@@ -60,9 +60,9 @@ class WgmmaConfig(FamilyConfig):
     pingpong: the two consumer warpgroups take turns: each owns whole tiles (alternate tiles of the
       block's sequence) instead of half of every tile, so one's epilogue runs while the other's
       wgmma keep the tensor cores busy. Each consumer then holds a bm×bn accumulator.
-    stream_k: (persistent grid) where the tiles are not a whole number of waves, or too few to fill
-      the GPU, the leading tiles are cut along K and their k-blocks dealt out evenly over the blocks
-      (schedule.py); a tile cut in pieces is summed in fp32 by the block holding its first k-block.
+    split_tail: (persistent grid) the tiles of the last, partial wave (all tiles when they are too
+      few to fill the GPU) are split along K into equal ranges, one block each, so the tail fills
+      the GPU (schedule.py); the block holding a tile's first k-block adds the others' fp32 sums.
     """
 
     bm: int = 128
@@ -76,7 +76,7 @@ class WgmmaConfig(FamilyConfig):
     tma_store: bool = False
     store_slices: int = 1
     pingpong: bool = False
-    stream_k: bool = False
+    split_tail: bool = False
     FAMILY_LABEL = "wgmma"
 
     # --- derived shape --------------------------------------------------------------------
@@ -126,7 +126,7 @@ class WgmmaConfig(FamilyConfig):
         cluster = f" cluster{self.cluster_m}x1 multicastB" if self.cluster_m > 1 else ""
         slices = f"/{self.store_slices}" if self.store_slices > 1 else ""
         store = f" tma-store{slices}" if self.tma_store else ""
-        grid += " stream-K" if self.stream_k else ""
+        grid += " split-tail" if self.split_tail else ""
         return f"tile {self.bm}x{self.bn} stages{self.stages} {roles}{grid}{cluster}{store}"
 
 
@@ -202,8 +202,8 @@ def _schedule(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
         return f"cluster_m={c.cluster_m}: clusters of 1 or 2 blocks along M"
     if c.cluster_m > 1 and not (c.specialized and c.persistent):
         return "B multicast in clusters runs only in the persistent warp-specialized kernel"
-    if c.stream_k and not (c.specialized and c.persistent and not c.pingpong):
-        return "stream-K runs in the persistent warp-specialized kernel with cooperative consumers"
+    if c.split_tail and not (c.specialized and c.persistent and not c.pingpong):
+        return "split_tail runs in the persistent warp-specialized kernel with cooperative consumers"
     if c.bn % (64 * c.cluster_m):
         return f"bn={c.bn} does not split into {c.cluster_m} multicast halves of whole 64-column chunks"
     return None

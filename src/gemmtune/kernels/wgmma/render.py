@@ -213,7 +213,7 @@ def _epilogue_args(spec: GemmSpec) -> str:
 
 def _body_specialized(spec: GemmSpec, config: WgmmaConfig) -> str:
     epi = _epilogue_args(spec)
-    cut = schedule_for(spec, config).sk_units > 0  # some tiles are cut along K (stream-K)
+    split = schedule_for(spec, config).splits > 1  # the tail's tiles are split along K
     sync = "cluster_sync()" if config.cluster_m > 1 else "__syncthreads()"
     rank = "(int)cluster_cta_rank()" if config.cluster_m > 1 else "0"
     deferred_c = config.tma_store and spec.epilogue.reads_c
@@ -263,11 +263,12 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig) -> str:
             if (threadIdx.x % 128 == 0) mbarrier_arrive(&mainloop_done[turn]);  // the other consumer's turn"""
                 if config.pingpong else "")
     partial = ("""
-            if (!writes_d) {  // a later part of a tile cut along K: its finisher adds these sums
+            if (!writes_d) {  // a later K range of a split tile: its finisher adds these sums
                 store_partial(acc, consumer);
                 continue;
             }
-            if (kb_end < K_BLOCKS) add_partials(acc, unit, worker, rank, consumer);  // the rest of the tile""" if cut else "")
+            if (kb_end < K_BLOCKS) add_partials(acc, worker, rank, consumer);  // the tile's other K ranges"""
+               if split else "")
     return f"""{SMEM_SETUP}
     const int rank = {rank};   // this block's place in its cluster (0 without clusters)
     const int worker = blockIdx.x / CLUSTER_M;
@@ -289,7 +290,7 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig) -> str:
 
     // Release stage s: arrive on its `empty` barrier in every block whose B share lives there.
     auto release_stage = [&](int s) {{ {release} }};
-    int cursor = sk_begin(worker);  // where this block is in its sequence of pieces (next_piece)
+    int cursor = 0;  // pieces of its work this thread has taken (next_piece)
     int unit, kb_begin, kb_end;
 
     if (threadIdx.x < 128) {{

@@ -1,19 +1,24 @@
 """The wgmma kernel's work schedule: how many blocks run, and which (unit, k-range) pieces each takes.
 
 A *unit* is one output tile per block of a cluster; a *worker* is one cluster (one block without
-clusters). Without stream-K, worker w takes whole units w, w + W, w + 2W, ... With stream-K the
-first SK_UNITS units are cut along K instead: their UNITS·K_BLOCKS k-block iterations are dealt out
-evenly as one contiguous range per worker, so every worker ends within one k-block of the others
-even where the unit count is not a multiple of the worker count (the last partial wave of a plain
-persistent kernel leaves SMs idle: 512 tiles on 132 SMs run as 4 waves, the last 88% full). The
-remaining units (a whole number of waves) follow as whole tiles.
+clusters). Plain: worker w takes whole units w, w + W, w + 2W, ...
 
-A tile cut between workers is finished by the worker whose piece holds the tile's first k-block:
-that piece is the last of its range, so the workers holding the rest of the tile (the next ones)
-met it first in theirs. They store their fp32 partial sums and raise a flag; the finisher adds them
-and runs the epilogue. Each worker has at most one partial to store (its first piece), so one slot
-per block is enough. Dependencies point only to later workers, which start at the same time or
-earlier than the finisher waits, so the kernel needs only that blocks are dispatched in index order.
+With split_tail, the units of the last, partial wave (every unit, when they do not fill the GPU)
+are split along K into SPLITS equal ranges, one worker each, so the tail fills the GPU: 64 tiles of
+a 1024×1024×16384 GEMM run on 128 blocks, not 64, and 320 tiles on 132 SMs run as two full waves
+and a third in halves (2.5 tile-times instead of 3). The whole units come first, the split pieces
+last: every piece of the tail starts at the same moment at one of SPLITS k offsets, so the blocks
+running together share their A and B k-slabs in L2 like a plain wave does.
+
+Stream-K was tried first (every worker an even, contiguous share of the flattened k-blocks, so no
+tail at all): its shares start at scattered k offsets, the blocks running together then read
+disjoint k-slabs of A and B, L2 stops holding them, and it was 30-85% slower on the large shapes
+(bench/results/2026-11-23-h100-wgmma-variants.md, run 7). Equal splits keep the waves in step.
+
+Piece j = 0 of a split unit (it holds the first k-block) is the finisher: it adds the other
+pieces' fp32 partial sums, which they store with a flag, and runs the epilogue. Each worker stores
+at most one partial (its tail piece), so one slot per block is enough. The finisher's dependencies
+are later workers that run their only tail piece at the same time.
 
 This module is the Python twin of the CUDA scheduler (`next_piece` in the generated code): the
 tests walk it to check that every k-block of every tile is done exactly once.
@@ -25,8 +30,8 @@ from dataclasses import dataclass
 from ...spec import GemmSpec
 from .config import CLUSTER_GRID, SM90_SMS, WgmmaConfig
 
-# k-blocks a worker must at least get in the stream-K phase: less, and storing and gathering the
-# partial tile (bm·bn·4 bytes through L2) costs more than the iterations it spreads.
+# k-blocks a split piece must at least hold: fewer, and storing and gathering the partial tile
+# (bm·bn·4 bytes through L2) costs more than the iterations it spreads.
 MIN_SHARE = 8
 
 
@@ -37,63 +42,43 @@ def ceil_div(a: int, b: int) -> int:
 @dataclass(frozen=True)
 class Schedule:
     """workers: clusters launched (grid = workers · cluster_m); units: tiles per cluster block;
-    k_blocks: k-blocks per tile; sk_units: the leading units cut along K (0: whole tiles only)."""
+    k_blocks: k-blocks per tile; whole_units: units run whole (round robin, a multiple of workers
+    when any are split); splits: K ranges per unit after them (1: none split)."""
 
     workers: int
     units: int
     k_blocks: int
-    sk_units: int = 0
+    whole_units: int
+    splits: int = 1
 
     @property
-    def sk_iters(self) -> int:
-        return self.sk_units * self.k_blocks
-
-    def sk_begin(self, worker: int) -> int:
-        """Where worker's stream-K range starts in the flattened (unit, k-block) order."""
-        return worker * self.sk_iters // self.workers
+    def split_units(self) -> int:
+        return self.units - self.whole_units
 
     def pieces(self, worker: int) -> list[tuple[int, int, int]]:
         """(unit, kb_begin, kb_end) in the order the worker runs them (mirrors `next_piece`)."""
-        out = []
-        pos, end = self.sk_begin(worker), self.sk_begin(worker + 1)
-        while pos < end:
-            unit, kb = divmod(pos, self.k_blocks)
-            stop = min(self.k_blocks, kb + end - pos)
-            out.append((unit, kb, stop))
-            pos += stop - kb
-        out.extend((unit, 0, self.k_blocks) for unit in range(self.sk_units + worker, self.units, self.workers))
+        out = [(unit, 0, self.k_blocks) for unit in range(worker, self.whole_units, self.workers)]
+        if worker < self.split_units * self.splits:
+            unit, j = self.whole_units + worker // self.splits, worker % self.splits
+            out.append((unit, j * self.k_blocks // self.splits, (j + 1) * self.k_blocks // self.splits))
         return out
 
     def contributors(self, worker: int, unit: int) -> list[int]:
-        """Workers whose first piece holds a later part of `unit` (the finisher adds their partials)."""
-        tile_end = (unit + 1) * self.k_blocks
-        found = []
-        for v in range(worker + 1, self.workers):
-            begin = self.sk_begin(v)
-            if begin >= tile_end:
-                break
-            if begin < self.sk_begin(v + 1):  # an empty range holds nothing
-                found.append(v)
-        return found
+        """Workers holding the other pieces of split `unit` (the finisher, `worker`, adds their partials)."""
+        return list(range(worker + 1, worker + self.splits))
 
 
-def plan(units: int, k_blocks: int, slots: int, stream_k: bool) -> Schedule:
+def plan(units: int, k_blocks: int, slots: int, split_tail: bool) -> Schedule:
     """The schedule for `units` tiles of `k_blocks` on a persistent grid of `slots` workers."""
-    if not stream_k or k_blocks < 2 * MIN_SHARE or units % slots == 0 and units >= slots:
-        return Schedule(min(units, slots), units, k_blocks)
-    if units < slots:
-        # Too few tiles to fill the GPU: every tile is cut (split-K over the whole grid), over as
-        # many workers as get MIN_SHARE k-blocks each.
-        workers = max(1, min(slots, units * k_blocks // MIN_SHARE))
-        if workers * units * k_blocks >= 2**31:
-            return Schedule(units, units, k_blocks)
-        return Schedule(workers, units, k_blocks, sk_units=units)
-    # The partial last wave plus one full wave are cut, so each worker's share is 1-2 tiles long
-    # (never a sliver), and the rest run as whole tiles.
-    sk_units = units % slots + slots
-    if slots * sk_units * k_blocks >= 2**31:  # the kernel's 32-bit range arithmetic (K of millions)
-        return Schedule(slots, units, k_blocks)
-    return Schedule(slots, units, k_blocks, sk_units=sk_units)
+    plain = Schedule(min(units, slots), units, k_blocks, whole_units=units)
+    tail = units % slots if units >= slots else units
+    if not split_tail or tail == 0:
+        return plain
+    splits = min(slots // tail, k_blocks // MIN_SHARE)
+    if splits < 2:
+        return plain
+    whole = units - tail
+    return Schedule(slots if whole else tail * splits, units, k_blocks, whole_units=whole, splits=splits)
 
 
 def schedule_for(spec: GemmSpec, config: WgmmaConfig) -> Schedule:
@@ -102,57 +87,57 @@ def schedule_for(spec: GemmSpec, config: WgmmaConfig) -> Schedule:
     units = ceil_div(ceil_div(spec.m, config.bm), config.cluster_m) * ceil_div(spec.n, config.bn)
     k_blocks = ceil_div(spec.k, config.bk(spec.dtype))
     if not config.persistent:
-        return Schedule(units, units, k_blocks)
+        return Schedule(units, units, k_blocks, whole_units=units)
     blocks = CLUSTER_GRID if config.cluster_m > 1 else SM90_SMS
-    return plan(units, k_blocks, blocks // config.cluster_m, config.stream_k)
+    return plan(units, k_blocks, blocks // config.cluster_m, config.split_tail)
 
 
 # --- CUDA text ------------------------------------------------------------------------------------
 def constants(schedule: Schedule) -> str:
     return f"""
-// The work schedule (schedule.py has its Python twin): WORKERS clusters; the first SK_UNITS units
-// are cut along K into one contiguous range of k-blocks per worker (stream-K), the rest run whole.
-constexpr int WORKERS = {schedule.workers}, SK_UNITS = {schedule.sk_units};
-constexpr int SK_ITERS = SK_UNITS * K_BLOCKS;
+// The work schedule (schedule.py has its Python twin): WORKERS clusters take the first WHOLE_UNITS
+// units whole, round robin; each unit after them is split along K into SPLITS equal ranges, one
+// worker each, all running at once (the partial last wave, spread over the whole GPU).
+constexpr int WORKERS = {schedule.workers}, WHOLE_UNITS = {schedule.whole_units}, SPLITS = {schedule.splits};
 """
 
 
 CURSOR = r"""
-// A block's work, in order: its stream-K range (flattened over units 0..SK_UNITS-1, one piece per
-// unit it touches), then whole units SK_UNITS + worker, + WORKERS, ... One counter walks it: a
-// position in the flattened range, then past its end, the number of whole units taken. The
-// producer and the consumers walk the same sequence, so both sides agree on every piece.
-__device__ __forceinline__ int sk_begin(int worker) { return worker * SK_ITERS / WORKERS; }
-// The next piece: a unit and its k-blocks [kb_begin, kb_end); false when the block is done.
+// The next piece of this block's work: a unit and its k-blocks [kb_begin, kb_end); false when the
+// block is done. `cursor` counts the pieces taken. The producer and the consumers walk the same
+// sequence, so both sides agree on every piece.
 __device__ __forceinline__ bool next_piece(int worker, int& cursor, int& unit, int& kb_begin, int& kb_end) {
-    const int sk_end = sk_begin(worker + 1);
-    if (cursor < sk_end) {
-        unit = cursor / K_BLOCKS;
-        kb_begin = cursor % K_BLOCKS;
-        kb_end = min(K_BLOCKS, kb_begin + (sk_end - cursor));
-        cursor += kb_end - kb_begin;
-        return true;
-    }
-    unit = SK_UNITS + worker + (cursor - sk_end) * WORKERS;
+    unit = worker + cursor * WORKERS;
     kb_begin = 0;
     kb_end = K_BLOCKS;
+    if (unit < WHOLE_UNITS) {
+        ++cursor;
+        return true;
+    }
+    // Past the whole units (a whole number of rounds when any are split), the round after them is
+    // the split tail: piece `tail` is K range tail % SPLITS of split unit tail / SPLITS.
+    const int tail = unit - WHOLE_UNITS;
+    if (SPLITS == 1 || tail >= (UNITS - WHOLE_UNITS) * SPLITS) return false;
+    unit = WHOLE_UNITS + tail / SPLITS;
+    kb_begin = tail % SPLITS * K_BLOCKS / SPLITS;
+    kb_end = (tail % SPLITS + 1) * K_BLOCKS / SPLITS;
     ++cursor;
-    return unit < UNITS;
+    return true;
 }
 """
 
 
 PARTIALS = r"""
-// Stream-K partial sums: one fp32 BM×BN slot per block (a block stores at most one: its first
-// piece), each consumer's part kept as its threads' accumulators in float4 groups, thread-
+// Partial sums of split units: one fp32 BM×BN slot per block (a block stores at most one: its
+// tail piece), each consumer's part kept as its threads' accumulators in float4 groups, thread-
 // interleaved so a warp's store is 512 contiguous bytes. Module memory: no workspace to pass, and
-// sk_ready starts at zero; the finisher sets each flag back to zero, ready for the next launch.
-constexpr int SK_SLOTS = WORKERS * CLUSTER_M;
-__device__ float4 sk_partials[(size_t)SK_SLOTS * BM * BN / 4];
-__device__ unsigned int sk_ready[SK_SLOTS * CONSUMERS];
+// partial_ready starts at zero; the finisher sets each flag back to zero, ready for the next launch.
+constexpr int PARTIAL_SLOTS = WORKERS * CLUSTER_M;
+__device__ float4 partial_sums[(size_t)PARTIAL_SLOTS * BM * BN / 4];
+__device__ unsigned int partial_ready[PARTIAL_SLOTS * CONSUMERS];
 
 __device__ __forceinline__ float4* partial_slot(int block, int consumer) {
-    return sk_partials + ((size_t)block * BM * BN + (size_t)consumer * ROWS_PER_CONSUMER * BN) / 4
+    return partial_sums + ((size_t)block * BM * BN + (size_t)consumer * ROWS_PER_CONSUMER * BN) / 4
            + threadIdx.x % 128;
 }
 
@@ -168,20 +153,18 @@ __device__ __forceinline__ void store_partial(const float (&acc)[M_BLOCKS][BN / 
                    make_float4(acc[mb][4 * q], acc[mb][4 * q + 1], acc[mb][4 * q + 2], acc[mb][4 * q + 3]));
     named_barrier(1 + consumer, 128);
     if (threadIdx.x % 128 == 0)
-        asm volatile("st.release.gpu.global.u32 [%0], %1;" :: "l"(&sk_ready[blockIdx.x * CONSUMERS + consumer]),
+        asm volatile("st.release.gpu.global.u32 [%0], %1;" :: "l"(&partial_ready[blockIdx.x * CONSUMERS + consumer]),
                      "r"(1u) : "memory");
 }
 
-// The finisher: add the partial sums of the workers after this one whose first piece lies in this
-// unit, in worker order (the same order every run: deterministic).
-__device__ __forceinline__ void add_partials(float (&acc)[M_BLOCKS][BN / 2], int unit, int worker, int rank,
-                                             int consumer) {
-    const int unit_end = (unit + 1) * K_BLOCKS;
-    for (int v = worker + 1; v < WORKERS && sk_begin(v) < unit_end; ++v) {
-        if (sk_begin(v) == sk_begin(v + 1)) continue;  // an empty range holds nothing
+// The finisher (piece 0 of a split unit): add the partial sums of the unit's other pieces, held by
+// the next SPLITS - 1 workers, in order (the same order every run: deterministic).
+__device__ __forceinline__ void add_partials(float (&acc)[M_BLOCKS][BN / 2], int worker, int rank, int consumer) {
+    #pragma unroll 1  // one partial tile at a time: unrolled, the loads of all would need registers
+    for (int v = worker + 1; v < worker + SPLITS; ++v) {
         const int block = v * CLUSTER_M + rank;
         if (threadIdx.x % 128 == 0) {
-            unsigned int* ready = &sk_ready[block * CONSUMERS + consumer];
+            unsigned int* ready = &partial_ready[block * CONSUMERS + consumer];
             unsigned int seen;
             do {  // acquire: the contributor's partial sums are visible once its flag is
                 asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(ready) : "memory");
@@ -206,5 +189,5 @@ __device__ __forceinline__ void add_partials(float (&acc)[M_BLOCKS][BN / 2], int
 
 
 def cuda(schedule: Schedule) -> str:
-    """The scheduler's constants and cursor, and the partial-sum exchange when any unit is cut."""
-    return constants(schedule) + CURSOR + (PARTIALS if schedule.sk_units else "")
+    """The scheduler's constants and cursor, and the partial-sum exchange when units are split."""
+    return constants(schedule) + CURSOR + (PARTIALS if schedule.splits > 1 else "")

@@ -11,7 +11,7 @@ WGMMA_DOMAINS: tuple[tuple[str, tuple], ...] = (
     ("bm", (64, 128, 192, 256)), ("bn", (64, 128, 192, 256)), ("stages", (2, 3, 4, 5, 6, 7)),
     ("consumers", (1, 2)), ("specialized", (True,)), ("persistent", (False, True)),
     ("group_m", (1, 4, 8, 16)), ("cluster_m", (1, 2)), ("tma_store", (False, True)), ("store_slices", (1, 2, 4)),
-    ("pingpong", (False, True)), ("stream_k", (False, True)),
+    ("pingpong", (False, True)), ("split_tail", (False, True)),
 )
 
 # The parameters each constraint reads (directly or through WgmmaConfig's derived properties).
@@ -19,7 +19,7 @@ WGMMA_READS: dict[str, tuple[str, ...]] = {
     "dtype": (), "tile": ("bm", "bn", "consumers", "pingpong", "specialized", "persistent"),
     "registers": ("bm", "bn", "consumers", "pingpong"),
     "shared_memory": ("bm", "bn", "stages", "tma_store", "store_slices", "consumers", "pingpong"), "pipeline": ("stages", "specialized"),
-    "schedule": ("group_m", "cluster_m", "specialized", "persistent", "bn", "stream_k", "pingpong"),
+    "schedule": ("group_m", "cluster_m", "specialized", "persistent", "bn", "split_tail", "pingpong"),
     "store": ("tma_store", "store_slices", "bn", "specialized", "pingpong"),
 }
 
