@@ -113,6 +113,7 @@ def features(spec: GemmSpec, config: Any, sm_count: int, registers: int | None =
         "blocks_per_sm": float(per_sm), "warps_per_sm": float(per_sm * g.threads // 32),
         "log2_threads": log2(g.threads), "smem_kib": g.smem_bytes / 1024, "registers": float(g.registers),
         "persistent": float(g.persistent),
+        "split_workspace": float(getattr(config, "split_reduce", "") == "workspace"),
         **{f"cfg_{k}": float(v) for k, v in config_numbers(config).items()},
     }
 
