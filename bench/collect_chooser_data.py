@@ -82,7 +82,8 @@ def jobs_for(spec: GemmSpec, arch: str, sm_count: int, most: int = 28, small_onl
     return [(spec, c, arch) for c in configs[::step]]
 
 
-def time_shape(spec: GemmSpec, jobs: list, compiled: list, sm_count: int, gpu: str, writer) -> int:
+def time_shape(spec: GemmSpec, jobs: list, compiled: list, sm_count: int, gpu: str, writer,
+               protocol: TimingProtocol = PROTOCOL) -> int:
     family = family_for(spec, jobs[0][2])
     configs = [config for _, config, _ in jobs]
     inputs = make_inputs(spec, np.random.default_rng(0))
@@ -106,7 +107,7 @@ def time_shape(spec: GemmSpec, jobs: list, compiled: list, sm_count: int, gpu: s
                     if expected is not None and not check_output(buffers["D"], spec, expected).ok:
                         status = "wrong"
                     else:
-                        median = measure(launch, PROTOCOL, info.l2_bytes).median_s
+                        median = measure(launch, protocol, info.l2_bytes).median_s
                     kernel.unload()
                 except GemmtuneError as err:
                     status = f"error: {str(err)[:80]}"

@@ -76,7 +76,7 @@ def test_csv_round_trip(tmp_path: Path, small_table: SimulationTable) -> None:
         if row.median_s is not None:
             assert again.rows[config].median_s == pytest.approx(row.median_s, rel=1e-5)
     assert recorded_tables(tmp_path) == [path]
-    assert path.stat().st_size < 60 * len(small_table.rows)  # one compact line per config
+    assert path.stat().st_size < 70 * len(small_table.rows)  # one compact line per config (simt: 18 fields)
 
 
 def test_runner_replays_times_and_failures(small_table: SimulationTable) -> None:

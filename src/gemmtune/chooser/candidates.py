@@ -1,7 +1,8 @@
 """The configs the chooser ranks, per family: a short list of proven shapes of kernel, not a search.
 
-simt: the tuned and ladder tiles from small (32×32, for shapes with few tiles) to 128×256, each with
-split-K where the shape has too few tiles to fill the GPU. wgmma: the persistent TMA-store kernel
+simt: the tuned and ladder tiles from small (32×32, for shapes with few tiles) to 128×256, with k-slices
+of 16 or 32 and 4 or 8 warps on small tiles, each with split-K (serial, or through a workspace for
+more splits) where the shape has too few tiles to fill the GPU. wgmma: the persistent TMA-store kernel
 with each tile size the family allows, plus the non-persistent variants (one tile per block). gemv:
 block sizes and unrolls. Every candidate returned passes the family's constraints for the spec.
 """
@@ -16,7 +17,8 @@ from ..kernels.simt.config import SimtConfig
 from ..kernels.wgmma.config import WgmmaConfig
 from ..spec import GemmSpec
 
-SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)
+SERIAL_SPLITS = (2, 3, 4)  # turns through D: the chain grows with the splits, so only a few
+WORKSPACE_SPLITS = (2, 3, 4, 6, 8, 12, 16)  # the last split sums a workspace: about one turn at the end
 
 # (bm, bn, bk, tm, tn, wm, wn, wniter): warp-tiled simt tiles that compile without spills on sm_80+.
 SIMT_TILES: tuple[tuple[int, ...], ...] = (
@@ -32,6 +34,19 @@ SIMT_TILES: tuple[tuple[int, ...], ...] = (
     (64, 32, 16, 4, 4, 32, 32, 2),
     (32, 128, 16, 4, 4, 32, 64, 2),
     (32, 32, 16, 4, 4, 32, 32, 2),
+    # Deeper k-slices (bk 32): twice the bytes in flight per slice and half the barriers, for shapes
+    # whose few blocks per SM leave each slice's global-memory latency exposed.
+    (64, 64, 32, 4, 8, 64, 16, 1),
+    (64, 64, 32, 4, 4, 32, 32, 2),
+    (64, 128, 32, 8, 4, 32, 64, 2),
+    (128, 64, 32, 8, 4, 64, 32, 2),
+    (32, 64, 32, 4, 4, 32, 32, 2),
+    (64, 32, 32, 4, 4, 32, 32, 2),
+    (32, 32, 32, 4, 4, 32, 32, 2),
+    # Eight warps on a small tile (fewer accumulators each): more warps to hide latency per block.
+    (64, 64, 16, 4, 4, 32, 16, 1),
+    (64, 128, 16, 4, 4, 64, 16, 2),    # tuned H200 1024³ (runner-up, there with pad 4)
+    (128, 64, 16, 4, 8, 64, 16, 1),
 )
 
 
@@ -42,15 +57,32 @@ def simt_tiles() -> list[SimtConfig]:
 
 
 def useful_splits(tiles: int, k_slices: int, sm_count: int) -> list[int]:
-    """split_k values worth ranking: 1, and more only while tiles × splits stay within ~2 waves."""
-    return [s for s in SPLITS if s == 1 or (tiles * s <= 2 * sm_count and s <= k_slices // 4)]
+    """split_k values worth ranking: more than 1 only for shapes with under ~3 waves of SMs' worth of
+    tiles, while the blocks stay within ~6 per SM and each split keeps at least 4 k-slices."""
+    if tiles >= 3 * sm_count:
+        return [1]
+    return [1] + [s for s in sorted(set(SERIAL_SPLITS + WORKSPACE_SPLITS))
+                  if tiles * s <= 6 * sm_count and s <= k_slices // 4]
+
+
+WORKSPACE_MAX_ACCUMULATORS = 64  # threads holding 128 sums spill in the workspace sum (ptxas, sm_90)
+
+
+def split_variants(tile: SimtConfig, splits: int) -> list[SimtConfig]:
+    if splits == 1:
+        return [tile]
+    found = [tile.with_(split_k=splits)] if splits in SERIAL_SPLITS else []
+    if splits in WORKSPACE_SPLITS and tile.accumulators <= WORKSPACE_MAX_ACCUMULATORS:
+        found.append(tile.with_(split_k=splits, split_reduce="workspace"))
+    return found
 
 
 def simt_candidates(spec: GemmSpec, sm_count: int) -> list[SimtConfig]:
     found = []
     for tile in simt_tiles():
         tiles = math.ceil(spec.m / tile.bm) * math.ceil(spec.n / tile.bn)
-        found += [tile.with_(split_k=s) for s in useful_splits(tiles, math.ceil(spec.k / tile.bk), sm_count)]
+        for s in useful_splits(tiles, math.ceil(spec.k / tile.bk), sm_count):
+            found += split_variants(tile, s)
     return found
 
 

@@ -43,10 +43,45 @@ class Geometry:
     persistent: bool = False
 
 
+# Registers per thread of the chooser's simt tiles (bm, bn, bk, tm, tn, wm, wn, wniter), as ptxas reported
+# them for sm_90 (NVRTC 13, 1000³, no split): far from "accumulators + 48" (a 32-sum bk-32 tile takes 117,
+# not 80), and they decide how many blocks share an SM, so the wave features. Other shapes move them by
+# a few registers; tiles not listed fall back to the estimate.
+SIMT_REGISTERS = {
+    (128, 128, 16, 8, 4, 64, 32, 2): 161,
+    (128, 128, 16, 8, 4, 64, 64, 4): 229,
+    (128, 256, 16, 16, 4, 128, 32, 2): 209,
+    (128, 256, 16, 8, 4, 32, 128, 2): 213,
+    (64, 64, 16, 4, 8, 64, 16, 1): 95,
+    (64, 128, 16, 8, 4, 32, 64, 2): 165,
+    (128, 64, 16, 8, 4, 64, 32, 2): 167,
+    (64, 64, 16, 4, 4, 32, 32, 2): 95,
+    (32, 64, 16, 4, 4, 32, 32, 2): 97,
+    (64, 32, 16, 4, 4, 32, 32, 2): 109,
+    (32, 128, 16, 4, 4, 32, 64, 2): 167,
+    (32, 32, 16, 4, 4, 32, 32, 2): 115,
+    (64, 64, 32, 4, 8, 64, 16, 1): 117,
+    (64, 64, 32, 4, 4, 32, 32, 2): 117,
+    (64, 128, 32, 8, 4, 32, 64, 2): 167,
+    (128, 64, 32, 8, 4, 64, 32, 2): 199,
+    (32, 64, 32, 4, 4, 32, 32, 2): 127,
+    (64, 32, 32, 4, 4, 32, 32, 2): 130,
+    (32, 32, 32, 4, 4, 32, 32, 2): 141,
+    (64, 64, 16, 4, 4, 32, 16, 1): 71,
+    (64, 128, 16, 4, 4, 64, 16, 2): 91,
+    (128, 64, 16, 4, 8, 64, 16, 1): 93,
+}
+
+
+def simt_registers(c: SimtConfig) -> int:
+    known = SIMT_REGISTERS.get((c.bm, c.bn, c.bk, c.tm, c.tn, c.wm, c.wn, c.wniter))
+    return known or min(255, c.accumulators + 48)
+
+
 def simt_geometry(spec: GemmSpec, c: SimtConfig, registers: int | None) -> Geometry:
     tiles = math.ceil(spec.m / c.bm) * math.ceil(spec.n / c.bn)
     return Geometry(c.bm, c.bn, c.split_k, tiles * c.split_k, c.threads, c.smem_bytes() + c.c_stage_bytes(spec),
-                    registers or min(255, c.accumulators + 48))
+                    registers or simt_registers(c))
 
 
 def wgmma_geometry(spec: GemmSpec, c: WgmmaConfig, registers: int | None) -> Geometry:
@@ -113,6 +148,7 @@ def features(spec: GemmSpec, config: Any, sm_count: int, registers: int | None =
         "blocks_per_sm": float(per_sm), "warps_per_sm": float(per_sm * g.threads // 32),
         "log2_threads": log2(g.threads), "smem_kib": g.smem_bytes / 1024, "registers": float(g.registers),
         "persistent": float(g.persistent),
+        "split_workspace": float(getattr(config, "split_reduce", "") == "workspace"),
         **{f"cfg_{k}": float(v) for k, v in config_numbers(config).items()},
     }
 

@@ -49,6 +49,11 @@ class SimtConfig(FamilyConfig):
       (grid z); they add their partial sums into D in turn (serial reduction ordered by a per-tile
       semaphore) and the last applies the epilogue. For shapes whose tiles do not fill the GPU
       (small M·N, large K). 1 = off (and left out of the JSON, so keys from before it stay valid).
+    split_reduce: how the split_k partial sums meet. "serial": in D, one split after another (a
+      turn per split, so the chain grows with split_k; left out of the JSON). "workspace": every
+      split stores its partial tile to a workspace and counts itself in; the last to arrive adds
+      the split_k partials in split order (deterministic) and writes D, so the end costs about one
+      turn whatever split_k is.
     """
 
     kind: str = "tiled"
@@ -68,12 +73,15 @@ class SimtConfig(FamilyConfig):
     prefetch_c: bool = False
     stage_c: bool = False
     split_k: int = 1
+    split_reduce: str = "serial"
     FAMILY_LABEL = "simt"
 
     def to_json(self) -> dict:
         data = super().to_json()
         if data["split_k"] == 1:  # configs (and database keys) from before split-K stay unchanged
             del data["split_k"]
+        if data["split_reduce"] == "serial":  # likewise for configs from before the workspace reduction
+            del data["split_reduce"]
         return data
 
     # --- derived shape --------------------------------------------------------------------
@@ -122,7 +130,8 @@ class SimtConfig(FamilyConfig):
                 f"stages{self.stages}{copy}" + (f" pad{self.pad}" if self.pad else "")
                 + (f" unroll{self.unroll}" if self.unroll else " unroll-full")
                 + (" prefetchC" if self.prefetch_c else "") + (" stageC" if self.stage_c else "")
-                + (f" splitK{self.split_k}" if self.split_k > 1 else ""))
+                + (f" splitK{self.split_k}" if self.split_k > 1 else "")
+                + (" workspace" if self.split_reduce == "workspace" else ""))
 
 
 
@@ -249,6 +258,15 @@ def _registers(c: SimtConfig, s: GemmSpec, arch: str) -> str | None:
 
 
 MAX_SPLIT_K = 32
+SPLIT_REDUCES = ("serial", "workspace")
+MAX_WORKSPACE_BYTES = 256 << 20  # the workspace reduction's partial tiles (module memory)
+
+
+def workspace_bytes(c: SimtConfig, s: GemmSpec) -> int:
+    """Bytes of partial tiles the workspace reduction keeps: every split's BM×BN tile, padded."""
+    if c.split_reduce != "workspace":
+        return 0
+    return 4 * -(-s.m // c.bm) * -(-s.n // c.bn) * c.split_k * c.bm * c.bn
 
 
 def _split_k(c: SimtConfig, s: GemmSpec, arch: str) -> str | None:
@@ -264,6 +282,16 @@ def _split_k(c: SimtConfig, s: GemmSpec, arch: str) -> str | None:
     return None
 
 
+def _split_reduce(c: SimtConfig, s: GemmSpec, arch: str) -> str | None:
+    if c.split_reduce not in SPLIT_REDUCES:
+        return f"split_reduce must be one of {', '.join(SPLIT_REDUCES)}, not {c.split_reduce!r}"
+    if c.split_reduce == "workspace" and c.split_k == 1:
+        return "split_reduce='workspace' needs split_k > 1 (without splits it is a twin of 'serial')"
+    if workspace_bytes(c, s) > MAX_WORKSPACE_BYTES:
+        return f"{workspace_bytes(c, s) >> 20} MiB of split-K workspace exceed {MAX_WORKSPACE_BYTES >> 20} MiB"
+    return None
+
+
 def _dtype(c: SimtConfig, s: GemmSpec, arch: str) -> str | None:
     return None if s.dtype == "fp32" else f"the simt family computes fp32 only, not {s.dtype}"
 
@@ -272,6 +300,7 @@ CONSTRAINTS: dict[str, Constraint] = {
     "kind": _kind, "dtype": _dtype, "threads": _threads, "thread_tile": _thread_tile,
     "warp_tile": _warp_tile, "vector": _vector, "loads_divide": _loads_divide, "shared_memory": _smem,
     "pipeline": _pipeline, "c_stage": _c_stage, "registers": _registers, "split_k": _split_k,
+    "split_reduce": _split_reduce,
 }
 
 

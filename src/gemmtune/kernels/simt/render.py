@@ -455,7 +455,69 @@ def _split_constants(spec: GemmSpec, config: SimtConfig) -> str:
         return ""
     return (f"constexpr int SPLITS = {config.split_k};  // blocks along K per output tile (grid z)\n"
             f"constexpr int TILES_M = {_ceil_div(spec.m, config.bm)}, TILES_N = {_ceil_div(spec.n, config.bn)};\n"
-            + SPLIT_TURN_HELPERS)
+            + (_workspace_declarations(config) if config.split_reduce == "workspace" else SPLIT_TURN_HELPERS))
+
+
+def _part(config: SimtConfig) -> int:
+    """Accumulators per workspace access: a float4 where the thread's count allows, else one float."""
+    return 4 if config.accumulators % 4 == 0 else 1
+
+
+def _workspace_declarations(config: SimtConfig) -> str:
+    part = _part(config)
+    kind = "float4" if part == 4 else "float"
+    return f"""constexpr int ACC_COLS = WNITER * TN, ACC = WMITER * TM * ACC_COLS;  // accumulators per thread
+constexpr int PARTS = ACC / {part};  // {kind}s of them a thread stores and loads
+// Split-K workspace: every split's partial tile, thread-major (partials[tile][split][part][thread]) so
+// each store and load is coalesced; split_arrivals[tile] counts the splits that have stored. Module
+// memory starts at zero and the last split sets its count back to zero: no memset between launches.
+__device__ {kind} split_partials[TILES_M * TILES_N * SPLITS * PARTS * THREADS];
+__device__ unsigned int split_arrivals[TILES_M * TILES_N];
+"""
+
+
+def _acc_at(a: str) -> str:
+    """Accumulator number `a` (row-major over the thread's WMITER·TM × WNITER·TN fragment)."""
+    return f"acc[({a}) / ACC_COLS][({a}) % ACC_COLS]"
+
+
+def _emit_workspace_reduce(config: SimtConfig) -> str:
+    """Store this split's partials and count in; the last split to arrive sums every split's partials
+    (its own too, from L2) in split order into acc: the same sum whichever split is last."""
+    if _part(config) == 4:
+        elems = [_acc_at(f"4 * q + {e}") for e in range(4)]
+        own = f"make_float4({', '.join(elems)})"
+        add = " ".join(f"{e} += p.{x};" for e, x in zip(elems, "xyzw"))
+        kind = "float4"
+    else:
+        own, add, kind = _acc_at("q"), f"{_acc_at('q')} += p;", "float"
+    # Splits whose loads are in flight together: about 64 registers of them, at least one split.
+    unroll = max(1, min(config.split_k, 64 // config.accumulators))
+    return f"""    // Split-K through the workspace: store this split's partial sums and count in. The last split to
+    // arrive adds all SPLITS partials in split order and writes D below like the unsplit kernel.
+    {{
+        const int tile = blockIdx.y * TILES_N + blockIdx.x;
+        {kind}* const parts = split_partials + (size_t)tile * SPLITS * PARTS * THREADS + threadIdx.x;
+        #pragma unroll
+        for (int q = 0; q < PARTS; ++q) __stcg(&parts[(blockIdx.z * PARTS + q) * THREADS], {own});
+        __threadfence();  // this thread's partials reach L2 before the block counts itself in
+        __syncthreads();
+        // Thread 0 counts the block in; the barrier tells every thread whether it was the last.
+        const bool last_split = __syncthreads_or(threadIdx.x == 0 && atomicAdd(&split_arrivals[tile], 1u) == SPLITS - 1);
+        if (!last_split) return;
+        __threadfence();  // every split has counted in: its partials are in L2 (read past L1 by __ldcg)
+        #pragma unroll
+        for (int q = 0; q < ACC; ++q) {_acc_at("q")} = 0.0f;
+        #pragma unroll {unroll}
+        for (int z = 0; z < SPLITS; ++z)  // split order, whichever split is last: deterministic
+            #pragma unroll
+            for (int q = 0; q < PARTS; ++q) {{
+                const {kind} p = __ldcg(&parts[(z * PARTS + q) * THREADS]);
+                {add}
+            }}
+        if (threadIdx.x == 0) split_arrivals[tile] = 0;  // all SPLITS arrived: ready for the next launch
+    }}
+"""
 
 
 SPLIT_RANGE = """    // This block's share of the k-slices: an even split (shares differ by at most one slice).
@@ -484,6 +546,14 @@ def _emit_split_store(spec: GemmSpec, config: SimtConfig) -> str:
 """
 
 
+def _emit_write_back(spec: GemmSpec, config: SimtConfig) -> str:
+    if config.split_k == 1:
+        return _emit_store(spec, config)
+    if config.split_reduce == "workspace":
+        return _emit_workspace_reduce(config) + _emit_store(spec, config)
+    return _emit_split_store(spec, config)
+
+
 def _render_tiled(spec: GemmSpec, config: SimtConfig) -> KernelSource:
     _, params = _params(spec)
     a, b = _operands(spec, config)
@@ -509,7 +579,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {entry_name(spec)}({par
 {SPLIT_RANGE if split else ""}{_emit_prefetch_c(spec, config)}
 {movers}{staging}{_emit_compute(spec, config)}
 {_emit_main_loop(config, (a, b), stage_c)}
-{_emit_split_store(spec, config) if split else _emit_store(spec, config)}}}
+{_emit_write_back(spec, config)}}}
 """)
     grid = (_ceil_div(spec.n, config.bn), _ceil_div(spec.m, config.bm), config.split_k)
     return _source(spec, config, body, grid, (config.threads, 1, 1), config.c_stage_bytes(spec))

@@ -24,6 +24,7 @@ SIMT_READS: dict[str, tuple[str, ...]] = {
     "pipeline": ("stages", "async_copy", "pad", "unroll"), "registers": ("kind", "tm", "tn", "wm", "wn", "wniter"),
     "c_stage": ("kind", "bm", "bn", "bk", "stages", "pad", "stage_c"),
     "split_k": ("kind", "bk", "stage_c", "split_k"),
+    "split_reduce": ("bm", "bn", "split_k", "split_reduce"),
 }
 
 
