@@ -154,8 +154,8 @@ def test_pingpong_many_tiles_per_block(epilogue, cluster_m):
 
 
 SPLIT_CASES = [  # (shape, layout, dtype): each has split tiles without clusters (see test_wgmma_schedule.py)
-    ((1000, 1000, 1000), "nt", "bf16"),    # 32 tiles < 132: each split in 2 (16 k-blocks)
-    ((2056, 2184, 1000), "tn", "fp16"),    # 153 tiles: one wave, then 21 tiles split 2 ways
+    ((1000, 1000, 2000), "nt", "bf16"),    # 32 tiles < 132: each split in 2 (16 k-blocks each)
+    ((2056, 2184, 2000), "tn", "fp16"),    # 153 tiles: one wave, then 21 tiles split 2 ways
     ((264, 520, 4104), "tt", "fp16"),      # 9 tiles, 65 k-blocks each: 8 K ranges, K tail
     ((1, 4096, 8192), "nn", "bf16"),       # M = 1: 16 tiles of 128 k-blocks, 8 ways
     ((2048, 5120, 5120), "nt", "fp16"),    # 320 tiles: two waves, then 56 tiles in halves

@@ -184,9 +184,9 @@ def test_split_tail_only_where_the_last_wave_has_room():
                  GemmSpec(4096, 4096, 4096, "nt", "bf16")):  # 512 tiles: 116 left over, no room to split
         plain, split = FAMILY.render(spec, config, "sm_90a"), FAMILY.render(spec, config.with_(split_tail=True), "sm_90a")
         assert "partial_sums" not in split.code and split.grid == plain.grid == (132, 1, 1)
-    small = GemmSpec(512, 512, 8192, "nt", "bf16")  # 8 tiles of 128 k-blocks: 16 ways each
+    small = GemmSpec(512, 512, 8192, "nt", "bf16")  # 8 tiles of 128 k-blocks: 8 ways (16 k-blocks each)
     assert FAMILY.render(small, config, "sm_90a").grid == (8, 1, 1)
-    assert FAMILY.render(small, config.with_(split_tail=True), "sm_90a").grid == (128, 1, 1)
+    assert FAMILY.render(small, config.with_(split_tail=True), "sm_90a").grid == (64, 1, 1)
 
 
 def test_split_tail_constraints():

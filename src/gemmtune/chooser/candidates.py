@@ -92,9 +92,12 @@ WGMMA_TILES = ((128, 256), (128, 128), (256, 128), (128, 192), (64, 256), (64, 1
 def wgmma_candidates(spec: GemmSpec, sm_count: int) -> list[WgmmaConfig]:
     found = []
     for bm, bn in WGMMA_TILES:
+        # The tail split along K (split_tail) on every persistent candidate: the model was trained
+        # without it and cannot see it, but where it splits it measured 1.1-2.6x faster (H100,
+        # bench/results/2026-11-23-h100-wgmma-variants.md run 8), and elsewhere it changes nothing.
         base = WgmmaConfig(bm=bm, bn=bn, consumers=1 if bm == 64 else 2, stages=4, specialized=True,
-                           persistent=True, group_m=8, cluster_m=1, tma_store=True)
-        for variant in (base, base.with_(tma_store=False), base.with_(persistent=False, group_m=1, tma_store=False)):
+                           persistent=True, group_m=8, cluster_m=1, tma_store=True, split_tail=True)
+        for variant in (base, base.with_(tma_store=False), base.with_(persistent=False, group_m=1, tma_store=False, split_tail=False)):
             found.append(_deepest(variant, spec))
     return found
 
