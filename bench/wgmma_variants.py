@@ -79,14 +79,20 @@ def tile_ways(spec: GemmSpec) -> list[tuple[str, WgmmaConfig, Patch | None]]:
             ("cluster2 128x256 split", wide.with_(cluster_m=2, **SPLIT), None)]
 
 
-# The short list (--final): split_tail against the plain persistent kernel on the untuned shapes of
-# issue 13 whose tiles do not fill the GPU or leave a partial last wave.
+# The short list (--final): the C tile loaded in 16-row boxes a k-block at a time (c_spread) against
+# all at once, and the best GEMM alone in the same run.
+CSPREAD = {"c_spread": True}
 FINAL_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
-    (spec, tile_ways(spec)) for spec in (
-        GemmSpec(1024, 1024, 16384, "nt", "bf16"), GemmSpec(512, 4096, 4096, "nt", "bf16"),
-        GemmSpec(128, 4096, 14336, "nt", "bf16"), GemmSpec(2048, 5120, 5120, "nt", "bf16"),
-        GemmSpec(8192, 1024, 8192, "nt", "bf16"), GemmSpec(1000, 1000, 1000, "nt", "bf16"),
-        GemmSpec(4096, 128, 4096, "nt", "bf16"), GemmSpec(1024, 1024, 16384, "nt", "fp16", "relu+add"))
+    (GemmSpec(4096, 4096, 4096, "nt", "fp16", "relu+add"), [
+        ("s3", BASE, None), ("s3 C-spread", BASE.with_(**CSPREAD), None),
+        ("cluster2 s3", BASE.with_(cluster_m=2), None),
+        ("cluster2 s3 C-spread", BASE.with_(cluster_m=2, **CSPREAD), None),
+        ("pingpong 128x128 s4 C-spread", BASE.with_(bn=128, stages=4, pingpong=True, **CSPREAD), None)]),
+    (GemmSpec(4096, 4096, 4096, "nt", "fp16"), [
+        ("s4 slices2", S4H2, None), ("cluster2 s4 slices2", S4H2.with_(cluster_m=2), None)]),
+    (GemmSpec(1024, 1024, 16384, "nt", "fp16", "relu+add"), [
+        ("128x128 s5 split", BASE.with_(bn=128, stages=5, **SPLIT), None),
+        ("128x128 s5 split C-spread", BASE.with_(bn=128, stages=5, **SPLIT, **CSPREAD), None)]),
 ]
 
 CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
@@ -179,7 +185,7 @@ def main() -> int:
     parser.add_argument("--json", help="write every row here (rewritten after each row)")
     parser.add_argument("--only", help="run the cases whose spec contains this text")
     parser.add_argument("--skip", help="leave out the variants whose name contains this text")
-    parser.add_argument("--final", action="store_true", help="the short list: split_tail against the plain persistent kernel")
+    parser.add_argument("--final", action="store_true", help="the short list: C loaded in boxes a k-block at a time against all at once")
     args = parser.parse_args()
     dev = query_device()
     protocol = TimingProtocol()

@@ -198,3 +198,24 @@ def test_split_tail_with_direct_stores_and_fp32_out():
         result = evaluate(compile_kernel(FAMILY.render(spec, config, arch), arch), verify_only=True,
                           rng=np.random.default_rng(5))
         assert result.verify.ok, f"split tail {spec.short()} {config.describe()}: {result.verify.message}"
+
+
+@pytest.mark.parametrize("base", ["tma_store", "pingpong"])
+@pytest.mark.parametrize("cluster_m", [1, 2])
+def test_c_spread_on_odd_shapes(base, cluster_m):
+    """C loaded as 16-row boxes a k-block at a time (c_spread), the rest at a piece's last k-block
+    when K is short; with ping-pong buffers, clusters and split tails, in all four layouts."""
+    from gemmtune.compiler import compile_kernel
+    from gemmtune.evaluate import evaluate
+
+    arch = _hopper()
+    config = dict(FAMILY.ladder(arch))[base].with_(c_spread=True, cluster_m=cluster_m,
+                                                   split_tail=base == "tma_store")
+    for shape, layout, dtype, epilogue in [((136, 200, 72), "nt", "fp16", "relu+add"),
+                                           ((1000, 1000, 2000), "nn", "bf16", "bias_row+gelu+add"),
+                                           ((264, 520, 4104), "tt", "fp16", "alpha+beta"),
+                                           ((2056, 2184, 200), "tn", "bf16", "add")]:
+        spec = GemmSpec(*shape, layout=layout, dtype=dtype, epilogue=epilogue)
+        result = evaluate(compile_kernel(FAMILY.render(spec, config, arch), arch), verify_only=True,
+                          rng=np.random.default_rng(13))
+        assert result.verify.ok, f"c_spread {spec.short()} {config.describe()}: {result.verify.message}"

@@ -194,3 +194,14 @@ def test_split_tail_constraints():
     assert "schedule" in FAMILY.rejections(dict(LADDER)["pingpong"].with_(split_tail=True), spec, "sm_90a")
     assert "schedule" in FAMILY.rejections(dict(LADDER)["wide_tile"].with_(split_tail=True), spec, "sm_90a")
     assert not FAMILY.rejections(dict(LADDER)["cluster_multicast"].with_(split_tail=True), spec, "sm_90a")
+
+
+def test_c_spread_loads_small_c_boxes_only_for_c():
+    config = dict(LADDER)["tma_store"].with_(c_spread=True)
+    fused = GemmSpec(1024, 1024, 1024, "nt", "fp16", "relu+add")
+    source = FAMILY.render(fused, config, "sm_90a")
+    boxes = {t.name: t.box for t in source.tensor_maps}
+    assert boxes["tma_C"] == (64, 16) and boxes["tma_D"] == (64, 64)
+    assert "constexpr int C_BOXES_PER_KB = 1;" in source.code
+    assert "store" in FAMILY.rejections(config, fused.without_epilogue(), "sm_90a")  # no C to spread
+    assert "store" in FAMILY.rejections(config.with_(tma_store=False), fused, "sm_90a")

@@ -60,6 +60,9 @@ class WgmmaConfig(FamilyConfig):
     pingpong: the two consumer warpgroups take turns: each owns whole tiles (alternate tiles of the
       block's sequence) instead of half of every tile, so one's epilogue runs while the other's
       wgmma keep the tensor cores busy. Each consumer then holds a bm×bn accumulator.
+    c_spread: (TMA-store epilogue reading C) the producer loads the C tile as 16-row boxes, one per
+      k-block, instead of all at once: the blocks run in step, so their C reads otherwise arrive at
+      the memory as one burst that delays the A and B loads queued behind it.
     split_tail: (persistent grid) the tiles of the last, partial wave (all tiles when they are too
       few to fill the GPU) are split along K into equal ranges, one block each, so the tail fills
       the GPU (schedule.py); the block holding a tile's first k-block adds the others' fp32 sums.
@@ -76,6 +79,7 @@ class WgmmaConfig(FamilyConfig):
     tma_store: bool = False
     store_slices: int = 1
     pingpong: bool = False
+    c_spread: bool = False
     split_tail: bool = False
     FAMILY_LABEL = "wgmma"
 
@@ -127,6 +131,7 @@ class WgmmaConfig(FamilyConfig):
         slices = f"/{self.store_slices}" if self.store_slices > 1 else ""
         store = f" tma-store{slices}" if self.tma_store else ""
         grid += " split-tail" if self.split_tail else ""
+        store += " C-spread" if self.c_spread else ""
         return f"tile {self.bm}x{self.bn} stages{self.stages} {roles}{grid}{cluster}{store}"
 
 
@@ -217,10 +222,14 @@ def _store(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
     if c.store_slices not in (1, 2, 4):
         return f"store_slices={c.store_slices}: 1, 2 or 4"
     if not c.tma_store:
+        if c.c_spread:
+            return "c_spread is part of the TMA-store epilogue (direct stores read C themselves)"
         return None if c.store_slices == 1 else "store_slices needs the TMA-store epilogue"
     slice_bytes = c.bn // c.store_slices * OUT_BYTES.get(out_dtype(s), 4)
     if slice_bytes % SWIZZLE_BYTES:
         return f"a slice of {c.bn // c.store_slices} columns is not whole 128-byte rows"
+    if c.c_spread and not s.epilogue.reads_c:
+        return "c_spread is for epilogues that read C"
     if c.store_slices > 1 and s.epilogue.reads_c:
         return "an epilogue that reads C needs the whole tile buffer (store_slices=1): C is loaded as one tile"
 

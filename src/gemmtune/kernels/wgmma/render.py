@@ -57,8 +57,11 @@ def epilogue_maps(spec: GemmSpec, config: WgmmaConfig) -> tuple[TensorMapArg, ..
     out = out_dtype(spec)
     size = OUT_BYTES[out]
     box = (128 // size, config.rows_per_consumer)
-    names = ("D", "C") if spec.epilogue.reads_c else ("D",)
-    return tuple(TensorMapArg(f"tma_{x}", x, out, (spec.n, spec.m), (spec.n * size,), box) for x in names)
+    d = TensorMapArg("tma_D", "D", out, (spec.n, spec.m), (spec.n * size,), box)
+    if not spec.epilogue.reads_c:
+        return (d,)
+    c_box = (128 // size, 16 if config.c_spread else config.rows_per_consumer)  # c_spread: small boxes
+    return (d, TensorMapArg("tma_C", "C", out, (spec.n, spec.m), (spec.n * size,), c_box))
 
 
 def grid_size(spec: GemmSpec, config: WgmmaConfig) -> int:
@@ -96,6 +99,8 @@ typedef {C_TYPES[out_dtype(spec)]} out_t;
 constexpr bool TMA_STORE = {str(config.tma_store).lower()};
 constexpr int STORE_SLICES = {config.store_slices}, SLICE_COLS = BN / STORE_SLICES;
 constexpr int OUT_CHUNK = 128 / sizeof(out_t), C_TILE_BYTES = BM * BN * (int)sizeof(out_t);
+constexpr int C_BOX_ROWS = {16 if config.c_spread else config.rows_per_consumer};  // rows of one C box (TMA)
+constexpr int C_BOXES_PER_KB = {1 if config.c_spread else "1 << 30"};  // C boxes issued per k-block (all at once)
 constexpr int EPI_BYTES = TMA_STORE ? TILE_TURNS * BM * SLICE_COLS * (int)sizeof(out_t) : 0;  // a buffer per turn
 // The C tile shares the buffer with the previous tile's D. Each consumer hands the buffer back at
 // k-block C_RELEASE_KB of the next tile (by then its TMA store has long finished reading it, so
@@ -219,14 +224,20 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig) -> str:
     deferred_c = config.tma_store and spec.epilogue.reads_c
     load_c = ("""
                 if (kb == c_at) {  // C lands early under this tile's main loop
-                    const int turn = epi % TILE_TURNS;
-                    mbarrier_wait(&c_empty[turn], ((epi / TILE_TURNS) & 1) ^ 1);
-                    load_c_tile(tma_C, out_buf, &c_full[turn], tile_m, tile_n, turn);
-                    ++epi;
+                    mbarrier_wait(&c_empty[epi % TILE_TURNS], ((epi / TILE_TURNS) & 1) ^ 1);
+                    mbarrier_arrive_expect_tx(&c_full[epi % TILE_TURNS], C_TILE_BYTES);
+                }
+                if (kb >= c_at && c_box < C_BOXES) {  // C_BOXES_PER_KB boxes a k-block, the rest at the last
+                    const int last = kb == kb_end - 1 ? C_BOXES : min(C_BOXES, c_box + C_BOXES_PER_KB);
+                    load_c_boxes(tma_C, out_buf, &c_full[epi % TILE_TURNS], tile_m, tile_n, epi % TILE_TURNS,
+                                 c_box, last);
+                    c_box = last;
+                    if (c_box == C_BOXES) ++epi;
                 }""" if deferred_c else "")
     c_at = ("""
             // Only a piece that writes D (it holds the tile's first k-block) needs C.
-            const int c_at = kb_begin == 0 ? kb_begin + min(C_LOAD_KB, kb_end - kb_begin - 1) : -1;"""
+            const int c_at = kb_begin == 0 ? kb_begin + min(C_LOAD_KB, kb_end - kb_begin - 1) : K_BLOCKS;
+            int c_box = 0;  // C boxes issued for this piece"""
             if deferred_c else "")
     others = "".join(f", {op.name}" for op in spec.epilogue.operands() if op.name != "C")
     store = (f"store_tile_smem(acc, tile_m, tile_n, consumer, out_buf, tma_D, &c_full[turn], "

@@ -20,7 +20,7 @@ WGMMA_READS: dict[str, tuple[str, ...]] = {
     "registers": ("bm", "bn", "consumers", "pingpong"),
     "shared_memory": ("bm", "bn", "stages", "tma_store", "store_slices", "consumers", "pingpong"), "pipeline": ("stages", "specialized"),
     "schedule": ("group_m", "cluster_m", "specialized", "persistent", "bn", "split_tail", "pingpong"),
-    "store": ("tma_store", "store_slices", "bn", "specialized", "pingpong"),
+    "store": ("tma_store", "store_slices", "bn", "specialized", "pingpong", "c_spread"),
 }
 
 

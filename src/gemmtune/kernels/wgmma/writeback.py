@@ -186,19 +186,22 @@ __device__ __forceinline__ void store_tile_smem(const float (&acc)[M_BLOCKS][BN 
 
 
 LOAD_C_TILE = r"""
-// Producer: the C tile of (tile_m, tile_n) into the epilogue buffer, one box per chunk and consumer
-// part: each cooperative consumer's rows into its part, or the whole tile into `owner`'s buffer.
-__device__ __forceinline__ void load_c_tile(const TmaDescriptor& tma_C, unsigned char* out_buf, u64* bar,
-                                            int tile_m, int tile_n, int owner) {
-    mbarrier_arrive_expect_tx(bar, C_TILE_BYTES);
+// Producer: the C tile of (tile_m, tile_n) into the epilogue buffer, as C_BOXES boxes of OUT_CHUNK
+// columns × C_BOX_ROWS rows, each consumer part's rows into its part of the buffer (ping-pong: the
+// whole tile into `owner`'s buffer). The caller announces C_TILE_BYTES on `bar` first, then loads
+// the boxes in one go or a few per k-block (c_spread: the C reads of all SMs, which run in step,
+// then do not come as one burst that delays the A and B loads behind them).
+constexpr int C_CHUNKS = SLICE_COLS / OUT_CHUNK, C_SUBS = ROWS_PER_CONSUMER / C_BOX_ROWS;
+constexpr int C_BOXES = CONSUMERS / TILE_TURNS * C_CHUNKS * C_SUBS;
+__device__ __forceinline__ void load_c_boxes(const TmaDescriptor& tma_C, unsigned char* out_buf, u64* bar,
+                                             int tile_m, int tile_n, int owner, int first, int last) {
     const u64 policy = l2_evict_first_policy();  // C is read once
-    #pragma unroll
-    for (int part = 0; part < CONSUMERS / TILE_TURNS; ++part) {
+    for (int box = first; box < last; ++box) {
+        const int part = box / (C_CHUNKS * C_SUBS), chunk = box / C_SUBS % C_CHUNKS, sub = box % C_SUBS;
         const int consumer = PINGPONG ? owner : part;
-        #pragma unroll
-        for (int chunk = 0; chunk < BN / OUT_CHUNK; ++chunk)
-            tma_load_2d_hinted(out_buf + (consumer * SLICE_COLS / OUT_CHUNK + chunk) * ROWS_PER_CONSUMER * 128, &tma_C,
-                               bar, tile_n * BN + chunk * OUT_CHUNK, tile_m * BM + consumer * CONSUMER_ROWS, policy);
+        tma_load_2d_hinted(out_buf + ((consumer * C_CHUNKS + chunk) * ROWS_PER_CONSUMER + sub * C_BOX_ROWS) * 128,
+                           &tma_C, bar, tile_n * BN + chunk * OUT_CHUNK,
+                           tile_m * BM + consumer * CONSUMER_ROWS + sub * C_BOX_ROWS, policy);
     }
 }
 """
