@@ -287,7 +287,10 @@ def default_config(spec: GemmSpec | None, arch: str = "sm_90a") -> WgmmaConfig:
     # On the H100 at 4096^3: 2 slices 0.995x cuBLAS (bf16) against 0.973x for the whole-tile store;
     # fp32 output (tf32) needs 4 slices to fit 4 stages (0.971x against 0.956x with direct stores).
     slices = 4 if OUT_BYTES.get(out_dtype(spec)) == 4 else 2
-    preferred = steps["tma_store"] if spec.epilogue.reads_c else steps["sliced_store"].with_(store_slices=slices)
+    # C, where the epilogue reads it, in 16-row boxes a k-block at a time: fused relu+add fp16 4096^3
+    # 194.9 µs against 199.5 loaded at once (H100).
+    preferred = (steps["tma_store"].with_(c_spread=True) if spec.epilogue.reads_c
+                 else steps["sliced_store"].with_(store_slices=slices))
     # Split the last partial wave along K where it leaves half the GPU idle (a no-op elsewhere):
     # 1024x1024x16384 bf16 0.38x -> 1.00x cuBLAS, 2048x5120x5120 0.85x -> 0.96x (H100).
     preferred = preferred.with_(split_tail=True)
