@@ -202,11 +202,11 @@ def test_gemv_compiles_every_layout_and_epilogue(dtype):
 
 
 def test_shipped_chooser_still_picks_what_the_results_table_measured():
-    """bench/results/2026-11-23-h100-untuned-v2.* measured the shipped model's picks; a change to the
+    """bench/results/2026-11-23-h100-untuned-v3.* measured the shipped model's picks; a change to the
     candidates or the model that moves a pick makes that table stale (re-run bench/bench_untuned.py)."""
     from pathlib import Path
 
-    table = Path(__file__).resolve().parent.parent / "bench" / "results" / "2026-11-23-h100-untuned-v2.json"
+    table = Path(__file__).resolve().parent.parent / "bench" / "results" / "2026-11-23-h100-untuned-v3.json"
     rows = json.loads(table.read_text())
     assert len(rows) == 48
     for row in rows:
