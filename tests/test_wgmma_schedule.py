@@ -75,3 +75,21 @@ def test_schedule_for_a_config():
     clustered = schedule_for(spec, WgmmaConfig(bm=128, bn=256, cluster_m=2, split_tail=True))
     assert (clustered.units, clustered.workers, clustered.splits) == (16, 64, 4)
     assert schedule_for(spec, WgmmaConfig(persistent=False)).workers == 32
+
+
+def test_recorded_wgmma_table_replays_in_the_current_space():
+    """The wgmma simulation table recorded on the H100 (bench/record_space.py, a uniform sample of the
+    bf16 4096^3 nt space) loads, every config in it is still valid, and its best is a real kernel."""
+    from pathlib import Path
+
+    from gemmtune.kernels import get_family
+    from gemmtune.tune.simulation import SimulationTable
+
+    path = (Path(__file__).resolve().parent.parent / "bench" / "results"
+            / "2026-11-23-h100-sim-wgmma_gemm_bf16_nt_4096x4096x4096.csv")
+    table = SimulationTable.from_csv(path)
+    assert table.family == "wgmma" and table.spec == GemmSpec(4096, 4096, 4096, "nt", "bf16")
+    assert len(table.rows) == 96
+    family = get_family("wgmma")
+    assert all(not family.rejections(config, table.spec, "sm_90a") for config in table.rows)
+    assert 150e-6 < table.best_s < 250e-6  # cuBLAS took 174.8 µs in that run
