@@ -28,8 +28,10 @@ class TimingProtocol:
     flush_l2: bool = True
     # How the flush empties L2. "write": cuMemsetD32 over twice the L2 size; it leaves L2 full of
     # dirty lines, whose write-back the timed kernel pays as it evicts them (a few µs: noise for a
-    # GEMM, a third of a 48 MB elementwise pass). "read": a kernel reads a clean buffer of twice the
-    # L2 size instead, leaving L2 full of clean lines, like Nsight Compute's cache control.
+    # GEMM, a third of a 48 MB elementwise pass). "read": a memset of twice the L2 size evicts
+    # everything, then a kernel reads a clean buffer of twice the L2 size, whose clean lines replace
+    # the dirty ones (their write-back happens there, untimed), like Nsight Compute's cache control.
+    # (A read pass alone left a half-L2 working set warm on the H100: L2 keeps lines that were reused.)
     flush_mode: str = "write"
 
     def __post_init__(self) -> None:
@@ -157,6 +159,7 @@ class L2Flush:
     def __init__(self, l2_bytes: int, mode: str):
         self.mode = mode
         self.buffer = DeviceBuffer.alloc(2 * l2_bytes)
+        self.scratch: DeviceBuffer | None = None  # ("read") memset first: it evicts what the reads leave
         self.sink: DeviceBuffer | None = None
         self.kernel = None
         self.bound: Callable[[], None] | None = None
@@ -175,6 +178,7 @@ class L2Flush:
         from .spec import GemmSpec
 
         self.buffer.fill_u32(0)
+        self.scratch = DeviceBuffer.alloc(self.buffer.nbytes)
         self.sink = DeviceBuffer.alloc(4)
         words4 = self.buffer.nbytes // 16
         code = f"#define WORDS4 {words4}ull\n" + FLUSH_READ_SOURCE
@@ -188,12 +192,13 @@ class L2Flush:
         if self.mode == "read":
             if self.bound is None:
                 self.bound = self.kernel.bind({"A": self.buffer.ptr, "D": self.sink.ptr}, stream)
+            self.scratch.fill_u32(0, stream)
             self.bound()
         else:
             self.buffer.fill_u32(0, stream)
 
     def _closers(self) -> list[Callable[[], None]]:
-        closers = [self.buffer.free] + ([self.sink.free] if self.sink is not None else [])
+        closers = [self.buffer.free] + [b.free for b in (self.scratch, self.sink) if b is not None]
         return closers + ([self.kernel.unload] if self.kernel is not None else [])
 
     def close(self) -> None:
