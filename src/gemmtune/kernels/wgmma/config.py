@@ -24,6 +24,7 @@ SM90_SMS = 132  # H100 SXM / H200: the persistent grid's size (any grid is corre
 # Clusters are placed within a GPC; with 132 SMs in GPCs of uneven size, fewer than 66 pairs fit at
 # once, and a pair left over would run after the others. 64 pairs always fit.
 CLUSTER_GRID = 128
+C_SPREAD_ROWS = 16  # rows of one C box with c_spread: 32 boxes of a 128x256 fp16 tile, one per k-block
 INPUT_BYTES = {"bf16": 2, "fp16": 2, "tf32": 4}
 OUT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
@@ -91,6 +92,12 @@ class WgmmaConfig(FamilyConfig):
     @property
     def rows_per_consumer(self) -> int:
         return self.bm if self.pingpong else self.bm // self.consumers
+
+    @property
+    def c_box_rows(self) -> int:
+        """Rows of one TMA box of C: 16 with c_spread (boxes issued a k-block at a time), else a
+        consumer's whole part of the tile."""
+        return C_SPREAD_ROWS if self.c_spread else self.rows_per_consumer
 
     @property
     def m_blocks(self) -> int:

@@ -60,7 +60,7 @@ def epilogue_maps(spec: GemmSpec, config: WgmmaConfig) -> tuple[TensorMapArg, ..
     d = TensorMapArg("tma_D", "D", out, (spec.n, spec.m), (spec.n * size,), box)
     if not spec.epilogue.reads_c:
         return (d,)
-    c_box = (128 // size, 16 if config.c_spread else config.rows_per_consumer)  # c_spread: small boxes
+    c_box = (128 // size, config.c_box_rows)
     return (d, TensorMapArg("tma_C", "C", out, (spec.n, spec.m), (spec.n * size,), c_box))
 
 
@@ -99,11 +99,11 @@ typedef {C_TYPES[out_dtype(spec)]} out_t;
 constexpr bool TMA_STORE = {str(config.tma_store).lower()};
 constexpr int STORE_SLICES = {config.store_slices}, SLICE_COLS = BN / STORE_SLICES;
 constexpr int OUT_CHUNK = 128 / sizeof(out_t), C_TILE_BYTES = BM * BN * (int)sizeof(out_t);
-constexpr int C_BOX_ROWS = {16 if config.c_spread else config.rows_per_consumer};  // rows of one C box (TMA)
+constexpr int C_BOX_ROWS = {config.c_box_rows};  // rows of one C box (TMA)
 constexpr int C_BOXES_PER_KB = {1 if config.c_spread else "1 << 30"};  // C boxes issued per k-block (all at once)
 constexpr int EPI_BYTES = TMA_STORE ? TILE_TURNS * BM * SLICE_COLS * (int)sizeof(out_t) : 0;  // a buffer per turn
 // The C tile shares the buffer with the previous tile's D. Each consumer hands the buffer back at
-// k-block C_RELEASE_KB of the next tile (by then its TMA store has long finished reading it, so
+// k-block C_RELEASE_KB of its next piece (by then its TMA store has long finished reading it, so
 // nobody waits), and the producer fetches C at C_LOAD_KB, a full ring later: C is waiting in shared
 // memory when the math ends, and neither side ever blocks on the other.
 constexpr int C_RELEASE_KB = K_BLOCKS > 2 ? 2 : K_BLOCKS - 1;
