@@ -185,15 +185,7 @@ def compiled_for(target: Target):
     if target.family not in ("simt", "numba"):
         return _registry_kernel(target, arch)  # its own config type (JSON) and ladder
     named = dict(ladder(arch))
-    if target.config is None:
-        config = None
-    elif target.config in named:
-        config = named[target.config]
-    else:
-        try:
-            config = SimtConfig.from_json(json.loads(target.config))
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(f"--config must be a ladder step ({', '.join(named)}) or a JSON config: {exc}") from None
+    config = _config_named(target.config, named, SimtConfig.from_json, "simt")
     if target.family == "numba":
         from .numba_ladder.compile import compile_numba
 
@@ -211,18 +203,19 @@ def _registry_kernel(target: Target, arch: str):
     from .kernels import family_for
 
     family = family_for(target.spec, arch, target.family)
-    steps = dict(family.ladder(arch))
-    if target.config is None:
-        config = family.default_config(target.spec, arch)
-    elif target.config in steps:
-        config = steps[target.config]
-    else:
-        try:
-            config = family.config_from_json(json.loads(target.config))
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(f"--config must be a {family.name} ladder step ({', '.join(steps)}) "
-                              f"or a JSON config: {exc}") from None
+    config = _config_named(target.config, dict(family.ladder(arch)), family.config_from_json, family.name)
+    config = config if config is not None else family.default_config(target.spec, arch)
     return compile_kernel(family.render(target.spec, config, arch), arch)
+
+
+def _config_named(text: str | None, steps: dict, from_json, family: str):
+    """--config: a ladder step's name or a JSON config (None when not given)."""
+    if text is None or text in steps:
+        return steps.get(text)
+    try:
+        return from_json(json.loads(text))
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"--config must be a {family} ladder step ({', '.join(steps)}) or a JSON config: {exc}") from None
 
 
 def entry_of(target: Target) -> str:
