@@ -100,6 +100,22 @@ def cublas_unchecked(spec, protocol) -> float:
     return measure(lambda: torch.mm(a, b, out=out), protocol, query_device().l2_bytes, stream).median_s
 
 
+def launch_floor_s(protocol) -> float:
+    """The median time of a kernel that does nothing, timed like the rows: what every launch costs
+    before it moves a byte (it weighs on a 15 µs GEMV, not on a 1 GiB copy)."""
+    from gemmtune.compiler import compile_kernel
+    from gemmtune.device import query_device
+    from gemmtune.kernel_source import KernelSource
+    from gemmtune.runtime import LoadedKernel
+    from gemmtune.spec import GemmSpec
+    from gemmtune.timing import measure
+
+    source = KernelSource(code='extern "C" __global__ void nothing() {}', entry="nothing", grid=(132, 1, 1),
+                          block=(128, 1, 1), args=(), spec=GemmSpec(1, 1, 1), family="floor", family_version="1")
+    with LoadedKernel(compile_kernel(source, query_device().arch)) as kernel:
+        return measure(kernel.bind({}), protocol, query_device().l2_bytes).median_s
+
+
 def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
@@ -138,7 +154,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="write the markdown table here too")
     parser.add_argument("--json", type=Path, help="write the rows as JSON here")
     parser.add_argument("--dtypes", default="fp32,bf16")
+    parser.add_argument("--shapes", help="only these shapes, e.g. 1x4096x4096,4096x1x4096 (default all 24)")
     args = parser.parse_args()
+    wanted = set(args.shapes.split(",")) if args.shapes else None
     # "read" flush: L2 emptied by reading a clean buffer (no dirty lines for the timed kernel to write
     # back, which would cost a GEMV of 32 MB several µs); the same protocol for ours, cuBLAS and the copy.
     protocol = TimingProtocol(warmup=3, min_reps=10, max_reps=100, min_time_s=0.05, flush_mode="read")
@@ -146,11 +164,18 @@ def main() -> int:
     rows = []
     for d in args.dtypes.split(","):
         for m, n, k in BENCH_SHAPES:
+            if wanted is not None and f"{m}x{n}x{k}" not in wanted:
+                continue
             rows.append(bench_one(GemmSpec(m, n, k, LAYOUT[d], d), protocol, db_path))
             r = rows[-1]
             print(f"{r.spec}: {r.family} {r.config} ours {r.ours_s} cuBLAS {r.cublas_s} ratio {r.ratio} {r.verified}",
                   flush=True)
     text = table(rows, copy_bandwidth(protocol), query_device().name)
+    try:
+        floor = f"{launch_floor_s(protocol) * 1e6:.1f} µs"
+    except Exception as exc:  # a note beside the table: say why it is missing, keep the table
+        floor = f"unavailable ({type(exc).__name__}: {exc})"
+    text += f"\nAn empty kernel under the same protocol (launch and event floor): {floor}.\n"
     print(text)
     if args.out:
         args.out.write_text(text + "\n")
