@@ -217,7 +217,7 @@ def _epilogue_args(spec: GemmSpec) -> str:
 
 
 def _body_specialized(spec: GemmSpec, config: WgmmaConfig) -> str:
-    epi = _epilogue_args(spec)
+    epi_args = _epilogue_args(spec)
     split = schedule_for(spec, config).splits > 1  # the tail's tiles are split along K
     sync = "cluster_sync()" if config.cluster_m > 1 else "__syncthreads()"
     rank = "(int)cluster_cta_rank()" if config.cluster_m > 1 else "0"
@@ -242,7 +242,7 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig) -> str:
     others = "".join(f", {op.name}" for op in spec.epilogue.operands() if op.name != "C")
     store = (f"store_tile_smem(acc, tile_m, tile_n, consumer, out_buf, tma_D, &c_full[turn], "
              f"(epi / TILE_TURNS) & 1{others});" if config.tma_store
-             else f"store_tile(acc, tile_m, tile_n, consumer, D{epi});")
+             else f"store_tile(acc, tile_m, tile_n, consumer, D{epi_args});")
     if deferred_c:
         store += "\n            c_pending = true;  // the buffer goes back to the producer early in the next piece"
     hand_back = ("""
