@@ -40,7 +40,7 @@ def _walk(schedule: Schedule) -> None:
     for unit in split:
         worker = finishers[unit]
         expected = sorted(w for w, u in partials.items() if u == unit)
-        assert expected and schedule.contributors(worker, unit) == expected
+        assert expected and schedule.contributors(worker) == expected
         assert all(w > worker for w in expected)  # dependencies point only to later workers
 
 

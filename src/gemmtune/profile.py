@@ -210,8 +210,10 @@ def _registry_kernel(target: Target, arch: str):
 
 def _config_named(text: str | None, steps: dict, from_json, family: str):
     """--config: a ladder step's name or a JSON config (None when not given)."""
-    if text is None or text in steps:
-        return steps.get(text)
+    if text is None:
+        return None
+    if text in steps:
+        return steps[text]
     try:
         return from_json(json.loads(text))
     except (ValueError, TypeError) as exc:

@@ -14,7 +14,7 @@ from ...errors import ConfigError
 from ...kernel_source import KernelSource, TensorMapArg
 from ...spec import GemmSpec
 from . import ptx, schedule
-from .schedule import schedule_for
+from .schedule import Schedule, schedule_for
 from .writeback import (FLOAT_VIEW, LOAD_C_TILE, epilogue_function, operand_decls, store_tile,
                         store_tile_smem)
 from .config import FAMILY, INPUT_BYTES, OUT_BYTES, VERSION, WgmmaConfig, k_major, out_dtype, rejections
@@ -24,10 +24,6 @@ TMA_TYPES = {"bf16": "bf16", "fp16": "fp16", "tf32": "fp32"}
 K_STEP = {"bf16": 16, "fp16": 16, "tf32": 8}  # K per wgmma instruction
 PRODUCER_REGS, CONSUMER_REGS = 40, 232  # setmaxnreg budgets: 128·40 + 256·232 ≤ 64K registers
 CHUNK = 64  # 16-bit values in one 128-byte swizzled row: the MN width of one MN-major box
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def entry_name(spec: GemmSpec) -> str:
@@ -62,10 +58,6 @@ def epilogue_maps(spec: GemmSpec, config: WgmmaConfig) -> tuple[TensorMapArg, ..
         return (d,)
     c_box = (128 // size, config.c_box_rows)
     return (d, TensorMapArg("tma_C", "C", out, (spec.n, spec.m), (spec.n * size,), c_box))
-
-
-def grid_size(spec: GemmSpec, config: WgmmaConfig) -> int:
-    return schedule_for(spec, config).workers * config.cluster_m
 
 
 # --- CUDA text: constants and scheduler -------------------------------------------------------------
@@ -216,9 +208,9 @@ def _epilogue_args(spec: GemmSpec) -> str:
     return "".join(f", {op.name}" for op in spec.epilogue.operands())
 
 
-def _body_specialized(spec: GemmSpec, config: WgmmaConfig) -> str:
+def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> str:
     epi_args = _epilogue_args(spec)
-    split = schedule_for(spec, config).splits > 1  # the tail's tiles are split along K
+    split = plan.splits > 1  # the tail's tiles are split along K
     sync = "cluster_sync()" if config.cluster_m > 1 else "__syncthreads()"
     rank = "(int)cluster_cta_rank()" if config.cluster_m > 1 else "0"
     deferred_c = config.tma_store and spec.epilogue.reads_c
@@ -407,15 +399,15 @@ def _body_unified(spec: GemmSpec, config: WgmmaConfig) -> str:
 """
 
 
-def _code(spec: GemmSpec, config: WgmmaConfig, entry: str, maps: tuple[TensorMapArg, ...]) -> str:
-    body = _body_specialized(spec, config) if config.specialized else _body_unified(spec, config)
+def _code(spec: GemmSpec, config: WgmmaConfig, plan: Schedule, entry: str, maps: tuple[TensorMapArg, ...]) -> str:
+    body = _body_specialized(spec, config, plan) if config.specialized else _body_unified(spec, config)
     epilogue = "" if spec.epilogue.is_identity else spec.epilogue.cuda_preamble() + epilogue_function(spec.epilogue)
     return "\n".join([
         f"// gemmtune {FAMILY} v{VERSION}: {spec.short()}, {config.describe()}",
         "// TMA loads into a ring of 128-byte-swizzled shared-memory stages, wgmma from shared memory",
         "// into fp32 registers, the epilogue applied in registers and stored to D.",
         ptx.helpers(spec.dtype, config.bn), FLOAT_VIEW, _constants(spec, config), SCHEDULER,
-        schedule.cuda(schedule_for(spec, config)),
+        schedule.cuda(plan),
         _load_stage(config.cluster_m > 1), _mma_stage(spec, config), epilogue, store_tile(spec),
         (store_tile_smem(spec, config) + (LOAD_C_TILE if spec.epilogue.reads_c else ""))
         if config.tma_store else "",
@@ -427,12 +419,12 @@ def render(spec: GemmSpec, config: WgmmaConfig, arch: str = "sm_90a") -> KernelS
     problems = rejections(config, spec, arch)
     if problems:
         raise ConfigError("; ".join(f"{name}: {reason}" for name, reason in problems.items()))
-    entry, maps = entry_name(spec), tensor_maps(spec, config)
+    entry, maps, plan = entry_name(spec), tensor_maps(spec, config), schedule_for(spec, config)
     # Parameter order: the pointers (A, B, epilogue operands, D) as native kernels take them, then
     # the TMA descriptors the runtime builds from those pointers.
     args = ("A", "B", *(op.name for op in spec.epilogue.operands()), "D", *(t.name for t in maps))
     return KernelSource(
-        code=_code(spec, config, entry, maps), entry=entry, grid=(grid_size(spec, config), 1, 1),
+        code=_code(spec, config, plan, entry, maps), entry=entry, grid=(plan.workers * config.cluster_m, 1, 1),
         block=(config.threads, 1, 1), args=args, spec=spec, family=FAMILY, family_version=VERSION,
         config=config.to_json(), dynamic_smem=config.smem_bytes(spec), tensor_maps=maps, arch_specific=True,
     )

@@ -64,15 +64,15 @@ class Schedule:
             out.append((unit, j * self.k_blocks // self.splits, (j + 1) * self.k_blocks // self.splits))
         return out
 
-    def contributors(self, worker: int, unit: int) -> list[int]:
-        """Workers holding the other pieces of split `unit` (the finisher, `worker`, adds their partials)."""
+    def contributors(self, worker: int) -> list[int]:
+        """Workers holding the other pieces of the split unit whose finisher is `worker`."""
         return list(range(worker + 1, worker + self.splits))
 
 
 def plan(units: int, k_blocks: int, slots: int, split_tail: bool) -> Schedule:
     """The schedule for `units` tiles of `k_blocks` on a persistent grid of `slots` workers."""
     plain = Schedule(min(units, slots), units, k_blocks, whole_units=units)
-    tail = units % slots if units >= slots else units
+    tail = units % slots  # the units of the last, partial wave (all of them when fewer than slots)
     if not split_tail or tail == 0:
         return plain
     splits = min(slots // tail, k_blocks // MIN_SHARE)
