@@ -95,6 +95,33 @@ FINAL_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] 
         ("128x128 s5 split C-spread", BASE.with_(bn=128, stages=5, **SPLIT, **CSPREAD), None)]),
 ]
 
+# Session 7 (--set fused): the C words of a fragment row loaded in one batch before D overwrites them
+# (writeback.py), against the GEMM alone; a narrower 128x192 tile whose C tile leaves room for a 4th stage.
+FUSED_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
+    (GemmSpec(4096, 4096, 4096, "nt", "fp16", "relu+add"), [
+        ("s3 C-spread", BASE.with_(**CSPREAD), None),
+        ("cluster2 s3 C-spread", BASE.with_(cluster_m=2, **CSPREAD), None),
+        ("128x192 s4 C-spread split", BASE.with_(bn=192, stages=4, **CSPREAD, **SPLIT), None),
+        ("128x192 s4 C-spread", BASE.with_(bn=192, stages=4, **CSPREAD), None)]),
+    (GemmSpec(4096, 4096, 4096, "nt", "fp16"), [
+        ("s3 (GEMM alone)", BASE, None), ("s4 slices2 (GEMM alone)", S4H2, None),
+        ("cluster2 s4 slices2 (GEMM alone)", S4H2.with_(cluster_m=2), None)]),
+]
+
+# Session 7 (--set bf16): where the bf16 bars stand, with a 256x128 tile beside the 128x256 ones.
+WIDE_M = S4H2.with_(bm=256, bn=128)
+BF16_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
+    (GemmSpec(size, size, size, "nt", "bf16"), [
+        ("s4 slices2", S4H2, None),
+        ("cluster2 s4 slices2", S4H2.with_(cluster_m=2), None),
+        ("cluster2 s4 slices2 g16", S4H2.with_(cluster_m=2, group_m=16), None),
+        ("cluster2 s4 slices2 g4", S4H2.with_(cluster_m=2, group_m=4), None),
+        ("cluster2 s4 slices4", S4H4.with_(cluster_m=2), None),
+        ("256x128 s4 slices2", WIDE_M, None),
+        ("cluster2 256x128 s4 slices2", WIDE_M.with_(cluster_m=2), None)])
+    for size in (4096, 8192)
+]
+
 CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
     (GemmSpec(4096, 4096, 4096, "nt", "bf16"), [
         ("tma_store s3", BASE, None),
@@ -155,6 +182,8 @@ CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
 ]
 
 
+SETS = {"all": CASES, "final": FINAL_CASES, "fused": FUSED_CASES, "bf16": BF16_CASES}
+
 def max_active_clusters(compiled) -> str:
     """How many clusters of this kernel the GPU holds at once (driver's occupancy calculator)."""
     try:
@@ -180,57 +209,101 @@ def row_line(name: str, row: BenchRow, cublas_s: float | None, note: str) -> str
     return f"| {name} | {row.median_s * 1e6:.1f} | {row.tflops:.0f} | {ratio} | {note} |"
 
 
+def compile_variant(spec: GemmSpec, config: WgmmaConfig, patch: Patch | None):
+    src = render(spec, config, "sm_90a")
+    return compile_kernel(patch(src) if patch else src, "sm_90a")
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", help="write every row here (rewritten after each row)")
     parser.add_argument("--only", help="run the cases whose spec contains this text")
     parser.add_argument("--skip", help="leave out the variants whose name contains this text")
-    parser.add_argument("--final", action="store_true", help="the short list: C loaded in boxes a k-block at a time against all at once")
+    parser.add_argument("--final", action="store_true", help="the short list: C loaded in boxes a k-block at a time against all at once (same as --set final)")
+    parser.add_argument("--set", choices=sorted(SETS), default="all", help="which list of cases to run")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="time cuBLAS and every variant this many times in turn (interleaved, so clock and "
+                             "temperature drift fall on all alike); a summary gives medians over the rounds")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     dev = query_device()
     protocol = TimingProtocol()
     results: list[dict] = []
     print(f"# wgmma variants, {dev.name}, {date.today().isoformat()}\n", flush=True)
 
-    def emit(spec: GemmSpec, name: str, row: BenchRow, cublas_s: float | None, note: str = "") -> None:
+    def emit(spec: GemmSpec, name: str, row: BenchRow, cublas_s: float | None, note: str = "", round_: int = 0) -> None:
         print(row_line(name, row, cublas_s, note), flush=True)  # each row as soon as it exists
         results.append({"spec": spec.short(), "variant": name, "config": row.config, "median_s": row.median_s,
-                        "cublas_s": cublas_s, "status": row.status, "message": row.message, "note": note})
+                        "cublas_s": cublas_s, "status": row.status, "message": row.message, "note": note,
+                        "round": round_})
         if args.json:
             with open(args.json, "w") as fh:
                 json.dump({"device": dev.name, "date": date.today().isoformat(), "rows": results}, fh, indent=1)
         if "context is lost" in row.message:  # nothing after this in the process can run
             raise SystemExit(f"stopped: {name} on {spec.short()} lost the CUDA context")
 
-    for spec, variants in (FINAL_CASES if args.final else CASES):
+    summaries: list[str] = []
+    for spec, variants in SETS["final" if args.final else args.set]:
         if args.only and args.only not in spec.short():
             continue
         plain = GemmSpec(spec.m, spec.n, spec.k, spec.layout, spec.dtype)
-        cublas = bench_cublas(plain, protocol)
-        print(f"\n## {spec.short()} (cuBLAS GEMM {cublas.median_s * 1e6:.1f} µs)\n" if cublas.median_s
-              else f"\n## {spec.short()} (cuBLAS failed: {cublas.message})\n", flush=True)
-        print("| variant | µs | TFLOP/s | × cuBLAS | note |\n|---|---|---|---|---|", flush=True)
-        for name, config, patch in variants:
-            if args.skip and args.skip in name:
-                continue
-            note = ""
-            try:
-                src = render(spec, config, "sm_90a")
-                src = patch(src) if patch else src
-                compiled = compile_kernel(src, "sm_90a")
-                row = bench_compiled(name, config.describe(), compiled, protocol)
-                if "cluster" in name and row.median_s:
-                    note = "max active clusters " + max_active_clusters(compiled)
-            except Exception as exc:  # every variant is a row
-                row = BenchRow(name, config.describe(), None, None, None, type(exc).__name__, str(exc)[:200])
-            emit(spec, name, row, cublas.median_s, note)
+        variants = [v for v in variants if not (args.skip and args.skip in v[0])]
         if not spec.epilogue.is_identity:
-            same = bench_compiled("same config, no epilogue", variants[0][1].describe(),
-                                  compile_kernel(render(plain, variants[0][1], "sm_90a"), "sm_90a"), protocol)
-            emit(spec, f"{variants[0][0]}, no epilogue", same, cublas.median_s)
-        emit(spec, "cuBLAS again", bench_cublas(plain, protocol), cublas.median_s, "same spec, after the variants")
+            variants.append((f"{variants[0][0]}, no epilogue", variants[0][1], None))
+        kernels = {}
+        for name, config, patch in variants:  # compiled once, timed every round
+            try:
+                kernels[name] = compile_variant(plain if name.endswith(", no epilogue") else spec, config, patch)
+            except Exception as exc:  # every variant is a row
+                kernels[name] = BenchRow(name, config.describe(), None, None, None, type(exc).__name__, str(exc)[:200])
+        cublas_times: list[float] = []
+        ours: dict[str, list[float]] = {name: [] for name, _, _ in variants}
+        ratios: dict[str, list[float]] = {name: [] for name, _, _ in variants}
+        for round_ in range(args.rounds):
+            cublas = bench_cublas(plain, protocol)
+            if cublas.median_s:
+                cublas_times.append(cublas.median_s)
+            label = f", round {round_ + 1} of {args.rounds}" if args.rounds > 1 else ""
+            print(f"\n## {spec.short()}{label} (cuBLAS GEMM {cublas.median_s * 1e6:.1f} µs)\n" if cublas.median_s
+                  else f"\n## {spec.short()}{label} (cuBLAS failed: {cublas.message})\n", flush=True)
+            print("| variant | µs | TFLOP/s | × cuBLAS | note |\n|---|---|---|---|---|", flush=True)
+            for name, config, _ in variants:
+                kernel, note = kernels[name], ""
+                row = kernel if isinstance(kernel, BenchRow) else bench_compiled(name, config.describe(), kernel, protocol)
+                if "cluster" in name and row.median_s and round_ == 0 and not isinstance(kernel, BenchRow):
+                    note = "max active clusters " + max_active_clusters(kernel)
+                emit(spec, name, row, cublas.median_s, note, round_)
+                if row.median_s:
+                    ours[name].append(row.median_s)
+                    if cublas.median_s:
+                        ratios[name].append(cublas.median_s / row.median_s)
+        last = bench_cublas(plain, protocol)
+        emit(spec, "cuBLAS again", last, cublas_times[0] if cublas_times else None, "same spec, after the variants")
+        if last.median_s:
+            cublas_times.append(last.median_s)
+        if args.rounds > 1 and cublas_times:
+            ref = median(cublas_times)
+            lines = [f"\n## {spec.short()}: medians over {args.rounds} interleaved rounds "
+                     f"(cuBLAS {ref * 1e6:.1f} µs, {len(cublas_times)} timings from "
+                     f"{min(cublas_times) * 1e6:.1f} to {max(cublas_times) * 1e6:.1f})\n",
+                     "| variant | µs | × cuBLAS | per-round ratios |", "|---|---|---|---|"]
+            for name, _, _ in variants:
+                if ours[name]:
+                    spread = ", ".join(f"{r:.3f}" for r in ratios[name])
+                    lines.append(f"| {name} | {median(ours[name]) * 1e6:.1f} | {ref / median(ours[name]):.3f} | {spread} |")
+                else:
+                    lines.append(f"| {name} | — | — | failed |")
+            summaries.append("\n".join(lines))
+    if summaries:
+        print("\n# Summary\n" + "\n".join(summaries), flush=True)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

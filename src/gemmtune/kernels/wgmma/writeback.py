@@ -97,26 +97,30 @@ __device__ __forceinline__ void store_tile(const float (&acc)[M_BLOCKS][BN / 2],
 
 SMEM_PAIR = {
     "16": """
-// A pair of outputs in the epilogue tile: one 32-bit word, lo first.
+// A pair of outputs in the epilogue tile: one 32-bit word, lo first (C's pair comes the same way).
+typedef u32 pair_word;
 __device__ __forceinline__ void store_pair_smem(unsigned char* at, float v0, float v1) {
     *reinterpret_cast<u32*>(at) = pack_pair(v0, v1, (out_t*)0);
 }
+__device__ __forceinline__ pair_word load_pair_smem(const unsigned char* at) {
+    return *reinterpret_cast<const u32*>(at);
+}
 // The two 16-bit values of a pair as floats, lo first.
-__device__ __forceinline__ void unpack_pair(u32 word, float& c0, float& c1) {
+__device__ __forceinline__ void unpack_pair(pair_word word, float& c0, float& c1) {
     c0 = to_float(out_t{(unsigned short)(word & 0xFFFF)});
     c1 = to_float(out_t{(unsigned short)(word >> 16)});
-}
-__device__ __forceinline__ void load_pair_smem(const unsigned char* at, float& c0, float& c1) {
-    unpack_pair(*reinterpret_cast<const u32*>(at), c0, c1);
 }
 """,
     "32": """
 // A pair of outputs in the epilogue tile: one float2.
+typedef float2 pair_word;
 __device__ __forceinline__ void store_pair_smem(unsigned char* at, float v0, float v1) {
     *reinterpret_cast<float2*>(at) = make_float2(v0, v1);
 }
-__device__ __forceinline__ void load_pair_smem(const unsigned char* at, float& c0, float& c1) {
-    const float2 pair = *reinterpret_cast<const float2*>(at);
+__device__ __forceinline__ pair_word load_pair_smem(const unsigned char* at) {
+    return *reinterpret_cast<const float2*>(at);
+}
+__device__ __forceinline__ void unpack_pair(pair_word pair, float& c0, float& c1) {
     c0 = pair.x;
     c1 = pair.y;
 }
@@ -129,7 +133,15 @@ def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
     reads_c = spec.epilogue.reads_c  # C staged in the buffer by the producer
     fix0 = epilogue_call(spec, "v0", "col", "c0")
     fix1 = epilogue_call(spec, "v1", "col + 1", "c1")
-    load_c = "float c0, c1;\n                    load_pair_smem(at, c0, c1);\n                    " if reads_c else ""
+    # C is read from the slots that D then overwrites. One thread's loads and stores could alias as
+    # far as the compiler knows (the swizzle hides it), so a load after a store waits for it: all of
+    # a fragment row's C words are loaded first, one batch of shared-memory latency instead of one
+    # per pair.
+    load_c = ("""pair_word c_words[SLICE_COLS / 8];
+                #pragma unroll
+                for (int jj = 0; jj < SLICE_COLS / 8; ++jj) c_words[jj] = load_pair_smem(slot(r, jj));
+                """ if reads_c else "")
+    unpack_c = "float c0, c1;\n                    unpack_pair(c_words[jj], c0, c1);\n                    " if reads_c else ""
     # Before writing, the buffer must be free: with C, the producer's C tile must have landed in it
     # (the producer waited for the previous store to leave); without C, the previous slice's store
     # (of this tile or the one before) must have finished reading it.
@@ -149,6 +161,11 @@ __device__ __forceinline__ void store_tile_smem(const float (&acc)[M_BLOCKS][BN 
                                                 u64* c_full, u32 c_phase{params}) {{
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
     unsigned char* tile = out_buf + consumer * ROWS_PER_CONSUMER * SLICE_COLS * (int)sizeof(out_t);
+    // The pair of row r at column 8·jj + 2·(lane % 4) of the slice.
+    auto slot = [&](int r, int jj) {{
+        const int c = jj * 8 + 2 * (lane % 4), byte = (c % OUT_CHUNK) * (int)sizeof(out_t);
+        return tile + (c / OUT_CHUNK) * ROWS_PER_CONSUMER * 128 + r * 128 + (((byte / 16) ^ (r % 8)) * 16) + byte % 16;
+    }};
     #pragma unroll
     for (int slice = 0; slice < STORE_SLICES; ++slice) {{
         {wait}
@@ -158,15 +175,12 @@ __device__ __forceinline__ void store_tile_smem(const float (&acc)[M_BLOCKS][BN 
             for (int half = 0; half < 2; ++half) {{
                 const int r = mb * 64 + warp * 16 + lane / 4 + 8 * half;
                 const int row = tile_m * BM + consumer * CONSUMER_ROWS + r;
-                #pragma unroll
+                {load_c}#pragma unroll
                 for (int jj = 0; jj < SLICE_COLS / 8; ++jj) {{
                     const int j = slice * SLICE_COLS / 8 + jj;  // 8-column group of the fragment
-                    const int c = jj * 8 + 2 * (lane % 4), col = tile_n * BN + slice * SLICE_COLS + c;
-                    const int byte = (c % OUT_CHUNK) * (int)sizeof(out_t);
-                    unsigned char* at = tile + (c / OUT_CHUNK) * ROWS_PER_CONSUMER * 128 + r * 128
-                                        + (((byte / 16) ^ (r % 8)) * 16) + byte % 16;
+                    const int col = tile_n * BN + slice * SLICE_COLS + jj * 8 + 2 * (lane % 4);
                     float v0 = acc[mb][4 * j + 2 * half], v1 = acc[mb][4 * j + 2 * half + 1];
-                    {load_c}{fix0}{fix1}store_pair_smem(at, v0, v1);
+                    {unpack_c}{fix0}{fix1}store_pair_smem(slot(r, jj), v0, v1);
                 }}
             }}
         }}
