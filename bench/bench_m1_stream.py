@@ -1,0 +1,229 @@
+"""M = 1 / N = 1 GEMVs under two protocols: one flushed launch, and back to back over rotating weights.
+
+    python bench/bench_m1_stream.py [--shapes 1x4096x4096,...] [--dtypes fp32,bf16] [--out m1.md] [--json m1.json]
+
+Each kernel comes from `gemmtune.build(spec)` as bench_untuned builds it (tuning database off) and is
+verified and timed by `gemmtune.evaluate` with bench_untuned's protocol (one launch between CUDA
+events, L2 emptied by a read pass before it, median): the single-launch column. Then, in the same
+process, gemmtune.stream_timing times it back to back over R operand sets that together hold at
+least 3× L2 (every launch reads cold weights, launch latency overlaps the kernel before it, as in a
+decode step), and the same for cuBLAS (torch.mm into a preallocated D, fp32 with TF32 off, the
+operands as cublas_measurement lays them out) and for a device-to-device copy whose read + write
+bytes equal the GEMV's. GB/s counts A, B and D once (GemmSpec.min_bytes, as bench_untuned) and is
+compared with bench_untuned's 1 GiB copy bandwidth.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from bench_untuned import LAYOUT, copy_bandwidth, launch_floor_s  # bench/ is the script's folder, so on sys.path
+
+DEFAULT_SHAPES = "1x4096x4096,1x11008x4096,4096x1x4096,1x4096x11008,1x32000x4096"
+
+
+@dataclass(frozen=True)
+class StreamRow:
+    spec: str
+    dtype: str
+    family: str
+    config: str
+    bytes: int  # A + B + D once
+    sets: int  # operand sets rotated through by the stream timings
+    launches: int  # launches per timed batch
+    single_s: float | None  # ours: one launch, L2 flushed (bench_untuned's protocol)
+    stream_s: float | None  # ours: back to back over rotating sets
+    cublas_stream_s: float | None
+    copy_stream_s: float | None  # a copy of `copy_bytes` (read + write), back to back over rotating buffers
+    copy_bytes: int
+    queued_ahead: bool  # every stream batch was queued before its start event fired
+    verified: str
+
+
+def gbs(nbytes: int, seconds: float | None, copy_bw: float) -> str:
+    if not seconds:
+        return "-"
+    return f"{nbytes / seconds / 1e9:.0f} ({100 * nbytes / seconds / copy_bw:.0f}%)"
+
+
+def us(seconds: float | None) -> str:
+    return f"{seconds * 1e6:.1f}" if seconds else "-"
+
+
+def poisoned_sets(torch, prepared, count: int) -> list[tuple]:
+    """`count` distinct copies of the prepared A and B (set 0 is the prepared one) with a NaN D each."""
+    from gemmtune.baseline import _torch_type
+
+    spec, x = prepared.spec, prepared.gpu
+    out_type = _torch_type(torch, spec.out_dtype)
+    return [(x["A"] if i == 0 else x["A"].clone(), x["B"] if i == 0 else x["B"].clone(),
+             torch.full((spec.m, spec.n), float("nan"), dtype=out_type, device="cuda")) for i in range(count)]
+
+
+def check_outputs(sets: list[tuple], prepared, what: str) -> str:
+    """'' when the first and last set's D match the float64 reference, else why not."""
+    from gemmtune.verify import compare
+
+    spec = prepared.spec
+    for _, _, d in (sets[0], sets[-1]):
+        verdict = compare(d.float().cpu().numpy(), prepared.ref, spec.dtype, spec.k, spec.out_dtype)
+        if not verdict.ok:
+            return f"; {what} stream output off tolerance: {verdict.message}"
+    return ""
+
+
+def time_ours(kern, sets: list[tuple], stream: int):
+    from gemmtune.runtime import LoadedKernel
+    from gemmtune.stream_timing import kernel_launches, reps_for, time_stream
+
+    with LoadedKernel(kern.compiled) as loaded:
+        return time_stream(kernel_launches(loaded, sets, stream), len(sets), stream, reps=reps_for(len(sets)))
+
+
+def time_cublas(torch, spec, sets: list[tuple], stream: int):
+    # The same operand views and TF32 setting as gemmtune.baseline.cublas_measurement.
+    from gemmtune.baseline import _fp32_precision, _operands
+    from gemmtune.stream_timing import reps_for, time_stream
+
+    calls = [(*_operands(spec, {"A": a, "B": b}), d) for a, b, d in sets]
+    with _fp32_precision(torch, tf32=False):
+        return time_stream(lambda i: torch.mm(calls[i][0], calls[i][1], out=calls[i][2]), len(calls), stream,
+                           reps=reps_for(len(calls)))
+
+
+def time_copy(torch, nbytes: int, l2_bytes: int, stream: int):
+    """A device-to-device copy moving `nbytes` (half read, half written), back to back over rotating
+    buffers; returns the timing and the bytes it actually moves (16-byte rounding)."""
+    from gemmtune.stream_timing import reps_for, set_count, time_stream
+
+    words = max(4, nbytes // 2 // 16 * 4)  # float32 words per buffer
+    count = set_count(2 * 4 * words, l2_bytes)
+    pairs = [(torch.ones(words, device="cuda"), torch.empty(words, device="cuda")) for _ in range(count)]
+    timing = time_stream(lambda i: pairs[i][1].copy_(pairs[i][0]), count, stream, reps=reps_for(count))
+    return timing, 2 * 4 * words
+
+
+def single_launch(spec, protocol, db_path: Path) -> tuple:
+    """(kernel or None, family, config (source), single-launch seconds or None, verdict), as bench_untuned
+    builds, verifies and times it."""
+    import gemmtune
+    from gemmtune.errors import GemmtuneError
+    from gemmtune.evaluate import evaluate
+
+    try:
+        kern = gemmtune.build(spec, db_path=db_path)
+        result = evaluate(kern.compiled, protocol)
+    except GemmtuneError as err:
+        return None, "-", "-", None, f"error: {err}"
+    config = f"{kern.config.describe()} ({kern.config_source.split(' (')[0]})"
+    if not result.ok:
+        return None, kern.family, config, None, f"WRONG: {result.verify.message}"
+    return kern, kern.family, config, result.measurement.median_s, "ok"
+
+
+def bench_one(spec, protocol, db_path: Path, l2_bytes: int) -> StreamRow:
+    import torch
+
+    from gemmtune.baseline import prepare
+    from gemmtune.stream_timing import reps_for, set_count
+
+    stream = torch.cuda.current_stream().cuda_stream
+    count = set_count(spec.min_bytes, l2_bytes)
+    kern, family, config, single, verified = single_launch(spec, protocol, db_path)
+    prepared = prepare(spec)
+    ours, queued = None, True
+    if kern is not None:
+        sets = poisoned_sets(torch, prepared, count)
+        timing = time_ours(kern, sets, stream)
+        ours, queued = timing.per_launch_s, timing.queued_ahead
+        verified += check_outputs(sets, prepared, "ours")
+        del sets  # before the next R sets exist
+    sets = poisoned_sets(torch, prepared, count)
+    cublas = time_cublas(torch, spec, sets, stream)
+    verified += check_outputs(sets, prepared, "cuBLAS")
+    del sets, prepared
+    torch.cuda.empty_cache()
+    copy, copy_bytes = time_copy(torch, spec.min_bytes, l2_bytes, stream)
+    torch.cuda.empty_cache()
+    return StreamRow(spec.short(), spec.dtype, family, config, spec.min_bytes, count, count * reps_for(count),
+                     single, ours, cublas.per_launch_s, copy.per_launch_s, copy_bytes,
+                     queued and cublas.queued_ahead and copy.queued_ahead, verified)
+
+
+def table(rows: list[StreamRow], copy_bw: float, floor: str, device: str) -> str:
+    today = datetime.date.today().isoformat()
+    out = [f"# M = 1 / N = 1: single launch and back to back ({device}, {today})", "",
+           "`python bench/bench_m1_stream.py`: `gemmtune.build(spec)` with an empty tuning database, verified "
+           "(float64 reference, poisoned D), then timed two ways in one process:",
+           "- **single**: one launch between its CUDA events, L2 emptied by a read pass before it, median "
+           "(bench_untuned's protocol; it includes the fixed launch + event cost: an empty kernel timed so "
+           f"takes {floor});",
+           "- **stream**: R × reps launches back to back between one event pair, rotating over R operand sets "
+           "that together hold ≥ 3× L2 (every launch reads cold from DRAM, no flush), queued behind a hold "
+           "kernel so the GPU sets the pace; median over 5 batches of batch time / launches "
+           "(`gemmtune.stream_timing`).",
+           "cuBLAS is torch.mm into a preallocated D (fp32 with TF32 off), streamed the same way; the copy "
+           "moves the GEMV's bytes (read + write), streamed the same way. GB/s counts A, B and D once; "
+           f"% is of the 1 GiB device-to-device copy (read + write, L2 flushed): **{copy_bw / 1e9:.0f} GB/s**. "
+           "ratio = cuBLAS stream time / ours (higher is better).", ""]
+    for dtype in sorted({r.dtype for r in rows}, key=lambda d: d != "fp32"):
+        out += [f"## {dtype} (layout {LAYOUT[dtype]})", "",
+                "| shape | config (source) | single µs | single GB/s (% copy) | stream µs | stream GB/s (% copy) "
+                "| cuBLAS stream µs | ratio | same-size copy stream GB/s (% copy) | sets, launches/batch | verified |",
+                "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+        for r in (r for r in rows if r.dtype == dtype):
+            ratio = f"{r.cublas_stream_s / r.stream_s:.3f}" if r.stream_s and r.cublas_stream_s else "-"
+            queued = "" if r.queued_ahead else " (a batch was not queued ahead: host-bound)"
+            out.append(f"| {r.spec} | {r.config} | {us(r.single_s)} | {gbs(r.bytes, r.single_s, copy_bw)} "
+                       f"| {us(r.stream_s)} | {gbs(r.bytes, r.stream_s, copy_bw)} | {us(r.cublas_stream_s)} | {ratio} "
+                       f"| {gbs(r.copy_bytes, r.copy_stream_s, copy_bw)} | {r.sets}, {r.launches} "
+                       f"| {r.verified}{queued} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", default=DEFAULT_SHAPES, help=f"MxNxK,... (default {DEFAULT_SHAPES})")
+    parser.add_argument("--dtypes", default="fp32,bf16", help="fp32 (layout nn) and/or bf16 (layout nt)")
+    parser.add_argument("--out", type=Path, help="write the markdown table here too")
+    parser.add_argument("--json", type=Path, help="write the rows as JSON here")
+    args = parser.parse_args()
+
+    from gemmtune.device import query_device
+    from gemmtune.spec import GemmSpec
+    from gemmtune.timing import TimingProtocol
+
+    # bench_untuned's protocol: L2 emptied by a read pass before each timed launch.
+    protocol = TimingProtocol(warmup=3, min_reps=10, max_reps=100, min_time_s=0.05, flush_mode="read")
+    db_path = Path(tempfile.mkdtemp()) / "empty.sqlite"  # no tuning: a fresh, empty database
+    info = query_device()
+    rows = []
+    for dtype in args.dtypes.split(","):
+        for shape in args.shapes.split(","):
+            m, n, k = (int(v) for v in shape.split("x"))
+            rows.append(bench_one(GemmSpec(m, n, k, LAYOUT[dtype], dtype), protocol, db_path, info.l2_bytes))
+            r = rows[-1]
+            print(f"{r.spec}: single {us(r.single_s)} µs, stream {us(r.stream_s)} µs, cuBLAS stream "
+                  f"{us(r.cublas_stream_s)} µs, copy stream {us(r.copy_stream_s)} µs, {r.verified}", flush=True)
+    copy_bw = copy_bandwidth(protocol)
+    try:
+        floor = f"{launch_floor_s(protocol) * 1e6:.1f} µs"
+    except Exception as exc:  # a note in the header: say why it is missing, keep the table
+        floor = f"unavailable ({type(exc).__name__}: {exc})"
+    text = table(rows, copy_bw, floor, info.name)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    if args.json:
+        args.json.write_text(json.dumps({"device": info.name, "date": datetime.date.today().isoformat(),
+                                         "copy_bytes_per_s": copy_bw, "rows": [asdict(r) for r in rows]}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
