@@ -200,6 +200,33 @@ def test_split_tail_with_direct_stores_and_fp32_out():
         assert result.verify.ok, f"split tail {spec.short()} {config.describe()}: {result.verify.message}"
 
 
+@pytest.mark.parametrize("slices", [2, 4])
+@pytest.mark.parametrize("cluster_m", [1, 2])
+def test_c_ring_on_odd_shapes(slices, cluster_m):
+    """C through the ring (c_ring), a slice per slot after each tile's k-blocks: split tails, clusters,
+    all four layouts, edges clipped, fp32 output; the kernel is launched twice (the ring position
+    carries on across tiles and launches start afresh)."""
+    from gemmtune.compiler import compile_kernel
+    from gemmtune.evaluate import evaluate
+
+    arch = _hopper()
+    config = dict(FAMILY.ladder(arch))["sliced_store"].with_(store_slices=slices, c_ring=True, cluster_m=cluster_m,
+                                                             split_tail=True)
+    for shape, layout, dtype, epilogue in [((136, 200, 72), "nt", "fp16", "relu+add"),
+                                           ((1000, 1000, 2000), "nn", "bf16", "bias_row+gelu+add"),
+                                           ((264, 520, 4104), "tt", "fp16", "alpha+beta"),
+                                           ((2056, 2184, 200), "tn", "bf16", "add"),
+                                           ((130, 4100, 8200), "nt", "tf32", "relu+add")]:
+        spec = GemmSpec(*shape, layout=layout, dtype=dtype, epilogue=epilogue)
+        if FAMILY.rejections(config, spec, arch):  # fp32 C: 4 slices needed for a 32 KB slot
+            assert dtype == "tf32" and slices == 2, (spec.short(), FAMILY.rejections(config, spec, arch))
+            continue
+        compiled = compile_kernel(FAMILY.render(spec, config, arch), arch)
+        for seed in (13, 14):
+            result = evaluate(compiled, verify_only=True, rng=np.random.default_rng(seed))
+            assert result.verify.ok, f"c_ring {spec.short()} {config.describe()}: {result.verify.message}"
+
+
 @pytest.mark.parametrize("base", ["tma_store", "pingpong"])
 @pytest.mark.parametrize("cluster_m", [1, 2])
 def test_c_spread_on_odd_shapes(base, cluster_m):

@@ -205,3 +205,25 @@ def test_c_spread_loads_small_c_boxes_only_for_c():
     assert "constexpr int C_BOXES_PER_KB = 1;" in source.code
     assert "store" in FAMILY.rejections(config, fused.without_epilogue(), "sm_90a")  # no C to spread
     assert "store" in FAMILY.rejections(config.with_(tma_store=False), fused, "sm_90a")
+
+
+def test_c_ring_constraints_and_slots():
+    """C through the ring: a slice of C must fit a slot's larger operand region, so the whole-tile
+    slice of a 128x256 fp16 tile (64 KB against 32 KB) is refused and two slices are not."""
+    fused = GemmSpec(4096, 4096, 4096, "nt", "fp16", "relu+add")
+    ring = dict(LADDER)["sliced_store"].with_(store_slices=2, c_ring=True)
+    assert not FAMILY.rejections(ring, fused, "sm_90a")
+    assert ring.stages == 4 and ring.smem_bytes(fused) <= 227 * 1024  # the 4th stage fits beside the slice buffer
+    assert "store" in FAMILY.rejections(ring.with_(store_slices=1), fused, "sm_90a")  # 64 KB slice
+    assert "store" in FAMILY.rejections(ring, fused.without_epilogue(), "sm_90a")  # no C
+    assert "store" in FAMILY.rejections(ring.with_(c_spread=True), fused, "sm_90a")
+    assert "store" in FAMILY.rejections(ring.with_(tma_store=False, store_slices=1), fused, "sm_90a")
+    source = FAMILY.render(fused, ring, "sm_90a")
+    assert "constexpr bool C_IN_RING = true;" in source.code
+    assert "store_tile_smem(acc, tile_m, tile_n, consumer, out_buf, tma_D, c_slots, full, empty, s, phase" in source.code
+    assert {t.name: t.box for t in source.tensor_maps}["tma_C"] == (64, 64)
+    compiled = _compile(fused, ring)
+    assert compiled.resources.spills == 0
+    # Without c_ring the C tile has its own buffer and the ring never sees it.
+    assert "constexpr bool C_IN_RING = false;" in FAMILY.render(
+        fused, dict(LADDER)["tma_store"].with_(c_spread=True), "sm_90a").code

@@ -64,6 +64,11 @@ class WgmmaConfig(FamilyConfig):
     c_spread: (TMA-store epilogue reading C) the producer loads the C tile as 16-row boxes, one per
       k-block, instead of all at once: the blocks run in step, so their C reads otherwise arrive at
       the memory as one burst that delays the A and B loads queued behind it.
+    c_ring: (TMA-store epilogue reading C, cooperative consumers) C travels through the ring: after
+      a tile's last k-block the producer loads its C, one store slice per ring slot (in the slot's
+      larger operand region), and the epilogue reads each slice there and frees the slot. No
+      dedicated C tile, so the store buffer can be sliced and a 4th stage fits beside it; the C
+      loads are issued a ring's depth ahead of the epilogue that reads them.
     split_tail: (persistent grid) the tiles of the last, partial wave (all tiles when they are too
       few to fill the GPU) are split along K into equal ranges, one block each, so the tail fills
       the GPU (schedule.py); the block holding a tile's first k-block adds the others' fp32 sums.
@@ -82,6 +87,7 @@ class WgmmaConfig(FamilyConfig):
     pingpong: bool = False
     c_spread: bool = False
     split_tail: bool = False
+    c_ring: bool = False
     FAMILY_LABEL = "wgmma"
 
     # --- derived shape --------------------------------------------------------------------
@@ -114,6 +120,10 @@ class WgmmaConfig(FamilyConfig):
     def stage_bytes(self) -> int:
         return (self.bm + self.bn) * SWIZZLE_BYTES
 
+    def c_slot_bytes(self) -> int:
+        """Room for one C slice in a ring slot (c_ring): the larger of the A and B tile regions."""
+        return max(self.bm, self.bn) * SWIZZLE_BYTES
+
     def epilogue_bytes(self, spec: GemmSpec) -> int:
         if not self.tma_store:
             return 0
@@ -139,6 +149,7 @@ class WgmmaConfig(FamilyConfig):
         store = f" tma-store{slices}" if self.tma_store else ""
         grid += " split-tail" if self.split_tail else ""
         store += " C-spread" if self.c_spread else ""
+        store += " C-in-ring" if self.c_ring else ""
         return f"tile {self.bm}x{self.bn} stages{self.stages} {roles}{grid}{cluster}{store}"
 
 
@@ -229,15 +240,22 @@ def _store(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
     if c.store_slices not in (1, 2, 4):
         return f"store_slices={c.store_slices}: 1, 2 or 4"
     if not c.tma_store:
-        if c.c_spread:
-            return "c_spread is part of the TMA-store epilogue (direct stores read C themselves)"
+        if c.c_spread or c.c_ring:
+            return "c_spread and c_ring are part of the TMA-store epilogue (direct stores read C themselves)"
         return None if c.store_slices == 1 else "store_slices needs the TMA-store epilogue"
     slice_bytes = c.bn // c.store_slices * OUT_BYTES.get(out_dtype(s), 4)
     if slice_bytes % SWIZZLE_BYTES:
         return f"a slice of {c.bn // c.store_slices} columns is not whole 128-byte rows"
     if c.c_spread and not s.epilogue.reads_c:
         return "c_spread is for epilogues that read C"
-    if c.store_slices > 1 and s.epilogue.reads_c:
+    if c.c_ring:
+        if not s.epilogue.reads_c or c.c_spread or c.pingpong:
+            return "c_ring is for epilogues that read C, with cooperative consumers and without c_spread"
+        slice_c = c.bm * c.bn // c.store_slices * OUT_BYTES.get(out_dtype(s), 4)
+        if slice_c > c.c_slot_bytes():
+            return (f"a C slice of {slice_c} B does not fit the {c.c_slot_bytes()} B operand region of a "
+                    f"ring slot (use more store_slices)")
+    elif c.store_slices > 1 and s.epilogue.reads_c:
         return "an epilogue that reads C needs the whole tile buffer (store_slices=1): C is loaded as one tile"
 
     if not c.specialized:

@@ -93,6 +93,10 @@ constexpr int STORE_SLICES = {config.store_slices}, SLICE_COLS = BN / STORE_SLIC
 constexpr int OUT_CHUNK = 128 / sizeof(out_t), C_TILE_BYTES = BM * BN * (int)sizeof(out_t);
 constexpr int C_BOX_ROWS = {config.c_box_rows};  // rows of one C box (TMA)
 constexpr int C_BOXES_PER_KB = {1 if config.c_spread else "1 << 30"};  // C boxes issued per k-block (all at once)
+// c_ring: C comes through the ring, one slice per slot, in the slot's larger operand region.
+constexpr bool C_IN_RING = {str(config.c_ring and spec.epilogue.reads_c).lower()};
+constexpr int C_SLOT_BYTES = A_TILE_BYTES >= B_TILE_BYTES ? A_TILE_BYTES : B_TILE_BYTES;
+constexpr int C_SLICE_BYTES = BM * SLICE_COLS * (int)sizeof(out_t);
 constexpr int EPI_BYTES = TMA_STORE ? TILE_TURNS * BM * SLICE_COLS * (int)sizeof(out_t) : 0;  // a buffer per turn
 // The C tile shares the buffer with the previous tile's D. Each consumer hands the buffer back at
 // k-block C_RELEASE_KB of its next piece (by then its TMA store has long finished reading it, so
@@ -112,6 +116,16 @@ __device__ __forceinline__ void unit_coords(int unit, int& unit_m, int& tile_n) 
     const int rows = min(UNITS_M - first_m, GROUP_M);
     unit_m = first_m + (unit % per_group) % rows;
     tile_n = (unit % per_group) / rows;
+}
+
+// A consumer is done with a ring slot: arrive on its `empty` barrier in every block of the cluster
+// (each block's B share lives in the slot of both).
+__device__ __forceinline__ void release_ring_slot(u64* empty_s) {
+    if (CLUSTER_M > 1) {
+        if (threadIdx.x % 128 < CLUSTER_M) mbarrier_arrive_cluster(empty_s, threadIdx.x % 128);
+    } else if (threadIdx.x % 128 == 0) {
+        mbarrier_arrive(empty_s);
+    }
 }
 """
 
@@ -213,7 +227,8 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
     split = plan.splits > 1  # the tail's tiles are split along K
     sync = "cluster_sync()" if config.cluster_m > 1 else "__syncthreads()"
     rank = "(int)cluster_cta_rank()" if config.cluster_m > 1 else "0"
-    deferred_c = config.tma_store and spec.epilogue.reads_c
+    ring_c = config.tma_store and spec.epilogue.reads_c and config.c_ring
+    deferred_c = config.tma_store and spec.epilogue.reads_c and not ring_c
     load_c = ("""
                 if (kb == c_at) {  // C lands early under this tile's main loop
                     mbarrier_wait(&c_empty[epi % TILE_TURNS], ((epi / TILE_TURNS) & 1) ^ 1);
@@ -232,9 +247,22 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
             int c_box = 0;  // C boxes issued for this piece"""
             if deferred_c else "")
     others = "".join(f", {op.name}" for op in spec.epilogue.operands() if op.name != "C")
-    store = (f"store_tile_smem(acc, tile_m, tile_n, consumer, out_buf, tma_D, &c_full[turn], "
-             f"(epi / TILE_TURNS) & 1{others});" if config.tma_store
-             else f"store_tile(acc, tile_m, tile_n, consumer, D{epi_args});")
+    if ring_c:  # the epilogue walks on through the ring: C waits in the slots after the tile's k-blocks
+        store = f"store_tile_smem(acc, tile_m, tile_n, consumer, out_buf, tma_D, c_slots, full, empty, s, phase{others});"
+    elif config.tma_store:
+        store = (f"store_tile_smem(acc, tile_m, tile_n, consumer, out_buf, tma_D, &c_full[turn], "
+                 f"(epi / TILE_TURNS) & 1{others});")
+    else:
+        store = f"store_tile(acc, tile_m, tile_n, consumer, D{epi_args});"
+    ring_load_c = ("""
+                if (kb_begin == 0) {  // the tile's C, a slice per slot, a ring's depth ahead of its epilogue
+                    for (int slice = 0; slice < STORE_SLICES; ++slice) {
+                        mbarrier_wait(&empty[s], phase ^ 1);
+                        mbarrier_arrive_expect_tx(&full[s], C_SLICE_BYTES);
+                        load_c_boxes(tma_C, c_slots + s * C_SLOT_BYTES, &full[s], tile_m, tile_n, 0, 0, C_BOXES, slice);
+                        if (++s == STAGES) { s = 0; phase ^= 1; }
+                    }
+                }""" if ring_c else "")
     if deferred_c:
         store += "\n            c_pending = true;  // the buffer goes back to the producer early in the next piece"
     hand_back = ("""
@@ -250,8 +278,6 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
                   if deferred_c else "")
     drain = ("\n        if (threadIdx.x % 128 == 0) tma_store_wait_all();  // the last stores have left shared memory"
              if config.tma_store else "")
-    release = ("if (threadIdx.x % 128 < CLUSTER_M) mbarrier_arrive_cluster(&empty[s], threadIdx.x % 128);"
-               if config.cluster_m > 1 else "if (threadIdx.x % 128 == 0) mbarrier_arrive(&empty[s]);")
     turns = ("""
         // Ping-pong: consumer c multiplies the block's tiles c, c + 2, ...; the producer fills the
         // ring tile after tile, so one consumer's main loop starts as the other's ends, and each
@@ -272,6 +298,9 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
             }
             if (kb_end < K_BLOCKS) add_partials(acc, worker, rank, consumer);  // the tile's other K ranges"""
                if split else "")
+    c_slots = ("""
+    unsigned char* c_slots = reinterpret_cast<unsigned char*>(A_TILE_BYTES >= B_TILE_BYTES ? a_tiles : b_tiles);"""
+               if ring_c else "")
     return f"""{SMEM_SETUP}
     const int rank = {rank};   // this block's place in its cluster (0 without clusters)
     const int worker = blockIdx.x / CLUSTER_M;
@@ -291,8 +320,7 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
     }}
     {sync};
 
-    // Release stage s: arrive on its `empty` barrier in every block whose B share lives there.
-    auto release_stage = [&](int s) {{ {release} }};
+    auto release_stage = [&](int s) {{ release_ring_slot(&empty[s]); }};{c_slots}
     int cursor = 0;  // pieces of its work this thread has taken (next_piece)
     int unit, kb_begin, kb_end;
 
@@ -311,7 +339,7 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
                     load_stage(tma_A, tma_B, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, &full[s],
                                tile_m, tile_n, kb, rank);
                     if (++s == STAGES) {{ s = 0; phase ^= 1; }}{load_c}
-                }}
+                }}{ring_load_c}
             }}
         }}
     }} else {{

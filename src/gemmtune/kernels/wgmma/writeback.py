@@ -130,7 +130,8 @@ __device__ __forceinline__ void unpack_pair(pair_word pair, float& c0, float& c1
 
 def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
     params = "".join(f", {p}" for p in operand_decls(spec.epilogue, skip_c=True))
-    reads_c = spec.epilogue.reads_c  # C staged in the buffer by the producer
+    reads_c = spec.epilogue.reads_c  # C staged in shared memory by the producer
+    ring = reads_c and config.c_ring  # ... in ring slots, a slice per slot (else in the store buffer)
     fix0 = epilogue_call(spec, "v0", "col", "c0")
     fix1 = epilogue_call(spec, "v1", "col + 1", "c1")
     # C is read from the slots that D then overwrites. One thread's loads and stores could alias as
@@ -139,15 +140,30 @@ def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
     # per pair.
     load_c = ("""pair_word c_words[SLICE_COLS / 8];
                 #pragma unroll
-                for (int jj = 0; jj < SLICE_COLS / 8; ++jj) c_words[jj] = load_pair_smem(slot(r, jj));
+                for (int jj = 0; jj < SLICE_COLS / 8; ++jj) c_words[jj] = load_pair_smem(slot(c_tile, r, jj));
                 """ if reads_c else "")
     unpack_c = "float c0, c1;\n                    unpack_pair(c_words[jj], c0, c1);\n                    " if reads_c else ""
     # Before writing, the buffer must be free: with C, the producer's C tile must have landed in it
     # (the producer waited for the previous store to leave); without C, the previous slice's store
     # (of this tile or the one before) must have finished reading it.
-    wait = ("if (slice == 0) mbarrier_wait(c_full, c_phase);  // the producer's C tile has landed here" if reads_c else
-            """if (threadIdx.x % 128 == 0) tma_store_wait_read();  // the previous slice's store has read the buffer
-        named_barrier(1 + consumer, 128);""")
+    free_buffer = """if (threadIdx.x % 128 == 0) tma_store_wait_read();  // the previous slice's store has read the buffer
+        named_barrier(1 + consumer, 128);"""
+    if ring:
+        wait = free_buffer + """
+        mbarrier_wait(&full[s], phase);  // this slice of C has landed in ring slot s
+        const unsigned char* c_tile = c_slots + s * C_SLOT_BYTES + consumer * ROWS_PER_CONSUMER * SLICE_COLS * (int)sizeof(out_t);"""
+    elif reads_c:
+        wait = """if (slice == 0) mbarrier_wait(c_full, c_phase);  // the producer's C tile has landed here
+        const unsigned char* c_tile = tile;  // read in place"""
+    else:
+        wait = free_buffer
+    # With C in the ring, its slot goes back to the producer once every thread of this consumer has
+    # read it (the barrier before the store).
+    free_slot = """
+        release_ring_slot(&empty[s]);
+        if (++s == STAGES) { s = 0; phase ^= 1; }""" if ring else ""
+    c_params = ("unsigned char* c_slots, u64* full, u64* empty, int& s, u32& phase" if ring
+                else "u64* c_full, u32 c_phase")
     return SMEM_PAIR["32" if OUT_BYTES[out_dtype(spec)] == 4 else "16"] + f"""
 // Write-back through shared memory, one slice of SLICE_COLS columns at a time. Each consumer owns
 // ROWS_PER_CONSUMER rows of the slice buffer, kept as SLICE_COLS / OUT_CHUNK chunks of 128-byte rows
@@ -158,13 +174,13 @@ def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
 // loop, runs while the store drains.
 __device__ __forceinline__ void store_tile_smem(const float (&acc)[M_BLOCKS][BN / 2], int tile_m, int tile_n,
                                                 int consumer, unsigned char* out_buf, const TmaDescriptor& tma_D,
-                                                u64* c_full, u32 c_phase{params}) {{
+                                                {c_params}{params}) {{
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
     unsigned char* tile = out_buf + consumer * ROWS_PER_CONSUMER * SLICE_COLS * (int)sizeof(out_t);
     // The pair of row r at column 8·jj + 2·(lane % 4) of the slice.
-    auto slot = [&](int r, int jj) {{
+    auto slot = [&](auto* base, int r, int jj) {{
         const int c = jj * 8 + 2 * (lane % 4), byte = (c % OUT_CHUNK) * (int)sizeof(out_t);
-        return tile + (c / OUT_CHUNK) * ROWS_PER_CONSUMER * 128 + r * 128 + (((byte / 16) ^ (r % 8)) * 16) + byte % 16;
+        return base + (c / OUT_CHUNK) * ROWS_PER_CONSUMER * 128 + r * 128 + (((byte / 16) ^ (r % 8)) * 16) + byte % 16;
     }};
     #pragma unroll
     for (int slice = 0; slice < STORE_SLICES; ++slice) {{
@@ -180,12 +196,12 @@ __device__ __forceinline__ void store_tile_smem(const float (&acc)[M_BLOCKS][BN 
                     const int j = slice * SLICE_COLS / 8 + jj;  // 8-column group of the fragment
                     const int col = tile_n * BN + slice * SLICE_COLS + jj * 8 + 2 * (lane % 4);
                     float v0 = acc[mb][4 * j + 2 * half], v1 = acc[mb][4 * j + 2 * half + 1];
-                    {unpack_c}{fix0}{fix1}store_pair_smem(slot(r, jj), v0, v1);
+                    {unpack_c}{fix0}{fix1}store_pair_smem(slot(tile, r, jj), v0, v1);
                 }}
             }}
         }}
         fence_async_shared();               // the TMA engine reads what these threads wrote
-        named_barrier(1 + consumer, 128);   // every thread of this consumer has written its part
+        named_barrier(1 + consumer, 128);   // every thread of this consumer has written its part{free_slot}
         if (threadIdx.x % 128 == 0) {{
             #pragma unroll
             for (int chunk = 0; chunk < SLICE_COLS / OUT_CHUNK; ++chunk)
@@ -208,13 +224,14 @@ LOAD_C_TILE = r"""
 constexpr int C_CHUNKS = SLICE_COLS / OUT_CHUNK, C_SUBS = ROWS_PER_CONSUMER / C_BOX_ROWS;
 constexpr int C_BOXES = CONSUMERS / TILE_TURNS * C_CHUNKS * C_SUBS;
 __device__ __forceinline__ void load_c_boxes(const TmaDescriptor& tma_C, unsigned char* out_buf, u64* bar,
-                                             int tile_m, int tile_n, int owner, int first, int last) {
+                                             int tile_m, int tile_n, int owner, int first, int last,
+                                             int slice = 0) {
     const u64 policy = l2_evict_first_policy();  // C is read once
     for (int box = first; box < last; ++box) {
         const int part = box / (C_CHUNKS * C_SUBS), chunk = box / C_SUBS % C_CHUNKS, sub = box % C_SUBS;
         const int consumer = PINGPONG ? owner : part;
         tma_load_2d_hinted(out_buf + ((consumer * C_CHUNKS + chunk) * ROWS_PER_CONSUMER + sub * C_BOX_ROWS) * 128,
-                           &tma_C, bar, tile_n * BN + chunk * OUT_CHUNK,
+                           &tma_C, bar, tile_n * BN + slice * SLICE_COLS + chunk * OUT_CHUNK,
                            tile_m * BM + consumer * CONSUMER_ROWS + sub * C_BOX_ROWS, policy);
     }
 }
