@@ -140,7 +140,7 @@ def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
     # per pair.
     load_c = ("""pair_word c_words[SLICE_COLS / 8];
                 #pragma unroll
-                for (int jj = 0; jj < SLICE_COLS / 8; ++jj) c_words[jj] = load_pair_smem(slot(c_tile, r, jj));
+                for (int jj = 0; jj < SLICE_COLS / 8; ++jj) c_words[jj] = load_pair_smem(c_tile + pair_offset(r, jj, lane));
                 """ if reads_c else "")
     unpack_c = "float c0, c1;\n                    unpack_pair(c_words[jj], c0, c1);\n                    " if reads_c else ""
     # Before writing, the buffer must be free: with C, the producer's C tile must have landed in it
@@ -165,6 +165,12 @@ def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
     c_params = ("unsigned char* c_slots, u64* full, u64* empty, int& s, u32& phase" if ring
                 else "u64* c_full, u32 c_phase")
     return SMEM_PAIR["32" if OUT_BYTES[out_dtype(spec)] == 4 else "16"] + f"""
+// Byte offset, in a consumer's part of a slice buffer, of the pair of row r at column 8·jj + 2·(lane % 4).
+__device__ __forceinline__ int pair_offset(int r, int jj, int lane) {{
+    const int c = jj * 8 + 2 * (lane % 4), byte = (c % OUT_CHUNK) * (int)sizeof(out_t);
+    return (c / OUT_CHUNK) * ROWS_PER_CONSUMER * 128 + r * 128 + (((byte / 16) ^ (r % 8)) * 16) + byte % 16;
+}}
+
 // Write-back through shared memory, one slice of SLICE_COLS columns at a time. Each consumer owns
 // ROWS_PER_CONSUMER rows of the slice buffer, kept as SLICE_COLS / OUT_CHUNK chunks of 128-byte rows
 // in TMA's 128-byte swizzle (16-byte unit u of row r sits at unit u ^ (r % 8)), so the fragment's
@@ -177,11 +183,6 @@ __device__ __forceinline__ void store_tile_smem(const float (&acc)[M_BLOCKS][BN 
                                                 {c_params}{params}) {{
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
     unsigned char* tile = out_buf + consumer * ROWS_PER_CONSUMER * SLICE_COLS * (int)sizeof(out_t);
-    // The pair of row r at column 8·jj + 2·(lane % 4) of the slice.
-    auto slot = [&](auto* base, int r, int jj) {{
-        const int c = jj * 8 + 2 * (lane % 4), byte = (c % OUT_CHUNK) * (int)sizeof(out_t);
-        return base + (c / OUT_CHUNK) * ROWS_PER_CONSUMER * 128 + r * 128 + (((byte / 16) ^ (r % 8)) * 16) + byte % 16;
-    }};
     #pragma unroll
     for (int slice = 0; slice < STORE_SLICES; ++slice) {{
         {wait}
@@ -196,7 +197,7 @@ __device__ __forceinline__ void store_tile_smem(const float (&acc)[M_BLOCKS][BN 
                     const int j = slice * SLICE_COLS / 8 + jj;  // 8-column group of the fragment
                     const int col = tile_n * BN + slice * SLICE_COLS + jj * 8 + 2 * (lane % 4);
                     float v0 = acc[mb][4 * j + 2 * half], v1 = acc[mb][4 * j + 2 * half + 1];
-                    {unpack_c}{fix0}{fix1}store_pair_smem(slot(tile, r, jj), v0, v1);
+                    {unpack_c}{fix0}{fix1}store_pair_smem(tile + pair_offset(r, jj, lane), v0, v1);
                 }}
             }}
         }}
