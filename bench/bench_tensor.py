@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from datetime import date
 
 from gemmtune.baseline import torch_eager_measurement
@@ -53,8 +54,10 @@ def run_case(spec: GemmSpec, protocol: TimingProtocol, skip: tuple[str, ...] = (
     best = choose_config(spec, arch, family=family.name)
     rows.append(("best", bench_config(spec, f"best ({best.source.split(';')[0]})", best.config, arch, protocol)))
     if not spec.epilogue.is_identity:
-        alone = best.config.with_(c_spread=False)  # no C to load: the same kernel otherwise
+        alone = best.config.with_(c_spread=False, c_ring=False)  # no C to load: the same kernel otherwise
         rows.append(("same_gemm", bench_config(plain, "best config, no epilogue", alone, arch, protocol)))
+    # cuBLAS once more at the end: drift over the case (clocks, temperature) shows as the gap.
+    rows.append(("cublas_again", replace(bench_cublas(plain, protocol), name="cuBLAS again")))
     return rows
 
 

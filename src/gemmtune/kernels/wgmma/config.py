@@ -304,19 +304,23 @@ def ladder(arch: str = "sm_90a") -> list[tuple[str, WgmmaConfig]]:
 
 def default_config(spec: GemmSpec | None, arch: str = "sm_90a") -> WgmmaConfig:
     """A sound fast config for any supported shape: the persistent warp-specialized kernel with the
-    TMA-store epilogue, in slices (a fourth stage fits) unless the epilogue reads C (whose tile is
-    loaded whole), else with direct stores where D's rows do not allow TMA; the tail split along K."""
+    TMA-store epilogue in slices (a fourth stage fits; C, where the epilogue reads it, comes through
+    the ring), else with direct stores where D's rows do not allow TMA; the tail split along K."""
     steps = dict(ladder(arch))
     if spec is None:
         return steps["sliced_store"]
     # On the H100 at 4096^3: 2 slices 0.995x cuBLAS (bf16) against 0.973x for the whole-tile store;
     # fp32 output (tf32) needs 4 slices to fit 4 stages (0.971x against 0.956x with direct stores).
     slices = 4 if OUT_BYTES.get(out_dtype(spec)) == 4 else 2
-    # C, where the epilogue reads it, in 16-row boxes a k-block at a time: fused relu+add fp16 4096^3
-    # 194.9 µs against 199.5 loaded at once (H100).
-    preferred = (steps["tma_store"].with_(c_spread=True) if spec.epilogue.reads_c
-                 else steps["sliced_store"].with_(store_slices=slices))
+    # C, where the epilogue reads it, through the ring a slice per slot (c_ring), so the sliced store
+    # and the 4th stage stay: fused relu+add fp16 4096^3 191.4 µs against 195.1 with the C tile in its
+    # own buffer, loaded in 16-row boxes (c_spread, 3 stages) (H100, same run).
+    preferred = [steps["sliced_store"].with_(store_slices=slices, c_ring=spec.epilogue.reads_c)]
+    if spec.epilogue.reads_c:
+        preferred.append(steps["tma_store"].with_(c_spread=True))
     # Split the last partial wave along K where it leaves half the GPU idle (a no-op elsewhere):
     # 1024x1024x16384 bf16 0.38x -> 1.00x cuBLAS, 2048x5120x5120 0.85x -> 0.96x (H100).
-    preferred = preferred.with_(split_tail=True)
-    return preferred if not rejections(preferred, spec, arch) else steps["persistent"].with_(split_tail=True)
+    for config in preferred:
+        if not rejections(config.with_(split_tail=True), spec, arch):
+            return config.with_(split_tail=True)
+    return steps["persistent"].with_(split_tail=True)
