@@ -181,7 +181,18 @@ CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
 ]
 
 
-SETS = {"all": CASES, "final": FINAL_CASES, "fused": FUSED_CASES, "bf16": BF16_CASES}
+# Session 7 (--set h200): the H100's best configs and their neighbours, to pick known_configs.json
+# entries for the H200.
+RING2 = S4H2.with_(c_ring=True)
+H200_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
+    *[(GemmSpec(size, size, size, "nt", dtype), [("s4 slices2", S4H2, None), ("cluster2 s4 slices2", C2, None)])
+      for size in (4096, 8192) for dtype in ("bf16", "fp16")],
+    (GemmSpec(4096, 4096, 4096, "nt", "tf32"), [("s4 slices4", S4H4, None), ("cluster2 s4 slices4", S4H4.with_(cluster_m=2), None)]),
+    (GemmSpec(4096, 4096, 4096, "nt", "fp16", "relu+add"), [
+        ("s4 slices2 C-in-ring", RING2, None), ("cluster2 s4 slices2 C-in-ring", RING2.with_(cluster_m=2), None)]),
+]
+
+SETS = {"all": CASES, "final": FINAL_CASES, "fused": FUSED_CASES, "bf16": BF16_CASES, "h200": H200_CASES}
 
 def max_active_clusters(compiled) -> str:
     """How many clusters of this kernel the GPU holds at once (driver's occupancy calculator)."""
