@@ -21,7 +21,6 @@ from ..kernels.gemv.config import GemvConfig, estimated_registers, outputs, stre
 from ..kernels.gemv.config import vec as gemv_vec
 from ..kernels.simt.config import SimtConfig
 from ..kernels.wgmma.config import SM90_SMS, WgmmaConfig
-from ..kernels.wgmma.schedule import schedule_for
 from ..spec import GemmSpec
 
 SM_THREADS, SM_REGISTERS, SM_SMEM, SM_BLOCKS = 2048, 65536, 228 * 1024, 32  # per SM, sm_80/sm_90
@@ -88,13 +87,6 @@ def simt_geometry(spec: GemmSpec, c: SimtConfig, registers: int | None) -> Geome
 def wgmma_geometry(spec: GemmSpec, c: WgmmaConfig, registers: int | None) -> Geometry:
     units = math.ceil(math.ceil(spec.m / c.bm) / c.cluster_m) * math.ceil(spec.n / c.bn) * c.cluster_m
     blocks = min(units, SM90_SMS) if c.persistent else units
-    plan = schedule_for(spec, c)
-    if plan.splits > 1 and plan.whole_units == 0:
-        # Too few tiles to fill the GPU, every one split along K (split_tail): seen as split-K, the
-        # blocks that actually run and the K each one walks. (A split partial last wave behind whole
-        # waves has no feature of its own: the model sees that config as unsplit.)
-        return Geometry(c.bm, c.bn, plan.splits, plan.workers * c.cluster_m, c.threads, c.smem_bytes(spec),
-                        registers or 168, c.persistent)
     return Geometry(c.bm, c.bn, 1, blocks, c.threads, c.smem_bytes(spec), registers or 168, c.persistent)
 
 
