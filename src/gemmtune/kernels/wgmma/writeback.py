@@ -221,7 +221,8 @@ LOAD_C_TILE = r"""
 // columns × C_BOX_ROWS rows, each consumer part's rows into its part of the buffer (ping-pong: the
 // whole tile into `owner`'s buffer). The caller announces C_TILE_BYTES on `bar` first, then loads
 // the boxes in one go or a few per k-block (c_spread: the C reads of all SMs, which run in step,
-// then do not come as one burst that delays the A and B loads behind them).
+// then do not come as one burst that delays the A and B loads behind them). With c_ring the buffer
+// is a ring slot and the boxes are store slice `slice` of the tile (C_SLICE_BYTES on the slot's barrier).
 constexpr int C_CHUNKS = SLICE_COLS / OUT_CHUNK, C_SUBS = ROWS_PER_CONSUMER / C_BOX_ROWS;
 constexpr int C_BOXES = CONSUMERS / TILE_TURNS * C_CHUNKS * C_SUBS;
 __device__ __forceinline__ void load_c_boxes(const TmaDescriptor& tma_C, unsigned char* out_buf, u64* bar,
