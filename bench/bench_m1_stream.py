@@ -21,7 +21,8 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench_untuned import LAYOUT, copy_bandwidth, launch_floor_s  # bench/ is the script's folder, so on sys.path
+from bench_untuned import (LAYOUT, build_and_time, copy_bandwidth,  # bench/ is the script's folder, so on sys.path
+                           launch_floor_text, untuned_protocol)
 
 DEFAULT_SHAPES = "1x4096x4096,1x11008x4096,4096x1x4096,1x4096x11008,1x32000x4096"
 
@@ -107,24 +108,6 @@ def time_copy(torch, nbytes: int, l2_bytes: int, stream: int):
     return timing, 2 * 4 * words
 
 
-def single_launch(spec, protocol, db_path: Path) -> tuple:
-    """(kernel or None, family, config (source), single-launch seconds or None, verdict), as bench_untuned
-    builds, verifies and times it."""
-    import gemmtune
-    from gemmtune.errors import GemmtuneError
-    from gemmtune.evaluate import evaluate
-
-    try:
-        kern = gemmtune.build(spec, db_path=db_path)
-        result = evaluate(kern.compiled, protocol)
-    except GemmtuneError as err:
-        return None, "-", "-", None, f"error: {err}"
-    config = f"{kern.config.describe()} ({kern.config_source.split(' (')[0]})"
-    if not result.ok:
-        return None, kern.family, config, None, f"WRONG: {result.verify.message}"
-    return kern, kern.family, config, result.measurement.median_s, "ok"
-
-
 def bench_one(spec, protocol, db_path: Path, l2_bytes: int) -> StreamRow:
     import torch
 
@@ -133,12 +116,14 @@ def bench_one(spec, protocol, db_path: Path, l2_bytes: int) -> StreamRow:
 
     stream = torch.cuda.current_stream().cuda_stream
     count = set_count(spec.min_bytes, l2_bytes)
-    kern, family, config, single, verified = single_launch(spec, protocol, db_path)
+    built = build_and_time(spec, protocol, db_path)
+    config = f"{built.config} ({built.source})" if built.kernel is not None else "-"
+    single, verified = built.seconds, built.verified
     prepared = prepare(spec)
     ours, queued = None, True
-    if kern is not None:
+    if built.seconds is not None:  # built and verified
         sets = poisoned_sets(torch, prepared, count)
-        timing = time_ours(kern, sets, stream)
+        timing = time_ours(built.kernel, sets, stream)
         ours, queued = timing.per_launch_s, timing.queued_ahead
         verified += check_outputs(sets, prepared, "ours")
         del sets  # before the next R sets exist
@@ -149,7 +134,7 @@ def bench_one(spec, protocol, db_path: Path, l2_bytes: int) -> StreamRow:
     torch.cuda.empty_cache()
     copy, copy_bytes = time_copy(torch, spec.min_bytes, l2_bytes, stream)
     torch.cuda.empty_cache()
-    return StreamRow(spec.short(), spec.dtype, family, config, spec.min_bytes, count, count * reps_for(count),
+    return StreamRow(spec.short(), spec.dtype, built.family, config, spec.min_bytes, count, count * reps_for(count),
                      single, ours, cublas.per_launch_s, copy.per_launch_s, copy_bytes,
                      queued and cublas.queued_ahead and copy.queued_ahead, verified)
 
@@ -196,10 +181,8 @@ def main() -> int:
 
     from gemmtune.device import query_device
     from gemmtune.spec import GemmSpec
-    from gemmtune.timing import TimingProtocol
 
-    # bench_untuned's protocol: L2 emptied by a read pass before each timed launch.
-    protocol = TimingProtocol(warmup=3, min_reps=10, max_reps=100, min_time_s=0.05, flush_mode="read")
+    protocol = untuned_protocol()  # bench_untuned's: L2 emptied by a read pass before each timed launch
     db_path = Path(tempfile.mkdtemp()) / "empty.sqlite"  # no tuning: a fresh, empty database
     info = query_device()
     rows = []
@@ -211,11 +194,7 @@ def main() -> int:
             print(f"{r.spec}: single {us(r.single_s)} µs, stream {us(r.stream_s)} µs, cuBLAS stream "
                   f"{us(r.cublas_stream_s)} µs, copy stream {us(r.copy_stream_s)} µs, {r.verified}", flush=True)
     copy_bw = copy_bandwidth(protocol)
-    try:
-        floor = f"{launch_floor_s(protocol) * 1e6:.1f} µs"
-    except Exception as exc:  # a note in the header: say why it is missing, keep the table
-        floor = f"unavailable ({type(exc).__name__}: {exc})"
-    text = table(rows, copy_bw, floor, info.name)
+    text = table(rows, copy_bw, launch_floor_text(protocol), info.name)
     print(text)
     if args.out:
         args.out.write_text(text + "\n")

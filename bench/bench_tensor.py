@@ -54,7 +54,7 @@ def run_case(spec: GemmSpec, protocol: TimingProtocol, skip: tuple[str, ...] = (
     best = choose_config(spec, arch, family=family.name)
     rows.append(("best", bench_config(spec, f"best ({best.source.split(';')[0]})", best.config, arch, protocol)))
     if not spec.epilogue.is_identity:
-        alone = best.config.with_(c_spread=False, c_ring=False)  # no C to load: the same kernel otherwise
+        alone = best.config.without_c_options()  # no C to load: the same kernel otherwise
         rows.append(("same_gemm", bench_config(plain, "best config, no epilogue", alone, arch, protocol)))
     # cuBLAS once more at the end: drift over the case (clocks, temperature) shows as the gap.
     rows.append(("cublas_again", replace(bench_cublas(plain, protocol), name="cuBLAS again")))

@@ -61,25 +61,56 @@ def copy_bandwidth(protocol) -> float:
     return 2 * src.numel() * 4 / m.median_s
 
 
-def bench_one(spec, protocol, db_path: Path) -> Row:
+def untuned_protocol():
+    """The timing protocol of these tables. "read" flush: L2 emptied by reading a clean buffer (no
+    dirty lines for the timed kernel to write back, which would cost a GEMV of 32 MB several µs); the
+    same protocol for ours, cuBLAS and the copy."""
+    from gemmtune.timing import TimingProtocol
+
+    return TimingProtocol(warmup=3, min_reps=10, max_reps=100, min_time_s=0.05, flush_mode="read")
+
+
+@dataclass(frozen=True)
+class Ours:
+    """Our kernel for a spec as a new user gets it, verified and timed (kernel None when the build failed)."""
+
+    kernel: object
+    family: str
+    config: str
+    source: str
+    seconds: float | None  # None unless verified
+    verified: str
+
+
+def build_and_time(spec, protocol, db_path: Path) -> Ours:
+    """`gemmtune.build(spec)` with the tuning database at `db_path`, verified against the float64
+    reference (poisoned D) and timed by `protocol`; a failure becomes the verdict, never an exception."""
     import gemmtune
-    from gemmtune.baseline import cublas_measurement
-    from gemmtune.errors import GemmtuneError, VerifyError
+    from gemmtune.errors import GemmtuneError
     from gemmtune.evaluate import evaluate
 
     try:
         kern = gemmtune.build(spec, db_path=db_path)
         result = evaluate(kern.compiled, protocol)
-        ours = result.measurement.median_s if result.ok else None
-        verified = "ok" if result.ok else f"WRONG: {result.verify.message}"
-        family, config, source = kern.family, kern.config.describe(), kern.config_source.split(" (")[0]
     except GemmtuneError as err:
-        ours, verified, family, config, source = None, f"error: {err}", "-", "-", "-"
+        return Ours(None, "-", "-", "-", None, f"error: {err}")
+    return Ours(kern, kern.family, kern.config.describe(), kern.config_source.split(" (")[0],
+                result.measurement.median_s if result.ok else None,
+                "ok" if result.ok else f"WRONG: {result.verify.message}")
+
+
+def bench_one(spec, protocol, db_path: Path) -> Row:
+    from gemmtune.baseline import cublas_measurement
+    from gemmtune.errors import VerifyError
+
+    ours = build_and_time(spec, protocol, db_path)
+    verified = ours.verified
     try:
         cublas = cublas_measurement(spec, protocol).median_s
     except VerifyError as err:  # cuBLAS itself off our tolerance (e.g. split-K rounding bf16 twice): time it anyway
         cublas, verified = cublas_unchecked(spec, protocol), f"{verified}; cuBLAS off tolerance: {str(err)[-60:]}"
-    return Row(spec.short(), spec.dtype, family, config, source, ours, cublas, spec.min_bytes, verified)
+    return Row(spec.short(), spec.dtype, ours.family, ours.config, ours.source, ours.seconds, cublas, spec.min_bytes,
+               verified)
 
 
 def cublas_unchecked(spec, protocol) -> float:
@@ -118,6 +149,14 @@ def launch_floor_s(protocol) -> float:
         return measure(kernel.bind({"A": scratch, "D": scratch}), protocol, query_device().l2_bytes).median_s
 
 
+def launch_floor_text(protocol) -> str:
+    """launch_floor_s as a note for a table header: the time, or why it is missing (the table stays)."""
+    try:
+        return f"{launch_floor_s(protocol) * 1e6:.1f} µs"
+    except Exception as exc:  # a note only: say why it is missing
+        return f"unavailable ({type(exc).__name__}: {exc})"
+
+
 def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
@@ -150,7 +189,6 @@ def table(rows: list[Row], copy_bw: float, device: str) -> str:
 def main() -> int:
     from gemmtune.device import query_device
     from gemmtune.spec import GemmSpec
-    from gemmtune.timing import TimingProtocol
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="write the markdown table here too")
@@ -159,9 +197,7 @@ def main() -> int:
     parser.add_argument("--shapes", help="only these shapes, e.g. 1x4096x4096,4096x1x4096 (default all 24)")
     args = parser.parse_args()
     wanted = set(args.shapes.split(",")) if args.shapes else None
-    # "read" flush: L2 emptied by reading a clean buffer (no dirty lines for the timed kernel to write
-    # back, which would cost a GEMV of 32 MB several µs); the same protocol for ours, cuBLAS and the copy.
-    protocol = TimingProtocol(warmup=3, min_reps=10, max_reps=100, min_time_s=0.05, flush_mode="read")
+    protocol = untuned_protocol()
     db_path = Path(tempfile.mkdtemp()) / "empty.sqlite"  # no tuning: a fresh, empty database
     rows = []
     for d in args.dtypes.split(","):
@@ -173,11 +209,7 @@ def main() -> int:
             print(f"{r.spec}: {r.family} {r.config} ours {r.ours_s} cuBLAS {r.cublas_s} ratio {r.ratio} {r.verified}",
                   flush=True)
     text = table(rows, copy_bandwidth(protocol), query_device().name)
-    try:
-        floor = f"{launch_floor_s(protocol) * 1e6:.1f} µs"
-    except Exception as exc:  # a note beside the table: say why it is missing, keep the table
-        floor = f"unavailable ({type(exc).__name__}: {exc})"
-    text += f"\nAn empty kernel under the same protocol (launch and event floor): {floor}.\n"
+    text += f"\nAn empty kernel under the same protocol (launch and event floor): {launch_floor_text(protocol)}.\n"
     print(text)
     if args.out:
         args.out.write_text(text + "\n")

@@ -266,7 +266,7 @@ def main() -> int:
         plain = GemmSpec(spec.m, spec.n, spec.k, spec.layout, spec.dtype)
         variants = [v for v in variants if not (args.skip and args.skip in v[0])]
         if not spec.epilogue.is_identity:  # the first variant's GEMM alone (its C options mean nothing there)
-            variants.append((f"{variants[0][0]}, no epilogue", variants[0][1].with_(c_spread=False, c_ring=False), None))
+            variants.append((f"{variants[0][0]}, no epilogue", variants[0][1].without_c_options(), None))
         kernels = {}
         for name, config, patch in variants:  # compiled once, timed every round
             try:

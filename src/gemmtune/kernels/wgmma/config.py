@@ -120,6 +120,10 @@ class WgmmaConfig(FamilyConfig):
     def stage_bytes(self) -> int:
         return (self.bm + self.bn) * SWIZZLE_BYTES
 
+    def without_c_options(self) -> "WgmmaConfig":
+        """The same kernel for a spec whose epilogue reads no C (the options about loading C refused)."""
+        return self.with_(c_spread=False, c_ring=False)
+
     def c_slot_bytes(self) -> int:
         """Room for one C slice in a ring slot (c_ring): the larger of the A and B tile regions."""
         return max(self.bm, self.bn) * SWIZZLE_BYTES
