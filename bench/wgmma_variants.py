@@ -192,7 +192,28 @@ H200_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] =
         ("s4 slices2 C-in-ring", RING2, None), ("cluster2 s4 slices2 C-in-ring", RING2.with_(cluster_m=2), None)]),
 ]
 
-SETS = {"all": CASES, "final": FINAL_CASES, "fused": FUSED_CASES, "bf16": BF16_CASES, "h200": H200_CASES}
+# Session 8 (--set s8): the epilogue with stmatrix/ldmatrix (four words per instruction) and C asked
+# of L2 across the main loop (c_l2_prefetch), against the session 7 bests.
+RING2C = S4H2.with_(cluster_m=2, c_ring=True)
+S8_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
+    (GemmSpec(4096, 4096, 4096, "nt", "fp16", "relu+add"), [
+        ("cluster2 s4 slices2 C-in-ring", RING2C, None),
+        ("+ C-L2-prefetch", RING2C.with_(c_l2_prefetch=True), None),
+        ("+ stmatrix", RING2C.with_(stmatrix=True), None),
+        ("+ C-L2-prefetch + stmatrix", RING2C.with_(c_l2_prefetch=True, stmatrix=True), None),
+        ("cluster2 s4 slices4 C-in-ring + C-L2-prefetch + stmatrix",
+         S4H4.with_(cluster_m=2, c_ring=True, c_l2_prefetch=True, stmatrix=True), None)]),
+    *[(GemmSpec(4096, 4096, 4096, "nt", dtype), [
+        ("cluster2 s4 slices2", C2, None), ("cluster2 s4 slices2 stmatrix", C2.with_(stmatrix=True), None),
+        ("cluster2 s4 slices4 stmatrix", S4H4.with_(cluster_m=2, stmatrix=True), None)]) for dtype in ("fp16", "bf16")],
+    (GemmSpec(8192, 8192, 8192, "nt", "bf16"), [
+        ("cluster2 s4 slices4", S4H4.with_(cluster_m=2), None),
+        ("cluster2 s4 slices4 stmatrix", S4H4.with_(cluster_m=2, stmatrix=True), None),
+        ("cluster2 s4 slices2 stmatrix", C2.with_(stmatrix=True), None)]),
+]
+
+SETS = {"all": CASES, "final": FINAL_CASES, "fused": FUSED_CASES, "bf16": BF16_CASES, "h200": H200_CASES,
+        "s8": S8_CASES}
 
 def max_active_clusters(compiled) -> str:
     """How many clusters of this kernel the GPU holds at once (driver's occupancy calculator)."""

@@ -227,6 +227,49 @@ def test_c_ring_on_odd_shapes(slices, cluster_m):
             assert result.verify.ok, f"c_ring {spec.short()} {config.describe()}: {result.verify.message}"
 
 
+@pytest.mark.parametrize("variant", ["ring2_prefetch", "ring4_prefetch_cluster", "tile_in_place", "spread_cluster",
+                                     "pingpong"])
+def test_stmatrix_and_c_prefetch_on_odd_shapes(variant):
+    """The stmatrix/ldmatrix write-back (16-bit D) in each way C reaches the epilogue (through the
+    ring with L2 prefetches, in place in the whole-tile buffer, in 16-row boxes, ping-pong buffers)
+    and without C; c_l2_prefetch also with fp32 D (pair stores). Odd shapes, all layouts, two launches."""
+    from gemmtune.compiler import compile_kernel
+    from gemmtune.evaluate import evaluate
+
+    arch = _hopper()
+    steps = dict(FAMILY.ladder(arch))
+    ring = steps["sliced_store"].with_(c_ring=True, c_l2_prefetch=True, split_tail=True)
+    config = {"ring2_prefetch": ring.with_(store_slices=2),
+              "ring4_prefetch_cluster": ring.with_(store_slices=4, cluster_m=2),
+              "tile_in_place": steps["tma_store"].with_(split_tail=True),
+              "spread_cluster": steps["tma_store"].with_(c_spread=True, cluster_m=2),
+              "pingpong": steps["pingpong"]}[variant]
+    ran = 0
+    for shape, layout, dtype, epilogue in [((136, 200, 72), "nt", "fp16", "relu+add"),
+                                           ((1000, 1000, 2000), "nn", "bf16", "bias_row+gelu+add"),
+                                           ((264, 520, 4104), "tt", "fp16", "alpha+beta"),
+                                           ((2056, 2184, 200), "tn", "bf16", "add"),
+                                           ((1000, 264, 1032), "nt", "bf16", "bias_col+relu"),
+                                           ((7, 8, 8), "nt", "fp16", ""),
+                                           ((130, 4100, 8200), "nt", "tf32", "relu+add")]:
+        spec = GemmSpec(*shape, layout=layout, dtype=dtype, epilogue=epilogue)
+        for use_stmatrix in (True, False):
+            candidate = config.with_(stmatrix=use_stmatrix)
+            if not spec.epilogue.reads_c:
+                candidate = candidate.without_c_options()
+            if use_stmatrix != candidate.stmatrix or (not use_stmatrix and not candidate.c_l2_prefetch):
+                continue  # the plain pair write-back without prefetches is covered by the tests above
+            if FAMILY.rejections(candidate, spec, arch):
+                assert dtype == "tf32" or not spec.epilogue.reads_c, (spec.short(), FAMILY.rejections(candidate, spec, arch))
+                continue
+            compiled = compile_kernel(FAMILY.render(spec, candidate, arch), arch)
+            for seed in (21, 22):
+                result = evaluate(compiled, verify_only=True, rng=np.random.default_rng(seed))
+                assert result.verify.ok, f"{variant} {spec.short()} {candidate.describe()}: {result.verify.message}"
+            ran += 1
+    assert ran >= 5
+
+
 @pytest.mark.parametrize("base", ["tma_store", "pingpong"])
 @pytest.mark.parametrize("cluster_m", [1, 2])
 def test_c_spread_on_odd_shapes(base, cluster_m):

@@ -1,7 +1,9 @@
 """The wgmma family without a GPU: constraints, rendering, NVRTC for sm_90a, the SASS it makes."""
 from __future__ import annotations
 
+import dataclasses
 import random
+import re
 import shutil
 import subprocess
 
@@ -227,3 +229,29 @@ def test_c_ring_constraints_and_slots():
     # Without c_ring the C tile has its own buffer and the ring never sees it.
     assert "constexpr bool C_IN_RING = false;" in FAMILY.render(
         fused, dict(LADDER)["tma_store"].with_(c_spread=True), "sm_90a").code
+
+
+def test_stmatrix_and_c_prefetch_constraints_and_sass(tmp_path):
+    """stmatrix is for a 16-bit D through the TMA-store buffer; c_l2_prefetch only warms c_ring's
+    loads. The fused kernel's SASS then moves C and D four words per instruction (LDSM/STSM, no
+    32-bit LDS/STS left in the epilogue) and asks L2 for C (UTMAPF)."""
+    fused = GemmSpec(4096, 4096, 4096, "nt", "fp16", "relu+add")
+    ring = dict(LADDER)["sliced_store"].with_(store_slices=2, c_ring=True)
+    both = ring.with_(stmatrix=True, c_l2_prefetch=True)
+    assert not FAMILY.rejections(both, fused, "sm_90a")
+    assert "store" in FAMILY.rejections(ring.with_(c_ring=False, c_l2_prefetch=True), fused, "sm_90a")
+    assert "store" in FAMILY.rejections(both, dataclasses.replace(fused, out_dtype="fp32"), "sm_90a")
+    assert "store" in FAMILY.rejections(dict(LADDER)["persistent"].with_(stmatrix=True), fused, "sm_90a")
+    assert not FAMILY.rejections(both.without_c_options(), fused.without_epilogue(), "sm_90a")
+    assert not both.without_c_options().c_l2_prefetch and both.without_c_options().stmatrix
+    compiled = _compile(fused, both)
+    assert compiled.resources.spills == 0
+    tool = _cuobjdump()
+    if tool is None:
+        pytest.skip("cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
+    cubin = tmp_path / "kernel.cubin"
+    cubin.write_bytes(compiled.cubin)
+    sass = subprocess.run([tool, "--dump-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    assert sass.count("STSM") == 16 and sass.count("LDSM") == 16  # 128x128 fp16 per consumer slice: 2 slices
+    assert not re.search(r"\s(STS|LDS)[\s.]", sass)  # no one-word shared-memory access left
+    assert "UTMAPF.L2.2D" in sass

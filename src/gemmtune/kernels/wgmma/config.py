@@ -69,6 +69,14 @@ class WgmmaConfig(FamilyConfig):
       larger operand region), and the epilogue reads each slice there and frees the slot. No
       dedicated C tile, so the store buffer can be sliced and a 4th stage fits beside it; the C
       loads are issued a ring's depth ahead of the epilogue that reads them.
+    stmatrix: (TMA-store epilogue, 16-bit D) the fragment goes to the store buffer with stmatrix
+      (and C comes out of shared memory with ldmatrix): four 8x8 blocks, a 32-bit word each per
+      thread, per instruction, instead of one word per instruction, which shortens the epilogue
+      that the tensor cores wait on.
+    c_l2_prefetch: (c_ring) the producer asks L2 for the tile's C a box at a time across the main
+      loop (TMA prefetch, no shared memory), so the ring's C loads after the last k-block read L2:
+      C's DRAM reads spread over the tile instead of arriving as one burst from every SM at once,
+      which delays the next tile's first A and B loads queued behind it.
     split_tail: (persistent grid) the tiles of the last, partial wave (all tiles when they are too
       few to fill the GPU) are split along K into equal ranges, one block each, so the tail fills
       the GPU (schedule.py); the block holding a tile's first k-block adds the others' fp32 sums.
@@ -88,6 +96,8 @@ class WgmmaConfig(FamilyConfig):
     c_spread: bool = False
     split_tail: bool = False
     c_ring: bool = False
+    c_l2_prefetch: bool = False
+    stmatrix: bool = False
     FAMILY_LABEL = "wgmma"
 
     # --- derived shape --------------------------------------------------------------------
@@ -122,7 +132,7 @@ class WgmmaConfig(FamilyConfig):
 
     def without_c_options(self) -> "WgmmaConfig":
         """The same kernel for a spec whose epilogue reads no C (the options about loading C refused)."""
-        return self.with_(c_spread=False, c_ring=False)
+        return self.with_(c_spread=False, c_ring=False, c_l2_prefetch=False)
 
     def c_slot_bytes(self) -> int:
         """Room for one C slice in a ring slot (c_ring): the larger of the A and B tile regions."""
@@ -154,6 +164,8 @@ class WgmmaConfig(FamilyConfig):
         grid += " split-tail" if self.split_tail else ""
         store += " C-spread" if self.c_spread else ""
         store += " C-in-ring" if self.c_ring else ""
+        store += " C-L2-prefetch" if self.c_l2_prefetch else ""
+        store += " stmatrix" if self.stmatrix else ""
         return f"tile {self.bm}x{self.bn} stages{self.stages} {roles}{grid}{cluster}{store}"
 
 
@@ -243,9 +255,11 @@ def _dtype(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
 def _store(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
     if c.store_slices not in (1, 2, 4):
         return f"store_slices={c.store_slices}: 1, 2 or 4"
+    if c.stmatrix and not (c.tma_store and OUT_BYTES.get(out_dtype(s), 4) == 2):
+        return "stmatrix writes 16-bit D through the TMA-store buffer (fp32 D keeps one pair per store)"
     if not c.tma_store:
-        if c.c_spread or c.c_ring:
-            return "c_spread and c_ring are part of the TMA-store epilogue (direct stores read C themselves)"
+        if c.c_spread or c.c_ring or c.c_l2_prefetch:
+            return "c_spread, c_ring and c_l2_prefetch are part of the TMA-store epilogue (direct stores read C themselves)"
         return None if c.store_slices == 1 else "store_slices needs the TMA-store epilogue"
     slice_bytes = c.bn // c.store_slices * OUT_BYTES.get(out_dtype(s), 4)
     if slice_bytes % SWIZZLE_BYTES:
@@ -259,6 +273,8 @@ def _store(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
         if slice_c > c.c_slot_bytes():
             return (f"a C slice of {slice_c} B does not fit the {c.c_slot_bytes()} B operand region of a "
                     f"ring slot (use more store_slices)")
+    elif c.c_l2_prefetch:
+        return "c_l2_prefetch warms L2 for c_ring's loads (without c_ring, C is already loaded early)"
     elif c.store_slices > 1 and s.epilogue.reads_c:
         return "an epilogue that reads C needs the whole tile buffer (store_slices=1): C is loaded as one tile"
 

@@ -129,6 +129,13 @@ __device__ __forceinline__ void tma_store_wait_all() { asm volatile("cp.async.bu
 // Make this thread's ordinary shared-memory writes visible to the async proxy (a TMA store next).
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
+// Ask L2 to fetch the box at (c0, c1) of a tensor (no shared memory, no barrier: a hint). A later TMA
+// load of that box then reads L2 instead of DRAM.
+__device__ __forceinline__ void tma_prefetch_l2_2d(const TmaDescriptor* map, int c0, int c1) {
+    asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];"
+                 :: "l"(map), "r"(c0), "r"(c1) : "memory");
+}
+
 // Ask L2 to fetch a descriptor early (it lives in kernel parameter space).
 __device__ __forceinline__ void tma_prefetch_descriptor(const TmaDescriptor* map) {
     asm volatile("prefetch.tensormap [%0];" :: "l"(map) : "memory");

@@ -263,6 +263,14 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
                         if (++s == STAGES) { s = 0; phase ^= 1; }
                     }
                 }""" if ring_c else "")
+    # c_l2_prefetch: the tile's C boxes are asked of L2 one at a time, evenly across its k-blocks.
+    prefetch = ring_c and config.c_l2_prefetch
+    prefetch_c = ("""
+                    if (kb_begin == 0 && (kb - kb_begin) % c_stride == 0 && (kb - kb_begin) / c_stride < C_TILE_BOXES)
+                        prefetch_c_box(tma_C, tile_m, tile_n, (kb - kb_begin) / c_stride);""" if prefetch else "")
+    c_stride = ("""
+                const int c_stride = max(1, (kb_end - kb_begin) / C_TILE_BOXES);  // k-blocks between C prefetches"""
+                if prefetch else "")
     if deferred_c:
         store += "\n            c_pending = true;  // the buffer goes back to the producer early in the next piece"
     hand_back = ("""
@@ -333,8 +341,8 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
             while (next_piece(worker, cursor, unit, kb_begin, kb_end)) {{
                 int unit_m, tile_n;
                 unit_coords(unit, unit_m, tile_n);
-                const int tile_m = unit_m * CLUSTER_M + rank;{c_at}
-                for (int kb = kb_begin; kb < kb_end; ++kb) {{
+                const int tile_m = unit_m * CLUSTER_M + rank;{c_at}{c_stride}
+                for (int kb = kb_begin; kb < kb_end; ++kb) {{{prefetch_c}
                     mbarrier_wait(&empty[s], phase ^ 1);  // passes at once on the first lap
                     load_stage(tma_A, tma_B, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, &full[s],
                                tile_m, tile_n, kb, rank);

@@ -128,10 +128,24 @@ __device__ __forceinline__ void unpack_pair(pair_word pair, float& c0, float& c1
 }
 
 
-def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
-    params = "".join(f", {p}" for p in operand_decls(spec.epilogue, skip_c=True))
-    reads_c = spec.epilogue.reads_c  # C staged in shared memory by the producer
-    ring = reads_c and config.c_ring  # ... in ring slots, a slice per slot (else in the store buffer)
+MATRIX_IO = r"""
+// stmatrix / ldmatrix: a warp moves four 8x8 blocks of 16-bit values; lanes 8q..8q+7 give the
+// addresses of block q's eight 16-byte rows, and each thread holds one 32-bit word (a pair of
+// neighbours in row lane/4, columns 2·(lane%4)) of every block: the wgmma fragment's own layout.
+__device__ __forceinline__ void stmatrix_x4(void* at, const u32 (&words)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+                 :: "r"(smem_addr(at)), "r"(words[0]), "r"(words[1]), "r"(words[2]), "r"(words[3]) : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4(const void* at, u32 (&words)[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(words[0]), "=r"(words[1]), "=r"(words[2]), "=r"(words[3]) : "r"(smem_addr(at)) : "memory");
+}
+"""
+
+
+def _pair_loop(spec: GemmSpec) -> str:
+    """One slice's fragment, a pair of neighbours per shared-memory access."""
+    reads_c = spec.epilogue.reads_c
     fix0 = epilogue_call(spec, "v0", "col", "c0")
     fix1 = epilogue_call(spec, "v1", "col + 1", "c1")
     # C is read from the slots that D then overwrites. One thread's loads and stores could alias as
@@ -143,6 +157,61 @@ def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
                 for (int jj = 0; jj < SLICE_COLS / 8; ++jj) c_words[jj] = load_pair_smem(c_tile + pair_offset(r, jj, lane));
                 """ if reads_c else "")
     unpack_c = "float c0, c1;\n                    unpack_pair(c_words[jj], c0, c1);\n                    " if reads_c else ""
+    return f"""#pragma unroll
+        for (int mb = 0; mb < M_BLOCKS; ++mb) {{
+            #pragma unroll
+            for (int half = 0; half < 2; ++half) {{
+                const int r = mb * 64 + warp * 16 + lane / 4 + 8 * half;
+                const int row = tile_m * BM + consumer * CONSUMER_ROWS + r;
+                {load_c}#pragma unroll
+                for (int jj = 0; jj < SLICE_COLS / 8; ++jj) {{
+                    const int j = slice * SLICE_COLS / 8 + jj;  // 8-column group of the fragment
+                    const int col = tile_n * BN + slice * SLICE_COLS + jj * 8 + 2 * (lane % 4);
+                    float v0 = acc[mb][4 * j + 2 * half], v1 = acc[mb][4 * j + 2 * half + 1];
+                    {unpack_c}{fix0}{fix1}store_pair_smem(tile + pair_offset(r, jj, lane), v0, v1);
+                }}
+            }}
+        }}"""
+
+
+def _matrix_loop(spec: GemmSpec) -> str:
+    """One slice's fragment, four 8x8 blocks per stmatrix (C: per ldmatrix): blocks q = 0..3 of an
+    instruction are (rows +8·(q%2), columns +8·(q/2)) of a 16-row × 16-column piece of the fragment."""
+    reads_c = spec.epilogue.reads_c
+    fix0 = epilogue_call(spec, "v0", "col", "c0")
+    fix1 = epilogue_call(spec, "v1", "col + 1", "c1")
+    # All of a 64-row block's C words first (loads are not held up behind the stores, as above).
+    load_c = ("""u32 c_words[SLICE_COLS / 16][4];
+            #pragma unroll
+            for (int jj = 0; jj < SLICE_COLS / 8; jj += 2) ldmatrix_x4(c_tile + block_row_offset(r_at, jj + q / 2), c_words[jj / 2]);
+            """ if reads_c else "")
+    unpack_c = "float c0, c1;\n                    unpack_pair(c_words[jj / 2][b], c0, c1);\n                    " if reads_c else ""
+    return f"""const int q = lane / 8;  // the block whose row this lane addresses
+        #pragma unroll
+        for (int mb = 0; mb < M_BLOCKS; ++mb) {{
+            const int r_at = mb * 64 + warp * 16 + 8 * (q % 2) + lane % 8;  // the row this lane addresses
+            {load_c}#pragma unroll
+            for (int jj = 0; jj < SLICE_COLS / 8; jj += 2) {{
+                u32 words[4];
+                #pragma unroll
+                for (int b = 0; b < 4; ++b) {{  // this thread's word of block b
+                    const int half = b % 2, jb = jj + b / 2;
+                    const int j = slice * SLICE_COLS / 8 + jb;  // 8-column group of the fragment
+                    const int row = tile_m * BM + consumer * CONSUMER_ROWS + mb * 64 + warp * 16 + lane / 4 + 8 * half;
+                    const int col = tile_n * BN + slice * SLICE_COLS + jb * 8 + 2 * (lane % 4);
+                    float v0 = acc[mb][4 * j + 2 * half], v1 = acc[mb][4 * j + 2 * half + 1];
+                    {unpack_c}{fix0}{fix1}words[b] = pack_pair(v0, v1, (out_t*)0);
+                }}
+                stmatrix_x4(tile + block_row_offset(r_at, jj + q / 2), words);
+            }}
+        }}"""
+
+
+def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
+    params = "".join(f", {p}" for p in operand_decls(spec.epilogue, skip_c=True))
+    reads_c = spec.epilogue.reads_c  # C staged in shared memory by the producer
+    ring = reads_c and config.c_ring  # ... in ring slots, a slice per slot (else in the store buffer)
+    write_slice = _matrix_loop(spec) if config.stmatrix else _pair_loop(spec)
     # Before writing, the buffer must be free: with C, the producer's C tile must have landed in it
     # (the producer waited for the previous store to leave); without C, the previous slice's store
     # (of this tile or the one before) must have finished reading it.
@@ -164,7 +233,14 @@ def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
         if (++s == STAGES) { s = 0; phase ^= 1; }""" if ring else ""
     c_params = ("unsigned char* c_slots, u64* full, u64* empty, int& s, u32& phase" if ring
                 else "u64* c_full, u32 c_phase")
-    return SMEM_PAIR["32" if OUT_BYTES[out_dtype(spec)] == 4 else "16"] + f"""
+    matrix_io = MATRIX_IO + """
+// Byte offset, in a consumer's part of a slice buffer, of the 16-byte row piece at row r, columns
+// 8·jj .. 8·jj + 7 (16-bit values: 8 to a 16-byte unit, OUT_CHUNK / 8 units to a 128-byte row).
+__device__ __forceinline__ int block_row_offset(int r, int jj) {
+    return (jj * 8 / OUT_CHUNK) * ROWS_PER_CONSUMER * 128 + r * 128 + (((jj % (OUT_CHUNK / 8)) ^ (r % 8)) * 16);
+}
+""" if config.stmatrix else ""
+    return SMEM_PAIR["32" if OUT_BYTES[out_dtype(spec)] == 4 else "16"] + matrix_io + f"""
 // Byte offset, in a consumer's part of a slice buffer, of the pair of row r at column 8·jj + 2·(lane % 4).
 __device__ __forceinline__ int pair_offset(int r, int jj, int lane) {{
     const int c = jj * 8 + 2 * (lane % 4), byte = (c % OUT_CHUNK) * (int)sizeof(out_t);
@@ -186,21 +262,7 @@ __device__ __forceinline__ void store_tile_smem(const float (&acc)[M_BLOCKS][BN 
     #pragma unroll
     for (int slice = 0; slice < STORE_SLICES; ++slice) {{
         {wait}
-        #pragma unroll
-        for (int mb = 0; mb < M_BLOCKS; ++mb) {{
-            #pragma unroll
-            for (int half = 0; half < 2; ++half) {{
-                const int r = mb * 64 + warp * 16 + lane / 4 + 8 * half;
-                const int row = tile_m * BM + consumer * CONSUMER_ROWS + r;
-                {load_c}#pragma unroll
-                for (int jj = 0; jj < SLICE_COLS / 8; ++jj) {{
-                    const int j = slice * SLICE_COLS / 8 + jj;  // 8-column group of the fragment
-                    const int col = tile_n * BN + slice * SLICE_COLS + jj * 8 + 2 * (lane % 4);
-                    float v0 = acc[mb][4 * j + 2 * half], v1 = acc[mb][4 * j + 2 * half + 1];
-                    {unpack_c}{fix0}{fix1}store_pair_smem(tile + pair_offset(r, jj, lane), v0, v1);
-                }}
-            }}
-        }}
+        {write_slice}
         fence_async_shared();               // the TMA engine reads what these threads wrote
         named_barrier(1 + consumer, 128);   // every thread of this consumer has written its part{free_slot}
         if (threadIdx.x % 128 == 0) {{
@@ -236,5 +298,13 @@ __device__ __forceinline__ void load_c_boxes(const TmaDescriptor& tma_C, unsigne
                            &tma_C, bar, tile_n * BN + slice * SLICE_COLS + chunk * OUT_CHUNK,
                            tile_m * BM + consumer * CONSUMER_ROWS + sub * C_BOX_ROWS, policy);
     }
+}
+
+// Producer (c_l2_prefetch): box `box` of the C tile of (tile_m, tile_n) into L2, boxes numbered along
+// each box row of the tile first; the ring's later loads of the same boxes then hit L2.
+constexpr int C_TILE_BOXES = (BN / OUT_CHUNK) * (BM / C_BOX_ROWS);
+__device__ __forceinline__ void prefetch_c_box(const TmaDescriptor& tma_C, int tile_m, int tile_n, int box) {
+    tma_prefetch_l2_2d(&tma_C, tile_n * BN + box % (BN / OUT_CHUNK) * OUT_CHUNK,
+                       tile_m * BM + box / (BN / OUT_CHUNK) * C_BOX_ROWS);
 }
 """
