@@ -206,10 +206,12 @@ S8_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
     *[(GemmSpec(4096, 4096, 4096, "nt", dtype), [
         ("cluster2 s4 slices2", C2, None), ("cluster2 s4 slices2 stmatrix", C2.with_(stmatrix=True), None),
         ("cluster2 s4 slices4 stmatrix", S4H4.with_(cluster_m=2, stmatrix=True), None)]) for dtype in ("fp16", "bf16")],
-    (GemmSpec(8192, 8192, 8192, "nt", "bf16"), [
+    *[(GemmSpec(8192, 8192, 8192, "nt", dtype), [
         ("cluster2 s4 slices4", S4H4.with_(cluster_m=2), None),
         ("cluster2 s4 slices4 stmatrix", S4H4.with_(cluster_m=2, stmatrix=True), None),
-        ("cluster2 s4 slices2 stmatrix", C2.with_(stmatrix=True), None)]),
+        ("cluster2 s4 slices2 stmatrix", C2.with_(stmatrix=True), None)]) for dtype in ("bf16", "fp16")],
+    (GemmSpec(4096, 4096, 4096, "nt", "tf32"), [
+        ("s4 slices4", S4H4, None), ("cluster2 s4 slices4", S4H4.with_(cluster_m=2), None)]),
 ]
 
 SETS = {"all": CASES, "final": FINAL_CASES, "fused": FUSED_CASES, "bf16": BF16_CASES, "h200": H200_CASES,

@@ -95,3 +95,27 @@ def test_read_flush_kernel_compiles_without_a_gpu(tmp_path):
                           (256, 1, 1), ("A", "D"), GemmSpec(1, 1, 1), "l2-flush", "1")
     compiled = compile_kernel(source, "sm_90", tmp_path)
     assert compiled.resources.spills == 0 and "ld.global.cg" in compiled.ptx
+
+
+def test_round_order_rotates_every_name_through_every_place():
+    from gemmtune.timing import round_order
+
+    names = ["cuBLAS", "a", "b"]
+    orders = [round_order(names, i) for i in range(3)]
+    assert orders == [["cuBLAS", "a", "b"], ["a", "b", "cuBLAS"], ["b", "cuBLAS", "a"]]
+    for place in range(3):
+        assert sorted(order[place] for order in orders) == sorted(names)
+    assert round_order(names, 3) == names
+
+
+def test_ratio_to_compares_round_by_round():
+    from gemmtune.timing import ratio_to
+
+    # The clock halves in the second round for both: the per-round ratio stays 1.25.
+    assert ratio_to([1.0, 2.0, 1.0], [0.8, 1.6, 0.8])[0] == pytest.approx(1.25)
+    median, low, high = ratio_to([1.0, 1.0, 1.0, 1.0], [1.0, 0.5, 2.0, 1.0])
+    assert median == pytest.approx(1.0) and low < median < high
+    with pytest.raises(ValueError):
+        ratio_to([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError):
+        ratio_to([], [])

@@ -235,3 +235,53 @@ def _measure(launch: Callable[[], None], protocol: TimingProtocol, l2_bytes: int
         raise
     release(closers, after_error=False)
     return result
+
+
+# --- several launches timed in alternation ------------------------------------------------------
+def round_order(names: list[str], round_index: int) -> list[str]:
+    """The order of one round: rotated by one each round, so no launch always follows the same one
+    (the one after the flush, or after the hottest kernel, would otherwise always be the same)."""
+    shift = round_index % len(names)
+    return names[shift:] + names[:shift]
+
+
+def ratio_to(reference_s: list[float], other_s: list[float]) -> tuple[float, float, float]:
+    """Per-round ratios reference / other (higher: other is faster): (median, lower quartile, upper
+    quartile). Both ran in the same round, so the GPU's clock and temperature were the same for both."""
+    ratios = sorted(r / o for r, o in zip(reference_s, other_s, strict=True))
+    if not ratios:
+        raise ValueError("no rounds to compare")
+    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+    return statistics.median(ratios), quartiles[0], quartiles[2]
+
+
+def measure_alternating(launches: dict[str, Callable[[], None]], rounds: int, l2_bytes: int,
+                        protocol: TimingProtocol = TimingProtocol(), stream: Any = 0) -> dict[str, list[float]]:
+    """Time each of `launches` once per round, `rounds` rounds, L2 emptied before every launch (as
+    `protocol` says); returns each name's seconds, round by round.
+
+    For kernels long enough that the GPU's power limit moves its clock between timings (a 1.5 ms
+    8192^3 GEMM at 700 W): timed in turn within a round, a kernel and its reference see the same clock,
+    so the ratio of their times in each round is steady where the times themselves are not."""
+    if rounds < 1 or not launches:
+        raise ValueError("measure_alternating needs at least one launch and one round")
+    ensure_context()
+    names = list(launches)
+    with device_lock():
+        for launch in launches.values():
+            for _ in range(protocol.warmup):
+                launch()
+        checked(driver().cuStreamSynchronize(stream), "warm-up launches")
+        flush = L2Flush(l2_bytes, protocol.flush_mode) if protocol.flush_l2 and l2_bytes > 0 else None
+        timers = {name: EventTimer(launch, flush, stream) for name, launch in launches.items()}
+        closers = [t.close for t in timers.values()] + ([flush.close] if flush is not None else [])
+        times: dict[str, list[float]] = {name: [] for name in names}
+        try:
+            for index in range(rounds):
+                for name in round_order(names, index):
+                    times[name].extend(timers[name](1))
+        except BaseException:
+            release(closers, after_error=True)
+            raise
+        release(closers, after_error=False)
+    return times
