@@ -28,7 +28,7 @@ from gemmtune.evaluate import evaluate, upload_inputs
 from gemmtune.runtime import LoadedKernel, release
 from gemmtune.timing import TimingProtocol, measure_alternating, ratio_to
 
-from wgmma_variants import SETS, compile_variant
+from wgmma_variants import SETS, compile_variant, max_active_clusters
 
 
 def cublas_launch(spec, prepared):
@@ -79,6 +79,9 @@ def main() -> int:
                 print(f"{spec.short()} {name}: wrong result, left out: {check.verify.message}", flush=True)
                 continue
             kernels[name] = compiled
+            if config.cluster_m > 1:
+                print(f"{spec.short()} {name}: clusters of {config.cluster_m} that fit at once: "
+                      f"{max_active_clusters(compiled, config.cluster_m)}", flush=True)
         prepared = prepare(spec)
         launches = {"cuBLAS": cublas_launch(plain, prepared)}
         if not spec.epilogue.is_identity:

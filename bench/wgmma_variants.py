@@ -214,10 +214,27 @@ S8_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
         ("s4 slices4", S4H4, None), ("cluster2 s4 slices4", S4H4.with_(cluster_m=2), None)]),
 ]
 
-SETS = {"all": CASES, "final": FINAL_CASES, "fused": FUSED_CASES, "bf16": BF16_CASES, "h200": H200_CASES,
-        "s8": S8_CASES}
+# Session 8 (--set c4): clusters of 4 along M (each block loads a quarter of B and multicasts it),
+# against the pair; with 4 blocks a unit row spans 4 tile rows, so smaller group_m keep the group's
+# height near the pair's.
+C2S = C2.with_(stmatrix=True)
+C4_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
+    *[(GemmSpec(size, size, size, "nt", dtype), [
+        ("cluster2 s4 slices2 stmatrix", C2S, None),
+        ("cluster4 s4 slices2 stmatrix g8", C2S.with_(cluster_m=4), None),
+        ("cluster4 s4 slices2 stmatrix g4", C2S.with_(cluster_m=4, group_m=4), None),
+        ("cluster4 s4 slices2 stmatrix g2", C2S.with_(cluster_m=4, group_m=2), None)])
+      for size, dtype in ((8192, "bf16"), (8192, "fp16"), (4096, "bf16"))],
+    (GemmSpec(4096, 4096, 4096, "nt", "fp16", "relu+add"), [
+        ("cluster2 s4 slices2 C-in-ring + C-L2-prefetch + stmatrix", RING2C.with_(c_l2_prefetch=True, stmatrix=True), None),
+        ("cluster4 g4 s4 slices2 C-in-ring + C-L2-prefetch + stmatrix",
+         RING2C.with_(cluster_m=4, group_m=4, c_l2_prefetch=True, stmatrix=True), None)]),
+]
 
-def max_active_clusters(compiled) -> str:
+SETS = {"all": CASES, "final": FINAL_CASES, "fused": FUSED_CASES, "bf16": BF16_CASES, "h200": H200_CASES,
+        "s8": S8_CASES, "c4": C4_CASES}
+
+def max_active_clusters(compiled, cluster_m: int = 2) -> str:
     """How many clusters of this kernel the GPU holds at once (driver's occupancy calculator)."""
     try:
         from cuda.bindings import driver as cu
@@ -230,7 +247,7 @@ def max_active_clusters(compiled) -> str:
             config.blockDimX, config.blockDimY, config.blockDimZ = compiled.source.block
             config.sharedMemBytes = compiled.source.dynamic_smem
             err, count = cu.cuOccupancyMaxActiveClusters(kern.function, config)
-            return f"{count} (of {compiled.source.grid[0] // 2} launched)" if int(err) == 0 else f"error {err}"
+            return f"{count} (of {compiled.source.grid[0] // cluster_m} launched)" if int(err) == 0 else f"error {err}"
     except Exception as exc:  # a diagnostic only: say why it is missing
         return f"unavailable: {type(exc).__name__}: {exc}"
 
@@ -311,7 +328,7 @@ def main() -> int:
                 kernel, note = kernels[name], ""
                 row = kernel if isinstance(kernel, BenchRow) else bench_compiled(name, config.describe(), kernel, protocol)
                 if "cluster" in name and row.median_s and round_ == 0 and not isinstance(kernel, BenchRow):
-                    note = "max active clusters " + max_active_clusters(kernel)
+                    note = "max active clusters " + max_active_clusters(kernel, config.cluster_m)
                 emit(spec, name, row, cublas.median_s, note, round_)
                 if row.median_s:
                     ours[name].append(row.median_s)

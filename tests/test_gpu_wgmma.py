@@ -227,6 +227,36 @@ def test_c_ring_on_odd_shapes(slices, cluster_m):
             assert result.verify.ok, f"c_ring {spec.short()} {config.describe()}: {result.verify.message}"
 
 
+@pytest.mark.parametrize("base", ["sliced_store", "tma_store"])
+def test_clusters_of_four_on_odd_shapes(base):
+    """Clusters of 4 blocks along M, each loading a quarter of B and multicasting it: tile rows that
+    do not fill a cluster, split tails, all four layouts, C through the ring and in place."""
+    from gemmtune.compiler import compile_kernel
+    from gemmtune.evaluate import evaluate
+
+    arch = _hopper()
+    config = dict(FAMILY.ladder(arch))[base].with_(cluster_m=4, split_tail=True)
+    ran = 0
+    for shape, layout, dtype, epilogue in [((136, 200, 72), "nt", "fp16", "relu+add"),
+                                           ((1000, 1000, 2000), "nn", "bf16", "bias_row+gelu+add"),
+                                           ((264, 520, 4104), "tt", "fp16", "alpha+beta"),
+                                           ((2056, 2184, 200), "tn", "bf16", ""),
+                                           ((127, 4096, 4096), "nt", "bf16", "relu"),
+                                           ((130, 4100, 8200), "nt", "tf32", "")]:
+        spec = GemmSpec(*shape, layout=layout, dtype=dtype, epilogue=epilogue)
+        candidate = config.with_(c_ring=base == "sliced_store" and spec.epilogue.reads_c,
+                                 store_slices=config.store_slices if base == "sliced_store" else 1)
+        if FAMILY.rejections(candidate, spec, arch):
+            candidate = candidate.with_(store_slices=4)
+        assert not FAMILY.rejections(candidate, spec, arch), (spec.short(), FAMILY.rejections(candidate, spec, arch))
+        compiled = compile_kernel(FAMILY.render(spec, candidate, arch), arch)
+        for seed in (31, 32):
+            result = evaluate(compiled, verify_only=True, rng=np.random.default_rng(seed))
+            assert result.verify.ok, f"cluster4 {spec.short()} {candidate.describe()}: {result.verify.message}"
+        ran += 1
+    assert ran == 6
+
+
 @pytest.mark.parametrize("variant", ["ring2_prefetch", "ring4_prefetch_cluster", "tile_in_place", "spread_cluster",
                                      "pingpong"])
 def test_stmatrix_and_c_prefetch_on_odd_shapes(variant):

@@ -49,7 +49,7 @@ class WgmmaConfig(FamilyConfig):
     group_m: rasterization — consecutive tiles run down `group_m` rows of tiles before moving
       right, so blocks running together share A and B tiles in L2 (1 = row by row).
     cluster_m: blocks per cluster along M; with 2, the pair shares B: each loads half of the B tile
-      and multicasts it to both (half the L2 → SM traffic for B).
+      and multicasts it to both (half the L2 → SM traffic for B); with 4, each loads a quarter.
     tma_store: the epilogue goes through a shared-memory tile: the producer TMA-loads the block's C
       tile there while the last k-blocks run (C is waiting when the math ends), each consumer
       overwrites it in place with D and one thread TMA-stores it (coalesced, asynchronous, edges
@@ -237,8 +237,8 @@ def _pipeline(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
 def _schedule(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
     if c.group_m not in (1, 2, 4, 8, 16):
         return f"group_m={c.group_m}: 1, 2, 4, 8 or 16"
-    if c.cluster_m not in (1, 2):
-        return f"cluster_m={c.cluster_m}: clusters of 1 or 2 blocks along M"
+    if c.cluster_m not in (1, 2, 4):
+        return f"cluster_m={c.cluster_m}: clusters of 1, 2 or 4 blocks along M"
     if c.cluster_m > 1 and not (c.specialized and c.persistent):
         return "B multicast in clusters runs only in the persistent warp-specialized kernel"
     if c.split_tail and not (c.specialized and c.persistent and not c.pingpong):
