@@ -224,7 +224,7 @@ C4_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
         ("cluster4 s4 slices2 stmatrix g8", C2S.with_(cluster_m=4), None),
         ("cluster4 s4 slices2 stmatrix g4", C2S.with_(cluster_m=4, group_m=4), None),
         ("cluster4 s4 slices2 stmatrix g2", C2S.with_(cluster_m=4, group_m=2), None)])
-      for size, dtype in ((8192, "bf16"), (8192, "fp16"), (4096, "bf16"))],
+      for size, dtype in ((8192, "bf16"), (4096, "bf16"))],
     (GemmSpec(4096, 4096, 4096, "nt", "fp16", "relu+add"), [
         ("cluster2 s4 slices2 C-in-ring + C-L2-prefetch + stmatrix", RING2C.with_(c_l2_prefetch=True, stmatrix=True), None),
         ("cluster4 g4 s4 slices2 C-in-ring + C-L2-prefetch + stmatrix",

@@ -21,9 +21,11 @@ SMEM_LIMIT = 227 * 1024  # bytes one block may opt in to on sm_90
 SMEM_SLACK = 1024  # the tiles are realigned to 1024 bytes (the swizzle atom) inside dynamic smem
 MAX_ACCUMULATORS = 128  # fp32 accumulators per consumer thread; more leaves no room to address
 SM90_SMS = 132  # H100 SXM / H200: the persistent grid's size (any grid is correct, this one fills them)
-# Clusters are placed within a GPC; with 132 SMs in GPCs of uneven size, fewer than 66 pairs fit at
-# once, and a pair left over would run after the others. 64 pairs always fit.
-CLUSTER_GRID = 128
+# Clusters are placed within a GPC; with 132 SMs in GPCs of uneven size, not every SM can hold a
+# block of a cluster, and a cluster left over would run after the others (twice the time). The
+# persistent grid launches as many clusters as always fit: 64 pairs, 30 clusters of 4 (the driver's
+# cuOccupancyMaxActiveClusters on an H100 SXM: 66 pairs, 30 fours).
+CLUSTER_GRID = {2: 128, 4: 120}  # blocks
 C_SPREAD_ROWS = 16  # rows of one C box with c_spread: 32 boxes of a 128x256 fp16 tile, one per k-block
 INPUT_BYTES = {"bf16": 2, "fp16": 2, "tf32": 4}
 OUT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}

@@ -83,13 +83,13 @@ def plan(units: int, k_blocks: int, slots: int, split_tail: bool) -> Schedule:
 
 
 def schedule_for(spec: GemmSpec, config: WgmmaConfig) -> Schedule:
-    """A config's schedule: one block per tile, or a persistent grid of one block per SM (64
-    clusters of 2 where clusters are asked for: that many pairs always fit)."""
+    """A config's schedule: one block per tile, or a persistent grid of one block per SM (as many
+    clusters as always fit where clusters are asked for: CLUSTER_GRID)."""
     units = ceil_div(ceil_div(spec.m, config.bm), config.cluster_m) * ceil_div(spec.n, config.bn)
     k_blocks = ceil_div(spec.k, config.bk(spec.dtype))
     if not config.persistent:
         return Schedule(units, units, k_blocks, whole_units=units)
-    blocks = CLUSTER_GRID if config.cluster_m > 1 else SM90_SMS
+    blocks = CLUSTER_GRID[config.cluster_m] if config.cluster_m > 1 else SM90_SMS
     return plan(units, k_blocks, blocks // config.cluster_m, config.split_tail)
 
 
