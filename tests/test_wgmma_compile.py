@@ -221,14 +221,13 @@ def test_c_ring_constraints_and_slots():
     assert "store" in FAMILY.rejections(ring.with_(c_spread=True), fused, "sm_90a")
     assert "store" in FAMILY.rejections(ring.with_(tma_store=False, store_slices=1), fused, "sm_90a")
     source = FAMILY.render(fused, ring, "sm_90a")
-    assert "constexpr bool C_IN_RING = true;" in source.code
+    assert "unsigned char* c_slots = reinterpret_cast<unsigned char*>(C_IN_A_REGION ? a_tiles : b_tiles);" in source.code
     assert "store_tile_smem(acc, tile_m, tile_n, consumer, out_buf, tma_D, c_slots, full, empty, s, phase" in source.code
     assert {t.name: t.box for t in source.tensor_maps}["tma_C"] == (64, 64)
     compiled = _compile(fused, ring)
     assert compiled.resources.spills == 0
     # Without c_ring the C tile has its own buffer and the ring never sees it.
-    assert "constexpr bool C_IN_RING = false;" in FAMILY.render(
-        fused, dict(LADDER)["tma_store"].with_(c_spread=True), "sm_90a").code
+    assert "c_slots" not in FAMILY.render(fused, dict(LADDER)["tma_store"].with_(c_spread=True), "sm_90a").code
 
 
 def test_stmatrix_and_c_prefetch_constraints_and_sass(tmp_path):

@@ -271,7 +271,7 @@ def _store(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
     if c.c_ring:
         if not s.epilogue.reads_c or c.c_spread or c.pingpong:
             return "c_ring is for epilogues that read C, with cooperative consumers and without c_spread"
-        slice_c = c.bm * c.bn // c.store_slices * OUT_BYTES.get(out_dtype(s), 4)
+        slice_c = c.epilogue_bytes(s)  # one store slice of the tile (cooperative: one buffer)
         if slice_c > c.c_slot_bytes():
             return (f"a C slice of {slice_c} B does not fit the {c.c_slot_bytes()} B operand region of a "
                     f"ring slot (use more store_slices)")

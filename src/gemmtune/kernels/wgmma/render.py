@@ -94,8 +94,8 @@ constexpr int OUT_CHUNK = 128 / sizeof(out_t), C_TILE_BYTES = BM * BN * (int)siz
 constexpr int C_BOX_ROWS = {config.c_box_rows};  // rows of one C box (TMA)
 constexpr int C_BOXES_PER_KB = {1 if config.c_spread else "1 << 30"};  // C boxes issued per k-block (all at once)
 // c_ring: C comes through the ring, one slice per slot, in the slot's larger operand region.
-constexpr bool C_IN_RING = {str(config.c_ring and spec.epilogue.reads_c).lower()};
-constexpr int C_SLOT_BYTES = A_TILE_BYTES >= B_TILE_BYTES ? A_TILE_BYTES : B_TILE_BYTES;
+constexpr bool C_IN_A_REGION = A_TILE_BYTES >= B_TILE_BYTES;
+constexpr int C_SLOT_BYTES = C_IN_A_REGION ? A_TILE_BYTES : B_TILE_BYTES;  // that region's stride, slot to slot
 constexpr int C_SLICE_BYTES = BM * SLICE_COLS * (int)sizeof(out_t);
 constexpr int EPI_BYTES = TMA_STORE ? TILE_TURNS * BM * SLICE_COLS * (int)sizeof(out_t) : 0;  // a buffer per turn
 // The C tile shares the buffer with the previous tile's D. Each consumer hands the buffer back at
@@ -243,7 +243,7 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
                 }""" if deferred_c else "")
     c_at = ("""
             // Only a piece that writes D (it holds the tile's first k-block) needs C.
-            const int c_at = kb_begin == 0 ? kb_begin + min(C_LOAD_KB, kb_end - kb_begin - 1) : K_BLOCKS;
+            const int c_at = kb_begin == 0 ? min(C_LOAD_KB, kb_end - 1) : K_BLOCKS;
             int c_box = 0;  // C boxes issued for this piece"""
             if deferred_c else "")
     others = "".join(f", {op.name}" for op in spec.epilogue.operands() if op.name != "C")
@@ -307,7 +307,7 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
             if (kb_end < K_BLOCKS) add_partials(acc, worker, rank, consumer);  // the tile's other K ranges"""
                if split else "")
     c_slots = ("""
-    unsigned char* c_slots = reinterpret_cast<unsigned char*>(A_TILE_BYTES >= B_TILE_BYTES ? a_tiles : b_tiles);"""
+    unsigned char* c_slots = reinterpret_cast<unsigned char*>(C_IN_A_REGION ? a_tiles : b_tiles);  // slot 0's C region"""
                if ring_c else "")
     return f"""{SMEM_SETUP}
     const int rank = {rank};   // this block's place in its cluster (0 without clusters)
