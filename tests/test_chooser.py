@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from gemmtune.chooser import choose, explain, rank
+from gemmtune.chooser import EXPLAINED, choose, explain, rank, split_tail
 from gemmtune.chooser.candidates import candidates
 from gemmtune.chooser.features import blocks_per_sm, features, geometry
 from gemmtune.chooser.model import MODEL_PATH, ChooserModel, TrainingRow, feature_matrix, load, save, train
@@ -18,6 +18,7 @@ from gemmtune.kernels.gemv.config import GemvConfig, stream_kind
 from gemmtune.kernels.gemv.config import supports as gemv_supports
 from gemmtune.kernels.simt.config import SimtConfig, ladder, rejections
 from gemmtune.kernels.simt.render import render
+from gemmtune.kernels.wgmma.config import WgmmaConfig
 from gemmtune.spec import GemmSpec
 
 CORE_SHAPES = [(1, 1, 1), (7, 13, 5), (127, 129, 131), (1000, 1000, 1000), (4092, 4092, 4092), (3000, 5000, 700)]
@@ -213,3 +214,62 @@ def test_shipped_chooser_still_picks_what_the_results_table_measured():
         m, n, k = (int(x) for x in row["spec"].split()[0].split("x"))
         spec = GemmSpec(m, n, k, row["spec"].split()[1], row["dtype"])
         assert choose(spec, "sm_90").config.describe() == row["config"], row["spec"]
+
+
+# --- split tail in the explanation ------------------------------------------------------------------
+def _schedule(spec, config):
+    from gemmtune.kernels.wgmma.schedule import schedule_for
+
+    return schedule_for(spec, config)
+
+
+def test_explain_tells_the_split_tail_the_kernel_runs():
+    """1024x1024x16384: too few tiles for the GPU, so the split-tail pick cuts them along K; the why
+    line and the table say so (the model's features, which count the tiles unsplit, stay as they are)."""
+    spec = GemmSpec(1024, 1024, 16384, "nt", "bf16")
+    picks = rank(spec, "sm_90a")
+    pick = picks[0]
+    s = _schedule(spec, pick.config)
+    assert pick.family == "wgmma" and pick.config.split_tail and s.splits > 1
+    c = pick.config.cluster_m
+    tiles, pieces, blocks = s.units * c, s.split_units * s.splits * c, s.workers * c
+    which = f"all {tiles} tiles" if s.whole_units == 0 else f"the last {s.split_units * c} tiles"
+    why = pick.why()
+    assert f"split tail: {which} split along K into {s.splits} ranges, {pieces} pieces on {blocks} blocks" in why
+    assert "trained without split rows" in why
+    assert pick.feature("splits") == 1.0  # the model still sees the unsplit tiles
+    text = explain(picks)
+    assert f"split along K into {s.splits}" in text
+    first_row = next(line for line in text.splitlines() if line.startswith("  1 | "))
+    cells = [cell.strip() for cell in first_row.split("|")]
+    assert cells[2 + list(EXPLAINED).index("splits")] == str(s.splits)
+
+
+def test_explain_counts_the_whole_waves_before_a_partial_split_tail():
+    spec = GemmSpec(2560, 4096, 8192, "nt", "bf16")  # 320 tiles of 128x256: 2 waves and 56 tiles
+    tail = split_tail(spec, WgmmaConfig(bm=128, bn=256, split_tail=True), 132)
+    assert (tail.tiles, tail.whole_tiles, tail.splits, tail.pieces, tail.blocks) == (320, 264, 2, 112, 132)
+    assert tail.text().startswith("split tail: the last 56 tiles split along K into 2 ranges, 112 pieces on 132 "
+                                  "blocks (2.00 waves of whole tiles, then 0.85 waves of 1/2-tile pieces)")
+    pair = split_tail(spec, WgmmaConfig(bm=128, bn=256, split_tail=True, cluster_m=2), 132)  # 64 clusters of 2
+    assert (pair.tiles, pair.whole_tiles, pair.pieces, pair.blocks) == (320, 256, 128, 128)
+
+
+def test_explain_mentions_no_split_where_the_schedule_has_none():
+    spec = GemmSpec(4096, 4096, 1024, "nt", "bf16")  # 16 k-blocks: too few to split
+    picks = rank(spec, "sm_90a")
+    assert picks[0].family == "wgmma" and _schedule(spec, picks[0].config).splits == 1
+    assert picks[0].split is None
+    text = explain(picks)
+    assert "split tail" not in text and "split along K" not in text
+    for p in picks:  # the table's splits column is the model's feature wherever nothing is split
+        assert p.split is None and p.shown() == dict(p.features)
+    assert split_tail(spec, WgmmaConfig(split_tail=False), 132) is None
+
+
+def test_split_tail_leaves_other_families_alone():
+    assert split_tail(GemmSpec(64, 4096, 4096), SimtConfig(split_k=4), 132) is None
+    assert split_tail(GemmSpec(1, 4096, 16384, "nt", "bf16"), GemvConfig(), 132) is None
+    for spec, arch in ((GemmSpec(32, 4096, 8192), "sm_90"), (GemmSpec(16, 4096, 8192), "sm_90")):
+        picks = rank(spec, arch)
+        assert all(p.split is None for p in picks) and "split tail" not in explain(picks)

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 
 from ..kernels import family_for
+from ..kernels.wgmma.config import WgmmaConfig
+from ..kernels.wgmma.schedule import schedule_for
 from ..spec import GemmSpec
 from .candidates import candidates
 from .features import HBM_BYTES_PER_S, PEAK_FLOPS, features, roofline_s
@@ -27,22 +29,72 @@ EXPLAINED = ("waves", "last_wave_full", "tile_waste", "blocks_per_sm", "warps_pe
 
 
 @dataclass(frozen=True)
+class SplitTail:
+    """How a split-tail config's schedule really runs (kernels/wgmma/schedule.py), for the explanation
+    only: the model's features describe the tiles unsplit (it was trained without split-tail rows), so
+    they neither see nor change this. Counts are blocks and tiles (a cluster's blocks each count)."""
+
+    tiles: int  # output tiles
+    whole_tiles: int  # run whole first, round robin (a whole number of rounds)
+    splits: int  # K ranges per tile after them
+    pieces: int  # split pieces, one block each, all running at once
+    blocks: int  # blocks launched
+    slots: int  # blocks the GPU runs at once (blocks per SM × SMs)
+
+    @property
+    def split_tiles(self) -> int:
+        return self.tiles - self.whole_tiles
+
+    def text(self) -> str:
+        which = f"all {self.tiles} tiles" if self.whole_tiles == 0 else f"the last {self.split_tiles} tiles"
+        tail = f"{self.pieces / self.slots:.2f} waves of 1/{self.splits}-tile pieces"
+        if self.whole_tiles:
+            tail = f"{self.whole_tiles / self.slots:.2f} waves of whole tiles, then {tail}"
+        return (f"split tail: {which} split along K into {self.splits} ranges, {self.pieces} pieces on "
+                f"{self.blocks} blocks ({tail}); the model's wave features describe the unsplit tiles "
+                f"(it was trained without split rows)")
+
+
+def split_tail(spec: GemmSpec, config: Any, sm_count: int, blocks_per_sm: float = 1.0) -> SplitTail | None:
+    """The split tail of a config whose schedule splits tiles along K (wgmma split_tail), else None."""
+    if not isinstance(config, WgmmaConfig) or not getattr(config, "split_tail", False):
+        return None
+    s = schedule_for(spec, config)
+    if s.splits < 2:
+        return None
+    c = config.cluster_m
+    return SplitTail(tiles=s.units * c, whole_tiles=s.whole_units * c, splits=s.splits,
+                     pieces=s.split_units * s.splits * c, blocks=s.workers * c,
+                     slots=max(1, round(blocks_per_sm * sm_count)))
+
+
+@dataclass(frozen=True)
 class Pick:
     family: str
     config: Any
     predicted_s: float
     scored_by: str  # "model (N rows, S shapes)" or "roofline estimate"
     features: tuple[tuple[str, float], ...]
+    split: SplitTail | None = None  # the schedule's split tail (display only; not a model feature)
 
     def feature(self, name: str) -> float:
         return dict(self.features)[name]
+
+    def shown(self) -> dict[str, float]:
+        """The features as the explanation's table shows them: `splits` is the K ranges the kernel
+        really runs a split tile in (the model's feature is left as it is in `features`)."""
+        f = dict(self.features)
+        if self.split is not None:
+            f["splits"] = float(self.split.splits)
+        return f
 
     def why(self) -> str:
         f = dict(self.features)
         return (f"predicted {self.predicted_s * 1e6:.1f} µs by the {self.scored_by}: {f['waves']:.2f} waves "
                 f"(last wave {100 * f['last_wave_full']:.0f}% full), {100 * f['tile_waste']:.1f}% of the tiles "
                 f"outside D, {f['blocks_per_sm']:.0f} block(s)/SM, {f['bytes_per_flop']:.3f} B/FLOP"
-                + (f", split-K {f['splits']:.0f}" if f["splits"] > 1 else ""))
+                + (f", split-K {f['splits']:.0f}" if f["splits"] > 1 else "")
+                + (f"; {self.split.text()}" if self.split is not None else ""))
 
 
 _MODEL_CACHE: dict[str, ChooserModel | None] = {}
@@ -80,8 +132,12 @@ def rank(spec: GemmSpec, arch: str, sm_count: int = 132, family: str | None = No
     model = model if model is not None else shipped_model()
     scores, scored_by = _scores(spec, configs, sm_count, model.for_family(chosen.name) if model else None)
     order = sorted(range(len(configs)), key=lambda i: (scores[i], i))  # ties: the candidate list's order
-    return [Pick(chosen.name, configs[i], float(scores[i]), scored_by,
-                 tuple(features(spec, configs[i], sm_count).items())) for i in order]
+    picks = []
+    for i in order:
+        f = features(spec, configs[i], sm_count)
+        picks.append(Pick(chosen.name, configs[i], float(scores[i]), scored_by, tuple(f.items()),
+                          split_tail(spec, configs[i], sm_count, f["blocks_per_sm"])))
+    return picks
 
 
 def choose(spec: GemmSpec, arch: str, sm_count: int = 132, family: str | None = None,
@@ -95,8 +151,11 @@ def explain(picks: list[Pick], top: int = 5) -> str:
              f"  {len(picks)} candidates ranked; the best {min(top, len(picks))}:",
              "  " + " | ".join(["rank", "predicted µs", *EXPLAINED, "config"])]
     for i, p in enumerate(picks[:top], start=1):
-        f = dict(p.features)
+        f = p.shown()
         cells = [f"{f[n]:.3f}" if isinstance(f[n], float) and not math.isclose(f[n], round(f[n])) else f"{f[n]:.0f}"
                  for n in EXPLAINED]
         lines.append("  " + " | ".join([str(i), f"{p.predicted_s * 1e6:.1f}", *cells, p.config.describe()]))
+    if any(p.split is not None for p in picks[:top]):
+        lines.append("  (splits: the K ranges a split-tail schedule cuts its tail tiles into; waves and "
+                     "last_wave_full are the model's features, which count those tiles unsplit)")
     return "\n".join(lines)
