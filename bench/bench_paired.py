@@ -22,36 +22,13 @@ from datetime import date
 
 import numpy as np
 
-from gemmtune.baseline import EAGER_OPS, _mm, _operands, _torch, _torch_type, prepare
+from gemmtune.baseline import _fp32_precision, _torch, cublas_launch, eager_launch, prepare
 from gemmtune.device import query_device
 from gemmtune.evaluate import evaluate, upload_inputs
 from gemmtune.runtime import LoadedKernel, release
 from gemmtune.timing import TimingProtocol, measure_alternating, ratio_to
 
-from wgmma_variants import SETS, compile_variant, max_active_clusters
-
-
-def cublas_launch(spec, prepared):
-    """torch.mm into a preallocated D, as bench_cublas times it (16-bit and fp32 outputs alike)."""
-    torch = _torch()
-    a, b = _operands(spec, prepared.gpu)
-    out = torch.empty((spec.m, spec.n), dtype=_torch_type(torch, spec.out_dtype), device="cuda")
-    if spec.dtype == "tf32":
-        torch.backends.cuda.matmul.allow_tf32 = True
-    return lambda: torch.mm(a, b, out=out)
-
-
-def eager_launch(spec, prepared):
-    """The unfused chain an eager model runs: the GEMM, then each epilogue op as its own torch op."""
-    torch = _torch()
-    a, b = _operands(spec, prepared.gpu)
-
-    def launch():
-        v = _mm(torch, spec, a, b)
-        for op in spec.epilogue.ops:
-            v = EAGER_OPS[op](torch, v, prepared.gpu)
-        return v
-    return launch
+from wgmma_variants import SETS, compile_variant, max_active_clusters, variant_spec, with_gemm_alone
 
 
 def main() -> int:
@@ -68,12 +45,10 @@ def main() -> int:
     for spec, variants in SETS[args.set]:
         if args.only and args.only not in spec.short():
             continue
-        plain = spec.without_epilogue()
-        if not spec.epilogue.is_identity:  # the first variant's GEMM alone, in the same rounds
-            variants = [*variants, (f"{variants[0][0]}, GEMM alone", variants[0][1].without_c_options(), None)]
+        variants = with_gemm_alone(spec, variants)  # timed in the same rounds
         kernels = {}
         for name, config, patch in variants:
-            compiled = compile_variant(plain if name.endswith("GEMM alone") else spec, config, patch)
+            compiled = compile_variant(variant_spec(spec, name), config, patch)
             check = evaluate(compiled, verify_only=True, rng=np.random.default_rng(5))
             if not check.verify.ok:
                 print(f"{spec.short()} {name}: wrong result, left out: {check.verify.message}", flush=True)
@@ -82,19 +57,22 @@ def main() -> int:
             if config.cluster_m > 1:
                 print(f"{spec.short()} {name}: clusters of {config.cluster_m} that fit at once: "
                       f"{max_active_clusters(compiled, config.cluster_m)}", flush=True)
-        prepared = prepare(spec)
-        launches = {"cuBLAS": cublas_launch(plain, prepared)}
+        torch, prepared = _torch(), prepare(spec)
+        launches = {"cuBLAS": cublas_launch(torch, spec, prepared.gpu)}
         if not spec.epilogue.is_identity:
-            launches["torch eager"] = eager_launch(spec, prepared)
+            launches["torch eager"] = eager_launch(torch, spec, prepared.gpu)
         buffers, loaded = {}, []
         try:
             bindings = upload_inputs(spec, prepared.inputs, buffers)
             for name, compiled in kernels.items():
                 loaded.append(LoadedKernel(compiled))
                 launches[name] = loaded[-1].bind(bindings)
-            times = measure_alternating(launches, args.rounds, dev.l2_bytes, TimingProtocol())
-        finally:
-            release([k.unload for k in loaded] + [b.free for b in buffers.values()], after_error=False)
+            with _fp32_precision(torch, tf32=spec.dtype == "tf32"):  # as cublas_measurement times it
+                times = measure_alternating(launches, args.rounds, dev.l2_bytes, TimingProtocol())
+        except BaseException:
+            release([k.unload for k in loaded] + [b.free for b in buffers.values()], after_error=True)
+            raise
+        release([k.unload for k in loaded] + [b.free for b in buffers.values()], after_error=False)
         ref = times["cuBLAS"]
         lines += [f"\n## {spec.short()}: {args.rounds} rounds, cuBLAS {statistics.median(ref) * 1e6:.1f} µs "
                   f"(per round {min(ref) * 1e6:.1f} to {max(ref) * 1e6:.1f})\n",

@@ -19,6 +19,7 @@ import json
 import sys
 from dataclasses import replace
 from datetime import date
+from statistics import median
 from typing import Callable
 
 from gemmtune.bench import BenchRow, bench_compiled, bench_cublas
@@ -264,10 +265,20 @@ def compile_variant(spec: GemmSpec, config: WgmmaConfig, patch: Patch | None):
     return compile_kernel(patch(src) if patch else src, "sm_90a")
 
 
-def median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+ALONE = ", no epilogue"  # the name suffix of a case's added GEMM-alone variant
+
+
+def with_gemm_alone(spec: GemmSpec, variants: list) -> list:
+    """`variants`, plus (where `spec` has an epilogue) the first variant's GEMM alone: the same config
+    with its options about loading C dropped, run on the spec without its epilogue (variant_spec)."""
+    if spec.epilogue.is_identity:
+        return list(variants)
+    return [*variants, (f"{variants[0][0]}{ALONE}", variants[0][1].without_c_options(), None)]
+
+
+def variant_spec(spec: GemmSpec, name: str) -> GemmSpec:
+    """The spec a variant of `spec`'s case runs: its GEMM alone for the added variant."""
+    return spec.without_epilogue() if name.endswith(ALONE) else spec
 
 
 def main() -> int:
@@ -305,12 +316,11 @@ def main() -> int:
             continue
         plain = GemmSpec(spec.m, spec.n, spec.k, spec.layout, spec.dtype)
         variants = [v for v in variants if not (args.skip and args.skip in v[0])]
-        if not spec.epilogue.is_identity:  # the first variant's GEMM alone (its C options mean nothing there)
-            variants.append((f"{variants[0][0]}, no epilogue", variants[0][1].without_c_options(), None))
+        variants = with_gemm_alone(spec, variants)
         kernels = {}
         for name, config, patch in variants:  # compiled once, timed every round
             try:
-                kernels[name] = compile_variant(plain if name.endswith(", no epilogue") else spec, config, patch)
+                kernels[name] = compile_variant(variant_spec(spec, name), config, patch)
             except Exception as exc:  # every variant is a row
                 kernels[name] = BenchRow(name, config.describe(), None, None, None, type(exc).__name__, str(exc)[:200])
         cublas_times: list[float] = []

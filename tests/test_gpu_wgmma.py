@@ -185,9 +185,6 @@ def test_split_tail_on_odd_shapes(epilogue, cluster_m):
 
 def test_split_tail_with_direct_stores_and_fp32_out():
     """Split tiles with the direct-store epilogue (D rows too short for TMA), tf32, and fp32 D."""
-    from gemmtune.compiler import compile_kernel
-    from gemmtune.evaluate import evaluate
-
     arch = _hopper()
     steps = dict(FAMILY.ladder(arch))
     cases = [(GemmSpec(130, 7, 8200, "nt", "fp16", "relu"), steps["persistent"].with_(split_tail=True)),
@@ -200,48 +197,49 @@ def test_split_tail_with_direct_stores_and_fp32_out():
         assert result.verify.ok, f"split tail {spec.short()} {config.describe()}: {result.verify.message}"
 
 
+# Odd shapes in all four layouts, with epilogues that read C: the cases of the tests of the ways C
+# reaches the epilogue (each test adds its own).
+ODD_C_CASES = [((136, 200, 72), "nt", "fp16", "relu+add"), ((1000, 1000, 2000), "nn", "bf16", "bias_row+gelu+add"),
+               ((264, 520, 4104), "tt", "fp16", "alpha+beta"), ((2056, 2184, 200), "tn", "bf16", "add")]
+
+
+def _verify_launches(spec: GemmSpec, config, arch: str, seeds: tuple[int, ...], label: str) -> None:
+    """Compile `config` for `spec` once and verify one launch per seed (fresh inputs, poisoned D each
+    time: a second launch shows state that a first one leaves behind)."""
+    from gemmtune.compiler import compile_kernel
+    from gemmtune.evaluate import evaluate
+
+    compiled = compile_kernel(FAMILY.render(spec, config, arch), arch)
+    for seed in seeds:
+        result = evaluate(compiled, verify_only=True, rng=np.random.default_rng(seed))
+        assert result.verify.ok, f"{label} {spec.short()} {config.describe()}: {result.verify.message}"
+
+
 @pytest.mark.parametrize("slices", [2, 4])
 @pytest.mark.parametrize("cluster_m", [1, 2])
 def test_c_ring_on_odd_shapes(slices, cluster_m):
     """C through the ring (c_ring), a slice per slot after each tile's k-blocks: split tails, clusters,
     all four layouts, edges clipped, fp32 output; the kernel is launched twice (the ring position
     carries on across tiles and launches start afresh)."""
-    from gemmtune.compiler import compile_kernel
-    from gemmtune.evaluate import evaluate
-
     arch = _hopper()
     config = dict(FAMILY.ladder(arch))["sliced_store"].with_(store_slices=slices, c_ring=True, cluster_m=cluster_m,
                                                              split_tail=True)
-    for shape, layout, dtype, epilogue in [((136, 200, 72), "nt", "fp16", "relu+add"),
-                                           ((1000, 1000, 2000), "nn", "bf16", "bias_row+gelu+add"),
-                                           ((264, 520, 4104), "tt", "fp16", "alpha+beta"),
-                                           ((2056, 2184, 200), "tn", "bf16", "add"),
-                                           ((130, 4100, 8200), "nt", "tf32", "relu+add")]:
+    for shape, layout, dtype, epilogue in [*ODD_C_CASES, ((130, 4100, 8200), "nt", "tf32", "relu+add")]:
         spec = GemmSpec(*shape, layout=layout, dtype=dtype, epilogue=epilogue)
         if FAMILY.rejections(config, spec, arch):  # fp32 C: 4 slices needed for a 32 KB slot
             assert dtype == "tf32" and slices == 2, (spec.short(), FAMILY.rejections(config, spec, arch))
             continue
-        compiled = compile_kernel(FAMILY.render(spec, config, arch), arch)
-        for seed in (13, 14):
-            result = evaluate(compiled, verify_only=True, rng=np.random.default_rng(seed))
-            assert result.verify.ok, f"c_ring {spec.short()} {config.describe()}: {result.verify.message}"
+        _verify_launches(spec, config, arch, (13, 14), "c_ring")
 
 
 @pytest.mark.parametrize("base", ["sliced_store", "tma_store"])
 def test_clusters_of_four_on_odd_shapes(base):
     """Clusters of 4 blocks along M, each loading a quarter of B and multicasting it: tile rows that
     do not fill a cluster, split tails, all four layouts, C through the ring and in place."""
-    from gemmtune.compiler import compile_kernel
-    from gemmtune.evaluate import evaluate
-
     arch = _hopper()
     config = dict(FAMILY.ladder(arch))[base].with_(cluster_m=4, split_tail=True)
     ran = 0
-    for shape, layout, dtype, epilogue in [((136, 200, 72), "nt", "fp16", "relu+add"),
-                                           ((1000, 1000, 2000), "nn", "bf16", "bias_row+gelu+add"),
-                                           ((264, 520, 4104), "tt", "fp16", "alpha+beta"),
-                                           ((2056, 2184, 200), "tn", "bf16", ""),
-                                           ((127, 4096, 4096), "nt", "bf16", "relu"),
+    for shape, layout, dtype, epilogue in [*ODD_C_CASES, ((127, 4096, 4096), "nt", "bf16", "relu"),
                                            ((130, 4100, 8200), "nt", "tf32", "")]:
         spec = GemmSpec(*shape, layout=layout, dtype=dtype, epilogue=epilogue)
         candidate = config.with_(c_ring=base == "sliced_store" and spec.epilogue.reads_c,
@@ -249,10 +247,7 @@ def test_clusters_of_four_on_odd_shapes(base):
         if FAMILY.rejections(candidate, spec, arch):
             candidate = candidate.with_(store_slices=4)
         assert not FAMILY.rejections(candidate, spec, arch), (spec.short(), FAMILY.rejections(candidate, spec, arch))
-        compiled = compile_kernel(FAMILY.render(spec, candidate, arch), arch)
-        for seed in (31, 32):
-            result = evaluate(compiled, verify_only=True, rng=np.random.default_rng(seed))
-            assert result.verify.ok, f"cluster4 {spec.short()} {candidate.describe()}: {result.verify.message}"
+        _verify_launches(spec, candidate, arch, (31, 32), "cluster4")
         ran += 1
     assert ran == 6
 
@@ -275,11 +270,7 @@ def test_stmatrix_and_c_prefetch_on_odd_shapes(variant):
               "spread_cluster": steps["tma_store"].with_(c_spread=True, cluster_m=2),
               "pingpong": steps["pingpong"]}[variant]
     ran = 0
-    for shape, layout, dtype, epilogue in [((136, 200, 72), "nt", "fp16", "relu+add"),
-                                           ((1000, 1000, 2000), "nn", "bf16", "bias_row+gelu+add"),
-                                           ((264, 520, 4104), "tt", "fp16", "alpha+beta"),
-                                           ((2056, 2184, 200), "tn", "bf16", "add"),
-                                           ((1000, 264, 1032), "nt", "bf16", "bias_col+relu"),
+    for shape, layout, dtype, epilogue in [*ODD_C_CASES, ((1000, 264, 1032), "nt", "bf16", "bias_col+relu"),
                                            ((7, 8, 8), "nt", "fp16", ""),
                                            ((130, 4100, 8200), "nt", "tf32", "relu+add")]:
         spec = GemmSpec(*shape, layout=layout, dtype=dtype, epilogue=epilogue)
@@ -287,15 +278,12 @@ def test_stmatrix_and_c_prefetch_on_odd_shapes(variant):
             candidate = config.with_(stmatrix=use_stmatrix)
             if not spec.epilogue.reads_c:
                 candidate = candidate.without_c_options()
-            if use_stmatrix != candidate.stmatrix or (not use_stmatrix and not candidate.c_l2_prefetch):
+            if not use_stmatrix and not candidate.c_l2_prefetch:
                 continue  # the plain pair write-back without prefetches is covered by the tests above
             if FAMILY.rejections(candidate, spec, arch):
                 assert dtype == "tf32" or not spec.epilogue.reads_c, (spec.short(), FAMILY.rejections(candidate, spec, arch))
                 continue
-            compiled = compile_kernel(FAMILY.render(spec, candidate, arch), arch)
-            for seed in (21, 22):
-                result = evaluate(compiled, verify_only=True, rng=np.random.default_rng(seed))
-                assert result.verify.ok, f"{variant} {spec.short()} {candidate.describe()}: {result.verify.message}"
+            _verify_launches(spec, candidate, arch, (21, 22), variant)
             ran += 1
     assert ran >= 5
 
@@ -305,17 +293,9 @@ def test_stmatrix_and_c_prefetch_on_odd_shapes(variant):
 def test_c_spread_on_odd_shapes(base, cluster_m):
     """C loaded as 16-row boxes a k-block at a time (c_spread), the rest at a piece's last k-block
     when K is short; with ping-pong buffers, clusters and split tails, in all four layouts."""
-    from gemmtune.compiler import compile_kernel
-    from gemmtune.evaluate import evaluate
-
     arch = _hopper()
     config = dict(FAMILY.ladder(arch))[base].with_(c_spread=True, cluster_m=cluster_m,
                                                    split_tail=base == "tma_store")
-    for shape, layout, dtype, epilogue in [((136, 200, 72), "nt", "fp16", "relu+add"),
-                                           ((1000, 1000, 2000), "nn", "bf16", "bias_row+gelu+add"),
-                                           ((264, 520, 4104), "tt", "fp16", "alpha+beta"),
-                                           ((2056, 2184, 200), "tn", "bf16", "add")]:
-        spec = GemmSpec(*shape, layout=layout, dtype=dtype, epilogue=epilogue)
-        result = evaluate(compile_kernel(FAMILY.render(spec, config, arch), arch), verify_only=True,
-                          rng=np.random.default_rng(13))
-        assert result.verify.ok, f"c_spread {spec.short()} {config.describe()}: {result.verify.message}"
+    for shape, layout, dtype, epilogue in ODD_C_CASES:
+        _verify_launches(GemmSpec(*shape, layout=layout, dtype=dtype, epilogue=epilogue), config, arch, (13,),
+                         "c_spread")

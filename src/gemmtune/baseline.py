@@ -146,32 +146,37 @@ def _timed(spec: GemmSpec, protocol: TimingProtocol, make_launch: Callable[[Any,
     return check_and_time(prepared, launch, protocol, what, roundings)[0]
 
 
-def cublas_measurement(spec: GemmSpec, protocol: TimingProtocol = TimingProtocol()) -> Measurement:
-    """cuBLAS GEMM in the spec's types (torch.mm; into a preallocated D where the types allow) on the
-    spec's layout; epilogue not included."""
+def cublas_launch(torch: Any, spec: GemmSpec, x: dict) -> Callable[[], Any]:
+    """cuBLAS GEMM of `spec` (its epilogue left out) on the GPU operands `x`: torch.mm into a
+    preallocated D where the types allow, on the spec's layout."""
     bare = spec.without_epilogue()
+    a, b = _operands(bare, x)
+    if not bare.default_out:  # torch.mm(out_dtype=) allocates its result
+        return lambda: _mm(torch, bare, a, b)
+    out = torch.empty((bare.m, bare.n), dtype=_torch_type(torch, bare.out_dtype), device="cuda")
+    return lambda: torch.mm(a, b, out=out)
 
-    def make_launch(torch: Any, x: dict) -> Callable[[], Any]:
-        a, b = _operands(bare, x)
-        if not bare.default_out:  # torch.mm(out_dtype=) allocates its result
-            return lambda: _mm(torch, bare, a, b)
-        out = torch.empty((bare.m, bare.n), dtype=_torch_type(torch, bare.out_dtype), device="cuda")
-        return lambda: torch.mm(a, b, out=out)
 
-    return _timed(bare, protocol, make_launch, "cuBLAS")
+def eager_launch(torch: Any, spec: GemmSpec, x: dict) -> Callable[[], Any]:
+    """The GEMM, then each epilogue op as its own torch op (unfused), as an eager model runs it."""
+    a, b = _operands(spec, x)
+
+    def launch() -> Any:
+        v = _mm(torch, spec, a, b)
+        for name in spec.epilogue.ops:
+            v = EAGER_OPS[name](torch, v, x)
+        return v
+    return launch
+
+
+def cublas_measurement(spec: GemmSpec, protocol: TimingProtocol = TimingProtocol()) -> Measurement:
+    """cuBLAS GEMM in the spec's types (cublas_launch); epilogue not included."""
+    bare = spec.without_epilogue()
+    return _timed(bare, protocol, lambda torch, x: cublas_launch(torch, bare, x), "cuBLAS")
 
 
 def torch_eager_measurement(spec: GemmSpec, protocol: TimingProtocol = TimingProtocol()) -> Measurement:
-    """GEMM then each epilogue op as its own torch op (unfused), as an eager model runs it."""
-    def make_launch(torch: Any, x: dict) -> Callable[[], Any]:
-        a, b = _operands(spec, x)
-
-        def launch() -> Any:
-            v = _mm(torch, spec, a, b)
-            for name in spec.epilogue.ops:
-                v = EAGER_OPS[name](torch, v, x)
-            return v
-        return launch
-
+    """GEMM then each epilogue op as its own torch op (eager_launch)."""
     # Each op of the chain rounds to D's type on its own (a fused kernel rounds once).
-    return _timed(spec, protocol, make_launch, "torch eager", 1 + len(spec.epilogue.ops))
+    return _timed(spec, protocol, lambda torch, x: eager_launch(torch, spec, x), "torch eager",
+                  1 + len(spec.epilogue.ops))

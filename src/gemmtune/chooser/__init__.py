@@ -57,7 +57,7 @@ class SplitTail:
 
 def split_tail(spec: GemmSpec, config: Any, sm_count: int, blocks_per_sm: float = 1.0) -> SplitTail | None:
     """The split tail of a config whose schedule splits tiles along K (wgmma split_tail), else None."""
-    if not isinstance(config, WgmmaConfig) or not getattr(config, "split_tail", False):
+    if not isinstance(config, WgmmaConfig) or not config.split_tail:
         return None
     s = schedule_for(spec, config)
     if s.splits < 2:
