@@ -53,6 +53,7 @@ class FakeDriver:
     CUdevice_attribute = real.CUdevice_attribute
     CUfunction_attribute = real.CUfunction_attribute
     CUevent_flags = real.CUevent_flags
+    CUlaunchConfig = real.CUlaunchConfig
 
     def __init__(self, kernels: dict[str, Kernel] | None = None):
         self.kernels = dict(kernels or {})
@@ -63,6 +64,11 @@ class FakeDriver:
         self.context = 0
         self.modules_alive = 0
         self._ids = itertools.count(1)
+        # The occupancy calculator's answers: blocks per SM, the kernel's __cluster_dims__ (0: none)
+        # and how many of its clusters fit at once.
+        self.blocks_per_sm = 1
+        self.cluster_dims = (0, 0, 0)
+        self.active_clusters = 0
 
     # device and context
     def cuInit(self, flags): return (OK,)
@@ -132,6 +138,18 @@ class FakeDriver:
     def cuFuncSetAttribute(self, function, attr, value):
         self.calls.append(f"set {attr.name}={value}")
         return (OK,)
+
+    def cuFuncGetAttribute(self, attr, function):
+        axis = attr.name.removeprefix("CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_")
+        return (OK, self.cluster_dims[("WIDTH", "HEIGHT", "DEPTH").index(axis)])
+
+    def cuOccupancyMaxActiveBlocksPerMultiprocessor(self, function, threads, smem):
+        self.calls.append(f"occupancy threads={threads} smem={smem}")
+        return (OK, self.blocks_per_sm)
+
+    def cuOccupancyMaxActiveClusters(self, function, config):
+        self.calls.append(f"cluster occupancy grid={config.gridDimX} smem={config.sharedMemBytes}")
+        return (OK, self.active_clusters)
 
     def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
         self.calls.append("launch")

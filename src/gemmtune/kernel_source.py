@@ -82,6 +82,9 @@ class KernelSource:
     tensor_maps: tuple[TensorMapArg, ...] = ()
     # Uses arch-specific instructions (wgmma, setmaxnreg): compiled for e.g. sm_90a, not sm_90.
     arch_specific: bool = False
+    # Every block must be resident at once (blocks wait on each other's results): a persistent grid
+    # sized for one GPU may hang on a smaller one, so the runtime checks occupancy before launching.
+    co_resident: bool = False
 
     def __post_init__(self) -> None:
         names = POINTER_ARGS + SCALAR_ARGS + tuple(t.name for t in self.tensor_maps)
@@ -108,6 +111,7 @@ class KernelSource:
             "family_version": self.family_version, "config": self.config,
             "dynamic_smem": self.dynamic_smem, "options": list(self.options),
             "tensor_maps": [t.to_json() for t in self.tensor_maps], "arch_specific": self.arch_specific,
+            "co_resident": self.co_resident,
         }
 
     @staticmethod
@@ -118,7 +122,7 @@ class KernelSource:
             family_version=data["family_version"], config=data.get("config", {}),
             dynamic_smem=data.get("dynamic_smem", 0), options=tuple(data.get("options", ())),
             tensor_maps=tuple(TensorMapArg.from_json(t) for t in data.get("tensor_maps", ())),
-            arch_specific=data.get("arch_specific", False),
+            arch_specific=data.get("arch_specific", False), co_resident=data.get("co_resident", False),
         )
 
     def tensor_map(self, name: str) -> TensorMapArg | None:

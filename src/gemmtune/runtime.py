@@ -217,6 +217,44 @@ def resource_problems(compiled: CompiledKernel, info: DeviceInfo) -> list[str]:
     return problems
 
 
+def co_residency_problem(grid_blocks: int, resident_blocks: int, entry: str) -> str | None:
+    """Why a kernel whose blocks wait on each other's results could hang on this GPU, or None.
+    All its blocks must be resident at once: a waiting block that holds the SM its producer needs
+    never lets it start."""
+    if resident_blocks >= grid_blocks:
+        return None
+    return (f"{entry}: its {grid_blocks} blocks wait on each other and must all be resident, but this GPU "
+            f"holds {resident_blocks} at once (a split_tail schedule sized for a larger GPU); "
+            "tune or build without split_tail for this GPU")
+
+
+def cluster_size(function: Any) -> int:
+    """Blocks per cluster the kernel was compiled for (__cluster_dims__); 1 without clusters."""
+    cu = driver()
+    dims = [checked(cu.cuFuncGetAttribute(getattr(cu.CUfunction_attribute, f"CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_{d}"),
+                                          function), f"cuFuncGetAttribute(REQUIRED_CLUSTER_{d})")
+            for d in ("WIDTH", "HEIGHT", "DEPTH")]
+    return max(1, math.prod(int(d) for d in dims))  # all 0 when the kernel sets no cluster size
+
+
+def resident_blocks(function: Any, source: KernelSource, sm_count: int) -> int:
+    """How many blocks of `function` the GPU holds at once, by the driver's occupancy calculator
+    (call after the dynamic shared memory opt-in): blocks per SM × SMs, or with clusters, the
+    clusters that fit at once × their size."""
+    cu = driver()
+    cluster = cluster_size(function)
+    if cluster == 1:
+        per_sm = checked(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(function, source.threads, source.dynamic_smem),
+                         f"cuOccupancyMaxActiveBlocksPerMultiprocessor({source.entry})")
+        return int(per_sm) * sm_count
+    config = cu.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = source.grid
+    config.blockDimX, config.blockDimY, config.blockDimZ = source.block
+    config.sharedMemBytes = source.dynamic_smem
+    clusters = checked(cu.cuOccupancyMaxActiveClusters(function, config), f"cuOccupancyMaxActiveClusters({source.entry})")
+    return int(clusters) * cluster
+
+
 # --- kernel arguments --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class KernelArguments:
@@ -294,9 +332,18 @@ class LoadedKernel:
         self.module = checked(driver().cuModuleLoadData(compiled.cubin), "cuModuleLoadData")
         try:
             self.function = self._get_function()
-        except LaunchError:
-            self.unload()
+            if self.source.co_resident:
+                self._check_co_residency(info)
+        except (LaunchError, ResourceError):
+            release([self.unload], after_error=True)
             raise
+
+    def _check_co_residency(self, info: DeviceInfo) -> None:
+        src = self.source
+        held = resident_blocks(self.function, src, info.sm_count)
+        problem = co_residency_problem(math.prod(src.grid), held, src.entry)
+        if problem:
+            raise ResourceError(problem)
 
     def _get_function(self) -> Any:
         cu = driver()
