@@ -17,7 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from datetime import date
 from statistics import median
 from typing import Callable
@@ -26,12 +27,13 @@ from gemmtune.bench import BenchRow, bench_compiled, bench_cublas
 from gemmtune.compiler import compile_kernel
 from gemmtune.device import query_device
 from gemmtune.kernel_source import KernelSource
-from gemmtune.kernels.wgmma.config import WgmmaConfig
+from gemmtune.kernels.wgmma.config import CLUSTER_GRID, WgmmaConfig
 from gemmtune.kernels.wgmma.render import render
 from gemmtune.spec import GemmSpec
 from gemmtune.timing import TimingProtocol
 
 Patch = Callable[[KernelSource], KernelSource]
+ALONE = ", no epilogue"  # the name suffix of a case's GEMM-alone variants (run on the spec without epilogue)
 BASE = WgmmaConfig(bm=128, bn=256, stages=3, consumers=2, specialized=True, persistent=True, group_m=8,
                    tma_store=True)
 S4H2 = BASE.with_(stages=4, store_slices=2)
@@ -232,8 +234,57 @@ C4_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
          RING2C.with_(cluster_m=4, group_m=4, c_l2_prefetch=True, stmatrix=True), None)]),
 ]
 
+
+
+@dataclass(frozen=True)
+class GridOf:
+    """Not a patch of the source: the variant is rendered with CLUSTER_GRID[cluster] = blocks (the
+    persistent grid for clusters of that size), e.g. the 64 pairs launched before session 9."""
+
+    cluster: int
+    blocks: int
+
+    def __call__(self, src: KernelSource) -> KernelSource:
+        return src
+
+
+@contextmanager
+def cluster_grid(override: GridOf):
+    before = CLUSTER_GRID[override.cluster]
+    CLUSTER_GRID[override.cluster] = override.blocks
+    try:
+        yield
+    finally:
+        CLUSTER_GRID[override.cluster] = before
+
+
+# Session 9 (--set s9): pairs launched 66 at a time (all 132 SMs) with the last wave shared out in
+# even runs of k-blocks (split_tail), and K walked backwards every other tile (serpentine), against
+# the 64 pairs of session 8.
+PAIRS64 = GridOf(2, 128)
+C2S_RING = RING2C.with_(c_l2_prefetch=True, stmatrix=True)
+S9_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
+    *[(GemmSpec(size, size, size, "nt", dtype), [
+        ("cluster2 s4 slices2 stmatrix, 64 pairs", C2S, PAIRS64),
+        ("same, 66 pairs", C2S, None),
+        ("66 pairs + split-tail", C2S.with_(split_tail=True), None),
+        ("66 pairs + split-tail + serpentine", C2S.with_(split_tail=True, serpentine=True), None),
+        ("64 pairs + serpentine", C2S.with_(serpentine=True), PAIRS64)])
+      for size, dtype in ((8192, "bf16"), (8192, "fp16"), (4096, "bf16"), (4096, "fp16"))],
+    (GemmSpec(4096, 4096, 4096, "nt", "fp16", "relu+add"), [
+        ("cluster2 s4 slices2 C-in-ring + C-L2-prefetch + stmatrix, 64 pairs", C2S_RING, PAIRS64),
+        ("66 pairs + split-tail", C2S_RING.with_(split_tail=True), None),
+        ("66 pairs + split-tail + serpentine", C2S_RING.with_(split_tail=True, serpentine=True), None),
+        (f"66 pairs + split-tail{ALONE}", C2S.with_(split_tail=True), None),
+        (f"66 pairs + split-tail + serpentine{ALONE}", C2S.with_(split_tail=True, serpentine=True), None)]),
+    (GemmSpec(4096, 4096, 4096, "nt", "tf32"), [
+        ("cluster2 s4 slices4, 64 pairs", S4H4.with_(cluster_m=2), PAIRS64),
+        ("66 pairs + split-tail", S4H4.with_(cluster_m=2, split_tail=True), None),
+        ("66 pairs + split-tail + serpentine", S4H4.with_(cluster_m=2, split_tail=True, serpentine=True), None)]),
+]
+
 SETS = {"all": CASES, "final": FINAL_CASES, "fused": FUSED_CASES, "bf16": BF16_CASES, "h200": H200_CASES,
-        "s8": S8_CASES, "c4": C4_CASES}
+        "s8": S8_CASES, "c4": C4_CASES, "s9": S9_CASES}
 
 def max_active_clusters(compiled, cluster_m: int = 2) -> str:
     """How many clusters of this kernel the GPU holds at once (driver's occupancy calculator)."""
@@ -261,11 +312,14 @@ def row_line(name: str, row: BenchRow, cublas_s: float | None, note: str) -> str
 
 
 def compile_variant(spec: GemmSpec, config: WgmmaConfig, patch: Patch | None):
+    if isinstance(patch, GridOf):
+        with cluster_grid(patch):
+            src = render(spec, config, "sm_90a")
+        return compile_kernel(src, "sm_90a")
     src = render(spec, config, "sm_90a")
     return compile_kernel(patch(src) if patch else src, "sm_90a")
 
 
-ALONE = ", no epilogue"  # the name suffix of a case's added GEMM-alone variant
 
 
 def with_gemm_alone(spec: GemmSpec, variants: list) -> list:
@@ -273,7 +327,9 @@ def with_gemm_alone(spec: GemmSpec, variants: list) -> list:
     with its options about loading C dropped, run on the spec without its epilogue (variant_spec)."""
     if spec.epilogue.is_identity:
         return list(variants)
-    return [*variants, (f"{variants[0][0]}{ALONE}", variants[0][1].without_c_options(), None)]
+    name, config, patch = variants[0]
+    grid = patch if isinstance(patch, GridOf) else None  # the same grid; source patches are the epilogue's
+    return [*variants, (f"{name}{ALONE}", config.without_c_options(), grid)]
 
 
 def variant_spec(spec: GemmSpec, name: str) -> GemmSpec:

@@ -251,8 +251,18 @@ def test_explain_counts_the_whole_waves_before_a_partial_split_tail():
     assert (tail.tiles, tail.whole_tiles, tail.splits, tail.pieces, tail.blocks) == (320, 264, 2, 112, 132)
     assert tail.text().startswith("split tail: the last 56 tiles split along K into 2 ranges, 112 pieces on 132 "
                                   "blocks (2.00 waves of whole tiles, then 0.85 waves of 1/2-tile pieces)")
-    pair = split_tail(spec, WgmmaConfig(bm=128, bn=256, split_tail=True, cluster_m=2), 132)  # 64 clusters of 2
-    assert (pair.tiles, pair.whole_tiles, pair.pieces, pair.blocks) == (320, 256, 128, 128)
+    pair = split_tail(spec, WgmmaConfig(bm=128, bn=256, split_tail=True, cluster_m=2), 132)  # 66 clusters of 2
+    assert (pair.tiles, pair.whole_tiles, pair.pieces, pair.blocks) == (320, 264, 112, 132)
+
+
+def test_explain_tells_even_shares_of_a_tail_over_half_the_gpu():
+    spec = GemmSpec(4096, 4096, 4096, "nt", "bf16")  # 512 tiles: 3 waves and 116 tiles, 64 k-blocks each
+    tail = split_tail(spec, WgmmaConfig(bm=128, bn=256, split_tail=True), 132)
+    assert (tail.tiles, tail.whole_tiles, tail.splits, tail.pieces, tail.blocks) == (512, 396, 0, 132, 132)
+    assert tail.ways == pytest.approx(132 / 116)
+    assert tail.text().startswith("split tail: the last 116 tiles shared along K in even runs of 56.2 of their 64 "
+                                  "k-blocks, 132 shares on 132 blocks (3.00 waves of whole tiles, then 1.00 waves "
+                                  "of shares)")
 
 
 def test_explain_mentions_no_split_where_the_schedule_has_none():

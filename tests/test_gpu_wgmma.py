@@ -156,9 +156,12 @@ def test_pingpong_many_tiles_per_block(epilogue, cluster_m):
 SPLIT_CASES = [  # (shape, layout, dtype): each has split tiles without clusters (see test_wgmma_schedule.py)
     ((1000, 1000, 2000), "nt", "bf16"),    # 32 tiles < 132: each split in 2 (16 k-blocks each)
     ((2056, 2184, 2000), "tn", "fp16"),    # 153 tiles: one wave, then 21 tiles split 2 ways
-    ((264, 520, 4104), "tt", "fp16"),      # 9 tiles, 65 k-blocks each: 8 K ranges, K tail
+    ((264, 520, 4104), "tt", "fp16"),      # 9 tiles, 65 k-blocks each: 4 K ranges, K tail
     ((1, 4096, 8192), "nn", "bf16"),       # M = 1: 16 tiles of 128 k-blocks, 8 ways
     ((2048, 5120, 5120), "nt", "fp16"),    # 320 tiles: two waves, then 56 tiles in halves
+    # Tails over half the workers, shared in even runs of k-blocks that cross from unit to unit:
+    ((1221, 2500, 2000), "nt", "bf16"),    # 100 tiles (50 pairs): 132 (66) shares of 24.2 k-blocks
+    ((3000, 2200, 1100), "tn", "fp16"),    # 216 tiles: a wave, then 84 in 94 shares (pairs: 42 in 47), K tail
 ]
 
 
@@ -181,6 +184,23 @@ def test_split_tail_on_odd_shapes(epilogue, cluster_m):
         result = evaluate(compile_kernel(FAMILY.render(spec, config, arch), arch), quick,
                           rng=np.random.default_rng(11))
         assert result.verify.ok, f"split tail {spec.short()} {config.describe()}: {result.verify.message}"
+
+
+@pytest.mark.parametrize("cluster_m", [1, 2])
+def test_serpentine_on_odd_shapes(cluster_m):
+    """serpentine: every other piece's k-blocks loaded last to first; right with whole rounds before a
+    split tail (so backward pieces and shares meet), with C through the ring prefetched to L2, in
+    all four layouts."""
+    arch = _hopper()
+    steps = dict(FAMILY.ladder(arch))
+    plain = steps["sliced_store"].with_(store_slices=2, split_tail=True, serpentine=True, cluster_m=cluster_m)
+    ring = plain.with_(c_ring=True, c_l2_prefetch=True, stmatrix=True)
+    cases = [(GemmSpec(3000, 2200, 1100, "tn", "fp16", "relu+add"), ring),
+             (GemmSpec(2056, 2184, 2000, "nn", "bf16"), plain),
+             (GemmSpec(2048, 5120, 5120, "nt", "fp16", "bias_row+gelu+add"), ring),
+             (GemmSpec(3000, 2200, 1100, "tt", "bf16"), plain)]
+    for spec, config in cases:
+        _verify_launches(spec, config, arch, (21, 22), "serpentine")
 
 
 def test_split_tail_with_direct_stores_and_fp32_out():

@@ -179,13 +179,17 @@ def test_split_tail_compiles_without_spills(tmp_path, spec, cluster_m):
 
 
 def test_split_tail_only_where_the_last_wave_has_room():
-    """Whole waves, or a last wave too full to split, run whole tiles: no partial-sum code, and the
-    same grid as the plain persistent kernel."""
+    """Whole waves run whole tiles: no partial-sum code, and the same grid as the plain persistent
+    kernel; a last wave over half full is shared out in even runs of k-blocks."""
     config = dict(LADDER)["sliced_store"]
-    for spec in (GemmSpec(128 * 12, 256 * 11, 4096, "nt", "bf16"),  # 132 tiles: one full wave
-                 GemmSpec(4096, 4096, 4096, "nt", "bf16")):  # 512 tiles: 116 left over, no room to split
-        plain, split = FAMILY.render(spec, config, "sm_90a"), FAMILY.render(spec, config.with_(split_tail=True), "sm_90a")
-        assert "partial_sums" not in split.code and split.grid == plain.grid == (132, 1, 1)
+    spec = GemmSpec(128 * 12, 256 * 11, 4096, "nt", "bf16")  # 132 tiles: one full wave
+    plain, split = FAMILY.render(spec, config, "sm_90a"), FAMILY.render(spec, config.with_(split_tail=True), "sm_90a")
+    assert "partial_sums" not in split.code and split.grid == plain.grid == (132, 1, 1)
+    assert not split.co_resident
+    big = GemmSpec(4096, 4096, 4096, "nt", "bf16")  # 512 tiles: 116 left over, shared by 132 blocks
+    shared = FAMILY.render(big, config.with_(split_tail=True), "sm_90a")
+    assert "partial_sums" in shared.code and "TAIL_WORKERS = 132" in shared.code and shared.grid == (132, 1, 1)
+    assert shared.co_resident
     small = GemmSpec(512, 512, 8192, "nt", "bf16")  # 8 tiles of 128 k-blocks: 8 ways (16 k-blocks each)
     assert FAMILY.render(small, config, "sm_90a").grid == (8, 1, 1)
     assert FAMILY.render(small, config.with_(split_tail=True), "sm_90a").grid == (64, 1, 1)

@@ -18,16 +18,24 @@ def _walk(schedule: Schedule) -> None:
     split = set()  # units whose first piece stops before the last k-block
     for worker in range(schedule.workers):
         pieces = schedule.pieces(worker)
-        for index, (unit, begin, end) in enumerate(pieces):
+        tail = [p for p in pieces if p[0] >= schedule.whole_units]  # after every whole unit, at most two
+        assert pieces[len(pieces) - len(tail):] == tail and len(tail) <= 2
+        if worker < schedule.tail_workers:  # its share: at least MIN_SHARE k-blocks, at most one unit
+            lo, hi = schedule.share(worker)
+            assert sum(end - begin for _, begin, end in tail) == hi - lo
+            assert min(MIN_SHARE, schedule.k_blocks) <= hi - lo <= schedule.k_blocks
+        else:
+            assert not tail
+        if len(tail) == 2:  # the end of one unit, then the start of the next
+            (u0, b0, e0), (u1, b1, e1) = tail
+            assert e0 == schedule.k_blocks and b0 > 0 and u1 == u0 + 1 and b1 == 0
+        for unit, begin, end in pieces:
             assert 0 <= begin < end <= schedule.k_blocks and 0 <= unit < schedule.units
-            assert end - begin >= min(MIN_SHARE, schedule.k_blocks)
             for kb in range(begin, end):
                 assert (unit, kb) not in done, f"k-block {kb} of unit {unit} done twice"
                 done[(unit, kb)] = worker
-            if end - begin < schedule.k_blocks:  # a split piece: only ever a worker's last
-                assert index == len(pieces) - 1
             if begin > 0:
-                assert worker not in partials
+                assert worker not in partials  # one partial-sum slot per block
                 partials[worker] = unit
             else:
                 assert unit not in finishers
@@ -42,6 +50,8 @@ def _walk(schedule: Schedule) -> None:
         expected = sorted(w for w, u in partials.items() if u == unit)
         assert expected and schedule.contributors(worker) == expected
         assert all(w > worker for w in expected)  # dependencies point only to later workers
+        for w in expected:  # ... and to their first tail piece, which waits on nothing
+            assert next(p for p in schedule.pieces(w) if p[0] >= schedule.whole_units)[0] == unit
 
 
 @pytest.mark.parametrize("units,k_blocks,slots", list(itertools.product(
@@ -55,10 +65,24 @@ def test_every_k_block_once_and_finishers_know_their_contributors(units, k_block
 
 def test_plan_splits_the_partial_wave_over_the_gpu():
     s = plan(320, 80, 132, split_tail=True)  # 2048x5120 in 128x256 tiles: 2 waves and 56 tiles
-    assert (s.workers, s.whole_units, s.splits) == (132, 264, 2)
-    assert plan(512, 64, 132, split_tail=True).splits == 1  # 116 left over: no room to split them
+    assert (s.workers, s.whole_units, s.splits, s.tail_workers) == (132, 264, 2, 112)
     assert plan(264, 64, 132, split_tail=True).splits == 1  # two whole waves: nothing to split
     assert plan(320, 80, 132, split_tail=False).splits == 1
+
+
+def test_plan_shares_a_tail_of_more_than_half_the_workers():
+    # 4096^3 in 128x256 tiles on 66 pairs: 3 whole rounds, then 58 units' 3712 k-blocks on 66 workers.
+    s = plan(256, 64, 66, split_tail=True)
+    assert (s.workers, s.whole_units, s.tail_workers, s.splits) == (66, 198, 66, 0)
+    assert s.share_k_blocks == pytest.approx(58 * 64 / 66)
+    assert s.pieces(0)[-1] == (198, 0, 56) and s.pieces(1)[-2:] == [(198, 56, 64), (199, 0, 48)]
+    assert s.contributors(0) == [1] and s.contributors(1) == [2]
+    # 8192^3 on 66 pairs: 15 rounds, then 34 units in 66 shares of about 66 k-blocks (of 128).
+    s = plan(1024, 128, 66, split_tail=True)
+    assert (s.whole_units, s.tail_workers) == (990, 66)
+    assert plan(512, 64, 132, split_tail=True).tail_workers == 132  # 116 left over: 56 k-blocks each
+    assert plan(100, 20, 132, split_tail=True).tail_workers == 125  # shares of MIN_SHARE k-blocks at least
+    assert plan(131, 16, 132, split_tail=True).splits == 1  # a share would be a whole unit: not split
 
 
 def test_plan_splits_few_tiles_over_workers_with_enough_k():

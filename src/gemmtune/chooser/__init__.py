@@ -36,23 +36,35 @@ class SplitTail:
 
     tiles: int  # output tiles
     whole_tiles: int  # run whole first, round robin (a whole number of rounds)
-    splits: int  # K ranges per tile after them
-    pieces: int  # split pieces, one block each, all running at once
+    splits: int  # K ranges per tile after them (0: even shares that run across tiles)
+    pieces: int  # the tail's shares, one block each, all running at once
     blocks: int  # blocks launched
     slots: int  # blocks the GPU runs at once (blocks per SM × SMs)
+    share_k_blocks: float = 0.0  # k-blocks per share
+    k_blocks: int = 0  # k-blocks per tile
 
     @property
     def split_tiles(self) -> int:
         return self.tiles - self.whole_tiles
 
+    @property
+    def ways(self) -> float:
+        """Pieces per split tile: the K ranges, or (even shares) the average blocks per tile."""
+        return float(self.splits) if self.splits else self.pieces / self.split_tiles
+
     def text(self) -> str:
         which = f"all {self.tiles} tiles" if self.whole_tiles == 0 else f"the last {self.split_tiles} tiles"
-        tail = f"{self.pieces / self.slots:.2f} waves of 1/{self.splits}-tile pieces"
+        if self.splits:
+            how = f"split along K into {self.splits} ranges, {self.pieces} pieces"
+            size = f"1/{self.splits}-tile pieces"
+        else:
+            how = f"shared along K in even runs of {self.share_k_blocks:.1f} of their {self.k_blocks} k-blocks, {self.pieces} shares"
+            size = "shares"
+        tail = f"{self.pieces / self.slots:.2f} waves of {size}"
         if self.whole_tiles:
             tail = f"{self.whole_tiles / self.slots:.2f} waves of whole tiles, then {tail}"
-        return (f"split tail: {which} split along K into {self.splits} ranges, {self.pieces} pieces on "
-                f"{self.blocks} blocks ({tail}); the model's wave features describe the unsplit tiles "
-                f"(it was trained without split rows)")
+        return (f"split tail: {which} {how} on {self.blocks} blocks ({tail}); the model's wave features "
+                f"describe the unsplit tiles (it was trained without split rows)")
 
 
 def split_tail(spec: GemmSpec, config: Any, sm_count: int, blocks_per_sm: float = 1.0) -> SplitTail | None:
@@ -60,12 +72,13 @@ def split_tail(spec: GemmSpec, config: Any, sm_count: int, blocks_per_sm: float 
     if not isinstance(config, WgmmaConfig) or not config.split_tail:
         return None
     s = schedule_for(spec, config)
-    if s.splits < 2:
+    if not s.tail_workers:
         return None
     c = config.cluster_m
     return SplitTail(tiles=s.units * c, whole_tiles=s.whole_units * c, splits=s.splits,
-                     pieces=s.split_units * s.splits * c, blocks=s.workers * c,
-                     slots=max(1, round(blocks_per_sm * sm_count)))
+                     pieces=s.tail_workers * c, blocks=s.workers * c,
+                     slots=max(1, round(blocks_per_sm * sm_count)), share_k_blocks=s.share_k_blocks,
+                     k_blocks=s.k_blocks)
 
 
 @dataclass(frozen=True)
@@ -85,7 +98,7 @@ class Pick:
         really runs a split tile in (the model's feature is left as it is in `features`)."""
         f = dict(self.features)
         if self.split is not None:
-            f["splits"] = float(self.split.splits)
+            f["splits"] = self.split.ways
         return f
 
     def why(self) -> str:

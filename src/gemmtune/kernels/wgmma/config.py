@@ -23,9 +23,10 @@ MAX_ACCUMULATORS = 128  # fp32 accumulators per consumer thread; more leaves no 
 SM90_SMS = 132  # H100 SXM / H200: the persistent grid's size (any grid is correct, this one fills them)
 # Clusters are placed within a GPC; with 132 SMs in GPCs of uneven size, not every SM can hold a
 # block of a cluster, and a cluster left over would run after the others (twice the time). The
-# persistent grid launches as many clusters as always fit: 64 pairs, 30 clusters of 4 (the driver's
-# cuOccupancyMaxActiveClusters on an H100 SXM: 66 pairs, 30 fours).
-CLUSTER_GRID = {2: 128, 4: 120}  # blocks
+# persistent grid launches as many clusters as always fit (the driver's cuOccupancyMaxActiveClusters
+# on an H100 SXM and an H200: 66 pairs, 30 clusters of 4). Pairs were launched 64 at a time until the
+# split tail could share out a last wave over half full (256 units on 66 pairs: 3.88 rounds, not 4).
+CLUSTER_GRID = {2: 132, 4: 120}  # blocks
 C_SPREAD_ROWS = 16  # rows of one C box with c_spread: 32 boxes of a 128x256 fp16 tile, one per k-block
 INPUT_BYTES = {"bf16": 2, "fp16": 2, "tf32": 4}
 OUT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -82,6 +83,11 @@ class WgmmaConfig(FamilyConfig):
     split_tail: (persistent grid) the tiles of the last, partial wave (all tiles when they are too
       few to fill the GPU) are split along K into equal ranges, one block each, so the tail fills
       the GPU (schedule.py); the block holding a tile's first k-block adds the others' fp32 sums.
+      Where that tail is more than half the GPU, its k-blocks are cut into even shares instead.
+    serpentine: (persistent grid) a block walks K forwards in one tile and backwards in the next.
+      The blocks run in step, so a round that follows one sharing its A row-panels starts on the
+      k-slabs the round before read last, which L2 (least recently used out first) still holds;
+      walking forwards again it would start on the slabs evicted first.
     """
 
     bm: int = 128
@@ -100,7 +106,14 @@ class WgmmaConfig(FamilyConfig):
     c_ring: bool = False
     c_l2_prefetch: bool = False
     stmatrix: bool = False
+    serpentine: bool = False
     FAMILY_LABEL = "wgmma"
+
+    def to_json(self) -> dict:
+        data = super().to_json()
+        if not data["serpentine"]:  # configs (and database keys) from before the option stay unchanged
+            del data["serpentine"]
+        return data
 
     # --- derived shape --------------------------------------------------------------------
     @property
@@ -168,6 +181,7 @@ class WgmmaConfig(FamilyConfig):
         store += " C-in-ring" if self.c_ring else ""
         store += " C-L2-prefetch" if self.c_l2_prefetch else ""
         store += " stmatrix" if self.stmatrix else ""
+        grid += " serpentine-K" if self.serpentine else ""
         return f"tile {self.bm}x{self.bn} stages{self.stages} {roles}{grid}{cluster}{store}"
 
 
@@ -243,6 +257,8 @@ def _schedule(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
         return f"cluster_m={c.cluster_m}: clusters of 1, 2 or 4 blocks along M"
     if c.cluster_m > 1 and not (c.specialized and c.persistent):
         return "B multicast in clusters runs only in the persistent warp-specialized kernel"
+    if c.serpentine and not (c.specialized and c.persistent):
+        return "serpentine K order is for the persistent warp-specialized kernel (blocks that run many tiles)"
     if c.split_tail and not (c.specialized and c.persistent and not c.pingpong):
         return "split_tail runs in the persistent warp-specialized kernel with cooperative consumers"
     if c.bn % (64 * c.cluster_m):

@@ -224,7 +224,7 @@ def _epilogue_args(spec: GemmSpec) -> str:
 
 def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> str:
     epi_args = _epilogue_args(spec)
-    split = plan.splits > 1  # the tail's tiles are split along K
+    split = plan.tail_workers > 0  # the tail's tiles are split along K
     sync = "cluster_sync()" if config.cluster_m > 1 else "__syncthreads()"
     rank = "(int)cluster_cta_rank()" if config.cluster_m > 1 else "0"
     ring_c = config.tma_store and spec.epilogue.reads_c and config.c_ring
@@ -304,8 +304,14 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
                 store_partial(acc, consumer);
                 continue;
             }
-            if (kb_end < K_BLOCKS) add_partials(acc, worker, rank, consumer);  // the tile's other K ranges"""
+            if (kb_end < K_BLOCKS) add_partials(acc, worker, rank, consumer, unit);  // the tile's other K ranges"""
                if split else "")
+    # serpentine: odd pieces walk their k-blocks backwards (the sum is the same; only the order the
+    # producer loads them in changes, and the consumers take stages in ring order either way).
+    serpentine = ("""
+                const bool backwards = cursor % 2 == 0;  // this piece is the worker's 2nd, 4th, ..."""
+                  if config.serpentine else "")
+    k_block = "backwards ? kb_begin + kb_end - 1 - kb : kb" if config.serpentine else "kb"
     c_slots = ("""
     unsigned char* c_slots = reinterpret_cast<unsigned char*>(C_IN_A_REGION ? a_tiles : b_tiles);  // slot 0's C region"""
                if ring_c else "")
@@ -341,11 +347,11 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
             while (next_piece(worker, cursor, unit, kb_begin, kb_end)) {{
                 int unit_m, tile_n;
                 unit_coords(unit, unit_m, tile_n);
-                const int tile_m = unit_m * CLUSTER_M + rank;{c_at}{c_stride}
+                const int tile_m = unit_m * CLUSTER_M + rank;{c_at}{c_stride}{serpentine}
                 for (int kb = kb_begin; kb < kb_end; ++kb) {{{prefetch_c}
                     mbarrier_wait(&empty[s], phase ^ 1);  // passes at once on the first lap
                     load_stage(tma_A, tma_B, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, &full[s],
-                               tile_m, tile_n, kb, rank);
+                               tile_m, tile_n, {k_block}, rank);
                     if (++s == STAGES) {{ s = 0; phase ^= 1; }}{load_c}
                 }}{ring_load_c}
             }}

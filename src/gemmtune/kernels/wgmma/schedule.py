@@ -4,21 +4,30 @@ A *unit* is one output tile per block of a cluster; a *worker* is one cluster (o
 clusters). Plain: worker w takes whole units w, w + W, w + 2W, ...
 
 With split_tail, the units of the last, partial wave (every unit, when they do not fill the GPU)
-are split along K into SPLITS equal ranges, one worker each, so the tail fills the GPU: 64 tiles of
-a 1024×1024×16384 GEMM run on 128 blocks, not 64, and 320 tiles on 132 SMs run as two full waves
-and a third in halves (2.5 tile-times instead of 3). The whole units come first, the split pieces
-last: every piece of the tail starts at the same moment at one of SPLITS k offsets, so the blocks
-running together share their A and B k-slabs in L2 like a plain wave does.
+are spread over the workers along K, so the tail fills the GPU. The tail's k-blocks, unit after
+unit, are cut into TAIL_WORKERS contiguous shares, one per worker:
 
-Stream-K was tried first (every worker an even, contiguous share of the flattened k-blocks, so no
-tail at all): its shares start at scattered k offsets, the blocks running together then read
-disjoint k-slabs of A and B, L2 stops holding them, and it was 30-85% slower on the large shapes
-(bench/results/2026-11-23-h100-wgmma-variants.md, run 7). Equal splits keep the waves in step.
+- Where the tail is at most half the workers, the shares are equal splits of each unit (SPLITS
+  ranges per unit): 64 tiles of a 1024×1024×16384 GEMM run on 128 blocks, not 64, and 320 tiles on
+  132 SMs run as two full waves and a third in halves (2.5 tile-times instead of 3). Every piece of
+  the tail then starts at one of SPLITS k offsets, so the blocks running together share their A and
+  B k-slabs in L2 like a plain wave does.
+- Where it is more than half (say 58 units left on 66 pairs of blocks), no equal split fits, and the
+  shares are even runs of k-blocks that may cross from one unit into the next (stream-K on the last
+  wave only): 3.88 tile-times instead of 4 for 256 units on 66 workers.
 
-Piece j = 0 of a split unit (it holds the first k-block) is the finisher: it adds the other
-pieces' fp32 partial sums, which they store with a flag, and runs the epilogue. Each worker stores
-at most one partial (its tail piece), so one slot per block is enough. The finisher's dependencies
-are later workers that run their only tail piece at the same time.
+Stream-K over the whole problem was tried first (every worker an even, contiguous share of all
+k-blocks, so no tail at all): its shares start at scattered k offsets, the blocks running together
+then read disjoint k-slabs of A and B, L2 stops holding them, and it was 30-85% slower on the large
+shapes (bench/results/2026-11-23-h100-wgmma-variants.md, run 7). Confined to the last wave, the
+scattered slabs are those of the few units left.
+
+The worker whose share holds a unit's first k-block is its finisher: it adds the fp32 partial sums
+of the unit's other pieces, which the next workers store with a flag, and runs the epilogue. A share
+is at most one unit long, so it holds at most two pieces: the end of one unit (stored as a partial,
+run first) and the start of the next (which it finishes). Each worker stores at most one partial, so
+one slot per block is enough, and a finisher waits only on later workers' first pieces, which wait
+on nothing.
 
 This module is the Python twin of the CUDA scheduler (`next_piece` in the generated code): the
 tests walk it to check that every k-block of every tile is done exactly once.
@@ -44,29 +53,66 @@ def ceil_div(a: int, b: int) -> int:
 class Schedule:
     """workers: clusters launched (grid = workers · cluster_m); units: tiles per cluster block;
     k_blocks: k-blocks per tile; whole_units: units run whole (round robin, a multiple of workers
-    when any are split); splits: K ranges per unit after them (1: none split)."""
+    when any are split); tail_workers: the workers sharing the k-blocks of the units after them
+    (0: none split)."""
 
     workers: int
     units: int
     k_blocks: int
     whole_units: int
-    splits: int = 1
+    tail_workers: int = 0
 
     @property
     def split_units(self) -> int:
         return self.units - self.whole_units
 
+    @property
+    def tail_k_blocks(self) -> int:
+        return self.split_units * self.k_blocks
+
+    @property
+    def splits(self) -> int:
+        """K ranges per split unit where the shares are equal splits of each unit; 1 when nothing is
+        split; 0 when the shares run across units (see `share_k_blocks`)."""
+        if not self.tail_workers:
+            return 1
+        return self.tail_workers // self.split_units if self.tail_workers % self.split_units == 0 else 0
+
+    @property
+    def share_k_blocks(self) -> float:
+        """k-blocks each tail worker runs (on average, where the shares are uneven by one)."""
+        return self.tail_k_blocks / self.tail_workers if self.tail_workers else 0.0
+
+    def share(self, worker: int) -> tuple[int, int]:
+        """Worker's run [lo, hi) of the tail's k-blocks, numbered unit after unit."""
+        t, w = self.tail_k_blocks, self.tail_workers
+        return worker * t // w, (worker + 1) * t // w
+
+    def holder(self, flat: int) -> int:
+        """The tail worker whose share holds tail k-block `flat`."""
+        return ((flat + 1) * self.tail_workers - 1) // self.tail_k_blocks
+
     def pieces(self, worker: int) -> list[tuple[int, int, int]]:
         """(unit, kb_begin, kb_end) in the order the worker runs them (mirrors `next_piece`)."""
         out = [(unit, 0, self.k_blocks) for unit in range(worker, self.whole_units, self.workers)]
-        if worker < self.split_units * self.splits:
-            unit, j = self.whole_units + worker // self.splits, worker % self.splits
-            out.append((unit, j * self.k_blocks // self.splits, (j + 1) * self.k_blocks // self.splits))
+        if worker >= self.tail_workers:
+            return out
+        lo, hi = self.share(worker)
+        while lo < hi:  # cut at unit boundaries: at most two pieces
+            unit, begin = divmod(lo, self.k_blocks)
+            end = min(self.k_blocks, hi - unit * self.k_blocks)
+            out.append((self.whole_units + unit, begin, end))
+            lo = unit * self.k_blocks + end
         return out
 
     def contributors(self, worker: int) -> list[int]:
-        """Workers holding the other pieces of the split unit whose finisher is `worker`."""
-        return list(range(worker + 1, worker + self.splits))
+        """Workers holding the other pieces of the split unit that `worker` finishes (its piece that
+        starts a unit without ending it), in the order the finisher adds them."""
+        for unit, begin, end in self.pieces(worker):
+            if unit >= self.whole_units and begin == 0 and end < self.k_blocks:
+                last = self.holder((unit - self.whole_units + 1) * self.k_blocks - 1)
+                return list(range(worker + 1, last + 1))
+        return []
 
 
 def plan(units: int, k_blocks: int, slots: int, split_tail: bool) -> Schedule:
@@ -75,11 +121,14 @@ def plan(units: int, k_blocks: int, slots: int, split_tail: bool) -> Schedule:
     tail = units % slots  # the units of the last, partial wave (all of them when fewer than slots)
     if not split_tail or tail == 0:
         return plain
-    splits = min(slots // tail, k_blocks // MIN_SHARE)
-    if splits < 2:
+    if slots // tail >= 2:  # equal splits of each unit, no share under MIN_SHARE k-blocks
+        tail_workers = tail * min(slots // tail, k_blocks // MIN_SHARE)
+    else:  # even shares running across units, as many as keep MIN_SHARE k-blocks each
+        tail_workers = min(slots, tail * k_blocks // MIN_SHARE)
+    if tail_workers <= tail:
         return plain
     whole = units - tail
-    return Schedule(slots if whole else tail * splits, units, k_blocks, whole_units=whole, splits=splits)
+    return Schedule(slots if whole else tail_workers, units, k_blocks, whole_units=whole, tail_workers=tail_workers)
 
 
 def schedule_for(spec: GemmSpec, config: WgmmaConfig) -> Schedule:
@@ -97,9 +146,10 @@ def schedule_for(spec: GemmSpec, config: WgmmaConfig) -> Schedule:
 def constants(schedule: Schedule) -> str:
     return f"""
 // The work schedule (schedule.py has its Python twin): WORKERS clusters take the first WHOLE_UNITS
-// units whole, round robin; each unit after them is split along K into SPLITS equal ranges, one
-// worker each, all running at once (the partial last wave, spread over the whole GPU).
-constexpr int WORKERS = {schedule.workers}, WHOLE_UNITS = {schedule.whole_units}, SPLITS = {schedule.splits};
+// units whole, round robin; the k-blocks of the units after them (the partial last wave), numbered
+// unit after unit, are cut into TAIL_WORKERS even shares, one per worker, all running at once.
+constexpr int WORKERS = {schedule.workers}, WHOLE_UNITS = {schedule.whole_units}, TAIL_WORKERS = {schedule.tail_workers};
+constexpr int TAIL_K_BLOCKS = {schedule.tail_k_blocks};
 """
 
 
@@ -115,13 +165,18 @@ __device__ __forceinline__ bool next_piece(int worker, int& cursor, int& unit, i
         ++cursor;
         return true;
     }
-    // Past the whole units (a whole number of rounds when any are split), the round after them is
-    // the split tail: piece `tail` is K range tail % SPLITS of split unit tail / SPLITS.
-    const int tail = unit - WHOLE_UNITS;
-    if (SPLITS == 1 || tail >= (UNITS - WHOLE_UNITS) * SPLITS) return false;
-    unit = WHOLE_UNITS + tail / SPLITS;
-    kb_begin = tail % SPLITS * K_BLOCKS / SPLITS;
-    kb_end = (tail % SPLITS + 1) * K_BLOCKS / SPLITS;
+    // Past the whole units (a whole number of rounds when any are split): this worker's share
+    // [lo, hi) of the tail's k-blocks, cut at unit boundaries (a share is at most one unit long, so
+    // two pieces at most: the end of one unit, then the start of the next).
+    if (worker >= TAIL_WORKERS) return false;
+    const int lo = (int)((long long)worker * TAIL_K_BLOCKS / TAIL_WORKERS);
+    const int hi = (int)((long long)(worker + 1) * TAIL_K_BLOCKS / TAIL_WORKERS);
+    const int taken = cursor - WHOLE_UNITS / WORKERS;  // tail pieces this worker has run
+    const int start = taken == 0 ? lo : (lo / K_BLOCKS + 1) * K_BLOCKS;
+    if (taken > 1 || start >= hi) return false;
+    unit = WHOLE_UNITS + start / K_BLOCKS;
+    kb_begin = start % K_BLOCKS;
+    kb_end = min(K_BLOCKS, hi - start / K_BLOCKS * K_BLOCKS);
     ++cursor;
     return true;
 }
@@ -129,8 +184,8 @@ __device__ __forceinline__ bool next_piece(int worker, int& cursor, int& unit, i
 
 
 PARTIALS = r"""
-// Partial sums of split units: one fp32 BM×BN slot per block (a block stores at most one: its
-// tail piece), each consumer's part kept as its threads' accumulators in float4 groups, thread-
+// Partial sums of split units: one fp32 BM×BN slot per block (a block stores at most one: the
+// first piece of its tail share, where that does not start a unit), each consumer's part kept as its threads' accumulators in float4 groups, thread-
 // interleaved so a warp's store is 512 contiguous bytes. Module memory: no workspace to pass, and
 // partial_ready starts at zero; the finisher sets each flag back to zero, ready for the next launch.
 constexpr int PARTIAL_SLOTS = WORKERS * CLUSTER_M;
@@ -158,11 +213,15 @@ __device__ __forceinline__ void store_partial(const float (&acc)[M_BLOCKS][BN / 
                      "r"(1u) : "memory");
 }
 
-// The finisher (piece 0 of a split unit): add the partial sums of the unit's other pieces, held by
-// the next SPLITS - 1 workers, in order (the same order every run: deterministic).
-__device__ __forceinline__ void add_partials(float (&acc)[M_BLOCKS][BN / 2], int worker, int rank, int consumer) {
+// The finisher (the piece holding a split unit's first k-block): add the partial sums of the unit's
+// other pieces, held by the next workers up to the one whose share ends the unit, in order (the same
+// order every run: deterministic).
+__device__ __forceinline__ void add_partials(float (&acc)[M_BLOCKS][BN / 2], int worker, int rank, int consumer,
+                                             int unit) {
+    const int unit_end = (unit - WHOLE_UNITS + 1) * K_BLOCKS - 1;  // its last k-block, in the tail's numbering
+    const int last = (int)(((long long)unit_end + 1) * TAIL_WORKERS - 1) / TAIL_K_BLOCKS;  // the worker holding it
     #pragma unroll 1  // one partial tile at a time: unrolled, the loads of all would need registers
-    for (int v = worker + 1; v < worker + SPLITS; ++v) {
+    for (int v = worker + 1; v <= last; ++v) {
         const int block = v * CLUSTER_M + rank;
         if (threadIdx.x % 128 == 0) {
             unsigned int* ready = &partial_ready[block * CONSUMERS + consumer];
@@ -191,4 +250,4 @@ __device__ __forceinline__ void add_partials(float (&acc)[M_BLOCKS][BN / 2], int
 
 def cuda(schedule: Schedule) -> str:
     """The scheduler's constants and cursor, and the partial-sum exchange when units are split."""
-    return constants(schedule) + CURSOR + (PARTIALS if schedule.splits > 1 else "")
+    return constants(schedule) + CURSOR + (PARTIALS if schedule.tail_workers else "")
