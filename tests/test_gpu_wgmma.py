@@ -160,8 +160,8 @@ SPLIT_CASES = [  # (shape, layout, dtype): each has split tiles without clusters
     ((1, 4096, 8192), "nn", "bf16"),       # M = 1: 16 tiles of 128 k-blocks, 8 ways
     ((2048, 5120, 5120), "nt", "fp16"),    # 320 tiles: two waves, then 56 tiles in halves
     # Tails over half the workers, shared in even runs of k-blocks that cross from unit to unit:
-    ((1221, 2500, 2000), "nt", "bf16"),    # 100 tiles (50 pairs): 132 (66) shares of 24.2 k-blocks
-    ((3000, 2200, 1100), "tn", "fp16"),    # 216 tiles: a wave, then 84 in 94 shares (pairs: 42 in 47), K tail
+    ((1221, 2504, 2000), "nt", "bf16"),    # 100 tiles (50 pairs): 132 (66) shares of 24.2 k-blocks
+    ((3000, 2200, 1104), "tn", "fp16"),    # 216 tiles: a wave, then 84 in 94 shares (pairs: 42 in 47), K tail
 ]
 
 
@@ -195,10 +195,10 @@ def test_serpentine_on_odd_shapes(cluster_m):
     steps = dict(FAMILY.ladder(arch))
     plain = steps["sliced_store"].with_(store_slices=2, split_tail=True, serpentine=True, cluster_m=cluster_m)
     ring = plain.with_(c_ring=True, c_l2_prefetch=True, stmatrix=True)
-    cases = [(GemmSpec(3000, 2200, 1100, "tn", "fp16", "relu+add"), ring),
+    cases = [(GemmSpec(3000, 2200, 1104, "tn", "fp16", "relu+add"), ring),
              (GemmSpec(2056, 2184, 2000, "nn", "bf16"), plain),
              (GemmSpec(2048, 5120, 5120, "nt", "fp16", "bias_row+gelu+add"), ring),
-             (GemmSpec(3000, 2200, 1100, "tt", "bf16"), plain)]
+             (GemmSpec(3000, 2200, 1104, "tt", "bf16"), plain)]
     for spec, config in cases:
         _verify_launches(spec, config, arch, (21, 22), "serpentine")
 
