@@ -256,13 +256,14 @@ def test_explain_counts_the_whole_waves_before_a_partial_split_tail():
 
 
 def test_explain_tells_even_shares_of_a_tail_over_half_the_gpu():
-    spec = GemmSpec(4096, 4096, 4096, "nt", "bf16")  # 512 tiles: 3 waves and 116 tiles, 64 k-blocks each
-    tail = split_tail(spec, WgmmaConfig(bm=128, bn=256, split_tail=True), 132)
-    assert (tail.tiles, tail.whole_tiles, tail.splits, tail.pieces, tail.blocks) == (512, 396, 0, 132, 132)
-    assert tail.ways == pytest.approx(132 / 116)
-    assert tail.text().startswith("split tail: the last 116 tiles shared along K in even runs of 56.2 of their 64 "
-                                  "k-blocks, 132 shares on 132 blocks (3.00 waves of whole tiles, then 1.00 waves "
+    spec = GemmSpec(8192, 8192, 8192, "nt", "bf16")  # 1024 units of 2 tiles on 66 pairs: 15 rounds and 34 units
+    tail = split_tail(spec, WgmmaConfig(bm=128, bn=256, split_tail=True, cluster_m=2), 132)
+    assert (tail.tiles, tail.whole_tiles, tail.splits, tail.pieces, tail.blocks) == (2048, 1980, 0, 132, 132)
+    assert tail.ways == pytest.approx(132 / 68)
+    assert tail.text().startswith("split tail: the last 68 tiles shared along K in even runs of 65.9 of their 128 "
+                                  "k-blocks, 132 shares on 132 blocks (15.00 waves of whole tiles, then 1.00 waves "
                                   "of shares)")
+    assert split_tail(GemmSpec(4096, 4096, 4096, "nt", "bf16"), WgmmaConfig(split_tail=True), 132) is None
 
 
 def test_explain_mentions_no_split_where_the_schedule_has_none():

@@ -186,7 +186,9 @@ def test_split_tail_only_where_the_last_wave_has_room():
     plain, split = FAMILY.render(spec, config, "sm_90a"), FAMILY.render(spec, config.with_(split_tail=True), "sm_90a")
     assert "partial_sums" not in split.code and split.grid == plain.grid == (132, 1, 1)
     assert not split.co_resident
-    big = GemmSpec(4096, 4096, 4096, "nt", "bf16")  # 512 tiles: 116 left over, shared by 132 blocks
+    near_full = GemmSpec(4096, 4096, 4096, "nt", "bf16")  # 512 tiles: 116 left over, too full to pay to share
+    assert "partial_sums" not in FAMILY.render(near_full, config.with_(split_tail=True), "sm_90a").code
+    big = GemmSpec(8192, 8192, 8192, "nt", "bf16")  # 2048 tiles: 68 left over, shared by 132 blocks
     shared = FAMILY.render(big, config.with_(split_tail=True), "sm_90a")
     assert "partial_sums" in shared.code and "TAIL_WORKERS = 132" in shared.code and shared.grid == (132, 1, 1)
     assert shared.co_resident

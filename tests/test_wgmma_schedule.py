@@ -71,18 +71,21 @@ def test_plan_splits_the_partial_wave_over_the_gpu():
 
 
 def test_plan_shares_a_tail_of_more_than_half_the_workers():
-    # 4096^3 in 128x256 tiles on 66 pairs: 3 whole rounds, then 58 units' 3712 k-blocks on 66 workers.
-    s = plan(256, 64, 66, split_tail=True)
-    assert (s.workers, s.whole_units, s.tail_workers, s.splits) == (66, 198, 66, 0)
-    assert s.share_k_blocks == pytest.approx(58 * 64 / 66)
-    assert s.pieces(0)[-1] == (198, 0, 56) and s.pieces(1)[-2:] == [(198, 56, 64), (199, 0, 48)]
-    assert s.contributors(0) == [1] and s.contributors(1) == [2]
-    # 8192^3 on 66 pairs: 15 rounds, then 34 units in 66 shares of about 66 k-blocks (of 128).
+    # 8192^3 in 128x256 tiles on 66 pairs: 15 rounds, then 34 units' 4352 k-blocks in 66 shares.
     s = plan(1024, 128, 66, split_tail=True)
-    assert (s.whole_units, s.tail_workers) == (990, 66)
-    assert plan(512, 64, 132, split_tail=True).tail_workers == 132  # 116 left over: 56 k-blocks each
-    assert plan(100, 20, 132, split_tail=True).tail_workers == 125  # shares of MIN_SHARE k-blocks at least
-    assert plan(131, 16, 132, split_tail=True).splits == 1  # a share would be a whole unit: not split
+    assert (s.workers, s.whole_units, s.tail_workers, s.splits) == (66, 990, 66, 0)
+    assert s.share_k_blocks == pytest.approx(34 * 128 / 66)
+    assert s.pieces(0)[-1] == (990, 0, 65) and s.pieces(1)[-2:] == [(990, 65, 128), (991, 0, 3)]
+    assert s.contributors(0) == [1] and s.contributors(1) == [2, 3]  # unit 991: k-blocks 0-2, 3-68, 69-127
+    # Where the last wave would shrink too little, it runs whole (SHARE_GAIN): 4096^3 on 66 pairs
+    # (58 units: shares of 57 of 64 k-blocks), 4096^3 on 132 SMs (116 tiles: 57 of 64).
+    assert plan(256, 64, 66, split_tail=True).tail_workers == 0
+    assert plan(512, 64, 132, split_tail=True).tail_workers == 0
+    assert plan(68, 72, 132, split_tail=True).tail_workers == 132  # shares of 38 of 72 k-blocks
+    assert plan(68, 64, 132, split_tail=True).tail_workers == 0  # 33 of 64: saves 31 < SHARE_GAIN
+    assert plan(90, 200, 132, split_tail=True).tail_workers == 132  # 137 of 200: saves over a quarter
+    assert plan(100, 200, 132, split_tail=True).tail_workers == 0  # 152 of 200: 48 < 200 / 4
+    assert plan(120, 400, 132, split_tail=True).tail_workers == 0  # 364 of 400: less than a quarter
 
 
 def test_plan_splits_few_tiles_over_workers_with_enough_k():

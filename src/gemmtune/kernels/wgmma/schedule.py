@@ -12,9 +12,10 @@ unit, are cut into TAIL_WORKERS contiguous shares, one per worker:
   132 SMs run as two full waves and a third in halves (2.5 tile-times instead of 3). Every piece of
   the tail then starts at one of SPLITS k offsets, so the blocks running together share their A and
   B k-slabs in L2 like a plain wave does.
-- Where it is more than half (say 58 units left on 66 pairs of blocks), no equal split fits, and the
+- Where it is more than half (say 34 units left on 66 pairs of blocks), no equal split fits, and the
   shares are even runs of k-blocks that may cross from one unit into the next (stream-K on the last
-  wave only): 3.88 tile-times instead of 4 for 256 units on 66 workers.
+  wave only): 15.5 tile-times instead of 16 for 1024 units on 66 workers, where that shrinks the
+  last wave enough (SHARE_GAIN).
 
 Stream-K over the whole problem was tried first (every worker an even, contiguous share of all
 k-blocks, so no tail at all): its shares start at scattered k offsets, the blocks running together
@@ -43,6 +44,14 @@ from .config import CLUSTER_GRID, SM90_SMS, WgmmaConfig
 # (bm·bn·4 bytes through L2) costs more than the iterations it spreads (H100: 1000^3 in 128x256
 # tiles split in two 8-k-block halves ran 17.6 µs against 17.0 whole).
 MIN_SHARE = 16
+
+
+# Even shares (a tail over half the workers) only where they shorten the last wave by this many
+# k-blocks and by a quarter at least: their partial-sum exchange costs about MIN_SHARE k-blocks, and
+# their pieces start at scattered k offsets, so the last wave's blocks stop sharing k-slabs in L2
+# (H100, 128x256 pairs on 66 workers: 8192^3 bf16 saved 62 of 128 k-blocks and ran 1.9% faster;
+# 4096^3 would save 7 of 64 and ran 4.5% slower, tf32 4096^3 15 of 128 and 19% slower).
+SHARE_GAIN = 2 * MIN_SHARE
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -125,6 +134,9 @@ def plan(units: int, k_blocks: int, slots: int, split_tail: bool) -> Schedule:
         tail_workers = tail * min(slots // tail, k_blocks // MIN_SHARE)
     else:  # even shares running across units, as many as keep MIN_SHARE k-blocks each
         tail_workers = min(slots, tail * k_blocks // MIN_SHARE)
+        longest = ceil_div(tail * k_blocks, tail_workers)
+        if k_blocks - longest < max(SHARE_GAIN, k_blocks // 4):
+            return plain  # the wave would shrink too little to pay for the exchange and the scattered reads
     if tail_workers <= tail:
         return plain
     whole = units - tail
