@@ -31,12 +31,29 @@ from gemmtune.timing import TimingProtocol, measure_alternating, ratio_to
 from wgmma_variants import SETS, compile_variant, max_active_clusters, variant_spec, with_gemm_alone
 
 
+def graph_replay(torch, launch):
+    """`launch` captured once in a CUDA graph: replaying it enqueues the same kernels with none of
+    torch's per-call host work, which shows how much of a launch's timing that host work is."""
+    launch()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launch()
+    torch.cuda.synchronize()
+    return graph.replay
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--set", choices=sorted(SETS), default="s8", help="wgmma_variants.py's list of cases")
     parser.add_argument("--only", help="run the cases whose spec contains this text")
     parser.add_argument("--rounds", type=int, default=200, help="rounds of one launch each (default 200)")
     parser.add_argument("--json", help="write every case's times here")
+    parser.add_argument("--lead-us", type=float, default=0.0,
+                        help="hold the GPU this long (µs) before each start event, so slow host-side launches "
+                             "(torch) are enqueued before their timing starts (default 0: the flush only)")
+    parser.add_argument("--graph", action="store_true",
+                        help="also time cuBLAS replayed from a CUDA graph (no host work per launch)")
     args = parser.parse_args()
     if args.rounds < 2:
         parser.error("--rounds must be at least 2")
@@ -59,6 +76,8 @@ def main() -> int:
                       f"{max_active_clusters(compiled, config.cluster_m)}", flush=True)
         torch, prepared = _torch(), prepare(spec)
         launches = {"cuBLAS": cublas_launch(torch, spec, prepared.gpu)}
+        if args.graph:
+            launches["cuBLAS (CUDA graph)"] = graph_replay(torch, launches["cuBLAS"])
         if not spec.epilogue.is_identity:
             launches["torch eager"] = eager_launch(torch, spec, prepared.gpu)
         buffers, loaded = {}, []
@@ -68,13 +87,15 @@ def main() -> int:
                 loaded.append(LoadedKernel(compiled))
                 launches[name] = loaded[-1].bind(bindings)
             with _fp32_precision(torch, tf32=spec.dtype == "tf32"):  # as cublas_measurement times it
-                times = measure_alternating(launches, args.rounds, dev.l2_bytes, TimingProtocol())
+                times = measure_alternating(launches, args.rounds, dev.l2_bytes, TimingProtocol(),
+                                            lead_s=args.lead_us * 1e-6)
         except BaseException:
             release([k.unload for k in loaded] + [b.free for b in buffers.values()], after_error=True)
             raise
         release([k.unload for k in loaded] + [b.free for b in buffers.values()], after_error=False)
         ref = times["cuBLAS"]
-        lines += [f"\n## {spec.short()}: {args.rounds} rounds, cuBLAS {statistics.median(ref) * 1e6:.1f} µs "
+        lead = f", {args.lead_us:.0f} µs lead" if args.lead_us else ""
+        lines += [f"\n## {spec.short()}: {args.rounds} rounds{lead}, cuBLAS {statistics.median(ref) * 1e6:.1f} µs "
                   f"(per round {min(ref) * 1e6:.1f} to {max(ref) * 1e6:.1f})\n",
                   "| variant | median µs | × cuBLAS (median of per-round ratios) | quartiles |", "|---|---|---|---|"]
         for name in [n for n in launches if n != "cuBLAS"]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 
@@ -119,3 +120,38 @@ def test_ratio_to_compares_round_by_round():
         ratio_to([1.0, 2.0], [1.0])
     with pytest.raises(ValueError):
         ratio_to([], [])
+
+
+@pytest.mark.gpu
+def test_a_lead_keeps_slow_host_launches_out_of_the_timing():
+    """A launch whose host side takes 600 µs before it enqueues a short kernel: timed from the flush
+    alone, the GPU waits for the host inside the timing; with a 3 ms lead it does not."""
+    import time
+
+    from gemmtune.device import query_device
+    from gemmtune.runtime import DeviceBuffer, LoadedKernel
+    from gemmtune.stream_timing import hold_kernel
+    from gemmtune.timing import TimingProtocol, measure_alternating
+
+    try:
+        dev = query_device()
+    except Exception as exc:  # no GPU or no driver
+        pytest.skip(f"no GPU: {exc}")
+    kernel = LoadedKernel(hold_kernel(dev.arch))
+    sink = DeviceBuffer.alloc(4)
+    try:
+        short = kernel.bind({"alpha": 20.0, "D": sink.ptr})  # 20 µs on the GPU
+
+        def slow_host() -> None:
+            end = time.perf_counter() + 600e-6
+            while time.perf_counter() < end:
+                pass
+            short()
+
+        protocol = TimingProtocol(warmup=2)
+        without = measure_alternating({"slow": slow_host}, 20, dev.l2_bytes, protocol)["slow"]
+        with_lead = measure_alternating({"slow": slow_host}, 20, dev.l2_bytes, protocol, lead_s=3e-3)["slow"]
+    finally:
+        sink.free()
+        kernel.unload()
+    assert statistics.median(with_lead) < 100e-6 < 300e-6 < statistics.median(without)
