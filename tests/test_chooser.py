@@ -246,13 +246,13 @@ def test_explain_tells_the_split_tail_the_kernel_runs():
 
 
 def test_explain_counts_the_whole_waves_before_a_partial_split_tail():
-    spec = GemmSpec(2560, 4096, 8192, "nt", "bf16")  # 320 tiles of 128x256: 2 waves and 56 tiles
+    spec = GemmSpec(2560, 4096, 8192, "nt", "bf16")  # 320 tiles of 128x256: 2 rounds of 128 and 64 tiles
     tail = split_tail(spec, WgmmaConfig(bm=128, bn=256, split_tail=True), 132)
-    assert (tail.tiles, tail.whole_tiles, tail.splits, tail.pieces, tail.blocks) == (320, 264, 2, 112, 132)
-    assert tail.text().startswith("split tail: the last 56 tiles split along K into 2 ranges, 112 pieces on 132 "
-                                  "blocks (2.00 waves of whole tiles, then 0.85 waves of 1/2-tile pieces)")
-    pair = split_tail(spec, WgmmaConfig(bm=128, bn=256, split_tail=True, cluster_m=2), 132)  # 66 clusters of 2
-    assert (pair.tiles, pair.whole_tiles, pair.pieces, pair.blocks) == (320, 264, 112, 132)
+    assert (tail.tiles, tail.whole_tiles, tail.splits, tail.pieces, tail.blocks) == (320, 256, 2, 128, 128)
+    assert tail.text().startswith("split tail: the last 64 tiles split along K into 2 ranges, 128 pieces on 128 "
+                                  "blocks (1.94 waves of whole tiles, then 0.97 waves of 1/2-tile pieces)")
+    pair = split_tail(spec, WgmmaConfig(bm=128, bn=256, split_tail=True, cluster_m=2), 132)  # 64 clusters of 2
+    assert (pair.tiles, pair.whole_tiles, pair.pieces, pair.blocks) == (320, 256, 128, 128)
 
 
 def test_explain_tells_even_shares_of_a_tail_over_half_the_gpu():

@@ -155,10 +155,10 @@ def test_pingpong_many_tiles_per_block(epilogue, cluster_m):
 
 SPLIT_CASES = [  # (shape, layout, dtype): each has split tiles without clusters (see test_wgmma_schedule.py)
     ((1000, 1000, 2000), "nt", "bf16"),    # 32 tiles < 132: each split in 2 (16 k-blocks each)
-    ((2056, 2184, 2000), "tn", "fp16"),    # 153 tiles: one wave, then 21 tiles split 2 ways
+    ((2056, 2184, 2000), "tn", "fp16"),    # 153 tiles: a round on 128 blocks, then 25 tiles split 2 ways
     ((264, 520, 4104), "tt", "fp16"),      # 9 tiles, 65 k-blocks each: 4 K ranges, K tail
     ((1, 4096, 8192), "nn", "bf16"),       # M = 1: 16 tiles of 128 k-blocks, 8 ways
-    ((2048, 5120, 5120), "nt", "fp16"),    # 320 tiles: two waves, then 56 tiles in halves
+    ((2048, 5120, 5120), "nt", "fp16"),    # 320 tiles: two rounds of 128, then 64 tiles in halves
     # Tails over half the workers, shared in even runs of k-blocks that cross from unit to unit:
     ((500, 4344, 4600), "nt", "bf16"),     # 68 tiles (34 pairs): 132 (66) shares of 37.1 k-blocks, K tail
     ((1000, 6392, 4600), "tn", "fp16"),    # 200 tiles: a wave, then 68 in 132 shares (pairs: 34 in 66)

@@ -38,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...spec import GemmSpec
-from .config import CLUSTER_GRID, SM90_SMS, WgmmaConfig
+from .config import CLUSTER_GRID, IN_STEP_BLOCKS, SM90_SMS, WgmmaConfig
 
 # k-blocks a split piece must at least hold: fewer, and storing and gathering the partial tile
 # (bm·bn·4 bytes through L2) costs more than the iterations it spreads (H100: 1000^3 in 128x256
@@ -92,6 +92,13 @@ class Schedule:
         """k-blocks each tail worker runs (on average, where the shares are uneven by one)."""
         return self.tail_k_blocks / self.tail_workers if self.tail_workers else 0.0
 
+    @property
+    def tile_times(self) -> float:
+        """How long the schedule runs, in times of one whole tile on a worker: its rounds of whole
+        units, then the longest share of the tail."""
+        rounds = ceil_div(self.whole_units, self.workers)
+        return rounds + (ceil_div(self.tail_k_blocks, self.tail_workers) / self.k_blocks if self.tail_workers else 0)
+
     def share(self, worker: int) -> tuple[int, int]:
         """Worker's run [lo, hi) of the tail's k-blocks, numbered unit after unit."""
         t, w = self.tail_k_blocks, self.tail_workers
@@ -144,14 +151,17 @@ def plan(units: int, k_blocks: int, slots: int, split_tail: bool) -> Schedule:
 
 
 def schedule_for(spec: GemmSpec, config: WgmmaConfig) -> Schedule:
-    """A config's schedule: one block per tile, or a persistent grid of one block per SM (as many
-    clusters as always fit where clusters are asked for: CLUSTER_GRID)."""
+    """A config's schedule: one block per tile, or a persistent grid of one block per SM: of all the
+    SMs (as many clusters as always fit: CLUSTER_GRID), or of IN_STEP_BLOCKS where that takes as few
+    tile-times."""
     units = ceil_div(ceil_div(spec.m, config.bm), config.cluster_m) * ceil_div(spec.n, config.bn)
     k_blocks = ceil_div(spec.k, config.bk(spec.dtype))
     if not config.persistent:
         return Schedule(units, units, k_blocks, whole_units=units)
-    blocks = CLUSTER_GRID[config.cluster_m] if config.cluster_m > 1 else SM90_SMS
-    return plan(units, k_blocks, blocks // config.cluster_m, config.split_tail)
+    most = CLUSTER_GRID[config.cluster_m] if config.cluster_m > 1 else SM90_SMS
+    plans = [plan(units, k_blocks, blocks // config.cluster_m, config.split_tail)
+             for blocks in sorted({most, min(most, IN_STEP_BLOCKS)})]
+    return min(plans, key=lambda p: p.tile_times)  # the first (fewer workers) on a tie
 
 
 # --- CUDA text ------------------------------------------------------------------------------------
