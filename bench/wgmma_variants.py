@@ -283,8 +283,29 @@ S9_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
         ("66 pairs + split-tail + serpentine", S4H4.with_(cluster_m=2, split_tail=True, serpentine=True), None)]),
 ]
 
+# Session 9 (--set s9final): the bests after the s9 runs. The grid is now the schedule's choice (64
+# pairs unless all 66 take fewer tile-times: at 8192^3 with the split tail's shares).
+S9_BEST = C2S.with_(split_tail=True, serpentine=True)
+S9_FINAL_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
+    *[(GemmSpec(8192, 8192, 8192, "nt", dtype), [
+        ("cluster2 s4 slices2 stmatrix (session 8)", C2S, None),
+        ("+ split-tail + serpentine", S9_BEST, None),
+        ("+ split-tail + serpentine g16", S9_BEST.with_(group_m=16), None)]) for dtype in ("bf16", "fp16")],
+    (GemmSpec(4096, 4096, 4096, "nt", "fp16", "relu+add"), [
+        ("cluster2 s4 slices2 C-in-ring + C-L2-prefetch + stmatrix", C2S_RING, None),
+        ("+ serpentine", C2S_RING.with_(serpentine=True), None),
+        (f"+ serpentine{ALONE}", C2S.with_(serpentine=True), None)]),
+    *[(GemmSpec(4096, 4096, 4096, "nt", dtype), [
+        ("cluster2 s4 slices2 stmatrix", C2S, None), ("+ serpentine", C2S.with_(serpentine=True), None)])
+      for dtype in ("bf16", "fp16")],
+    (GemmSpec(4096, 4096, 4096, "nt", "tf32"), [
+        ("cluster2 s4 slices4", S4H4.with_(cluster_m=2), None),
+        ("+ serpentine", S4H4.with_(cluster_m=2, serpentine=True), None)]),
+]
+
 SETS = {"all": CASES, "final": FINAL_CASES, "fused": FUSED_CASES, "bf16": BF16_CASES, "h200": H200_CASES,
-        "s8": S8_CASES, "c4": C4_CASES, "s9": S9_CASES}
+        "s8": S8_CASES, "c4": C4_CASES, "s9": S9_CASES,
+        "s9final": S9_FINAL_CASES}
 
 def max_active_clusters(compiled, cluster_m: int = 2) -> str:
     """How many clusters of this kernel the GPU holds at once (driver's occupancy calculator)."""
