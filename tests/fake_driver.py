@@ -9,7 +9,8 @@ from __future__ import annotations
 import ctypes
 import itertools
 import time
-from typing import Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import numpy as np
 from cuda.bindings import driver as real
@@ -25,6 +26,25 @@ ATTRIBUTES = {
 }
 
 Kernel = Callable[[int], None]  # receives the kernelParams address
+
+
+@contextmanager
+def installed(monkeypatch: Any, driver: "FakeDriver") -> Iterator["FakeDriver"]:
+    """`driver` in place of cuda.bindings.driver, gemmtune.device's cached lookups cleared before and
+    after (they would otherwise keep the real driver's, or this one's, answers)."""
+    import cuda.bindings
+
+    from gemmtune import device
+
+    caches = (device._init_driver, device._primary_context, device.query_device, device.device_uuid)
+    monkeypatch.setattr(cuda.bindings, "driver", driver)
+    for cached in caches:
+        cached.cache_clear()
+    try:
+        yield driver
+    finally:
+        for cached in caches:
+            cached.cache_clear()
 
 
 def param_pointer(params: int, index: int) -> int:

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 
-import cuda.bindings
 import pytest
 
-from fake_driver import FakeDriver
-from gemmtune import device
+from fake_driver import FakeDriver, installed
 from gemmtune.compiler import CompiledKernel, ResourceUsage
 from gemmtune.errors import ResourceError
 from gemmtune.kernel_source import KernelSource
@@ -76,13 +74,8 @@ def test_co_resident_does_not_change_the_binary_hash() -> None:
 # --- LoadedKernel asks the driver (fake: 132 SMs) --------------------------------------------------
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> FakeDriver:
-    driver = FakeDriver({"waits": lambda params: None})
-    monkeypatch.setattr(cuda.bindings, "driver", driver)
-    for cached in (device._init_driver, device._primary_context, device.query_device):
-        cached.cache_clear()
-    yield driver
-    for cached in (device._init_driver, device._primary_context, device.query_device):
-        cached.cache_clear()
+    with installed(monkeypatch, FakeDriver({"waits": lambda params: None})) as driver:
+        yield driver
 
 
 def compiled(blocks: int, co_resident: bool = True) -> CompiledKernel:

@@ -5,7 +5,7 @@ import cuda.bindings
 import numpy as np
 import pytest
 
-from fake_driver import FakeDriver, device_array, param_float, param_pointer
+from fake_driver import FakeDriver, device_array, installed, param_float, param_pointer
 from gemmtune import device
 from gemmtune.compiler import CompiledKernel, ResourceUsage
 from gemmtune.epilogue import Epilogue
@@ -42,13 +42,8 @@ def compiled(entry: str = "gemm", dynamic_smem: int = 0, registers: int = 32, th
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> FakeDriver:
-    driver = FakeDriver({"gemm": python_gemm(), "broken": python_gemm(skip_last=True)})
-    monkeypatch.setattr(cuda.bindings, "driver", driver)
-    for cached in (device._init_driver, device._primary_context, device.query_device):
-        cached.cache_clear()
-    yield driver
-    for cached in (device._init_driver, device._primary_context, device.query_device):
-        cached.cache_clear()
+    with installed(monkeypatch, FakeDriver({"gemm": python_gemm(), "broken": python_gemm(skip_last=True)})) as driver:
+        yield driver
 
 
 def test_query_device(fake: FakeDriver) -> None:
