@@ -20,7 +20,7 @@ SWIZZLE_BYTES = 128  # every tile row in shared memory is one 128-byte swizzle s
 SMEM_LIMIT = 227 * 1024  # bytes one block may opt in to on sm_90
 SMEM_SLACK = 1024  # the tiles are realigned to 1024 bytes (the swizzle atom) inside dynamic smem
 MAX_ACCUMULATORS = 128  # fp32 accumulators per consumer thread; more leaves no room to address
-SM90_SMS = 132  # H100 SXM / H200: the persistent grid's size (any grid is correct, this one fills them)
+SM90_SMS = 132  # H100 SXM / H200: the largest persistent grid (any grid is correct; see IN_STEP_BLOCKS)
 # Clusters are placed within a GPC; with 132 SMs in GPCs of uneven size, not every SM can hold a
 # block of a cluster, and a cluster left over would run after the others (twice the time). The
 # persistent grid launches as many clusters as always fit (the driver's cuOccupancyMaxActiveClusters
