@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from datetime import date
 from statistics import median
@@ -333,11 +333,8 @@ def row_line(name: str, row: BenchRow, cublas_s: float | None, note: str) -> str
 
 
 def compile_variant(spec: GemmSpec, config: WgmmaConfig, patch: Patch | None):
-    if isinstance(patch, GridOf):
-        with cluster_grid(patch):
-            src = render(spec, config, "sm_90a")
-        return compile_kernel(src, "sm_90a")
-    src = render(spec, config, "sm_90a")
+    with cluster_grid(patch) if isinstance(patch, GridOf) else nullcontext():
+        src = render(spec, config, "sm_90a")
     return compile_kernel(patch(src) if patch else src, "sm_90a")
 
 

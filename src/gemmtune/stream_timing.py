@@ -148,6 +148,26 @@ def hold_kernel(arch: str):
     return compile_kernel(source, arch)
 
 
+class Hold:
+    """The hold kernel, loaded once beside the 4-byte buffer it names as D: `hold(seconds, stream)`
+    keeps the GPU busy that long, so what the host enqueues behind it starts back to back. Call
+    close() when done."""
+
+    def __init__(self) -> None:
+        self.scratch = DeviceBuffer.alloc(4)
+        try:
+            self.kernel = LoadedKernel(hold_kernel(query_device().arch))
+        except BaseException:
+            release([self.scratch.free], after_error=True)
+            raise
+
+    def __call__(self, seconds: float, stream: Any = 0) -> None:
+        self.kernel.launch({"alpha": seconds * 1e6, "D": self.scratch.ptr}, stream)
+
+    def close(self) -> None:
+        release([self.kernel.unload, self.scratch.free], after_error=False)
+
+
 def _event_done(event: Any) -> bool:
     cu = driver()
     result = cu.cuEventQuery(event)
@@ -172,11 +192,8 @@ class EventClock:
         self.hold_s = HOLD_MIN_S
         self._closers: list[Callable[[], None]] = []
         try:
-            scratch = DeviceBuffer.alloc(4)
-            self._closers.append(scratch.free)
-            self.hold = LoadedKernel(hold_kernel(query_device().arch))
-            self._closers.append(self.hold.unload)
-            self.scratch_ptr = scratch.ptr
+            self.hold = Hold()
+            self._closers.append(self.hold.close)
             self.start = self._event(cu)
             self.end = self._event(cu)
         except BaseException:
@@ -190,7 +207,7 @@ class EventClock:
 
     def __call__(self, batch: Callable[[], None]) -> BatchTime:
         cu = driver()
-        self.hold.launch({"alpha": self.hold_s * 1e6, "D": self.scratch_ptr}, self.stream)
+        self.hold(self.hold_s, self.stream)
         checked(cu.cuEventRecord(self.start, self.stream), "cuEventRecord")
         began = time.perf_counter()
         batch()

@@ -12,10 +12,10 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-from .device import checked, driver, ensure_context, query_device
+from .device import checked, driver, ensure_context
 from .gpu_lock import device_lock
-from .runtime import DeviceBuffer, LoadedKernel, release
-from .stream_timing import hold_kernel
+from .runtime import DeviceBuffer, release
+from .stream_timing import Hold
 
 BatchTimer = Callable[[int], list[float]]  # run n timed repetitions, return their seconds
 
@@ -206,29 +206,6 @@ class L2Flush:
         release(self._closers(), after_error=False)
 
 
-class GpuDelay:
-    """stream_timing's hold kernel, waiting `seconds` on the GPU (untimed work before a start event).
-
-    A launch whose host side is slow (torch's Python and cuBLAS's heuristics: tens of µs, at times
-    far more) can reach the GPU after the start event has already been passed; the idle gap is then
-    timed as part of the kernel. With the GPU held back longer than the host needs, the start event
-    and the kernel run back to back."""
-
-    def __init__(self, seconds: float):
-        self.kernel = LoadedKernel(hold_kernel(query_device().arch))  # spins `alpha` µs, never writes D
-        self.sink = DeviceBuffer.alloc(4)
-        self.bound = None
-        self.microseconds = seconds * 1e6
-
-    def __call__(self, stream: Any = 0) -> None:
-        if self.bound is None:
-            self.bound = self.kernel.bind({"alpha": self.microseconds, "D": self.sink.ptr}, stream)
-        self.bound()
-
-    def close(self) -> None:
-        release([self.sink.free, self.kernel.unload], after_error=False)
-
-
 def measure(launch: Callable[[], None], protocol: TimingProtocol, l2_bytes: int, stream: Any = 0,
             before: Callable[[], None] | None = None) -> Measurement:
     """Time `launch` (which only enqueues work on `stream`) under `protocol`.
@@ -289,8 +266,10 @@ def measure_alternating(launches: dict[str, Callable[[], None]], rounds: int, l2
     8192^3 GEMM at 700 W): timed in turn within a round, a kernel and its reference see the same clock,
     so the ratio of their times in each round is steady where the times themselves are not.
 
-    lead_s > 0: a GpuDelay of that long runs after each flush, before the start event, so a launch
-    with a slow host side is enqueued before its timing starts."""
+    lead_s > 0: stream_timing's Hold keeps the GPU busy that long after each flush, before the start
+    event. A launch whose host side is slow (torch's Python and cuBLAS's heuristics: tens of µs, at
+    times far more) could otherwise reach the GPU after the start event had passed, and the idle gap
+    would be timed as part of the kernel."""
     if rounds < 1 or not launches:
         raise ValueError("measure_alternating needs at least one launch and one round")
     ensure_context()
@@ -301,11 +280,11 @@ def measure_alternating(launches: dict[str, Callable[[], None]], rounds: int, l2
                 launch()
         checked(driver().cuStreamSynchronize(stream), "warm-up launches")
         flush = L2Flush(l2_bytes, protocol.flush_mode) if protocol.flush_l2 and l2_bytes > 0 else None
-        delay = GpuDelay(lead_s) if lead_s > 0 else None
-        before = (lambda: delay(stream)) if delay is not None else None
+        hold = Hold() if lead_s > 0 else None
+        before = (lambda: hold(lead_s, stream)) if hold is not None else None
         timers = {name: EventTimer(launch, flush, stream, before) for name, launch in launches.items()}
         closers = ([t.close for t in timers.values()] + ([flush.close] if flush is not None else [])
-                   + ([delay.close] if delay is not None else []))
+                   + ([hold.close] if hold is not None else []))
         times: dict[str, list[float]] = {name: [] for name in names}
         try:
             for index in range(rounds):

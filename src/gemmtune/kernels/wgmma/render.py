@@ -469,5 +469,5 @@ def render(spec: GemmSpec, config: WgmmaConfig, arch: str = "sm_90a") -> KernelS
         code=_code(spec, config, plan, entry, maps), entry=entry, grid=(plan.workers * config.cluster_m, 1, 1),
         block=(config.threads, 1, 1), args=args, spec=spec, family=FAMILY, family_version=VERSION,
         config=config.to_json(), dynamic_smem=config.smem_bytes(spec), tensor_maps=maps, arch_specific=True,
-        co_resident=plan.split_units > 0,  # split tiles' finishers spin on their contributors' partial sums
+        co_resident=plan.tail_workers > 0,  # split tiles' finishers spin on their contributors' partial sums
     )
