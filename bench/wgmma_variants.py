@@ -303,9 +303,88 @@ S9_FINAL_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]
         ("+ serpentine", S4H4.with_(cluster_m=2, serpentine=True), None)]),
 ]
 
+# Session 10 (--set s10probe): where the fused kernel's extra time goes. Each probe removes one
+# part of what the fused epilogue adds to the GEMM alone; the probes write wrong results on purpose,
+# so they are timed only (Unverified), never verified and never kept.
+@dataclass(frozen=True)
+class Unverified:
+    """A source patch whose kernel computes a wrong D on purpose (a timing probe): bench_paired
+    times it without the verification every other variant passes first."""
+
+    patch: Patch
+
+    def __call__(self, src: KernelSource) -> KernelSource:
+        return self.patch(src)
+
+
+def _replace_once(src: KernelSource, old: str, new: str) -> KernelSource:
+    assert src.code.count(old) == 1, old
+    return replace(src, code=src.code.replace(old, new))
+
+
+def c_not_read(src: KernelSource) -> KernelSource:
+    """The epilogue adds zeros instead of reading C from its ring slot (C still lands there)."""
+    old = "ldmatrix_x4(c_tile + block_row_offset(r_at, jj + q / 2), c_words[jj / 2]);"
+    return _replace_once(src, old, "for (int w = 0; w < 4; ++w) c_words[jj / 2][w] = 0u;")
+
+
+def c_from_one_tile(src: KernelSource) -> KernelSource:
+    """Every tile loads (and prefetches) the C slices of tile (0, 0): the same ring traffic and
+    epilogue, with C an L2 hit instead of 32 MB of DRAM reads."""
+    src = _replace_once(src, "&full[s], tile_m, tile_n, 0, 0, C_BOXES, slice);", "&full[s], 0, 0, 0, 0, C_BOXES, slice);")
+    return _replace_once(src, "prefetch_c_box(tma_C, tile_m, tile_n,", "prefetch_c_box(tma_C, 0, 0,")
+
+
+def c_slots_empty(src: KernelSource) -> KernelSource:
+    """The producer hands the consumers each C slot without loading anything into it: the ring's
+    turns and the epilogue's work stay, the C traffic goes."""
+    src = _replace_once(src, "mbarrier_arrive_expect_tx(&full[s], C_SLICE_BYTES);\n"
+                             "                        load_c_boxes(tma_C, c_slots + s * C_SLOT_BYTES, &full[s], tile_m, tile_n, 0, 0, C_BOXES, slice);",
+                        "mbarrier_arrive(&full[s]);")
+    return _replace_once(src, "prefetch_c_box(tma_C, tile_m, tile_n, (kb - kb_begin) / c_stride);", "{}")
+
+
+def no_store(src: KernelSource) -> KernelSource:
+    """The GEMM without its write-back (D is never written): what hiding the epilogue could gain."""
+    old = "            store_tile_smem(acc, "
+    return _replace_once(src, old, "            if (acc[0][0] == 1234.5f) store_tile_smem(acc, ")
+
+
+S10_FUSED = C2S_RING.with_(serpentine=True)
+S10_PROBE_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
+    (GemmSpec(4096, 4096, 4096, "nt", "fp16", "relu+add"), [
+        ("C-in-ring + C-L2-prefetch + stmatrix + serpentine", S10_FUSED, None),
+        ("probe: C not read (zeros added)", S10_FUSED, Unverified(c_not_read)),
+        ("probe: C from tile (0,0) (L2 hits)", S10_FUSED, Unverified(c_from_one_tile)),
+        ("probe: C slots empty (no C traffic)", S10_FUSED, Unverified(c_slots_empty)),
+        (f"probe: no store{ALONE}", S10_FUSED.without_c_options(), Unverified(no_store))]),
+]
+
+# Session 10 (--set s10): the overlapped epilogue (overlap_epilogue: half-width wgmma, each tile's
+# write-back split around the next tile's first k-block) against the bests it builds on.
+OVERLAP = {"overlap_epilogue": True}
+S10_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
+    *[(GemmSpec(8192, 8192, 8192, "nt", dtype), [
+        ("cluster2 s4 slices2 stmatrix split-tail serpentine (session 9)", S9_BEST, None),
+        ("+ overlapped epilogue", S9_BEST.with_(**OVERLAP), None),
+        ("+ overlapped epilogue, 4 slices", S9_BEST.with_(store_slices=4, **OVERLAP), None)]) for dtype in ("bf16", "fp16")],
+    (GemmSpec(4096, 4096, 4096, "nt", "fp16", "relu+add"), [
+        ("cluster2 s4 slices2 C-in-ring C-L2-prefetch stmatrix serpentine", S10_FUSED, None),
+        ("+ overlapped epilogue", S10_FUSED.with_(**OVERLAP), None),
+        ("+ overlapped epilogue, 4 slices", S10_FUSED.with_(store_slices=4, **OVERLAP), None),
+        (f"+ overlapped epilogue{ALONE}", S10_FUSED.without_c_options().with_(**OVERLAP), None),
+        (f"probe: no store{ALONE}", S10_FUSED.without_c_options(), Unverified(no_store))]),
+    *[(GemmSpec(4096, 4096, 4096, "nt", dtype), [
+        ("cluster2 s4 slices2 stmatrix serpentine", C2S.with_(serpentine=True), None),
+        ("+ overlapped epilogue", C2S.with_(serpentine=True, **OVERLAP), None)]) for dtype in ("bf16", "fp16")],
+    (GemmSpec(4096, 4096, 4096, "nt", "tf32"), [
+        ("cluster2 s4 slices4 serpentine", S4H4.with_(cluster_m=2, serpentine=True), None),
+        ("+ overlapped epilogue", S4H4.with_(cluster_m=2, serpentine=True, **OVERLAP), None)]),
+]
+
 SETS = {"all": CASES, "final": FINAL_CASES, "fused": FUSED_CASES, "bf16": BF16_CASES, "h200": H200_CASES,
         "s8": S8_CASES, "c4": C4_CASES, "s9": S9_CASES,
-        "s9final": S9_FINAL_CASES}
+        "s9final": S9_FINAL_CASES, "s10probe": S10_PROBE_CASES, "s10": S10_CASES}
 
 def max_active_clusters(compiled, cluster_m: int = 2) -> str:
     """How many clusters of this kernel the GPU holds at once (driver's occupancy calculator)."""

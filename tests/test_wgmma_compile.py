@@ -39,6 +39,7 @@ def test_ladder_compiles_without_spills(step, config, layout, dtype):
     assert compiled.arch == "sm_90a"
     assert compiled.resources.spills == 0, compiled.resources.summary()
     assert compiled.resources.stack_bytes == 0
+    assert "Potential Performance Loss" not in compiled.log, compiled.log  # ptxas serialised the wgmma
 
 
 def test_sampled_configs_compile_without_spills():
@@ -260,3 +261,50 @@ def test_stmatrix_and_c_prefetch_constraints_and_sass(tmp_path):
     assert sass.count("STSM") == 16 and sass.count("LDSM") == 16  # 128x128 fp16 per consumer slice: 2 slices
     assert not re.search(r"\s(STS|LDS)[\s.]", sass)  # no one-word shared-memory access left
     assert "UTMAPF.L2.2D" in sass
+
+
+def test_overlap_epilogue_constraints():
+    sliced = dict(LADDER)["sliced_store"].with_(store_slices=2, overlap_epilogue=True)
+    plain, fused = GemmSpec(4096, 4096, 4096, "nt", "bf16"), GemmSpec(4096, 4096, 4096, "nt", "fp16", "relu+add")
+    assert not FAMILY.rejections(sliced, plain, "sm_90a")
+    assert not FAMILY.rejections(sliced.with_(c_ring=True, stages=3), fused, "sm_90a")
+    for config, spec, fragment in [
+            (sliced.with_(tma_store=False, store_slices=1), plain, "part of the TMA-store epilogue"),
+            (sliced.with_(store_slices=1), plain, "its own store slices"),
+            (sliced.with_(bn=192), GemmSpec(4096, 4096, 4096, "nt", "tf32"), "its own store slices"),  # 96-column halves
+            (sliced.with_(persistent=False, group_m=1), plain, "its own store slices"),
+            (sliced.with_(bn=128, pingpong=True), plain, "its own store slices"),
+            (sliced, fused, "needs the whole tile buffer"),  # C in slices comes through the ring
+            # the last k-block's slot and the upper half's two C slices are held when the next tile starts
+            (sliced.with_(c_ring=True, store_slices=4, stages=3), fused, "needs more than 3 stages"),
+            (sliced, GemmSpec(4096, 4096, 64, "nt", "bf16"), "K is one k-block")]:
+        reasons = " ".join(FAMILY.rejections(config, spec, "sm_90a").values())
+        assert fragment in reasons, (config.describe(), reasons)
+
+
+OVERLAP_CASES = [
+    (GemmSpec(4096, 4096, 4096, "nt", "bf16"), {}),
+    (GemmSpec(4096, 4096, 4096, "nn", "fp16", "relu+add"), {"c_ring": True, "c_l2_prefetch": True, "stmatrix": True,
+                                                            "cluster_m": 2, "serpentine": True}),
+    (GemmSpec(2000, 3000, 1000, "tt", "bf16", "bias_row+gelu+add"), {"c_ring": True, "store_slices": 4}),
+    (GemmSpec(4096, 4096, 4096, "nt", "tf32"), {"store_slices": 4}),
+    (GemmSpec(8192, 8192, 8192, "nt", "fp16"), {"split_tail": True, "cluster_m": 2}),  # a split tail: partial pieces
+    (GemmSpec(1000, 6392, 4600, "tn", "fp16", "relu+add"), {"split_tail": True, "c_ring": True}),  # shares across units
+    (GemmSpec(4096, 4096, 4096, "nt", "bf16"), {"bn": 128}),
+    (GemmSpec(4096, 4096, 4096, "nt", "bf16"), {"bm": 64, "consumers": 1}),
+]
+
+
+@pytest.mark.parametrize("spec,changes", OVERLAP_CASES, ids=[f"{s.short()}-{sorted(c)}" for s, c in OVERLAP_CASES])
+def test_overlap_epilogue_keeps_wgmma_asynchronous(spec, changes):
+    """The overlapped epilogue only pays where ptxas keeps every wgmma asynchronous: no serialisation
+    report (C7511/C7514), no spills, and only half-width wgmma in the kernel."""
+    config = dict(LADDER)["sliced_store"].with_(store_slices=2, overlap_epilogue=True).with_(**changes)
+    assert not FAMILY.rejections(config, spec, "sm_90a"), FAMILY.rejections(config, spec, "sm_90a")
+    source = FAMILY.render(spec, config, "sm_90a")
+    compiled = compile_kernel(source, "sm_90a")
+    assert "Potential Performance Loss" not in compiled.log, compiled.log
+    assert compiled.resources.spills == 0, compiled.resources.summary()
+    half = config.bn // 2
+    assert f"wgmma.mma_async.sync.aligned.m64n{half}k" in source.code
+    assert f"m64n{config.bn}k" not in source.code

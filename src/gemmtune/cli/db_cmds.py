@@ -97,8 +97,9 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_best(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
+    family = family_from_args(args, spec, target_arch(None)).name  # bad input first, whatever the database
     with _open(args.db) as db:
-        ranked = db.ranked_for_spec(spec, family_from_args(args, spec, target_arch(None)).name)
+        ranked = db.ranked_for_spec(spec, family)
     per_gpu = {}
     for entry in ranked:  # best first, so the first per GPU wins
         per_gpu.setdefault(entry.context.environment.device_name, entry)

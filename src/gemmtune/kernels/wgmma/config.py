@@ -93,6 +93,12 @@ class WgmmaConfig(FamilyConfig):
       The blocks run in step, so a round that follows one sharing its A row-panels starts on the
       k-slabs the round before read last, which L2 (least recently used out first) still holds;
       walking forwards again it would start on the slabs evicted first.
+    overlap_epilogue: (persistent, TMA-store epilogue in 2 or 4 slices, cooperative) the write-back of a
+      whole tile hides under wgmma: the tile's last k-block is issued as two half-width wgmma
+      groups (lower and upper BN/2 columns), the lower slice is written back while the upper
+      group runs, and the next piece's first k-block starts on the lower half while the upper
+      slice is written back. Every wgmma is then half-width (ptxas serialises the kernel when one
+      256-wide wgmma covers registers that others use by halves).
     """
 
     bm: int = 128
@@ -112,12 +118,14 @@ class WgmmaConfig(FamilyConfig):
     c_l2_prefetch: bool = False
     stmatrix: bool = False
     serpentine: bool = False
+    overlap_epilogue: bool = False
     FAMILY_LABEL = "wgmma"
 
     def to_json(self) -> dict:
         data = super().to_json()
-        if not data["serpentine"]:  # configs (and database keys) from before the option stay unchanged
-            del data["serpentine"]
+        for later in ("serpentine", "overlap_epilogue"):  # configs (and database keys) from before
+            if not data[later]:                               # these options stay unchanged
+                del data[later]
         return data
 
     # --- derived shape --------------------------------------------------------------------
@@ -187,6 +195,7 @@ class WgmmaConfig(FamilyConfig):
         store += " C-L2-prefetch" if self.c_l2_prefetch else ""
         store += " stmatrix" if self.stmatrix else ""
         grid += " serpentine-K" if self.serpentine else ""
+        store += " overlapped" if self.overlap_epilogue else ""
         return f"tile {self.bm}x{self.bn} stages{self.stages} {roles}{grid}{cluster}{store}"
 
 
@@ -281,6 +290,8 @@ def _store(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
     if c.stmatrix and not (c.tma_store and OUT_BYTES.get(out_dtype(s), 4) == 2):
         return "stmatrix writes 16-bit D through the TMA-store buffer (fp32 D keeps one pair per store)"
     if not c.tma_store:
+        if c.overlap_epilogue:
+            return "overlap_epilogue is part of the TMA-store epilogue"
         if c.c_spread or c.c_ring or c.c_l2_prefetch:
             return "c_spread, c_ring and c_l2_prefetch are part of the TMA-store epilogue (direct stores read C themselves)"
         return None if c.store_slices == 1 else "store_slices needs the TMA-store epilogue"
@@ -303,6 +314,16 @@ def _store(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
 
     if not c.specialized:
         return "the TMA-store epilogue needs the producer warpgroup (it loads C)"
+    if c.overlap_epilogue:
+        if c.pingpong or not c.persistent or c.store_slices == 1 or c.bn % 128:
+            return ("overlap_epilogue writes each half of a tile (bn a multiple of 128) back in its own "
+                    "store slices, under the wgmma of a persistent block's cooperative consumers")
+        if s.k <= c.bk(s.dtype):  # (ptxas then serialises the wgmma: C7514)
+            return "overlap_epilogue hides a tile's write-back under the k-blocks around it: K is one k-block"
+        held = 1 + (c.store_slices // 2 if s.epilogue.reads_c else 0)
+        if c.stages <= held:
+            return (f"overlap_epilogue holds {held} ring slot(s) (the last k-block's, and the upper half's C "
+                    f"slices) while the next tile's first k-block loads: it needs more than {held} stages")
     row = s.n * OUT_BYTES.get(out_dtype(s), 4)
     if row % 16:
         return f"rows of D are {row} bytes, not a multiple of 16, which a TMA store needs"

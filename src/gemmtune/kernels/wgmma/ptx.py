@@ -187,34 +187,49 @@ __device__ __forceinline__ u64 smem_descriptor(const void* tile, u32 lbo, u32 sb
 WGMMA_TYPES = {"bf16": ("bf16", 16), "fp16": ("f16", 16), "tf32": ("tf32", 8)}
 
 
-def wgmma_function(dtype: str, n: int) -> str:
+def wgmma_function(dtype: str, n: int, within: int | None = None) -> str:
     """`wgmma_m64n{n}`: one warpgroup-wide D(64×n, fp32) += A(64×k) · B(k×n), both from shared memory.
 
     The accumulator fragment is n/2 floats per thread. 16-bit types take transpose flags (MN-major
-    operands); tf32 reads K-major operands only."""
+    operands); tf32 reads K-major operands only. With `within` (a wider tile's N), the function is
+    `wgmma_m64n{n}_at<AT, ...>(d, desc_a, desc_b, accumulate)`: it writes the n columns from column
+    2·AT of that tile's fragment (floats AT .. AT + n/2 - 1 of its within/2), leaving the others to
+    other wgmma, and with accumulate = 0 it overwrites them (D = A·B) instead of adding: a fresh
+    accumulator needs no zeroing instructions, which could not run beside wgmma in flight."""
     ptx_type, k = WGMMA_TYPES[dtype]
     regs = n // 2
     outputs = ", ".join(f"%{i}" for i in range(regs))
-    constraints = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    at = "AT + " if within else ""
+    constraints = ", ".join(f'"+f"(d[{at}{i}])' for i in range(regs))
     a, b = regs, regs + 1
-    if dtype == "tf32":
-        template_args, flags, inputs = "", "1, 1", '"l"(desc_a), "l"(desc_b)'
+    params = ["int AT"] if within else []
+    inputs = ['"l"(desc_a)', '"l"(desc_b)']
+    flags = "1, 1"
+    if dtype != "tf32":
+        params += ["int TRANS_A", "int TRANS_B"]
+        flags += f", %{regs + 2}, %{regs + 3}"
+        inputs += ['"n"(TRANS_A)', '"n"(TRANS_B)']
+    if within:
+        scale = f"%{regs + len(inputs)}"
+        inputs.append('"r"(accumulate)')
+        name, size, extra = f"wgmma_m64n{n}_at", within // 2, ", int accumulate"
     else:
-        template_args = "template <int TRANS_A, int TRANS_B>\n"
-        flags = f"1, 1, %{regs + 2}, %{regs + 3}"
-        inputs = '"l"(desc_a), "l"(desc_b), "n"(TRANS_A), "n"(TRANS_B)'
+        scale, name, size, extra = "1", f"wgmma_m64n{n}", regs, ""
+    template_args = f"template <{', '.join(params)}>\n" if params else ""
     return (
         f"// wgmma m64n{n}k{k}: D(64x{n}) += A·B with fp32 accumulators; issued by all 128 threads of a warpgroup.\n"
-        f"{template_args}__device__ __forceinline__ void wgmma_m64n{n}(float (&d)[{regs}], u64 desc_a, u64 desc_b) {{\n"
-        f'    asm volatile("{{\\n .reg .pred accumulate;\\n setp.ne.b32 accumulate, 1, 0;\\n"\n'
+        f"{template_args}__device__ __forceinline__ void {name}(float (&d)[{size}], u64 desc_a, u64 desc_b{extra}) {{\n"
+        f'    asm volatile("{{\\n .reg .pred accumulate;\\n setp.ne.b32 accumulate, {scale}, 0;\\n"\n'
         f'        "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{ptx_type}.{ptx_type} "\n'
         f'        "{{{outputs}}}, %{a}, %{b}, accumulate, {flags};\\n}}"\n'
         f"        : {constraints}\n"
-        f"        : {inputs});\n"
+        f"        : {', '.join(inputs)});\n"
         "}\n"
     )
 
 
-def helpers(dtype: str, n: int) -> str:
-    """Everything a wgmma kernel for `dtype` with n-wide instructions includes."""
-    return PRELUDE + BARRIERS + TMA + WARPGROUP + wgmma_function(dtype, n)
+def helpers(dtype: str, n: int, halves: bool = False) -> str:
+    """Everything a wgmma kernel for `dtype` with n-wide instructions includes; with `halves`, the
+    n/2-wide instruction into either half of the n-wide fragment instead."""
+    wgmma = wgmma_function(dtype, n // 2, within=n) if halves else wgmma_function(dtype, n)
+    return PRELUDE + BARRIERS + TMA + WARPGROUP + wgmma

@@ -167,16 +167,30 @@ __device__ __forceinline__ void load_stage(const TmaDescriptor& tma_A, const Tma
 
 def _mma_stage(spec: GemmSpec, config: WgmmaConfig) -> str:
     size = INPUT_BYTES[spec.dtype]
-    call = (f"wgmma_m64n{config.bn}" if spec.dtype == "tf32"
-            else f"wgmma_m64n{config.bn}<A_K_MAJOR ? 0 : 1, B_K_MAJOR ? 0 : 1>")
+    trans = "" if spec.dtype == "tf32" else "A_K_MAJOR ? 0 : 1, B_K_MAJOR ? 0 : 1"
+    call = f"wgmma_m64n{config.bn}" + (f"<{trans}>" if trans else "")
+    half = f"wgmma_m64n{config.bn // 2}_at<PART * BN / 4{', ' + trans if trans else ''}>"
+    if config.overlap_epilogue:
+        # PART 0 / 1: the lower / upper half of the tile's columns, each its own wgmma (see
+        # _consumer_overlapped). A half's B columns start BN/2 rows (K-major) or BN/2 / 64 chunks
+        # (MN-major) into the tile: (BN/2)·128 bytes either way.
+        head = """template <int PART>  // 0 / 1: the lower / upper BN/2 columns (overlap_epilogue)
+__device__ __forceinline__ void mma_stage(float (&acc)[M_BLOCKS][BN / 2], const in_t* a, const in_t* b, int consumer,
+                                          bool fresh = false) {
+    const char* a_bytes = reinterpret_cast<const char*>(a) + consumer * CONSUMER_ROWS * 128;
+    const char* b_bytes = reinterpret_cast<const char*>(b) + PART * BN / 2 * 128;"""
+        issue = f"{half}(acc[mb], desc_a, desc_b, !(fresh && ks == 0));  // fresh: D = A·B"
+    else:
+        head = """__device__ __forceinline__ void mma_stage(float (&acc)[M_BLOCKS][BN / 2], const in_t* a, const in_t* b, int consumer) {
+    const char* a_bytes = reinterpret_cast<const char*>(a) + consumer * CONSUMER_ROWS * 128;
+    const char* b_bytes = reinterpret_cast<const char*>(b);"""
+        issue = f"{call}(acc[mb], desc_a, desc_b);"
     return f"""
 // Consumer: this warpgroup's rows times the whole B tile for one k-block, BK / K_STEP wgmma per
 // 64-row block. Descriptor steps: K-major operands advance K_STEP·{size} bytes along the swizzled
 // row; MN-major ones advance K_STEP rows of 128 bytes. SBO = 1024: eight 128-byte rows per core
 // matrix group; LBO (MN-major only) = BK·128: the distance between 64-wide chunks.
-__device__ __forceinline__ void mma_stage(float (&acc)[M_BLOCKS][BN / 2], const in_t* a, const in_t* b, int consumer) {{
-    const char* a_bytes = reinterpret_cast<const char*>(a) + consumer * CONSUMER_ROWS * 128;
-    const char* b_bytes = reinterpret_cast<const char*>(b);
+{head}
     constexpr int A_K_ADVANCE = A_K_MAJOR ? K_STEP * {size} : K_STEP * 128;
     constexpr int B_K_ADVANCE = B_K_MAJOR ? K_STEP * {size} : K_STEP * 128;
     #pragma unroll
@@ -185,7 +199,7 @@ __device__ __forceinline__ void mma_stage(float (&acc)[M_BLOCKS][BN / 2], const 
         #pragma unroll
         for (int mb = 0; mb < M_BLOCKS; ++mb) {{
             const u64 desc_a = smem_descriptor(a_bytes + mb * 64 * 128 + ks * A_K_ADVANCE, BK * 128, 1024);
-            {call}(acc[mb], desc_a, desc_b);
+            {issue}
         }}
     }}
 }}
@@ -220,6 +234,119 @@ SMEM_SETUP = r"""
 
 def _epilogue_args(spec: GemmSpec) -> str:
     return "".join(f", {op.name}" for op in spec.epilogue.operands())
+
+
+def _consumer_overlapped(store_args: str, ring_c: bool, split: bool) -> str:
+    """The consumers' loop with overlap_epilogue: every wgmma is half the tile wide, and a whole tile's
+    write-back runs while the tensor cores work on the other half. The tile's last k-block is two
+    groups (lower, then upper): the lower half is written back while the upper group runs. The upper
+    half is written back while the next piece's first k-block runs on the lower half (its own group,
+    fresh), before that k-block's upper group starts. Pieces that end with a partial sum (split tails)
+    end as in the plain loop.
+
+    ptxas keeps wgmma asynchronous only where it can prove that no other instruction touches the
+    registers of a wgmma in flight, and its proof does not follow a group across a loop's back edge
+    (C7514) nor a 256-wide wgmma over both halves (C7511: the whole kernel serialised). So every
+    wgmma is 128 wide, and the loop is rotated: an iteration ends by starting the next piece's first
+    k-block, so the wait that retires a tile's upper group sits in the same iteration as the group.
+    No instruction zeroes the accumulator: each piece's first k-block overwrites it (fresh)."""
+    def store(first: str, last: str, slot: str) -> str:
+        args = store_args.replace("s, phase", slot) if ring_c else store_args
+        return f"store_tile_smem<{first}, {last}>(acc, tile_m, tile_n, consumer, out_buf, tma_D{args});"
+    skip_c_slot = """
+                c_s = s; c_phase = phase;  // the upper half's C slices wait in the next slots
+                for (int slice = 0; slice < STORE_SLICES / 2; ++slice)
+                    if (++s == STAGES) { s = 0; phase ^= 1; }""" if ring_c else ""
+    ring_slot = "\n        int c_s = 0; u32 c_phase = 0;  // the upper half's first C slot" if ring_c else ""
+    upper = store("STORE_SLICES / 2", "STORE_SLICES", "c_s, c_phase")
+    finish = store("0", "STORE_SLICES", "s, phase")
+    if split:  # no `continue` here: the iteration must still start the next piece's first k-block
+        finish = f"""if (!writes_d) store_partial(acc, consumer);  // a later K range of a split tile: its finisher adds these sums
+                else {{
+                    if (kb_end < K_BLOCKS) add_partials(acc, worker, rank, consumer, unit);  // the tile's other K ranges
+                    {finish}
+                }}"""
+    def first_k_block(indent: str, between: list[str] = ()) -> str:
+        """A piece's first k-block: the lower half's group, then `between`, then the upper half's."""
+        lines = ["mbarrier_wait(&full[s], phase);",
+                 "wgmma_fence();",
+                 "mma_stage<0>(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer, true);",
+                 "wgmma_commit();",
+                 *between,
+                 "mma_stage<1>(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer, true);",
+                 "wgmma_commit();",
+                 "wgmma_wait<1>();  // the lower group: one group in flight here, as after every k-block",
+                 "previous = s;",
+                 "if (++s == STAGES) { s = 0; phase ^= 1; }"]
+        return f"\n{indent}".join(lines)
+    # Waits are unconditional and every k-block leaves one group in flight: ptxas loses track of
+    # which registers are in flight where two paths with different numbers of groups meet (C7514).
+    # After a partial sum there is no group before the lower one, and the wait costs nothing.
+    upper_under_lower = ["wgmma_wait<1>();  // the tile before's upper group is done",
+                         "if (whole) {  // that tile's upper half, written back under the lower group",
+                         "    release_stage(upper_stage);",
+                         f"    {upper}",
+                         "}",
+                         "wgmma_fence();"]
+    return f"""
+        setmaxnreg_inc<{CONSUMER_REGS}>();
+        const int consumer = threadIdx.x / 128 - 1;
+        int s = 0; u32 phase = 0;  // the ring position, continued piece after piece as the producer fills it
+        int previous = 0;          // the ring slot of the last k-block issued
+        float acc[M_BLOCKS][BN / 2];{ring_slot}
+        bool more = next_piece(worker, cursor, unit, kb_begin, kb_end);
+        if (more) {{  // the first piece's first k-block: the lower half's group, then the upper half's
+            {first_k_block(" " * 12)}
+        }}
+        while (more) {{  // the piece's first k-block is in flight
+            const bool writes_d = kb_begin == 0;  // holds the tile's first k-block: finishes the tile
+            const bool whole = writes_d && kb_end == K_BLOCKS;  // a whole tile: its write-back overlaps
+            int unit_m, tile_n;
+            unit_coords(unit, unit_m, tile_n);
+            const int tile_m = unit_m * CLUSTER_M + rank;
+            for (int kb = kb_begin + 1; kb < (whole ? kb_end - 1 : kb_end); ++kb) {{
+                mbarrier_wait(&full[s], phase);
+                wgmma_fence();
+                mma_stage<0>(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer);
+                mma_stage<1>(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer);
+                wgmma_commit();
+                wgmma_wait<1>();
+                release_stage(previous);
+                previous = s;
+                if (++s == STAGES) {{ s = 0; phase ^= 1; }}
+            }}
+            int upper_stage = previous;  // (whole) the slot the upper group reads until it is done
+            if (whole) {{
+                if (kb_end - kb_begin > 1) {{  // the last k-block, a group per half
+                    mbarrier_wait(&full[s], phase);
+                    wgmma_fence();
+                    mma_stage<0>(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer);
+                    wgmma_commit();
+                    mma_stage<1>(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer);
+                    wgmma_commit();
+                    wgmma_wait<1>();  // all but the upper group
+                    release_stage(previous);
+                    upper_stage = s;
+                    if (++s == STAGES) {{ s = 0; phase ^= 1; }}
+                }}  // (a one-k-block tile: its lower group is done, its upper group in flight)
+                // The lower half, written back while the upper group runs.
+                {store("0", "STORE_SLICES / 2", "s, phase")}{skip_c_slot}
+            }} else {{
+                wgmma_wait<0>();
+                release_stage(previous);
+                {finish}
+            }}
+            more = next_piece(worker, cursor, unit, kb_begin, kb_end);
+            if (more) {{  // the next piece's first k-block
+                {first_k_block(" " * 16, upper_under_lower)}
+            }} else {{  // the worker's last piece (the wait on every path: see above)
+                wgmma_wait<0>();
+                if (whole) {{
+                    release_stage(upper_stage);
+                    {upper}
+                }}
+            }}
+        }}"""
 
 
 def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> str:
@@ -315,48 +442,7 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
     c_slots = ("""
     unsigned char* c_slots = reinterpret_cast<unsigned char*>(C_IN_A_REGION ? a_tiles : b_tiles);  // slot 0's C region"""
                if ring_c else "")
-    return f"""{SMEM_SETUP}
-    const int rank = {rank};   // this block's place in its cluster (0 without clusters)
-    const int worker = blockIdx.x / CLUSTER_M;
-    if (threadIdx.x == 0) {{
-        tma_prefetch_descriptor(&tma_A);
-        tma_prefetch_descriptor(&tma_B);
-        for (int s = 0; s < STAGES; ++s) {{
-            mbarrier_init(&full[s], 1);                           // the producer's expect_tx arrival
-            mbarrier_init(&empty[s], STAGE_READERS * CLUSTER_M);  // every reader in every block that shares B
-        }}
-        for (int turn = 0; turn < TILE_TURNS; ++turn) {{
-            mbarrier_init(&c_full[turn], 1);
-            mbarrier_init(&c_empty[turn], CONSUMERS / TILE_TURNS);
-            if (PINGPONG) mbarrier_init(&mainloop_done[turn], 1);
-        }}
-        fence_barrier_init();
-    }}
-    {sync};
-
-    auto release_stage = [&](int s) {{ release_ring_slot(&empty[s]); }};{c_slots}
-    int cursor = 0;  // pieces of its work this thread has taken (next_piece)
-    int unit, kb_begin, kb_end;
-
-    if (threadIdx.x < 128) {{
-        // Producer warpgroup: one thread issues every copy; the others only give back registers.
-        setmaxnreg_dec<{PRODUCER_REGS}>();
-        if (threadIdx.x == 0) {{
-            int s = 0; u32 phase = 0;
-            int epi = 0;  // pieces so far that end in an epilogue (whose C tile is loaded)
-            while (next_piece(worker, cursor, unit, kb_begin, kb_end)) {{
-                int unit_m, tile_n;
-                unit_coords(unit, unit_m, tile_n);
-                const int tile_m = unit_m * CLUSTER_M + rank;{c_at}{c_stride}{serpentine}
-                for (int kb = kb_begin; kb < kb_end; ++kb) {{{prefetch_c}
-                    mbarrier_wait(&empty[s], phase ^ 1);  // passes at once on the first lap
-                    load_stage(tma_A, tma_B, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, &full[s],
-                               tile_m, tile_n, {k_block}, rank);
-                    if (++s == STAGES) {{ s = 0; phase ^= 1; }}{load_c}
-                }}{ring_load_c}
-            }}
-        }}
-    }} else {{
+    consumer_loop = f"""
         // Consumer warpgroups: wait for a stage, multiply it, release the one before (one wgmma
         // group stays in flight so the tensor cores never wait on the release), then write back.{turns}
         setmaxnreg_inc<{CONSUMER_REGS}>();
@@ -398,7 +484,52 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
             release_stage(previous);{partial}
             {store}
             ++epi;
-        }}{drain}
+        }}"""
+    if config.overlap_epilogue:
+        store_args = (f", c_slots, full, empty, s, phase{others}" if ring_c else f", &c_full[0], 0{others}")
+        consumer_loop = _consumer_overlapped(store_args, ring_c, split)
+    return f"""{SMEM_SETUP}
+    const int rank = {rank};   // this block's place in its cluster (0 without clusters)
+    const int worker = blockIdx.x / CLUSTER_M;
+    if (threadIdx.x == 0) {{
+        tma_prefetch_descriptor(&tma_A);
+        tma_prefetch_descriptor(&tma_B);
+        for (int s = 0; s < STAGES; ++s) {{
+            mbarrier_init(&full[s], 1);                           // the producer's expect_tx arrival
+            mbarrier_init(&empty[s], STAGE_READERS * CLUSTER_M);  // every reader in every block that shares B
+        }}
+        for (int turn = 0; turn < TILE_TURNS; ++turn) {{
+            mbarrier_init(&c_full[turn], 1);
+            mbarrier_init(&c_empty[turn], CONSUMERS / TILE_TURNS);
+            if (PINGPONG) mbarrier_init(&mainloop_done[turn], 1);
+        }}
+        fence_barrier_init();
+    }}
+    {sync};
+
+    auto release_stage = [&](int s) {{ release_ring_slot(&empty[s]); }};{c_slots}
+    int cursor = 0;  // pieces of its work this thread has taken (next_piece)
+    int unit, kb_begin, kb_end;
+
+    if (threadIdx.x < 128) {{
+        // Producer warpgroup: one thread issues every copy; the others only give back registers.
+        setmaxnreg_dec<{PRODUCER_REGS}>();
+        if (threadIdx.x == 0) {{
+            int s = 0; u32 phase = 0;
+            int epi = 0;  // pieces so far that end in an epilogue (whose C tile is loaded)
+            while (next_piece(worker, cursor, unit, kb_begin, kb_end)) {{
+                int unit_m, tile_n;
+                unit_coords(unit, unit_m, tile_n);
+                const int tile_m = unit_m * CLUSTER_M + rank;{c_at}{c_stride}{serpentine}
+                for (int kb = kb_begin; kb < kb_end; ++kb) {{{prefetch_c}
+                    mbarrier_wait(&empty[s], phase ^ 1);  // passes at once on the first lap
+                    load_stage(tma_A, tma_B, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, &full[s],
+                               tile_m, tile_n, {k_block}, rank);
+                    if (++s == STAGES) {{ s = 0; phase ^= 1; }}{load_c}
+                }}{ring_load_c}
+            }}
+        }}
+    }} else {{{consumer_loop}{drain}
     }}
     {"cluster_sync();  // no block leaves while its pair may still arrive on its barriers" if config.cluster_m > 1 else ""}
 """
@@ -448,7 +579,7 @@ def _code(spec: GemmSpec, config: WgmmaConfig, plan: Schedule, entry: str, maps:
         f"// gemmtune {FAMILY} v{VERSION}: {spec.short()}, {config.describe()}",
         "// TMA loads into a ring of 128-byte-swizzled shared-memory stages, wgmma from shared memory",
         "// into fp32 registers, the epilogue applied in registers and stored to D.",
-        ptx.helpers(spec.dtype, config.bn), FLOAT_VIEW, _constants(spec, config), SCHEDULER,
+        ptx.helpers(spec.dtype, config.bn, halves=config.overlap_epilogue), FLOAT_VIEW, _constants(spec, config), SCHEDULER,
         schedule.cuda(plan),
         _load_stage(config.cluster_m > 1), _mma_stage(spec, config), epilogue, store_tile(spec),
         (store_tile_smem(spec, config) + (LOAD_C_TILE if spec.epilogue.reads_c else ""))

@@ -240,6 +240,11 @@ __device__ __forceinline__ int block_row_offset(int r, int jj) {
     return (jj * 8 / OUT_CHUNK) * ROWS_PER_CONSUMER * 128 + r * 128 + (((jj % (OUT_CHUNK / 8)) ^ (r % 8)) * 16);
 }
 """ if config.stmatrix else ""
+    # overlap_epilogue writes the slices of each half of the tile at a different time.
+    halves = config.overlap_epilogue
+    template = "template <int FIRST, int LAST>\n" if halves else ""
+    first, last = ("FIRST", "LAST") if halves else ("0", "STORE_SLICES")
+    slices_doc = "\n// Slices FIRST .. LAST - 1 only (the two halves of the tile are written back apart)." if halves else ""
     return SMEM_PAIR["32" if OUT_BYTES[out_dtype(spec)] == 4 else "16"] + matrix_io + f"""
 // Byte offset, in a consumer's part of a slice buffer, of the pair of row r at column 8·jj + 2·(lane % 4).
 __device__ __forceinline__ int pair_offset(int r, int jj, int lane) {{
@@ -253,14 +258,14 @@ __device__ __forceinline__ int pair_offset(int r, int jj, int lane) {{
 // 8 rows × 16 bytes per warp hit 32 distinct banks. C (loaded there by the producer) is read and
 // overwritten in place by the same thread. One thread stores each slice with TMA (coalesced,
 // clipped at the matrix edges) and does not wait for it: the next slice, or the next tile's main
-// loop, runs while the store drains.
-__device__ __forceinline__ void store_tile_smem(const float (&acc)[M_BLOCKS][BN / 2], int tile_m, int tile_n,
+// loop, runs while the store drains.{slices_doc}
+{template}__device__ __forceinline__ void store_tile_smem(const float (&acc)[M_BLOCKS][BN / 2], int tile_m, int tile_n,
                                                 int consumer, unsigned char* out_buf, const TmaDescriptor& tma_D,
                                                 {c_params}{params}) {{
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
     unsigned char* tile = out_buf + consumer * ROWS_PER_CONSUMER * SLICE_COLS * (int)sizeof(out_t);
     #pragma unroll
-    for (int slice = 0; slice < STORE_SLICES; ++slice) {{
+    for (int slice = {first}; slice < {last}; ++slice) {{
         {wait}
         {write_slice}
         fence_async_shared();               // the TMA engine reads what these threads wrote
