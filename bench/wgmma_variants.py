@@ -381,9 +381,19 @@ S10_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = 
         ("+ overlapped epilogue", S4H4.with_(cluster_m=2, serpentine=True, **OVERLAP), None)]),
 ]
 
+# Session 10, a second run of the 8192^3 bests in a fresh process and machine, with the overlapped
+# epilogue also without the split tail (what each of the two adds).
+S10_CONFIRM_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
+    (GemmSpec(8192, 8192, 8192, "nt", dtype), [
+        ("cluster2 s4 slices2 stmatrix split-tail serpentine (session 9)", S9_BEST, None),
+        ("+ overlapped epilogue", S9_BEST.with_(**OVERLAP), None),
+        ("overlapped epilogue, no split tail", S9_BEST.with_(split_tail=False, **OVERLAP), None)])
+    for dtype in ("bf16", "fp16")]
+
 SETS = {"all": CASES, "final": FINAL_CASES, "fused": FUSED_CASES, "bf16": BF16_CASES, "h200": H200_CASES,
         "s8": S8_CASES, "c4": C4_CASES, "s9": S9_CASES,
-        "s9final": S9_FINAL_CASES, "s10probe": S10_PROBE_CASES, "s10": S10_CASES}
+        "s9final": S9_FINAL_CASES, "s10probe": S10_PROBE_CASES, "s10": S10_CASES,
+        "s10confirm": S10_CONFIRM_CASES}
 
 def max_active_clusters(compiled, cluster_m: int = 2) -> str:
     """How many clusters of this kernel the GPU holds at once (driver's occupancy calculator)."""
