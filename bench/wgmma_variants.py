@@ -371,6 +371,7 @@ S10_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = 
     (GemmSpec(4096, 4096, 4096, "nt", "fp16", "relu+add"), [
         ("cluster2 s4 slices2 C-in-ring C-L2-prefetch stmatrix serpentine", S10_FUSED, None),
         ("+ overlapped epilogue", S10_FUSED.with_(**OVERLAP), None),
+        ("+ overlapped epilogue, 4 slices", S10_FUSED.with_(store_slices=4, **OVERLAP), None),
         (f"+ overlapped epilogue{ALONE}", S10_FUSED.without_c_options().with_(**OVERLAP), None),
         (f"probe: no store{ALONE}", S10_FUSED.without_c_options(), Unverified(no_store))]),
     *[(GemmSpec(4096, 4096, 4096, "nt", dtype), [

@@ -320,14 +320,12 @@ def _store(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
                     "store slices, under the wgmma of a persistent block's cooperative consumers")
         if s.k <= c.bk(s.dtype):  # (ptxas then serialises the wgmma: C7514)
             return "overlap_epilogue hides a tile's write-back under the k-blocks around it: K is one k-block"
-        # The producer fills the ring in order: the tile's last k-block, its C slices, the next tile's
-        # first k-block. The last k-block's slot is freed only after that first k-block is issued, so
-        # none of the slices or that k-block may need it again.
-        needed = c.store_slices + 2 if s.epilogue.reads_c else 2
-        if c.stages < needed:
-            return (f"overlap_epilogue holds the last k-block's ring slot until the next tile's first k-block, "
-                    f"which the producer loads after the tile's {c.store_slices} C slices: it needs "
-                    f"{needed} stages" if s.epilogue.reads_c else "overlap_epilogue needs 2 stages")
+        # The producer fills the ring in order: the tile's last k-block, then its C slices. That
+        # k-block's slot is held until the lower half (the first half of the slices) is written back,
+        # so none of those slices may need it again.
+        if s.epilogue.reads_c and c.stages <= c.store_slices // 2:
+            return (f"overlap_epilogue holds the last k-block's ring slot until the first {c.store_slices // 2} "
+                    f"C slices are read: it needs {c.store_slices // 2 + 1} stages")
     row = s.n * OUT_BYTES.get(out_dtype(s), 4)
     if row % 16:
         return f"rows of D are {row} bytes, not a multiple of 16, which a TMA store needs"

@@ -239,17 +239,19 @@ def _epilogue_args(spec: GemmSpec) -> str:
 def _consumer_overlapped(store_args: str, ring_c: bool, split: bool) -> str:
     """The consumers' loop with overlap_epilogue: every wgmma is half the tile wide, and a whole tile's
     write-back runs while the tensor cores work on the other half. The tile's last k-block is two
-    groups (lower, then upper): the lower half is written back while the upper group runs. The upper
-    half is written back while the next piece's first k-block runs on the lower half (its own group,
-    fresh), before that k-block's upper group starts. Pieces that end with a partial sum (split tails)
-    end as in the plain loop.
+    groups (lower, then upper): the lower half is written back while the upper group runs, and the
+    last k-block's ring slot goes back as soon as that group is done. The upper half is written back
+    while the next piece's first k-block runs on the lower half (its own group, fresh), before that
+    k-block's upper group starts. Pieces that end with a partial sum (split tails) end as in the
+    plain loop.
 
     ptxas keeps wgmma asynchronous only where it can prove that no other instruction touches the
-    registers of a wgmma in flight, and its proof does not follow a group across a loop's back edge
-    (C7514) nor a 256-wide wgmma over both halves (C7511: the whole kernel serialised). So every
-    wgmma is 128 wide, and the loop is rotated: an iteration ends by starting the next piece's first
-    k-block, so the wait that retires a tile's upper group sits in the same iteration as the group.
-    No instruction zeroes the accumulator: each piece's first k-block overwrites it (fresh)."""
+    registers of a wgmma in flight. A 256-wide wgmma over both halves serialised the whole kernel
+    (C7511), as did a group in flight across the loop's back edge, or paths that meet with different
+    numbers of groups in flight (C7514). So every wgmma is 128 wide; the loop is rotated (an
+    iteration ends by starting the next piece's first k-block); every piece ends with no group in
+    flight, and every k-block with one. No instruction zeroes the accumulator: each piece's first
+    k-block overwrites it (fresh)."""
     def store(first: str, last: str, slot: str) -> str:
         args = store_args.replace("s, phase", slot) if ring_c else store_args
         return f"store_tile_smem<{first}, {last}>(acc, tile_m, tile_n, consumer, out_buf, tma_D{args});"
@@ -279,12 +281,7 @@ def _consumer_overlapped(store_args: str, ring_c: bool, split: bool) -> str:
                  "previous = s;",
                  "if (++s == STAGES) { s = 0; phase ^= 1; }"]
         return f"\n{indent}".join(lines)
-    # Waits are unconditional and every k-block leaves one group in flight: ptxas loses track of
-    # which registers are in flight where two paths with different numbers of groups meet (C7514).
-    # After a partial sum there is no group before the lower one, and the wait costs nothing.
-    upper_under_lower = ["wgmma_wait<1>();  // the tile before's upper group is done",
-                         "if (whole) {  // that tile's upper half, written back under the lower group",
-                         "    release_stage(upper_stage);",
+    upper_under_lower = ["if (whole) {  // the tile before's upper half, written back under the lower group",
                          f"    {upper}",
                          "}",
                          "wgmma_fence();"]
@@ -315,7 +312,6 @@ def _consumer_overlapped(store_args: str, ring_c: bool, split: bool) -> str:
                 previous = s;
                 if (++s == STAGES) {{ s = 0; phase ^= 1; }}
             }}
-            int upper_stage = previous;  // (whole) the slot the upper group reads until it is done
             if (whole) {{
                 if (kb_end - kb_begin > 1) {{  // the last k-block, a group per half
                     mbarrier_wait(&full[s], phase);
@@ -326,11 +322,13 @@ def _consumer_overlapped(store_args: str, ring_c: bool, split: bool) -> str:
                     wgmma_commit();
                     wgmma_wait<1>();  // all but the upper group
                     release_stage(previous);
-                    upper_stage = s;
+                    previous = s;
                     if (++s == STAGES) {{ s = 0; phase ^= 1; }}
                 }}  // (a one-k-block tile: its lower group is done, its upper group in flight)
                 // The lower half, written back while the upper group runs.
                 {store("0", "STORE_SLICES / 2", "s, phase")}{skip_c_slot}
+                wgmma_wait<0>();  // the upper group, done under that store
+                release_stage(previous);  // the last k-block's slot, free before the next tile loads
             }} else {{
                 wgmma_wait<0>();
                 release_stage(previous);
@@ -339,12 +337,8 @@ def _consumer_overlapped(store_args: str, ring_c: bool, split: bool) -> str:
             more = next_piece(worker, cursor, unit, kb_begin, kb_end);
             if (more) {{  // the next piece's first k-block
                 {first_k_block(" " * 16, upper_under_lower)}
-            }} else {{  // the worker's last piece (the wait on every path: see above)
-                wgmma_wait<0>();
-                if (whole) {{
-                    release_stage(upper_stage);
-                    {upper}
-                }}
+            }} else if (whole) {{  // the worker's last tile
+                {upper}
             }}
         }}"""
 
