@@ -139,6 +139,7 @@ def test_best_known_trial_picks_the_family_from_the_registry(tmp_path):
     (["export", "MNK=64", "--out", "x", "--family", "nope", "--arch", "sm_90"], "unknown family"),
     (["bench", "MNK=64", "--family", "nope"], "unknown family"),
     (["db", "best", "MNK=64", "--family", "nope"], "unknown family"),
+    (["profile", "MNK=64", "--dtype", "bf16", "--family", "simt"], "simt computes fp32 only"),
 ])
 def test_family_and_dtype_errors_are_one_line_exit_2(args, fragment):
     out = run_cli(*args)

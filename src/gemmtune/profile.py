@@ -204,7 +204,10 @@ def _registry_kernel(target: Target, arch: str):
 
     family = family_for(target.spec, arch, target.family)
     config = _config_named(target.config, dict(family.ladder(arch)), family.config_from_json, family.name)
-    config = config if config is not None else family.default_config(target.spec, arch)
+    if config is None:  # the best known config, as build, bench and export choose it
+        from .build import choose_config
+
+        config = choose_config(target.spec, arch, family=family.name).config
     return compile_kernel(family.render(target.spec, config, arch), arch)
 
 

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 from ..profile import CUBLAS_FAMILIES, Target, ncu_path, profile_with_ncu, torch_trace
-from .common import add_spec_arguments, spec_from_args
+from ..build import target_arch
+from .common import add_spec_arguments, family_from_args, spec_from_args
 
 
 def register(subparsers) -> None:
@@ -18,8 +19,9 @@ def register(subparsers) -> None:
     add_spec_arguments(profile)
     profile.add_argument("--config", help="a ladder step (naive ... double_buffer) or a JSON config "
                                           "(default: the best known config; numba: double_buffer)")
-    profile.add_argument("--family", default="simt",
-                         help=f"simt (CUDA-C), numba, {', '.join(CUBLAS_FAMILIES)} (torch.mm) or a registered family")
+    profile.add_argument("--family",
+                         help=f"simt (CUDA-C), numba, {', '.join(CUBLAS_FAMILIES)} (torch.mm) or a registered family "
+                              "(default: the family build and bench choose for the dtype and arch)")
     profile.add_argument("--arch", help="target arch (default: the GPU's)")
     profile.add_argument("--torch-profiler", metavar="TRACE.json", help="write a torch profiler (Chrome) trace of "
                          "five launches to this file instead of running ncu")
@@ -29,7 +31,11 @@ def register(subparsers) -> None:
 
 
 def run_profile(args: argparse.Namespace) -> int:
-    target = Target(spec_from_args(args), args.family, args.config, args.arch)
+    spec = spec_from_args(args)
+    family = args.family
+    if family is None or family not in (*CUBLAS_FAMILIES, "numba"):  # a generator family: checked against the spec
+        family = family_from_args(args, spec, target_arch(args.arch)).name
+    target = Target(spec, family, args.config, args.arch)
     if args.torch_profiler:
         _require_gpu()
         print(torch_trace(target, Path(args.torch_profiler)))
