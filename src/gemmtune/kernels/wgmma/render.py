@@ -368,8 +368,9 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
             int c_box = 0;  // C boxes issued for this piece"""
             if deferred_c else "")
     others = "".join(f", {op.name}" for op in spec.epilogue.operands() if op.name != "C")
+    ring_args = f", c_slots, full, empty, s, phase{others}"  # store_tile_smem's C-through-the-ring tail
     if ring_c:  # the epilogue walks on through the ring: C waits in the slots after the tile's k-blocks
-        store = f"store_tile_smem(acc, tile_m, tile_n, consumer, out_buf, tma_D, c_slots, full, empty, s, phase{others});"
+        store = f"store_tile_smem(acc, tile_m, tile_n, consumer, out_buf, tma_D{ring_args});"
     elif config.tma_store:
         store = (f"store_tile_smem(acc, tile_m, tile_n, consumer, out_buf, tma_D, &c_full[turn], "
                  f"(epi / TILE_TURNS) & 1{others});")
@@ -480,7 +481,8 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
             ++epi;
         }}"""
     if config.overlap_epilogue:
-        store_args = (f", c_slots, full, empty, s, phase{others}" if ring_c else f", &c_full[0], 0{others}")
+        # Without the ring an overlapped epilogue reads no C (constraint), so c_full is passed unused.
+        store_args = ring_args if ring_c else f", &c_full[0], 0{others}"
         consumer_loop = _consumer_overlapped(store_args, ring_c, split)
     return f"""{SMEM_SETUP}
     const int rank = {rank};   // this block's place in its cluster (0 without clusters)
