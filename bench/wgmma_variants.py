@@ -391,10 +391,111 @@ S10_CONFIRM_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | Non
         ("overlapped epilogue, no split tail", S9_BEST.with_(split_tail=False, **OVERLAP), None)])
     for dtype in ("bf16", "fp16")]
 
+# Session 11, second call (--set s11b): where C's cost goes, by source patches. Two change where L2
+# keeps what: A and B loaded with an evict_last policy (C and D are already evict_first), and C's
+# L2 prefetches issued over the piece's last `window` k-blocks instead of all of them (C then sits
+# in L2 for a few µs, not a whole tile). One probe (timed only) drops the wait between the two
+# store slices for the previous slice's TMA store to have read the buffer.
+AB_EVICT_LAST = r"""
+// (session 11 patch) A and B tiles are reused by the other blocks of a round: keep them in L2 ahead
+// of the C and D lines, which are read or written once.
+__device__ __forceinline__ u64 l2_evict_last_policy() {
+    u64 policy;
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+    return policy;
+}
+__device__ __forceinline__ void tma_load_2d_last(void* dst, const TmaDescriptor* map, u64* bar, int c0, int c1) {
+    tma_load_2d_hinted(dst, map, bar, c0, c1, l2_evict_last_policy());
+}
+__device__ __forceinline__ void tma_load_2d_multicast_last(void* dst, const TmaDescriptor* map, u64* bar,
+                                                           int c0, int c1, unsigned short mask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 ".multicast::cluster.L2::cache_hint [%0], [%1, {%3, %4}], [%2], %5, %6;"
+                 :: "r"(smem_addr(dst)), "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "h"(mask),
+                    "l"(l2_evict_last_policy()) : "memory");
+}
+"""
+
+
+def ab_evict_last(src: KernelSource) -> KernelSource:
+    head = "\n// Producer: copy k-block `kb` of tile"
+    src = _replace_once(src, head, AB_EVICT_LAST + head)
+    code = src.code.replace("tma_load_2d(a", "tma_load_2d_last(a").replace(
+        "tma_load_2d_multicast(b_dst", "tma_load_2d_multicast_last(b_dst").replace("tma_load_2d(b_dst", "tma_load_2d_last(b_dst")
+    return replace(src, code=code)
+
+
+def c_prefetch_window(window: int) -> Patch:
+    def patch(src: KernelSource) -> KernelSource:
+        src = _replace_once(src, "const int c_stride = max(1, (kb_end - kb_begin) / C_TILE_BOXES);",
+                            f"const int c_from = max(kb_begin, kb_end - {window});  // (session 11 patch)\n"
+                            "                const int c_stride = max(1, (kb_end - c_from) / C_TILE_BOXES);")
+        return _replace_once(src, "if (kb_begin == 0 && (kb - kb_begin) % c_stride == 0 && (kb - kb_begin) / c_stride < C_TILE_BOXES)\n"
+                                  "                        prefetch_c_box(tma_C, tile_m, tile_n, (kb - kb_begin) / c_stride);",
+                             "if (kb_begin == 0 && kb >= c_from && (kb - c_from) % c_stride == 0 && (kb - c_from) / c_stride < C_TILE_BOXES)\n"
+                             "                        prefetch_c_box(tma_C, tile_m, tile_n, (kb - c_from) / c_stride);")
+    return patch
+
+
+def both(*patches: Patch) -> Patch:
+    def patch(src: KernelSource) -> KernelSource:
+        for one in patches:
+            src = one(src)
+        return src
+    return patch
+
+
+def no_wait_between_slices(src: KernelSource) -> KernelSource:
+    """Slice 1 is written without waiting for slice 0's TMA store to have read the buffer (a race:
+    D may be wrong), so the probe shows what that wait costs."""
+    return _replace_once(src, "if (threadIdx.x % 128 == 0) tma_store_wait_read();  // the previous slice's store",
+                         "if (slice == 0 && threadIdx.x % 128 == 0) tma_store_wait_read();  // the previous slice's store")
+
+
+S11B_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
+    (GemmSpec(4096, 4096, 4096, "nt", "fp16", "relu+add"), [
+        ("C-in-ring C-L2-prefetch stmatrix serpentine (session 10)", S10_FUSED, None),
+        ("C prefetched over the last 16 k-blocks", S10_FUSED, c_prefetch_window(16)),
+        ("C prefetched over the last 8 k-blocks", S10_FUSED, c_prefetch_window(8)),
+        ("A, B evict_last", S10_FUSED, ab_evict_last),
+        ("A, B evict_last, C prefetched over the last 16", S10_FUSED, both(ab_evict_last, c_prefetch_window(16))),
+        ("probe: no wait between store slices", S10_FUSED, Unverified(no_wait_between_slices)),
+        (f"A, B evict_last{ALONE}", S10_FUSED.without_c_options(), ab_evict_last),
+        (f"probe: no wait between store slices{ALONE}", S10_FUSED.without_c_options(), Unverified(no_wait_between_slices)),
+        (f"overlapped epilogue{ALONE}", S10_FUSED.without_c_options().with_(**OVERLAP), None)]),
+]
+
+# Session 11 (--set s11): C read into registers a ring's depth before each tile's end (c_regs), so
+# that C's slices no longer hold two of the ring's four slots across the tile boundary.
+S11_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
+    (GemmSpec(4096, 4096, 4096, "nt", dtype, "relu+add"), [
+        ("C-in-ring C-L2-prefetch stmatrix serpentine (session 10)", S10_FUSED, None),
+        ("+ C in registers", S10_FUSED.with_(c_regs=True), None),
+        ("+ C in registers, overlapped epilogue", S10_FUSED.with_(c_regs=True, **OVERLAP), None),
+        ("+ C in registers, no C L2 prefetch", S10_FUSED.with_(c_regs=True, c_l2_prefetch=False), None),
+        (f"overlapped epilogue{ALONE}", S10_FUSED.without_c_options().with_(**OVERLAP), None)])
+    for dtype in ("fp16", "bf16")]
+
+# Session 11, third call (--set s11c): the code as changed after s11b (C's L2 prefetch over the 16
+# k-blocks before its loads; a slice computed into registers before the wait for the buffer), with
+# session 10's whole-tile prefetch restored by a patch for comparison in the same rounds.
+def c_prefetch_whole_tile(src: KernelSource) -> KernelSource:
+    return _replace_once(src, "const int c_from = max(kb_begin, kb_end - C_PREFETCH_KB);", "const int c_from = kb_begin;")
+
+
+S11C_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
+    (GemmSpec(4096, 4096, 4096, "nt", dtype, "relu+add"), [
+        ("C-in-ring C-L2-prefetch stmatrix serpentine", S10_FUSED, None),
+        ("C prefetched across the whole tile (session 10)", S10_FUSED, c_prefetch_whole_tile),
+        ("+ C in registers", S10_FUSED.with_(c_regs=True), None),
+        ("+ overlapped epilogue", S10_FUSED.with_(**OVERLAP), None),
+        (f"overlapped epilogue{ALONE}", S10_FUSED.without_c_options().with_(**OVERLAP), None)])
+    for dtype in ("fp16", "bf16")]
+
 SETS = {"all": CASES, "final": FINAL_CASES, "fused": FUSED_CASES, "bf16": BF16_CASES, "h200": H200_CASES,
         "s8": S8_CASES, "c4": C4_CASES, "s9": S9_CASES,
         "s9final": S9_FINAL_CASES, "s10probe": S10_PROBE_CASES, "s10": S10_CASES,
-        "s10confirm": S10_CONFIRM_CASES}
+        "s10confirm": S10_CONFIRM_CASES, "s11": S11_CASES, "s11b": S11B_CASES, "s11c": S11C_CASES}
 
 def max_active_clusters(compiled, cluster_m: int = 2) -> str:
     """How many clusters of this kernel the GPU holds at once (driver's occupancy calculator)."""
