@@ -1,5 +1,6 @@
 #!/bin/sh
-# Session 11, device call 1: the GPU tests of C read into registers (c_regs) and of the paths it
+# Session 11, device call 1 (ran at commit 2e102bc; its set and the c_regs tests were removed with
+# the option): the GPU tests of C read into registers (c_regs) and of the paths it
 # shares (C through the ring, the overlapped epilogue), then the s11 set at 4096^3 (fused relu+add,
 # fp16 and bf16) timed in alternation with cuBLAS replayed from a CUDA graph (the reference).
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1

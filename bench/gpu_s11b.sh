@@ -1,5 +1,5 @@
 #!/bin/sh
-# Session 11, device call 2: the c_regs GPU tests (named), then the s11b set: where the fused
+# Session 11, device call 2 (at commit 2e102bc: the c_regs tests were removed with the option): the c_regs GPU tests (named), then the s11b set: where the fused
 # kernel's C cost goes (L2 policies for A and B, C's L2 prefetch window, the wait between store
 # slices), at 4096^3 fp16 relu+add, timed in alternation with cuBLAS replayed from a CUDA graph.
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1

@@ -351,33 +351,3 @@ def test_overlap_epilogue_on_odd_shapes(case):
     spec = GemmSpec(*shape, layout=layout, dtype=dtype, epilogue=epilogue, out_dtype=out_dtype)
     assert not FAMILY.rejections(config, spec, arch), FAMILY.rejections(config, spec, arch)
     _verify_launches(spec, config, arch, (31, 32), "overlap_epilogue")
-
-
-# c_regs: C's slices enter the ring a ring's depth before a piece's end and are read into registers
-# there. Each case's changes to sliced_store in 2 slices with C through the ring, stmatrix and
-# c_regs. The shapes reach every place C can take: before a piece's first k-block (K of 2 k-blocks,
-# fewer than the stages), in the middle of long tiles, in split pieces that write D (shares shorter
-# than the ring), with clusters, 4 slices at the fewest stages (5), all four layouts, M = 1.
-C_REGS_GPU_CASES = [
-    ((136, 200, 72), "nt", "fp16", "relu+add", {}),
-    ((1000, 1000, 2000), "nn", "bf16", "bias_row+gelu+add", {"cluster_m": 2}),
-    ((264, 520, 4104), "tt", "fp16", "alpha+beta", {"c_l2_prefetch": True}),
-    ((2056, 2184, 200), "tn", "bf16", "add", {"split_tail": True}),
-    ((1000, 6392, 4600), "tn", "fp16", "relu+add", {"split_tail": True, "serpentine": True, "cluster_m": 2}),
-    ((1, 4096, 8192), "nt", "fp16", "add", {"split_tail": True}),
-    ((1000, 1000, 2000), "nt", "bf16", "add", {"bm": 64, "consumers": 1, "store_slices": 4, "stages": 5}),
-]
-
-
-@pytest.mark.parametrize("overlap", [False, True])
-@pytest.mark.parametrize("case", range(len(C_REGS_GPU_CASES)))
-def test_c_in_registers_on_odd_shapes(case, overlap):
-    """c_regs, in the plain and the overlapped consumer loop: right wherever C's slices fall in the
-    ring, launched twice (the ring position carries on across tiles; launches start afresh)."""
-    arch = _hopper()
-    shape, layout, dtype, epilogue, changes = C_REGS_GPU_CASES[case]
-    config = dict(FAMILY.ladder(arch))["sliced_store"].with_(
-        store_slices=2, c_ring=True, stmatrix=True, c_regs=True, overlap_epilogue=overlap).with_(**changes)
-    spec = GemmSpec(*shape, layout=layout, dtype=dtype, epilogue=epilogue)
-    assert not FAMILY.rejections(config, spec, arch), FAMILY.rejections(config, spec, arch)
-    _verify_launches(spec, config, arch, (41, 42), "c_regs")

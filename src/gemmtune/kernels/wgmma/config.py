@@ -81,11 +81,11 @@ class WgmmaConfig(FamilyConfig):
       (and C comes out of shared memory with ldmatrix): four 8x8 blocks, a 32-bit word each per
       thread, per instruction, instead of one word per instruction, which shortens the epilogue
       that the tensor cores wait on.
-    c_l2_prefetch: (c_ring) the producer asks L2 for the tile's C a box at a time over the 16
+    c_l2_prefetch: (c_ring) the producer asks L2 for the tile's C a box at a time, one every 2
       k-blocks before the ring loads it (TMA prefetch, no shared memory), so those loads read L2:
       C's DRAM reads spread out instead of arriving as one burst from every SM at once, which
       delays the next tile's first A and B loads queued behind it. (Spread over the whole tile, as
-      until session 11, C sat in L2 through the tile and pushed out A and B lines: 1.8% slower.)
+      until session 11, C sat in L2 through the tile, pushing out A and B lines.)
     split_tail: (persistent grid) the tiles of the last, partial wave (all tiles when they are too
       few to fill the GPU) are split along K into equal ranges, one block each, so the tail fills
       the GPU (schedule.py); the block holding a tile's first k-block adds the others' fp32 sums.
@@ -100,11 +100,6 @@ class WgmmaConfig(FamilyConfig):
       group runs, and the next piece's first k-block starts on the lower half while the upper
       slice is written back. Every wgmma is then half-width (ptxas serialises the kernel when one
       256-wide wgmma covers registers that others use by halves).
-    c_regs: (c_ring, stmatrix) C's slices travel through the ring STAGES k-blocks before the tile's
-      end instead of after it; the consumers copy them into registers (ldmatrix, the fragment's own
-      layout) under the wgmma in flight and hand the slots straight back. At the tile boundary the
-      ring then holds the next tile's k-blocks, as for the GEMM alone, where C's slices had held two
-      of its slots through the epilogue (the next tile started on a half-empty ring).
     """
 
     bm: int = 128
@@ -125,12 +120,11 @@ class WgmmaConfig(FamilyConfig):
     stmatrix: bool = False
     serpentine: bool = False
     overlap_epilogue: bool = False
-    c_regs: bool = False
     FAMILY_LABEL = "wgmma"
 
     def to_json(self) -> dict:
         data = super().to_json()
-        for later in ("serpentine", "overlap_epilogue", "c_regs"):  # configs (and database keys) from before
+        for later in ("serpentine", "overlap_epilogue"):  # configs (and database keys) from before
             if not data[later]:                               # these options stay unchanged
                 del data[later]
         return data
@@ -159,11 +153,6 @@ class WgmmaConfig(FamilyConfig):
     def accumulators(self) -> int:
         return self.m_blocks * self.bn // 2
 
-    @property
-    def c_registers(self) -> int:
-        """32-bit registers per consumer thread that hold C's pairs of 16-bit values (c_regs)."""
-        return self.accumulators // 2 if self.c_regs else 0
-
     def bk(self, dtype: str) -> int:
         return SWIZZLE_BYTES // INPUT_BYTES[dtype]
 
@@ -172,7 +161,7 @@ class WgmmaConfig(FamilyConfig):
 
     def without_c_options(self) -> "WgmmaConfig":
         """The same kernel for a spec whose epilogue reads no C (the options about loading C refused)."""
-        return self.with_(c_spread=False, c_ring=False, c_l2_prefetch=False, c_regs=False)
+        return self.with_(c_spread=False, c_ring=False, c_l2_prefetch=False)
 
     def c_slot_bytes(self) -> int:
         """Room for one C slice in a ring slot (c_ring): the larger of the A and B tile regions."""
@@ -208,7 +197,6 @@ class WgmmaConfig(FamilyConfig):
         store += " stmatrix" if self.stmatrix else ""
         grid += " serpentine-K" if self.serpentine else ""
         store += " overlapped" if self.overlap_epilogue else ""
-        store += " C-in-registers" if self.c_regs else ""
         return f"tile {self.bm}x{self.bn} stages{self.stages} {roles}{grid}{cluster}{store}"
 
 
@@ -259,7 +247,7 @@ def _tile(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
 def _registers(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
     if c.accumulators > MAX_ACCUMULATORS:
         return f"{c.accumulators} fp32 accumulators per thread exceed {MAX_ACCUMULATORS} (registers would spill)"
-    return None  # (c_regs adds at most MAX_ACCUMULATORS / 2 registers of C: 128 + 64 fit the 232 a consumer has)
+    return None
 
 
 def _smem(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
@@ -305,9 +293,8 @@ def _store(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
     if not c.tma_store:
         if c.overlap_epilogue:
             return "overlap_epilogue is part of the TMA-store epilogue"
-        if c.c_spread or c.c_ring or c.c_l2_prefetch or c.c_regs:
-            return ("c_spread, c_ring, c_l2_prefetch and c_regs are part of the TMA-store epilogue (direct stores "
-                    "read C themselves)")
+        if c.c_spread or c.c_ring or c.c_l2_prefetch:
+            return "c_spread, c_ring and c_l2_prefetch are part of the TMA-store epilogue (direct stores read C themselves)"
         return None if c.store_slices == 1 else "store_slices needs the TMA-store epilogue"
     slice_bytes = c.bn // c.store_slices * OUT_BYTES.get(out_dtype(s), 4)
     if slice_bytes % SWIZZLE_BYTES:
@@ -321,14 +308,6 @@ def _store(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
         if slice_c > c.c_slot_bytes():
             return (f"a C slice of {slice_c} B does not fit the {c.c_slot_bytes()} B operand region of a "
                     f"ring slot (use more store_slices)")
-        if c.c_regs and not c.stmatrix:
-            return "c_regs reads C into registers with ldmatrix (stmatrix: 16-bit C and D)"
-        # The consumer holds the slot of the k-block before C while it reads C's slices.
-        if c.c_regs and c.stages <= c.store_slices:
-            return (f"c_regs reads the {c.store_slices} C slices while it holds the slot of the k-block "
-                    f"before them: it needs {c.store_slices + 1} stages")
-    elif c.c_regs:
-        return "c_regs takes C out of the ring's slots into registers (it needs c_ring)"
     elif c.c_l2_prefetch:
         return "c_l2_prefetch warms L2 for c_ring's loads (without c_ring, C is already loaded early)"
     elif c.store_slices > 1 and s.epilogue.reads_c:
@@ -345,7 +324,7 @@ def _store(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
         # The producer fills the ring in order: the tile's last k-block, then its C slices. That
         # k-block's slot is held until the lower half (the first half of the slices) is written back,
         # so none of those slices may need it again.
-        if s.epilogue.reads_c and not c.c_regs and c.stages <= c.store_slices // 2:
+        if s.epilogue.reads_c and c.stages <= c.store_slices // 2:
             return (f"overlap_epilogue holds the last k-block's ring slot until the first {c.store_slices // 2} "
                     f"C slices are read: it needs {c.store_slices // 2 + 1} stages")
     row = s.n * OUT_BYTES.get(out_dtype(s), 4)

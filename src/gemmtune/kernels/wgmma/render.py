@@ -92,8 +92,7 @@ constexpr bool TMA_STORE = {str(config.tma_store).lower()};
 constexpr int STORE_SLICES = {config.store_slices}, SLICE_COLS = BN / STORE_SLICES;
 constexpr int OUT_CHUNK = 128 / sizeof(out_t), C_TILE_BYTES = BM * BN * (int)sizeof(out_t);
 constexpr int C_BOX_ROWS = {config.c_box_rows};  // rows of one C box (TMA)
-constexpr int C_BOXES_PER_KB = {1 if config.c_spread else "1 << 30"};
-constexpr int C_PREFETCH_KB = 16;  // (c_l2_prefetch) k-blocks over which C is asked of L2 before it is loaded  // C boxes issued per k-block (all at once)
+constexpr int C_BOXES_PER_KB = {1 if config.c_spread else "1 << 30"};  // C boxes issued per k-block (all at once)
 // c_ring: C comes through the ring, one slice per slot, in the slot's larger operand region.
 constexpr bool C_IN_A_REGION = A_TILE_BYTES >= B_TILE_BYTES;
 constexpr int C_SLOT_BYTES = C_IN_A_REGION ? A_TILE_BYTES : B_TILE_BYTES;  // that region's stride, slot to slot
@@ -105,25 +104,6 @@ constexpr int EPI_BYTES = TMA_STORE ? TILE_TURNS * BM * SLICE_COLS * (int)sizeof
 // memory when the math ends, and neither side ever blocks on the other.
 constexpr int C_RELEASE_KB = K_BLOCKS > 2 ? 2 : K_BLOCKS - 1;
 constexpr int C_LOAD_KB = C_RELEASE_KB + STAGES < K_BLOCKS - 1 ? C_RELEASE_KB + STAGES : K_BLOCKS - 1;
-""" + _c_position(config)
-
-
-def _c_position(config: WgmmaConfig) -> str:
-    """c_regs: where in a piece's k-blocks its C slices enter the ring; producer and consumers agree."""
-    if not config.c_regs:
-        return ""
-    # The overlapped loop issues a piece's first k-block before its loop, and a whole tile's last
-    # after it: C goes between them (a one-k-block split piece: after its k-block).
-    last = ("kb_begin == 0 && kb_end == K_BLOCKS ? kb_end - 1 : kb_end" if config.overlap_epilogue
-            else "kb_end - 1")
-    first = "kb_begin + 1" if config.overlap_epilogue else "kb_begin"
-    return f"""
-// c_regs: a piece's C slices travel through the ring before k-block c_position (a ring's depth
-// before the piece's end): the consumers take them into registers under the wgmma in flight, and
-// by the tile's end the slots hold k-blocks again.
-__device__ __forceinline__ int c_position(int kb_begin, int kb_end) {{
-    return min(max({first}, kb_end - STAGES), {last});
-}}
 """
 
 
@@ -256,7 +236,7 @@ def _epilogue_args(spec: GemmSpec) -> str:
     return "".join(f", {op.name}" for op in spec.epilogue.operands())
 
 
-def _consumer_overlapped(store_args: str, ring_c: bool, split: bool, c_regs: bool) -> str:
+def _consumer_overlapped(store_args: str, ring_c: bool, split: bool) -> str:
     """The consumers' loop with overlap_epilogue: every wgmma is half the tile wide, and a whole tile's
     write-back runs while the tensor cores work on the other half. The tile's last k-block is two
     groups (lower, then upper): the lower half is written back while the upper group runs, and the
@@ -272,7 +252,6 @@ def _consumer_overlapped(store_args: str, ring_c: bool, split: bool, c_regs: boo
     iteration ends by starting the next piece's first k-block); every piece ends with no group in
     flight, and every k-block with one. No instruction zeroes the accumulator: each piece's first
     k-block overwrites it (fresh)."""
-    ring_c = ring_c and not c_regs  # C read from its ring slots by the epilogue itself
     def store(first: str, last: str, slot: str) -> str:
         args = store_args.replace("s, phase", slot) if ring_c else store_args
         return f"store_tile_smem<{first}, {last}>(acc, tile_m, tile_n, consumer, out_buf, tma_D{args});"
@@ -281,14 +260,6 @@ def _consumer_overlapped(store_args: str, ring_c: bool, split: bool, c_regs: boo
                 for (int slice = 0; slice < STORE_SLICES / 2; ++slice)
                     if (++s == STAGES) { s = 0; phase ^= 1; }""" if ring_c else ""
     ring_slot = "\n        int c_s = 0; u32 c_phase = 0;  // the upper half's first C slot" if ring_c else ""
-    if c_regs:
-        ring_slot = "\n        u32 c_regs[STORE_SLICES][M_BLOCKS][SLICE_COLS / 16][4];  // the tile's C, read before its end"
-    read_c = "read_c_slices(c_regs, c_slots, full, empty, s, phase, consumer);"
-    c_at = ("\n            const int c_at = writes_d ? c_position(kb_begin, kb_end) : -1;  // C's place in the ring"
-            if c_regs else "")
-    c_in_loop = f"\n                if (kb == c_at) {read_c}" if c_regs else ""
-    c_after_loop = (f"\n            if (c_at == (whole ? kb_end - 1 : kb_end)) {read_c}  // (short pieces)"
-                    if c_regs else "")
     upper = store("STORE_SLICES / 2", "STORE_SLICES", "c_s, c_phase")
     finish = store("0", "STORE_SLICES", "s, phase")
     if split:  # no `continue` here: the iteration must still start the next piece's first k-block
@@ -329,8 +300,8 @@ def _consumer_overlapped(store_args: str, ring_c: bool, split: bool, c_regs: boo
             const bool whole = writes_d && kb_end == K_BLOCKS;  // a whole tile: its write-back overlaps
             int unit_m, tile_n;
             unit_coords(unit, unit_m, tile_n);
-            const int tile_m = unit_m * CLUSTER_M + rank;{c_at}
-            for (int kb = kb_begin + 1; kb < (whole ? kb_end - 1 : kb_end); ++kb) {{{c_in_loop}
+            const int tile_m = unit_m * CLUSTER_M + rank;
+            for (int kb = kb_begin + 1; kb < (whole ? kb_end - 1 : kb_end); ++kb) {{
                 mbarrier_wait(&full[s], phase);
                 wgmma_fence();
                 mma_stage<0>(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer);
@@ -340,7 +311,7 @@ def _consumer_overlapped(store_args: str, ring_c: bool, split: bool, c_regs: boo
                 release_stage(previous);
                 previous = s;
                 if (++s == STAGES) {{ s = 0; phase ^= 1; }}
-            }}{c_after_loop}
+            }}
             if (whole) {{
                 if (kb_end - kb_begin > 1) {{  // the last k-block, a group per half
                     mbarrier_wait(&full[s], phase);
@@ -378,7 +349,6 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
     sync = "cluster_sync()" if config.cluster_m > 1 else "__syncthreads()"
     rank = "(int)cluster_cta_rank()" if config.cluster_m > 1 else "0"
     ring_c = config.tma_store and spec.epilogue.reads_c and config.c_ring
-    c_regs = ring_c and config.c_regs  # C's slices come before the piece's last k-blocks, into registers
     deferred_c = config.tma_store and spec.epilogue.reads_c and not ring_c
     load_c = ("""
                 if (kb == c_at) {  // C lands early under this tile's main loop
@@ -399,8 +369,6 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
             if deferred_c else "")
     others = "".join(f", {op.name}" for op in spec.epilogue.operands() if op.name != "C")
     ring_args = f", c_slots, full, empty, s, phase{others}"  # store_tile_smem's C-through-the-ring tail
-    if c_regs:
-        ring_args = f", c_regs{others}"
     if ring_c:  # the epilogue walks on through the ring: C waits in the slots after the tile's k-blocks
         store = f"store_tile_smem(acc, tile_m, tile_n, consumer, out_buf, tma_D{ring_args});"
     elif config.tma_store:
@@ -416,40 +384,15 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
                         load_c_boxes(tma_C, c_slots + s * C_SLOT_BYTES, &full[s], tile_m, tile_n, 0, 0, C_BOXES, slice);
                         if (++s == STAGES) { s = 0; phase ^= 1; }
                     }
-                }""" if ring_c and not c_regs else "")
-    def c_slices(indent: str) -> str:  # the tile's C into the next ring slots, a slice per slot
-        lines = ["for (int slice = 0; slice < STORE_SLICES; ++slice) {  // the tile's C, a slice per slot",
-                 "    mbarrier_wait(&empty[s], phase ^ 1);",
-                 "    mbarrier_arrive_expect_tx(&full[s], C_SLICE_BYTES);",
-                 "    load_c_boxes(tma_C, c_slots + s * C_SLOT_BYTES, &full[s], tile_m, tile_n, 0, 0, C_BOXES, slice);",
-                 "    if (++s == STAGES) { s = 0; phase ^= 1; }",
-                 "}"]
-        return f"\n{indent}".join(lines)
-    c_at_producer = ("""
-                const int c_at = kb_begin == 0 ? c_position(kb_begin, kb_end) : -1;  // C's place in the ring"""
-                     if c_regs else "")
-    c_in_producer_loop = f"""
-                    if (kb == c_at) {{
-                        {c_slices(" " * 24)}
-                    }}""" if c_regs else ""
-    if c_regs and config.overlap_epilogue:  # (a one-k-block piece: C after its k-block)
-        ring_load_c = f"""
-                if (c_at == kb_end) {{
-                    {c_slices(" " * 20)}
-                }}"""
-    # c_l2_prefetch: the tile's C boxes are asked of L2 one at a time, over the k-blocks before its loads.
+                }""" if ring_c else "")
     prefetch = ring_c and config.c_l2_prefetch
+    # Box b of the tile's C is asked of L2 2·(C_TILE_BOXES - b) k-blocks before the piece's end, where
+    # the ring's loads of C come: early enough for them to hit L2, late enough that C does not sit
+    # in L2 through the whole tile, pushing out A and B lines that other blocks still read. (Written
+    # from kb and kb_end alone: the producer has 40 registers, and two more spilled.)
     prefetch_c = ("""
-                    if (kb_begin == 0 && kb >= c_from && (kb - c_from) % c_stride == 0 && (kb - c_from) / c_stride < C_TILE_BOXES)
-                        prefetch_c_box(tma_C, tile_m, tile_n, (kb - c_from) / c_stride);""" if prefetch else "")
-    c_load = "c_at" if c_regs else "kb_end"  # where the ring's C loads come
-    c_stride = (f"""
-                // C's boxes are asked of L2 over the C_PREFETCH_KB k-blocks before the ring loads C: early
-                // enough for those loads to hit L2, late enough that C does not sit in L2 through the
-                // whole tile, pushing out A and B lines that other blocks still read.
-                const int c_from = max(kb_begin, {c_load} - C_PREFETCH_KB);
-                const int c_stride = max(1, ({c_load} - c_from) / C_TILE_BOXES);  // k-blocks between C prefetches"""
-                if prefetch else "")
+                    if (kb_begin == 0 && (kb_end - kb) % 2 == 0 && (kb_end - kb) / 2 <= C_TILE_BOXES)
+                        prefetch_c_box(tma_C, tile_m, tile_n, C_TILE_BOXES - (kb_end - kb) / 2);""" if prefetch else "")
     if deferred_c:
         store += "\n            c_pending = true;  // the buffer goes back to the producer early in the next piece"
     hand_back = ("""
@@ -494,12 +437,6 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
     c_slots = ("""
     unsigned char* c_slots = reinterpret_cast<unsigned char*>(C_IN_A_REGION ? a_tiles : b_tiles);  // slot 0's C region"""
                if ring_c else "")
-    c_at_consumer = ("""
-            u32 c_regs[STORE_SLICES][M_BLOCKS][SLICE_COLS / 16][4];  // the tile's C, read before its end
-            const int c_at = writes_d ? c_position(kb_begin, kb_end) : -1;  // C's place in the ring"""
-                     if c_regs else "")
-    c_read = ("\n                if (kb == c_at) read_c_slices(c_regs, c_slots, full, empty, s, phase, consumer);"
-              if c_regs else "")
     consumer_loop = f"""
         // Consumer warpgroups: wait for a stage, multiply it, release the one before (one wgmma
         // group stays in flight so the tensor cores never wait on the release), then write back.{turns}
@@ -526,8 +463,8 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
             for (int mb = 0; mb < M_BLOCKS; ++mb)
                 #pragma unroll
                 for (int i = 0; i < BN / 2; ++i) acc[mb][i] = 0.0f;
-            int previous = -1;{wait_turn}{release_at}{c_at_consumer}
-            for (int kb = kb_begin; kb < kb_end; ++kb) {{{c_read}
+            int previous = -1;{wait_turn}{release_at}
+            for (int kb = kb_begin; kb < kb_end; ++kb) {{
                 mbarrier_wait(&full[s], phase);
                 wgmma_fence();
                 mma_stage(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer);
@@ -546,7 +483,7 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
     if config.overlap_epilogue:
         # Without the ring an overlapped epilogue reads no C (constraint), so c_full is passed unused.
         store_args = ring_args if ring_c else f", &c_full[0], 0{others}"
-        consumer_loop = _consumer_overlapped(store_args, ring_c, split, c_regs)
+        consumer_loop = _consumer_overlapped(store_args, ring_c, split)
     return f"""{SMEM_SETUP}
     const int rank = {rank};   // this block's place in its cluster (0 without clusters)
     const int worker = blockIdx.x / CLUSTER_M;
@@ -579,8 +516,8 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
             while (next_piece(worker, cursor, unit, kb_begin, kb_end)) {{
                 int unit_m, tile_n;
                 unit_coords(unit, unit_m, tile_n);
-                const int tile_m = unit_m * CLUSTER_M + rank;{c_at}{c_at_producer}{c_stride}{serpentine}
-                for (int kb = kb_begin; kb < kb_end; ++kb) {{{prefetch_c}{c_in_producer_loop}
+                const int tile_m = unit_m * CLUSTER_M + rank;{c_at}{serpentine}
+                for (int kb = kb_begin; kb < kb_end; ++kb) {{{prefetch_c}
                     mbarrier_wait(&empty[s], phase ^ 1);  // passes at once on the first lap
                     load_stage(tma_A, tma_B, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, &full[s],
                                tile_m, tile_n, {k_block}, rank);

@@ -14,7 +14,6 @@ WGMMA_DOMAINS: tuple[tuple[str, tuple], ...] = (
     ("pingpong", (False, True)), ("split_tail", (False, True)), ("c_spread", (False, True)),
     ("c_ring", (False, True)), ("c_l2_prefetch", (False, True)), ("stmatrix", (False, True)),
     ("serpentine", (False, True)), ("overlap_epilogue", (False, True)),
-    ("c_regs", (False, True)),
 )
 
 # The parameters each constraint reads (directly or through WgmmaConfig's derived properties).
@@ -24,7 +23,7 @@ WGMMA_READS: dict[str, tuple[str, ...]] = {
     "shared_memory": ("bm", "bn", "stages", "tma_store", "store_slices", "consumers", "pingpong"), "pipeline": ("stages", "specialized"),
     "schedule": ("group_m", "cluster_m", "specialized", "persistent", "bn", "split_tail", "pingpong", "serpentine"),
     "store": ("tma_store", "store_slices", "bm", "bn", "specialized", "pingpong", "c_spread", "c_ring",
-              "c_l2_prefetch", "stmatrix", "overlap_epilogue", "persistent", "stages", "c_regs"),
+              "c_l2_prefetch", "stmatrix", "overlap_epilogue", "persistent", "stages"),
 }
 
 

@@ -174,11 +174,11 @@ def _pair_loop(spec: GemmSpec) -> str:
         }}"""
 
 
-def _matrix_words(spec: GemmSpec, c_in_registers: bool = False) -> str:
+def _matrix_words(spec: GemmSpec) -> str:
     """One slice's D as packed words, in the order stmatrix takes them: blocks q = 0..3 of an
     instruction are (rows +8·(q%2), columns +8·(q/2)) of a 16-row × 16-column piece of the fragment.
-    C comes per ldmatrix (the same blocks) from `c_tile`, or with c_in_registers from c_regs
-    (read_c_slices), in the same order. Only registers are written: the buffer may still be in use."""
+    C comes per ldmatrix (the same blocks) from `c_tile`. Only registers are written: the buffer may
+    still be in use."""
     reads_c = spec.epilogue.reads_c
     fix0 = epilogue_call(spec, "v0", "col", "c0")
     fix1 = epilogue_call(spec, "v1", "col + 1", "c1")
@@ -186,10 +186,8 @@ def _matrix_words(spec: GemmSpec, c_in_registers: bool = False) -> str:
     load_c = ("""u32 c_words[SLICE_COLS / 16][4];
             #pragma unroll
             for (int jj = 0; jj < SLICE_COLS / 8; jj += 2) ldmatrix_x4(c_tile + block_row_offset(r_at, jj + q / 2), c_words[jj / 2]);
-            """ if reads_c and not c_in_registers else "")
-    c_word = "c_regs[slice][mb][jj / 2][b]" if c_in_registers else "c_words[jj / 2][b]"
-    unpack_c = (f"float c0, c1;\n                    unpack_pair({c_word}, c0, c1);\n                    "
-                if reads_c else "")
+            """ if reads_c else "")
+    unpack_c = "float c0, c1;\n                    unpack_pair(c_words[jj / 2][b], c0, c1);\n                    " if reads_c else ""
     return f"""u32 words[M_BLOCKS][SLICE_COLS / 16][4];  // the slice's D: this thread's word of each 8x8 block
         #pragma unroll
         for (int mb = 0; mb < M_BLOCKS; ++mb) {{
@@ -221,8 +219,7 @@ MATRIX_STORE = """#pragma unroll
 def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
     params = "".join(f", {p}" for p in operand_decls(spec.epilogue, skip_c=True))
     reads_c = spec.epilogue.reads_c  # C staged in shared memory by the producer
-    in_registers = reads_c and config.c_regs  # ... and taken into registers before the math ends
-    ring = reads_c and config.c_ring and not in_registers  # ... read in ring slots, a slice per slot (else in the store buffer)
+    ring = reads_c and config.c_ring  # ... in ring slots, a slice per slot (else in the store buffer)
     write_slice = _pair_loop(spec)
     # Before writing, the buffer must be free: with C, the producer's C tile must have landed in it
     # (the producer waited for the previous store to leave); without C, the previous slice's store
@@ -233,7 +230,7 @@ def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
         wait = free_buffer + """
         mbarrier_wait(&full[s], phase);  // this slice of C has landed in ring slot s
         const unsigned char* c_tile = c_slots + s * C_SLOT_BYTES + consumer * ROWS_PER_CONSUMER * SLICE_COLS * (int)sizeof(out_t);"""
-    elif reads_c and not in_registers:
+    elif reads_c:
         wait = """if (slice == 0) mbarrier_wait(c_full, c_phase);  // the producer's C tile has landed here
         const unsigned char* c_tile = tile;  // read in place"""
     else:
@@ -249,16 +246,16 @@ def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
         # then does the consumer wait for the buffer: the wait for the previous slice's store to
         # have read it runs under that work instead of before it.
         c_wait = ("""mbarrier_wait(&full[s], phase);  // this slice of C has landed in ring slot s
-        const unsigned char* c_tile = c_slots + s * C_SLOT_BYTES + consumer * ROWS_PER_CONSUMER * SLICE_COLS * (int)sizeof(out_t);
-        """ if ring else wait + "\n        " if reads_c and not in_registers else "")
-        buffer_wait = "" if reads_c and not (ring or in_registers) else free_buffer  # (C in place: the buffer is free)
+        const unsigned char* c_tile = c_slots + s * C_SLOT_BYTES + consumer * ROWS_PER_CONSUMER * SLICE_COLS * (int)sizeof(out_t);"""
+                  if ring else wait if reads_c else "")
+        buffer_wait = "" if reads_c and not ring else free_buffer  # (C in place: the buffer is free once C has landed)
         if ring:  # every thread of this consumer has read its C words: the slot goes back
             buffer_wait += slot_back
             free_slot = ""
-        wait = ("const int q = lane / 8;  // the block whose row this lane addresses\n        " + c_wait).rstrip()
-        write_slice = "\n        ".join(part for part in (_matrix_words(spec, in_registers), buffer_wait, MATRIX_STORE) if part)
+        wait = "\n        ".join(part for part in ("const int q = lane / 8;  // the block whose row this lane addresses", c_wait) if part)
+        write_slice = "\n        ".join(part for part in (_matrix_words(spec), buffer_wait, MATRIX_STORE) if part)
     c_params = ("unsigned char* c_slots, u64* full, u64* empty, int& s, u32& phase" if ring
-                else f"const {C_REGS_DECL}" if in_registers else "u64* c_full, u32 c_phase")
+                else "u64* c_full, u32 c_phase")
     matrix_io = MATRIX_IO + """
 // Byte offset, in a consumer's part of a slice buffer, of the 16-byte row piece at row r, columns
 // 8·jj .. 8·jj + 7 (16-bit values: 8 to a 16-byte unit, OUT_CHUNK / 8 units to a 128-byte row).
@@ -271,7 +268,7 @@ __device__ __forceinline__ int block_row_offset(int r, int jj) {
     template = "template <int FIRST, int LAST>\n" if halves else ""
     first, last = ("FIRST", "LAST") if halves else ("0", "STORE_SLICES")
     slices_doc = "\n// Slices FIRST .. LAST - 1 only (the two halves of the tile are written back apart)." if halves else ""
-    return SMEM_PAIR["32" if OUT_BYTES[out_dtype(spec)] == 4 else "16"] + matrix_io + (READ_C_SLICES if in_registers else "") + f"""
+    return SMEM_PAIR["32" if OUT_BYTES[out_dtype(spec)] == 4 else "16"] + matrix_io + f"""
 // Byte offset, in a consumer's part of a slice buffer, of the pair of row r at column 8·jj + 2·(lane % 4).
 __device__ __forceinline__ int pair_offset(int r, int jj, int lane) {{
     const int c = jj * 8 + 2 * (lane % 4), byte = (c % OUT_CHUNK) * (int)sizeof(out_t);
@@ -308,36 +305,6 @@ __device__ __forceinline__ int pair_offset(int r, int jj, int lane) {{
 }}
 """
 
-
-# c_regs: C's words per consumer thread, [slice][64-row block][16-column piece][8x8 block]: the
-# fragment's own order (each u32 a pair of neighbours in a row), as ldmatrix_x4 returns them.
-C_REGS_DECL = "u32 (&c_regs)[STORE_SLICES][M_BLOCKS][SLICE_COLS / 16][4]"
-
-READ_C_SLICES = r"""
-// Consumer (c_regs): the tile's C slices, waiting in the next STORE_SLICES ring slots, copied into
-// registers in the fragment's layout, each slot handed back as soon as this consumer has read it.
-// It runs STAGES k-blocks before the tile's end, under the wgmma group in flight, so the slots hold
-// the tile's last k-blocks again when the epilogue starts, and the next tile's first ones after.
-__device__ __forceinline__ void read_c_slices(""" + C_REGS_DECL + r""", const unsigned char* c_slots,
-                                              u64* full, u64* empty, int& s, u32& phase, int consumer) {
-    const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32, q = lane / 8;
-    #pragma unroll
-    for (int slice = 0; slice < STORE_SLICES; ++slice) {
-        mbarrier_wait(&full[s], phase);  // this slice of C has landed in ring slot s
-        const unsigned char* c_tile = c_slots + s * C_SLOT_BYTES + consumer * ROWS_PER_CONSUMER * SLICE_COLS * (int)sizeof(out_t);
-        #pragma unroll
-        for (int mb = 0; mb < M_BLOCKS; ++mb) {
-            const int r_at = mb * 64 + warp * 16 + 8 * (q % 2) + lane % 8;  // the row this lane addresses
-            #pragma unroll
-            for (int jj = 0; jj < SLICE_COLS / 8; jj += 2)
-                ldmatrix_x4(c_tile + block_row_offset(r_at, jj + q / 2), c_regs[slice][mb][jj / 2]);
-        }
-        named_barrier(1 + consumer, 128);  // every thread of this consumer has its words: the slot is free
-        release_ring_slot(&empty[s]);
-        if (++s == STAGES) { s = 0; phase ^= 1; }
-    }
-}
-"""
 
 LOAD_C_TILE = r"""
 // Producer: the C tile of (tile_m, tile_n) into the epilogue buffer, as C_BOXES boxes of OUT_CHUNK
