@@ -1,5 +1,5 @@
 #!/bin/sh
-# Session 11, device call 4: the final code (C's L2 prefetch over the 16 k-blocks before its loads;
+# Session 11, device calls 4 (H100) and 6 (H200): the final code (C's L2 prefetch over the 16 k-blocks before its loads;
 # stmatrix slices computed before the wait for the store buffer) on the s10 set, whose configs are
 # the bests of every bar, timed in alternation with cuBLAS replayed from a CUDA graph; then the GPU
 # tests of the overlapped epilogue (stmatrix and C-through-the-ring cases among them).
