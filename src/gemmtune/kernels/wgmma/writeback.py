@@ -220,40 +220,40 @@ def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
     params = "".join(f", {p}" for p in operand_decls(spec.epilogue, skip_c=True))
     reads_c = spec.epilogue.reads_c  # C staged in shared memory by the producer
     ring = reads_c and config.c_ring  # ... in ring slots, a slice per slot (else in the store buffer)
-    write_slice = _pair_loop(spec)
     # Before writing, the buffer must be free: with C, the producer's C tile must have landed in it
     # (the producer waited for the previous store to leave); without C, the previous slice's store
     # (of this tile or the one before) must have finished reading it.
     free_buffer = """if (threadIdx.x % 128 == 0) tma_store_wait_read();  // the previous slice's store has read the buffer
         named_barrier(1 + consumer, 128);"""
     if ring:
-        wait = free_buffer + """
-        mbarrier_wait(&full[s], phase);  // this slice of C has landed in ring slot s
+        c_wait = """mbarrier_wait(&full[s], phase);  // this slice of C has landed in ring slot s
         const unsigned char* c_tile = c_slots + s * C_SLOT_BYTES + consumer * ROWS_PER_CONSUMER * SLICE_COLS * (int)sizeof(out_t);"""
     elif reads_c:
-        wait = """if (slice == 0) mbarrier_wait(c_full, c_phase);  // the producer's C tile has landed here
+        c_wait = """if (slice == 0) mbarrier_wait(c_full, c_phase);  // the producer's C tile has landed here
         const unsigned char* c_tile = tile;  // read in place"""
     else:
-        wait = free_buffer
+        c_wait = ""
+    in_place = reads_c and not ring  # C's own landing frees the buffer
     # With C in the ring, its slot goes back to the producer once every thread of this consumer has
-    # read it (the barrier before the store).
+    # read it (a barrier after its reads).
     slot_back = """
         release_ring_slot(&empty[s]);
         if (++s == STAGES) { s = 0; phase ^= 1; }"""
-    free_slot = slot_back if ring else ""
+    def lines(*parts: str) -> str:
+        return "\n        ".join(part for part in parts if part)
     if config.stmatrix:
         # The slice is computed into registers first (C's loads, the epilogue, the packing), and only
         # then does the consumer wait for the buffer: the wait for the previous slice's store to
-        # have read it runs under that work instead of before it.
-        c_wait = ("""mbarrier_wait(&full[s], phase);  // this slice of C has landed in ring slot s
-        const unsigned char* c_tile = c_slots + s * C_SLOT_BYTES + consumer * ROWS_PER_CONSUMER * SLICE_COLS * (int)sizeof(out_t);"""
-                  if ring else wait if reads_c else "")
-        buffer_wait = "" if reads_c and not ring else free_buffer  # (C in place: the buffer is free once C has landed)
-        if ring:  # every thread of this consumer has read its C words: the slot goes back
-            buffer_wait += slot_back
-            free_slot = ""
-        wait = "\n        ".join(part for part in ("const int q = lane / 8;  // the block whose row this lane addresses", c_wait) if part)
-        write_slice = "\n        ".join(part for part in (_matrix_words(spec), buffer_wait, MATRIX_STORE) if part)
+        # have read it runs under that work instead of before it. That wait's barrier also shows
+        # every thread has read its C words, so a ring slot goes back right after it.
+        buffer_wait = "" if in_place else free_buffer + (slot_back if ring else "")
+        wait = lines("const int q = lane / 8;  // the block whose row this lane addresses", c_wait)
+        write_slice = lines(_matrix_words(spec), buffer_wait, MATRIX_STORE)
+        free_slot = ""
+    else:  # pairs of C are read and pairs of D written one after the other: the buffer is freed first
+        wait = lines("" if in_place else free_buffer, c_wait)
+        write_slice = _pair_loop(spec)
+        free_slot = slot_back if ring else ""
     c_params = ("unsigned char* c_slots, u64* full, u64* empty, int& s, u32& phase" if ring
                 else "u64* c_full, u32 c_phase")
     matrix_io = MATRIX_IO + """
