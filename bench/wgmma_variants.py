@@ -500,10 +500,25 @@ S11C_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] =
         (f"overlapped epilogue{ALONE}", S10_FUSED.without_c_options().with_(**OVERLAP), None)])
     for dtype in ("fp16", "bf16")]
 
+# Session 12 (--set s12probe): the fused epilogue's arithmetic (C's conversion to fp32, relu, add: 384
+# instructions a thread a tile in the SASS, against none in the GEMM alone) timed by leaving it out.
+def epilogue_math_skipped(src: KernelSource) -> KernelSource:
+    """D = A·B rounded: C still lands and is read from its slot (ldmatrix), but nothing is done with it."""
+    return _replace_once(src, "    v = fmaxf(v, 0.0f);\n    v += c;\n", "")
+
+
+S12_PROBE_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
+    (GemmSpec(4096, 4096, 4096, "nt", dtype, "relu+add"), [
+        ("C-in-ring C-L2-prefetch stmatrix serpentine", S10_FUSED, None),
+        ("probe: C read, epilogue arithmetic left out", S10_FUSED, Unverified(epilogue_math_skipped)),
+        ("probe: no wait between store slices", S10_FUSED, Unverified(no_wait_between_slices))])
+    for dtype in ("fp16", "bf16")]
+
 SETS = {"all": CASES, "final": FINAL_CASES, "fused": FUSED_CASES, "bf16": BF16_CASES, "h200": H200_CASES,
         "s8": S8_CASES, "c4": C4_CASES, "s9": S9_CASES,
         "s9final": S9_FINAL_CASES, "s10probe": S10_PROBE_CASES, "s10": S10_CASES,
-        "s10confirm": S10_CONFIRM_CASES, "s11b": S11B_CASES, "s11c": S11C_CASES}
+        "s10confirm": S10_CONFIRM_CASES, "s11b": S11B_CASES, "s11c": S11C_CASES,
+        "s12probe": S12_PROBE_CASES}
 
 def max_active_clusters(compiled, cluster_m: int = 2) -> str:
     """How many clusters of this kernel the GPU holds at once (driver's occupancy calculator)."""
