@@ -514,11 +514,31 @@ S12_PROBE_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]
         ("probe: no wait between store slices", S10_FUSED, Unverified(no_wait_between_slices))])
     for dtype in ("fp16", "bf16")]
 
+# Session 12 (--set s12): the fused write-back without its store buffer (d_over_c: D written over C in
+# its ring slot, stored from there) and relu+add finished on the packed pair (relu_add_pair, now the
+# generated code; `relu then add` patches session 11's per-value epilogue back in).
+def relu_then_add(src: KernelSource) -> KernelSource:
+    """Session 11's epilogue: fmaxf(v, 0) + c per value, then the pair packed (same D, one more
+    instruction per pair)."""
+    return _replace_once(src, "words[mb][jj / 2][b] = relu_add_pair(v0, v1, c_words[jj / 2][b]);",
+                         "float c0, c1;\n                    unpack_pair(c_words[jj / 2][b], c0, c1);\n"
+                         "                    v0 = apply_epilogue(v0, row, col, c0); v1 = apply_epilogue(v1, row, col + 1, c1); "
+                         "words[mb][jj / 2][b] = pack_pair(v0, v1, (out_t*)0);")
+
+
+S12_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
+    (GemmSpec(4096, 4096, 4096, "nt", dtype, "relu+add"), [
+        ("C-in-ring C-L2-prefetch stmatrix serpentine", S10_FUSED, None),
+        ("same, relu then add (session 11)", S10_FUSED, relu_then_add),
+        ("+ D over C", S10_FUSED.with_(d_over_c=True), None),
+        ("+ D over C, relu then add", S10_FUSED.with_(d_over_c=True), relu_then_add)])
+    for dtype in ("fp16", "bf16")]
+
 SETS = {"all": CASES, "final": FINAL_CASES, "fused": FUSED_CASES, "bf16": BF16_CASES, "h200": H200_CASES,
         "s8": S8_CASES, "c4": C4_CASES, "s9": S9_CASES,
         "s9final": S9_FINAL_CASES, "s10probe": S10_PROBE_CASES, "s10": S10_CASES,
         "s10confirm": S10_CONFIRM_CASES, "s11b": S11B_CASES, "s11c": S11C_CASES,
-        "s12probe": S12_PROBE_CASES}
+        "s12probe": S12_PROBE_CASES, "s12": S12_CASES}
 
 def max_active_clusters(compiled, cluster_m: int = 2) -> str:
     """How many clusters of this kernel the GPU holds at once (driver's occupancy calculator)."""

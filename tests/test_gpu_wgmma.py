@@ -351,3 +351,35 @@ def test_overlap_epilogue_on_odd_shapes(case):
     spec = GemmSpec(*shape, layout=layout, dtype=dtype, epilogue=epilogue, out_dtype=out_dtype)
     assert not FAMILY.rejections(config, spec, arch), FAMILY.rejections(config, spec, arch)
     _verify_launches(spec, config, arch, (31, 32), "overlap_epilogue")
+
+
+# Each case's changes to sliced_store in 2 slices with C through the ring, stmatrix and d_over_c (D
+# written over C in its ring slot). The shapes reach: tiles of 2 k-blocks (the last slot's release
+# comes in the next piece's first iteration, right after the write-back); 4 slices in 4 stages and 2
+# slices in 2 stages (the ring then waits on the slots D still occupies); clusters (a slot goes back
+# to both blocks); split tails whose pieces end in partial sums (a pending slot released by a piece
+# that writes no D); M = 1 and a tile smaller than one box; one-consumer 64-row tiles.
+D_OVER_C_GPU_CASES = [
+    ((136, 200, 72), "nt", "fp16", "relu+add", {}),
+    ((1000, 1000, 2000), "nn", "bf16", "bias_row+gelu+add", {"cluster_m": 2, "c_l2_prefetch": True, "serpentine": True}),
+    ((264, 520, 4104), "tt", "fp16", "alpha+beta", {"store_slices": 4}),
+    ((1000, 1000, 128), "nn", "bf16", "relu+add", {"stages": 2}),
+    ((2056, 2184, 200), "tn", "bf16", "add", {"split_tail": True, "cluster_m": 2}),
+    ((1000, 6392, 4600), "tn", "fp16", "relu+add", {"split_tail": True, "serpentine": True, "c_l2_prefetch": True}),
+    ((1, 4096, 8192), "nt", "fp16", "bias_col+relu+add", {"split_tail": True}),
+    ((7, 24, 16), "nt", "bf16", "relu+add", {}),
+    ((3000, 5000, 704), "nt", "fp16", "relu+add", {"bm": 64, "consumers": 1, "stages": 5}),
+]
+
+
+@pytest.mark.parametrize("case", range(len(D_OVER_C_GPU_CASES)))
+def test_d_over_c_on_odd_shapes(case):
+    """d_over_c: each slice of D written over its C in the ring slot and stored from there, the slot
+    handed back once the store has read it; right on every path, launched twice."""
+    arch = _hopper()
+    shape, layout, dtype, epilogue, changes = D_OVER_C_GPU_CASES[case]
+    config = dict(FAMILY.ladder(arch))["sliced_store"].with_(
+        store_slices=2, c_ring=True, stmatrix=True, d_over_c=True).with_(**changes)
+    spec = GemmSpec(*shape, layout=layout, dtype=dtype, epilogue=epilogue)
+    assert not FAMILY.rejections(config, spec, arch), FAMILY.rejections(config, spec, arch)
+    _verify_launches(spec, config, arch, (41, 42), "d_over_c")

@@ -7,9 +7,11 @@ import re
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
 
 from gemmtune.compiler import compile_kernel
+from gemmtune.dtypes import bf16_bits, bf16_to_float32
 from gemmtune.errors import ConfigError
 from gemmtune.export.toolchain import wheel_tool_candidates
 from gemmtune.kernels import family_for, get_family
@@ -310,3 +312,77 @@ def test_overlap_epilogue_keeps_wgmma_asynchronous(spec, changes):
     half = config.bn // 2
     assert f"wgmma.mma_async.sync.aligned.m64n{half}k" in source.code
     assert f"m64n{config.bn}k" not in source.code
+
+
+def test_d_over_c_constraints_buffer_and_code(tmp_path):
+    """d_over_c writes D over C in its ring slot (c_ring and stmatrix, not the overlapped write-back):
+    no store buffer in shared memory, the TMA store reads the slot, and the slot goes back only after
+    that store has read it. Configs without it keep their JSON (and database keys)."""
+    fused = GemmSpec(4096, 4096, 4096, "nt", "fp16", "relu+add")
+    ring = dict(LADDER)["sliced_store"].with_(store_slices=2, c_ring=True, stmatrix=True)
+    over = ring.with_(d_over_c=True)
+    assert not FAMILY.rejections(over, fused, "sm_90a")
+    for broken in (over.with_(stmatrix=False), over.with_(c_ring=False), over.with_(overlap_epilogue=True),
+                   over.with_(tma_store=False, store_slices=1, c_ring=False, stmatrix=False)):
+        assert "store" in FAMILY.rejections(broken, fused, "sm_90a"), broken.describe()
+    assert over.smem_bytes(fused) == ring.smem_bytes(fused) - 128 * 128 * 2  # one 128x128 fp16 slice buffer
+    assert not over.without_c_options().d_over_c
+    assert "d_over_c" not in ring.to_json() and over.to_json()["d_over_c"] is True
+    assert type(over).from_json(over.to_json()) == over
+    code = FAMILY.render(fused, over, "sm_90a").code
+    assert "tma_store_2d_hinted(&tma_D, c_tile" in code and "stmatrix_x4(c_tile" in code
+    assert "tma_store_wait_read_but_one();" in code  # a slice's slot waits for its own store only
+    assert "tma_store_wait_read();  // the previous slice's store has read the buffer" not in code
+    compiled = _compile(fused, over.with_(cluster_m=2, c_l2_prefetch=True, serpentine=True, split_tail=True))
+    assert compiled.resources.spills == 0, compiled.resources.summary()
+    assert "Potential Performance Loss" not in compiled.log, compiled.log
+
+
+def _rounded(values: np.ndarray, dtype: str) -> np.ndarray:
+    """float32 values rounded to nearest-even in `dtype`, back as float32 (too large: infinite)."""
+    if dtype == "fp16":
+        with np.errstate(over="ignore"):
+            return values.astype(np.float16).astype(np.float32)
+    return bf16_to_float32(bf16_bits(values))
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_relu_add_pair_equals_relu_then_add(dtype):
+    """relu_add_pair's identity: rn(fmaxf(v, 0) + c) == max(rn(v + c), c) for every fp32 v and every
+    c that the output type holds exactly (the sums in fp32, as the kernel does them), including
+    values whose sum rounds to a tie, cancels, or overflows the 16-bit type."""
+    rng = np.random.default_rng(3)
+    n = 400_000
+    scale = np.float32(2.0) ** rng.integers(-30, 20, n).astype(np.float32)
+    v = (rng.standard_normal(n).astype(np.float32) * scale).astype(np.float32)
+    c = _rounded((rng.standard_normal(n).astype(np.float32) * scale[::-1]).astype(np.float32), dtype)
+    v[:1000] = -c[:1000]                                   # sums that cancel exactly
+    v[1000:2000] = np.nextafter(-c[1000:2000], np.float32(np.inf))  # v just above -c: tiny positive sums
+    v[2000:2100] = 0.0
+    c[2100:2200] = np.float32(60000.0) if dtype == "fp16" else np.float32(3e38)  # overflow to inf
+    v[2100:2200] = np.abs(v[2100:2200]) + np.float32(1e4 if dtype == "fp16" else 1e37)
+    v[2200:2210], c[2200:2210] = np.inf, -np.inf
+    # fmaxf and PTX's max both return the number where one side is NaN: np.fmax, not np.maximum.
+    with np.errstate(over="ignore", invalid="ignore"):
+        expected = _rounded((np.fmax(v, np.float32(0)) + c).astype(np.float32), dtype)
+        packed = np.fmax(_rounded((v + c).astype(np.float32), dtype), c)
+    # The one documented difference: v = +inf with c = -inf (C's values too large for the type).
+    differ = (v == np.inf) & (c == -np.inf)
+    assert differ.any() and np.isnan(expected[differ]).all() and (packed[differ] == -np.inf).all()
+    assert np.array_equal(expected[~differ], packed[~differ], equal_nan=True)  # (+0 and -0 compare equal)
+
+
+def test_packed_relu_add_where_exact():
+    """The write-back finishes with relu_add_pair only for chains ending in relu then add with a 16-bit
+    D; the ops before them run per value first; fp32 D and add-then-relu keep the general epilogue."""
+    ring = dict(LADDER)["sliced_store"].with_(store_slices=2, c_ring=True, stmatrix=True)
+    def code(epilogue, dtype="fp16", out_dtype=None, config=ring):
+        return FAMILY.render(GemmSpec(1024, 1024, 1024, "nt", dtype, epilogue, out_dtype=out_dtype), config,
+                             "sm_90a").code
+    assert "= relu_add_pair(v0, v1, c_words[jj / 2][b]);" in code("relu+add")
+    assert "= relu_add_pair(v0, v1, c_words[jj]);" in code("relu+add", "bf16", config=ring.with_(stmatrix=False))
+    head = code("bias_col+relu+add", "bf16")
+    assert "v0 = apply_epilogue_head(v0, row, col, bias);" in head and "max.bf16x2" in head
+    assert "relu_add_pair(" not in code("add+relu")
+    fp32_out = code("relu+add", "bf16", "fp32", ring.with_(stmatrix=False, store_slices=4))
+    assert "relu_add_pair(" not in fp32_out and "apply_epilogue(v0, row, col, c0)" in fp32_out

@@ -100,6 +100,12 @@ class WgmmaConfig(FamilyConfig):
       group runs, and the next piece's first k-block starts on the lower half while the upper
       slice is written back. Every wgmma is then half-width (ptxas serialises the kernel when one
       256-wide wgmma covers registers that others use by halves).
+    d_over_c: (c_ring, stmatrix) each consumer writes a slice of D over the slice of C it has just
+      read, in C's ring slot, and TMA-stores it from there: no store buffer, so a slice never waits
+      for the previous slice's store to have read a shared buffer, and one barrier a slice instead
+      of two. The slot then goes back to the producer only once its store has read it: a slice's
+      slot after the next slice's store is issued, the tile's last slot under the next piece's
+      first wgmma (it holds that piece's 3rd or later k-block, loaded a ring's depth ahead).
     """
 
     bm: int = 128
@@ -120,11 +126,12 @@ class WgmmaConfig(FamilyConfig):
     stmatrix: bool = False
     serpentine: bool = False
     overlap_epilogue: bool = False
+    d_over_c: bool = False
     FAMILY_LABEL = "wgmma"
 
     def to_json(self) -> dict:
         data = super().to_json()
-        for later in ("serpentine", "overlap_epilogue"):  # configs (and database keys) from before
+        for later in ("serpentine", "overlap_epilogue", "d_over_c"):  # configs (and database keys) from before
             if not data[later]:                               # these options stay unchanged
                 del data[later]
         return data
@@ -161,14 +168,14 @@ class WgmmaConfig(FamilyConfig):
 
     def without_c_options(self) -> "WgmmaConfig":
         """The same kernel for a spec whose epilogue reads no C (the options about loading C refused)."""
-        return self.with_(c_spread=False, c_ring=False, c_l2_prefetch=False)
+        return self.with_(c_spread=False, c_ring=False, c_l2_prefetch=False, d_over_c=False)
 
     def c_slot_bytes(self) -> int:
         """Room for one C slice in a ring slot (c_ring): the larger of the A and B tile regions."""
         return max(self.bm, self.bn) * SWIZZLE_BYTES
 
     def epilogue_bytes(self, spec: GemmSpec) -> int:
-        if not self.tma_store:
+        if not self.tma_store or self.d_over_c:  # (d_over_c: D is staged in C's ring slots)
             return 0
         # Ping-pong consumers each keep a whole tile's buffer; cooperative ones share one.
         tiles = self.consumers if self.pingpong else 1
@@ -197,6 +204,7 @@ class WgmmaConfig(FamilyConfig):
         store += " stmatrix" if self.stmatrix else ""
         grid += " serpentine-K" if self.serpentine else ""
         store += " overlapped" if self.overlap_epilogue else ""
+        store += " D-over-C" if self.d_over_c else ""
         return f"tile {self.bm}x{self.bn} stages{self.stages} {roles}{grid}{cluster}{store}"
 
 
@@ -293,8 +301,9 @@ def _store(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
     if not c.tma_store:
         if c.overlap_epilogue:
             return "overlap_epilogue is part of the TMA-store epilogue"
-        if c.c_spread or c.c_ring or c.c_l2_prefetch:
-            return "c_spread, c_ring and c_l2_prefetch are part of the TMA-store epilogue (direct stores read C themselves)"
+        if c.c_spread or c.c_ring or c.c_l2_prefetch or c.d_over_c:
+            return ("c_spread, c_ring, c_l2_prefetch and d_over_c are part of the TMA-store epilogue (direct "
+                    "stores read C themselves)")
         return None if c.store_slices == 1 else "store_slices needs the TMA-store epilogue"
     slice_bytes = c.bn // c.store_slices * OUT_BYTES.get(out_dtype(s), 4)
     if slice_bytes % SWIZZLE_BYTES:
@@ -304,7 +313,7 @@ def _store(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
     if c.c_ring:
         if not s.epilogue.reads_c or c.c_spread or c.pingpong:
             return "c_ring is for epilogues that read C, with cooperative consumers and without c_spread"
-        slice_c = c.epilogue_bytes(s)  # one store slice of the tile (cooperative: one buffer)
+        slice_c = c.bm * c.bn * OUT_BYTES.get(out_dtype(s), 4) // c.store_slices  # one store slice of the tile
         if slice_c > c.c_slot_bytes():
             return (f"a C slice of {slice_c} B does not fit the {c.c_slot_bytes()} B operand region of a "
                     f"ring slot (use more store_slices)")
@@ -312,6 +321,9 @@ def _store(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
         return "c_l2_prefetch warms L2 for c_ring's loads (without c_ring, C is already loaded early)"
     elif c.store_slices > 1 and s.epilogue.reads_c:
         return "an epilogue that reads C needs the whole tile buffer (store_slices=1): C is loaded as one tile"
+    if c.d_over_c and not (c.c_ring and c.stmatrix and not c.overlap_epilogue):
+        return ("d_over_c writes D over C in its ring slot: it needs c_ring and stmatrix (the write-back "
+                "without overlap_epilogue)")
 
     if not c.specialized:
         return "the TMA-store epilogue needs the producer warpgroup (it loads C)"

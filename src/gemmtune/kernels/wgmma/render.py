@@ -368,7 +368,9 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
             int c_box = 0;  // C boxes issued for this piece"""
             if deferred_c else "")
     others = "".join(f", {op.name}" for op in spec.epilogue.operands() if op.name != "C")
-    ring_args = f", c_slots, full, empty, s, phase{others}"  # store_tile_smem's C-through-the-ring tail
+    over_c = ring_c and config.d_over_c  # D is written over C in its ring slots
+    pending = ", c_pending" if over_c else ""
+    ring_args = f", c_slots, full, empty, s, phase{pending}{others}"  # store_tile_smem's C-through-the-ring tail
     if ring_c:  # the epilogue walks on through the ring: C waits in the slots after the tile's k-blocks
         store = f"store_tile_smem(acc, tile_m, tile_n, consumer, out_buf, tma_D{ring_args});"
     elif config.tma_store:
@@ -403,6 +405,14 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
                     }
                     c_pending = false;
                 }""" if deferred_c else "")
+    if over_c:  # the slot of the last slice D was written over goes back once its store has read it
+        hand_back = """
+                if (c_pending >= 0) {  // under this piece's first wgmma, the last tile's last store
+                    if (threadIdx.x % 128 == 0) tma_store_wait_read();  // has read its ring slot
+                    __syncwarp();
+                    release_ring_slot(&empty[c_pending]);
+                    c_pending = -1;
+                }"""
     release_at = ("""
             const int release_at = kb_begin + min(C_RELEASE_KB, kb_end - kb_begin - 1);"""
                   if deferred_c else "")
@@ -443,7 +453,7 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
         setmaxnreg_inc<{CONSUMER_REGS}>();
         const int consumer = threadIdx.x / 128 - 1;
         const int turn = PINGPONG ? consumer : 0;  // whose epilogue buffer and C barriers
-        {"bool c_pending = false;" if deferred_c else ""}
+        {"bool c_pending = false;" if deferred_c else "int c_pending = -1;  // a ring slot still read by a store of D" if over_c else ""}
         int s = 0; u32 phase = 0;  // the ring position, continued piece after piece as the producer fills it
         int epi = 0;  // pieces before this one that wrote D (each used the C tile and buffer turn)
         for (int piece = 0; next_piece(worker, cursor, unit, kb_begin, kb_end); ++piece) {{

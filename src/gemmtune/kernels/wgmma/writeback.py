@@ -12,16 +12,66 @@ from ...spec import GemmSpec
 from .config import OUT_BYTES, WgmmaConfig, out_dtype
 
 
-def epilogue_function(epilogue: Epilogue) -> str:
+def epilogue_function(epilogue: Epilogue, name: str = "apply_epilogue", what: str = "The fused epilogue") -> str:
     params = ", ".join(["float v", "int row", "int col"] + operand_decls(epilogue, c_value=True))
     body = "\n".join(f"    {line}" for line in epilogue.cuda_statements("row", "col", "N", c="c"))
     return f"""
-// The fused epilogue, in fp32 registers before rounding to out_t: {epilogue}.
-__device__ __forceinline__ float apply_epilogue({params}) {{
+// {what}, in fp32 registers before rounding to out_t: {epilogue}.
+__device__ __forceinline__ float {name}({params}) {{
 {body}
     return v;
 }}
 """
+
+
+RELU_ADD_TAIL = ("relu", "add")
+
+
+def packed_relu_add(spec: GemmSpec) -> bool:
+    """Whether the shared-memory write-back finishes the epilogue as relu_add_pair: a chain ending in
+    relu then add, with 16-bit D (C then comes in the same 16-bit type, exactly)."""
+    ops = spec.epilogue.ops
+    return ops[-2:] == RELU_ADD_TAIL and OUT_BYTES[out_dtype(spec)] == 2
+
+
+def relu_add_functions(spec: GemmSpec) -> str:
+    """relu_add_pair (and apply_epilogue_head for the ops before relu, if any)."""
+    head = Epilogue(spec.epilogue.ops[:-2])
+    head_fn = "" if head.is_identity else epilogue_function(head, "apply_epilogue_head",
+                                                             "The ops before relu+add")
+    return head_fn + """
+// Two 16-bit values packed in a word, the larger of each pair (a NaN loses to a number).
+__device__ __forceinline__ u32 max_pair(u32 a, u32 b, fp16_t*) {
+    u32 r;
+    asm("max.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+__device__ __forceinline__ u32 max_pair(u32 a, u32 b, bf16_t*) {
+    u32 r;
+    asm("max.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+
+// relu(v) + c for a pair of outputs, rounded to out_t, computed as max(rn(v + c), c). This equals
+// rn(fmaxf(v, 0) + c): C comes in out_t, so rn(c) = c, and rounding is monotonic, so v > 0 rounds
+// v + c to at least c and v <= 0 to at most c. The max then runs on the packed pair: one
+// instruction for two outputs where fmaxf takes one each, in the epilogue the tensor cores wait
+// on. (Where they differ: v = +inf with c = -inf gives -inf here, NaN there; zeros may differ in sign.)
+__device__ __forceinline__ u32 relu_add_pair(float v0, float v1, u32 c_word) {
+    float c0, c1;
+    unpack_pair(c_word, c0, c1);
+    return max_pair(pack_pair(v0 + c0, v1 + c1, (out_t*)0), c_word, (out_t*)0);
+}
+"""
+
+
+def head_call(spec: GemmSpec, value: str, col: str) -> str:
+    """`value = apply_epilogue_head(value, row, col, ...)` (the ops before relu+add), or nothing."""
+    head = spec.epilogue.ops[:-2]
+    if not head:
+        return ""
+    args = "".join(f", {op.name}" for op in Epilogue(head).operands())
+    return f"{value} = apply_epilogue_head({value}, row, {col}{args}); "
 
 
 def operand_decls(epilogue: Epilogue, c_value: bool = False, skip_c: bool = False) -> list[str]:
@@ -157,6 +207,10 @@ def _pair_loop(spec: GemmSpec) -> str:
                 for (int jj = 0; jj < SLICE_COLS / 8; ++jj) c_words[jj] = load_pair_smem(c_tile + pair_offset(r, jj, lane));
                 """ if reads_c else "")
     unpack_c = "float c0, c1;\n                    unpack_pair(c_words[jj], c0, c1);\n                    " if reads_c else ""
+    write = f"{unpack_c}{fix0}{fix1}store_pair_smem(tile + pair_offset(r, jj, lane), v0, v1);"
+    if packed_relu_add(spec):
+        write = (f"{head_call(spec, 'v0', 'col')}{head_call(spec, 'v1', 'col + 1')}"
+                 "*reinterpret_cast<u32*>(tile + pair_offset(r, jj, lane)) = relu_add_pair(v0, v1, c_words[jj]);")
     return f"""#pragma unroll
         for (int mb = 0; mb < M_BLOCKS; ++mb) {{
             #pragma unroll
@@ -168,7 +222,7 @@ def _pair_loop(spec: GemmSpec) -> str:
                     const int j = slice * SLICE_COLS / 8 + jj;  // 8-column group of the fragment
                     const int col = tile_n * BN + slice * SLICE_COLS + jj * 8 + 2 * (lane % 4);
                     float v0 = acc[mb][4 * j + 2 * half], v1 = acc[mb][4 * j + 2 * half + 1];
-                    {unpack_c}{fix0}{fix1}store_pair_smem(tile + pair_offset(r, jj, lane), v0, v1);
+                    {write}
                 }}
             }}
         }}"""
@@ -188,6 +242,10 @@ def _matrix_words(spec: GemmSpec) -> str:
             for (int jj = 0; jj < SLICE_COLS / 8; jj += 2) ldmatrix_x4(c_tile + block_row_offset(r_at, jj + q / 2), c_words[jj / 2]);
             """ if reads_c else "")
     unpack_c = "float c0, c1;\n                    unpack_pair(c_words[jj / 2][b], c0, c1);\n                    " if reads_c else ""
+    write = f"{unpack_c}{fix0}{fix1}words[mb][jj / 2][b] = pack_pair(v0, v1, (out_t*)0);"
+    if packed_relu_add(spec):
+        write = (f"{head_call(spec, 'v0', 'col')}{head_call(spec, 'v1', 'col + 1')}"
+                 "words[mb][jj / 2][b] = relu_add_pair(v0, v1, c_words[jj / 2][b]);")
     return f"""u32 words[M_BLOCKS][SLICE_COLS / 16][4];  // the slice's D: this thread's word of each 8x8 block
         #pragma unroll
         for (int mb = 0; mb < M_BLOCKS; ++mb) {{
@@ -201,19 +259,24 @@ def _matrix_words(spec: GemmSpec) -> str:
                     const int row = tile_m * BM + consumer * CONSUMER_ROWS + mb * 64 + warp * 16 + lane / 4 + 8 * half;
                     const int col = tile_n * BN + slice * SLICE_COLS + jb * 8 + 2 * (lane % 4);
                     float v0 = acc[mb][4 * j + 2 * half], v1 = acc[mb][4 * j + 2 * half + 1];
-                    {unpack_c}{fix0}{fix1}words[mb][jj / 2][b] = pack_pair(v0, v1, (out_t*)0);
+                    {write}
                 }}
             }}
         }}"""
 
 
-# The packed words of a slice into the buffer, four 8x8 blocks per stmatrix.
-MATRIX_STORE = """#pragma unroll
-        for (int mb = 0; mb < M_BLOCKS; ++mb) {
+def matrix_store(buffer: str = "tile") -> str:
+    """The packed words of a slice into `buffer` (a consumer's part of a slice), four 8x8 blocks per
+    stmatrix."""
+    return f"""#pragma unroll
+        for (int mb = 0; mb < M_BLOCKS; ++mb) {{
             const int r_at = mb * 64 + warp * 16 + 8 * (q % 2) + lane % 8;  // the row this lane addresses
             #pragma unroll
-            for (int jj = 0; jj < SLICE_COLS / 8; jj += 2) stmatrix_x4(tile + block_row_offset(r_at, jj + q / 2), words[mb][jj / 2]);
-        }"""
+            for (int jj = 0; jj < SLICE_COLS / 8; jj += 2) stmatrix_x4({buffer} + block_row_offset(r_at, jj + q / 2), words[mb][jj / 2]);
+        }}"""
+
+
+MATRIX_STORE = matrix_store()
 
 
 def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
@@ -233,6 +296,10 @@ def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
         const unsigned char* c_tile = tile;  // read in place"""
     else:
         c_wait = ""
+    over_c = ring and config.d_over_c  # D written over C in its ring slot, stored from there
+    if over_c:
+        c_wait = """mbarrier_wait(&full[s], phase);  // this slice of C has landed in ring slot s
+        unsigned char* c_tile = c_slots + s * C_SLOT_BYTES + consumer * ROWS_PER_CONSUMER * SLICE_COLS * (int)sizeof(out_t);"""
     in_place = reads_c and not ring  # C's own landing frees the buffer
     # With C in the ring, its slot goes back to the producer once every thread of this consumer has
     # read it (a barrier after its reads).
@@ -241,7 +308,25 @@ def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
         if (++s == STAGES) { s = 0; phase ^= 1; }"""
     def lines(*parts: str) -> str:
         return "\n        ".join(part for part in parts if part)
-    if config.stmatrix:
+    store_from, after_store = "tile", ""
+    if over_c:
+        # Each warp rewrites, in place, the rows of C it has just read (ldmatrix and stmatrix take the
+        # same addresses), so no barrier comes between the reads and the writes, and no buffer has to
+        # be waited for. A slot goes back once its store has read it: the previous slice's once this
+        # one's is issued (one bulk group may stay in flight), the last one in the next piece.
+        wait = lines("const int q = lane / 8;  // the block whose row this lane addresses", c_wait)
+        write_slice = lines(_matrix_words(spec), matrix_store("c_tile"))
+        free_slot = ""
+        store_from = "c_tile"
+        after_store = """
+        if (slice > 0) {  // the previous slice's store has read its slot: the producer may refill it
+            if (threadIdx.x % 128 == 0) tma_store_wait_read_but_one();
+            __syncwarp();
+            release_ring_slot(&empty[c_pending]);
+        }
+        c_pending = s;  // the last one goes back under the next piece's first wgmma
+        if (++s == STAGES) { s = 0; phase ^= 1; }"""
+    elif config.stmatrix:
         # The slice is computed into registers first (C's loads, the epilogue, the packing), and only
         # then does the consumer wait for the buffer: the wait for the previous slice's store to
         # have read it runs under that work instead of before it. That wait's barrier also shows
@@ -256,6 +341,7 @@ def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
         free_slot = slot_back if ring else ""
     c_params = ("unsigned char* c_slots, u64* full, u64* empty, int& s, u32& phase" if ring
                 else "u64* c_full, u32 c_phase")
+    c_params += ", int& c_pending" if over_c else ""
     matrix_io = MATRIX_IO + """
 // Byte offset, in a consumer's part of a slice buffer, of the 16-byte row piece at row r, columns
 // 8·jj .. 8·jj + 7 (16-bit values: 8 to a 16-byte unit, OUT_CHUNK / 8 units to a 128-byte row).
@@ -268,7 +354,13 @@ __device__ __forceinline__ int block_row_offset(int r, int jj) {
     template = "template <int FIRST, int LAST>\n" if halves else ""
     first, last = ("FIRST", "LAST") if halves else ("0", "STORE_SLICES")
     slices_doc = "\n// Slices FIRST .. LAST - 1 only (the two halves of the tile are written back apart)." if halves else ""
-    return SMEM_PAIR["32" if OUT_BYTES[out_dtype(spec)] == 4 else "16"] + matrix_io + f"""
+    packed = relu_add_functions(spec) if packed_relu_add(spec) else ""
+    if over_c:
+        packed += """
+// Wait until every committed store but the most recent has finished reading shared memory.
+__device__ __forceinline__ void tma_store_wait_read_but_one() { asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory"); }
+"""
+    return SMEM_PAIR["32" if OUT_BYTES[out_dtype(spec)] == 4 else "16"] + packed + matrix_io + f"""
 // Byte offset, in a consumer's part of a slice buffer, of the pair of row r at column 8·jj + 2·(lane % 4).
 __device__ __forceinline__ int pair_offset(int r, int jj, int lane) {{
     const int c = jj * 8 + 2 * (lane % 4), byte = (c % OUT_CHUNK) * (int)sizeof(out_t);
@@ -296,11 +388,11 @@ __device__ __forceinline__ int pair_offset(int r, int jj, int lane) {{
         if (threadIdx.x % 128 == 0) {{
             #pragma unroll
             for (int chunk = 0; chunk < SLICE_COLS / OUT_CHUNK; ++chunk)
-                tma_store_2d_hinted(&tma_D, tile + chunk * ROWS_PER_CONSUMER * 128,
+                tma_store_2d_hinted(&tma_D, {store_from} + chunk * ROWS_PER_CONSUMER * 128,
                                     tile_n * BN + slice * SLICE_COLS + chunk * OUT_CHUNK,
                                     tile_m * BM + consumer * CONSUMER_ROWS, l2_evict_first_policy());  // written once
             tma_store_commit();
-        }}
+        }}{after_store}
     }}
 }}
 """
