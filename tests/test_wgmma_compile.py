@@ -326,6 +326,9 @@ def test_d_over_c_constraints_buffer_and_code(tmp_path):
                    over.with_(tma_store=False, store_slices=1, c_ring=False, stmatrix=False)):
         assert "store" in FAMILY.rejections(broken, fused, "sm_90a"), broken.describe()
     assert over.smem_bytes(fused) == ring.smem_bytes(fused) - 128 * 128 * 2  # one 128x128 fp16 slice buffer
+    # ... and the kernel lays out its shared memory without it (its barriers sit right after the ring)
+    assert "constexpr int EPI_BYTES = 0;" in FAMILY.render(fused, over, "sm_90a").code
+    assert "constexpr int EPI_BYTES = 0;" not in FAMILY.render(fused, ring, "sm_90a").code
     assert not over.without_c_options().d_over_c
     assert "d_over_c" not in ring.to_json() and over.to_json()["d_over_c"] is True
     assert type(over).from_json(over.to_json()) == over

@@ -64,6 +64,9 @@ def epilogue_maps(spec: GemmSpec, config: WgmmaConfig) -> tuple[TensorMapArg, ..
 def _constants(spec: GemmSpec, config: WgmmaConfig) -> str:
     a_kmajor, b_kmajor = k_major(spec)
     bk, size = config.bk(spec.dtype), INPUT_BYTES[spec.dtype]
+    epi_bytes = ("constexpr int EPI_BYTES = 0;  // d_over_c: no store buffer (D is staged in C's ring slots)"
+                 if config.d_over_c else
+                 "constexpr int EPI_BYTES = TMA_STORE ? TILE_TURNS * BM * SLICE_COLS * (int)sizeof(out_t) : 0;  // a buffer per turn")
     return f"""
 // Problem and tile shape, baked in at generation time.
 constexpr int M = {spec.m}, N = {spec.n}, K = {spec.k};
@@ -97,7 +100,7 @@ constexpr int C_BOXES_PER_KB = {1 if config.c_spread else "1 << 30"};  // C boxe
 constexpr bool C_IN_A_REGION = A_TILE_BYTES >= B_TILE_BYTES;
 constexpr int C_SLOT_BYTES = C_IN_A_REGION ? A_TILE_BYTES : B_TILE_BYTES;  // that region's stride, slot to slot
 constexpr int C_SLICE_BYTES = BM * SLICE_COLS * (int)sizeof(out_t);
-constexpr int EPI_BYTES = TMA_STORE ? TILE_TURNS * BM * SLICE_COLS * (int)sizeof(out_t) : 0;  // a buffer per turn
+{epi_bytes}
 // The C tile shares the buffer with the previous tile's D. Each consumer hands the buffer back at
 // k-block C_RELEASE_KB of its next piece (by then its TMA store has long finished reading it, so
 // nobody waits), and the producer fetches C at C_LOAD_KB, a full ring later: C is waiting in shared
