@@ -174,7 +174,8 @@ def main() -> int:
     fused = GemmSpec(args.size, args.size, args.size, "nt", args.dtype, "relu+add")
     variants = [Variant("fused", fused, S10_FUSED),
                 Variant(f"fused{ALONE}", variant_spec(fused, ALONE), S10_FUSED.without_c_options()),
-                Variant("fused, D over C", fused, S10_FUSED.with_(d_over_c=True))]
+                Variant("fused, D over C", fused, S10_FUSED.with_(d_over_c=True)),
+                Variant("fused, D over C, C first buffer", fused, S10_FUSED.with_(d_over_c=True, c_first_buffer=True))]
     results = {}
     for v in variants:
         probe = isinstance(v.patch, Unverified)  # computes a wrong D on purpose: timed only

@@ -373,13 +373,15 @@ D_OVER_C_GPU_CASES = [
 
 
 @pytest.mark.parametrize("case", range(len(D_OVER_C_GPU_CASES)))
-def test_d_over_c_on_odd_shapes(case):
+@pytest.mark.parametrize("first_buffer", [False, True])
+def test_d_over_c_on_odd_shapes(first_buffer, case):
     """d_over_c: each slice of D written over its C in the ring slot and stored from there, the slot
-    handed back once the store has read it; right on every path, launched twice."""
+    handed back once the store has read it (with c_first_buffer, the first slice in a buffer of its
+    own, handed back with the last slot); right on every path, launched twice."""
     arch = _hopper()
     shape, layout, dtype, epilogue, changes = D_OVER_C_GPU_CASES[case]
     config = dict(FAMILY.ladder(arch))["sliced_store"].with_(
-        store_slices=2, c_ring=True, stmatrix=True, d_over_c=True).with_(**changes)
+        store_slices=2, c_ring=True, stmatrix=True, d_over_c=True, c_first_buffer=first_buffer).with_(**changes)
     spec = GemmSpec(*shape, layout=layout, dtype=dtype, epilogue=epilogue)
     assert not FAMILY.rejections(config, spec, arch), FAMILY.rejections(config, spec, arch)
     _verify_launches(spec, config, arch, (41, 42), "d_over_c")

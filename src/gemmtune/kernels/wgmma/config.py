@@ -106,6 +106,10 @@ class WgmmaConfig(FamilyConfig):
       of two. The slot then goes back to the producer only once its store has read it: a slice's
       slot after the next slice's store is issued, the tile's last slot under the next piece's
       first wgmma (it holds that piece's 3rd or later k-block, loaded a ring's depth ahead).
+    c_first_buffer: (d_over_c, 2 or 4 slices) the tile's first slice of C, and the D written over it,
+      takes a buffer of its own (where the store buffer was) instead of a ring slot, so a tile's
+      write-back holds one slot fewer when the next tile's k-blocks come: the GEMM alone starts a
+      tile on a ring of k-blocks, d_over_c alone on one whose C slots go back only after their stores.
     """
 
     bm: int = 128
@@ -127,11 +131,12 @@ class WgmmaConfig(FamilyConfig):
     serpentine: bool = False
     overlap_epilogue: bool = False
     d_over_c: bool = False
+    c_first_buffer: bool = False
     FAMILY_LABEL = "wgmma"
 
     def to_json(self) -> dict:
         data = super().to_json()
-        for later in ("serpentine", "overlap_epilogue", "d_over_c"):  # configs (and database keys) from before
+        for later in ("serpentine", "overlap_epilogue", "d_over_c", "c_first_buffer"):  # configs (and database keys) from before
             if not data[later]:                               # these options stay unchanged
                 del data[later]
         return data
@@ -168,14 +173,14 @@ class WgmmaConfig(FamilyConfig):
 
     def without_c_options(self) -> "WgmmaConfig":
         """The same kernel for a spec whose epilogue reads no C (the options about loading C refused)."""
-        return self.with_(c_spread=False, c_ring=False, c_l2_prefetch=False, d_over_c=False)
+        return self.with_(c_spread=False, c_ring=False, c_l2_prefetch=False, d_over_c=False, c_first_buffer=False)
 
     def c_slot_bytes(self) -> int:
         """Room for one C slice in a ring slot (c_ring): the larger of the A and B tile regions."""
         return max(self.bm, self.bn) * SWIZZLE_BYTES
 
     def epilogue_bytes(self, spec: GemmSpec) -> int:
-        if not self.tma_store or self.d_over_c:  # (d_over_c: D is staged in C's ring slots)
+        if not self.tma_store or (self.d_over_c and not self.c_first_buffer):  # (D staged in C's ring slots)
             return 0
         # Ping-pong consumers each keep a whole tile's buffer; cooperative ones share one.
         tiles = self.consumers if self.pingpong else 1
@@ -205,6 +210,7 @@ class WgmmaConfig(FamilyConfig):
         grid += " serpentine-K" if self.serpentine else ""
         store += " overlapped" if self.overlap_epilogue else ""
         store += " D-over-C" if self.d_over_c else ""
+        store += " C-first-buffer" if self.c_first_buffer else ""
         return f"tile {self.bm}x{self.bn} stages{self.stages} {roles}{grid}{cluster}{store}"
 
 
@@ -301,9 +307,9 @@ def _store(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
     if not c.tma_store:
         if c.overlap_epilogue:
             return "overlap_epilogue is part of the TMA-store epilogue"
-        if c.c_spread or c.c_ring or c.c_l2_prefetch or c.d_over_c:
-            return ("c_spread, c_ring, c_l2_prefetch and d_over_c are part of the TMA-store epilogue (direct "
-                    "stores read C themselves)")
+        if c.c_spread or c.c_ring or c.c_l2_prefetch or c.d_over_c or c.c_first_buffer:
+            return ("c_spread, c_ring, c_l2_prefetch, d_over_c and c_first_buffer are part of the TMA-store "
+                    "epilogue (direct stores read C themselves)")
         return None if c.store_slices == 1 else "store_slices needs the TMA-store epilogue"
     slice_bytes = c.bn // c.store_slices * OUT_BYTES.get(out_dtype(s), 4)
     if slice_bytes % SWIZZLE_BYTES:
@@ -324,6 +330,8 @@ def _store(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
     if c.d_over_c and not (c.c_ring and c.stmatrix and not c.overlap_epilogue):
         return ("d_over_c writes D over C in its ring slot: it needs c_ring and stmatrix (the write-back "
                 "without overlap_epilogue)")
+    if c.c_first_buffer and not (c.d_over_c and c.store_slices > 1):
+        return "c_first_buffer gives d_over_c's first slice of C its own buffer: it needs d_over_c and 2 or 4 slices"
 
     if not c.specialized:
         return "the TMA-store epilogue needs the producer warpgroup (it loads C)"

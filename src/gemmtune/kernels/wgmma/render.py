@@ -65,7 +65,7 @@ def _constants(spec: GemmSpec, config: WgmmaConfig) -> str:
     a_kmajor, b_kmajor = k_major(spec)
     bk, size = config.bk(spec.dtype), INPUT_BYTES[spec.dtype]
     epi_bytes = ("constexpr int EPI_BYTES = 0;  // d_over_c: no store buffer (D is staged in C's ring slots)"
-                 if config.d_over_c else
+                 if config.d_over_c and not config.c_first_buffer else
                  "constexpr int EPI_BYTES = TMA_STORE ? TILE_TURNS * BM * SLICE_COLS * (int)sizeof(out_t) : 0;  // a buffer per turn")
     return f"""
 // Problem and tile shape, baked in at generation time.
@@ -372,7 +372,9 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
             if deferred_c else "")
     others = "".join(f", {op.name}" for op in spec.epilogue.operands() if op.name != "C")
     over_c = ring_c and config.d_over_c  # D is written over C in its ring slots
+    first_own = over_c and config.c_first_buffer  # ... the first slice in a buffer of its own
     pending = ", c_pending" if over_c else ""
+    pending += ", &c_full[0], epi & 1" if first_own else ""
     ring_args = f", c_slots, full, empty, s, phase{pending}{others}"  # store_tile_smem's C-through-the-ring tail
     if ring_c:  # the epilogue walks on through the ring: C waits in the slots after the tile's k-blocks
         store = f"store_tile_smem(acc, tile_m, tile_n, consumer, out_buf, tma_D{ring_args});"
@@ -381,15 +383,20 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
                  f"(epi / TILE_TURNS) & 1{others});")
     else:
         store = f"store_tile(acc, tile_m, tile_n, consumer, D{epi_args});"
-    ring_load_c = ("""
-                if (kb_begin == 0) {  // the tile's C, a slice per slot, a ring's depth ahead of its epilogue
-                    for (int slice = 0; slice < STORE_SLICES; ++slice) {
+    own_load_c = ("""
+                    mbarrier_wait(&c_empty[0], (epi & 1) ^ 1);  // the last tile's first store has read the buffer
+                    mbarrier_arrive_expect_tx(&c_full[0], C_SLICE_BYTES);
+                    load_c_boxes(tma_C, out_buf, &c_full[0], tile_m, tile_n, 0, 0, C_BOXES, 0);
+                    ++epi;""" if first_own else "")
+    ring_load_c = (f"""
+                if (kb_begin == 0) {{  // the tile's C, {"the first slice into its own buffer, the others " if first_own else ""}a slice per slot, a ring's depth ahead of its epilogue{own_load_c}
+                    for (int slice = {1 if first_own else 0}; slice < STORE_SLICES; ++slice) {{
                         mbarrier_wait(&empty[s], phase ^ 1);
                         mbarrier_arrive_expect_tx(&full[s], C_SLICE_BYTES);
                         load_c_boxes(tma_C, c_slots + s * C_SLOT_BYTES, &full[s], tile_m, tile_n, 0, 0, C_BOXES, slice);
-                        if (++s == STAGES) { s = 0; phase ^= 1; }
-                    }
-                }""" if ring_c else "")
+                        if (++s == STAGES) {{ s = 0; phase ^= 1; }}
+                    }}
+                }}""" if ring_c else "")
     prefetch = ring_c and config.c_l2_prefetch
     # Box b of the tile's C is asked of L2 2·(C_TILE_BOXES - b) k-blocks before the piece's end, where
     # the ring's loads of C come: early enough for them to hit L2, late enough that C does not sit
@@ -409,13 +416,15 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
                     c_pending = false;
                 }""" if deferred_c else "")
     if over_c:  # the slot of the last slice D was written over goes back once its store has read it
-        hand_back = """
-                if (c_pending >= 0) {  // under this piece's first wgmma, the last tile's last store
+        own_back = ("\n                    if (threadIdx.x % 128 == 0) mbarrier_arrive(&c_empty[0]);  // and the first slice's buffer"
+                    if first_own else "")
+        hand_back = f"""
+                if (c_pending >= 0) {{  // under this piece's first wgmma, the last tile's last store
                     if (threadIdx.x % 128 == 0) tma_store_wait_read();  // has read its ring slot
                     __syncwarp();
-                    release_ring_slot(&empty[c_pending]);
+                    release_ring_slot(&empty[c_pending]);{own_back}
                     c_pending = -1;
-                }"""
+                }}"""
     release_at = ("""
             const int release_at = kb_begin + min(C_RELEASE_KB, kb_end - kb_begin - 1);"""
                   if deferred_c else "")

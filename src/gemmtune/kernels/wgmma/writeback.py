@@ -12,66 +12,16 @@ from ...spec import GemmSpec
 from .config import OUT_BYTES, WgmmaConfig, out_dtype
 
 
-def epilogue_function(epilogue: Epilogue, name: str = "apply_epilogue", what: str = "The fused epilogue") -> str:
+def epilogue_function(epilogue: Epilogue) -> str:
     params = ", ".join(["float v", "int row", "int col"] + operand_decls(epilogue, c_value=True))
     body = "\n".join(f"    {line}" for line in epilogue.cuda_statements("row", "col", "N", c="c"))
     return f"""
-// {what}, in fp32 registers before rounding to out_t: {epilogue}.
-__device__ __forceinline__ float {name}({params}) {{
+// The fused epilogue, in fp32 registers before rounding to out_t: {epilogue}.
+__device__ __forceinline__ float apply_epilogue({params}) {{
 {body}
     return v;
 }}
 """
-
-
-RELU_ADD_TAIL = ("relu", "add")
-
-
-def packed_relu_add(spec: GemmSpec) -> bool:
-    """Whether the shared-memory write-back finishes the epilogue as relu_add_pair: a chain ending in
-    relu then add, with 16-bit D (C then comes in the same 16-bit type, exactly)."""
-    ops = spec.epilogue.ops
-    return ops[-2:] == RELU_ADD_TAIL and OUT_BYTES[out_dtype(spec)] == 2
-
-
-def relu_add_functions(spec: GemmSpec) -> str:
-    """relu_add_pair (and apply_epilogue_head for the ops before relu, if any)."""
-    head = Epilogue(spec.epilogue.ops[:-2])
-    head_fn = "" if head.is_identity else epilogue_function(head, "apply_epilogue_head",
-                                                             "The ops before relu+add")
-    return head_fn + """
-// Two 16-bit values packed in a word, the larger of each pair (a NaN loses to a number).
-__device__ __forceinline__ u32 max_pair(u32 a, u32 b, fp16_t*) {
-    u32 r;
-    asm("max.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-    return r;
-}
-__device__ __forceinline__ u32 max_pair(u32 a, u32 b, bf16_t*) {
-    u32 r;
-    asm("max.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-    return r;
-}
-
-// relu(v) + c for a pair of outputs, rounded to out_t, computed as max(rn(v + c), c). This equals
-// rn(fmaxf(v, 0) + c): C comes in out_t, so rn(c) = c, and rounding is monotonic, so v > 0 rounds
-// v + c to at least c and v <= 0 to at most c. The max then runs on the packed pair: one
-// instruction for two outputs where fmaxf takes one each, in the epilogue the tensor cores wait
-// on. (Where they differ: v = +inf with c = -inf gives -inf here, NaN there; zeros may differ in sign.)
-__device__ __forceinline__ u32 relu_add_pair(float v0, float v1, u32 c_word) {
-    float c0, c1;
-    unpack_pair(c_word, c0, c1);
-    return max_pair(pack_pair(v0 + c0, v1 + c1, (out_t*)0), c_word, (out_t*)0);
-}
-"""
-
-
-def head_call(spec: GemmSpec, value: str, col: str) -> str:
-    """`value = apply_epilogue_head(value, row, col, ...)` (the ops before relu+add), or nothing."""
-    head = spec.epilogue.ops[:-2]
-    if not head:
-        return ""
-    args = "".join(f", {op.name}" for op in Epilogue(head).operands())
-    return f"{value} = apply_epilogue_head({value}, row, {col}{args}); "
 
 
 def operand_decls(epilogue: Epilogue, c_value: bool = False, skip_c: bool = False) -> list[str]:
@@ -208,9 +158,6 @@ def _pair_loop(spec: GemmSpec) -> str:
                 """ if reads_c else "")
     unpack_c = "float c0, c1;\n                    unpack_pair(c_words[jj], c0, c1);\n                    " if reads_c else ""
     write = f"{unpack_c}{fix0}{fix1}store_pair_smem(tile + pair_offset(r, jj, lane), v0, v1);"
-    if packed_relu_add(spec):
-        write = (f"{head_call(spec, 'v0', 'col')}{head_call(spec, 'v1', 'col + 1')}"
-                 "*reinterpret_cast<u32*>(tile + pair_offset(r, jj, lane)) = relu_add_pair(v0, v1, c_words[jj]);")
     return f"""#pragma unroll
         for (int mb = 0; mb < M_BLOCKS; ++mb) {{
             #pragma unroll
@@ -243,9 +190,6 @@ def _matrix_words(spec: GemmSpec) -> str:
             """ if reads_c else "")
     unpack_c = "float c0, c1;\n                    unpack_pair(c_words[jj / 2][b], c0, c1);\n                    " if reads_c else ""
     write = f"{unpack_c}{fix0}{fix1}words[mb][jj / 2][b] = pack_pair(v0, v1, (out_t*)0);"
-    if packed_relu_add(spec):
-        write = (f"{head_call(spec, 'v0', 'col')}{head_call(spec, 'v1', 'col + 1')}"
-                 "words[mb][jj / 2][b] = relu_add_pair(v0, v1, c_words[jj / 2][b]);")
     return f"""u32 words[M_BLOCKS][SLICE_COLS / 16][4];  // the slice's D: this thread's word of each 8x8 block
         #pragma unroll
         for (int mb = 0; mb < M_BLOCKS; ++mb) {{
@@ -297,7 +241,17 @@ def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
     else:
         c_wait = ""
     over_c = ring and config.d_over_c  # D written over C in its ring slot, stored from there
-    if over_c:
+    first_own = over_c and config.c_first_buffer  # ... but the first slice in a buffer of its own
+    if first_own:
+        c_wait = """unsigned char* c_tile;
+        if (slice == 0) {  // the first slice of C has a buffer of its own
+            mbarrier_wait(c_full, c_phase);
+            c_tile = tile;
+        } else {
+            mbarrier_wait(&full[s], phase);  // this slice of C has landed in ring slot s
+            c_tile = c_slots + s * C_SLOT_BYTES + consumer * ROWS_PER_CONSUMER * SLICE_COLS * (int)sizeof(out_t);
+        }"""
+    elif over_c:
         c_wait = """mbarrier_wait(&full[s], phase);  // this slice of C has landed in ring slot s
         unsigned char* c_tile = c_slots + s * C_SLOT_BYTES + consumer * ROWS_PER_CONSUMER * SLICE_COLS * (int)sizeof(out_t);"""
     in_place = reads_c and not ring  # C's own landing frees the buffer
@@ -318,14 +272,23 @@ def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
         write_slice = lines(_matrix_words(spec), matrix_store("c_tile"))
         free_slot = ""
         store_from = "c_tile"
-        after_store = """
-        if (slice > 0) {  // the previous slice's store has read its slot: the producer may refill it
+        first_ring = 1 if first_own else 0  # the first slice that comes through the ring
+        after_store = f"""
+        if (slice > {first_ring}) {{  // the previous slice's store has read its slot: the producer may refill it
             if (threadIdx.x % 128 == 0) tma_store_wait_read_but_one();
             __syncwarp();
             release_ring_slot(&empty[c_pending]);
-        }
+        }}
         c_pending = s;  // the last one goes back under the next piece's first wgmma
-        if (++s == STAGES) { s = 0; phase ^= 1; }"""
+        if (++s == STAGES) {{ s = 0; phase ^= 1; }}"""
+        if first_own:  # slice 0 takes no slot; its own buffer goes back with the last slot
+            after_store = after_store.replace("""
+        c_pending = s;  // the last one goes back under the next piece's first wgmma
+        if (++s == STAGES) { s = 0; phase ^= 1; }""", """
+        if (slice > 0) {
+            c_pending = s;  // the last one (and the first slice's buffer) goes back under the next piece's first wgmma
+            if (++s == STAGES) { s = 0; phase ^= 1; }
+        }""")
     elif config.stmatrix:
         # The slice is computed into registers first (C's loads, the epilogue, the packing), and only
         # then does the consumer wait for the buffer: the wait for the previous slice's store to
@@ -342,6 +305,7 @@ def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
     c_params = ("unsigned char* c_slots, u64* full, u64* empty, int& s, u32& phase" if ring
                 else "u64* c_full, u32 c_phase")
     c_params += ", int& c_pending" if over_c else ""
+    c_params += ", u64* c_full, u32 c_phase" if first_own else ""
     matrix_io = MATRIX_IO + """
 // Byte offset, in a consumer's part of a slice buffer, of the 16-byte row piece at row r, columns
 // 8·jj .. 8·jj + 7 (16-bit values: 8 to a 16-byte unit, OUT_CHUNK / 8 units to a 128-byte row).
@@ -354,7 +318,7 @@ __device__ __forceinline__ int block_row_offset(int r, int jj) {
     template = "template <int FIRST, int LAST>\n" if halves else ""
     first, last = ("FIRST", "LAST") if halves else ("0", "STORE_SLICES")
     slices_doc = "\n// Slices FIRST .. LAST - 1 only (the two halves of the tile are written back apart)." if halves else ""
-    packed = relu_add_functions(spec) if packed_relu_add(spec) else ""
+    packed = ""
     if over_c:
         packed += """
 // Wait until every committed store but the most recent has finished reading shared memory.
