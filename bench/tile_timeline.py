@@ -149,7 +149,8 @@ def phases(stamps: np.ndarray, tiles: int, consumers: int) -> dict[str, list[flo
             add("main loop", e[2] - e[1])
             add("write-back", e[3] - e[2])
             prev = e[2]
-            for sl in range(2):
+            # in the order they ran (c_first_buffer writes the ring's slice first)
+            for sl in sorted(range(2), key=lambda k: e[4 + 4 * k + 1]):
                 ev = e[4 + 4 * sl: 8 + 4 * sl]
                 if ev[0] > 0:
                     add(f"slice {sl}: wait for C", ev[0] - prev)
