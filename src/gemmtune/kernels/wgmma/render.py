@@ -373,7 +373,8 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
     others = "".join(f", {op.name}" for op in spec.epilogue.operands() if op.name != "C")
     over_c = ring_c and config.d_over_c  # D is written over C in its ring slots
     first_own = over_c and config.c_first_buffer  # ... the first slice in a buffer of its own
-    pending = ", &c_full[0], epi & 1" if first_own else ", c_pending" if over_c else ""
+    pending = ", c_pending" if over_c else ""
+    pending += ", &c_full[0], epi & 1" if first_own else ""
     ring_args = f", c_slots, full, empty, s, phase{pending}{others}"  # store_tile_smem's C-through-the-ring tail
     if ring_c:  # the epilogue walks on through the ring: C waits in the slots after the tile's k-blocks
         store = f"store_tile_smem(acc, tile_m, tile_n, consumer, out_buf, tma_D{ring_args});"
@@ -388,13 +389,13 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
                     load_c_boxes(tma_C, out_buf, &c_full[0], tile_m, tile_n, 0, 0, C_BOXES, 0);
                     ++epi;""" if first_own else "")
     ring_load_c = (f"""
-                if (kb_begin == 0) {{  // the tile's C, a slice per slot{" (then the first slice into its own buffer)" if first_own else ""}, a ring's depth ahead of its epilogue
+                if (kb_begin == 0) {{  // the tile's C, {"the first slice into its own buffer, the others " if first_own else ""}a slice per slot, a ring's depth ahead of its epilogue{own_load_c}
                     for (int slice = {1 if first_own else 0}; slice < STORE_SLICES; ++slice) {{
                         mbarrier_wait(&empty[s], phase ^ 1);
                         mbarrier_arrive_expect_tx(&full[s], C_SLICE_BYTES);
                         load_c_boxes(tma_C, c_slots + s * C_SLOT_BYTES, &full[s], tile_m, tile_n, 0, 0, C_BOXES, slice);
                         if (++s == STAGES) {{ s = 0; phase ^= 1; }}
-                    }}{own_load_c}
+                    }}
                 }}""" if ring_c else "")
     prefetch = ring_c and config.c_l2_prefetch
     # Box b of the tile's C is asked of L2 2·(C_TILE_BOXES - b) k-blocks before the piece's end, where
@@ -414,24 +415,16 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
                     }
                     c_pending = false;
                 }""" if deferred_c else "")
-    if first_own:  # the first slice's buffer goes back once its store (the tile's last) has read it
-        store += "\n            c_pending = true;  // C's first-slice buffer goes back under the next piece's first wgmma"
-        hand_back = """
-                if (c_pending) {  // under this piece's first wgmma, the last tile's last store
-                    if (threadIdx.x % 128 == 0) {  // has read C's first-slice buffer
-                        tma_store_wait_read();
-                        mbarrier_arrive(&c_empty[0]);
-                    }
-                    c_pending = false;
-                }"""
-    elif over_c:  # the slot of the last slice D was written over goes back once its store has read it
-        hand_back = """
-                if (c_pending >= 0) {  // under this piece's first wgmma, the last tile's last store
+    if over_c:  # the slot of the last slice D was written over goes back once its store has read it
+        own_back = ("\n                    if (threadIdx.x % 128 == 0) mbarrier_arrive(&c_empty[0]);  // and the first slice's buffer"
+                    if first_own else "")
+        hand_back = f"""
+                if (c_pending >= 0) {{  // under this piece's first wgmma, the last tile's last store
                     if (threadIdx.x % 128 == 0) tma_store_wait_read();  // has read its ring slot
                     __syncwarp();
-                    release_ring_slot(&empty[c_pending]);
+                    release_ring_slot(&empty[c_pending]);{own_back}
                     c_pending = -1;
-                }"""
+                }}"""
     release_at = ("""
             const int release_at = kb_begin + min(C_RELEASE_KB, kb_end - kb_begin - 1);"""
                   if deferred_c else "")
@@ -472,7 +465,7 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
         setmaxnreg_inc<{CONSUMER_REGS}>();
         const int consumer = threadIdx.x / 128 - 1;
         const int turn = PINGPONG ? consumer : 0;  // whose epilogue buffer and C barriers
-        {"bool c_pending = false;" if deferred_c or first_own else "int c_pending = -1;  // a ring slot still read by a store of D" if over_c else ""}
+        {"bool c_pending = false;" if deferred_c else "int c_pending = -1;  // a ring slot still read by a store of D" if over_c else ""}
         int s = 0; u32 phase = 0;  // the ring position, continued piece after piece as the producer fills it
         int epi = 0;  // pieces before this one that wrote D (each used the C tile and buffer turn)
         for (int piece = 0; next_piece(worker, cursor, unit, kb_begin, kb_end); ++piece) {{

@@ -272,28 +272,23 @@ def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
         write_slice = lines(_matrix_words(spec), matrix_store("c_tile"))
         free_slot = ""
         store_from = "c_tile"
-        after_store = """
-        if (slice > 0) {  // the previous slice's store has read its slot: the producer may refill it
+        first_ring = 1 if first_own else 0  # the first slice that comes through the ring
+        after_store = f"""
+        if (slice > {first_ring}) {{  // the previous slice's store has read its slot: the producer may refill it
             if (threadIdx.x % 128 == 0) tma_store_wait_read_but_one();
             __syncwarp();
             release_ring_slot(&empty[c_pending]);
-        }
+        }}
         c_pending = s;  // the last one goes back under the next piece's first wgmma
-        if (++s == STAGES) { s = 0; phase ^= 1; }"""
-        if first_own:
-            # The ring's slices go first and the own buffer's last, so that every slot goes back
-            # within the write-back (the last one once the own slice's store is issued) and only the
-            # buffer, which the producer wants again a whole tile later, waits for the next piece.
-            after_store = """
-        if (slice != 1) {  // the ring slice before this one has been read by its store: its slot goes back
-            if (threadIdx.x % 128 == 0) tma_store_wait_read_but_one();
-            __syncwarp();
-            release_ring_slot(&empty[c_slot]);
-        }
+        if (++s == STAGES) {{ s = 0; phase ^= 1; }}"""
+        if first_own:  # slice 0 takes no slot; its own buffer goes back with the last slot
+            after_store = after_store.replace("""
+        c_pending = s;  // the last one goes back under the next piece's first wgmma
+        if (++s == STAGES) { s = 0; phase ^= 1; }""", """
         if (slice > 0) {
-            c_slot = s;
+            c_pending = s;  // the last one (and the first slice's buffer) goes back under the next piece's first wgmma
             if (++s == STAGES) { s = 0; phase ^= 1; }
-        }"""
+        }""")
     elif config.stmatrix:
         # The slice is computed into registers first (C's loads, the epilogue, the packing), and only
         # then does the consumer wait for the buffer: the wait for the previous slice's store to
@@ -309,7 +304,8 @@ def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
         free_slot = slot_back if ring else ""
     c_params = ("unsigned char* c_slots, u64* full, u64* empty, int& s, u32& phase" if ring
                 else "u64* c_full, u32 c_phase")
-    c_params += ", u64* c_full, u32 c_phase" if first_own else ", int& c_pending" if over_c else ""
+    c_params += ", int& c_pending" if over_c else ""
+    c_params += ", u64* c_full, u32 c_phase" if first_own else ""
     matrix_io = MATRIX_IO + """
 // Byte offset, in a consumer's part of a slice buffer, of the 16-byte row piece at row r, columns
 // 8·jj .. 8·jj + 7 (16-bit values: 8 to a 16-byte unit, OUT_CHUNK / 8 units to a 128-byte row).
@@ -322,11 +318,6 @@ __device__ __forceinline__ int block_row_offset(int r, int jj) {
     template = "template <int FIRST, int LAST>\n" if halves else ""
     first, last = ("FIRST", "LAST") if halves else ("0", "STORE_SLICES")
     slices_doc = "\n// Slices FIRST .. LAST - 1 only (the two halves of the tile are written back apart)." if halves else ""
-    loop = f"#pragma unroll\n    for (int slice = {first}; slice < {last}; ++slice) {{"
-    if first_own:
-        loop = ("int c_slot = -1;  // the ring slot of the slice before\n    #pragma unroll\n"
-                "    for (int step = 0; step < STORE_SLICES; ++step) {\n"
-                "        const int slice = (step + 1) % STORE_SLICES;  // the ring's slices, then the own buffer's")
     packed = ""
     if over_c:
         packed += """
@@ -352,7 +343,8 @@ __device__ __forceinline__ int pair_offset(int r, int jj, int lane) {{
                                                 {c_params}{params}) {{
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
     unsigned char* tile = out_buf + consumer * ROWS_PER_CONSUMER * SLICE_COLS * (int)sizeof(out_t);
-    {loop}
+    #pragma unroll
+    for (int slice = {first}; slice < {last}; ++slice) {{
         {wait}
         {write_slice}
         fence_async_shared();               // the TMA engine reads what these threads wrote
