@@ -159,7 +159,6 @@ def phases(stamps: np.ndarray, tiles: int, consumers: int) -> dict[str, list[flo
                 add(f"slice {sl}: wait for store buffer", ev[2] - ev[1])
                 add(f"slice {sl}: stmatrix + store", ev[3] - ev[2])
                 prev = ev[3]
-    # Per block, the gap between one tile's write-back end and the next tile's start (scheduler).
     return out
 
 

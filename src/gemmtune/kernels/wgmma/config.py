@@ -179,8 +179,13 @@ class WgmmaConfig(FamilyConfig):
         """Room for one C slice in a ring slot (c_ring): the larger of the A and B tile regions."""
         return max(self.bm, self.bn) * SWIZZLE_BYTES
 
+    @property
+    def d_in_ring_only(self) -> bool:
+        """d_over_c without c_first_buffer: D is staged in C's ring slots only, no store buffer."""
+        return self.d_over_c and not self.c_first_buffer
+
     def epilogue_bytes(self, spec: GemmSpec) -> int:
-        if not self.tma_store or (self.d_over_c and not self.c_first_buffer):  # (D staged in C's ring slots)
+        if not self.tma_store or self.d_in_ring_only:
             return 0
         # Ping-pong consumers each keep a whole tile's buffer; cooperative ones share one.
         tiles = self.consumers if self.pingpong else 1

@@ -65,7 +65,7 @@ def _constants(spec: GemmSpec, config: WgmmaConfig) -> str:
     a_kmajor, b_kmajor = k_major(spec)
     bk, size = config.bk(spec.dtype), INPUT_BYTES[spec.dtype]
     epi_bytes = ("constexpr int EPI_BYTES = 0;  // d_over_c: no store buffer (D is staged in C's ring slots)"
-                 if config.d_over_c and not config.c_first_buffer else
+                 if config.d_in_ring_only else
                  "constexpr int EPI_BYTES = TMA_STORE ? TILE_TURNS * BM * SLICE_COLS * (int)sizeof(out_t) : 0;  // a buffer per turn")
     return f"""
 // Problem and tile shape, baked in at generation time.

@@ -157,7 +157,6 @@ def _pair_loop(spec: GemmSpec) -> str:
                 for (int jj = 0; jj < SLICE_COLS / 8; ++jj) c_words[jj] = load_pair_smem(c_tile + pair_offset(r, jj, lane));
                 """ if reads_c else "")
     unpack_c = "float c0, c1;\n                    unpack_pair(c_words[jj], c0, c1);\n                    " if reads_c else ""
-    write = f"{unpack_c}{fix0}{fix1}store_pair_smem(tile + pair_offset(r, jj, lane), v0, v1);"
     return f"""#pragma unroll
         for (int mb = 0; mb < M_BLOCKS; ++mb) {{
             #pragma unroll
@@ -169,7 +168,7 @@ def _pair_loop(spec: GemmSpec) -> str:
                     const int j = slice * SLICE_COLS / 8 + jj;  // 8-column group of the fragment
                     const int col = tile_n * BN + slice * SLICE_COLS + jj * 8 + 2 * (lane % 4);
                     float v0 = acc[mb][4 * j + 2 * half], v1 = acc[mb][4 * j + 2 * half + 1];
-                    {write}
+                    {unpack_c}{fix0}{fix1}store_pair_smem(tile + pair_offset(r, jj, lane), v0, v1);
                 }}
             }}
         }}"""
@@ -189,7 +188,6 @@ def _matrix_words(spec: GemmSpec) -> str:
             for (int jj = 0; jj < SLICE_COLS / 8; jj += 2) ldmatrix_x4(c_tile + block_row_offset(r_at, jj + q / 2), c_words[jj / 2]);
             """ if reads_c else "")
     unpack_c = "float c0, c1;\n                    unpack_pair(c_words[jj / 2][b], c0, c1);\n                    " if reads_c else ""
-    write = f"{unpack_c}{fix0}{fix1}words[mb][jj / 2][b] = pack_pair(v0, v1, (out_t*)0);"
     return f"""u32 words[M_BLOCKS][SLICE_COLS / 16][4];  // the slice's D: this thread's word of each 8x8 block
         #pragma unroll
         for (int mb = 0; mb < M_BLOCKS; ++mb) {{
@@ -203,7 +201,7 @@ def _matrix_words(spec: GemmSpec) -> str:
                     const int row = tile_m * BM + consumer * CONSUMER_ROWS + mb * 64 + warp * 16 + lane / 4 + 8 * half;
                     const int col = tile_n * BN + slice * SLICE_COLS + jb * 8 + 2 * (lane % 4);
                     float v0 = acc[mb][4 * j + 2 * half], v1 = acc[mb][4 * j + 2 * half + 1];
-                    {write}
+                    {unpack_c}{fix0}{fix1}words[mb][jj / 2][b] = pack_pair(v0, v1, (out_t*)0);
                 }}
             }}
         }}"""
@@ -232,28 +230,28 @@ def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
     # (of this tile or the one before) must have finished reading it.
     free_buffer = """if (threadIdx.x % 128 == 0) tma_store_wait_read();  // the previous slice's store has read the buffer
         named_barrier(1 + consumer, 128);"""
-    if ring:
-        c_wait = """mbarrier_wait(&full[s], phase);  // this slice of C has landed in ring slot s
-        const unsigned char* c_tile = c_slots + s * C_SLOT_BYTES + consumer * ROWS_PER_CONSUMER * SLICE_COLS * (int)sizeof(out_t);"""
+    # This consumer's part of ring slot s's C region, and the wait for its slice of C to land there.
+    slot_part = "c_slots + s * C_SLOT_BYTES + consumer * ROWS_PER_CONSUMER * SLICE_COLS * (int)sizeof(out_t)"
+    slot_wait = "mbarrier_wait(&full[s], phase);  // this slice of C has landed in ring slot s"
+    over_c = ring and config.d_over_c  # D written over C in its ring slot, stored from there
+    first_own = over_c and config.c_first_buffer  # ... but the first slice in a buffer of its own
+    if first_own:
+        c_wait = f"""unsigned char* c_tile;
+        if (slice == 0) {{  // the first slice of C has a buffer of its own
+            mbarrier_wait(c_full, c_phase);
+            c_tile = tile;
+        }} else {{
+            {slot_wait}
+            c_tile = {slot_part};
+        }}"""
+    elif ring:  # (written over with d_over_c, only read otherwise)
+        c_wait = f"""{slot_wait}
+        {"" if over_c else "const "}unsigned char* c_tile = {slot_part};"""
     elif reads_c:
         c_wait = """if (slice == 0) mbarrier_wait(c_full, c_phase);  // the producer's C tile has landed here
         const unsigned char* c_tile = tile;  // read in place"""
     else:
         c_wait = ""
-    over_c = ring and config.d_over_c  # D written over C in its ring slot, stored from there
-    first_own = over_c and config.c_first_buffer  # ... but the first slice in a buffer of its own
-    if first_own:
-        c_wait = """unsigned char* c_tile;
-        if (slice == 0) {  // the first slice of C has a buffer of its own
-            mbarrier_wait(c_full, c_phase);
-            c_tile = tile;
-        } else {
-            mbarrier_wait(&full[s], phase);  // this slice of C has landed in ring slot s
-            c_tile = c_slots + s * C_SLOT_BYTES + consumer * ROWS_PER_CONSUMER * SLICE_COLS * (int)sizeof(out_t);
-        }"""
-    elif over_c:
-        c_wait = """mbarrier_wait(&full[s], phase);  // this slice of C has landed in ring slot s
-        unsigned char* c_tile = c_slots + s * C_SLOT_BYTES + consumer * ROWS_PER_CONSUMER * SLICE_COLS * (int)sizeof(out_t);"""
     in_place = reads_c and not ring  # C's own landing frees the buffer
     # With C in the ring, its slot goes back to the producer once every thread of this consumer has
     # read it (a barrier after its reads).
@@ -272,23 +270,22 @@ def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
         write_slice = lines(_matrix_words(spec), matrix_store("c_tile"))
         free_slot = ""
         store_from = "c_tile"
+        # Slice 0 takes no ring slot with c_first_buffer (its buffer goes back with the last slot).
         first_ring = 1 if first_own else 0  # the first slice that comes through the ring
+        advance = """c_pending = s;  // the last one goes back under the next piece's first wgmma
+        if (++s == STAGES) { s = 0; phase ^= 1; }"""
+        if first_own:
+            advance = """if (slice > 0) {
+            c_pending = s;  // the last one (and the first slice's buffer) goes back under the next piece's first wgmma
+            if (++s == STAGES) { s = 0; phase ^= 1; }
+        }"""
         after_store = f"""
         if (slice > {first_ring}) {{  // the previous slice's store has read its slot: the producer may refill it
             if (threadIdx.x % 128 == 0) tma_store_wait_read_but_one();
             __syncwarp();
             release_ring_slot(&empty[c_pending]);
         }}
-        c_pending = s;  // the last one goes back under the next piece's first wgmma
-        if (++s == STAGES) {{ s = 0; phase ^= 1; }}"""
-        if first_own:  # slice 0 takes no slot; its own buffer goes back with the last slot
-            after_store = after_store.replace("""
-        c_pending = s;  // the last one goes back under the next piece's first wgmma
-        if (++s == STAGES) { s = 0; phase ^= 1; }""", """
-        if (slice > 0) {
-            c_pending = s;  // the last one (and the first slice's buffer) goes back under the next piece's first wgmma
-            if (++s == STAGES) { s = 0; phase ^= 1; }
-        }""")
+        {advance}"""
     elif config.stmatrix:
         # The slice is computed into registers first (C's loads, the epilogue, the packing), and only
         # then does the consumer wait for the buffer: the wait for the previous slice's store to
@@ -318,13 +315,11 @@ __device__ __forceinline__ int block_row_offset(int r, int jj) {
     template = "template <int FIRST, int LAST>\n" if halves else ""
     first, last = ("FIRST", "LAST") if halves else ("0", "STORE_SLICES")
     slices_doc = "\n// Slices FIRST .. LAST - 1 only (the two halves of the tile are written back apart)." if halves else ""
-    packed = ""
-    if over_c:
-        packed += """
+    wait_but_one = """
 // Wait until every committed store but the most recent has finished reading shared memory.
 __device__ __forceinline__ void tma_store_wait_read_but_one() { asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory"); }
-"""
-    return SMEM_PAIR["32" if OUT_BYTES[out_dtype(spec)] == 4 else "16"] + packed + matrix_io + f"""
+""" if over_c else ""
+    return SMEM_PAIR["32" if OUT_BYTES[out_dtype(spec)] == 4 else "16"] + wait_but_one + matrix_io + f"""
 // Byte offset, in a consumer's part of a slice buffer, of the pair of row r at column 8·jj + 2·(lane % 4).
 __device__ __forceinline__ int pair_offset(int r, int jj, int lane) {{
     const int c = jj * 8 + 2 * (lane % 4), byte = (c % OUT_CHUNK) * (int)sizeof(out_t);
