@@ -98,15 +98,24 @@ def test_read_flush_kernel_compiles_without_a_gpu(tmp_path):
     assert compiled.resources.spills == 0 and "ld.global.cg" in compiled.ptx
 
 
-def test_round_order_rotates_every_name_through_every_place():
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 7, 8])
+def test_round_order_balances_places_and_neighbours(n):
     from gemmtune.timing import round_order
 
-    names = ["cuBLAS", "a", "b"]
-    orders = [round_order(names, i) for i in range(3)]
-    assert orders == [["cuBLAS", "a", "b"], ["a", "b", "cuBLAS"], ["b", "cuBLAS", "a"]]
-    for place in range(3):
-        assert sorted(order[place] for order in orders) == sorted(names)
-    assert round_order(names, 3) == names
+    names = ["cuBLAS", *(f"v{i}" for i in range(n - 1))]
+    cycle = n if n % 2 == 0 else 2 * n
+    orders = [round_order(names, i) for i in range(cycle)]
+    assert all(sorted(order) == sorted(names) for order in orders)
+    for place in range(n):  # every name in every place equally often
+        counts = {name: sum(order[place] == name for order in orders) for name in names}
+        assert len(set(counts.values())) == 1, (place, counts)
+    follows = {(a, b): 0 for a in names for b in names if a != b}
+    for order in orders:
+        for a, b in zip(order, order[1:]):
+            follows[(a, b)] += 1
+    if n > 1:  # every name directly after every other equally often
+        assert len(set(follows.values())) == 1, follows
+    assert round_order(names, cycle) == orders[0]
 
 
 def test_ratio_to_compares_round_by_round():

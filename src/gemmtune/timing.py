@@ -240,10 +240,30 @@ def _measure(launch: Callable[[], None], protocol: TimingProtocol, l2_bytes: int
 
 # --- several launches timed in alternation ------------------------------------------------------
 def round_order(names: list[str], round_index: int) -> list[str]:
-    """The order of one round: rotated by one each round, so no launch always follows the same one
-    (the one after the flush, or after the hottest kernel, would otherwise always be the same)."""
-    shift = round_index % len(names)
-    return names[shift:] + names[:shift]
+    """The order of one round, from a balanced cycle of rounds (a Williams design: n rounds for n
+    names, 2n when n is odd): over the cycle every name runs in every place equally often, and
+    directly after every other name equally often.
+
+    Rotating one fixed order was not enough: each launch then nearly always followed the same one,
+    and on the H100 a kernel timed right after torch's unfused eager launches measured ~1% slower
+    than the same kernel elsewhere in the round (session 13), which a fixed neighbour turns into a
+    bias between variants."""
+    n = len(names)
+    if n < 2:
+        return list(names)
+    base, low, high = [0], 1, n - 1  # 0, 1, n-1, 2, n-2, ...: the differences hit every step once
+    while low <= high:
+        base.append(low)
+        low += 1
+        if low <= high:
+            base.append(high)
+            high -= 1
+    cycle = n if n % 2 == 0 else 2 * n
+    index = round_index % cycle
+    order = [(i + index) % n for i in base]
+    if index >= n:  # odd n: the second half of the cycle runs the rows reversed
+        order.reverse()
+    return [names[i] for i in order]
 
 
 def ratio_to(reference_s: list[float], other_s: list[float]) -> tuple[float, float, float]:
