@@ -359,3 +359,27 @@ def test_c_first_buffer_constraints_and_code():
         compiled = _compile(fused, first.with_(store_slices=slices, cluster_m=2, c_l2_prefetch=True, split_tail=True))
         assert compiled.resources.spills == 0, compiled.resources.summary()
         assert "Potential Performance Loss" not in compiled.log, compiled.log
+
+
+def test_with_c_path_only_where_blocks_run_several_tiles_of_a_fused_epilogue():
+    """default_config and the chooser's ring candidate take the rest of the C path (stmatrix, C's
+    L2 prefetch, d_over_c, c_first_buffer) where the epilogue reads C through the ring and blocks
+    run more than one tile each; not for one wave of tiles, nor without C, nor for fp32 output
+    (stmatrix moves 16-bit values), and never into a rejected config."""
+    from gemmtune.chooser import rank
+    from gemmtune.kernels.wgmma.config import C_PATH, default_config, with_c_path
+
+    many = GemmSpec(3072, 4096, 768, "nt", "fp16", "relu+add")  # 384 tiles of 128x256
+    config = default_config(many)
+    assert all(getattr(config, name) for name in C_PATH) and not FAMILY.rejections(config, many, "sm_90a")
+    assert with_c_path(config.without_c_options().with_(c_ring=True), many) == config
+    chosen = rank(many, "sm_90a", 132, "wgmma")[0].config
+    assert chosen.c_ring and chosen.d_over_c and chosen.c_first_buffer
+    one_wave = GemmSpec(2048, 2048, 2048, "nt", "fp16", "relu+add")  # 128 tiles on 132 SMs
+    assert default_config(one_wave).c_ring and not default_config(one_wave).d_over_c
+    assert with_c_path(config.with_(**{name: False for name in C_PATH}), many, sm_count=384).d_over_c is False
+    plain = GemmSpec(3072, 4096, 768, "nt", "fp16")
+    assert not default_config(plain).d_over_c and with_c_path(config, plain) is config
+    tf32 = GemmSpec(3072, 4096, 768, "nt", "tf32", "relu+add")
+    assert default_config(tf32).c_ring and not default_config(tf32).stmatrix
+    _compile(many, config)

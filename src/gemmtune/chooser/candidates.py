@@ -14,7 +14,7 @@ from typing import Any
 from ..kernels import get_family
 from ..kernels.gemv.config import GemvConfig, stream_kind, vectors
 from ..kernels.simt.config import SimtConfig
-from ..kernels.wgmma.config import WgmmaConfig
+from ..kernels.wgmma.config import WgmmaConfig, with_c_path
 from ..spec import GemmSpec
 
 SERIAL_SPLITS = (2, 3, 4)  # turns through D: the chain grows with the splits, so only a few
@@ -97,7 +97,7 @@ def wgmma_candidates(spec: GemmSpec, sm_count: int) -> list[WgmmaConfig]:
         # bench/results/2026-11-23-h100-wgmma-variants.md run 8), and elsewhere it changes nothing.
         base = WgmmaConfig(bm=bm, bn=bn, consumers=1 if bm == 64 else 2, stages=4, specialized=True,
                            persistent=True, group_m=8, cluster_m=1, tma_store=True, split_tail=True)
-        stored = _deepest(base, spec) if not spec.epilogue.reads_c else _c_through_ring(base, spec)
+        stored = _deepest(base, spec) if not spec.epilogue.reads_c else _c_through_ring(base, spec, sm_count)
         found.append(stored)
         for variant in (base.with_(tma_store=False),
                         base.with_(persistent=False, group_m=1, tma_store=False, split_tail=False)):
@@ -105,15 +105,17 @@ def wgmma_candidates(spec: GemmSpec, sm_count: int) -> list[WgmmaConfig]:
     return found
 
 
-def _c_through_ring(config: WgmmaConfig, spec: GemmSpec) -> WgmmaConfig:
+def _c_through_ring(config: WgmmaConfig, spec: GemmSpec, sm_count: int) -> WgmmaConfig:
     """Where the epilogue reads C: C through the ring (c_ring) in the fewest store slices that fit a
     slot, the deepest ring beside them (fused fp16 4096^3 on an H100: 191.4 µs against 195.1 with
-    the C tile in its own buffer); else the C tile in 16-row boxes (c_spread)."""
+    the C tile in its own buffer), with the rest of the C path where blocks run several tiles
+    (with_c_path: the model cannot see those options, measured as its docstring says); else the C
+    tile in 16-row boxes (c_spread)."""
     family = get_family("wgmma")
     for slices in (1, 2, 4):
         ring = _deepest(config.with_(c_ring=True, store_slices=slices), spec)
         if not family.rejections(ring, spec, "sm_90a"):
-            return ring
+            return with_c_path(ring, spec, "sm_90a", sm_count)
     return _deepest(config.with_(c_spread=True), spec)
 
 

@@ -394,6 +394,32 @@ def ladder(arch: str = "sm_90a") -> list[tuple[str, WgmmaConfig]]:
     ]
 
 
+# The rest of the C path beside c_ring: the write-back through stmatrix, C's L2 prefetch over the
+# tile's last k-blocks, D written over C in its ring slot and C's first slice in the freed buffer.
+C_PATH = {"stmatrix": True, "c_l2_prefetch": True, "d_over_c": True, "c_first_buffer": True}
+
+
+def with_c_path(config: WgmmaConfig, spec: GemmSpec, arch: str = "sm_90a", sm_count: int = 132) -> WgmmaConfig:
+    """`config` with the rest of the C path (C_PATH, or all of it but c_first_buffer) where the
+    epilogue reads C through the ring, the result is valid, and the blocks run more than one tile
+    each; else `config` unchanged.
+
+    Measured in a balanced order against c_ring alone, 128x256 tiles (bench/results/2026-11-23-
+    h100-s13.md, set s13c): 3072x4096x768 fp16 +10%, 4096^3 nn fp16 +2.5%, 1024x1024x16384 bf16
+    +1.2%, 8192^3 bf16 +0.7% on an H100; but 2048^3 fp16 (128 tiles: one a block) -1.6%, where
+    no tile's write-back meets the next tile's main loop, which is what the path is for."""
+    if not (spec.epilogue.reads_c and config.c_ring):
+        return config
+    tiles = -(-spec.m // config.bm) * -(-spec.n // config.bn)
+    if tiles <= sm_count:
+        return config
+    full = config.with_(**C_PATH)
+    for candidate in (full, full.with_(c_first_buffer=False)):
+        if not rejections(candidate, spec, arch):
+            return candidate
+    return config
+
+
 def default_config(spec: GemmSpec | None, arch: str = "sm_90a") -> WgmmaConfig:
     """A sound fast config for any supported shape: the persistent warp-specialized kernel with the
     TMA-store epilogue in slices (a fourth stage fits; C, where the epilogue reads it, comes through
@@ -414,5 +440,5 @@ def default_config(spec: GemmSpec | None, arch: str = "sm_90a") -> WgmmaConfig:
     # 1024x1024x16384 bf16 0.38x -> 1.00x cuBLAS, 2048x5120x5120 0.85x -> 0.96x (H100).
     for config in preferred:
         if not rejections(config.with_(split_tail=True), spec, arch):
-            return config.with_(split_tail=True)
+            return with_c_path(config.with_(split_tail=True), spec, arch)
     return steps["persistent"].with_(split_tail=True)
