@@ -1,7 +1,8 @@
 #!/bin/sh
 # Session 13, device call 4 (H200): the final fused kernel and its GEMM alone (set s13b, for the
 # known_configs entries), the C path on untuned fused shapes (set s13c), the back-to-back power
-# probe, and the GPU tests call 3 had no time for (s13_rest.txt: node ids, one a line) plus the
+# probe, and the GPU tests call 3 had no time for (s13_rest.txt, made for the call and not kept:
+# the 48 node ids after the 157th in collection order, one a line) plus the
 # dtype tests.   sh bench/gpu_s13_h200.sh
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw,power.limit --format=csv,noheader

@@ -27,7 +27,7 @@ from gemmtune.bench import BenchRow, bench_compiled, bench_cublas
 from gemmtune.compiler import compile_kernel
 from gemmtune.device import query_device
 from gemmtune.kernel_source import KernelSource
-from gemmtune.kernels.wgmma.config import CLUSTER_GRID, WgmmaConfig
+from gemmtune.kernels.wgmma.config import C_PATH, CLUSTER_GRID, SM90_SMS, WgmmaConfig
 from gemmtune.kernels.wgmma.render import render
 from gemmtune.spec import GemmSpec
 from gemmtune.timing import TimingProtocol
@@ -581,10 +581,9 @@ S13B_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] =
 # take the rest on.
 def _chooser_pick(spec: GemmSpec) -> WgmmaConfig:
     from gemmtune.chooser import rank
-    return rank(spec, "sm_90a", 132, "wgmma")[0].config
+    return rank(spec, "sm_90a", SM90_SMS, "wgmma")[0].config
 
 
-C_PATH = {"stmatrix": True, "c_l2_prefetch": True, "d_over_c": True, "c_first_buffer": True}
 RING_128x256 = WgmmaConfig(bm=128, bn=256, stages=4, consumers=2, specialized=True, persistent=True, group_m=8,
                            tma_store=True, split_tail=True, store_slices=2, c_ring=True)
 S13C_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [

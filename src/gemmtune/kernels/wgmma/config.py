@@ -184,12 +184,16 @@ class WgmmaConfig(FamilyConfig):
         """d_over_c without c_first_buffer: D is staged in C's ring slots only, no store buffer."""
         return self.d_over_c and not self.c_first_buffer
 
+    def slice_bytes(self, spec: GemmSpec) -> int:
+        """One store slice of the whole tile in D's type (C's slice is the same size)."""
+        return self.bm * self.bn * OUT_BYTES[out_dtype(spec)] // self.store_slices
+
     def epilogue_bytes(self, spec: GemmSpec) -> int:
         if not self.tma_store or self.d_in_ring_only:
             return 0
         # Ping-pong consumers each keep a whole tile's buffer; cooperative ones share one.
         tiles = self.consumers if self.pingpong else 1
-        return tiles * self.bm * self.bn * OUT_BYTES[out_dtype(spec)] // self.store_slices
+        return tiles * self.slice_bytes(spec)
 
     def barrier_bytes(self) -> int:
         """full/empty per stage; C full/empty per epilogue buffer; with ping-pong, a main-loop turn each."""
@@ -324,7 +328,7 @@ def _store(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
     if c.c_ring:
         if not s.epilogue.reads_c or c.c_spread or c.pingpong:
             return "c_ring is for epilogues that read C, with cooperative consumers and without c_spread"
-        slice_c = c.bm * c.bn * OUT_BYTES.get(out_dtype(s), 4) // c.store_slices  # one store slice of the tile
+        slice_c = c.slice_bytes(s)
         if slice_c > c.c_slot_bytes():
             return (f"a C slice of {slice_c} B does not fit the {c.c_slot_bytes()} B operand region of a "
                     f"ring slot (use more store_slices)")
@@ -399,7 +403,7 @@ def ladder(arch: str = "sm_90a") -> list[tuple[str, WgmmaConfig]]:
 C_PATH = {"stmatrix": True, "c_l2_prefetch": True, "d_over_c": True, "c_first_buffer": True}
 
 
-def with_c_path(config: WgmmaConfig, spec: GemmSpec, arch: str = "sm_90a", sm_count: int = 132) -> WgmmaConfig:
+def with_c_path(config: WgmmaConfig, spec: GemmSpec, arch: str = "sm_90a", sm_count: int = SM90_SMS) -> WgmmaConfig:
     """`config` with the rest of the C path (C_PATH, or all of it but c_first_buffer) where the
     epilogue reads C through the ring, the result is valid, and the blocks run more than one tile
     each; else `config` unchanged.
@@ -408,10 +412,11 @@ def with_c_path(config: WgmmaConfig, spec: GemmSpec, arch: str = "sm_90a", sm_co
     h100-s13.md, set s13c): 3072x4096x768 fp16 +10%, 4096^3 nn fp16 +2.5%, 1024x1024x16384 bf16
     +1.2%, 8192^3 bf16 +0.7% on an H100; but 2048^3 fp16 (128 tiles: one a block) -1.6%, where
     no tile's write-back meets the next tile's main loop, which is what the path is for."""
+    from .schedule import ceil_div  # (schedule.py imports this module)
+
     if not (spec.epilogue.reads_c and config.c_ring):
         return config
-    tiles = -(-spec.m // config.bm) * -(-spec.n // config.bn)
-    if tiles <= sm_count:
+    if ceil_div(spec.m, config.bm) * ceil_div(spec.n, config.bn) <= sm_count:
         return config
     full = config.with_(**C_PATH)
     for candidate in (full, full.with_(c_first_buffer=False)):
@@ -423,7 +428,8 @@ def with_c_path(config: WgmmaConfig, spec: GemmSpec, arch: str = "sm_90a", sm_co
 def default_config(spec: GemmSpec | None, arch: str = "sm_90a") -> WgmmaConfig:
     """A sound fast config for any supported shape: the persistent warp-specialized kernel with the
     TMA-store epilogue in slices (a fourth stage fits; C, where the epilogue reads it, comes through
-    the ring), else with direct stores where D's rows do not allow TMA; the tail split along K."""
+    the ring, with the rest of the C path where blocks run several tiles: with_c_path), else with
+    direct stores where D's rows do not allow TMA; the tail split along K."""
     steps = dict(ladder(arch))
     if spec is None:
         return steps["sliced_store"]
