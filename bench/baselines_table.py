@@ -2,12 +2,20 @@
 
     python bench/baselines_table.py run-fp32.json run-bf16.json run-fp16-fused.json > table.md
 
+The three runs behind the README's baselines table (bench/results/2026-11-23-h100-baselines.md;
+CUTLASS needs `pip install ".[torch,cutlass]"` and nvcc on PATH):
+
+    gemmtune bench MNK=4096 --dtype fp32 --steps best --json run-fp32.json
+    gemmtune bench MNK=4096 --dtype bf16 --steps best --json run-bf16.json
+    gemmtune bench MNK=4096 --dtype fp16 --epilogue relu+add --steps best --json run-fp16-fused.json
+
 Columns are the runs (specs); rows the kernels: time, and cuBLAS's time / this time from the same
 run (above 1 is faster than cuBLAS). Below the table: what each row ran, its build / autotune /
 compile time, and every skipped baseline with its reason.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -77,5 +85,12 @@ def main(paths: list[str]) -> int:
     return 0
 
 
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", metavar="RUN.json",
+                        help="JSON written by `gemmtune bench ... --baselines ... --json RUN.json` (one column each)")
+    return parser.parse_args(argv)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main(parse_args(sys.argv[1:]).runs))

@@ -70,7 +70,7 @@ def markdown(rows: list[BenchRow], spec: GemmSpec, device, date: str) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="4096", help="comma-separated cube edges")
     parser.add_argument("--sweep", type=int, default=0, help="configs to sweep for the best row")
     parser.add_argument("--out", default="bench-core.md")

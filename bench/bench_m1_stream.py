@@ -172,7 +172,7 @@ def table(rows: list[StreamRow], copy_bw: float, floor: str, device: str) -> str
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", default=DEFAULT_SHAPES, help=f"MxNxK,... (default {DEFAULT_SHAPES})")
     parser.add_argument("--dtypes", default="fp32,bf16", help="fp32 (layout nn) and/or bf16 (layout nt)")
     parser.add_argument("--out", type=Path, help="write the markdown table here too")

@@ -4,7 +4,12 @@ the same process; every kernel verified (float64 reference, NaN-poisoned D) befo
     PYTHONPATH=src python bench/bench_numba.py --sizes 1024 2048 4096 --out DIR
 
 Writes DIR/ladder-<size>.json (what `gemmtune plot` reads) and DIR/numba-ladder.md, and prints the
-tables last.
+tables last. The plots and profiles of bench/results/2026-11-23-h100-numba.md came from the same
+folder:
+
+    gemmtune plot ladder DIR/ladder-4096.json --out DIR/numba-ladder-4096
+    gemmtune plot roofline DIR/ladder-*.json --out DIR/roofline
+    gemmtune profile MNK=4096 --family numba --config warptiling      # also simt, cublas, cublas-tf32
 """
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ from gemmtune.timing import TimingProtocol  # noqa: E402
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[4096], help="square sizes M=N=K")
     parser.add_argument("--min-time", type=float, default=0.2, help="seconds of timed runs per kernel")
     parser.add_argument("--out", type=Path, default=Path("."), help="folder for the JSON and markdown")

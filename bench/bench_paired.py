@@ -11,12 +11,20 @@ Each variant is first verified by the common path (evaluate: float64 reference, 
 launches then share one set of inputs (cuBLAS reads its own copy of the same values).
 
 torch.mm's host side (Python, cuBLAS's heuristics) takes tens of µs and at times far more; where it
-outlasts the L2 flush before the start event, the GPU idles inside cuBLAS's timing (session 9: on
-one H100 torch.mm timed 204 µs at 4096^3 bf16, p10-p90 185-222, where the same call replayed from a
-CUDA graph timed 188, 180-193). --graph adds that replay and takes it as the reference; --lead-us
-holds the GPU back before each start event instead (it also lowers the duty cycle, so the clock rises).
+outlasts the L2 flush before the start event, the GPU idles inside cuBLAS's timing (2026-11-23,
+commit 58e305f: on one H100 torch.mm timed 204 µs at 4096^3 bf16, p10-p90 185-222, where the same
+call replayed from a CUDA graph timed 188, 180-193). --graph adds that replay and takes it as the
+reference; --lead-us holds the GPU back before each start event instead (it also lowers the duty
+cycle, so the clock rises).
 
-    PYTHONPATH=src python bench/bench_paired.py --set s9 --only 8192 --rounds 300 --graph [--json out.json]
+The launches of a round follow a balanced (Williams) order, gemmtune.timing.round_order: every
+launch runs after every other equally often, so no variant always follows torch's eager launches.
+--set names one of wgmma_variants.py's lists: `bars` (default: the shipped configs at the 4096^3
+and 8192^3 bars), `c_path` (the fused relu+add kernel step by step, with its GEMM alone), or an
+experiment of docs/journal.md. Method and results: docs/timing.md.
+
+    PYTHONPATH=src python bench/bench_paired.py --set bars --rounds 300 --graph [--only 8192] [--json out.json]
+    PYTHONPATH=src python bench/bench_paired.py --set c_path --rounds 300 --graph
 """
 from __future__ import annotations
 
@@ -54,7 +62,7 @@ def graph_replay(torch, launch):
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--set", choices=sorted(SETS), default="s8", help="wgmma_variants.py's list of cases")
+    parser.add_argument("--set", choices=sorted(SETS), default="bars", help="wgmma_variants.py's list of cases (default bars)")
     parser.add_argument("--only", help="run the cases whose spec contains this text")
     parser.add_argument("--rounds", type=int, default=200, help="rounds of one launch each (default 200)")
     parser.add_argument("--json", help="write every case's times here")

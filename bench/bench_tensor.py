@@ -7,6 +7,12 @@ torch ops) and our same config without the epilogue, so the table shows both bar
 and fused against the same GEMM alone. Prints markdown tables; --json keeps every row.
 
     PYTHONPATH=src python bench/bench_tensor.py [--cases bf16:4096 fp16:8192 fp16:4096:relu+add] [--json F]
+
+The ladder v4 table (bench/results/2026-11-23-h100-tensor-ladder-v4.md) ran as
+
+    bench/bench_tensor.py --cases fp16:4096:relu+add bf16:4096 fp16:4096 tf32:4096 --min-time 0.2 --skip pingpong
+
+Single runs at 4096^3 drift by a few per cent; for ratios near 1 use bench_paired.py.
 """
 from __future__ import annotations
 
@@ -77,7 +83,7 @@ def table(spec: GemmSpec, rows: list[tuple[str, BenchRow]]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", nargs="+", default=list(DEFAULT_CASES), help="dtype:size[:epilogue] (layout nt)")
     parser.add_argument("--min-time", type=float, default=0.3, help="seconds of timed runs per kernel")
     parser.add_argument("--json", dest="json_path", help="write every row here")

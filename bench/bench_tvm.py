@@ -185,7 +185,7 @@ def bench_shape(key: str, opts: Options, save: Callable[[list[BenchRow]], None])
 
 
 def _options(argv: list[str] | None) -> tuple[Options, Path, Path | None]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated from {', '.join(SHAPES)}")
     parser.add_argument("--trials", default="64,512", help="cumulative MetaSchedule trial counts ('' = no tuning)")
     parser.add_argument("--spaces", default="auto", help="MetaSchedule spaces: auto, manual or auto,manual")

@@ -190,7 +190,7 @@ def main() -> int:
     from gemmtune.device import query_device
     from gemmtune.spec import GemmSpec
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, help="write the markdown table here too")
     parser.add_argument("--json", type=Path, help="write the rows as JSON here")
     parser.add_argument("--dtypes", default="fp32,bf16")

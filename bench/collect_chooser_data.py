@@ -122,7 +122,7 @@ def time_shape(spec: GemmSpec, jobs: list, compiled: list, sm_count: int, gpu: s
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--budget", type=float, default=200.0, help="seconds; stops after the shape that passes it")
     parser.add_argument("--set", dest="which", choices=("first", "extra", "small"), default="first", help="which shapes")

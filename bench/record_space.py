@@ -4,7 +4,7 @@
     PYTHONPATH=src python bench/record_space.py --sizes 4096 --time 120 --family wgmma --dtype bf16 --layout nt
 
 The valid simt space is ~115,000 configs per shape (wgmma's a few hundred); measuring all of them takes far longer than a
-device session. So this measures the space in one fixed seeded random order (the random strategy:
+lent GPU's 600 s command. So this measures the space in one fixed seeded random order (the random strategy:
 every prefix is a uniform sample) for --time seconds per size, through the tuner's own pipeline
 (parallel NVRTC, watched worker, verification before timing). Trials go to --db, so a later call
 with the same --db continues the same order; each call rewrites

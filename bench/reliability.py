@@ -383,7 +383,7 @@ def report(title: str, parts: dict[str, list[str]], checks: list[Check]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="folder for the report and logs")
     parser.add_argument("--kills", type=int, default=10, help="SIGKILLs at random moments (default 10)")
     parser.add_argument("--tuners", type=int, default=3, help="concurrent tuners (default 3)")

@@ -47,7 +47,7 @@ def extract(key: str, work_dir: Path, trials: tuple[int, ...], arch: str) -> dic
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--db", action="append", required=True, metavar="SHAPE=DIR",
                         help="a bench_tvm.py shape key and the MetaSchedule work dir of its search (repeatable)")
     parser.add_argument("--trials", default="64,512", help="trial counts to keep the best schedule after")
