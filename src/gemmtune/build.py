@@ -13,7 +13,7 @@ from typing import Any
 
 from .compiler import CompiledKernel, ResourceUsage, compile_kernel
 from .errors import ConfigError, GemmtuneError
-from .invoke import bind, collect_operands, empty_like_framework
+from .invoke import bind, collect_operands, device_ordinal, empty_like_framework, launch_on, launch_stream
 from .kernels import Family, family_for, family_of_config
 from .spec import GemmSpec
 
@@ -80,13 +80,13 @@ def chosen_config(spec: GemmSpec, config: Any, arch: str, family: str | None,
 
 
 class Kernel:
-    """A compiled kernel for one spec; loads onto the GPU on first call."""
+    """A compiled kernel for one spec; loads onto a GPU on its first call there."""
 
     def __init__(self, compiled: CompiledKernel, config: Any, config_source: str):
         self.compiled = compiled
         self.config = config
         self.config_source = config_source
-        self._loaded = None
+        self._loaded: dict[int, Any] = {}  # GPU ordinal -> LoadedKernel
 
     @property
     def spec(self) -> GemmSpec:
@@ -108,18 +108,24 @@ class Kernel:
     def arch(self) -> str:
         return self.compiled.arch
 
-    def loaded(self):
-        if self._loaded is None:
+    def loaded(self, ordinal: int = 0):
+        """The kernel loaded on GPU `ordinal` (loaded once, on first use)."""
+        if ordinal not in self._loaded:
             from .runtime import LoadedKernel
 
-            self._loaded = LoadedKernel(self.compiled)
-        return self._loaded
+            self._loaded[ordinal] = LoadedKernel(self.compiled, ordinal)
+        return self._loaded[ordinal]
 
-    def __call__(self, A: Any, B: Any, *operands: Any, out: Any = None, **named: Any) -> Any:
+    def __call__(self, A: Any, B: Any, *operands: Any, out: Any = None, stream: Any = None, **named: Any) -> Any:
+        """Enqueue D = epilogue(A·B) on A's GPU and return D (`out`, or a new array like A).
+
+        It runs on `stream` when given (torch/cupy stream or handle), else on the current stream of
+        A's framework, so CUDA-graph capture and side streams see it."""
         values = collect_operands(self.spec, operands, named)
         if out is None:
             out = empty_like_framework(A, (self.spec.m, self.spec.n), self.spec.out_dtype)
-        self.loaded().launch(bind(self.compiled.source, A, B, values, out))
+        launch_on(self.loaded(device_ordinal(A)), bind(self.compiled.source, A, B, values, out),
+                  device_ordinal(A), launch_stream(A, stream))
         return out
 
     def __repr__(self) -> str:

@@ -1,7 +1,9 @@
 """Calling a compiled GEMM kernel on framework arrays (torch tensors, or cupy through __cuda_array_interface__).
 
-Shared by `gemmtune.build(...)` kernels and `gemmtune.load(DIR)` exports, so both check shapes and
-bind arguments the same way.
+Shared by `gemmtune.build(...)` kernels and `gemmtune.load(DIR)` exports, so both check shapes, bind
+arguments and pick the stream and GPU the same way: the kernel is enqueued on the caller's stream
+(an explicit `stream=`, else the framework's current stream), never on the legacy stream 0 behind
+the framework's back (a CUDA graph being captured on torch's stream would silently miss it).
 """
 from __future__ import annotations
 
@@ -74,3 +76,56 @@ def bind(source: KernelSource, A: Any, B: Any, operands: dict[str, Any], out: An
     for operand in (t.operand for t in source.tensor_maps if t.operand not in bindings):
         bindings[operand] = pointer_of(arrays[operand], shapes[operand], operand, spec.storage_dtype(operand))
     return bindings
+
+
+def framework_of(array: Any) -> str:
+    """'torch', 'cupy', or the top-level module of whatever `array` is."""
+    return type(array).__module__.split(".")[0]
+
+
+def device_ordinal(array: Any) -> int:
+    """The GPU `array` lives on (0 for arrays that do not say: DeviceBuffers, foreign interfaces)."""
+    framework = framework_of(array)
+    if framework == "torch" and getattr(array, "is_cuda", False):
+        return int(array.device.index or 0)
+    if framework == "cupy":
+        return int(array.device.id)
+    return 0
+
+
+def stream_handle(stream: Any) -> int:
+    """A raw CUstream from a torch.cuda.Stream, a cupy Stream, a cuda-bindings CUstream or an int."""
+    for attribute in ("cuda_stream", "ptr"):  # torch.cuda.Stream / ExternalStream; cupy Stream
+        if hasattr(stream, attribute):
+            return int(getattr(stream, attribute))
+    try:
+        return int(stream)
+    except (TypeError, ValueError):
+        raise SpecError(f"stream= takes a torch or cupy stream, a CUstream or an int handle, "
+                        f"not a {type(stream).__name__}") from None
+
+
+def launch_stream(example: Any, stream: Any = None) -> int:
+    """The stream a call on `example` (the A operand) is enqueued on: `stream` if given, else the
+    current stream of the framework `example` belongs to (torch: of its device), else 0."""
+    if stream is not None:
+        return stream_handle(stream)
+    framework = framework_of(example)
+    if framework == "torch":
+        import torch
+
+        return int(torch.cuda.current_stream(example.device).cuda_stream)
+    if framework == "cupy":
+        import cupy
+
+        return int(cupy.cuda.get_current_stream().ptr)
+    return 0
+
+
+def launch_on(kernel: Any, bindings: dict[str, int | float], ordinal: int, stream: int) -> None:
+    """Enqueue `kernel` (a runtime.LoadedKernel of GPU `ordinal`) on `stream`, with that GPU's
+    primary context current on this thread (torch's autograd threads may hold another)."""
+    from .device import ensure_context
+
+    ensure_context(ordinal)
+    kernel.launch(bindings, stream)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..compiler import ARCHES, CompiledKernel, compile_kernel
-from ..errors import GemmtuneError, LaunchError
+from ..errors import GemmtuneError, LaunchError, SpecError
 from ..kernel_source import KernelSource
 from ..spec import GemmSpec
 from .manifest import KERNEL_SOURCE, ExportManifest, read_manifest
@@ -66,19 +66,25 @@ class ExportedGemm:
     manifest: ExportManifest
     compiled: CompiledKernel  # what runs: the exported cubin, or its recompilation for this GPU
     kernel: Any  # gemmtune.runtime.LoadedKernel
+    ordinal: int = 0  # the GPU it is loaded on
 
     @property
     def spec(self) -> GemmSpec:
         return self.manifest.spec
 
-    def __call__(self, A: Any, B: Any, *operands: Any, out: Any = None, stream: Any = 0, **named: Any) -> Any:
-        """Enqueue D = epilogue(A·B) on `stream` and return D (`out`, or a new array like A)."""
-        from ..invoke import bind, collect_operands, empty_like_framework
+    def __call__(self, A: Any, B: Any, *operands: Any, out: Any = None, stream: Any = None, **named: Any) -> Any:
+        """Enqueue D = epilogue(A·B) and return D (`out`, or a new array like A): on `stream` when
+        given, else on the current stream of A's framework (torch or cupy)."""
+        from ..invoke import bind, collect_operands, device_ordinal, empty_like_framework, launch_on, launch_stream
 
         values = collect_operands(self.spec, operands, named)
         if out is None:
             out = empty_like_framework(A, (self.spec.m, self.spec.n), self.spec.out_dtype)
-        self.kernel.launch(bind(self.compiled.source, A, B, values, out), stream)
+        ordinal = device_ordinal(A)
+        if ordinal != self.ordinal:
+            raise SpecError(f"this export was loaded on GPU {self.ordinal}, but A is on GPU {ordinal}: "
+                            f"gemmtune.load(path, ordinal={ordinal})")
+        launch_on(self.kernel, bind(self.compiled.source, A, B, values, out), ordinal, launch_stream(A, stream))
         return out
 
     def __repr__(self) -> str:
@@ -92,4 +98,4 @@ def load(path: str | Path, ordinal: int = 0) -> ExportedGemm:
 
     manifest, compiled = compiled_from_folder(Path(path))
     compiled = for_device(compiled, query_device(ordinal))
-    return ExportedGemm(Path(path), manifest, compiled, LoadedKernel(compiled, ordinal))
+    return ExportedGemm(Path(path), manifest, compiled, LoadedKernel(compiled, ordinal), ordinal)

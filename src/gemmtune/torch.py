@@ -1,0 +1,281 @@
+"""gemmtune kernels as PyTorch operators.
+
+    import gemmtune.torch as gt
+    y = gt.mm(a, b)                                 # a (M, K) @ b (K, N); transposed views read in place
+    y = gt.mm(a, b, epilogue="relu+add", c=c)       # D = ReLU(A·B) + C in one kernel
+    y = gt.addmm(bias, x, w.t())                    # torch.addmm semantics, the add fused
+    y = gt.linear(x, w, b, activation="gelu")       # F.linear + activation, fused
+    layer = gt.Linear(4096, 4096, activation="relu", device="cuda", dtype=torch.bfloat16)
+
+Every call goes through one custom operator, ``gemmtune::gemm`` (torch.library.custom_op, with a fake
+implementation for shapes), so ``torch.compile(fullgraph=True)`` traces through it without a graph
+break. Kernels are enqueued on torch's current stream, so CUDA-graph capture and side streams see
+them. A kernel is built (NVRTC) once per (spec, device) and kept. Autograd works: the backward is two
+more gemmtune GEMMs (plus one that recomputes the pre-activation when the epilogue has relu or gelu).
+"""
+from __future__ import annotations
+
+import math
+import threading
+from typing import Optional
+
+try:
+    import torch
+except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environment
+    from .errors import GemmtuneError
+
+    raise GemmtuneError("gemmtune.torch needs PyTorch: pip install 'gemmtune[torch]'") from exc
+
+from torch import Tensor
+
+from .build import Kernel, build
+from .epilogue import Epilogue
+from .errors import SpecError
+from .spec import GemmSpec
+
+__all__ = ["mm", "addmm", "linear", "Linear", "kernel_for", "cached_kernels"]
+
+# torch element type -> gemmtune dtype of A and B (float32 becomes tf32 where torch allows tf32).
+_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+_STORAGE = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "tf32": torch.float32}
+_ACTIVATIONS = ("relu", "gelu")
+
+
+# --- the kernel cache -------------------------------------------------------------------------------
+_kernels: dict[tuple[GemmSpec, int], Kernel] = {}
+_kernels_lock = threading.Lock()
+
+
+def _arch_of(device_index: int) -> str:
+    major, minor = torch.cuda.get_device_capability(device_index)
+    return f"sm_{major}{minor}"
+
+
+def kernel_for(spec: GemmSpec, device_index: int) -> Kernel:
+    """The gemmtune kernel for `spec` on GPU `device_index`: built (best known config) on first use."""
+    key = (spec, device_index)
+    with _kernels_lock:
+        if key not in _kernels:
+            _kernels[key] = build(spec, arch=_arch_of(device_index))
+        return _kernels[key]
+
+
+def cached_kernels() -> dict[tuple[GemmSpec, int], Kernel]:
+    """A copy of the cache: {(spec, device index): kernel}."""
+    with _kernels_lock:
+        return dict(_kernels)
+
+
+# --- the operator -----------------------------------------------------------------------------------
+def _problem(a: Tensor, b: Tensor, layout: str) -> tuple[int, int, int]:
+    """(M, N, K) of stored operands `a`, `b` in `layout`, or a SpecError saying what does not fit."""
+    if a.dim() != 2 or b.dim() != 2:
+        raise SpecError(f"gemmtune::gemm takes 2-D operands, got A {tuple(a.shape)} and B {tuple(b.shape)}")
+    m, k = (a.shape[1], a.shape[0]) if layout[0] == "t" else (a.shape[0], a.shape[1])
+    k_b, n = (b.shape[1], b.shape[0]) if layout[1] == "t" else (b.shape[0], b.shape[1])
+    if k != k_b:
+        raise SpecError(f"inner dimensions differ: A is {m}×{k}, B is {k_b}×{n} (layout {layout})")
+    return int(m), int(n), int(k)
+
+
+def _spec(a: Tensor, b: Tensor, layout: str, epilogue: str, dtype: str) -> GemmSpec:
+    if a.dtype != b.dtype:
+        raise SpecError(f"A is {a.dtype} but B is {b.dtype}: cast one of them")
+    if _STORAGE.get(dtype) != a.dtype:
+        raise SpecError(f"operands are {a.dtype}, which gemmtune dtype {dtype!r} does not take")
+    m, n, k = _problem(a, b, layout)
+    return GemmSpec(m, n, k, layout=layout, dtype=dtype, epilogue=Epilogue.parse(epilogue))
+
+
+def _check_operands(spec: GemmSpec, c: Optional[Tensor], bias: Optional[Tensor]) -> None:
+    """C and bias present exactly when the epilogue reads them, with the right shape and type."""
+    given = {"C": c, "bias": bias}
+    needed = {op.name: op.shape(spec.m, spec.n) for op in spec.epilogue.operands()}
+    out_type = _STORAGE[spec.out_dtype]
+    for name, tensor in given.items():
+        if name not in needed:
+            if tensor is not None:
+                raise SpecError(f"epilogue '{spec.epilogue}' takes no {name}")
+            continue
+        if tensor is None:
+            raise SpecError(f"epilogue '{spec.epilogue}' needs {name} {needed[name]}")
+        if tuple(tensor.shape) != needed[name] or tensor.dtype != out_type:
+            raise SpecError(f"{name} must be {out_type} of shape {needed[name]}, "
+                            f"got {tensor.dtype} {tuple(tensor.shape)}")
+
+
+def _ready(x: Optional[Tensor]) -> Optional[Tensor]:
+    """`x` as the kernel reads it: row-major and 16-byte aligned (a copy only when it is not)."""
+    if x is None:
+        return None
+    x = x.contiguous()
+    return x if x.data_ptr() % 16 == 0 else x.clone()
+
+
+@torch.library.custom_op("gemmtune::gemm", mutates_args=())
+def gemm(a: Tensor, b: Tensor, c: Optional[Tensor], bias: Optional[Tensor], alpha: float, beta: float,
+         layout: str, epilogue: str, dtype: str) -> Tensor:
+    """D = epilogue(op(a)·op(b)) for stored operands `a`, `b` in `layout` (nn/nt/tn/tt), computed by
+    the gemmtune kernel for the spec (dtype: fp32, tf32, fp16 or bf16)."""
+    spec = _spec(a, b, layout, epilogue, dtype)
+    _check_operands(spec, c, bias)
+    if not a.is_cuda:
+        raise SpecError(f"gemmtune::gemm runs on CUDA tensors; A is on {a.device}")
+    index = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    kernel = kernel_for(spec, index)
+    out = torch.empty((spec.m, spec.n), dtype=_STORAGE[spec.out_dtype], device=a.device)
+    named = {"C": _ready(c), "bias": _ready(bias), "alpha": alpha, "beta": beta}
+    operands = {op.name: named[op.name] for op in spec.epilogue.operands()}
+    with torch.cuda.device(index):
+        kernel(_ready(a), _ready(b), out=out, stream=torch.cuda.current_stream(a.device), **operands)
+    return out
+
+
+@gemm.register_fake
+def _gemm_fake(a, b, c, bias, alpha, beta, layout, epilogue, dtype):
+    spec = _spec(a, b, layout, epilogue, dtype)
+    _check_operands(spec, c, bias)
+    return a.new_empty((spec.m, spec.n), dtype=_STORAGE[spec.out_dtype])
+
+
+# --- autograd ---------------------------------------------------------------------------------------
+def _setup_context(ctx, inputs, output) -> None:
+    a, b, c, bias, alpha, beta, layout, epilogue, dtype = inputs
+    ctx.save_for_backward(a, b, c, bias)
+    ctx.alpha, ctx.beta, ctx.layout, ctx.epilogue, ctx.dtype = alpha, beta, layout, epilogue, dtype
+
+
+def _activation_grad(name: str, x: Tensor) -> Tensor:
+    """d act / dx at the pre-activation x (float32)."""
+    if name == "relu":
+        return (x > 0).to(x.dtype)
+    k = math.sqrt(2.0 / math.pi)  # the tanh form of GELU, as the kernels compute it
+    t = torch.tanh(k * (x + 0.044715 * x * x * x))
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3 * 0.044715 * x * x)
+
+
+def _epilogue_grads(ctx, grad: Tensor, a, b, c, bias) -> tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
+    """Walk the epilogue chain backwards: (grad of A·B, grad of C, grad of bias), in float32."""
+    ops = Epilogue.parse(ctx.epilogue).ops
+    g, grad_c, grad_bias = grad.float(), None, None
+    for i in reversed(range(len(ops))):
+        op = ops[i]
+        if op == "add":
+            grad_c = g
+        elif op == "beta":
+            grad_c = ctx.beta * g
+        elif op == "bias_col":
+            grad_bias = g.sum(0)
+        elif op == "bias_row":
+            grad_bias = g.sum(1)
+        elif op == "alpha":
+            g = ctx.alpha * g
+        else:  # an activation: recompute its input, the chain before it, with one more GEMM
+            prefix = "+".join(ops[:i]) or "none"
+            reads = Epilogue.parse(prefix).operands()
+            keep_c = c if any(o.name == "C" for o in reads) else None
+            keep_bias = bias if any(o.name == "bias" for o in reads) else None
+            x = gemm(a, b, keep_c, keep_bias, ctx.alpha, ctx.beta, ctx.layout, prefix, ctx.dtype).float()
+            g = g * _activation_grad(op, x)
+    return g, grad_c, grad_bias
+
+
+def _backward(ctx, grad: Tensor):
+    a, b, c, bias = ctx.saved_tensors
+    g, grad_c, grad_bias = _epilogue_grads(ctx, grad, a, b, c, bias)
+    g = g.to(a.dtype)
+    a_log = a.t() if ctx.layout[0] == "t" else a  # the logical M×K and K×N operands
+    b_log = b.t() if ctx.layout[1] == "t" else b
+    grad_a = grad_b = None
+    if ctx.needs_input_grad[0]:  # dA = g·Bᵀ, returned in A's stored orientation
+        grad_a = _mm(b_log, g.t(), ctx.dtype) if ctx.layout[0] == "t" else _mm(g, b_log.t(), ctx.dtype)
+    if ctx.needs_input_grad[1]:  # dB = Aᵀ·g, likewise
+        grad_b = _mm(g.t(), a_log, ctx.dtype) if ctx.layout[1] == "t" else _mm(a_log.t(), g, ctx.dtype)
+    grad_c = grad_c.to(c.dtype) if grad_c is not None and ctx.needs_input_grad[2] else None
+    grad_bias = grad_bias.to(bias.dtype) if grad_bias is not None and ctx.needs_input_grad[3] else None
+    return grad_a, grad_b, grad_c, grad_bias, None, None, None, None, None
+
+
+gemm.register_autograd(_backward, setup_context=_setup_context)
+
+
+# --- the functions users call -----------------------------------------------------------------------
+def _as_stored(x: Tensor) -> tuple[Tensor, str]:
+    """A logical 2-D operand as (row-major tensor, layout letter): itself ('n'), the transpose it is a
+    view of ('t', read in place), or a row-major copy."""
+    if x.is_contiguous():
+        return x, "n"
+    if x.t().is_contiguous():
+        return x.t(), "t"
+    return x.contiguous(), "n"
+
+
+def _dtype_of(x: Tensor) -> str:
+    if x.dtype not in _DTYPES:
+        raise SpecError(f"gemmtune computes in float16, bfloat16 or float32, not {x.dtype}")
+    if x.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32:
+        return "tf32"  # torch would use tf32 tensor cores here too
+    return _DTYPES[x.dtype]
+
+
+def _mm(a: Tensor, b: Tensor, dtype: str, epilogue: str = "none", c: Optional[Tensor] = None,
+        bias: Optional[Tensor] = None, alpha: float = 1.0, beta: float = 1.0) -> Tensor:
+    stored_a, layout_a = _as_stored(a)
+    stored_b, layout_b = _as_stored(b)
+    c = c.contiguous() if c is not None else None
+    return gemm(stored_a, stored_b, c, bias, float(alpha), float(beta), layout_a + layout_b, epilogue, dtype)
+
+
+def mm(a: Tensor, b: Tensor, epilogue: Optional[str] = None, *, c: Optional[Tensor] = None,
+       bias: Optional[Tensor] = None, alpha: float = 1.0, beta: float = 1.0) -> Tensor:
+    """epilogue(a @ b) for 2-D a (M, K) and b (K, N): any gemmtune epilogue ("relu+add", "bias_col+gelu",
+    "alpha+beta", ...) with its operands c (M, N), bias (M or N), alpha, beta in D's type."""
+    if a.dim() != 2 or b.dim() != 2:
+        raise SpecError(f"mm takes 2-D tensors, got {tuple(a.shape)} and {tuple(b.shape)}")
+    return _mm(a, b, _dtype_of(a), epilogue or "none", c, bias, alpha, beta)
+
+
+def addmm(input: Tensor, mat1: Tensor, mat2: Tensor, *, beta: float = 1.0, alpha: float = 1.0) -> Tensor:
+    """torch.addmm: beta·input + alpha·(mat1 @ mat2), the add fused into the GEMM's epilogue. A 1-D
+    input (or a 1×N row) is a bias per column, an M×1 column a bias per row, M×N a matrix C."""
+    m, n = mat1.shape[0], mat2.shape[1]
+    scale = "alpha+" if alpha != 1.0 else ""
+    if input.dim() == 1 or (input.dim() == 2 and input.shape[0] == 1 and m != 1):
+        bias = input.reshape(-1)
+        bias = bias if beta == 1.0 else bias * beta
+        return mm(mat1, mat2, scale + "bias_col", bias=bias.expand(n).contiguous(), alpha=alpha)
+    if input.dim() == 2 and input.shape[1] == 1 and n != 1:
+        bias = input.reshape(-1) if beta == 1.0 else input.reshape(-1) * beta
+        return mm(mat1, mat2, scale + "bias_row", bias=bias.expand(m).contiguous(), alpha=alpha)
+    c = input.expand(m, n)
+    if alpha == 1.0 and beta == 1.0:
+        return mm(mat1, mat2, "add", c=c)
+    return mm(mat1, mat2, "alpha+beta", c=c, alpha=alpha, beta=beta)
+
+
+def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, activation: Optional[str] = None) -> Tensor:
+    """F.linear (x @ weightᵀ + bias) followed by `activation` (None, "relu" or "gelu" (tanh form)),
+    one kernel. x may have leading batch dimensions."""
+    if activation is not None and activation not in _ACTIVATIONS:
+        raise SpecError(f"activation must be one of {', '.join(_ACTIVATIONS)} or None, not {activation!r}")
+    ops = (["bias_col"] if bias is not None else []) + ([activation] if activation else [])
+    flat = x.reshape(-1, x.shape[-1])
+    y = _mm(flat, weight.t(), _dtype_of(x), "+".join(ops) or "none", bias=bias)
+    return y.reshape(*x.shape[:-1], weight.shape[0])
+
+
+class Linear(torch.nn.Linear):
+    """nn.Linear whose forward is one gemmtune kernel: x·Wᵀ + b, then `activation` (relu, gelu)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True,
+                 activation: Optional[str] = None, device=None, dtype=None):
+        super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
+        if activation is not None and activation not in _ACTIVATIONS:
+            raise SpecError(f"activation must be one of {', '.join(_ACTIVATIONS)} or None, not {activation!r}")
+        self.activation = activation
+
+    def forward(self, x: Tensor) -> Tensor:
+        return linear(x, self.weight, self.bias, self.activation)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", activation={self.activation}"

@@ -1,0 +1,146 @@
+"""On the GPU: compute-sanitizer's memcheck, racecheck, synccheck and initcheck over exported kernels
+of every family × every epilogue op, on shapes whose M and N are multiples of no tile size.
+
+Each case is exported (kernel + harness), built with nvcc and run under the sanitizer by the harness
+(inputs filled, D poisoned, kernel checked against the reference). Operand buffers are allocated at
+their exact sizes, so a read past bias, C or D is an out-of-bounds access that memcheck reports
+even where the value lands in a discarded row. memcheck runs over several configs per family (each
+write-back path of the wgmma family); the three other tools over the config export picks.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gemmtune.spec import GemmSpec
+
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]
+
+# Every epilogue op appears at least once: alpha, beta, bias_row, bias_col, relu, gelu, add.
+EPILOGUES = ("none", "alpha+beta", "bias_row", "bias_col+relu", "alpha+bias_row+gelu", "relu+add",
+             "bias_col+gelu+add")
+# (family, dtype, layout, M, N, K): M and N are multiples of no tile size (nor of 16); the wgmma
+# shapes keep the 16-byte row strides TMA needs.
+SHAPES = (("simt", "fp32", "nn", 197, 301, 77), ("gemv", "bf16", "nt", 7, 301, 77),
+          ("gemv", "fp32", "nn", 301, 1, 77), ("wgmma", "bf16", "nt", 264, 392, 136),
+          ("wgmma", "tf32", "nt", 264, 392, 136))
+TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
+# wgmma configs beyond the one export picks: the direct store, sliced TMA stores, ping-pong consumers.
+WGMMA_STEPS = ("tma_wgmma", "sliced_store", "pingpong")
+
+
+@dataclass(frozen=True)
+class Case:
+    family: str
+    config_name: str
+    spec: GemmSpec
+    config: Any  # the family's Config, or None for export's own choice
+
+    @property
+    def name(self) -> str:
+        return f"{self.family}-{self.spec.dtype}-{self.config_name}-{self.spec.epilogue}"
+
+
+def _known_wgmma_configs(family, spec: GemmSpec) -> list[tuple[str, Any]]:
+    """The shipped wgmma configs (stmatrix, overlapped epilogue, C ring, D over C ...) laid on `spec`."""
+    table = json.loads(resources.files("gemmtune").joinpath("data/known_configs.json").read_text())
+    found = {}
+    for entry in table["entries"]:
+        if entry["family"] == "wgmma" and entry["gpu"] == "H100" and entry["m"] == 4096:
+            label = "known_fused" if entry.get("epilogue") else "known"
+            found.setdefault((label, entry.get("dtype")), family.config_from_json(entry["config"]))
+    return [(label, config) for (label, dtype), config in found.items() if dtype in (None, spec.dtype)]
+
+
+def _cases(arch: str) -> list[Case]:
+    from gemmtune.kernels import get_family
+
+    cases = []
+    for family_name, dtype, layout, m, n, k in SHAPES:
+        family = get_family(family_name)
+        for epilogue in EPILOGUES:
+            spec = GemmSpec(m, n, k, layout=layout, dtype=dtype, epilogue=epilogue)
+            cases.append(Case(family_name, "chosen", spec, None))
+            if family_name != "wgmma":
+                continue
+            extra = [(n_, c) for n_, c in family.ladder(arch) if n_ in WGMMA_STEPS] + _known_wgmma_configs(family, spec)
+            cases += [Case(family_name, label, spec, config) for label, config in extra
+                      if not family.rejections(config, spec, arch)]
+    return cases
+
+
+def _sanitizer() -> str:
+    found = shutil.which("compute-sanitizer") or next(
+        (str(p) for p in (Path("/usr/local/cuda/bin/compute-sanitizer"),) if p.exists()), None)
+    if found is None:
+        pytest.skip("compute-sanitizer is not installed")
+    return found
+
+
+def _build(case: Case, root: Path, arch: str, device: Any, nvcc: Any) -> Path:
+    from gemmtune.export import export_spec
+    from gemmtune.export.toolchain import build_harness
+
+    folder = export_spec(case.spec, root / case.name, arch=arch, config=case.config, device=device,
+                         family=case.family).path
+    return build_harness(folder, nvcc)
+
+
+def _sanitize(sanitizer: str, tool: str, executable: Path) -> tuple[int, str]:
+    # --error-exitcode makes a reported hazard fail the run even when the harness's own check passes.
+    done = subprocess.run([sanitizer, "--tool", tool, "--error-exitcode", "97", "--print-limit", "5",
+                           str(executable), "1"], capture_output=True, text=True, timeout=900)
+    return done.returncode, done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[tuple[str, str], tuple[int, str]]:
+    """{(case name, tool): (exit code, output)} for every case, run in parallel."""
+    from gemmtune.compiler import ARCHES
+    from gemmtune.device import query_device
+    from gemmtune.export.toolchain import find_nvcc
+
+    sanitizer, nvcc = _sanitizer(), find_nvcc()
+    if nvcc is None:
+        pytest.skip("no nvcc (pip install the test extra)")
+    device = query_device()
+    arch = device.arch if device.arch in ARCHES else "sm_90"
+    cases = _cases(arch)
+    root = tmp_path_factory.mktemp("sanitize")
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 4) as pool:
+        built = dict(zip([c.name for c in cases], pool.map(lambda c: _build(c, root, arch, device, nvcc), cases)))
+    jobs = [(c.name, tool) for c in cases for tool in (TOOLS if c.config_name == "chosen" else ("memcheck",))]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = pool.map(lambda job: _sanitize(sanitizer, job[1], built[job[0]]), jobs)
+        return dict(zip(jobs, results))
+
+
+def _errors(output: str) -> int:
+    counts = [int(n) for n in re.findall(r"ERROR SUMMARY: (\d+) error", output)]
+    return max(counts) if counts else -1
+
+
+def test_every_family_and_epilogue_op_is_covered(runs):
+    names = {name for name, _ in runs}
+    for family, dtype, *_ in SHAPES:
+        for epilogue in EPILOGUES:
+            assert f"{family}-{dtype}-chosen-{epilogue}" in names
+    assert any(name.startswith("wgmma-bf16-known_fused") for name in names)  # the C ring / D-over-C path
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_no_sanitizer_reports_on_edge_tiles(runs, tool):
+    failed = {name: (code, _errors(out), out.strip().splitlines()[:8])
+              for (name, t), (code, out) in runs.items() if t == tool and (code != 0 or _errors(out) != 0)}
+    assert not failed, f"{tool}: {len(failed)} case(s) failed: " + "\n".join(
+        f"{name}: exit {code}, {errors} errors: " + " | ".join(lines) for name, (code, errors, lines) in failed.items())
