@@ -20,7 +20,7 @@ from ..errors import ConfigError
 if TYPE_CHECKING:
     from ..kernel_source import KernelSource
     from ..spec import GemmSpec
-    from ..tune.space import SearchSpace
+    from .space_base import SearchSpace
 
 # Family packages, best first: family_for picks the first one that supports a spec.
 FAMILY_MODULES = ("gemv", "wgmma", "simt")

@@ -1,5 +1,8 @@
 """Search spaces: each family's parameters with their domains, and the rules that prune them.
 
+The declarations (Parameter, Rule, SearchSpace, fixed_defaults) live in ``kernels.space_base``, so
+a family's ``space.py`` never imports the tuner; this module analyses them.
+
 The simt space has about two million raw combinations; running the Python predicates on each takes
 ~10 s. So every rule declares the parameters it reads (its footprint), runs once per combination of
 those parameters only, and numpy broadcasts the verdicts over the whole grid. A test checks each
@@ -13,67 +16,18 @@ from __future__ import annotations
 import functools
 import itertools
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
+from ..kernels import get_family
+# The declarations (parameters, rules, the space) are the families' vocabulary, defined below them
+# in kernels.space_base; they are named here too, beside the analysis that reads them.
+from ..kernels.space_base import Check, Parameter, Rule, SearchSpace, fixed_defaults
 from ..spec import GemmSpec
 
-Check = Callable[[Any, GemmSpec, str], "str | None"]
-
-
-@dataclass(frozen=True)
-class Parameter:
-    name: str
-    domain: tuple
-
-
-@dataclass(frozen=True)
-class Rule:
-    """A named predicate returning a reason when it rejects a config; `reads` is its footprint."""
-
-    name: str
-    reads: tuple[str, ...]
-    check: Check
-    structural: bool = False  # the space's own canonical-form rule, checked before the family's
-
-
-@dataclass(frozen=True)
-class SearchSpace:
-    family: str
-    version: str
-    config_type: type
-    params: tuple[Parameter, ...]
-    rules: tuple[Rule, ...]  # structural rules first, then the family's constraints in their order
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(p.name for p in self.params)
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(len(p.domain) for p in self.params)
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
-
-    def axis(self, name: str) -> int:
-        return self.names.index(name)
-
-    def config_at(self, indices: Sequence[int]) -> Any:
-        values = {p.name: p.domain[int(i)] for p, i in zip(self.params, indices)}
-        return self.config_type(**values)
-
-    def code_of(self, config: Any) -> int | None:
-        """Grid code of a config, or None when a value lies outside the domains."""
-        indices = []
-        for p in self.params:
-            value = getattr(config, p.name)
-            if value not in p.domain:
-                return None
-            indices.append(p.domain.index(value))
-        return int(np.ravel_multi_index(tuple(indices), self.shape))
+__all__ = ["Analysis", "CandidateSet", "Check", "Parameter", "Rule", "RuleCount", "SearchSpace", "SpaceReport",
+           "analyze", "candidate_set", "first_failing", "fixed_defaults", "space_for", "verdict"]
 
 
 # --- rule tables and the rejection report --------------------------------------------------------
@@ -226,17 +180,7 @@ class CandidateSet:
         return CandidateSet(self.space, self.spec, self.arch, kept)
 
 
-def fixed_defaults(config_type: type, domains: tuple[tuple[str, tuple], ...]) -> tuple[Parameter, ...]:
-    """The tuned parameters, then every other config field pinned to its default (a domain of one),
-    so the space names every field and a field the family adds later is not silently lost."""
-    tuned = dict(domains)
-    defaults = config_type()
-    return tuple(Parameter(f.name, tuned.get(f.name, (getattr(defaults, f.name),))) for f in fields(config_type))
-
-
 @functools.lru_cache(maxsize=None)
 def space_for(family: str) -> SearchSpace:
     """The search space of the registered family `family` (ConfigError when unknown)."""
-    from ..kernels import get_family
-
     return get_family(family).space()

@@ -1,7 +1,7 @@
 """The gemv family's search space: a few hundred configs, all cheap to compile."""
 from __future__ import annotations
 
-from ...tune.space import Rule, SearchSpace, fixed_defaults
+from ..space_base import Rule, SearchSpace, fixed_defaults
 from .config import CONSTRAINTS, NAME, VERSION, GemvConfig
 
 GEMV_DOMAINS: tuple[tuple[str, tuple], ...] = (

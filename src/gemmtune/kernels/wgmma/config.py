@@ -37,6 +37,10 @@ INPUT_BYTES = {"bf16": 2, "fp16": 2, "tf32": 4}
 OUT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
 def out_dtype(spec: GemmSpec) -> str:
     """D's storage type (and C's, bias's): the spec's out_dtype, else fp32 for tf32, else the input type."""
     default = "fp32" if spec.dtype == "tf32" else spec.dtype
@@ -85,7 +89,7 @@ class WgmmaConfig(FamilyConfig):
       k-blocks before the ring loads it (TMA prefetch, no shared memory), so those loads read L2:
       C's DRAM reads spread out instead of arriving as one burst from every SM at once, which
       delays the next tile's first A and B loads queued behind it. (Spread over the whole tile, as
-      until session 11, C sat in L2 through the tile, pushing out A and B lines.)
+      before commit 2e102bc of 2026-11-23, C sat in L2 through the tile, pushing out A and B lines.)
     split_tail: (persistent grid) the tiles of the last, partial wave (all tiles when they are too
       few to fill the GPU) are split along K into equal ranges, one block each, so the tail fills
       the GPU (schedule.py); the block holding a tile's first k-block adds the others' fp32 sums.
@@ -412,8 +416,6 @@ def with_c_path(config: WgmmaConfig, spec: GemmSpec, arch: str = "sm_90a", sm_co
     h100-s13.md, set s13c): 3072x4096x768 fp16 +10%, 4096^3 nn fp16 +2.5%, 1024x1024x16384 bf16
     +1.2%, 8192^3 bf16 +0.7% on an H100; but 2048^3 fp16 (128 tiles: one a block) -1.6%, where
     no tile's write-back meets the next tile's main loop, which is what the path is for."""
-    from .schedule import ceil_div  # (schedule.py imports this module)
-
     if not (spec.epilogue.reads_c and config.c_ring):
         return config
     if ceil_div(spec.m, config.bm) * ceil_div(spec.n, config.bn) <= sm_count:

@@ -38,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...spec import GemmSpec
-from .config import CLUSTER_GRID, IN_STEP_BLOCKS, SM90_SMS, WgmmaConfig
+from .config import CLUSTER_GRID, IN_STEP_BLOCKS, SM90_SMS, WgmmaConfig, ceil_div
 
 # k-blocks a split piece must at least hold: fewer, and storing and gathering the partial tile
 # (bm·bn·4 bytes through L2) costs more than the iterations it spreads (H100: 1000^3 in 128x256
@@ -52,10 +52,6 @@ MIN_SHARE = 16
 # (H100, 128x256 pairs on 66 workers: 8192^3 bf16 saved 62 of 128 k-blocks and ran 1.9% faster;
 # 4096^3 would save 7 of 64 and ran 4.5% slower, tf32 4096^3 15 of 128 and 19% slower).
 SHARE_GAIN = 2 * MIN_SHARE
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 @dataclass(frozen=True)

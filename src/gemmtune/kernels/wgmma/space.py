@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...spec import GemmSpec
-from ...tune.space import Rule, SearchSpace, fixed_defaults
+from ..space_base import Rule, SearchSpace, fixed_defaults
 from .config import CONSTRAINTS, FAMILY, VERSION, WgmmaConfig
 
 WGMMA_DOMAINS: tuple[tuple[str, tuple], ...] = (

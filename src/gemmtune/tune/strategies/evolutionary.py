@@ -15,7 +15,7 @@ import numpy as np
 
 from ..cost_model import BoostingParams, CostModel
 from ..space import CandidateSet
-from . import SearchBase
+from .base import SearchBase
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from typing import Any
 
 import numpy as np
 
-from . import SearchBase
+from .base import SearchBase
 
 
 class ExhaustiveSearch(SearchBase):

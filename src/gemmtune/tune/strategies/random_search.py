@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ..space import CandidateSet
-from . import SearchBase
+from .base import SearchBase
 
 
 class RandomSearch(SearchBase):
