@@ -125,19 +125,23 @@ def summarize(row: dict[str, str], top_stalls: int = 5) -> ProfileSummary:
 # --- running ncu ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Target:
-    """What the child process builds and launches: a spec, a family and a config (step name or JSON)."""
+    """What the child process builds and launches: a spec, a family and a config (step name or JSON;
+    None: the best known config, looked up in the tuning database `db`, default the tuner's)."""
 
     spec: GemmSpec
     family: str = "simt"
     config: str | None = None
     arch: str | None = None
+    db: str | None = None
 
     def to_json(self) -> dict:
-        return {"spec": self.spec.to_json(), "family": self.family, "config": self.config, "arch": self.arch}
+        return {"spec": self.spec.to_json(), "family": self.family, "config": self.config, "arch": self.arch,
+                "db": self.db}
 
     @staticmethod
     def from_json(data: dict) -> "Target":
-        return Target(GemmSpec.from_json(data["spec"]), data["family"], data.get("config"), data.get("arch"))
+        return Target(GemmSpec.from_json(data["spec"]), data["family"], data.get("config"), data.get("arch"),
+                      data.get("db"))
 
 
 def ncu_path() -> str | None:
@@ -193,7 +197,7 @@ def compiled_for(target: Target):
     if config is None:
         from .build import choose_config
 
-        config = choose_config(target.spec, arch).config
+        config = choose_config(target.spec, arch, target.db, family="simt").config
     return compile_kernel(simt_render(target.spec, config, arch), arch)
 
 
@@ -207,7 +211,7 @@ def _registry_kernel(target: Target, arch: str):
     if config is None:  # the best known config, as build, bench and export choose it
         from .build import choose_config
 
-        config = choose_config(target.spec, arch, family=family.name).config
+        config = choose_config(target.spec, arch, target.db, family=family.name).config
     return compile_kernel(family.render(target.spec, config, arch), arch)
 
 

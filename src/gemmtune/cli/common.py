@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import argparse
-
+from pathlib import Path
 from typing import Any
 
 from ..spec import DTYPES, LAYOUTS, OUT_DTYPES, GemmSpec, spec_from_words
@@ -29,6 +29,14 @@ def spec_from_args(args: argparse.Namespace) -> GemmSpec:
     return spec_from_words(args.sizes, layout=args.layout, dtype=args.dtype,
                            epilogue=getattr(args, "epilogue", None), m=args.m, n=args.n, k=args.k,
                            out_dtype=getattr(args, "out_dtype", None))
+
+
+DB_HELP = "tuning database (default ~/.cache/gemmtune/tuning.sqlite)"
+
+
+def add_db_argument(parser: argparse.ArgumentParser, help: str = DB_HELP) -> None:
+    """--db: the tuning database, the same flag on every verb that reads or writes it."""
+    parser.add_argument("--db", type=Path, metavar="FILE", help=help)
 
 
 def add_family_argument(parser: argparse.ArgumentParser) -> None:

@@ -4,11 +4,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from typing import Any
+
 from ..bench import BenchRow, bench_many
-from ..build import build, choose_config, target_arch
+from ..build import build, target_arch
 from ..errors import ConfigError
 from ..timing import TimingProtocol
-from .common import add_family_argument, add_spec_arguments, console, family_from_args, spec_from_args
+from .common import (add_db_argument, add_family_argument, add_spec_arguments, console, family_from_args,
+                     spec_from_args)
 
 
 def register(subparsers) -> None:
@@ -21,6 +24,8 @@ def register(subparsers) -> None:
                                        "object of config fields")
     show.add_argument("--arch", help="target: sm_80, sm_86, sm_89, sm_90, sm_90a (default: the GPU's, else sm_90)")
     show.add_argument("--no-code", action="store_true", help="print only the resource report")
+    add_db_argument(show, "tuning database the default config is looked up in (default "
+                          "~/.cache/gemmtune/tuning.sqlite)")
     show.add_argument("--explain", action="store_true",
                       help="also print the config chooser's ranking: the pick, why, and the runners-up")
     show.set_defaults(run=run_show)
@@ -33,6 +38,11 @@ def register(subparsers) -> None:
     add_spec_arguments(bench)
     add_family_argument(bench)
     bench.add_argument("--steps", default="all", help="'all', 'best', or comma-separated ladder steps of the family")
+    add_db_argument(bench, "tuning database the best config is looked up in (default "
+                           "~/.cache/gemmtune/tuning.sqlite)")
+    bench.add_argument("--explain", action="store_true",
+                       help="also print where the best config came from in full (which database entry, known "
+                            "config or chooser pick, and why)")
     bench.add_argument("--min-time", type=float, default=0.3, help="seconds of timed runs per kernel (default 0.3)")
     bench.add_argument("--baselines", default=None,
                        help="comma-separated: cublas, eager (torch unfused), cutlass, triton, inductor "
@@ -45,7 +55,7 @@ def register(subparsers) -> None:
 
 def run_show(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
-    kern = build(spec, config=args.config, arch=args.arch, family=args.family)
+    kern = build(spec, config=args.config, arch=args.arch, family=args.family, db_path=args.db)
     src = kern.compiled.source
     if not args.no_code:
         print(kern.source)
@@ -70,19 +80,39 @@ def explain_text(spec, kern) -> str:
     return explain(picks) + f"\n  GPU model: {sm_count} SMs" + used
 
 
-def _candidates(spec, steps: str, arch: str, family):
+def best_choice(spec, arch: str, family, db: Any = None):
+    """The best known config of `family` for `spec` (export.config_source.ConfigChoice: config and
+    provenance), looked up in the tuning database `db` (default: the tuner's) first."""
+    from ..device import present_device
+    from ..export.config_source import choose_config
+
+    return choose_config(spec, arch, present_device(), db, family=family.name)
+
+
+def best_row_name(choice) -> str:
+    """The bench row of the best config: 'best' and its source in a few words."""
+    return f"best ({choice.provenance.short()})"
+
+
+def bench_candidates(spec, steps: str, arch: str, family, db: Any = None) -> tuple[list, Any]:
+    """(row name, config) pairs to bench, and the best config's ConfigChoice (None when not benched)."""
     ladder_steps = family.ladder(arch)
-    best = choose_config(spec, arch, family=family.name)
-    if steps == "best":
-        return [(f"best ({best.source})", best.config)]
-    if steps == "all":
-        return [*ladder_steps, (f"best ({best.source})", best.config)]
-    named = dict(ladder_steps)
-    wanted = [s.strip() for s in steps.split(",") if s.strip()]
-    unknown = [s for s in wanted if s not in named]
-    if unknown:
-        raise ConfigError(f"unknown {family.name} ladder step(s) {', '.join(unknown)}; known: {', '.join(named)}")
-    return [(s, named[s]) for s in wanted]
+    if steps not in ("all", "best"):
+        named = dict(ladder_steps)
+        wanted = [s.strip() for s in steps.split(",") if s.strip()]
+        unknown = [s for s in wanted if s not in named]
+        if unknown:
+            raise ConfigError(f"unknown {family.name} ladder step(s) {', '.join(unknown)}; "
+                              f"known: {', '.join(named)}")
+        return [(s, named[s]) for s in wanted], None
+    choice = best_choice(spec, arch, family, db)
+    best = [(best_row_name(choice), choice.config)]
+    return (best if steps == "best" else [*ladder_steps, *best]), choice
+
+
+def explain_best(choice) -> str:
+    """The full provenance of the best config, for bench --explain."""
+    return f"{best_row_name(choice)}: {choice.provenance.describe()}"
 
 
 def _fmt(value, pattern: str) -> str:
@@ -122,7 +152,7 @@ def run_bench(args: argparse.Namespace) -> int:
     device = query_device()
     spec.check_fits(free_memory())
     protocol = TimingProtocol(min_time_s=args.min_time)
-    candidates = _candidates(spec, args.steps, arch, family)
+    candidates, choice = bench_candidates(spec, args.steps, arch, family, args.db)
     chosen, skipped = resolve(wanted, spec)
     print(f"{device.name} ({arch}, {device.sm_count} SMs): {spec.short()}, {len(candidates)} {family.name} kernels "
           f"+ {', '.join(b.name for b in chosen) or 'no baselines'}", file=sys.stderr)
@@ -135,6 +165,8 @@ def run_bench(args: argparse.Namespace) -> int:
     rows = side_by_side(spec, chosen, lambda: bench_many(spec, candidates, arch, protocol, on_row=progress,
                                                          family=family, cublas=False), protocol, arch, progress)
     print_bench_table(rows, f"{spec.short()} on {device.name}")
+    if args.explain and choice is not None:
+        print(explain_best(choice))
     report = BenchReport(spec, device.to_json(), protocol, _now(), tuple(rows), tuple(skipped))
     if args.json_path:
         write_json(report, args.json_path)

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 from ..errors import GemmtuneError
 from ..build import target_arch
-from .common import add_family_argument, add_spec_arguments, console, family_from_args, spec_from_args
+from .common import (add_db_argument, add_family_argument, add_spec_arguments, console, family_from_args,
+                     spec_from_args)
 
 if TYPE_CHECKING:
     from ..tune.db import TuningDB
@@ -22,26 +23,26 @@ def register(subparsers) -> None:
     verbs = db.add_subparsers(dest="db_verb", metavar="ACTION", required=True)
 
     listing = verbs.add_parser("list", help="every tuned spec and GPU with its trial count and best result")
-    _add_db_argument(listing)
+    add_db_argument(listing)
     listing.set_defaults(run=run_list)
 
     best = verbs.add_parser("best", help="the best known config for a spec, per GPU")
     add_spec_arguments(best)
-    _add_db_argument(best)
+    add_db_argument(best)
     add_family_argument(best)
     best.add_argument("--json", action="store_true", help="print the winning config as JSON only")
     best.set_defaults(run=run_best)
 
     export = verbs.add_parser("export", help="write every trial as JSON lines")
     export.add_argument("file", help="output file, or - for stdout")
-    _add_db_argument(export)
+    add_db_argument(export)
     export.set_defaults(run=run_export)
 
     load = verbs.add_parser("import", help="add trials from JSON lines (trials already present are kept)",
                             description="Every line is checked before any is written; then all are added in "
                                         "one transaction, so a bad file leaves the database as it was.")
     load.add_argument("file", help="input file, or - for stdin")
-    _add_db_argument(load)
+    add_db_argument(load)
     load.set_defaults(run=run_import)
 
     train = verbs.add_parser("train", help="retrain the config chooser on the database, the shipped tables and CSVs",
@@ -49,7 +50,7 @@ def register(subparsers) -> None:
                                          "waste, occupancy and bytes per FLOP) on every successful trial of the "
                                          "tuning database, the shipped simulation tables and the timing CSVs "
                                          "given, and writes it where build/show/bench/export read it.")
-    _add_db_argument(train)
+    add_db_argument(train)
     train.add_argument("--csv", type=Path, action="append", default=[], metavar="FILE",
                        help="a timing CSV from bench/collect_chooser_data.py (repeatable)")
     train.add_argument("--no-tables", action="store_true", help="leave out the shipped simulation tables")
@@ -59,12 +60,8 @@ def register(subparsers) -> None:
     check = verbs.add_parser("check", help="integrity check, schema version and row counts of the database",
                              description="Run SQLite's integrity check and count the trials; exit 1 when the "
                                          "database is damaged or holds duplicate keys.")
-    _add_db_argument(check)
+    add_db_argument(check)
     check.set_defaults(run=run_check)
-
-
-def _add_db_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--db", type=Path, help="tuning database (default ~/.cache/gemmtune/tuning.sqlite)")
 
 
 def _open(path: Path | None, must_exist: bool = True) -> "TuningDB":

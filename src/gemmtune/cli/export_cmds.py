@@ -12,7 +12,7 @@ from ..errors import SpecError
 from ..export.cmake import check_arch
 from ..export.writer import ExportResult
 from ..kernels import families
-from .common import add_family_argument, add_spec_arguments, family_from_args, spec_from_args
+from .common import add_db_argument, add_family_argument, add_spec_arguments, family_from_args, spec_from_args
 
 FALLBACK_ARCH = "sm_90"
 
@@ -30,7 +30,8 @@ def register(subparsers) -> None:
     export.add_argument("--name", help="launcher and file name (default: gemm_<dtype>_<layout>_<M>x<N>x<K>[_<epilogue>])")
     export.add_argument("--config", help="a ladder step name of the family or a JSON object of config fields "
                                          "(default: tuning database, known configs, default config)")
-    export.add_argument("--db", dest="db_path", metavar="FILE", help="tuning database (default: the tuner's)")
+    add_db_argument(export, "tuning database the config is looked up in (default "
+                            "~/.cache/gemmtune/tuning.sqlite)")
     export.add_argument("--backend", choices=("native", "tvm"), default="native",
                         help="native: gemmtune's CUDA templates (default); tvm: a TVM TensorIR schedule")
     export.add_argument("--schedule", default="manual",
@@ -110,6 +111,6 @@ def run_export(args: argparse.Namespace) -> int:
     from ..export.writer import export_spec
 
     result = export_spec(spec, Path(args.out), arch, args.name, config=config, device=device,
-                         db_path=Path(args.db_path) if args.db_path else None, family=family.name)
+                         db_path=args.db, family=family.name)
     print_result(result, device)
     return 0

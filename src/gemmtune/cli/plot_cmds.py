@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .common import add_spec_arguments
+from .common import add_db_argument, add_spec_arguments
 
 
 def register(subparsers) -> None:
@@ -28,7 +28,7 @@ def register(subparsers) -> None:
 
     conv = verbs.add_parser("convergence", help="best time so far against trials and seconds, from the tuning DB")
     add_spec_arguments(conv, epilogue=True)
-    conv.add_argument("--db", type=Path, help="tuning database (default ~/.cache/gemmtune/tuning.sqlite)")
+    add_db_argument(conv)
     conv.add_argument("--out", type=Path, default=Path("convergence"), help="output path without suffix")
     conv.set_defaults(run=run_convergence)
 

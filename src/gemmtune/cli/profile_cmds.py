@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..profile import CUBLAS_FAMILIES, Target, ncu_path, profile_with_ncu, torch_trace
 from ..build import target_arch
-from .common import add_spec_arguments, family_from_args, spec_from_args
+from .common import add_db_argument, add_spec_arguments, family_from_args, spec_from_args
 
 
 def register(subparsers) -> None:
@@ -23,6 +23,8 @@ def register(subparsers) -> None:
                          help=f"simt (CUDA-C), numba, {', '.join(CUBLAS_FAMILIES)} (torch.mm) or a registered family "
                               "(default: the family build and bench choose for the dtype and arch)")
     profile.add_argument("--arch", help="target arch (default: the GPU's)")
+    add_db_argument(profile, "tuning database the best known config is looked up in (default "
+                             "~/.cache/gemmtune/tuning.sqlite)")
     profile.add_argument("--torch-profiler", metavar="TRACE.json", help="write a torch profiler (Chrome) trace of "
                          "five launches to this file instead of running ncu")
     profile.add_argument("--raw", metavar="FILE.csv", help="also keep ncu's raw CSV here")
@@ -35,7 +37,7 @@ def run_profile(args: argparse.Namespace) -> int:
     family = args.family
     if family is None or family not in (*CUBLAS_FAMILIES, "numba"):  # a generator family: checked against the spec
         family = family_from_args(args, spec, target_arch(args.arch)).name
-    target = Target(spec, family, args.config, args.arch)
+    target = Target(spec, family, args.config, args.arch, str(args.db) if args.db else None)
     if args.torch_profiler:
         _require_gpu()
         print(torch_trace(target, Path(args.torch_profiler)))

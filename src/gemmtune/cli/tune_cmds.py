@@ -11,7 +11,8 @@ from typing import Any, Callable
 from ..errors import SpecError
 from ..lifeline import Interrupted, stop_signals
 from ..spec import GemmSpec
-from .common import add_family_argument, add_spec_arguments, console, family_from_args, spec_from_args
+from .common import (add_db_argument, add_family_argument, add_spec_arguments, console, family_from_args,
+                     spec_from_args)
 
 DEFAULT_TRIALS = 100  # when neither --trials nor --time is given
 _TRIAL_WORD = re.compile(r"^t=(.*)$", re.IGNORECASE)
@@ -36,7 +37,7 @@ def register(subparsers) -> None:
     tune.add_argument("--time", type=float, dest="time_s", metavar="SECONDS", help="wall-clock budget of this run")
     tune.add_argument("--strategy", default="evolutionary", choices=("exhaustive", "random", "evolutionary"),
                       help="search strategy (default evolutionary: guided by a learned cost model)")
-    tune.add_argument("--db", type=Path, help="tuning database (default ~/.cache/gemmtune/tuning.sqlite)")
+    add_db_argument(tune)
     tune.add_argument("--seed", type=int, default=0, help="random seed of the strategy (default 0)")
     tune.add_argument("--batch", type=int, default=8, help="configs per round between model updates (default 8)")
     tune.add_argument("--top", type=int, default=5, help="re-measure and show this many best configs (default 5)")

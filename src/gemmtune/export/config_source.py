@@ -145,7 +145,8 @@ def from_known_configs(spec: GemmSpec, arch: str, device: Any = None, table: Pat
             dtype = f" {row.dtype}" if row.dtype != "fp32" else ""
             detail = (f"{row.gpu} entry for {row.m}x{row.n}x{row.k} {row.layout}{dtype}{fused} in {Path(table).name}"
                       + (f"; {row.provenance}" if row.provenance else ""))
-            return ConfigChoice(row.config, Provenance("known-configs", detail, row.measured_s, row.cublas_s), family)
+            provenance = Provenance("known-configs", detail, row.measured_s, row.cublas_s, gpu=row.gpu)
+            return ConfigChoice(row.config, provenance, family)
     return None
 
 

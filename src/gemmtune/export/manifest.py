@@ -17,6 +17,9 @@ REFERENCE = "reference.cuh"
 CMAKE = "CMakeLists.txt"
 README = "README.md"
 CONFIG_SOURCES = ("given", "tuning-db", "known-configs", "chooser", "default")
+# What a table row or a one-line summary calls each source (the detail is for --explain and kernel.json).
+SHORT_SOURCES = {"given": "given", "tuning-db": "tuning database", "known-configs": "known config",
+                 "chooser": "config chooser", "default": "default"}
 
 
 def file_names(name: str) -> dict[str, str]:
@@ -34,6 +37,7 @@ class Provenance:
     detail: str
     measured_s: float | None = None
     cublas_s: float | None = None
+    gpu: str = field(default="", compare=False)  # known-configs: the entry's GPU, for short() only
 
     def __post_init__(self) -> None:
         if self.source not in CONFIG_SOURCES:
@@ -41,6 +45,11 @@ class Provenance:
 
     def describe(self) -> str:
         return f"{self.source} ({self.detail})"
+
+    def short(self) -> str:
+        """A few words: "tuning database", "known config, H100", "config chooser", "default", "given"."""
+        label = SHORT_SOURCES[self.source]
+        return f"{label}, {self.gpu}" if self.gpu else label
 
 
 @dataclass(frozen=True)
