@@ -10,6 +10,18 @@ timed, and all rows of a shape are timed in this one process with the same proto
     PYTHONPATH=/tmp/tvmsite:src python bench/bench_tvm.py --trials 64,512 --out bench/tvm.md
 
 MetaSchedule uses cost_model="random" unless xgboost imports (the GPU bundle has none).
+
+Searches longer than one command: a MetaSchedule search to 512 trials at 4096³ takes longer than one
+600 s command on a lent GPU, so searches run (and resume, --resume-dir) in their own commands, each
+into a work dir. --save-traces turns those work dirs into one small JSON file (TVM, no GPU): per
+shape, the `apply_trace(sch)` text of the best schedule among the first N records of the search for
+each N in --trials, picked by the times the search measured. --replay-traces FILE then rebuilds,
+verifies and times those schedules in the same run as every other row: the search is earlier, the
+measurement is not.
+
+    python bench/bench_tvm.py --save-traces bench/results/2026-11-22-h200-tvm-traces.json \
+        --db 4096=.tvm-db/4096 --db 1024=.tvm-db/1024 --trials 64,512
+    python bench/bench_tvm.py --trials 64,512 --replay-traces bench/results/2026-11-22-h200-tvm-traces.json
 """
 from __future__ import annotations
 
@@ -32,6 +44,42 @@ SHAPES = {
     "2048-relu-add": GemmSpec(2048, 2048, 2048, epilogue="relu+add"),
     "4096": GemmSpec(4096, 4096, 4096),
 }
+
+
+TRACES_FORMAT = "gemmtune-tvm-traces-1"
+
+
+def load_traces(path: Path) -> dict:
+    """{shape key: {"trials": {"64": trace text, ...}, "records": n, "database": dir}} from `path`."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise GemmtuneError(f"cannot read the traces file {path}: {err}") from err
+    if data.get("format") != TRACES_FORMAT:
+        raise GemmtuneError(f"{path} is not a gemmtune traces file (format {data.get('format')!r})")
+    return data["shapes"]
+
+
+def extract_traces(key: str, work_dir: Path, trials: tuple[int, ...], arch: str) -> dict:
+    """The traces of one shape's search: the best of the first N records for each N."""
+    from gemmtune.tvm.tuning import best_of_first, trace_function, trial_count
+
+    spec = SHAPES[key]
+    return {"spec": spec.to_json(), "label": spec.short(), "database": str(work_dir), "records": trial_count(work_dir),
+            "trials": {str(n): trace_function(best_of_first(work_dir, spec, n, arch), spec) for n in trials}}
+
+
+def save_traces(out: Path, databases: list[str], trials: tuple[int, ...], arch: str) -> None:
+    """Add the traces of each SHAPE=DIR search to `out` (shapes already in it are kept)."""
+    shapes = load_traces(out) if out.exists() else {}
+    for item in databases:
+        key, _, directory = item.partition("=")
+        if key not in SHAPES or not directory:
+            raise GemmtuneError(f"--db wants SHAPE=DIR with SHAPE one of {', '.join(SHAPES)}; got {item!r}")
+        shapes[key] = extract_traces(key, Path(directory), trials, arch)
+        _log(f"{key}: {shapes[key]['records']} records in {directory}; kept the best of the first "
+             f"{', '.join(map(str, trials))}")
+    out.write_text(json.dumps({"format": TRACES_FORMAT, "arch": arch, "shapes": shapes}, indent=1) + "\n")
 
 
 @dataclass(frozen=True)
@@ -67,13 +115,11 @@ def tvm_rows(spec: GemmSpec, opts: Options) -> list[BenchRow]:
 
 def replayed_rows(spec: GemmSpec, key: str, opts: Options) -> list[BenchRow]:
     """MetaSchedule rows from --replay-traces: each saved schedule rebuilt, verified and timed here."""
-    from tvm_traces import load
-
     from gemmtune.tvm.convert import kernel_source
     from gemmtune.tvm.rows import source_row
     from gemmtune.tvm.tuning import apply_trace_text
 
-    saved = load(opts.replay_traces).get(key)
+    saved = load_traces(opts.replay_traces).get(key)
     if saved is None:
         return [BenchRow("MetaSchedule", "", None, None, None, "missing", f"no traces for {key} in {opts.replay_traces}")]
     rows = []
@@ -196,10 +242,21 @@ def _options(argv: list[str] | None) -> tuple[Options, Path, Path | None]:
     parser.add_argument("--resume-dir", type=Path,
                         help="continue the MetaSchedule search in this work dir (one shape, one space)")
     parser.add_argument("--replay-traces", type=Path,
-                        help="no search: time the MetaSchedule schedules saved by bench/tvm_traces.py (auto space)")
+                        help="no search: time the MetaSchedule schedules saved by --save-traces (auto space)")
+    parser.add_argument("--save-traces", type=Path, metavar="FILE",
+                        help="no GPU, no timing: write the best traces of the --db searches after each --trials count "
+                             "to FILE (shapes already in it are kept), then stop")
+    parser.add_argument("--db", action="append", default=[], metavar="SHAPE=DIR",
+                        help="with --save-traces: a shape key and the MetaSchedule work dir of its search (repeatable)")
+    parser.add_argument("--arch", default="sm_90", help="with --save-traces: the target the searches measured on")
     parser.add_argument("--out", type=Path, default=Path("tvm-bench.md"), help="markdown output")
     parser.add_argument("--json", type=Path, help="also write every row as JSON")
     args = parser.parse_args(argv)
+    if args.save_traces:
+        if not args.db:
+            parser.error("--save-traces needs at least one --db SHAPE=DIR")
+        save_traces(args.save_traces, args.db, tuple(sorted(int(t) for t in args.trials.split(",") if t)), args.arch)
+        raise SystemExit(0)
     shapes = tuple(s for s in args.shapes.split(",") if s)
     unknown = [s for s in shapes if s not in SHAPES]
     if unknown:
