@@ -125,7 +125,7 @@ def test_runner_without_gpu_reports_an_error_per_candidate(tmp_path: Path) -> No
 
 
 def test_committed_benchmark_traces_rebuild_and_compile(tmp_path: Path) -> None:
-    """The traces behind the README's MetaSchedule rows (bench/tvm_traces.py) still re-apply to the
+    """The traces behind the README's MetaSchedule rows (bench/bench_tvm.py --save-traces) still re-apply to the
     workloads and compile: a TVM or workload change that breaks the replay shows up here, not on the GPU."""
     import json
 

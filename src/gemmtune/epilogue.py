@@ -49,6 +49,10 @@ class EpilogueOp:
     operands: tuple[Operand, ...]
     # CUDA statement updating float `v`; {row}/{col}/{ld} are index expressions of the generator,
     # {c} is the element C[row, col] (an expression the caller chooses, e.g. a preloaded register).
+    # A read of a vector operand is guarded by the matrix bounds (constants M and N in every kernel):
+    # kernels run the epilogue on whole tiles, edge tiles included, and only the store is clipped
+    # (TMA stores), so an unguarded bias[row] would read past the allocation for rows >= M.
+    # C needs no guard here: the generators read it in range or through clipped TMA boxes.
     cuda: str
     reference: Callable[[np.ndarray, dict], np.ndarray]
     summary: str
@@ -58,9 +62,9 @@ OPS: dict[str, EpilogueOp] = {
     op.name: op
     for op in (
         EpilogueOp("alpha", (ALPHA,), "v *= alpha;", lambda v, x: v * x["alpha"], "scale by scalar alpha"),
-        EpilogueOp("bias_row", (BIAS_ROW,), "v += bias[{row}];", lambda v, x: v + x["bias"][:, None],
+        EpilogueOp("bias_row", (BIAS_ROW,), "if ({row} < M) v += bias[{row}];", lambda v, x: v + x["bias"][:, None],
                    "add bias[row] (length M)"),
-        EpilogueOp("bias_col", (BIAS_COL,), "v += bias[{col}];", lambda v, x: v + x["bias"][None, :],
+        EpilogueOp("bias_col", (BIAS_COL,), "if ({col} < N) v += bias[{col}];", lambda v, x: v + x["bias"][None, :],
                    "add bias[col] (length N)"),
         EpilogueOp("relu", (), "v = fmaxf(v, 0.0f);", lambda v, x: np.maximum(v, 0.0), "ReLU"),
         EpilogueOp("gelu", (), "v = gelu_tanh(v);", lambda v, x: _gelu64(v), "GELU, tanh form"),
