@@ -62,5 +62,5 @@ def test_every_verb_has_help():
 
 def test_unreadable_file_is_one_line():
     out = run_cli("db", "import", "/nonexistent/trials.jsonl")
-    assert out.returncode == 1 and "Traceback" not in out.stderr
-    assert out.stderr.strip() == "gemmtune: No such file or directory: /nonexistent/trials.jsonl"
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip() == "gemmtune: no such file: /nonexistent/trials.jsonl"

@@ -6,7 +6,9 @@ import hashlib
 import json
 import shutil
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -207,3 +209,139 @@ def test_a_database_from_before_versions_is_adopted(tmp_path: Path) -> None:
     conn.close()
     with TuningDB(db) as handle:
         assert handle.check().schema_version == SCHEMA_VERSION and handle.check().trials == 2
+
+
+# --- every verb that reads a file × every kind of hostile file ---------------------------------------------
+def _cut_json(path: Path) -> None:
+    path.write_text('{"spec": {"m": 1024, "n": 1024, "k": 10')  # a recording cut off mid-write
+
+
+def _directory(path: Path) -> None:
+    path.mkdir()
+    (path / "inside.json").write_text("{}")
+
+
+HOSTILE = {
+    "binary": lambda path: path.write_bytes(BINARY),
+    "truncated json": _cut_json,
+    "empty": lambda path: path.write_bytes(b""),
+    # valid JSON of the wrong shape: the keys a reader looks for first, holding the wrong types
+    "wrong schema": lambda path: path.write_text('{"pairs": 3, "cublas": "fast", "spec": [1], "device": null, '
+                                                 '"family": 7, "entries": "none", "format": 2}\n'),
+    "json list": lambda path: path.write_text("[1, 2, 3]\n"),
+    "directory": _directory,
+    "missing": lambda path: None,
+}
+
+
+@dataclass(frozen=True)
+class FileVerb:
+    """A verb reading the file `name` (made hostile in a fresh folder) with `argv(path, folder)`."""
+
+    name: str
+    argv: Callable[[Path, Path], list[str]]
+    setup: Callable[[Path, Path, Path], None] = lambda folder, table, trials: None
+    skip: tuple[str, ...] = ()  # hostile kinds that are ordinary input for this verb (a database it creates)
+
+
+def _good_table(folder: Path, table: Path, _trials: Path) -> None:
+    shutil.copy(table, folder / "table.csv")
+    shutil.copy(table.with_suffix(".json"), folder / "table.json")
+
+
+def _sidecar_only(folder: Path, table: Path, _trials: Path) -> None:
+    shutil.copy(table, folder / "table.csv")
+
+
+def _csv_only(folder: Path, table: Path, _trials: Path) -> None:
+    shutil.copy(table.with_suffix(".json"), folder / "table.json")
+
+
+def _good_db(folder: Path, _table: Path, _trials: Path) -> None:
+    gemmtune_db(folder / "good.sqlite")
+
+
+SIZES = ["MNK=1024"]
+FILE_VERBS = {
+    "plot ladder": FileVerb("rec.json", lambda p, d: ["plot", "ladder", str(p), "--out", str(d / "o")]),
+    "plot roofline": FileVerb("rec.json", lambda p, d: ["plot", "roofline", str(p), "--out", str(d / "o")]),
+    "plot convergence": FileVerb("t.sqlite", lambda p, d: ["plot", "convergence", "--db", str(p), "--out", str(d / "o")]),
+    "db import": FileVerb("trials.jsonl", lambda p, d: ["db", "import", str(p), "--db", str(d / "new.sqlite")]),
+    "db check": FileVerb("t.sqlite", lambda p, d: ["db", "check", "--db", str(p)]),
+    "db list": FileVerb("t.sqlite", lambda p, d: ["db", "list", "--db", str(p)]),
+    "db best": FileVerb("t.sqlite", lambda p, d: ["db", "best", *SIZES, "--db", str(p)]),
+    "db export": FileVerb("t.sqlite", lambda p, d: ["db", "export", str(d / "out.jsonl"), "--db", str(p)]),
+    "db train --db": FileVerb("t.sqlite", lambda p, d: ["db", "train", "--db", str(p), "--no-tables",
+                                                         "--out", str(d / "model.json")]),
+    "db train --csv": FileVerb("rows.csv", lambda p, d: ["db", "train", "--csv", str(p), "--db", str(d / "good.sqlite"),
+                                                          "--no-tables", "--out", str(d / "model.json")], _good_db),
+    "tune --simulate (csv)": FileVerb("table.csv", lambda p, d: ["tune", *SIZES, "t=4", "--simulate", str(p),
+                                                                  "--top", "0", "--db", str(d / "new.sqlite")],
+                                      _csv_only),
+    "tune --simulate (json)": FileVerb("table.json", lambda p, d: ["tune", *SIZES, "t=4", "--simulate",
+                                                                    str(d / "table.csv"), "--top", "0",
+                                                                    "--db", str(d / "new.sqlite")], _sidecar_only),
+    "tune --db": FileVerb("t.sqlite", lambda p, d: ["tune", *SIZES, "t=4", "--simulate", str(d / "table.csv"),
+                                                    "--top", "0", "--db", str(p)], _good_table,
+                          skip=("empty", "missing")),  # tune starts a new database there
+    "show --db": FileVerb("t.sqlite", lambda p, d: ["show", *SIZES, "--no-code", "--arch", "sm_90", "--db", str(p)]),
+    "export --db": FileVerb("t.sqlite", lambda p, d: ["export", *SIZES, "--arch", "sm_90", "--out", str(d / "k"),
+                                                      "--db", str(p)]),
+    "profile --db": FileVerb("t.sqlite", lambda p, d: ["profile", *SIZES, "--db", str(p)]),
+    "bench --db": FileVerb("t.sqlite", lambda p, d: ["bench", *SIZES, "--db", str(p)]),
+    "tvm show-cuda --trace": FileVerb("best_trace.py", lambda p, d: ["tvm", "show-cuda", "MNK=64", "--arch", "sm_90",
+                                                                   "--schedule", "tuned", "--trace", str(p)]),
+    "export --backend tvm --apply-trace": FileVerb("best_trace.py", lambda p, d: [
+        "export", "MNK=64", "--arch", "sm_90", "--backend", "tvm", "--schedule", "tuned", "--apply-trace", str(p),
+        "--out", str(d / "k")]),
+}
+
+
+@pytest.mark.parametrize("kind", list(HOSTILE))
+@pytest.mark.parametrize("verb", list(FILE_VERBS))
+def test_every_file_reader_answers_a_hostile_file_in_one_line(verb: str, kind: str, tmp_path: Path,
+                                                               table_csv: Path, trials_jsonl: Path,
+                                                               capsys: pytest.CaptureFixture) -> None:
+    case = FILE_VERBS[verb]
+    if "tvm" in verb:
+        pytest.importorskip("tvm")
+    if kind in case.skip:
+        pytest.skip(f"{verb} takes a {kind} path as a new file")
+    folder = tmp_path / "work"
+    folder.mkdir()
+    case.setup(folder, table_csv, trials_jsonl)
+    path = folder / case.name
+    HOSTILE[kind](path)
+    before = fingerprint(path) if path.exists() else None
+    code = main(case.argv(path, folder))
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert "Traceback" not in captured.err + captured.out
+    assert len(lines) == 1 and lines[0].startswith("gemmtune: "), lines
+    assert code == 2, (code, lines)
+    assert str(path) in lines[0] or str(path.with_suffix("")) in lines[0], lines  # names the file
+    assert (fingerprint(path) if path.exists() else None) == before  # a reader never writes what it reads
+
+
+# --- an export folder's kernel.json (gemmtune.load reads it first) -------------------------------------------
+@pytest.fixture(scope="module")
+def export_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("export") / "k"
+    assert main(["export", "MNK=64", "--arch", "sm_90", "--out", str(folder), "--config", "naive"]) == 0
+    return folder
+
+
+@pytest.mark.parametrize("kind", list(HOSTILE))
+def test_a_hostile_manifest_is_one_line(kind: str, export_folder: Path, tmp_path: Path) -> None:
+    from gemmtune.export.loader import compiled_from_folder
+    from gemmtune.export.manifest import MANIFEST, read_manifest
+    from gemmtune.input_files import InputFileError
+
+    folder = tmp_path / "k"
+    shutil.copytree(export_folder, folder)
+    (folder / MANIFEST).unlink()
+    HOSTILE[kind](folder / MANIFEST)
+    for reader in (read_manifest, compiled_from_folder):
+        with pytest.raises(InputFileError) as caught:
+            reader(folder)
+        assert len(str(caught.value).splitlines()) == 1 and str(folder) in str(caught.value)

@@ -9,12 +9,12 @@ Optional extra: pip install 'gemmtune[plot]'.
 """
 from __future__ import annotations
 
-import json
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ConfigError, GemmtuneError
+from .input_files import InputFileError, json_kind, read_json_object
 from .spec import GemmSpec
 
 FORMATS = ("png", "svg")
@@ -70,11 +70,42 @@ def _save(fig, stem: Path) -> list[Path]:
     return paths
 
 
+LADDER = "a ladder recording (JSON from `gemmtune ladder --backend numba --json`)"
+
+
 def load_ladder(path: Path) -> dict:
-    data = json.loads(Path(path).read_text())
-    if "pairs" not in data or "cublas" not in data:
-        raise ConfigError(f"{path} is not a ladder recording (needs 'pairs' and 'cublas')")
+    """A ladder recording, checked for every field the plots read; InputFileError (one line, exit 2)
+    naming the file and the first thing wrong with it."""
+    data = read_json_object(path, LADDER)
+    problem = ladder_problem(data)
+    if problem:
+        raise InputFileError(f"{path} is not {LADDER}: {problem}")
     return data
+
+
+def ladder_problem(data: dict) -> str | None:
+    """What the plots would trip over in a parsed recording, or None."""
+    try:
+        GemmSpec.from_json(data["spec"])
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        return f"its 'spec' is not a GEMM spec ({type(err).__name__}: {err})"
+    if not isinstance(data.get("device"), dict) or not isinstance(data["device"].get("name"), str):
+        return "'device' needs a 'name'"
+    if not isinstance(data.get("cublas"), dict) or not _rate_ok(data["cublas"]):
+        return "'cublas' must be an object with a numeric (or null) 'tflops'"
+    pairs = data.get("pairs")
+    if not isinstance(pairs, list):
+        return f"'pairs' must be an array, not {json_kind(pairs)}"
+    for number, pair in enumerate(pairs, start=1):
+        if not (isinstance(pair, dict) and isinstance(pair.get("step"), str)
+                and all(isinstance(pair.get(side), dict) and _rate_ok(pair[side]) for side in ("cuda_c", "numba"))):
+            return f"pair {number} needs a 'step' name and 'cuda_c' and 'numba' objects with numeric 'tflops'"
+    return None
+
+
+def _rate_ok(row: dict) -> bool:
+    rate = row.get("tflops")
+    return rate is None or (isinstance(rate, (int, float)) and not isinstance(rate, bool))
 
 
 def _tflops(row: dict) -> float:
@@ -165,9 +196,10 @@ class Trace:
 
 def convergence_traces(db_path: Path, spec: GemmSpec | None = None) -> list[Trace]:
     """Search-phase trials per (spec, device, family) from the tuning database, in the order measured."""
-    if not Path(db_path).exists():
-        raise ConfigError(f"no tuning database at {db_path}")
-    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    from .tune.db_file import check_readable
+
+    check_readable(Path(db_path))  # one line naming the file when it is not a gemmtune database
+    conn = sqlite3.connect(f"{Path(db_path).resolve().as_uri()}?mode=ro", uri=True)
     try:
         where, params = ("AND spec_key = ?", [spec.key()]) if spec is not None else ("", [])
         rows = conn.execute("SELECT context_key, m, n, k, device_name, family, created, status, median_s FROM trials "

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import csv
 import gzip
+import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import GemmtuneError
+from ..input_files import InputFileError, decode, read_bytes
 from ..kernels import get_family
 from ..spec import GemmSpec
 from .model import MODEL_PATH, ChooserModel, TrainingRow, save, train
@@ -16,23 +18,39 @@ from .model import MODEL_PATH, ChooserModel, TrainingRow, save, train
 CSV_FIELDS = ("family", "m", "n", "k", "layout", "dtype", "config", "median_s", "status", "gpu", "sm_count")
 
 
+TIMING_CSV = "a chooser timing CSV (from bench/collect_chooser_data.py)"
+
+
 def rows_from_csv(path: Path) -> list[TrainingRow]:
-    """Successful rows of a collected timing CSV, plain or .gz (GemmtuneError naming the file when it is
-    not one)."""
+    """Successful rows of a collected timing CSV, plain or .gz (InputFileError, exit 2, naming the file
+    when it is not one)."""
+    reader = csv.DictReader(io.StringIO(_csv_text(Path(path)), newline=""))
+    missing = [name for name in CSV_FIELDS if name not in (reader.fieldnames or ())]
+    if missing:
+        raise InputFileError(f"{path} is not {TIMING_CSV}: its header lacks {', '.join(missing)}")
     rows = []
-    opener = gzip.open if str(path).endswith(".gz") else open  # shipped rows are gzipped to stay small
     try:
-        with opener(path, "rt", newline="") as handle:
-            for record in csv.DictReader(handle):
-                if record["status"] != "ok" or not record["median_s"]:
-                    continue
-                family = get_family(record["family"])
-                spec = GemmSpec(int(record["m"]), int(record["n"]), int(record["k"]), record["layout"], record["dtype"])
-                rows.append(TrainingRow(family.name, spec, family.config_from_json(json.loads(record["config"])),
-                                        int(record["sm_count"]), float(record["median_s"]), str(path)))
-    except (KeyError, ValueError, TypeError, json.JSONDecodeError, OSError, EOFError) as err:
-        raise GemmtuneError(f"{path} is not a chooser timing CSV ({type(err).__name__}: {err})") from None
+        for number, record in enumerate(reader, start=2):
+            if record["status"] != "ok" or not record["median_s"]:
+                continue
+            family = get_family(record["family"])
+            spec = GemmSpec(int(record["m"]), int(record["n"]), int(record["k"]), record["layout"], record["dtype"])
+            rows.append(TrainingRow(family.name, spec, family.config_from_json(json.loads(record["config"])),
+                                    int(record["sm_count"]), float(record["median_s"]), str(path)))
+    except (KeyError, ValueError, TypeError, AttributeError) as err:  # json.JSONDecodeError is a ValueError
+        raise InputFileError(f"{path} is not {TIMING_CSV}: line {number}: {type(err).__name__}: {err}") from None
     return rows
+
+
+def _csv_text(path: Path) -> str:
+    """The CSV's text; shipped rows are gzipped to stay small."""
+    raw = read_bytes(path, TIMING_CSV)
+    if path.suffix == ".gz":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as err:
+            raise InputFileError(f"{path} is not {TIMING_CSV}: not a gzip file ({err})") from None
+    return decode(raw, str(path), TIMING_CSV)
 
 
 def rows_from_tables() -> list[TrainingRow]:

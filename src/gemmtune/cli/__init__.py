@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:  # a file the user named that cannot be read or written
         where = f": {err.filename}" if err.filename else ""
         print(f"gemmtune: {err.strerror or err}{where}", file=sys.stderr)
-        return 1
+        # A path that is not there (or is a folder) is bad input; a disk or permission failure is not.
+        return 2 if isinstance(err, (FileNotFoundError, IsADirectoryError, NotADirectoryError)) else 1
     except KeyboardInterrupt:
         print("gemmtune: interrupted", file=sys.stderr)
         return 130

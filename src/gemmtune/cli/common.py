@@ -39,6 +39,17 @@ def add_db_argument(parser: argparse.ArgumentParser, help: str = DB_HELP) -> Non
     parser.add_argument("--db", type=Path, metavar="FILE", help=help)
 
 
+def db_to_read(path: Path | None) -> Path | None:
+    """--db of a verb that only reads the database (to choose a config): a named file must be a
+    gemmtune database (DatabaseFileError, exit 2, in one line, before any GPU work); None stays None
+    (the default database, consulted when it exists)."""
+    if path is not None:
+        from ..tune.db_file import check_readable
+
+        check_readable(path)
+    return path
+
+
 def add_family_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--family", default=None,
                         help="generator family, e.g. simt (default: the best family for the dtype and arch)")

@@ -10,8 +10,8 @@ from ..bench import BenchRow, bench_many
 from ..build import build, target_arch
 from ..errors import ConfigError
 from ..timing import TimingProtocol
-from .common import (add_db_argument, add_family_argument, add_spec_arguments, console, family_from_args,
-                     spec_from_args)
+from .common import (add_db_argument, add_family_argument, add_spec_arguments, console, db_to_read,
+                     family_from_args, spec_from_args)
 
 
 def register(subparsers) -> None:
@@ -55,7 +55,7 @@ def register(subparsers) -> None:
 
 def run_show(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
-    kern = build(spec, config=args.config, arch=args.arch, family=args.family, db_path=args.db)
+    kern = build(spec, config=args.config, arch=args.arch, family=args.family, db_path=db_to_read(args.db))
     src = kern.compiled.source
     if not args.no_code:
         print(kern.source)
@@ -149,10 +149,11 @@ def run_bench(args: argparse.Namespace) -> int:
     wanted = parse_names(args.baselines)  # an unknown name is exit 2 even without a GPU
     arch = target_arch(None)
     family = family_from_args(args, spec, arch)  # a bad --family is exit 2 even without a GPU
+    db = db_to_read(args.db)  # and so is a bad --db
     device = query_device()
     spec.check_fits(free_memory())
     protocol = TimingProtocol(min_time_s=args.min_time)
-    candidates, choice = bench_candidates(spec, args.steps, arch, family, args.db)
+    candidates, choice = bench_candidates(spec, args.steps, arch, family, db)
     chosen, skipped = resolve(wanted, spec)
     print(f"{device.name} ({arch}, {device.sm_count} SMs): {spec.short()}, {len(candidates)} {family.name} kernels "
           f"+ {', '.join(b.name for b in chosen) or 'no baselines'}", file=sys.stderr)

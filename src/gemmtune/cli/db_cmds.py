@@ -65,11 +65,16 @@ def register(subparsers) -> None:
 
 
 def _open(path: Path | None, must_exist: bool = True) -> "TuningDB":
+    """The database to read (must_exist: refused in one line, untouched, unless it is a gemmtune one)
+    or to write (created when missing)."""
     from ..tune.db import TuningDB, default_db_path
+    from ..tune.db_file import DatabaseFileError, check_readable
 
     path = path or default_db_path()
     if must_exist and not path.exists():
-        raise GemmtuneError(f"no tuning database at {path}: run 'gemmtune tune' first or pass --db")
+        raise DatabaseFileError(f"no tuning database at {path}: run 'gemmtune tune' first or pass --db")
+    if must_exist:
+        check_readable(path)
     return TuningDB(path)
 
 
@@ -126,8 +131,10 @@ def run_export(args: argparse.Namespace) -> int:
 def run_import(args: argparse.Namespace) -> int:
     from ..tune.db import parse_import
 
+    from ..input_files import read_bytes
+
     name = "standard input" if args.file == "-" else args.file
-    raw = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+    raw = sys.stdin.buffer.read() if args.file == "-" else read_bytes(Path(args.file), TRIALS)
     rows = parse_import(import_text(raw, name).splitlines(), name)  # before the database is opened
     with _open(args.db, must_exist=False) as db:
         added, skipped = db.insert_rows(rows)
@@ -135,15 +142,15 @@ def run_import(args: argparse.Namespace) -> int:
     return 0
 
 
+TRIALS = "a JSON-lines text file of trials (from `gemmtune db export`)"
+
+
 def import_text(raw: bytes, name: str) -> str:
-    """The bytes of a JSON-lines file as text; GemmtuneError naming the file when they are not."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise GemmtuneError(f"{name} is not a JSON-lines text file: byte {err.start} is not UTF-8") from None
-    if "\x00" in text:
-        raise GemmtuneError(f"{name} is not a JSON-lines text file: it holds NUL bytes (binary data)")
-    return text
+    """The bytes of a JSON-lines file as text; InputFileError (exit 2) naming the file when they are
+    not, or hold no trial at all."""
+    from ..input_files import decode
+
+    return decode(raw, name, TRIALS)
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -162,6 +169,10 @@ def run_train(args: argparse.Namespace) -> int:
     from ..chooser.training import retrain
     from ..tune.db import default_db_path
 
+    if args.db is not None:  # named: it must be a database (the default one may be absent)
+        from ..tune.db_file import check_readable
+
+        check_readable(args.db)
     model, report = retrain(args.csv, args.db or default_db_path(), args.out or MODEL_PATH,
                             use_tables=not args.no_tables)
     families = ", ".join(f"{name}: {count} rows" for name, count in sorted(report.per_family.items()))

@@ -12,7 +12,8 @@ from ..errors import SpecError
 from ..export.cmake import check_arch
 from ..export.writer import ExportResult
 from ..kernels import families
-from .common import add_db_argument, add_family_argument, add_spec_arguments, family_from_args, spec_from_args
+from .common import (add_db_argument, add_family_argument, add_spec_arguments, db_to_read, family_from_args,
+                     spec_from_args)
 
 FALLBACK_ARCH = "sm_90"
 
@@ -88,9 +89,10 @@ def export_tvm(args: argparse.Namespace, spec: Any, arch: str) -> ExportResult:
     from ..tvm import require_tvm
 
     require_tvm()
-    from ..tvm.schedules import TunedFrom, named_source
+    from ..tvm.schedules import named_source
+    from .tvm_cmds import tuned_from
 
-    source = named_source(spec, args.schedule, arch, tuned=TunedFrom(args.trace, args.work_dir))
+    source = named_source(spec, args.schedule, arch, tuned=tuned_from(args))
     provenance = Provenance("given", f"TVM TensorIR schedule '{args.schedule}' (--backend tvm)")
     return export_source(source, Path(args.out), arch, args.name, provenance)
 
@@ -111,6 +113,6 @@ def run_export(args: argparse.Namespace) -> int:
     from ..export.writer import export_spec
 
     result = export_spec(spec, Path(args.out), arch, args.name, config=config, device=device,
-                         db_path=args.db, family=family.name)
+                         db_path=db_to_read(args.db), family=family.name)
     print_result(result, device)
     return 0

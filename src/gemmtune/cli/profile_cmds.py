@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..profile import CUBLAS_FAMILIES, Target, ncu_path, profile_with_ncu, torch_trace
 from ..build import target_arch
-from .common import add_db_argument, add_spec_arguments, family_from_args, spec_from_args
+from .common import add_db_argument, add_spec_arguments, db_to_read, family_from_args, spec_from_args
 
 
 def register(subparsers) -> None:
@@ -37,7 +37,8 @@ def run_profile(args: argparse.Namespace) -> int:
     family = args.family
     if family is None or family not in (*CUBLAS_FAMILIES, "numba"):  # a generator family: checked against the spec
         family = family_from_args(args, spec, target_arch(args.arch)).name
-    target = Target(spec, family, args.config, args.arch, str(args.db) if args.db else None)
+    db = db_to_read(args.db)  # checked here: the kernel is built in the process ncu runs
+    target = Target(spec, family, args.config, args.arch, str(db) if db else None)
     if args.torch_profiler:
         _require_gpu()
         print(torch_trace(target, Path(args.torch_profiler)))

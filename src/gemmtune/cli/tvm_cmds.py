@@ -128,10 +128,35 @@ def _gpu() -> bool:
     return gpu_available()
 
 
-def _tuned_from(args: argparse.Namespace):
+def check_trace_file(path: Path) -> None:
+    """InputFileError (one line, exit 2) unless `path` is Python text defining apply_trace at top
+    level, checked with ast before TVM's loader runs it."""
+    import ast
+
+    from ..input_files import InputFileError, read_text
+
+    what = "an apply_trace file (best_trace.py)"
+    try:
+        tree = ast.parse(read_text(path, what), str(path))
+    except SyntaxError as err:
+        raise InputFileError(f"{path} is not {what}: line {err.lineno}: {err.msg}") from None
+    if not any(isinstance(node, ast.FunctionDef) and node.name == "apply_trace" for node in tree.body):
+        raise InputFileError(f"{path} is not {what}: it defines no apply_trace(sch) function")
+
+
+def tuned_from(args: argparse.Namespace):
+    """--trace / --work-dir as a TunedFrom, each checked first: a trace that is not a text file, or a
+    work dir that is not a folder, is one line (exit 2) here rather than a traceback inside TVM."""
+    from ..input_files import InputFileError
     from ..tvm.schedules import TunedFrom
 
-    return TunedFrom(getattr(args, "trace", None), getattr(args, "work_dir", None))
+    trace, work_dir = getattr(args, "trace", None), getattr(args, "work_dir", None)
+    if trace is not None:
+        check_trace_file(trace)
+    if work_dir is not None and not Path(work_dir).is_dir():
+        raise InputFileError(f"{work_dir} is not a MetaSchedule work dir: "
+                             + ("no such folder" if not Path(work_dir).exists() else "it is a file"))
+    return TunedFrom(trace, work_dir)
 
 
 def run_tvm_ladder(args: argparse.Namespace) -> int:
@@ -184,7 +209,7 @@ def run_tvm_test(args: argparse.Namespace) -> int:
     spec, arch = spec_from_args(args), _arch(args)
     if args.rounds < 1:
         raise ConfigError("--rounds must be at least 1")
-    compiled = compile_kernel(named_source(spec, args.schedule, arch, tuned=_tuned_from(args)), arch)
+    compiled = compile_kernel(named_source(spec, args.schedule, arch, tuned=tuned_from(args)), arch)
     print(f"{args.schedule}: {compiled.source.entry} grid {compiled.source.grid} block {compiled.source.block}, "
           f"NVRTC {arch}: {compiled.resources.summary()}")
     if _gpu():
@@ -211,7 +236,7 @@ def run_tvm_evaluate(args: argparse.Namespace) -> int:
     protocol = TimingProtocol(min_time_s=args.min_time)
     # module_row: a schedule TVM lowers to two kernels (naive with relu+add) runs as that launch sequence.
     row = module_row(f"TVM {args.schedule}", args.schedule,
-                     lambda: named_schedule(spec, args.schedule, arch, tuned=_tuned_from(args)), spec, arch, protocol,
+                     lambda: named_schedule(spec, args.schedule, arch, tuned=tuned_from(args)), spec, arch, protocol,
                      True)
     _print_rows([row], spec, f"{spec.short()} ({arch})", True, None if args.no_cublas else protocol)
     return 0 if row.status == "ok" else 1
@@ -223,7 +248,7 @@ def run_tvm_show_cuda(args: argparse.Namespace) -> int:
     from ..tvm.schedules import named_schedule
 
     spec, arch = spec_from_args(args), _arch(args)
-    named = named_schedule(spec, args.schedule, arch, tuned=_tuned_from(args))
+    named = named_schedule(spec, args.schedule, arch, tuned=tuned_from(args))
     built = build_cuda(named.mod, arch, symbol=f"{spec.slug()}_tvm")
     if args.raw:
         print(built.cuda)

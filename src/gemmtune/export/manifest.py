@@ -1,12 +1,11 @@
 """``kernel.json``: what an exported folder holds and why — spec, config, generator, arch, timings."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..compiler import CompiledKernel, ResourceUsage
-from ..errors import GemmtuneError
+from ..input_files import InputFileError, read_json_object
 from ..spec import GemmSpec
 
 FORMAT = "gemmtune-export/1"
@@ -95,7 +94,7 @@ class ExportManifest:
     @staticmethod
     def from_json(data: dict) -> "ExportManifest":
         if data.get("format") != FORMAT:
-            raise GemmtuneError(f"kernel.json has format {data.get('format')!r}; this gemmtune reads {FORMAT!r}")
+            raise InputFileError(f"kernel.json has format {data.get('format')!r}; this gemmtune reads {FORMAT!r}")
         kernel, measured, source = data["kernel"], data.get("measured", {}), data["config_source"]
         provenance = Provenance(source["source"], source["detail"], measured.get("time_s"), measured.get("cublas_time_s"))
         return ExportManifest(
@@ -118,11 +117,18 @@ def _measured_json(spec: GemmSpec, provenance: Provenance) -> dict:
 
 
 def read_manifest(folder: Path) -> ExportManifest:
-    """The kernel.json of an exported folder; GemmtuneError (one line) when absent or unreadable."""
+    """The kernel.json of an exported folder; InputFileError (one line, exit 2) when the folder or
+    the file is absent, unreadable or not a manifest."""
     path = Path(folder) / MANIFEST
-    if not path.is_file():
-        raise GemmtuneError(f"{folder} is not a gemmtune export: {MANIFEST} is missing")
+    if not Path(folder).is_dir():
+        raise InputFileError(f"{folder} is not a gemmtune export: " + ("no such folder" if not Path(folder).exists()
+                                                                      else "it is a file, not a folder"))
+    if not path.exists():
+        raise InputFileError(f"{folder} is not a gemmtune export: {MANIFEST} is missing")
+    data = read_json_object(path, "an export's manifest")
+    if data.get("format") != FORMAT:
+        raise InputFileError(f"{path} has format {data.get('format')!r}; this gemmtune reads {FORMAT!r}")
     try:
-        return ExportManifest.from_json(json.loads(path.read_text()))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise GemmtuneError(f"{path} is damaged: {exc}") from exc
+        return ExportManifest.from_json(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise InputFileError(f"{path} is damaged: {type(exc).__name__}: {exc}") from None

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO, Any, Iterator
 
 from ..errors import GemmtuneError
+from ..input_files import InputFileError
 from ..spec import GemmSpec, stable_hash
 from .db_file import DatabaseReport, check, connect
 from .space import space_for
@@ -234,7 +235,7 @@ def imported(line: str, number: int, source: str = "the import") -> dict:
                    "error": data.get("error", "")}
         return _row(context, data["config"], data["phase"], float(data["created"]), outcome)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise GemmtuneError(f"{source}: line {number} is not a gemmtune trial: {_short(exc)}") from None
+        raise InputFileError(f"{source}: line {number} is not a gemmtune trial: {_short(exc)}") from None
 
 
 def _short(error: BaseException) -> str:

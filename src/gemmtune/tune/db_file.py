@@ -20,7 +20,50 @@ SCHEMA_VERSION = 1  # raise it with every change to the trials table, and migrat
 
 
 class DatabaseFileError(GemmtuneError):
-    """A path that cannot serve as this gemmtune's tuning database, with the reason."""
+    """A path that cannot serve as this gemmtune's tuning database, with the reason (bad input: exit 2)."""
+
+    exit_code = 2
+
+
+class DamagedDatabaseError(DatabaseFileError):
+    """A gemmtune database SQLite cannot read through: what `db check` exists to find (exit 1, as for
+    the damage its integrity check reports)."""
+
+    exit_code = 1
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def check_readable(path: Path) -> None:
+    """DatabaseFileError unless `path` is an existing gemmtune database this release reads, found
+    without writing anything (for verbs that only read: an empty file or an empty SQLite database is
+    refused here, where opening it for writing would adopt it)."""
+    if not path.exists():
+        raise DatabaseFileError(f"no tuning database at {path}")
+    if path.is_dir():
+        raise DatabaseFileError(f"{path} is a directory, not a tuning database")
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(len(SQLITE_HEADER))
+    except OSError as err:
+        raise DatabaseFileError(f"cannot read the tuning database {path}: {err.strerror or err}") from None
+    if not head:
+        raise DatabaseFileError(f"{path} is empty, not a tuning database")
+    if head != SQLITE_HEADER:
+        raise DatabaseFileError(f"{path} is not a usable tuning database: it is not an SQLite file")
+    # Not mode=ro: a read-only connection to a WAL database leaves its -wal and -shm files behind.
+    # Reading the header and sqlite_master writes nothing.
+    try:
+        conn = sqlite3.connect(str(path), timeout=30.0)
+    except sqlite3.Error as err:
+        raise DatabaseFileError(f"cannot open the tuning database {path}: {err}") from None
+    try:
+        _readable_version(conn, path)
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'trials'").fetchone():
+            raise DatabaseFileError(f"{path} is an empty SQLite database, not a tuning database")
+    finally:
+        conn.close()
 
 
 def connect(path: Path, schema: str) -> sqlite3.Connection:
@@ -102,7 +145,7 @@ def check(conn: sqlite3.Connection, path: Path) -> DatabaseReport:
             "SELECT COUNT(*) FROM (SELECT 1 FROM trials GROUP BY context_key, config_key, phase "
             "HAVING COUNT(*) > 1)").fetchone()[0])
     except sqlite3.DatabaseError as err:
-        raise DatabaseFileError(f"{path} is damaged: {err}") from None
+        raise DamagedDatabaseError(f"{path} is damaged: {err}") from None
     return DatabaseReport(path, version, integrity, trials, by_phase, by_status, contexts, duplicates)
 
 

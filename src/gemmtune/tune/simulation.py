@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from ..errors import SpecError
+from ..input_files import InputFileError, read_json_object, read_text
 from ..spec import GemmSpec
 from .space import CandidateSet, space_for
 from .trial import SIMULATED, Environment, Status, TrialResult, TuneContext
@@ -70,38 +70,38 @@ class SimulationTable:
 
     @staticmethod
     def from_csv(path: Path) -> "SimulationTable":
-        """The table at `path`; SpecError naming the file when it (or its .json) is not one."""
+        """The table at `path`; InputFileError (exit 2) naming the file — the CSV or its .json — when
+        either is not what a table needs."""
+        path = Path(path)
+        meta = read_json_object(path.with_suffix(".json"), TABLE_META)
+        text = read_text(path, TABLE_CSV)
         try:
-            return SimulationTable._read(Path(path))
-        except UnicodeDecodeError as err:
-            raise SpecError(f"{_which(path, err)} is not a text file: byte {err.start} is not UTF-8") from None
+            return SimulationTable._read(meta, text)
         except (ValueError, KeyError, TypeError, AttributeError, csv.Error) as err:
             # SpecError is a ValueError: a table naming an unknown family or a bad spec lands here too
-            raise SpecError(f"{path} is not a simulation table: {type(err).__name__}: {err}") from None
+            raise InputFileError(f"{path} is not a simulation table: {type(err).__name__}: {err}") from None
 
     @staticmethod
-    def _read(path: Path) -> "SimulationTable":
-        meta = json.loads(Path(path).with_suffix(".json").read_text())
+    def _read(meta: dict, text: str) -> "SimulationTable":
         config_type = space_for(meta["family"]).config_type
         kinds = {f.name: f.type for f in fields(config_type)}
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        missing = [n for n in ("median_s", "status") if n not in (reader.fieldnames or ())]
+        if missing:
+            raise ValueError(f"the header has no {' or '.join(missing)} column")
         rows = {}
-        with open(path, newline="") as handle:
-            for record in csv.DictReader(handle):
-                config = config_type(**{n: _typed(kinds[n], record[n]) for n in kinds if n in record})
-                median = float(record["median_s"]) if record["median_s"] else None
-                rows[config] = TableRow(Status(record["status"]), median)
+        for record in reader:
+            config = config_type(**{n: _typed(kinds[n], record[n]) for n in kinds if n in record})
+            median = float(record["median_s"]) if record["median_s"] else None
+            rows[config] = TableRow(Status(record["status"]), median)
+        if not rows:
+            raise ValueError("it holds no rows")
         return SimulationTable(meta["family"], meta["family_version"], GemmSpec.from_json(meta["spec"]),
                                Environment.from_json(meta["environment"]), rows, meta)
 
 
-def _which(path: Path, err: UnicodeDecodeError) -> str:
-    """The file a decode error came from: the CSV, or its .json sidecar (read first)."""
-    sidecar = Path(path).with_suffix(".json")
-    try:
-        sidecar.read_text()
-    except UnicodeDecodeError:
-        return str(sidecar)
-    return str(path)
+TABLE_CSV = "a simulation table (CSV of configs, median_s and status)"
+TABLE_META = "a simulation table's .json (spec, family and environment)"
 
 
 def _typed(kind: Any, text: str) -> Any:
