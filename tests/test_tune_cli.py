@@ -98,7 +98,7 @@ def test_simulated_tune_then_db_verbs(table_csv: Path, tmp_path: Path, capsys: p
 
 
 def test_db_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    assert main(["db", "list", "--db", str(tmp_path / "missing.sqlite")]) == 1
+    assert main(["db", "list", "--db", str(tmp_path / "missing.sqlite")]) == 2  # a path that is not there
     assert "no tuning database" in capsys.readouterr().err
     with TuningDB(tmp_path / "empty.sqlite"):
         pass
