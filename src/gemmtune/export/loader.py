@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from ..compiler import ARCHES, CompiledKernel, compile_kernel
-from ..errors import GemmtuneError, LaunchError, SpecError
+from ..errors import LaunchError, SpecError
+from ..input_files import InputFileError, decode, read_bytes
 from ..kernel_source import KernelSource
 from ..spec import GemmSpec
 from .manifest import KERNEL_SOURCE, ExportManifest, read_manifest
@@ -20,18 +21,27 @@ from .manifest import KERNEL_SOURCE, ExportManifest, read_manifest
 
 def _read_bytes(path: Path) -> bytes:
     if not path.is_file():
-        raise GemmtuneError(f"{path.parent} is an incomplete export: {path.name} is missing")
-    return path.read_bytes()
+        raise InputFileError(f"{path.parent} is an incomplete export: {path.name} is missing")
+    return read_bytes(path, "part of an export")
+
+
+def _read_cubin(path: Path) -> bytes:
+    """The export's cubin: an ELF image (a damaged one would be handed to the driver otherwise)."""
+    cubin = _read_bytes(path)
+    if not cubin.startswith(b"\x7fELF"):
+        raise InputFileError(f"{path} is not a cubin (no ELF header): re-export the kernel")
+    return cubin
 
 
 def read_source(folder: Path, manifest: ExportManifest) -> KernelSource:
     """kernel_source.json, checked against kernel.json."""
     try:
-        source = KernelSource.from_json(json.loads(_read_bytes(Path(folder) / KERNEL_SOURCE)))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise GemmtuneError(f"{Path(folder) / KERNEL_SOURCE} is damaged: {exc}") from exc
+        text = decode(_read_bytes(Path(folder) / KERNEL_SOURCE), str(Path(folder) / KERNEL_SOURCE), "a kernel source")
+        source = KernelSource.from_json(json.loads(text))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise InputFileError(f"{Path(folder) / KERNEL_SOURCE} is damaged: {exc}") from None
     if source.entry != manifest.entry or source.spec != manifest.spec:
-        raise GemmtuneError(f"{folder}: {KERNEL_SOURCE} ({source.entry}) does not match kernel.json ({manifest.entry})")
+        raise InputFileError(f"{folder}: {KERNEL_SOURCE} ({source.entry}) does not match kernel.json ({manifest.entry})")
     return source
 
 
@@ -40,8 +50,9 @@ def compiled_from_folder(folder: Path) -> tuple[ExportManifest, CompiledKernel]:
     folder = Path(folder)
     manifest = read_manifest(folder)
     source = read_source(folder, manifest)
-    cubin = _read_bytes(folder / manifest.files["cubin"])
-    ptx = _read_bytes(folder / manifest.files["ptx"]).decode()
+    cubin = _read_cubin(folder / manifest.files["cubin"])
+    ptx_path = folder / manifest.files["ptx"]
+    ptx = decode(_read_bytes(ptx_path), str(ptx_path), "PTX text")
     compiled = CompiledKernel(source=source, arch=manifest.arch, cubin=cubin, ptx=ptx, resources=manifest.resources,
                               log="", compile_seconds=0.0, nvrtc_version=manifest.nvrtc_version)
     return manifest, compiled
