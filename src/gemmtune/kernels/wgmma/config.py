@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from ...arch import geometry, known_arch
 from ...spec import GemmSpec
 from ..config_base import FamilyConfig, arch_number, rejections_by
 
@@ -17,16 +18,16 @@ FAMILY = "wgmma"
 VERSION = "1"
 DTYPES = ("bf16", "fp16", "tf32")
 SWIZZLE_BYTES = 128  # every tile row in shared memory is one 128-byte swizzle span
-SMEM_LIMIT = 227 * 1024  # bytes one block may opt in to on sm_90
 SMEM_SLACK = 1024  # the tiles are realigned to 1024 bytes (the swizzle atom) inside dynamic smem
 MAX_ACCUMULATORS = 128  # fp32 accumulators per consumer thread; more leaves no room to address
-SM90_SMS = 132  # H100 SXM / H200: the largest persistent grid (any grid is correct; see IN_STEP_BLOCKS)
-# Clusters are placed within a GPC; with 132 SMs in GPCs of uneven size, not every SM can hold a
-# block of a cluster, and a cluster left over would run after the others (twice the time). The
-# persistent grid launches as many clusters as always fit (the driver's cuOccupancyMaxActiveClusters
-# on an H100 SXM and an H200: 66 pairs, 30 clusters of 4). Pairs were launched 64 at a time until the
-# split tail could share out a last wave over half full (1024 units on 66 pairs: 15.5 rounds, not 16).
-CLUSTER_GRID = {2: 132, 4: 120}  # blocks
+# The SM count, the shared memory a block may opt in to and the persistent grid of clusters come from
+# the GPU's geometry (gemmtune.arch: the device's, or the arch table's H100 SXM for sm_90). Any grid
+# is correct; see IN_STEP_BLOCKS. Clusters are placed within a GPC; with GPCs of uneven size, not every
+# SM can hold a block of a cluster, and a cluster left over would run after the others (twice the
+# time). The persistent grid launches as many clusters as always fit (Geometry.cluster_grid: the
+# driver's cuOccupancyMaxActiveClusters on an H100 SXM and an H200). Pairs were launched 64 at a time
+# until the split tail could share out a last wave over half full (1024 units on 66 pairs: 15.5
+# rounds, not 16).
 # Where all the SMs take no fewer tile-times than 128 blocks, 128 are launched: 64 pairs (or 128
 # blocks) run a wave of whole 8x8 squares of units (group_m = 8) and the next wave moves on by one
 # square, while 66 pairs cut the squares unevenly: 4096^3 bf16 ran 0.8% slower and 8192^3 0.5%
@@ -277,10 +278,16 @@ def _registers(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
     return None
 
 
+def smem_limit(arch: str) -> int | None:
+    """Dynamic shared memory one block may opt in to on `arch` (the arch table's; None: an arch with no
+    entry, which the dtype constraint refuses anyway)."""
+    return geometry(None, arch).smem_per_block if known_arch(arch) else None
+
+
 def _smem(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
-    need = c.smem_bytes(s)
-    if need > SMEM_LIMIT:
-        return f"{c.stages} stages of {c.bm}x{c.bn} tiles need {need} B of shared memory, over {SMEM_LIMIT} B"
+    need, limit = c.smem_bytes(s), smem_limit(arch)
+    if limit is not None and need > limit:
+        return f"{c.stages} stages of {c.bm}x{c.bn} tiles need {need} B of shared memory, over {limit} B"
     return None
 
 
@@ -407,7 +414,8 @@ def ladder(arch: str = "sm_90a") -> list[tuple[str, WgmmaConfig]]:
 C_PATH = {"stmatrix": True, "c_l2_prefetch": True, "d_over_c": True, "c_first_buffer": True}
 
 
-def with_c_path(config: WgmmaConfig, spec: GemmSpec, arch: str = "sm_90a", sm_count: int = SM90_SMS) -> WgmmaConfig:
+def with_c_path(config: WgmmaConfig, spec: GemmSpec, arch: str = "sm_90a", sm_count: int | None = None
+                ) -> WgmmaConfig:
     """`config` with the rest of the C path (C_PATH, or all of it but c_first_buffer) where the
     epilogue reads C through the ring, the result is valid, and the blocks run more than one tile
     each; else `config` unchanged.
@@ -415,9 +423,12 @@ def with_c_path(config: WgmmaConfig, spec: GemmSpec, arch: str = "sm_90a", sm_co
     Measured in a balanced order against c_ring alone, 128x256 tiles (bench/results/2026-11-23-
     h100-s13.md, set s13c): 3072x4096x768 fp16 +10%, 4096^3 nn fp16 +2.5%, 1024x1024x16384 bf16
     +1.2%, 8192^3 bf16 +0.7% on an H100; but 2048^3 fp16 (128 tiles: one a block) -1.6%, where
-    no tile's write-back meets the next tile's main loop, which is what the path is for."""
+    no tile's write-back meets the next tile's main loop, which is what the path is for. `sm_count`:
+    the GPU's (None: the arch table's for `arch`)."""
     if not (spec.epilogue.reads_c and config.c_ring):
         return config
+    if sm_count is None:
+        sm_count = geometry(None, arch).sm_count
     if ceil_div(spec.m, config.bm) * ceil_div(spec.n, config.bn) <= sm_count:
         return config
     full = config.with_(**C_PATH)

@@ -10,6 +10,7 @@ swizzle, which is also the layout wgmma's descriptors read without bank conflict
 """
 from __future__ import annotations
 
+from ...arch import Geometry, geometry
 from ...errors import ConfigError
 from ...kernel_source import KernelSource, TensorMapArg
 from ...spec import GemmSpec
@@ -606,11 +607,14 @@ def _code(spec: GemmSpec, config: WgmmaConfig, plan: Schedule, entry: str, maps:
     ])
 
 
-def render(spec: GemmSpec, config: WgmmaConfig, arch: str = "sm_90a") -> KernelSource:
+def render(spec: GemmSpec, config: WgmmaConfig, arch: str = "sm_90a", gpu: Geometry | None = None) -> KernelSource:
+    """The kernel for `spec`; its persistent grid is sized for `gpu` (None: the arch table's GPU for
+    `arch`, gemmtune.arch)."""
     problems = rejections(config, spec, arch)
     if problems:
         raise ConfigError("; ".join(f"{name}: {reason}" for name, reason in problems.items()))
-    entry, maps, plan = entry_name(spec), tensor_maps(spec, config), schedule_for(spec, config)
+    plan = schedule_for(spec, config, gpu or geometry(None, arch))
+    entry, maps = entry_name(spec), tensor_maps(spec, config)
     # Parameter order: the pointers (A, B, epilogue operands, D) as native kernels take them, then
     # the TMA descriptors the runtime builds from those pointers.
     args = ("A", "B", *(op.name for op in spec.epilogue.operands()), "D", *(t.name for t in maps))

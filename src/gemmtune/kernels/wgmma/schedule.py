@@ -9,7 +9,7 @@ unit, are cut into TAIL_WORKERS contiguous shares, one per worker:
 
 - Where the tail is at most half the workers, the shares are equal splits of each unit (SPLITS
   ranges per unit): 64 tiles of a 1024×1024×16384 GEMM run on 128 blocks, not 64, and 320 tiles on
-  132 SMs run as two full waves and a third in halves (2.5 tile-times instead of 3). Every piece of
+  an H100's 132 SMs run as two full waves and a third in halves (2.5 tile-times instead of 3). Every piece of
   the tail then starts at one of SPLITS k offsets, so the blocks running together share their A and
   B k-slabs in L2 like a plain wave does.
 - Where it is more than half (say 34 units left on 66 pairs of blocks), no equal split fits, and the
@@ -37,8 +37,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...arch import Geometry, geometry
 from ...spec import GemmSpec
-from .config import CLUSTER_GRID, IN_STEP_BLOCKS, SM90_SMS, WgmmaConfig, ceil_div
+from .config import IN_STEP_BLOCKS, WgmmaConfig, ceil_div
 
 # k-blocks a split piece must at least hold: fewer, and storing and gathering the partial tile
 # (bm·bn·4 bytes through L2) costs more than the iterations it spreads (H100: 1000^3 in 128x256
@@ -146,15 +147,16 @@ def plan(units: int, k_blocks: int, slots: int, split_tail: bool) -> Schedule:
     return Schedule(slots if whole else tail_workers, units, k_blocks, whole_units=whole, tail_workers=tail_workers)
 
 
-def schedule_for(spec: GemmSpec, config: WgmmaConfig) -> Schedule:
-    """A config's schedule: one block per tile, or a persistent grid of one block per SM: of all the
-    SMs (as many clusters as always fit: CLUSTER_GRID), or of IN_STEP_BLOCKS where that takes as few
-    tile-times."""
+def schedule_for(spec: GemmSpec, config: WgmmaConfig, gpu: Geometry | None = None) -> Schedule:
+    """A config's schedule on `gpu` (None: the arch table's sm_90 GPU): one block per tile, or a
+    persistent grid of one block per SM: of all the SMs (as many clusters as always fit:
+    Geometry.cluster_grid), or of IN_STEP_BLOCKS where that takes as few tile-times. The kernel's
+    grid is `workers * cluster_m`; the chooser asks this function too, so the two cannot drift."""
     units = ceil_div(ceil_div(spec.m, config.bm), config.cluster_m) * ceil_div(spec.n, config.bn)
     k_blocks = ceil_div(spec.k, config.bk(spec.dtype))
     if not config.persistent:
         return Schedule(units, units, k_blocks, whole_units=units)
-    most = CLUSTER_GRID[config.cluster_m] if config.cluster_m > 1 else SM90_SMS
+    most = (gpu or geometry(None, "sm_90a")).cluster_grid(config.cluster_m)
     plans = [plan(units, k_blocks, blocks // config.cluster_m, config.split_tail)
              for blocks in sorted({most, min(most, IN_STEP_BLOCKS)})]
     return min(plans, key=lambda p: p.tile_times)  # the first (fewer workers) on a tie
