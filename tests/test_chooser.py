@@ -85,7 +85,7 @@ def test_skinny_shape_gets_split_k_and_big_shape_does_not():
 def test_wave_quantization_and_tile_waste_features():
     spec, config = GemmSpec(64, 4096, 4096), dict(ladder())["double_buffer"]  # 128x128 tiles, 256 threads
     f = features(spec, config, 132)
-    per_sm = blocks_per_sm(geometry(spec, config))
+    per_sm = blocks_per_sm(geometry(spec, config, 132))
     assert f["waves"] == pytest.approx(32 / (per_sm * 132)) and f["tile_waste"] == pytest.approx(0.5)
     split = features(spec, config.with_(split_k=4), 132)
     assert split["waves"] == pytest.approx(4 * f["waves"]) and split["bytes_per_flop"] > f["bytes_per_flop"]

@@ -1,6 +1,7 @@
 """The config chooser: a fast pick for a shape nobody tuned, and the reason for it.
 
-    picks = rank(spec, "sm_90", sm_count=132)     # every candidate of the family, best first
+    picks = rank(spec, "sm_90")     # every candidate of the family, best first, on the arch table's GPU
+    picks = rank(spec, "sm_90", sm_count=device.sm_count)   # ... or on a GPU of that many SMs
     picks[0].config, picks[0].predicted_s, picks[0].why()
 
 The family's candidates (``candidates``) are scored by the shipped model (``model``: boosted trees
@@ -16,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..arch import geometry as arch_geometry
 from ..kernels import family_for
 from ..kernels.wgmma.config import WgmmaConfig
 from ..kernels.wgmma.schedule import schedule_for
@@ -71,7 +73,7 @@ def split_tail(spec: GemmSpec, config: Any, sm_count: int, blocks_per_sm: float 
     """The split tail of a config whose schedule splits tiles along K (wgmma split_tail), else None."""
     if not isinstance(config, WgmmaConfig) or not config.split_tail:
         return None
-    s = schedule_for(spec, config)
+    s = schedule_for(spec, config, arch_geometry(None, "sm_90a", sm_count))
     if not s.tail_workers:
         return None
     c = config.cluster_m
@@ -137,10 +139,13 @@ def _scores(spec: GemmSpec, configs: list[Any], sm_count: int, model: FamilyMode
     return np.exp(model.predict_log_ratio(x)) * roofline_s(spec), scored
 
 
-def rank(spec: GemmSpec, arch: str, sm_count: int = 132, family: str | None = None,
+def rank(spec: GemmSpec, arch: str, sm_count: int | None = None, family: str | None = None,
          model: ChooserModel | None = None) -> list[Pick]:
-    """Every candidate of the family chosen for the spec (or `family`), best predicted first."""
+    """Every candidate of the family chosen for the spec (or `family`), best predicted first, on a GPU
+    of `sm_count` SMs (None: the arch table's GPU for `arch`, gemmtune.arch)."""
     chosen = family_for(spec, arch, family)
+    if sm_count is None:
+        sm_count = arch_geometry(None, arch).sm_count
     configs = candidates(chosen.name, spec, arch, sm_count)
     model = model if model is not None else shipped_model()
     scores, scored_by = _scores(spec, configs, sm_count, model.for_family(chosen.name) if model else None)
@@ -153,7 +158,7 @@ def rank(spec: GemmSpec, arch: str, sm_count: int = 132, family: str | None = No
     return picks
 
 
-def choose(spec: GemmSpec, arch: str, sm_count: int = 132, family: str | None = None,
+def choose(spec: GemmSpec, arch: str, sm_count: int | None = None, family: str | None = None,
            model: ChooserModel | None = None) -> Pick:
     return rank(spec, arch, sm_count, family, model)[0]
 

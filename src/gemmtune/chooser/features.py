@@ -20,7 +20,9 @@ from typing import Any
 from ..kernels.gemv.config import GemvConfig, estimated_registers, outputs, stream_kind, streams_b
 from ..kernels.gemv.config import vec as gemv_vec
 from ..kernels.simt.config import SimtConfig
-from ..kernels.wgmma.config import SM90_SMS, WgmmaConfig
+from .. import arch
+from ..kernels.wgmma.config import WgmmaConfig
+from ..kernels.wgmma.schedule import schedule_for
 from ..spec import GemmSpec
 
 SM_THREADS, SM_REGISTERS, SM_SMEM, SM_BLOCKS = 2048, 65536, 228 * 1024, 32  # per SM, sm_80/sm_90
@@ -78,19 +80,21 @@ def simt_registers(c: SimtConfig) -> int:
     return known or min(255, c.accumulators + 48)
 
 
-def simt_geometry(spec: GemmSpec, c: SimtConfig, registers: int | None) -> Geometry:
+def simt_geometry(spec: GemmSpec, c: SimtConfig, sm_count: int, registers: int | None) -> Geometry:
     tiles = math.ceil(spec.m / c.bm) * math.ceil(spec.n / c.bn)
     return Geometry(c.bm, c.bn, c.split_k, tiles * c.split_k, c.threads, c.smem_bytes() + c.c_stage_bytes(spec),
                     registers or simt_registers(c))
 
 
-def wgmma_geometry(spec: GemmSpec, c: WgmmaConfig, registers: int | None) -> Geometry:
-    units = math.ceil(math.ceil(spec.m / c.bm) / c.cluster_m) * math.ceil(spec.n / c.bn) * c.cluster_m
-    blocks = min(units, SM90_SMS) if c.persistent else units
+def wgmma_geometry(spec: GemmSpec, c: WgmmaConfig, sm_count: int, registers: int | None) -> Geometry:
+    """The blocks the kernel launches, from the schedule its render uses (kernels/wgmma/schedule.py) on
+    a GPU of `sm_count` SMs: the persistent grid is not always every SM (4096^3 in 128x256 tiles
+    launches 128 blocks, not 132: IN_STEP_BLOCKS)."""
+    blocks = schedule_for(spec, c, arch.geometry(None, "sm_90a", sm_count)).workers * c.cluster_m
     return Geometry(c.bm, c.bn, 1, blocks, c.threads, c.smem_bytes(spec), registers or 168, c.persistent)
 
 
-def gemv_geometry(spec: GemmSpec, c: GemvConfig, registers: int | None) -> Geometry:
+def gemv_geometry(spec: GemmSpec, c: GemvConfig, sm_count: int, registers: int | None) -> Geometry:
     rows = stream_kind(spec) == "rows"
     per_block = c.threads // 32 // c.warps_per_output * c.outputs_per_warp if rows else c.threads_x * gemv_vec(spec)
     blocks = math.ceil(outputs(spec) / per_block)
@@ -102,8 +106,9 @@ def gemv_geometry(spec: GemmSpec, c: GemvConfig, registers: int | None) -> Geome
 GEOMETRY = {SimtConfig: simt_geometry, WgmmaConfig: wgmma_geometry, GemvConfig: gemv_geometry}
 
 
-def geometry(spec: GemmSpec, config: Any, registers: int | None = None) -> Geometry:
-    return GEOMETRY[type(config)](spec, config, registers)
+def geometry(spec: GemmSpec, config: Any, sm_count: int, registers: int | None = None) -> Geometry:
+    """How `config` launches for `spec` on a GPU of `sm_count` SMs (the grid its render gives)."""
+    return GEOMETRY[type(config)](spec, config, sm_count, registers)
 
 
 def blocks_per_sm(g: Geometry) -> int:
@@ -130,7 +135,7 @@ def traffic_bytes(spec: GemmSpec, g: Geometry) -> float:
 
 def features(spec: GemmSpec, config: Any, sm_count: int, registers: int | None = None) -> dict[str, float]:
     """Named features, in a fixed order (the model's columns)."""
-    g = geometry(spec, config, registers)
+    g = geometry(spec, config, sm_count, registers)
     per_sm = blocks_per_sm(g)
     slots = per_sm * sm_count
     waves = g.blocks / slots

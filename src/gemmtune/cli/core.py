@@ -70,14 +70,14 @@ def run_show(args: argparse.Namespace) -> int:
 
 def explain_text(spec, kern) -> str:
     """The chooser's ranking for the spec (what it would pick, and why), whatever built the kernel."""
+    from ..arch import geometry
     from ..chooser import explain, rank
     from ..device import present_device
 
-    device = present_device()
-    sm_count = device.sm_count if device is not None else 132
-    picks = rank(spec, kern.arch, sm_count, kern.family)
+    gpu = geometry(present_device(), kern.arch)
+    picks = rank(spec, kern.arch, gpu.sm_count, kern.family)
     used = "" if kern.config_source.startswith("chooser") else f"\n  (the kernel above came from {kern.config_source})"
-    return explain(picks) + f"\n  GPU model: {sm_count} SMs" + used
+    return explain(picks) + f"\n  GPU model: {gpu.sm_count} SMs ({gpu.source})" + used
 
 
 def best_choice(spec, arch: str, family, db: Any = None):

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..arch import geometry
 from ..errors import ConfigError
 from ..kernels import Family, family_for, family_of_config, get_family
 from ..kernels.config_base import arch_number
@@ -154,7 +155,7 @@ def from_chooser(spec: GemmSpec, arch: str, device: Any, family: Family) -> Conf
     """The chooser's pick among the family's candidates (None when it has none for the spec)."""
     from ..chooser import rank
 
-    sm_count = getattr(device, "sm_count", None) or 132  # no GPU (or a stand-in): an H100/H200-sized one
+    sm_count = geometry(device, arch).sm_count  # no GPU (or a stand-in): the arch table's GPU
     picks = rank(spec, arch, sm_count, family.name)
     if not picks:
         return None

@@ -14,6 +14,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..arch import geometry
 from ..spec import GemmSpec
 from .space import CandidateSet
 
@@ -176,8 +177,11 @@ FEATURES: dict[str, Callable[[dict[str, np.ndarray], GemmSpec, int], np.ndarray]
 class CostModel:
     """Predicts log time for positions of a CandidateSet; features are computed once per set."""
 
-    def __init__(self, candidates: CandidateSet, sm_count: int = 132, params: BoostingParams = BoostingParams(),
-                 seed: int = 0):
+    def __init__(self, candidates: CandidateSet, sm_count: int | None = None,
+                 params: BoostingParams = BoostingParams(), seed: int = 0):
+        """`sm_count`: the GPU's (None: the arch table's GPU for the candidates' arch, gemmtune.arch)."""
+        if sm_count is None:
+            sm_count = geometry(None, candidates.arch).sm_count
         featurize = FEATURES.get(candidates.space.family, generic_features)
         self.features = featurize(candidates.columns, candidates.spec, sm_count)
         self.params, self.seed = params, seed

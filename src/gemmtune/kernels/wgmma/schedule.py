@@ -9,9 +9,9 @@ unit, are cut into TAIL_WORKERS contiguous shares, one per worker:
 
 - Where the tail is at most half the workers, the shares are equal splits of each unit (SPLITS
   ranges per unit): 64 tiles of a 1024×1024×16384 GEMM run on 128 blocks, not 64, and 320 tiles on
-  an H100's 132 SMs run as two full waves and a third in halves (2.5 tile-times instead of 3). Every piece of
-  the tail then starts at one of SPLITS k offsets, so the blocks running together share their A and
-  B k-slabs in L2 like a plain wave does.
+  an H100's 132 SMs run as two full waves and a third in halves (2.5 tile-times instead of 3).
+  Every piece of the tail then starts at one of SPLITS k offsets, so the blocks running together
+  share their A and B k-slabs in L2 like a plain wave does.
 - Where it is more than half (say 34 units left on 66 pairs of blocks), no equal split fits, and the
   shares are even runs of k-blocks that may cross from one unit into the next (stream-K on the last
   wave only): 15.5 tile-times instead of 16 for 1024 units on 66 workers, where that shrinks the

@@ -23,7 +23,9 @@ __all__ = ["STRATEGIES", "SearchBase", "Strategy", "make_strategy"]
 
 
 def make_strategy(name: str, candidates: CandidateSet, seed: int = 0, seeds: Sequence[Any] = (),
-                  sm_count: int = 132) -> Strategy:
+                  sm_count: int | None = None) -> Strategy:
+    """`sm_count`: the GPU's, for the evolutionary search's cost model (None: the arch table's for the
+    candidates' arch)."""
     if name == "exhaustive":
         return ExhaustiveSearch(candidates, seed, seeds)
     if name == "random":

@@ -33,7 +33,7 @@ class EvolutionParams:
 class EvolutionarySearch(SearchBase):
     name = "evolutionary"
 
-    def __init__(self, candidates: CandidateSet, seed: int = 0, seeds: Sequence[Any] = (), sm_count: int = 132,
+    def __init__(self, candidates: CandidateSet, seed: int = 0, seeds: Sequence[Any] = (), sm_count: int | None = None,
                  params: EvolutionParams = EvolutionParams(), boosting: BoostingParams = BoostingParams()):
         super().__init__(candidates, seed, seeds)
         self.params = params
