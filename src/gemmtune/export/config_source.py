@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..arch import geometry
+from ..arch import geometry, known_arch
 from ..errors import ConfigError
 from ..kernels import Family, family_for, family_of_config, get_family
 from ..kernels.config_base import arch_number
@@ -155,6 +155,8 @@ def from_chooser(spec: GemmSpec, arch: str, device: Any, family: Family) -> Conf
     """The chooser's pick among the family's candidates (None when it has none for the spec)."""
     from ..chooser import rank
 
+    if not known_arch(arch):
+        return None  # no GPU geometry to rank for (the compiler names an arch it does not know)
     sm_count = geometry(device, arch).sm_count  # no GPU (or a stand-in): the arch table's GPU
     picks = rank(spec, arch, sm_count, family.name)
     if not picks:
