@@ -10,7 +10,8 @@ from __future__ import annotations
 from ...errors import ConfigError
 from ...kernel_source import KernelSource
 from ...spec import GemmSpec
-from ..half_floats import HALF_FLOATS
+from ..parts.epilogue import CArg, Operands, VectorArg, epilogue_call, epilogue_function
+from ..parts.floats import FLOAT_VIEW, HALF_FLOATS, TO_OUT
 from .config import NAME, VERSION, GemvConfig, outputs, rejections, stream_kind, streams_b, vec, vectors
 
 STORAGE_TYPES = {"fp32": "float", "tf32": "float", "bf16": "bf16_t", "fp16": "fp16_t"}
@@ -24,15 +25,10 @@ def entry_name(spec: GemmSpec) -> str:
     return f"{spec.slug()}_gemv"
 
 
-PRELUDE = HALF_FLOATS
+PRELUDE = HALF_FLOATS + FLOAT_VIEW
 
 # After the in_t/out_t typedefs: what reads operands.
-LOADS = r"""// An out_t array read as floats (bias comes in D's type; the epilogue runs in fp32).
-struct Floats {
-    const out_t* p;
-    __device__ __forceinline__ float operator[](int i) const { return to_float(p[i]); }
-};
-// 16 bytes of W that are used once: not kept in L1 (W is streamed; x and C stay cached).
+LOADS = TO_OUT + r"""// 16 bytes of W that are used once: not kept in L1 (W is streamed; x and C stay cached).
 __device__ __forceinline__ uint4 stream_load(const void* p) {
     uint4 r;
     asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
@@ -77,28 +73,17 @@ def _params(spec: GemmSpec) -> tuple[tuple[str, ...], str]:
     return tuple(names), ", ".join(decl[n] for n in names)
 
 
-def _epilogue_function(spec: GemmSpec) -> str:
-    extra = ", float c" if spec.epilogue.reads_c else ""
-    decl = {"bias": "Floats bias", "alpha": "float alpha", "beta": "float beta"}
-    extra += "".join(f", {decl[op.name]}" for op in spec.epilogue.operands() if op.name != "C")
-    body = "\n".join(f"    {s}" for s in spec.epilogue.cuda_statements("row", "col", "N", c="c"))
-    what = str(spec.epilogue) if not spec.epilogue.is_identity else "none (D = A·B)"
-    return (f"{spec.epilogue.cuda_preamble()}"
-            f"// Epilogue {what}, in fp32 on the finished sum, before rounding to D's type.\n"
-            f"__device__ __forceinline__ float epilogue(float v, int row, int col{extra}) {{\n"
-            f"{body + chr(10) if body else ''}    return v;\n}}\n")
+# apply_epilogue takes C's element (loaded by the caller) and bias as a FloatView of D's type.
+EPILOGUE_OPERANDS = Operands(CArg.VALUE, VectorArg.VIEW)
 
 
 def _store(spec: GemmSpec, r: str, p: str, value: str) -> str:
-    """D[r, p] = epilogue(value) for output p of vector r (row r/col p when B is streamed, row p/col 0
-    when A is)."""
+    """D[r, p] = apply_epilogue(value) for output p of vector r (row r/col p when B is streamed,
+    row p/col 0 when A is)."""
     row, col, at = (r, p, f"(size_t)({r}) * N + {p}") if streams_b(spec) else (p, "0", p)
-    args = [value, row, col]
-    if spec.epilogue.reads_c:
-        args.append(f"to_float(C[{at}])")
-    args += [("Floats{bias}" if op.name == "bias" else op.name)
-             for op in spec.epilogue.operands() if op.name != "C"]
-    return f"D[{at}] = from_float(epilogue({', '.join(args)}), (out_t*)0);"
+    result = epilogue_call(spec.epilogue, EPILOGUE_OPERANDS, value, row, col, c=f"to_float(C[{at}])",
+                           bias="FloatView<out_t>{bias}")
+    return f"D[{at}] = to_out({result});"
 
 
 def _header(spec: GemmSpec, config: GemvConfig) -> str:
@@ -321,8 +306,9 @@ def render(spec: GemmSpec, config: GemvConfig, arch: str = "sm_90") -> KernelSou
     rows = stream_kind(spec) == "rows"
     body = _rows_body(spec, config) if rows else _columns_body(spec, config)
     unpack = UNPACK[STORAGE_TYPES[spec.dtype]] if vec(spec) > 1 else ""
+    epilogue = epilogue_function(spec.epilogue, EPILOGUE_OPERANDS)
     code = (_header(spec, config) + PRELUDE + _types(spec) + LOADS + unpack + _x_access(spec, rows) + "\n"
-            + _epilogue_function(spec) + "\n" + body)
+            + (epilogue + "\n" if epilogue else "") + body)
     per_block = (config.threads // 32 // config.warps_per_output * config.outputs_per_warp if rows
                  else config.threads_x * vec(spec))
     grid = (_ceil_div(outputs(spec), per_block), 1, 1)

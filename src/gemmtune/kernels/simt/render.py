@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from ...errors import ConfigError
 from ...kernel_source import KernelSource
 from ...spec import GemmSpec
+from ..parts.epilogue import CArg, Operands, VectorArg, epilogue_call, epilogue_function
+from ..parts.flags import ACQUIRE_RELEASE
 from .config import C_STAGE_PAD, NAME, VERSION, SimtConfig, rejections
 
 
@@ -36,27 +38,20 @@ def _params(spec: GemmSpec) -> tuple[tuple[str, ...], str]:
     return tuple(names), ", ".join(_DECL[n] for n in names)
 
 
+# apply_epilogue takes C's element (loaded by the caller, 128-bit where it can) and bias as stored.
+EPILOGUE_OPERANDS = Operands(CArg.VALUE, VectorArg.POINTER)
+
+
 def _epilogue_call(spec: GemmSpec, acc: str, row: str, col: str, c: str | None = None) -> str:
-    """epilogue(...) for one output; `c` is C[row, col] (default: read in place)."""
-    args = [acc, row, col]
-    if spec.epilogue.reads_c:
-        args.append(c if c is not None else f"C[{row} * N + {col}]")
-    args += [op.name for op in spec.epilogue.operands() if op.name != "C"]
-    return f"epilogue({', '.join(args)})"
+    """apply_epilogue(...) for one output; `c` is C[row, col] (default: read in place)."""
+    return epilogue_call(spec.epilogue, EPILOGUE_OPERANDS, acc, row, col,
+                         c if c is not None else f"C[{row} * N + {col}]")
 
 
 def _epilogue_function(spec: GemmSpec) -> str:
-    extra = ", float c" if spec.epilogue.reads_c else ""
-    extra += "".join(f", {_DECL[op.name]}" for op in spec.epilogue.operands() if op.name != "C")
-    body = "\n".join(f"    {s}" for s in spec.epilogue.cuda_statements("row", "col", "N", c="c"))
-    what = str(spec.epilogue) if not spec.epilogue.is_identity else "none (D = A·B)"
-    c_note = " c is C[row, col], loaded by the caller (128-bit where it can)." if spec.epilogue.reads_c else ""
-    return (
-        f"{spec.epilogue.cuda_preamble()}"
-        f"// Epilogue {what}: applied in registers on the way to D, so it costs no extra pass.{c_note}\n"
-        f"__device__ __forceinline__ float epilogue(float v, int row, int col{extra}) {{\n"
-        f"{body + chr(10) if body else ''}    return v;\n}}\n"
-    )
+    note = "c is C[row, col], loaded by the caller (128-bit where it can)." if spec.epilogue.reads_c else ""
+    function = epilogue_function(spec.epilogue, EPILOGUE_OPERANDS, note)
+    return function + "\n" if function else ""
 
 
 def _accessors(spec: GemmSpec) -> str:
@@ -81,7 +76,7 @@ def _header(spec: GemmSpec, config: SimtConfig) -> str:
 
 def _source(spec: GemmSpec, config: SimtConfig, body: str, grid, block, dynamic_smem: int = 0) -> KernelSource:
     args, _ = _params(spec)
-    code = _header(spec, config) + _accessors(spec) + "\n" + _epilogue_function(spec) + "\n" + body
+    code = _header(spec, config) + _accessors(spec) + "\n" + _epilogue_function(spec) + body
     return KernelSource(code=code, entry=entry_name(spec), grid=grid, block=block, args=args, spec=spec,
                         family=NAME, family_version=VERSION, config=config.to_json(), dynamic_smem=dynamic_smem)
 
@@ -429,23 +424,19 @@ _C_TILE_DECL = f"""    // The staged C tile lives in dynamic shared memory: BM×
 """
 
 
-SPLIT_TURN_HELPERS = r"""// Split-K turns: the blocks of one output tile add into D one after another, in order of
+SPLIT_TURN_HELPERS = ACQUIRE_RELEASE + r"""// Split-K turns: the blocks of one output tile add into D one after another, in order of
 // blockIdx.z. split_turn[tile] holds whose turn it is; module memory starts at zero and the last
 // split sets it back to zero, so the kernel needs no workspace and no memset between launches.
 __device__ unsigned int split_turn[TILES_N * TILES_M];
 __device__ __forceinline__ void wait_turn(const unsigned int* turn, unsigned int mine) {
-    if (threadIdx.x == 0) {
-        unsigned int now;
-        do {  // acquire: the previous split's partial sums in D are visible once its turn ends
-            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(now) : "l"(turn) : "memory");
-        } while (now != mine);
-    }
+    // acquire: the previous split's partial sums in D are visible once its turn ends
+    if (threadIdx.x == 0) spin_until_equal(turn, mine);
     __syncthreads();
 }
 __device__ __forceinline__ void pass_turn(unsigned int* turn, unsigned int next) {
     __threadfence();  // every thread's stores to D reach L2 before the turn moves on
     __syncthreads();
-    if (threadIdx.x == 0) asm volatile("st.release.gpu.global.u32 [%0], %1;" :: "l"(turn), "r"(next) : "memory");
+    if (threadIdx.x == 0) store_release(turn, next);
 }
 """
 

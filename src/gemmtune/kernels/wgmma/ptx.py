@@ -6,7 +6,7 @@ Shared-memory operands are 32-bit shared-window addresses (``smem_addr``), as th
 """
 from __future__ import annotations
 
-from ..half_floats import HALF_FLOATS
+from ..parts.floats import HALF_FLOATS, PACK_PAIR
 
 # Types and small helpers that need no PTX. NVRTC has no <cuda.h>: a TMA descriptor is 128 opaque
 # bytes, aligned to 64, that the host fills with cuTensorMapEncodeTiled and passes by value.
@@ -17,19 +17,7 @@ struct alignas(64) TmaDescriptor { u64 opaque[16]; };
 __device__ __forceinline__ u32 smem_addr(const void* p) {
     return static_cast<u32>(__cvta_generic_to_shared(p));
 }
-
-// Round fp32 to a 16-bit output type as a pair: (lo, hi) packed into one 32-bit word, lo first in memory.
-__device__ __forceinline__ u32 pack_pair(float lo, float hi, bf16_t*) {
-    u32 r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-__device__ __forceinline__ u32 pack_pair(float lo, float hi, fp16_t*) {
-    u32 r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-"""
+""" + PACK_PAIR
 
 BARRIERS = r"""
 // mbarrier.init: a barrier in shared memory that completes a phase after `arrivals` arrive-on

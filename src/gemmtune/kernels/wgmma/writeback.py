@@ -9,45 +9,34 @@ from __future__ import annotations
 
 from ...epilogue import Epilogue
 from ...spec import GemmSpec
+from ..parts import epilogue as epilogue_part
+from ..parts.epilogue import CArg, Operands, VectorArg
+from ..parts.floats import FLOAT_VIEW, TO_OUT  # FLOAT_VIEW: render.py takes it from here
 from .config import OUT_BYTES, WgmmaConfig, out_dtype
+
+# apply_epilogue takes C's element (read by the caller from global or shared memory) and bias as a
+# FloatView of D's type; the kernel and store_tile take C and bias as FloatViews.
+EPILOGUE_OPERANDS = Operands(CArg.VALUE, VectorArg.VIEW)
 
 
 def epilogue_function(epilogue: Epilogue) -> str:
-    params = ", ".join(["float v", "int row", "int col"] + operand_decls(epilogue, c_value=True))
-    body = "\n".join(f"    {line}" for line in epilogue.cuda_statements("row", "col", "N", c="c"))
-    return f"""
-// The fused epilogue, in fp32 registers before rounding to out_t: {epilogue}.
-__device__ __forceinline__ float apply_epilogue({params}) {{
-{body}
-    return v;
-}}
-"""
+    """apply_epilogue's definition (the epilogue part) without the GELU helper, which render.py emits."""
+    return epilogue_part.epilogue_function(epilogue, EPILOGUE_OPERANDS, preamble=False)
 
 
 def operand_decls(epilogue: Epilogue, c_value: bool = False, skip_c: bool = False) -> list[str]:
     """Parameter declarations for the epilogue operands in kernel order; with c_value, C arrives as
     its element `c`; with skip_c, C is left out (the shared-memory epilogue reads it from its tile)."""
-    decl = {"C": "float c" if c_value else "FloatView<out_t> C", "bias": "FloatView<out_t> bias",
-            "alpha": "float alpha", "beta": "float beta"}
-    return [decl[op.name] for op in epilogue.operands() if not (skip_c and op.name == "C")]
+    c = CArg.ABSENT if skip_c else CArg.VALUE if c_value else CArg.VIEW
+    return Operands(c, VectorArg.VIEW).declarations(epilogue)
 
 
 def epilogue_call(spec: GemmSpec, value: str, col: str, c: str) -> str:
     """`value = apply_epilogue(value, row, col, ...)`, C passed as the expression `c`."""
     if spec.epilogue.is_identity:
         return ""
-    args = "".join(f", {c}" if op.name == "C" else f", {op.name}" for op in spec.epilogue.operands())
-    return f"{value} = apply_epilogue({value}, row, {col}{args}); "
+    return f"{value} = {epilogue_part.epilogue_call(spec.epilogue, EPILOGUE_OPERANDS, value, 'row', col, c)}; "
 
-
-FLOAT_VIEW = r"""
-// Reads an out_t array as floats (C and bias come in the output type; the epilogue runs in fp32).
-template <typename T>
-struct FloatView {
-    const T* p;
-    __device__ __forceinline__ float operator[](size_t i) const { return to_float(p[i]); }
-};
-"""
 
 # How a pair of neighbouring outputs is written: as one 32-bit word (16-bit types) or a float2.
 PAIR_STORE = {
@@ -64,9 +53,7 @@ def store_tile(spec: GemmSpec) -> str:
     even = spec.n % 2 == 0
     pair_store = (PAIR_STORE[out_dtype(spec)] if even else
                   "D[(size_t)row * N + col] = to_out(v0); D[(size_t)row * N + col + 1] = to_out(v1);")
-    return f"""
-__device__ __forceinline__ out_t to_out(float v) {{ return from_float(v, (out_t*)0); }}
-
+    return TO_OUT + f"""
 // Write-back from the wgmma fragment: in each 64-row block, thread t of the warpgroup holds rows
 // 16·warp + lane/4 (+8) and columns 8·j + 2·(lane%4) (+1): pairs of neighbours, stored together
 // {"as one vector (N is even, so every pair is aligned)" if even else "one by one (N is odd: pairs are not aligned)"}.

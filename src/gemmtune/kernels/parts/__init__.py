@@ -1,0 +1,10 @@
+"""Parts: pieces of generated CUDA written once and composed by every family's render.
+
+A part is a Python constant or function that returns CUDA text (a device function, a struct, a few
+named helpers) that more than one family emits. A family's render stitches parts together with its
+own main loop; no family spells a part's CUDA itself, so a fix to a part reaches every kernel.
+
+    epilogue  apply_epilogue(v, row, col, <operands>), its definition and its call
+    floats    16-bit float types, to_float / from_float / to_out / pack_pair, FloatView
+    flags     acquire loads, release stores and the spin wait on a flag in global memory
+"""

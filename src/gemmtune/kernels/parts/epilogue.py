@@ -1,0 +1,95 @@
+"""The epilogue part: `apply_epilogue`, the device function every family calls on each finished
+accumulator on its way to D, and the call to it.
+
+The algebra (one CUDA statement per op, the GELU helper, the float64 reference) is
+gemmtune.epilogue's; this part only decides how the function is declared and called. A family
+describes how it passes the operands with an `Operands` value:
+
+    SIMT = Operands(CArg.VALUE, VectorArg.POINTER)   # float c; const float* __restrict__ bias
+    VIEWS = Operands(CArg.VALUE, VectorArg.VIEW)     # float c; FloatView<out_t> bias (parts/floats.py)
+
+    epilogue_function(spec.epilogue, SIMT)           # GELU helper (if used) + apply_epilogue's definition
+    epilogue_call(spec.epilogue, SIMT, "acc", "row", "col", c="C[row * N + col]")
+    # -> "apply_epilogue(acc, row, col, C[row * N + col], bias)", or just "acc" for no epilogue
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from ...epilogue import Epilogue
+
+# Every definition starts with this line (tests count it: one definition per kernel).
+MARKER = "// apply_epilogue: the epilogue part (kernels/parts/epilogue.py)"
+
+
+class CArg(Enum):
+    """How the matrix C reaches a function (the declaration it gets)."""
+
+    VALUE = "float c"             # its element C[row, col], loaded by the caller
+    VIEW = "FloatView<out_t> C"   # the whole matrix, read as floats and indexed in place
+    ABSENT = ""                   # not passed (the callee reads C from somewhere else)
+
+
+class VectorArg(Enum):
+    """The type a bias vector is passed as."""
+
+    POINTER = "const float* __restrict__"  # an fp32 array as stored
+    VIEW = "FloatView<out_t>"               # an out_t array read as floats
+
+
+@dataclass(frozen=True)
+class Operands:
+    """How a family passes the epilogue's operands: C, the bias vector; alpha and beta are floats."""
+
+    c: CArg = CArg.VALUE
+    vector: VectorArg = VectorArg.POINTER
+
+    def declarations(self, epilogue: Epilogue) -> list[str]:
+        """Parameter declarations of the epilogue's operands, in kernel order (C, bias, alpha, beta)."""
+        decls = []
+        for op in epilogue.operands():
+            if op.kind == "matrix":
+                decls += [self.c.value] if self.c is not CArg.ABSENT else []
+            elif op.kind in ("row", "col"):
+                decls.append(f"{self.vector.value} {op.name}")
+            else:
+                decls.append(f"float {op.name}")
+        return decls
+
+
+def epilogue_function(epilogue: Epilogue, operands: Operands, note: str = "", preamble: bool = True) -> str:
+    """`apply_epilogue(float v, int row, int col, <operands>)`: `v` through the epilogue's ops, in
+    fp32. Nothing for the identity epilogue. `note`: a comment line the family adds (how it loads C,
+    say). `preamble`: also emit the algebra's helpers (GELU); False for a caller that emits them."""
+    if epilogue.is_identity:
+        return ""
+    if epilogue.reads_c and operands.c is CArg.ABSENT:
+        raise ValueError(f"epilogue {epilogue} reads C: apply_epilogue must be passed C")
+    params = ", ".join(["float v", "int row", "int col", *operands.declarations(epilogue)])
+    c = "c" if operands.c is CArg.VALUE else None  # a view is indexed in place
+    body = "".join(f"    {line}\n" for line in epilogue.cuda_statements("row", "col", "N", c=c))
+    why = f"// The fused epilogue {epilogue}: fp32, in registers on the way to D (before rounding to D's type).\n"
+    return (f"{epilogue.cuda_preamble() if preamble else ''}{MARKER}\n{why}"
+            + (f"// {note}\n" if note else "")
+            + f"__device__ __forceinline__ float apply_epilogue({params}) {{\n{body}    return v;\n}}\n")
+
+
+def epilogue_call(epilogue: Epilogue, operands: Operands, value: str, row: str, col: str,
+                  c: str | None = None, bias: str = "bias") -> str:
+    """The expression `apply_epilogue(value, row, col, ...)` (just `value` for the identity epilogue).
+    `c`: the expression for C[row, col] when C is passed as a value; `bias`: what is passed for the
+    bias vector (its name, or a wrapping such as `FloatView<out_t>{bias}`)."""
+    if epilogue.is_identity:
+        return value
+    args = [value, row, col]
+    for op in epilogue.operands():
+        if op.kind == "matrix" and operands.c is CArg.VALUE:
+            if c is None:
+                raise ValueError("apply_epilogue takes C's element: pass its expression as `c`")
+            args.append(c)
+        elif op.kind == "matrix":
+            args += ["C"] if operands.c is CArg.VIEW else []
+        else:
+            args.append(bias if op.kind in ("row", "col") else op.name)
+    return f"apply_epilogue({', '.join(args)})"
