@@ -192,3 +192,29 @@ def test_autograd_matches_torch(activation):
     act[activation](ref_layer(x64)).backward(grad.double())
     for got, want in ((x.grad, x64.grad), (layer.weight.grad, ref_layer.weight.grad), (layer.bias.grad, ref_layer.bias.grad)):
         assert _rel_error(got, want.cpu()) <= 1e-5
+
+
+def test_cupy_arrays_run_on_cupys_current_stream():
+    cupy = pytest.importorskip("cupy")
+    import numpy as np
+
+    spec = FAMILY_SPECS["simt"]
+    kernel = gemmtune.build(spec)
+    rng = np.random.default_rng(4)
+    a, b, bias = (cupy.asarray(rng.uniform(-1, 1, shape).astype(np.float32))
+                  for shape in (spec.a_shape, spec.b_shape, (spec.n,)))
+    fresh = rng.uniform(-1, 1, spec.a_shape).astype(np.float32)
+    out = cupy.full((spec.m, spec.n), np.nan, dtype=cupy.float32)
+    kernel(a, b, bias, out=out)
+    cupy.cuda.Device().synchronize()
+    spin = cupy.RawKernel(r'''extern "C" __global__ void spin(long long cycles) {
+        long long start = clock64(); while (clock64() - start < cycles) { } }''', "spin")
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        spin((1,), (1,), (np.int64(50_000_000),))  # tens of ms before the new A lands
+        a.set(fresh, stream=stream)  # ordered after the spin on this stream
+        kernel(a, b, bias, out=out)
+    stream.synchronize()
+    ref = fresh.astype(np.float64) @ cupy.asnumpy(b).astype(np.float64) + cupy.asnumpy(bias)[None, :]
+    error = float(np.linalg.norm(cupy.asnumpy(out) - ref) / np.linalg.norm(ref))
+    assert error <= tolerance(spec.dtype, spec.k), error
