@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from datetime import date
 from statistics import median
@@ -34,7 +33,8 @@ from gemmtune.bench import BenchRow, bench_compiled, bench_cublas
 from gemmtune.compiler import compile_kernel
 from gemmtune.device import query_device
 from gemmtune.kernel_source import KernelSource
-from gemmtune.kernels.wgmma.config import C_PATH, CLUSTER_GRID, SM90_SMS, WgmmaConfig
+from gemmtune.arch import geometry
+from gemmtune.kernels.wgmma.config import C_PATH, WgmmaConfig
 from gemmtune.kernels.wgmma.render import render
 from gemmtune.spec import GemmSpec
 from gemmtune.timing import TimingProtocol
@@ -245,8 +245,8 @@ C4_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
 
 @dataclass(frozen=True)
 class GridOf:
-    """Not a patch of the source: the variant is rendered with CLUSTER_GRID[cluster] = blocks (the
-    persistent grid for clusters of that size), e.g. the 64 pairs launched before set s9's change (commit 7de9349)."""
+    """Not a patch of the source: the variant is rendered for a GPU whose persistent grid for clusters
+    of `cluster` CTAs is `blocks`, e.g. the 64 pairs launched before commit 7de9349."""
 
     cluster: int
     blocks: int
@@ -254,15 +254,12 @@ class GridOf:
     def __call__(self, src: KernelSource) -> KernelSource:
         return src
 
-
-@contextmanager
-def cluster_grid(override: GridOf):
-    before = CLUSTER_GRID[override.cluster]
-    CLUSTER_GRID[override.cluster] = override.blocks
-    try:
-        yield
-    finally:
-        CLUSTER_GRID[override.cluster] = before
+    def gpu(self):
+        """The arch table's sm_90 GPU with this cluster capacity."""
+        table = geometry(None, "sm_90a")
+        blocks = dict(table.cluster_blocks)
+        blocks[self.cluster] = self.blocks
+        return replace(table, cluster_blocks=tuple(sorted(blocks.items())))
 
 
 # Set s9: pairs launched 66 at a time (all 132 SMs) with the last wave shared out in
@@ -588,7 +585,7 @@ S13B_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] =
 # take the rest on.
 def _chooser_pick(spec: GemmSpec) -> WgmmaConfig:
     from gemmtune.chooser import rank
-    return rank(spec, "sm_90a", SM90_SMS, "wgmma")[0].config
+    return rank(spec, "sm_90a", geometry(None, "sm_90a").sm_count, "wgmma")[0].config
 
 
 RING_128x256 = WgmmaConfig(bm=128, bn=256, stages=4, consumers=2, specialized=True, persistent=True, group_m=8,
@@ -659,8 +656,7 @@ def row_line(name: str, row: BenchRow, cublas_s: float | None, note: str) -> str
 
 
 def compile_variant(spec: GemmSpec, config: WgmmaConfig, patch: Patch | None):
-    with cluster_grid(patch) if isinstance(patch, GridOf) else nullcontext():
-        src = render(spec, config, "sm_90a")
+    src = render(spec, config, "sm_90a", patch.gpu() if isinstance(patch, GridOf) else None)
     return compile_kernel(patch(src) if patch else src, "sm_90a")
 
 

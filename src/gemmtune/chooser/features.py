@@ -14,7 +14,7 @@ shared memory, registers); the features follow from it and the shape:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, replace, fields
 from typing import Any
 
 from ..kernels.gemv.config import GemvConfig, estimated_registers, outputs, stream_kind, streams_b
@@ -133,9 +133,25 @@ def traffic_bytes(spec: GemmSpec, g: Geometry) -> float:
     return float(a + b + d + epilogue)
 
 
-def features(spec: GemmSpec, config: Any, sm_count: int, registers: int | None = None) -> dict[str, float]:
-    """Named features, in a fixed order (the model's columns)."""
+def trained_geometry(spec: GemmSpec, config: Any, sm_count: int, registers: int | None = None) -> Geometry:
+    """The geometry as the shipped model (data/chooser_model.json.gz, trained 2026-11-23) saw it.
+
+    Identical to `geometry` except for persistent wgmma kernels, which that model was trained to see
+    as one block per SM (min(units, sm_count)), where the schedule launches fewer when fewer balance
+    the tiles (4096^3 in 128x256 tiles: 128, not 132). Fed the launched grid instead, the model moves
+    4 of the 48 picks the results table measured, 3 of them to slower configs (H100, 2026-11-24), so
+    the model keeps its training inputs until it is retrained on launched grids; everything that
+    reasons about the launch itself uses `geometry`."""
     g = geometry(spec, config, sm_count, registers)
+    if isinstance(config, WgmmaConfig) and config.persistent:
+        units = math.ceil(math.ceil(spec.m / config.bm) / config.cluster_m) * math.ceil(spec.n / config.bn) * config.cluster_m
+        g = replace(g, blocks=min(units, sm_count))
+    return g
+
+
+def features(spec: GemmSpec, config: Any, sm_count: int, registers: int | None = None) -> dict[str, float]:
+    """Named features, in a fixed order (the model's columns), from the model's `trained_geometry`."""
+    g = trained_geometry(spec, config, sm_count, registers)
     per_sm = blocks_per_sm(g)
     slots = per_sm * sm_count
     waves = g.blocks / slots
