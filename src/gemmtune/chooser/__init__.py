@@ -23,7 +23,7 @@ from ..kernels.wgmma.config import WgmmaConfig
 from ..kernels.wgmma.schedule import schedule_for
 from ..spec import GemmSpec
 from .candidates import candidates
-from .features import HBM_BYTES_PER_S, PEAK_FLOPS, features, roofline_s
+from .features import HBM_BYTES_PER_S, PEAK_FLOPS, features, has_geometry, roofline_s
 from .model import ChooserModel, FamilyModel, feature_matrix, load
 
 # Features shown by --explain, in this order.
@@ -104,6 +104,8 @@ class Pick:
         return f
 
     def why(self) -> str:
+        if not self.features:
+            return self.scored_by
         f = dict(self.features)
         return (f"predicted {self.predicted_s * 1e6:.1f} µs by the {self.scored_by}: {f['waves']:.2f} waves "
                 f"(last wave {100 * f['last_wave_full']:.0f}% full), {100 * f['tile_waste']:.1f}% of the tiles "
@@ -147,6 +149,9 @@ def rank(spec: GemmSpec, arch: str, sm_count: int | None = None, family: str | N
     if sm_count is None:
         sm_count = arch_geometry(None, arch).sm_count
     configs = candidates(chosen.name, spec, arch, sm_count)
+    if not has_geometry(configs[0]):  # a family the chooser does not model yet: its default, unranked
+        return [Pick(chosen.name, c, math.nan, f"the {chosen.name} family's default (the chooser has no model of it)", ())
+                for c in configs]
     model = model if model is not None else shipped_model()
     scores, scored_by = _scores(spec, configs, sm_count, model.for_family(chosen.name) if model else None)
     order = sorted(range(len(configs)), key=lambda i: (scores[i], i))  # ties: the candidate list's order
@@ -165,6 +170,8 @@ def choose(spec: GemmSpec, arch: str, sm_count: int | None = None, family: str |
 
 def explain(picks: list[Pick], top: int = 5) -> str:
     """A few lines: the pick and why, then the runners-up with their predictions."""
+    if not picks[0].features:
+        return f"chooser: {picks[0].family} {picks[0].config.describe()}\n  why: {picks[0].why()}"
     lines = [f"chooser: {picks[0].family} {picks[0].config.describe()}", f"  why: {picks[0].why()}",
              f"  {len(picks)} candidates ranked; the best {min(top, len(picks))}:",
              "  " + " | ".join(["rank", "predicted µs", *EXPLAINED, "config"])]

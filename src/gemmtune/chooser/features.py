@@ -106,6 +106,11 @@ def gemv_geometry(spec: GemmSpec, c: GemvConfig, sm_count: int, registers: int |
 GEOMETRY = {SimtConfig: simt_geometry, WgmmaConfig: wgmma_geometry, GemvConfig: gemv_geometry}
 
 
+def has_geometry(config: Any) -> bool:
+    """Whether the chooser models the launch of `config`'s family."""
+    return type(config) in GEOMETRY
+
+
 def geometry(spec: GemmSpec, config: Any, sm_count: int, registers: int | None = None) -> Geometry:
     """How `config` launches for `spec` on a GPU of `sm_count` SMs (the grid its render gives)."""
     return GEOMETRY[type(config)](spec, config, sm_count, registers)
