@@ -23,7 +23,7 @@ from .kernel_source import KernelSource
 # CUDA_CACHE_DISABLE=0 yourself to keep it on.
 os.environ.setdefault("CUDA_CACHE_DISABLE", "1")
 
-ARCHES = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
+ARCHES = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_120")
 BASE_OPTIONS = ("--std=c++17",)
 
 

@@ -1,6 +1,7 @@
 """Generator families as plug-ins, and the registry every verb asks.
 
-A family is one way of writing GEMM kernels (CUDA-core fp32 templates, Hopper wgmma + TMA, ...).
+A family is one way of writing GEMM kernels (CUDA-core fp32 templates, Hopper wgmma + TMA, mma.sync
+for every tensor-core GPU, ...).
 Each package under ``kernels/`` describes itself with one :class:`Family` value; build, show, bench,
 tune, space, export, load and the tuning database find families here and never import one by name.
 
@@ -22,8 +23,10 @@ if TYPE_CHECKING:
     from ..spec import GemmSpec
     from .space_base import SearchSpace
 
-# Family packages, best first: family_for picks the first one that supports a spec.
-FAMILY_MODULES = ("gemv", "wgmma", "simt")
+# Family packages, best first: family_for picks the first one that supports a spec. gemv takes
+# M <= 16 and N = 1; wgmma aligned tensor-core specs on sm_90; mma every other tensor-core spec
+# (sm_75+); simt fp32.
+FAMILY_MODULES = ("gemv", "wgmma", "mma", "simt")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,199 @@
+"""The mma.sync tensor-core family's Config, its constraints with reasons, and its ladder.
+
+One frozen dataclass spans the ladder: mma.sync fed by plain shared-memory loads, then ldmatrix,
+a multistage cp.async ring, an XOR-swizzled shared layout, larger warp tiles, and the tuned
+default. Every step runs every supported spec (any M, N, K, layout, alignment), so the steps differ
+only in speed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ...arch import geometry, known_arch
+from ...spec import GemmSpec
+from ..config_base import FamilyConfig, arch_number, rejections_by
+
+NAME = "mma"
+VERSION = "1"
+DTYPES = ("bf16", "fp16", "tf32")
+INPUT_BYTES = {"bf16": 2, "fp16": 2, "tf32": 4}
+KSTEP_BYTES = 32  # one mma's depth in bytes of A/B: k16 of 16-bit values, k8 of tf32
+MAX_ACCUMULATORS = 128  # fp32 accumulators per thread (a 64x64 warp tile); more spills
+MAX_THREADS = 512
+
+
+@dataclass(frozen=True, order=True)
+class MmaConfig(FamilyConfig):
+    """Parameters of one mma.sync kernel.
+
+    bm×bn: the block's output tile. k_bytes: depth of one k-slice in bytes of A/B, so a step means
+      the same shared memory for every dtype (bk(dtype): 64 B = 32 bf16/fp16 values or 16 tf32).
+    wm×wn: one warp's output tile (multiples of 16); the block has (bm/wm)·(bn/wn) warps.
+    stages: shared-memory buffers of the k-slice ring (1 = load, wait, compute, repeat).
+    ldmatrix: fragments come from shared memory through ldmatrix (.trans for MN-major 16-bit
+      operands); otherwise (and for MN-major tf32, which ldmatrix cannot transpose) plain loads.
+    async_copy: global -> shared through cp.async (sm_80+) where the copy is 4 bytes or more;
+      2-byte element copies (rows with an odd length) always go through registers.
+    swizzle: 16-byte chunks of each shared row XORed with the row, so ldmatrix's eight row reads
+      of a phase fall in distinct banks; without it rows are stored plainly (bank conflicts).
+    group_m: rasterization: consecutive blocks walk down group_m rows of tiles before moving right
+      (they share A and B panels in L2).
+    """
+
+    bm: int = 128
+    bn: int = 256
+    k_bytes: int = 64
+    wm: int = 64
+    wn: int = 64
+    stages: int = 4
+    ldmatrix: bool = True
+    async_copy: bool = True
+    swizzle: bool = True
+    group_m: int = 8
+    FAMILY_LABEL = "mma"
+
+    # --- derived shape --------------------------------------------------------------------
+    def bk(self, dtype: str) -> int:
+        return self.k_bytes // INPUT_BYTES[dtype]
+
+    @property
+    def warps(self) -> int:
+        return (self.bm // self.wm) * (self.bn // self.wn) if self.wm and self.wn else 0
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    @property
+    def accumulators(self) -> int:
+        return self.wm * self.wn // 32
+
+    def stage_bytes(self) -> int:
+        return (self.bm + self.bn) * self.k_bytes
+
+    def smem_bytes(self) -> int:
+        return self.stages * self.stage_bytes()
+
+    def describe(self) -> str:
+        feed = "ldmatrix" if self.ldmatrix else "lds"
+        copy = " cp.async" if self.async_copy else ""
+        return (f"tile {self.bm}x{self.bn}x{self.k_bytes}B warp {self.wm}x{self.wn} stages{self.stages} "
+                f"{feed}{copy}" + (" swizzle" if self.swizzle else "") + f" g{self.group_m}")
+
+
+# --- what the family can run at all ----------------------------------------------------------------
+def supports(spec: GemmSpec, arch: str) -> str | None:
+    """Why mma.sync cannot run `spec` on `arch`, or None (any shape, layout and alignment otherwise)."""
+    number = arch_number(arch)
+    if spec.dtype not in DTYPES:
+        return f"tensor-core inputs must be {', '.join(DTYPES)}, not {spec.dtype}"
+    if number < 75:
+        return f"mma.sync with ldmatrix needs sm_75 or newer, not {arch}"
+    if number < 80 and spec.dtype != "fp16":
+        return f"{spec.dtype} mma.sync needs sm_80 or newer; {arch} tensor cores take fp16 only"
+    return None
+
+
+def smem_limit(arch: str) -> int:
+    """Dynamic shared memory one block may opt in to on `arch` (48 KiB for an arch the table lacks)."""
+    return geometry(None, arch).smem_per_block if known_arch(arch) else 48 * 1024
+
+
+# --- constraints --------------------------------------------------------------------------------
+Constraint = Callable[[MmaConfig, GemmSpec, str], "str | None"]
+
+
+def _dtype(c: MmaConfig, s: GemmSpec, arch: str) -> str | None:
+    return supports(s, arch)
+
+
+def _tile(c: MmaConfig, s: GemmSpec, arch: str) -> str | None:
+    if c.bm not in (16, 32, 64, 128, 256) or c.bn not in (16, 32, 64, 128, 256):
+        return f"tile {c.bm}x{c.bn}: bm and bn must be 16, 32, 64, 128 or 256"
+    if c.wm not in (16, 32, 64, 128) or c.wn not in (16, 32, 64, 128):
+        return f"warp tile {c.wm}x{c.wn}: wm and wn must be 16, 32, 64 or 128 (ldmatrix x4 covers 16)"
+    if c.bm % c.wm or c.bn % c.wn:
+        return f"warp tile {c.wm}x{c.wn} does not divide block tile {c.bm}x{c.bn}"
+    if not 32 <= c.threads <= MAX_THREADS:
+        return f"{c.warps} warps per block: 1 to {MAX_THREADS // 32}"
+    return None
+
+
+def _depth(c: MmaConfig, s: GemmSpec, arch: str) -> str | None:
+    if c.k_bytes not in (32, 64, 128):
+        return f"k_bytes={c.k_bytes}: 32, 64 or 128 bytes of K per k-slice"
+    return None
+
+
+def _registers(c: MmaConfig, s: GemmSpec, arch: str) -> str | None:
+    if c.accumulators > MAX_ACCUMULATORS:
+        return f"{c.accumulators} fp32 accumulators per thread exceed {MAX_ACCUMULATORS} (registers would spill)"
+    return None
+
+
+def _pipeline(c: MmaConfig, s: GemmSpec, arch: str) -> str | None:
+    if not 1 <= c.stages <= 5:
+        return f"stages={c.stages}: 1 to 5 shared-memory buffers"
+    if c.async_copy and arch_number(arch) < 80:
+        return f"cp.async needs sm_80 or newer, not {arch}"
+    if c.group_m not in (1, 2, 4, 8, 16):
+        return f"group_m={c.group_m}: 1, 2, 4, 8 or 16"
+    return None
+
+
+def _smem(c: MmaConfig, s: GemmSpec, arch: str) -> str | None:
+    need, limit = c.smem_bytes(), smem_limit(arch)
+    if need > limit:
+        return f"{c.stages} stages of {c.bm}x{c.bn}x{c.k_bytes}B slices need {need} B of shared memory, over {limit} B"
+    return None
+
+
+CONSTRAINTS: dict[str, Constraint] = {
+    "dtype": _dtype, "tile": _tile, "depth": _depth, "registers": _registers, "pipeline": _pipeline,
+    "shared_memory": _smem,
+}
+
+
+def rejections(config: MmaConfig, spec: GemmSpec, arch: str = "sm_80") -> dict[str, str]:
+    """{constraint name: reason} for every constraint the config breaks; empty when valid."""
+    return rejections_by(CONSTRAINTS, config, spec, arch)
+
+
+def _fitting_stages(config: MmaConfig, arch: str, wanted: int) -> int:
+    """The most stages up to `wanted` whose ring fits the arch's shared memory (at least 1)."""
+    fits = max(1, smem_limit(arch) // config.stage_bytes())
+    return max(1, min(wanted, fits))
+
+
+def ladder(arch: str = "sm_80") -> list[tuple[str, MmaConfig]]:
+    """The mma.sync ladder: each step adds one technique to the one before."""
+    has_cp_async = arch_number(arch) >= 80
+    plain = MmaConfig(bm=64, bn=64, k_bytes=64, wm=32, wn=32, stages=1, ldmatrix=False, async_copy=False,
+                      swizzle=False, group_m=1)
+    with_ldmatrix = plain.with_(ldmatrix=True)
+    multistage = with_ldmatrix.with_(stages=3, async_copy=has_cp_async)
+    swizzled = multistage.with_(swizzle=True)
+    warp_tiles = swizzled.with_(bm=128, bn=128, wm=64, wn=64)
+    tuned = warp_tiles.with_(bn=256, group_m=8)
+    return [
+        ("smem_mma", plain),
+        ("ldmatrix", with_ldmatrix),
+        ("multistage", multistage),
+        ("swizzle", swizzled),
+        ("warp_tiles", warp_tiles),
+        ("tuned", tuned.with_(stages=_fitting_stages(tuned, arch, 4))),
+    ]
+
+
+def default_config(spec: GemmSpec | None, arch: str = "sm_80") -> MmaConfig:
+    """The tuned step; where its 128x256 tiles would leave most SMs idle, 128x128, then 64x64 tiles."""
+    tuned = dict(ladder(arch))["tuned"]
+    if spec is None:
+        return tuned
+    sms = geometry(None, arch).sm_count if known_arch(arch) else 80
+    for candidate in (tuned, tuned.with_(bn=128), tuned.with_(bm=64, bn=64, wm=32, wn=32)):
+        candidate = candidate.with_(stages=_fitting_stages(candidate, arch, 4))
+        if -(-spec.m // candidate.bm) * -(-spec.n // candidate.bn) >= sms // 2:
+            return candidate
+    return candidate

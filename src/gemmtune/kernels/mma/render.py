@@ -1,0 +1,431 @@
+"""mma.sync GEMM generator: MmaConfig + GemmSpec -> readable CUDA (KernelSource).
+
+Sizes are baked in as constants. Each operand is copied to shared memory as stored (no transpose:
+A as M×K or K×M, B as K×N or N×K), so cp.async can move it; the fragment loads do the rest:
+ldmatrix for K-major tiles, ldmatrix.trans for MN-major 16-bit tiles, plain 32-bit loads where
+ldmatrix does not fit (MN-major tf32, or the smem_mma step). The copy width comes from the spec:
+16 bytes where every stored row of the operand allows it, else 8, 4, or 2-byte elements. Edges are
+zero-filled at the copy (K too), so the main loop never branches on them; the write-back is guarded.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...errors import ConfigError
+from ...kernel_source import KernelSource
+from ...spec import GemmSpec
+from ..config_base import arch_number
+from ..parts.epilogue import CArg, Operands, VectorArg, epilogue_call, epilogue_function
+from ..parts.floats import FLOAT_VIEW, HALF_FLOATS, PACK_PAIR, TO_OUT
+from .config import INPUT_BYTES, KSTEP_BYTES, NAME, VERSION, MmaConfig, rejections
+from .ptx import CP_ASYNC, LDMATRIX, SMEM_ADDR, mma_helper
+
+STORAGE_TYPES = {"fp32": "float", "tf32": "float", "bf16": "bf16_t", "fp16": "fp16_t"}
+COPY_TYPES = {16: "uint4", 8: "uint2", 4: "u32", 2: "unsigned short"}
+# apply_epilogue takes C's element (loaded by the caller, a pair at a time where aligned) and bias as
+# a FloatView of D's type.
+EPILOGUE_OPERANDS = Operands(CArg.VALUE, VectorArg.VIEW)
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def entry_name(spec: GemmSpec) -> str:
+    return f"{spec.slug()}_mma"
+
+
+@dataclass(frozen=True)
+class Operand:
+    """How one input is held in shared memory and read into fragments."""
+
+    name: str        # "A" or "B"
+    extent: str      # "M" or "N": the dimension that is not K
+    tile: int        # BM or BN
+    bk: int          # the k-slice depth in elements
+    k_major: bool    # stored with K contiguous: the shared tile is [tile][bk], else [bk][tile]
+    elem: int        # bytes per element
+    copy_bytes: int  # bytes per global -> shared copy
+    use_async: bool  # cp.async (else through registers)
+    use_ldmatrix: bool
+    swizzle: bool
+    offset: int      # byte offset of this operand's tile within a stage
+
+    @property
+    def rows(self) -> int:
+        return self.tile if self.k_major else self.bk
+
+    @property
+    def cols(self) -> int:
+        return self.bk if self.k_major else self.tile
+
+    @property
+    def row_bytes(self) -> int:
+        return self.cols * self.elem
+
+    @property
+    def tile_bytes(self) -> int:
+        return self.rows * self.row_bytes
+
+    @property
+    def lower(self) -> str:
+        return self.name.lower()
+
+
+def _copy_bytes(stored_row: int, elem: int) -> int:
+    """The widest copy every stored row allows: 16, 8, 4 bytes, else one 2-byte element."""
+    for width in (16, 8, 4):
+        if width >= elem and stored_row * elem % width == 0:
+            return width
+    return elem
+
+
+def operands(spec: GemmSpec, config: MmaConfig, arch: str) -> tuple[Operand, Operand]:
+    elem, bk = INPUT_BYTES[spec.dtype], config.bk(spec.dtype)
+    cp_async = config.async_copy and arch_number(arch) >= 80
+    found = []
+    offset = 0
+    for name, extent, tile, k_major in (("A", "M", config.bm, not spec.a_trans), ("B", "N", config.bn, spec.b_trans)):
+        stored_row = spec.k if k_major else (spec.m if name == "A" else spec.n)
+        width = _copy_bytes(stored_row, elem)
+        # ldmatrix moves 16-bit units: a K-major tf32 tile reads right, an MN-major one would need
+        # a 32-bit transpose, so it keeps plain loads.
+        ldm = config.ldmatrix and (elem == 2 or k_major)
+        op = Operand(name, extent, tile, bk, k_major, elem, width, cp_async and width >= 4, ldm, config.swizzle, offset)
+        offset += op.tile_bytes
+        found.append(op)
+    return found[0], found[1]
+
+
+# --- shared-memory layout ------------------------------------------------------------------------
+def _swizzle_term(op: Operand) -> str:
+    """The row's XOR mask over 16-byte chunks: the 8 rows one ldmatrix phase reads land on 8
+    distinct chunk positions of a 128-byte bank line (rows of 32 or 64 bytes share a line)."""
+    if not op.swizzle or op.row_bytes < 32:
+        return ""
+    if op.row_bytes >= 128:
+        return "(row & 7)"
+    return "((row >> 1) & 3)" if op.row_bytes == 64 else "((row >> 2) & 1)"
+
+
+def _offset_function(op: Operand) -> str:
+    term = _swizzle_term(op)
+    layout = f"[{op.rows}][{op.cols}]"
+    if term:
+        body = (f"    const int byte = col * {op.elem};\n"
+                f"    return row * {op.row_bytes} + ((((byte >> 4) ^ {term}) << 4) | (byte & 15));")
+        how = "16-byte chunks XOR-swizzled by row"
+    else:
+        body = f"    return row * {op.row_bytes} + col * {op.elem};"
+        how = "plain rows (ldmatrix's rows may share banks)"
+    what = "[x][k]: K contiguous" if op.k_major else "[k][x]: " + op.extent + " contiguous"
+    return (f"// {op.name}'s tile in shared memory: {layout} elements, {what}, {how}.\n"
+            f"__device__ __forceinline__ int {op.lower}_offset(int row, int col) {{\n{body}\n}}\n")
+
+
+# --- global -> shared ---------------------------------------------------------------------------
+def _copy_function(spec: GemmSpec, op: Operand, threads: int) -> str:
+    units_per_row = op.cols * op.elem // op.copy_bytes
+    vec = op.copy_bytes // op.elem
+    stored = "ld" + op.extent
+    x, k = ("row", "col") if op.k_major else ("col", "row")
+    at = f"(unsigned)gx * K + gk" if op.k_major else f"(unsigned)gk * {op.extent} + gx"
+    if op.use_async:
+        how = f"cp.async, {op.copy_bytes} B each"
+        copy = (f"cp_async_{op.copy_bytes}(smem_addr(stage + {op.lower}_offset(row, col)), "
+                f"ok ? (const void*)({op.name} + at) : (const void*){op.name}, ok);")
+    else:
+        kind = COPY_TYPES[op.copy_bytes]
+        zero = f"{kind}{{}}" if op.copy_bytes >= 4 else "(unsigned short)0"
+        how = f"{op.copy_bytes}-byte loads through registers" + (
+            " (2-byte elements: below cp.async's 4-byte minimum)" if op.copy_bytes == 2 else "")
+        copy = (f"*reinterpret_cast<{kind}*>(stage + {op.lower}_offset(row, col)) =\n"
+                f"            ok ? *reinterpret_cast<const {kind}*>({op.name} + at) : {zero};")
+    del stored
+    # Narrow copies are many per thread: unrolled whole, ptxas hoists every one's address out of the
+    # k-loop and spills (64x64 warp tiles at odd K); a partial unroll keeps them in the loop.
+    unroll = "#pragma unroll 4" if op.rows * units_per_row > 4 * threads else "#pragma unroll"
+    return f"""// {op.name}: global -> shared ({how}); zeros outside the matrix, so edge tiles need no branches later.
+__device__ __forceinline__ void load_{op.lower}(unsigned char* stage, const in_t* __restrict__ {op.name}, int x0, int k0) {{
+    constexpr int PER_ROW = {units_per_row}, UNITS = {op.rows} * PER_ROW;
+    {unroll}
+    for (int l = 0; l < (UNITS + THREADS - 1) / THREADS; ++l) {{
+        const int idx = threadIdx.x + l * THREADS;
+        if (UNITS % THREADS != 0 && idx >= UNITS) break;
+        const int row = idx / PER_ROW, col = (idx % PER_ROW) * {vec};
+        const int gx = x0 + {x}, gk = k0 + {k};
+        const bool ok = gx < {op.extent} && gk < K;
+        const unsigned at = ok ? {at} : 0u;
+        {copy}
+    }}
+}}
+"""
+
+
+# --- shared -> fragments ------------------------------------------------------------------------
+def _at(op: Operand, x: str, k: str) -> str:
+    """Byte offset of element (x, k) of the operand's tile."""
+    return f"{op.lower}_offset({x}, {k})" if op.k_major else f"{op.lower}_offset({k}, {x})"
+
+
+def _a_fragments(op: Operand) -> str:
+    """a[i][0..3] for the warp's MT 16-row blocks at k-step kk (the m16n8k16 / m16n8k8 A layout)."""
+    half = 16 // op.elem  # elements in 16 bytes: the k extent of one 8x8 ldmatrix block
+    if op.use_ldmatrix and op.k_major:
+        load = f"ldmatrix_x4(a[i], a_base + {_at(op, 'x + (lane & 15)', f'kk + (lane >> 4) * {half}')});"
+        why = "ldmatrix: lanes 0-15 give rows 0-15 at k, lanes 16-31 the same rows at k + 16 bytes"
+    elif op.use_ldmatrix:
+        load = (f"ldmatrix_x4_trans(a[i], a_base + "
+                f"{_at(op, 'x + (((lane >> 3) & 1) << 3)', 'kk + (lane & 7) + ((lane >> 4) << 3)')});")
+        why = "ldmatrix.trans: the M-contiguous tile transposed into the row-major A fragment"
+    elif op.elem == 4:
+        load = " ".join(f"a[i][{r}] = lds32(a_ptr + {_at(op, f'x + g + {dx}', f'kk + t + {dk}')});"
+                        for r, (dx, dk) in enumerate(((0, 0), (8, 0), (0, 4), (8, 4))))
+        why = "plain loads: a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4)"
+    else:
+        load = " ".join(f"a[i][{r}] = {_pair(op, 'a_ptr', f'x + g + {dx}', f'kk + 2 * t + {dk}')};"
+                        for r, (dx, dk) in enumerate(((0, 0), (8, 0), (0, 8), (8, 8))))
+        why = "plain loads: a0 (g, 2t..2t+1), a1 (g+8, ..), a2 (g, 2t+8..), a3 (g+8, 2t+8..)"
+    return f"""            // A fragments ({why}).
+            #pragma unroll
+            for (int i = 0; i < MT; ++i) {{
+                const int x = wrow + i * 16;
+                {load}
+            }}
+"""
+
+
+def _pair(op: Operand, ptr: str, x: str, k: str) -> str:
+    """Two 16-bit elements (x, k) and (x, k + 1) in one register, k in the low half."""
+    if op.k_major:
+        return f"lds32({ptr} + {_at(op, x, k)})"
+    return f"pack16(lds16({ptr} + {_at(op, x, k)}), lds16({ptr} + {_at(op, x, f'{k} + 1')}))"
+
+
+def _b_fragments(op: Operand) -> str:
+    """b[j][0..1] for the warp's NT 8-column blocks at k-step kk (the col-major B layout)."""
+    half = 16 // op.elem
+    if op.use_ldmatrix:
+        if op.k_major:
+            at = _at(op, "x + ((lane >> 4) << 3) + (lane & 7)", f"kk + ((lane >> 3) & 1) * {half}")
+            load, why = f"ldmatrix_x4(r, b_base + {at});", "ldmatrix: two 8-column blocks, both k halves"
+        else:
+            at = _at(op, "x + ((lane >> 4) << 3)", "kk + (lane & 7) + (((lane >> 3) & 1) << 3)")
+            load, why = f"ldmatrix_x4_trans(r, b_base + {at});", "ldmatrix.trans of the N-contiguous tile"
+        return f"""            // B fragments ({why}).
+            #pragma unroll
+            for (int j = 0; j < NT; j += 2) {{
+                const int x = wcol + j * 8;
+                u32 r[4];
+                {load}
+                b[j][0] = r[0]; b[j][1] = r[1]; b[j + 1][0] = r[2]; b[j + 1][1] = r[3];
+            }}
+"""
+    if op.elem == 4:
+        load = (f"b[j][0] = lds32(b_ptr + {_at(op, 'x + g', 'kk + t')}); "
+                f"b[j][1] = lds32(b_ptr + {_at(op, 'x + g', 'kk + t + 4')});")
+        why = "plain loads: b0 (k t, n g), b1 (k t+4, n g)"
+    else:
+        load = (f"b[j][0] = {_pair(op, 'b_ptr', 'x + g', 'kk + 2 * t')}; "
+                f"b[j][1] = {_pair(op, 'b_ptr', 'x + g', 'kk + 2 * t + 8')};")
+        why = "plain loads: b0 (k 2t..2t+1, n g), b1 (k 2t+8.., n g)"
+    return f"""            // B fragments ({why}).
+            #pragma unroll
+            for (int j = 0; j < NT; ++j) {{
+                const int x = wcol + j * 8;
+                {load}
+            }}
+"""
+
+
+LDS = r"""
+// Plain shared-memory reads of fragment elements (the smem_mma step, and MN-major tf32 tiles).
+__device__ __forceinline__ u32 lds32(const unsigned char* p) { return *reinterpret_cast<const u32*>(p); }
+__device__ __forceinline__ u32 lds16(const unsigned char* p) { return *reinterpret_cast<const unsigned short*>(p); }
+__device__ __forceinline__ u32 pack16(u32 lo, u32 hi) { return lo | (hi << 16); }
+"""
+
+
+# --- write-back -----------------------------------------------------------------------------------
+def _pair_io(spec: GemmSpec, arch: str) -> str:
+    if spec.out_dtype == "fp32":
+        return r"""
+// Two neighbouring fp32 outputs (8-byte aligned: N is even and col is even).
+__device__ __forceinline__ void read_pair(const out_t* p, float& a, float& b) {
+    const float2 v = *reinterpret_cast<const float2*>(p);
+    a = v.x; b = v.y;
+}
+__device__ __forceinline__ void write_pair(out_t* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
+"""
+    return r"""
+// Two neighbouring 16-bit outputs in one 32-bit word (4-byte aligned: N is even and col is even).
+__device__ __forceinline__ void read_pair(const out_t* p, float& a, float& b) {
+    const u32 w = *reinterpret_cast<const u32*>(p);
+    a = to_float(out_t{(unsigned short)(w & 0xFFFFu)});
+    b = to_float(out_t{(unsigned short)(w >> 16)});
+}
+__device__ __forceinline__ void write_pair(out_t* p, float a, float b) {
+    *reinterpret_cast<u32*>(p) = PACK;
+}
+""".replace("PACK", "pack_pair(a, b, (out_t*)0)" if arch_number(arch) >= 80 else  # cvt ...x2 needs sm_80
+            "(u32)from_float(a, (out_t*)0).bits | ((u32)from_float(b, (out_t*)0).bits << 16)")
+
+
+def _apply(spec: GemmSpec, value: str, col: str, c: str) -> str:
+    return epilogue_call(spec.epilogue, EPILOGUE_OPERANDS, value, "row", col, c=c, bias="FloatView<out_t>{bias}")
+
+
+def _write_back(spec: GemmSpec) -> str:
+    reads_c = spec.epilogue.reads_c
+    if spec.n % 2 == 0:
+        c_load = "float c0 = 0.0f, c1 = 0.0f;\n                read_pair(C + at, c0, c1);\n                " if reads_c else ""
+        store = f"""if (row < M && col < N) {{  // N is even, so col + 1 < N too
+                const unsigned at = (unsigned)row * N + col;
+                {c_load}write_pair(D + at, {_apply(spec, 'v0', 'col', 'c0')}, {_apply(spec, 'v1', 'col + 1', 'c1')});
+            }}"""
+        why = "pairs of outputs, one 32/64-bit store each"
+    else:
+        c0 = "to_float(C[at])" if reads_c else None
+        c1 = "to_float(C[at + 1])" if reads_c else None
+        store = f"""if (row < M) {{  // N is odd: pairs are not aligned, store one output at a time
+                const unsigned at = (unsigned)row * N + col;
+                if (col < N) D[at] = to_out({_apply(spec, 'v0', 'col', c0)});
+                if (col + 1 < N) D[at + 1] = to_out({_apply(spec, 'v1', 'col + 1', c1)});
+            }}"""
+        why = "single outputs (rows of odd length)"
+    return f"""    // Write-back ({why}): thread (g, t) holds rows g and g + 8, columns 2t and 2t + 1 of each 16x8 tile.
+    #pragma unroll
+    for (int i = 0; i < MT; ++i)
+        #pragma unroll
+        for (int j = 0; j < NT; ++j)
+            #pragma unroll
+            for (int h = 0; h < 2; ++h) {{
+                const int row = m0 + wrow + i * 16 + g + h * 8;
+                const int col = n0 + wcol + j * 8 + 2 * t;
+                const float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
+            {store}
+            }}
+"""
+
+
+# --- the kernel ---------------------------------------------------------------------------------
+def _params(spec: GemmSpec) -> tuple[tuple[str, ...], str]:
+    decl = {"A": "const in_t* __restrict__ A", "B": "const in_t* __restrict__ B",
+            "C": "const out_t* __restrict__ C", "bias": "const out_t* __restrict__ bias",
+            "alpha": "float alpha", "beta": "float beta", "D": "out_t* __restrict__ D"}
+    names = ["A", "B", *(op.name for op in spec.epilogue.operands()), "D"]
+    return tuple(names), ", ".join(decl[n] for n in names)
+
+
+def _constants(spec: GemmSpec, config: MmaConfig, a: Operand, b: Operand) -> str:
+    bk = config.bk(spec.dtype)
+    return f"""constexpr int M = {spec.m}, N = {spec.n}, K = {spec.k};
+constexpr int BM = {config.bm}, BN = {config.bn}, BK = {bk};  // block tile; BK = {config.k_bytes} bytes of K
+constexpr int WM = {config.wm}, WN = {config.wn};  // one warp's tile of D
+constexpr int WARPS_N = BN / WN, THREADS = {config.threads};
+constexpr int MT = WM / 16, NT = WN / 8;  // 16x8 mma tiles per warp tile
+constexpr int KSTEP = {KSTEP_BYTES // INPUT_BYTES[spec.dtype]};  // K of one mma
+constexpr int STAGES = {config.stages};  // shared-memory buffers in the ring
+constexpr int A_BYTES = {a.tile_bytes}, STAGE_BYTES = {a.tile_bytes + b.tile_bytes};
+constexpr int TILES_M = (M + BM - 1) / BM, TILES_N = (N + BN - 1) / BN, KTILES = (K + BK - 1) / BK;
+constexpr int GROUP_M = {config.group_m};  // rasterization: blocks walk GROUP_M tile rows before moving right
+"""
+
+
+def _main_loop(config: MmaConfig, uses_async: bool) -> str:
+    commit = "cp_async_commit();" if uses_async else ""
+    if config.stages == 1:
+        wait = "cp_async_wait<0>();\n        " if uses_async else ""
+        return f"""    // One buffer: load a k-slice, wait for it, multiply it, and wait before overwriting it.
+    for (int kt = 0; kt < KTILES; ++kt) {{
+        load_stage(0, kt);
+        {commit}
+        {wait}__syncthreads();
+        compute(0);
+        __syncthreads();
+    }}
+"""
+    wait = "cp_async_wait<STAGES - 2>();  // slice kt has landed (this thread's copies)\n        " if uses_async else ""
+    return f"""    // A ring of STAGES buffers: slices kt+1 .. kt+STAGES-1 are in flight while slice kt is multiplied.
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {{
+        if (s < KTILES) load_stage(s, s);
+        {commit}
+    }}
+    for (int kt = 0; kt < KTILES; ++kt) {{
+        {wait}__syncthreads();  // everyone's copies of slice kt are visible; slice kt-1's buffer is free
+        const int next = kt + STAGES - 1;
+        if (next < KTILES) load_stage(next % STAGES, next);
+        {commit}
+        compute(kt % STAGES);
+    }}
+"""
+
+
+def _kernel(spec: GemmSpec, config: MmaConfig, a: Operand, b: Operand) -> str:
+    uses_async = a.use_async or b.use_async
+    return f"""
+extern "C" __global__ void __launch_bounds__(THREADS, 1) {entry_name(spec)}({_params(spec)[1]}) {{
+    extern __shared__ __align__(128) unsigned char smem[];  // STAGES x (A tile, B tile)
+    // Grouped rasterization: block pid -> (tile_m, tile_n), GROUP_M tile rows at a time.
+    const int pid = blockIdx.x, per_group = GROUP_M * TILES_N;
+    const int first_m = (pid / per_group) * GROUP_M;
+    const int rows_here = min(TILES_M - first_m, GROUP_M);
+    const int tile_m = first_m + (pid % per_group) % rows_here, tile_n = (pid % per_group) / rows_here;
+    const int m0 = tile_m * BM, n0 = tile_n * BN;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;  // the mma fragments' row group and thread-in-group
+    const int wrow = (warp / WARPS_N) * WM, wcol = (warp % WARPS_N) * WN;
+    float acc[MT][NT][4] = {{}};
+
+    auto load_stage = [&](int s, int kt) {{
+        load_a(smem + s * STAGE_BYTES, A, m0, kt * BK);
+        load_b(smem + s * STAGE_BYTES + A_BYTES, B, n0, kt * BK);
+    }};
+    // One k-slice in shared memory -> fragments -> mma.sync, KSTEP at a time.
+    auto compute = [&](int s) {{
+        const unsigned char* a_ptr = smem + s * STAGE_BYTES;
+        const unsigned char* b_ptr = a_ptr + A_BYTES;
+        const u32 a_base = smem_addr(a_ptr), b_base = smem_addr(b_ptr);
+        (void)a_base; (void)b_base; (void)g; (void)t;
+        #pragma unroll
+        for (int kk = 0; kk < BK; kk += KSTEP) {{
+            u32 a[MT][4], b[NT][2];
+{_a_fragments(a)}{_b_fragments(b)}            #pragma unroll
+            for (int i = 0; i < MT; ++i)
+                #pragma unroll
+                for (int j = 0; j < NT; ++j) mma_tile(acc[i][j], a[i], b[j]);
+        }}
+    }};
+
+{_main_loop(config, uses_async)}
+{_write_back(spec)}}}
+"""
+
+
+def _source_text(spec: GemmSpec, config: MmaConfig, arch: str) -> str:
+    a, b = operands(spec, config, arch)
+    uses_async = a.use_async or b.use_async
+    header = (f"// gemmtune {NAME} v{VERSION}: {spec.short()} on {arch}\n// config: {config.describe()}\n"
+              f"// A is stored {'K×M' if spec.a_trans else 'M×K'}, B {'N×K' if spec.b_trans else 'K×N'}, D M×N; all row-major.\n"
+              f"// copies: A {a.copy_bytes} B{' cp.async' if a.use_async else ''}, "
+              f"B {b.copy_bytes} B{' cp.async' if b.use_async else ''}\n")
+    types = (f"typedef {STORAGE_TYPES[spec.dtype]} in_t;  // A, B\n"
+             f"typedef {STORAGE_TYPES[spec.out_dtype]} out_t;  // C, bias, D\n")
+    return (header + HALF_FLOATS + FLOAT_VIEW + types + TO_OUT + (PACK_PAIR if arch_number(arch) >= 80 else "") + SMEM_ADDR
+            + (LDMATRIX if a.use_ldmatrix or b.use_ldmatrix else "") + (CP_ASYNC if uses_async else "")
+            + mma_helper(spec.dtype, arch_number(arch)) + LDS + _pair_io(spec, arch)
+            + epilogue_function(spec.epilogue, EPILOGUE_OPERANDS, "c is C[row, col], loaded by the caller.")
+            + "\n" + _constants(spec, config, a, b) + "\n" + _offset_function(a) + _offset_function(b)
+            + _copy_function(spec, a, config.threads) + _copy_function(spec, b, config.threads) + _kernel(spec, config, a, b))
+
+
+def render(spec: GemmSpec, config: MmaConfig, arch: str = "sm_80") -> KernelSource:
+    """Generate the kernel for `spec` with `config` on `arch`; ConfigError lists every broken constraint."""
+    broken = rejections(config, spec, arch)
+    if broken:
+        raise ConfigError(f"config rejected for {spec.short()} on {arch}: " + "; ".join(broken.values()))
+    grid = (_ceil_div(spec.m, config.bm) * _ceil_div(spec.n, config.bn), 1, 1)
+    return KernelSource(code=_source_text(spec, config, arch), entry=entry_name(spec), grid=grid,
+                        block=(config.threads, 1, 1), args=_params(spec)[0], spec=spec, family=NAME,
+                        family_version=VERSION, config=config.to_json(), dynamic_smem=config.smem_bytes())
