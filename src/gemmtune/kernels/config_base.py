@@ -47,3 +47,8 @@ def rejections_by(constraints: Mapping[str, Callable[[Any, GemmSpec, str], "str 
         if reason:
             found[name] = reason
     return found
+
+
+def ceil_div(a: int, b: int) -> int:
+    """⌈a / b⌉ for positive integers: tiles needed to cover a extent with tiles of b."""
+    return -(-a // b)

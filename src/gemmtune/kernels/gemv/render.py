@@ -10,15 +10,12 @@ from __future__ import annotations
 from ...errors import ConfigError
 from ...kernel_source import KernelSource
 from ...spec import GemmSpec
+from ..config_base import ceil_div
 from ..parts.epilogue import CArg, Operands, VectorArg, epilogue_call, epilogue_function
 from ..parts.floats import FLOAT_VIEW, HALF_FLOATS, TO_OUT
 from .config import NAME, VERSION, GemvConfig, outputs, rejections, stream_kind, streams_b, vec, vectors
 
 STORAGE_TYPES = {"fp32": "float", "tf32": "float", "bf16": "bf16_t", "fp16": "fp16_t"}
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def entry_name(spec: GemmSpec) -> str:
@@ -311,7 +308,7 @@ def render(spec: GemmSpec, config: GemvConfig, arch: str = "sm_90") -> KernelSou
             + (epilogue + "\n" if epilogue else "") + body)
     per_block = (config.threads // 32 // config.warps_per_output * config.outputs_per_warp if rows
                  else config.threads_x * vec(spec))
-    grid = (_ceil_div(outputs(spec), per_block), 1, 1)
+    grid = (ceil_div(outputs(spec), per_block), 1, 1)
     return KernelSource(code=code, entry=entry_name(spec), grid=grid, block=(config.threads, 1, 1),
                         args=_params(spec)[0], spec=spec, family=NAME, family_version=VERSION,
                         config=config.to_json())

@@ -2,8 +2,7 @@
 
 The writer makes its data visible and sets a flag with a release store; the reader spins on the
 flag with acquire loads, after which the data is visible to it. Used by simt's serial split-K
-(`wait_turn` / `pass_turn`); the wgmma split tail (kernels/wgmma/schedule.py) spells the same two
-instructions inline for now.
+(`wait_turn` / `pass_turn`) and the wgmma split tail's partial sums (kernels/wgmma/schedule.py).
 """
 from __future__ import annotations
 

@@ -12,13 +12,10 @@ from dataclasses import dataclass
 from ...errors import ConfigError
 from ...kernel_source import KernelSource
 from ...spec import GemmSpec
+from ..config_base import ceil_div
 from ..parts.epilogue import CArg, Operands, VectorArg, epilogue_call, epilogue_function
 from ..parts.flags import ACQUIRE_RELEASE
 from .config import C_STAGE_PAD, NAME, VERSION, SimtConfig, rejections
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def entry_name(spec: GemmSpec) -> str:
@@ -87,11 +84,11 @@ def _render_simple(spec: GemmSpec, config: SimtConfig) -> KernelSource:
     if config.kind == "naive":
         why = "// naive: threadIdx.x walks rows, so a warp reads 32 different rows of A and writes D strided."
         row, col = "blockIdx.x * BM + threadIdx.x", "blockIdx.y * BN + threadIdx.y"
-        grid, block = (_ceil_div(spec.m, config.bm), _ceil_div(spec.n, config.bn), 1), (config.bm, config.bn, 1)
+        grid, block = (ceil_div(spec.m, config.bm), ceil_div(spec.n, config.bn), 1), (config.bm, config.bn, 1)
     else:
         why = "// coalesced: threadIdx.x walks columns, so a warp reads B and writes D in one contiguous run."
         row, col = "blockIdx.y * BM + threadIdx.y", "blockIdx.x * BN + threadIdx.x"
-        grid, block = (_ceil_div(spec.n, config.bn), _ceil_div(spec.m, config.bm), 1), (config.bn, config.bm, 1)
+        grid, block = (ceil_div(spec.n, config.bn), ceil_div(spec.m, config.bm), 1), (config.bn, config.bm, 1)
     body = f"""constexpr int BM = {config.bm}, BN = {config.bn};  // thread block = one BM×BN patch of D
 
 {why}
@@ -445,7 +442,7 @@ def _split_constants(spec: GemmSpec, config: SimtConfig) -> str:
     if config.split_k == 1:
         return ""
     return (f"constexpr int SPLITS = {config.split_k};  // blocks along K per output tile (grid z)\n"
-            f"constexpr int TILES_M = {_ceil_div(spec.m, config.bm)}, TILES_N = {_ceil_div(spec.n, config.bn)};\n"
+            f"constexpr int TILES_M = {ceil_div(spec.m, config.bm)}, TILES_N = {ceil_div(spec.n, config.bn)};\n"
             + (_workspace_declarations(config) if config.split_reduce == "workspace" else SPLIT_TURN_HELPERS))
 
 
@@ -572,7 +569,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {entry_name(spec)}({par
 {_emit_main_loop(config, (a, b), stage_c)}
 {_emit_write_back(spec, config)}}}
 """)
-    grid = (_ceil_div(spec.n, config.bn), _ceil_div(spec.m, config.bm), config.split_k)
+    grid = (ceil_div(spec.n, config.bn), ceil_div(spec.m, config.bm), config.split_k)
     return _source(spec, config, body, grid, (config.threads, 1, 1), config.c_stage_bytes(spec))
 
 

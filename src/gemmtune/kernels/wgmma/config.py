@@ -12,7 +12,7 @@ from typing import Callable
 
 from ...arch import geometry, known_arch
 from ...spec import GemmSpec
-from ..config_base import FamilyConfig, arch_number, rejections_by
+from ..config_base import FamilyConfig, arch_number, ceil_div, rejections_by
 
 FAMILY = "wgmma"
 VERSION = "1"
@@ -36,10 +36,6 @@ IN_STEP_BLOCKS = 128
 C_SPREAD_ROWS = 16  # rows of one C box with c_spread: 32 boxes of a 128x256 fp16 tile, one per k-block
 INPUT_BYTES = {"bf16": 2, "fp16": 2, "tf32": 4}
 OUT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def out_dtype(spec: GemmSpec) -> str:

@@ -39,7 +39,9 @@ from dataclasses import dataclass
 
 from ...arch import Geometry, geometry
 from ...spec import GemmSpec
-from .config import IN_STEP_BLOCKS, WgmmaConfig, ceil_div
+from ..config_base import ceil_div
+from ..parts.flags import ACQUIRE_RELEASE
+from .config import IN_STEP_BLOCKS, WgmmaConfig
 
 # k-blocks a split piece must at least hold: fewer, and storing and gathering the partial tile
 # (bm·bn·4 bytes through L2) costs more than the iterations it spreads (H100: 1000^3 in 128x256
@@ -228,9 +230,7 @@ __device__ __forceinline__ void store_partial(const float (&acc)[M_BLOCKS][BN / 
             __stcg(slot + (mb * BN / 8 + q) * 128,
                    make_float4(acc[mb][4 * q], acc[mb][4 * q + 1], acc[mb][4 * q + 2], acc[mb][4 * q + 3]));
     named_barrier(1 + consumer, 128);
-    if (threadIdx.x % 128 == 0)
-        asm volatile("st.release.gpu.global.u32 [%0], %1;" :: "l"(&partial_ready[blockIdx.x * CONSUMERS + consumer]),
-                     "r"(1u) : "memory");
+    if (threadIdx.x % 128 == 0) store_release(&partial_ready[blockIdx.x * CONSUMERS + consumer], 1u);
 }
 
 // The finisher (the piece holding a split unit's first k-block): add the partial sums of the unit's
@@ -245,10 +245,7 @@ __device__ __forceinline__ void add_partials(float (&acc)[M_BLOCKS][BN / 2], int
         const int block = v * CLUSTER_M + rank;
         if (threadIdx.x % 128 == 0) {
             unsigned int* ready = &partial_ready[block * CONSUMERS + consumer];
-            unsigned int seen;
-            do {  // acquire: the contributor's partial sums are visible once its flag is
-                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(ready) : "memory");
-            } while (seen == 0u);
+            spin_until_equal(ready, 1u);  // acquire: the contributor's partial sums are visible once its flag is
             *ready = 0u;  // read once per launch: ready for the next
         }
         named_barrier(1 + consumer, 128);
@@ -270,4 +267,4 @@ __device__ __forceinline__ void add_partials(float (&acc)[M_BLOCKS][BN / 2], int
 
 def cuda(schedule: Schedule) -> str:
     """The scheduler's constants and cursor, and the partial-sum exchange when units are split."""
-    return constants(schedule) + CURSOR + (PARTIALS if schedule.tail_workers else "")
+    return constants(schedule) + CURSOR + (ACQUIRE_RELEASE + PARTIALS if schedule.tail_workers else "")
