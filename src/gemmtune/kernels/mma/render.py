@@ -415,8 +415,9 @@ def _source_text(spec: GemmSpec, config: MmaConfig, arch: str) -> str:
     return (header + HALF_FLOATS + FLOAT_VIEW + types + TO_OUT + (PACK_PAIR if arch_number(arch) >= 80 else "") + SMEM_ADDR
             + (LDMATRIX if a.use_ldmatrix or b.use_ldmatrix else "") + (CP_ASYNC if uses_async else "")
             + mma_helper(spec.dtype, arch_number(arch)) + LDS + _pair_io(spec, arch)
+            + "\n" + _constants(spec, config, a, b) + "\n"
             + epilogue_function(spec.epilogue, EPILOGUE_OPERANDS, "c is C[row, col], loaded by the caller.")
-            + "\n" + _constants(spec, config, a, b) + "\n" + _offset_function(a) + _offset_function(b)
+            + _offset_function(a) + _offset_function(b)
             + _copy_function(spec, a, config.threads) + _copy_function(spec, b, config.threads) + _kernel(spec, config, a, b))
 
 
