@@ -1,0 +1,104 @@
+"""GPU: every mma ladder step × layout × dtype computes the right product on shapes cut at every edge
+(1³, 7×13×5, 127×129×131, M = 1, N = 1) and large ones, checked by the common verifier (float64
+reference of the rounded inputs, NaN-poisoned D, per-dtype tolerance); every epilogue on odd shapes.
+
+    pytest -q -p no:cacheprovider tests/test_gpu_mma.py
+"""
+import numpy as np
+import pytest
+
+import gemmtune
+from gemmtune.build import compile_configs
+from gemmtune.kernels import family_for, get_family
+from gemmtune.spec import GemmSpec
+
+pytestmark = pytest.mark.gpu
+
+FAMILY = get_family("mma")
+SHAPES = [(1, 1, 1), (7, 13, 5), (127, 129, 131), (1, 515, 300), (300, 1, 257), (1000, 1000, 1000),
+          (3000, 5000, 1500)]
+LAYOUTS = ("nn", "nt", "tn", "tt")
+DTYPES = ("bf16", "fp16", "tf32")
+STEPS = [name for name, _ in FAMILY.ladder("sm_80")]
+
+
+def _arch() -> str:
+    from gemmtune.device import query_device
+
+    return query_device().arch
+
+
+def _supported(dtype: str, arch: str) -> bool:
+    return FAMILY.supports(GemmSpec(1, 1, 1, "nn", dtype), arch) is None
+
+
+@pytest.fixture(scope="module")
+def compiled_ladder():
+    """Every (step, dtype, layout, shape) compiled once, in parallel: NVRTC is the slow part."""
+    arch = _arch()
+    jobs = [(GemmSpec(*shape, layout=layout, dtype=dtype), config, arch)
+            for _, config in FAMILY.ladder(arch) for dtype in DTYPES if _supported(dtype, arch)
+            for layout in LAYOUTS for shape in SHAPES]
+    kernels = compile_configs(jobs)
+    failed = [(job[0].short(), job[1].describe(), str(k)) for job, k in zip(jobs, kernels) if isinstance(k, Exception)]
+    assert not failed, failed[:3]
+    return {(job[0], job[1]): kernel for job, kernel in zip(jobs, kernels)}
+
+
+@pytest.mark.parametrize("step", STEPS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_ladder_step_correct(compiled_ladder, step, dtype, layout):
+    from gemmtune.evaluate import evaluate
+
+    arch = _arch()
+    if not _supported(dtype, arch):
+        pytest.skip(f"{dtype} mma.sync needs sm_80, this GPU is {arch}")
+    config = dict(FAMILY.ladder(arch))[step]
+    rng = np.random.default_rng(STEPS.index(step) * 100 + DTYPES.index(dtype) * 10 + LAYOUTS.index(layout))
+    for shape in SHAPES:
+        spec = GemmSpec(*shape, layout=layout, dtype=dtype)
+        result = evaluate(compiled_ladder[(spec, config)], verify_only=True, rng=rng)
+        assert result.verify.ok, f"{step} {spec.short()}: {result.verify.message}"
+
+
+EPILOGUES = ["relu+add", "alpha+beta", "bias_row+gelu", "bias_col+relu", "alpha+beta+relu", "bias_col+gelu+add"]
+EPILOGUE_CASES = [((127, 129, 131), "tn", "bf16", None), ((7, 13, 5), "nn", "fp16", None),
+                  ((300, 258, 100), "nt", "fp16", "fp32"), ((131, 127, 67), "tt", "tf32", None),
+                  ((1, 515, 300), "nn", "bf16", None)]
+
+
+@pytest.mark.parametrize("epilogue", EPILOGUES)
+@pytest.mark.parametrize("step", ["smem_mma", "swizzle", "tuned"])
+def test_epilogues_on_odd_shapes(epilogue, step):
+    """Every epilogue op through gemmtune.build (family mma, the step's config), odd N (single stores)
+    and even N (pair stores), 16-bit and fp32 D."""
+    from gemmtune.evaluate import evaluate
+
+    arch = _arch()
+    config = dict(FAMILY.ladder(arch))[step]
+    for shape, layout, dtype, out in EPILOGUE_CASES:
+        if not _supported(dtype, arch):
+            continue
+        spec = GemmSpec(*shape, layout=layout, dtype=dtype, epilogue=epilogue, out_dtype=out)
+        kernel = gemmtune.build(spec, config=config, arch=arch, family="mma")
+        result = evaluate(kernel.compiled, verify_only=True, rng=np.random.default_rng(7))
+        assert result.verify.ok, f"{step} {spec.short()}: {result.verify.message}"
+
+
+@pytest.mark.parametrize("shape,layout,dtype", [((3000, 5000, 1500), "nn", "bf16"), ((77, 13, 5), "nn", "fp16"),
+                                                ((1000, 1000, 1000), "tt", "tf32"), ((640, 1001, 333), "tn", "fp16")])
+def test_registry_default_config(shape, layout, dtype):
+    """Specs wgmma cannot run (unaligned rows, MN-major tf32) reach mma through the registry, with the
+    default config, and come out right; launched twice."""
+    from gemmtune.evaluate import evaluate
+
+    arch = _arch()
+    spec = GemmSpec(*shape, layout=layout, dtype=dtype, epilogue="bias_col+relu")
+    if not _supported(dtype, arch):
+        pytest.skip(f"{dtype} mma.sync needs sm_80")
+    assert family_for(spec, arch).name == "mma"
+    kernel = gemmtune.build(spec, arch=arch)
+    for seed in (1, 2):
+        result = evaluate(kernel.compiled, verify_only=True, rng=np.random.default_rng(seed))
+        assert result.verify.ok, f"{spec.short()} {kernel.config.describe()}: {result.verify.message}"
