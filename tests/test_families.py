@@ -123,7 +123,7 @@ def test_best_known_trial_picks_the_family_from_the_registry(tmp_path):
     TuningDB(path).close()
     assert best_known_trial(FP32, "sm_90", path) is None  # family from family_for: simt
     with pytest.raises(ConfigError, match="no generator family supports|wgmma"):
-        best_known_trial(GemmSpec(64, 64, 64, dtype="fp16"), "sm_80", path)
+        best_known_trial(GemmSpec(64, 64, 64, dtype="bf16"), "sm_75", path)  # sm_75 tensor cores: fp16 only
 
 
 # --- the command line -------------------------------------------------------------------------------

@@ -33,10 +33,13 @@ EPILOGUES = ("none", "alpha+beta", "bias_row", "bias_col+relu", "alpha+bias_row+
 # shapes keep the 16-byte row strides TMA needs.
 SHAPES = (("simt", "fp32", "nn", 197, 301, 77), ("gemv", "bf16", "nt", 7, 301, 77),
           ("gemv", "fp32", "nn", 301, 1, 77), ("wgmma", "bf16", "nt", 264, 392, 136),
-          ("wgmma", "tf32", "nt", 264, 392, 136))
+          ("wgmma", "tf32", "nt", 264, 392, 136), ("mma", "bf16", "nn", 197, 301, 77),
+          ("mma", "tf32", "tn", 197, 301, 77), ("mma", "fp16", "tt", 264, 392, 136))
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
-# wgmma configs beyond the one export picks: the direct store, sliced TMA stores, ping-pong consumers.
-WGMMA_STEPS = ("tma_wgmma", "sliced_store", "pingpong")
+# Ladder steps run beyond the config export picks: wgmma's direct store, sliced TMA stores and
+# ping-pong consumers; every mma step (plain loads, ldmatrix, cp.async ring, swizzle, wide tiles).
+EXTRA_STEPS = {"wgmma": ("tma_wgmma", "sliced_store", "pingpong"),
+               "mma": ("smem_mma", "ldmatrix", "multistage", "swizzle", "warp_tiles")}
 
 
 @dataclass(frozen=True)
@@ -71,9 +74,8 @@ def _cases(arch: str) -> list[Case]:
         for epilogue in EPILOGUES:
             spec = GemmSpec(m, n, k, layout=layout, dtype=dtype, epilogue=epilogue)
             cases.append(Case(family_name, "chosen", spec, None))
-            if family_name != "wgmma":
-                continue
-            extra = [(n_, c) for n_, c in family.ladder(arch) if n_ in WGMMA_STEPS] + _known_wgmma_configs(family, spec)
+            extra = [(n_, c) for n_, c in family.ladder(arch) if n_ in EXTRA_STEPS.get(family_name, ())]
+            extra += _known_wgmma_configs(family, spec) if family_name == "wgmma" else []
             cases += [Case(family_name, label, spec, config) for label, config in extra
                       if not family.rejections(config, spec, arch)]
     return cases

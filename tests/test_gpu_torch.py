@@ -17,10 +17,12 @@ from gemmtune.verify import tolerance  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 TYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-# One spec per family the registry picks on an H100 (gemv: M ≤ 16; wgmma: 16-bit aligned; simt: fp32).
+# One spec per family the registry picks on an H100 (gemv: M ≤ 16; wgmma: 16-bit aligned; simt: fp32;
+# mma: 16-bit rows that are not 16-byte multiples).
 FAMILY_SPECS = {"gemv": GemmSpec(8, 1000, 512, layout="nt", dtype="bf16"),
                 "wgmma": GemmSpec(520, 1032, 264, layout="nt", dtype="bf16", epilogue="relu+add"),
-                "simt": GemmSpec(300, 200, 130, layout="nn", dtype="fp32", epilogue="bias_col")}
+                "simt": GemmSpec(300, 200, 130, layout="nn", dtype="fp32", epilogue="bias_col"),
+                "mma": GemmSpec(197, 301, 77, layout="nn", dtype="bf16", epilogue="bias_row+gelu")}  # unaligned rows
 
 
 def _operands(spec: GemmSpec, seed: int = 0) -> dict:

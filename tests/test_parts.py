@@ -13,7 +13,7 @@ from gemmtune.spec import GemmSpec
 EPILOGUES = ["alpha+beta", "bias_row", "bias_col+relu", "alpha+bias_row+gelu", "relu+add", "bias_col+gelu+add"]
 # A spec each family supports, and its arch.
 SHAPES = {"simt": ((67, 45, 33, "nt", "fp32"), "sm_90"), "gemv": ((1, 1000, 777, "nt", "fp16"), "sm_90"),
-          "wgmma": ((1000, 1000, 1000, "nn", "bf16"), "sm_90a")}
+          "wgmma": ((1000, 1000, 1000, "nn", "bf16"), "sm_90a"), "mma": ((127, 129, 131, "tn", "bf16"), "sm_80")}
 # The first line of each helper's definition: none may appear twice in one kernel.
 DEFINITIONS = ["struct FloatView", "float to_float(bf16_t x)", "fp16_t from_float(float v, fp16_t*)",
                "out_t to_out(float v)", "u32 pack_pair(float lo, float hi, bf16_t*)",

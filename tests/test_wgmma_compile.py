@@ -70,12 +70,16 @@ def test_sass_holds_hgmma_and_tma(tmp_path):
 def test_family_choice_and_reasons():
     assert family_for(GemmSpec(64, 64, 64, "nt", "bf16"), "sm_90").name == "wgmma"
     assert family_for(GemmSpec(64, 64, 64, "nt", "fp32"), "sm_90").name == "simt"
+    # What wgmma refuses goes to the mma.sync family, and wgmma itself says why it refused.
+    assert family_for(GemmSpec(64, 64, 64, "nt", "bf16"), "sm_80").name == "mma"
+    assert family_for(GemmSpec(77, 13, 5, "nn", "bf16"), "sm_90a").name == "mma"  # M > 16: not a GEMV either
+    assert family_for(GemmSpec(64, 64, 64, "nn", "tf32"), "sm_90a").name == "mma"
     with pytest.raises(ConfigError, match="Hopper"):
-        family_for(GemmSpec(64, 64, 64, "nt", "bf16"), "sm_80")
+        family_for(GemmSpec(64, 64, 64, "nt", "bf16"), "sm_80", "wgmma")
     with pytest.raises(ConfigError, match="multiple of 16"):
-        family_for(GemmSpec(77, 13, 5, "nn", "bf16"), "sm_90a")  # M > 16: not a GEMV either
+        family_for(GemmSpec(77, 13, 5, "nn", "bf16"), "sm_90a", "wgmma")
     with pytest.raises(ConfigError, match="K-major"):
-        family_for(GemmSpec(64, 64, 64, "nn", "tf32"), "sm_90a")
+        family_for(GemmSpec(64, 64, 64, "nn", "tf32"), "sm_90a", "wgmma")
 
 
 def test_rejections_name_their_constraint():
