@@ -82,7 +82,7 @@ class Ours:
     verified: str
 
 
-def build_and_time(spec, protocol, db_path: Path) -> Ours:
+def build_and_time(spec, protocol, db_path: Path, family: str | None = None) -> Ours:
     """`gemmtune.build(spec)` with the tuning database at `db_path`, verified against the float64
     reference (poisoned D) and timed by `protocol`; a failure becomes the verdict, never an exception."""
     import gemmtune
@@ -90,7 +90,7 @@ def build_and_time(spec, protocol, db_path: Path) -> Ours:
     from gemmtune.evaluate import evaluate
 
     try:
-        kern = gemmtune.build(spec, db_path=db_path)
+        kern = gemmtune.build(spec, db_path=db_path, family=family)
         result = evaluate(kern.compiled, protocol)
     except GemmtuneError as err:
         return Ours(None, "-", "-", "-", None, f"error: {err}")
@@ -99,11 +99,11 @@ def build_and_time(spec, protocol, db_path: Path) -> Ours:
                 "ok" if result.ok else f"WRONG: {result.verify.message}")
 
 
-def bench_one(spec, protocol, db_path: Path) -> Row:
+def bench_one(spec, protocol, db_path: Path, family: str | None = None) -> Row:
     from gemmtune.baseline import cublas_measurement
     from gemmtune.errors import VerifyError
 
-    ours = build_and_time(spec, protocol, db_path)
+    ours = build_and_time(spec, protocol, db_path, family)
     verified = ours.verified
     try:
         cublas = cublas_measurement(spec, protocol).median_s
@@ -123,7 +123,7 @@ def cublas_unchecked(spec, protocol) -> float:
     from gemmtune.verify import make_inputs
 
     x = make_inputs(spec, np.random.default_rng(0))
-    kind = torch.bfloat16 if spec.dtype == "bf16" else torch.float32
+    kind = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(spec.dtype, torch.float32)
     a, b = (torch.from_numpy(x[n]).cuda().to(kind) for n in ("A", "B"))
     a, b = (a.t() if spec.a_trans else a), (b.t() if spec.b_trans else b)
     out = torch.empty((spec.m, spec.n), dtype=kind, device="cuda")
@@ -170,7 +170,7 @@ def table(rows: list[Row], copy_bw: float, device: str) -> str:
            f"Copy bandwidth (1 GiB device-to-device, read + write): **{copy_bw / 1e9:.0f} GB/s**.", ""]
     for dtype in sorted({r.dtype for r in rows}, key=lambda d: d != "fp32"):
         sel = [r for r in rows if r.dtype == dtype]
-        out += [f"## {dtype} (layout {LAYOUT[dtype]})", "",
+        out += [f"## {dtype} (layout {LAYOUT.get(dtype, 'as in each row')})", "",
                 "| shape | family | config (source) | ours µs | cuBLAS µs | ratio | GB/s (% of copy) | verified |",
                 "|---|---|---|---:|---:|---:|---:|---|"]
         for r in sel:
@@ -186,6 +186,14 @@ def table(rows: list[Row], copy_bw: float, device: str) -> str:
     return "\n".join(out)
 
 
+def _case_spec(text: str):
+    from gemmtune.spec import GemmSpec
+
+    shape, layout, dtype = text.split("/")
+    m, n, k = (int(x) for x in shape.lower().split("x"))
+    return GemmSpec(m, n, k, layout, dtype)
+
+
 def main() -> int:
     from gemmtune.device import query_device
     from gemmtune.spec import GemmSpec
@@ -195,19 +203,22 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="write the rows as JSON here")
     parser.add_argument("--dtypes", default="fp32,bf16")
     parser.add_argument("--shapes", help="only these shapes, e.g. 1x4096x4096,4096x1x4096 (default all 24)")
+    parser.add_argument("--case", action="append", default=[],
+                        help="instead of the 24 shapes: MxNxK/layout/dtype, e.g. 4093x4091x4097/nt/bf16 (repeatable)")
+    parser.add_argument("--family", help="force a generator family (e.g. mma) instead of the registry's choice")
     args = parser.parse_args()
     wanted = set(args.shapes.split(",")) if args.shapes else None
     protocol = untuned_protocol()
     db_path = Path(tempfile.mkdtemp()) / "empty.sqlite"  # no tuning: a fresh, empty database
     rows = []
-    for d in args.dtypes.split(","):
-        for m, n, k in BENCH_SHAPES:
-            if wanted is not None and f"{m}x{n}x{k}" not in wanted:
-                continue
-            rows.append(bench_one(GemmSpec(m, n, k, LAYOUT[d], d), protocol, db_path))
-            r = rows[-1]
-            print(f"{r.spec}: {r.family} {r.config} ours {r.ours_s} cuBLAS {r.cublas_s} ratio {r.ratio} {r.verified}",
-                  flush=True)
+    specs = [_case_spec(text) for text in args.case] or [
+        GemmSpec(m, n, k, LAYOUT[d], d) for d in args.dtypes.split(",") for m, n, k in BENCH_SHAPES
+        if wanted is None or f"{m}x{n}x{k}" in wanted]
+    for spec in specs:
+        rows.append(bench_one(spec, protocol, db_path, args.family))
+        r = rows[-1]
+        print(f"{r.spec}: {r.family} {r.config} ours {r.ours_s} cuBLAS {r.cublas_s} ratio {r.ratio} {r.verified}",
+              flush=True)
     text = table(rows, copy_bandwidth(protocol), query_device().name)
     text += f"\nAn empty kernel under the same protocol (launch and event floor): {launch_floor_text(protocol)}.\n"
     print(text)
