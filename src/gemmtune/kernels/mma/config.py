@@ -39,6 +39,8 @@ class MmaConfig(FamilyConfig):
       of a phase fall in distinct banks; without it rows are stored plainly (bank conflicts).
     group_m: rasterization: consecutive blocks walk down group_m rows of tiles before moving right
       (they share A and B panels in L2).
+    blocks_per_sm: the blocks one SM should hold at once: __launch_bounds__' minimum, so ptxas keeps
+      registers within 65536 / (threads · blocks); shared memory must fit that many blocks too.
     """
 
     bm: int = 128
@@ -51,6 +53,7 @@ class MmaConfig(FamilyConfig):
     async_copy: bool = True
     swizzle: bool = True
     group_m: int = 8
+    blocks_per_sm: int = 1
     FAMILY_LABEL = "mma"
 
     # --- derived shape --------------------------------------------------------------------
@@ -79,7 +82,8 @@ class MmaConfig(FamilyConfig):
         feed = "ldmatrix" if self.ldmatrix else "lds"
         copy = " cp.async" if self.async_copy else ""
         return (f"tile {self.bm}x{self.bn}x{self.k_bytes}B warp {self.wm}x{self.wn} stages{self.stages} "
-                f"{feed}{copy}" + (" swizzle" if self.swizzle else "") + f" g{self.group_m}")
+                f"{feed}{copy}" + (" swizzle" if self.swizzle else "") + f" g{self.group_m}"
+                + (f" {self.blocks_per_sm}/SM" if self.blocks_per_sm > 1 else ""))
 
 
 # --- what the family can run at all ----------------------------------------------------------------

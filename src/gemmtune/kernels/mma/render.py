@@ -103,6 +103,11 @@ def _swizzle_term(op: Operand) -> str:
     distinct chunk positions of a 128-byte bank line (rows of 32 or 64 bytes share a line)."""
     if not op.swizzle or op.row_bytes < 32:
         return ""
+    if op.elem == 4 and not op.use_ldmatrix and op.row_bytes >= 128:
+        # Plain 32-bit fragment loads of an MN-major tf32 tile: one load reads rows k+t (t = 0..3) at 8
+        # consecutive words (two chunks); shifting each row's chunk pair by 2t puts the four rows on
+        # four distinct 32-byte bank groups.
+        return "((row & 3) << 1)"
     if op.row_bytes >= 128:
         return "(row & 7)"
     return "((row >> 1) & 3)" if op.row_bytes == 64 else "((row >> 2) & 1)"
@@ -124,39 +129,102 @@ def _offset_function(op: Operand) -> str:
 
 
 # --- global -> shared ---------------------------------------------------------------------------
+def _unit_bytes(op: Operand) -> int:
+    """Bytes of the shared row one copy unit fills: 2-byte operands go 16 bytes (8 elements) at a time."""
+    return 16 if op.copy_bytes == 2 else op.copy_bytes
+
+
+def register_words(op: Operand) -> int:
+    """32-bit registers one register-staged copy unit holds between its global loads and its shared store."""
+    return 5 if op.copy_bytes == 2 else op.copy_bytes // 4
+
+
+def register_loads(op: Operand, threads: int) -> int:
+    return _ceil_div(op.rows * (op.row_bytes // _unit_bytes(op)), threads)
+
+
 def _copy_function(spec: GemmSpec, op: Operand, threads: int) -> str:
-    units_per_row = op.cols * op.elem // op.copy_bytes
-    vec = op.copy_bytes // op.elem
-    stored = "ld" + op.extent
+    unit = _unit_bytes(op)
+    units_per_row = op.row_bytes // unit
+    vec = unit // op.elem
     x, k = ("row", "col") if op.k_major else ("col", "row")
     at = f"(unsigned)gx * K + gk" if op.k_major else f"(unsigned)gk * {op.extent} + gx"
-    if op.use_async:
-        how = f"cp.async, {op.copy_bytes} B each"
-        copy = (f"cp_async_{op.copy_bytes}(smem_addr(stage + {op.lower}_offset(row, col)), "
-                f"ok ? (const void*)({op.name} + at) : (const void*){op.name}, ok);")
-    else:
-        kind = COPY_TYPES[op.copy_bytes]
-        zero = f"{kind}{{}}" if op.copy_bytes >= 4 else "(unsigned short)0"
-        how = f"{op.copy_bytes}-byte loads through registers" + (
-            " (2-byte elements: below cp.async's 4-byte minimum)" if op.copy_bytes == 2 else "")
-        copy = (f"*reinterpret_cast<{kind}*>(stage + {op.lower}_offset(row, col)) =\n"
-                f"            ok ? *reinterpret_cast<const {kind}*>({op.name} + at) : {zero};")
-    del stored
-    # Narrow copies are many per thread: unrolled whole, ptxas hoists every one's address out of the
-    # k-loop and spills (64x64 warp tiles at odd K); a partial unroll keeps them in the loop.
-    unroll = "#pragma unroll 4" if op.rows * units_per_row > 4 * threads else "#pragma unroll"
-    return f"""// {op.name}: global -> shared ({how}); zeros outside the matrix, so edge tiles need no branches later.
-__device__ __forceinline__ void load_{op.lower}(unsigned char* stage, const in_t* __restrict__ {op.name}, int x0, int k0) {{
-    constexpr int PER_ROW = {units_per_row}, UNITS = {op.rows} * PER_ROW;
-    {unroll}
+    loop = f"""    constexpr int PER_ROW = {units_per_row}, UNITS = {op.rows} * PER_ROW;
+    #pragma unroll
     for (int l = 0; l < (UNITS + THREADS - 1) / THREADS; ++l) {{
         const int idx = threadIdx.x + l * THREADS;
         if (UNITS % THREADS != 0 && idx >= UNITS) break;
         const int row = idx / PER_ROW, col = (idx % PER_ROW) * {vec};
-        const int gx = x0 + {x}, gk = k0 + {k};
+        const int gx = x0 + {x}, gk = k0 + {k};"""
+    if op.use_async:
+        # Narrow copies are many per thread: unrolled whole, ptxas hoists every one's address out of the
+        # k-loop and spills (64x64 warp tiles of tf32 at odd sizes); a partial unroll keeps them in the loop.
+        narrow = op.rows * units_per_row > 4 * threads
+        return f"""// {op.name}: global -> shared (cp.async, {op.copy_bytes} B each); zeros outside the matrix, so edge tiles need no branches later.
+__device__ __forceinline__ void load_{op.lower}(unsigned char* stage, const in_t* __restrict__ {op.name}, int x0, int k0) {{
+{loop.replace("#pragma unroll", "#pragma unroll 4") if narrow else loop}
         const bool ok = gx < {op.extent} && gk < K;
         const unsigned at = ok ? {at} : 0u;
-        {copy}
+        cp_async_{op.copy_bytes}(smem_addr(stage + {op.lower}_offset(row, col)), ok ? (const void*)({op.name} + at) : (const void*){op.name}, ok);
+    }}
+}}
+"""
+    words = register_words(op)
+    regs = f"u32 (&r)[{register_loads(op, threads)}][{words}]"
+    signature = f"const in_t* __restrict__ {op.name}, int x0, int k0"
+    if op.copy_bytes >= 4:
+        kind = COPY_TYPES[op.copy_bytes]
+        how = f"{op.copy_bytes}-byte loads"
+        fetch = f"""        const bool ok = gx < {op.extent} && gk < K;
+        const {kind} v = ok ? *reinterpret_cast<const {kind}*>({op.name} + ({at})) : {kind}{{}};
+        *reinterpret_cast<{kind}*>(r[l]) = v;"""
+        store = f"""        *reinterpret_cast<{kind}*>(stage + {op.lower}_offset(row, col)) = *reinterpret_cast<const {kind}*>(r[l]);"""
+        words_ptr = ""
+    else:
+        # Rows of odd length: 8 elements (one 16-byte shared chunk) from the five aligned 32-bit words
+        # that cover them, shifted by one element where the unit starts at an odd element.
+        row, length, rows = (("gx", "K", op.extent) if op.k_major else ("gk", op.extent, "K"))
+        first = "gk" if op.k_major else "gx"
+        how = ("2-byte elements, below cp.async's 4-byte minimum: each unit is 8 elements of a stored row, read\n"
+               "// as the five aligned 32-bit words covering them (addresses clamped to the row's last word, so no\n"
+               "// read leaves the row) and funnel-shifted into place at the store")
+        fetch = f"""        const unsigned start = (unsigned){row} * {length} + {first}, last = ((unsigned){row} * {length} + {length} - 1) >> 1;
+        #pragma unroll
+        for (int w = 0; w < 5; ++w)
+            r[l][w] = {row} < {rows} ? words[min((start >> 1) + w, last)] : 0u;"""
+        store = f"""        const bool odd = (((unsigned){row} * {length} + {first}) & 1u) != 0;
+        const int valid = {length} - {first};  // elements of this unit inside the row (may be <= 0 or > 8)
+        u32 v[4];
+        #pragma unroll
+        for (int w = 0; w < 4; ++w) {{
+            const u32 word = odd ? __funnelshift_r(r[l][w], r[l][w + 1], 16) : r[l][w];
+            v[w] = word & (2 * w + 1 < valid ? 0xFFFFFFFFu : 2 * w < valid ? 0x0000FFFFu : 0u);
+        }}
+        *reinterpret_cast<uint4*>(stage + {op.lower}_offset(row, col)) = make_uint4(v[0], v[1], v[2], v[3]);"""
+        words_ptr = f"    const u32* words = reinterpret_cast<const u32*>({op.name});\n"
+    # The unstaged copy goes unit by unit (a few units unrolled: unrolled whole, ptxas hoists every
+    # unit's addresses out of the k-loop and spills).
+    one = loop.replace("    #pragma unroll\n    for (int l", "    #pragma unroll 2\n    for (int l")
+    return f"""// {op.name}: global -> registers -> shared ({how}); zeros outside the matrix, so edge tiles need no
+// branches later. fetch/store: the loads early, the store after the mma work they hide behind; copy: both at once.
+__device__ __forceinline__ void fetch_{op.lower}({regs}, {signature}) {{
+{words_ptr}{loop}
+{fetch}
+    }}
+}}
+__device__ __forceinline__ void store_{op.lower}(unsigned char* stage, const {regs}, int x0, int k0) {{
+{loop}
+        (void)gx; (void)gk;
+{store}
+    }}
+}}
+__device__ __forceinline__ void copy_{op.lower}(unsigned char* stage, {signature}) {{
+{words_ptr}{one}
+        u32 r[1][{words}];
+        {{ const int l = 0;
+{fetch}
+{store}
+        }}
     }}
 }}
 """
@@ -329,43 +397,150 @@ constexpr int STAGES = {config.stages};  // shared-memory buffers in the ring
 constexpr int A_BYTES = {a.tile_bytes}, STAGE_BYTES = {a.tile_bytes + b.tile_bytes};
 constexpr int TILES_M = (M + BM - 1) / BM, TILES_N = (N + BN - 1) / BN, KTILES = (K + BK - 1) / BK;
 constexpr int GROUP_M = {config.group_m};  // rasterization: blocks walk GROUP_M tile rows before moving right
-"""
+constexpr int KSTEPS = BK / KSTEP;  // mma k-steps per slice
+constexpr int MIN_BLOCKS = {config.blocks_per_sm};  // blocks per SM the registers are bounded for
+""" + "".join(f"constexpr int {op.name}_LOADS = {register_loads(op, config.threads)}, {op.name}_WORDS = {register_words(op)};"
+              f"  // {op.name}'s register-staged copy units per thread, 32-bit words each\n"
+              for op in (a, b) if not op.use_async)
 
 
-def _main_loop(config: MmaConfig, uses_async: bool) -> str:
+def double_buffered(a: Operand, b: Operand) -> bool:
+    """Two fragment sets (k-step ks+1 read while ks multiplies) where both operands come by ldmatrix;
+    plain 32-bit fragment loads (MN-major tf32, the smem_mma step) need more address registers, and
+    with two sets ptxas spills: those multiply each k-step right after loading it."""
+    return a.use_ldmatrix and b.use_ldmatrix
+
+
+def staged_in_registers(config: MmaConfig, a: Operand, b: Operand) -> bool:
+    """Whether the register-copied operands' next slice stays in registers across the mma work (else
+    each copy stores right after its loads): only where those registers fit beside the accumulators
+    and both fragment sets (ptxas would spill otherwise)."""
+    held = sum(register_loads(op, config.threads) * register_words(op) for op in (a, b) if not op.use_async)
+    fragments = 2 * (config.wm // 16 * 4 + config.wn // 8 * 2)
+    cap = min(255, 65536 // (config.threads * config.blocks_per_sm))
+    return held > 0 and config.stages > 1 and double_buffered(a, b) and config.accumulators + fragments + held + 48 <= cap
+
+
+def _stage_functions(config: MmaConfig, a: Operand, b: Operand) -> str:
+    """issue_stage: slice kt's cp.async copies and the register operands' global loads; store_regs: those
+    registers into the slice's buffer (after the mma work they were hidden behind). Where the registers
+    do not fit (staged_in_registers), issue_stage stores right after loading and store_regs is empty."""
+    staged = staged_in_registers(config, a, b)
+    issue, store = [], []
+    for op, x0 in ((a, "m0"), (b, "n0")):
+        at = f"smem + s * STAGE_BYTES{' + A_BYTES' if op.name == 'B' else ''}"
+        if op.use_async:
+            issue.append(f"load_{op.lower}({at}, {op.name}, {x0}, kt * BK);")
+        elif not staged:
+            issue.append(f"copy_{op.lower}({at}, {op.name}, {x0}, kt * BK);")
+        else:
+            issue.append(f"fetch_{op.lower}({op.lower}_regs, {op.name}, {x0}, kt * BK);")
+            store.append(f"store_{op.lower}({at}, {op.lower}_regs, {x0}, kt * BK);")
+    regs = "" if not staged else "".join(f"    u32 {op.lower}_regs[{op.lower.upper()}_LOADS][{op.lower.upper()}_WORDS];  "
+                   f"// {op.name}'s next slice in flight through registers\n" for op in (a, b) if not op.use_async)
+    return (regs + "    auto issue_stage = [&](int s, int kt) {\n        " + "\n        ".join(issue) + "\n    };\n"
+            + "    auto store_regs = [&](int s, int kt) {\n        " + ("\n        ".join(store) or "(void)s; (void)kt;")
+            + "\n    };\n")
+
+
+def _slice_body(config: MmaConfig, uses_async: bool, has_regs: bool, kt: str, parity: int, indent: str) -> str:
+    """One k-slice of the ring: KSTEPS k-steps, fragments of step ks+1 loaded before step ks's mma."""
+    commit = "cp_async_commit();" if uses_async else ""
+    wait = "cp_async_wait<STAGES - 2>();  " if uses_async else ""
+    early = config.stages == 2 and has_regs
+    lines = f"""{{
+    const int kt = {kt}, next = kt + STAGES - 1;
+    #pragma unroll
+    for (int ks = 0; ks < KSTEPS; ++ks) {{
+        if (ks == 0) {{
+            // Slice kt+STAGES-1 into the buffer of slice kt-1 (every warp left it before the last barrier).
+            if (next < KTILES) issue_stage(next % STAGES, next);
+            {commit}
+        }}
+        if (ks == KSTEPS - 1) {{
+            {"if (next < KTILES) store_regs(next % STAGES, next);  // two buffers: store before the barrier" if early else ""}
+            {wait}__syncthreads();  // slice kt+1 is in shared memory; every warp is done with slice kt's fragments
+        }}
+        // Fragments of the next k-step (slice kt+1's first after the last) while this one multiplies.
+        const int fs = ks + 1 < KSTEPS ? kt % STAGES : (kt + 1) % STAGES;
+        load_fragments(a[(ks + {parity + 1}) & 1], b[(ks + {parity + 1}) & 1], fs, ((ks + 1) % KSTEPS) * KSTEP);
+        multiply(a[(ks + {parity}) & 1], b[(ks + {parity}) & 1]);
+    }}
+    {"" if early or not has_regs else "if (next < KTILES) store_regs(next % STAGES, next);  // registers -> the free buffer, after the mma work"}
+}}"""
+    return "\n".join(indent + line if line.strip() else "" for line in lines.splitlines())
+
+
+def _main_loop(config: MmaConfig, uses_async: bool, has_regs: bool, double: bool) -> str:
     commit = "cp_async_commit();" if uses_async else ""
     if config.stages == 1:
         wait = "cp_async_wait<0>();\n        " if uses_async else ""
-        return f"""    // One buffer: load a k-slice, wait for it, multiply it, and wait before overwriting it.
+        steps = ("""        load_fragments(a[0], b[0], 0, 0);
+        #pragma unroll
+        for (int ks = 0; ks < KSTEPS; ++ks) {
+            if (ks + 1 < KSTEPS) load_fragments(a[(ks + 1) & 1], b[(ks + 1) & 1], 0, (ks + 1) * KSTEP);
+            multiply(a[ks & 1], b[ks & 1]);
+        }""" if double else """        #pragma unroll
+        for (int ks = 0; ks < KSTEPS; ++ks) {
+            load_fragments(a[0], b[0], 0, ks * KSTEP);
+            multiply(a[0], b[0]);
+        }""")
+        return f"""    // One buffer: load a k-slice, wait for it, multiply it (fragments one k-step ahead), wait before overwriting it.
     for (int kt = 0; kt < KTILES; ++kt) {{
-        load_stage(0, kt);
+        issue_stage(0, kt);
+        store_regs(0, kt);
         {commit}
         {wait}__syncthreads();
-        compute(0);
+{steps}
         __syncthreads();
     }}
 """
-    wait = "cp_async_wait<STAGES - 2>();  // slice kt has landed (this thread's copies)\n        " if uses_async else ""
-    return f"""    // A ring of STAGES buffers: slices kt+1 .. kt+STAGES-1 are in flight while slice kt is multiplied.
+    if not double:
+        wait = "cp_async_wait<STAGES - 2>();  // slice kt has landed (this thread's copies)\n        " if uses_async else ""
+        return f"""    // A ring of STAGES buffers: slices kt+1 .. kt+STAGES-1 are in flight while slice kt is multiplied.
     #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {{
-        if (s < KTILES) load_stage(s, s);
+        if (s < KTILES) issue_stage(s, s);
         {commit}
     }}
     for (int kt = 0; kt < KTILES; ++kt) {{
         {wait}__syncthreads();  // everyone's copies of slice kt are visible; slice kt-1's buffer is free
         const int next = kt + STAGES - 1;
-        if (next < KTILES) load_stage(next % STAGES, next);
+        if (next < KTILES) issue_stage(next % STAGES, next);
         {commit}
-        compute(kt % STAGES);
+        #pragma unroll
+        for (int ks = 0; ks < KSTEPS; ++ks) {{
+            load_fragments(a[0], b[0], kt % STAGES, ks * KSTEP);
+            multiply(a[0], b[0]);
+        }}
     }}
+"""
+    wait = "cp_async_wait<STAGES - 2>();  // slice 0 has landed (this thread's copies)\n    " if uses_async else ""
+    if config.k_bytes // KSTEP_BYTES % 2 == 0:
+        loop = "    for (int kt0 = 0; kt0 < KTILES; ++kt0)\n" + _slice_body(config, uses_async, has_regs, "kt0", 0, "    ")
+    else:  # an odd number of k-steps per slice: two slices per trip keep the fragment sets compile-time
+        loop = ("    for (int kt0 = 0; kt0 < KTILES; kt0 += 2) {\n"
+                + _slice_body(config, uses_async, has_regs, "kt0", 0, "        ") + "\n        if (kt0 + 1 < KTILES)\n"
+                + _slice_body(config, uses_async, has_regs, "kt0 + 1", 1, "        ") + "\n    }")
+    return f"""    // A ring of STAGES buffers: slices kt+1 .. kt+STAGES-1 are in flight while slice kt is multiplied
+    // (one commit group per slice, so wait_group STAGES-2 means slice kt+1 has landed), and the fragments
+    // of each k-step are read from shared memory while the previous k-step's mma.sync run.
+    #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {{
+        if (s < KTILES) {{ issue_stage(s, s); store_regs(s, s); }}
+        {commit}
+    }}
+    {wait}__syncthreads();
+    load_fragments(a[0], b[0], 0, 0);
+{loop}
 """
 
 
 def _kernel(spec: GemmSpec, config: MmaConfig, a: Operand, b: Operand) -> str:
     uses_async = a.use_async or b.use_async
+    has_regs = not (a.use_async and b.use_async)
     return f"""
-extern "C" __global__ void __launch_bounds__(THREADS, 1) {entry_name(spec)}({_params(spec)[1]}) {{
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) {entry_name(spec)}({_params(spec)[1]}) {{
     extern __shared__ __align__(128) unsigned char smem[];  // STAGES x (A tile, B tile)
     // Grouped rasterization: block pid -> (tile_m, tile_n), GROUP_M tile rows at a time.
     const int pid = blockIdx.x, per_group = GROUP_M * TILES_N;
@@ -377,28 +552,26 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {entry_name(spec)}({_pa
     const int g = lane >> 2, t = lane & 3;  // the mma fragments' row group and thread-in-group
     const int wrow = (warp / WARPS_N) * WM, wcol = (warp % WARPS_N) * WN;
     float acc[MT][NT][4] = {{}};
+    u32 a[{2 if double_buffered(a, b) else 1}][MT][4], b[{2 if double_buffered(a, b) else 1}][NT][2];  // fragment sets: {"k-step ks multiplies set ks & 1 while the next loads" if double_buffered(a, b) else "one, loaded right before its mma"}
 
-    auto load_stage = [&](int s, int kt) {{
-        load_a(smem + s * STAGE_BYTES, A, m0, kt * BK);
-        load_b(smem + s * STAGE_BYTES + A_BYTES, B, n0, kt * BK);
-    }};
-    // One k-slice in shared memory -> fragments -> mma.sync, KSTEP at a time.
-    auto compute = [&](int s) {{
+{_stage_functions(config, a, b)}    // Fragments of k-step kk of the slice in buffer s.
+    auto load_fragments = [&](u32 (&a)[MT][4], u32 (&b)[NT][2], int s, int kk) {{
         const unsigned char* a_ptr = smem + s * STAGE_BYTES;
         const unsigned char* b_ptr = a_ptr + A_BYTES;
         const u32 a_base = smem_addr(a_ptr), b_base = smem_addr(b_ptr);
-        (void)a_base; (void)b_base; (void)g; (void)t;
-        #pragma unroll
-        for (int kk = 0; kk < BK; kk += KSTEP) {{
-            u32 a[MT][4], b[NT][2];
-{_a_fragments(a)}{_b_fragments(b)}            #pragma unroll
-            for (int i = 0; i < MT; ++i)
-                #pragma unroll
-                for (int j = 0; j < NT; ++j) mma_tile(acc[i][j], a[i], b[j]);
-        }}
+        (void)a_base; (void)b_base; (void)a_ptr; (void)b_ptr;
+        {{
+{_a_fragments(a)}{_b_fragments(b)}        }}
     }};
+    auto multiply = [&](const u32 (&a)[MT][4], const u32 (&b)[NT][2]) {{
+        #pragma unroll
+        for (int i = 0; i < MT; ++i)
+            #pragma unroll
+            for (int j = 0; j < NT; ++j) mma_tile(acc[i][j], a[i], b[j]);
+    }};
+    (void)g; (void)t;
 
-{_main_loop(config, uses_async)}
+{_main_loop(config, uses_async, has_regs, double_buffered(a, b))}
 {_write_back(spec)}}}
 """
 
