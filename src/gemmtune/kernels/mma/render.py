@@ -188,10 +188,17 @@ __device__ __forceinline__ void load_{op.lower}(unsigned char* stage, const in_t
         how = ("2-byte elements, below cp.async's 4-byte minimum: each unit is 8 elements of a stored row, read\n"
                "// as the five aligned 32-bit words covering them (addresses clamped to the row's last word, so no\n"
                "// read leaves the row) and funnel-shifted into place at the store")
+        total = spec.k * (spec.m if op.name == "A" else spec.n)
+        # An odd element count leaves the matrix's last element alone in the low half of a word whose
+        # high half lies past the end: that word is read as one 2-byte element.
+        word = (f"(w_at < {total // 2}u ? words[w_at] : (u32)reinterpret_cast<const unsigned short*>({op.name})[2 * w_at])"
+                if total % 2 else "words[w_at]")
         fetch = f"""        const unsigned start = (unsigned){row} * {length} + {first}, last = ((unsigned){row} * {length} + {length} - 1) >> 1;
         #pragma unroll
-        for (int w = 0; w < 5; ++w)
-            r[l][w] = {row} < {rows} ? words[min((start >> 1) + w, last)] : 0u;"""
+        for (int w = 0; w < 5; ++w) {{
+            const unsigned w_at = min((start >> 1) + w, last);
+            r[l][w] = {row} < {rows} ? {word} : 0u;
+        }}"""
         store = f"""        const bool odd = (((unsigned){row} * {length} + {first}) & 1u) != 0;
         const int valid = {length} - {first};  // elements of this unit inside the row (may be <= 0 or > 8)
         u32 v[4];
