@@ -102,3 +102,19 @@ def test_registry_default_config(shape, layout, dtype):
     for seed in (1, 2):
         result = evaluate(kernel.compiled, verify_only=True, rng=np.random.default_rng(seed))
         assert result.verify.ok, f"{spec.short()} {kernel.config.describe()}: {result.verify.message}"
+
+
+@pytest.mark.parametrize("shape,layout,dtype", [((4093, 4091, 4097), "nt", "bf16"), ((3000, 5000, 1500), "nn", "fp16"),
+                                                ((1000, 1000, 1000), "nn", "tf32"), ((1031, 517, 263), "tt", "bf16"),
+                                                ((2048, 2048, 2048), "nt", "bf16")])
+def test_candidates_correct(shape, layout, dtype):
+    """Every named candidate config (2 blocks/SM, 32-byte slices, register-staged odd rows) comes out right."""
+    from gemmtune.evaluate import evaluate
+    from gemmtune.kernels.mma.config import candidates
+
+    arch = _arch()
+    spec = GemmSpec(*shape, layout=layout, dtype=dtype)
+    for name, config in candidates(spec, arch):
+        kernel = gemmtune.build(spec, config=config, arch=arch, family="mma")
+        result = evaluate(kernel.compiled, verify_only=True, rng=np.random.default_rng(3))
+        assert result.verify.ok, f"{name} {spec.short()} {config.describe()}: {result.verify.message}"

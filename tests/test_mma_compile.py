@@ -172,3 +172,17 @@ def test_space_holds_the_ladder_and_default():
     for config in (_step("sm_80", "tuned"), _step("sm_80", "smem_mma")):
         assert FAMILY.config_from_json(config.to_json()) == config
         assert config.key() == FAMILY.config_from_json(config.to_json()).key()
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_candidates_and_two_per_sm_default_compile_without_spills(arch):
+    from gemmtune.kernels.mma.config import candidates
+
+    big = GemmSpec(4096, 4096, 4096, "nt", "bf16")
+    assert FAMILY.default_config(big, arch).blocks_per_sm == 2
+    for spec in (big, GemmSpec(4093, 4091, 4097, "nt", "bf16"), GemmSpec(3000, 5000, 1500, "nn", "fp16"),
+                 GemmSpec(4096, 4096, 4096, "nn", "tf32")):
+        found = candidates(spec, arch)
+        assert found[0] == ("default", FAMILY.default_config(spec, arch)) and len(found) >= 4
+        for _, config in found:
+            _check(spec, config, arch)

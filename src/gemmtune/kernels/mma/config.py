@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ...arch import geometry, known_arch
+from ...arch import arch_limits, geometry, known_arch
 from ...spec import GemmSpec
 from ..config_base import FamilyConfig, arch_number, rejections_by
 
@@ -153,9 +153,29 @@ def _smem(c: MmaConfig, s: GemmSpec, arch: str) -> str | None:
     return None
 
 
+def _occupancy(c: MmaConfig, s: GemmSpec, arch: str) -> str | None:
+    if c.blocks_per_sm not in (1, 2):
+        return f"blocks_per_sm={c.blocks_per_sm}: 1 or 2"
+    if c.blocks_per_sm == 1:
+        return None
+    cap = 65536 // (c.threads * c.blocks_per_sm)
+    # the accumulators, two fragment sets and ~40 registers of addresses and indices
+    need = c.accumulators + 2 * (c.wm // 16 * 4 + c.wn // 8 * 2) + 40
+    if need > min(255, cap):
+        return f"{c.blocks_per_sm} blocks of {c.threads} threads leave {cap} registers a thread, under ~{need}"
+    if known_arch(arch):
+        limits = arch_limits(arch)
+        per_block = c.smem_bytes() + 1024  # the driver reserves 1 KiB of each block's shared memory
+        if per_block * c.blocks_per_sm > limits.smem_per_sm:
+            return f"{c.blocks_per_sm} blocks need {per_block * c.blocks_per_sm} B of shared memory, over the SM's {limits.smem_per_sm} B"
+        if c.threads * c.blocks_per_sm > limits.threads_per_sm:
+            return f"{c.blocks_per_sm} blocks of {c.threads} threads exceed the SM's {limits.threads_per_sm}"
+    return None
+
+
 CONSTRAINTS: dict[str, Constraint] = {
     "dtype": _dtype, "tile": _tile, "depth": _depth, "registers": _registers, "pipeline": _pipeline,
-    "shared_memory": _smem,
+    "shared_memory": _smem, "occupancy": _occupancy,
 }
 
 
@@ -190,14 +210,55 @@ def ladder(arch: str = "sm_80") -> list[tuple[str, MmaConfig]]:
     ]
 
 
+def _two_per_sm(spec: GemmSpec | None, arch: str) -> MmaConfig:
+    """128x128 tiles of 4 warps (64x64 each) that two blocks share an SM with; 2-byte operands (rows of
+    odd length) take 32-byte slices so their next slice fits in registers across the mma work."""
+    two = MmaConfig(bm=128, bn=128, k_bytes=64, wm=64, wn=64, stages=4, group_m=8, blocks_per_sm=2)
+    if spec is not None and spec.dtype in ("bf16", "fp16") and (spec.k % 2 or (spec.a_trans and spec.m % 2)
+                                                              or (not spec.b_trans and spec.n % 2)):
+        two = two.with_(k_bytes=32)
+    if not known_arch(arch):
+        return two.with_(stages=_fitting_stages(two, arch, 4), blocks_per_sm=1)
+    per_sm = arch_limits(arch).smem_per_sm // 2 - 1024
+    return two.with_(stages=max(2, min(two.stages if two.k_bytes == 64 else 5, per_sm // two.stage_bytes())))
+
+
 def default_config(spec: GemmSpec | None, arch: str = "sm_80") -> MmaConfig:
-    """The tuned step; where its 128x256 tiles would leave most SMs idle, 128x128, then 64x64 tiles."""
+    """128x128 tiles, two blocks per SM, where the grid fills the SMs twice over; else the tuned step's
+    128x256 tiles if they fill half the SMs; else 128x128 (one per SM), then 64x64 tiles."""
     tuned = dict(ladder(arch))["tuned"]
     if spec is None:
         return tuned
     sms = geometry(None, arch).sm_count if known_arch(arch) else 80
+    tiles = lambda c: -(-spec.m // c.bm) * -(-spec.n // c.bn)  # noqa: E731
+    two = _two_per_sm(spec, arch)
+    if supports(spec, arch) is None and not rejections(two, spec, arch) and tiles(two) >= 2 * sms:
+        return two
     for candidate in (tuned, tuned.with_(bn=128), tuned.with_(bm=64, bn=64, wm=32, wn=32)):
         candidate = candidate.with_(stages=_fitting_stages(candidate, arch, 4))
-        if -(-spec.m // candidate.bm) * -(-spec.n // candidate.bn) >= sms // 2:
+        if tiles(candidate) >= sms // 2:
             return candidate
     return candidate
+
+
+def candidates(spec: GemmSpec, arch: str = "sm_80") -> list[tuple[str, MmaConfig]]:
+    """A few named configs of proven shapes to time against the default (each valid for `spec` on
+    `arch`): gemmtune.build(spec, config=c, family="mma")."""
+    tuned = dict(ladder(arch))["tuned"]
+    two = _two_per_sm(spec, arch)
+    named = [
+        ("default", default_config(spec, arch)),
+        ("128x128_2sm", two),
+        ("128x128_k32_2sm", two.with_(k_bytes=32, stages=5)),
+        ("128x128_8warps_2sm", two.with_(wn=32, blocks_per_sm=2)),
+        ("128x256_s3", tuned.with_(stages=_fitting_stages(tuned, arch, 3))),
+        ("128x256_k32_s5", tuned.with_(k_bytes=32, stages=_fitting_stages(tuned.with_(k_bytes=32), arch, 5))),
+        ("256x128_s3", tuned.with_(bm=256, bn=128, stages=_fitting_stages(tuned, arch, 3))),
+        ("128x128_1sm", two.with_(blocks_per_sm=1, stages=_fitting_stages(two, arch, 4))),
+    ]
+    seen, out = set(), []
+    for name, config in named:
+        if config not in seen and not rejections(config, spec, arch):
+            seen.add(config)
+            out.append((name, config))
+    return out

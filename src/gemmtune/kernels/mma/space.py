@@ -11,12 +11,14 @@ MMA_DOMAINS: tuple[tuple[str, tuple], ...] = (
     ("bm", (32, 64, 128, 256)), ("bn", (32, 64, 128, 256)), ("k_bytes", (32, 64, 128)),
     ("wm", (16, 32, 64, 128)), ("wn", (16, 32, 64, 128)), ("stages", (2, 3, 4, 5)),
     ("ldmatrix", (True,)), ("async_copy", (True,)), ("swizzle", (True,)), ("group_m", (1, 4, 8, 16)),
+    ("blocks_per_sm", (1, 2)),
 )
 
 # The parameters each constraint reads (directly or through MmaConfig's derived properties).
 MMA_READS: dict[str, tuple[str, ...]] = {
     "dtype": (), "tile": ("bm", "bn", "wm", "wn"), "depth": ("k_bytes",), "registers": ("wm", "wn"),
     "pipeline": ("stages", "async_copy", "group_m"), "shared_memory": ("bm", "bn", "k_bytes", "stages"),
+    "occupancy": ("bm", "bn", "wm", "wn", "k_bytes", "stages", "blocks_per_sm"),
 }
 
 
