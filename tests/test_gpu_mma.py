@@ -1,5 +1,5 @@
 """GPU: every mma ladder step × layout × dtype computes the right product on shapes cut at every edge
-(1³, 7×13×5, 127×129×131, M = 1, N = 1) and large ones, checked by the common verifier (float64
+(1³, 7×13×5, 127×129×131, M = 1, N = 1) and large ones (1000³, 3000×5000×1500, 4093×4091×4097), checked by the common verifier (float64
 reference of the rounded inputs, NaN-poisoned D, per-dtype tolerance); every epilogue on odd shapes.
 
     pytest -q -p no:cacheprovider tests/test_gpu_mma.py
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.gpu
 
 FAMILY = get_family("mma")
 SHAPES = [(1, 1, 1), (7, 13, 5), (127, 129, 131), (1, 515, 300), (300, 1, 257), (1000, 1000, 1000),
-          (3000, 5000, 1500)]
+          (3000, 5000, 1500), (4093, 4091, 4097)]
 LAYOUTS = ("nn", "nt", "tn", "tt")
 DTYPES = ("bf16", "fp16", "tf32")
 STEPS = [name for name, _ in FAMILY.ladder("sm_80")]
@@ -118,3 +118,39 @@ def test_candidates_correct(shape, layout, dtype):
         kernel = gemmtune.build(spec, config=config, arch=arch, family="mma")
         result = evaluate(kernel.compiled, verify_only=True, rng=np.random.default_rng(3))
         assert result.verify.ok, f"{name} {spec.short()} {config.describe()}: {result.verify.message}"
+
+
+def _random_specs(count: int, seed: int = 2026) -> list[GemmSpec]:
+    """Shapes of every kind the registry meets: half with 16-element multiples (wgmma's on sm_90a),
+    half of any length, M or N = 1 now and then; every layout and tensor-core dtype."""
+    rng = np.random.default_rng(seed)
+    specs = []
+    for i in range(count):
+        m, n, k = (int(x) for x in rng.integers(1, 1100, size=3))
+        if i % 2 == 0:
+            m, n, k = (max(16, x // 16 * 16) for x in (m, n, k))
+        if i % 17 == 5:
+            m = 1
+        if i % 19 == 7:
+            n = 1
+        specs.append(GemmSpec(m, n, k, layout=LAYOUTS[i % 4], dtype=DTYPES[(i // 4) % 3]))
+    return specs
+
+
+def test_registry_pick_on_a_hundred_random_shapes():
+    """What gemmtune.build(spec) picks (gemv, wgmma or mma on this GPU) for 100 random shapes,
+    aligned or not, verified: the fallback leaves no shape refused or wrong."""
+    from gemmtune.build import chosen_config, target_arch
+    from gemmtune.evaluate import evaluate
+
+    arch = target_arch(None)
+    specs = [s for s in _random_specs(100) if _supported(s.dtype, arch)]
+    picks = [chosen_config(spec, None, arch, None) for spec in specs]
+    kernels = compile_configs([(spec, chosen.config, arch) for spec, (_, chosen) in zip(specs, picks)])
+    families = {}
+    for spec, (family, _), kernel in zip(specs, picks, kernels):
+        assert not isinstance(kernel, Exception), f"{spec.short()} ({family.name}): {kernel}"
+        result = evaluate(kernel, verify_only=True, rng=np.random.default_rng(spec.m * 7 + spec.n))
+        assert result.verify.ok, f"{spec.short()} ({family.name}): {result.verify.message}"
+        families[family.name] = families.get(family.name, 0) + 1
+    print("families picked:", families)

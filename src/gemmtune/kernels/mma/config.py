@@ -156,13 +156,13 @@ def _smem(c: MmaConfig, s: GemmSpec, arch: str) -> str | None:
 def _occupancy(c: MmaConfig, s: GemmSpec, arch: str) -> str | None:
     if c.blocks_per_sm not in (1, 2):
         return f"blocks_per_sm={c.blocks_per_sm}: 1 or 2"
-    if c.blocks_per_sm == 1:
-        return None
-    cap = 65536 // (c.threads * c.blocks_per_sm)
+    cap = min(255, 65536 // (c.threads * c.blocks_per_sm))
     # the accumulators, two fragment sets and ~40 registers of addresses and indices
     need = c.accumulators + 2 * (c.wm // 16 * 4 + c.wn // 8 * 2) + 40
-    if need > min(255, cap):
-        return f"{c.blocks_per_sm} blocks of {c.threads} threads leave {cap} registers a thread, under ~{need}"
+    if need > cap:  # ptxas would spill to fit the launch bound (e.g. 16 warps of 64x64: 128 registers each)
+        return f"{c.blocks_per_sm} block(s) of {c.threads} threads leave {cap} registers a thread, under ~{need}"
+    if c.blocks_per_sm == 1:
+        return None
     if known_arch(arch):
         limits = arch_limits(arch)
         per_block = c.smem_bytes() + 1024  # the driver reserves 1 KiB of each block's shared memory
@@ -210,12 +210,18 @@ def ladder(arch: str = "sm_80") -> list[tuple[str, MmaConfig]]:
     ]
 
 
+def register_copied(spec: GemmSpec) -> bool:
+    """Whether an operand's stored rows have odd length in 16-bit elements: those rows are copied
+    element-wise through registers (cp.async cannot place 2-byte pieces)."""
+    return spec.dtype in ("bf16", "fp16") and bool(spec.k % 2 or (spec.a_trans and spec.m % 2)
+                                                     or (not spec.b_trans and spec.n % 2))
+
+
 def _two_per_sm(spec: GemmSpec | None, arch: str) -> MmaConfig:
     """128x128 tiles of 4 warps (64x64 each) that two blocks share an SM with; 2-byte operands (rows of
     odd length) take 32-byte slices so their next slice fits in registers across the mma work."""
     two = MmaConfig(bm=128, bn=128, k_bytes=64, wm=64, wn=64, stages=4, group_m=8, blocks_per_sm=2)
-    if spec is not None and spec.dtype in ("bf16", "fp16") and (spec.k % 2 or (spec.a_trans and spec.m % 2)
-                                                              or (not spec.b_trans and spec.n % 2)):
+    if spec is not None and register_copied(spec):
         two = two.with_(k_bytes=32)
     if not known_arch(arch):
         return two.with_(stages=_fitting_stages(two, arch, 4), blocks_per_sm=1)
@@ -223,17 +229,30 @@ def _two_per_sm(spec: GemmSpec | None, arch: str) -> MmaConfig:
     return two.with_(stages=max(2, min(two.stages if two.k_bytes == 64 else 5, per_sm // two.stage_bytes())))
 
 
+def _register_copied_tile(arch: str) -> MmaConfig:
+    """For rows of odd length: 128x256 tiles of 8 warps, one block per SM, 32-byte slices, 5 stages.
+    The only shape measured to keep the register-copied next slice in registers across the mma work
+    (render.staged_in_registers) with a full tile: 4093x4091x4097 bf16 nt on an H100 (2026-11-25)
+    1177 us against 2534 us for two 128x128 blocks per SM, whose copies wait on their loads."""
+    tuned = dict(ladder(arch))["tuned"].with_(k_bytes=32)
+    return tuned.with_(stages=_fitting_stages(tuned, arch, 5))
+
+
 def default_config(spec: GemmSpec | None, arch: str = "sm_80") -> MmaConfig:
-    """128x128 tiles, two blocks per SM, where the grid fills the SMs twice over; else the tuned step's
-    128x256 tiles if they fill half the SMs; else 128x128 (one per SM), then 64x64 tiles."""
+    """The tuned step's 128x256 tiles (8 warps of 64x64, one block per SM) where they fill half the SMs,
+    else 128x128, then 64x64 tiles; rows of odd length take 128x256 tiles with 32-byte slices
+    (_register_copied_tile). Measured on an H100 (2026-11-25, bench/results/2026-11-25-h100-mma.md):
+    128x256 ran 4096^3 bf16 nt in 342-347 us against 371-396 for two 128x128 blocks per SM, and
+    3000x5000x1500 nn in 161 against 196 us."""
     tuned = dict(ladder(arch))["tuned"]
     if spec is None:
         return tuned
     sms = geometry(None, arch).sm_count if known_arch(arch) else 80
     tiles = lambda c: -(-spec.m // c.bm) * -(-spec.n // c.bn)  # noqa: E731
-    two = _two_per_sm(spec, arch)
-    if supports(spec, arch) is None and not rejections(two, spec, arch) and tiles(two) >= 2 * sms:
-        return two
+    wide = _register_copied_tile(arch)
+    if register_copied(spec) and supports(spec, arch) is None and not rejections(wide, spec, arch) \
+            and tiles(wide) >= sms // 2:
+        return wide
     for candidate in (tuned, tuned.with_(bn=128), tuned.with_(bm=64, bn=64, wm=32, wn=32)):
         candidate = candidate.with_(stages=_fitting_stages(candidate, arch, 4))
         if tiles(candidate) >= sms // 2:
@@ -248,6 +267,7 @@ def candidates(spec: GemmSpec, arch: str = "sm_80") -> list[tuple[str, MmaConfig
     two = _two_per_sm(spec, arch)
     named = [
         ("default", default_config(spec, arch)),
+        ("tuned", tuned),
         ("128x128_2sm", two),
         ("128x128_k32_2sm", two.with_(k_bytes=32, stages=5)),
         ("128x128_8warps_2sm", two.with_(wn=32, blocks_per_sm=2)),
