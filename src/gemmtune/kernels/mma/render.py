@@ -353,20 +353,20 @@ def _apply(spec: GemmSpec, value: str, col: str, c: str) -> str:
 def _write_back(spec: GemmSpec) -> str:
     reads_c = spec.epilogue.reads_c
     if spec.n % 2 == 0:
-        c_load = "float c0 = 0.0f, c1 = 0.0f;\n                read_pair(C + at, c0, c1);\n                " if reads_c else ""
+        c_load = "float c0 = 0.0f, c1 = 0.0f;\n                    read_pair(C + at, c0, c1);\n                    " if reads_c else ""
         store = f"""if (row < M && col < N) {{  // N is even, so col + 1 < N too
-                const unsigned at = (unsigned)row * N + col;
-                {c_load}write_pair(D + at, {_apply(spec, 'v0', 'col', 'c0')}, {_apply(spec, 'v1', 'col + 1', 'c1')});
-            }}"""
+                    const unsigned at = (unsigned)row * N + col;
+                    {c_load}write_pair(D + at, {_apply(spec, 'v0', 'col', 'c0')}, {_apply(spec, 'v1', 'col + 1', 'c1')});
+                }}"""
         why = "pairs of outputs, one 32/64-bit store each"
     else:
         c0 = "to_float(C[at])" if reads_c else None
         c1 = "to_float(C[at + 1])" if reads_c else None
         store = f"""if (row < M) {{  // N is odd: pairs are not aligned, store one output at a time
-                const unsigned at = (unsigned)row * N + col;
-                if (col < N) D[at] = to_out({_apply(spec, 'v0', 'col', c0)});
-                if (col + 1 < N) D[at + 1] = to_out({_apply(spec, 'v1', 'col + 1', c1)});
-            }}"""
+                    const unsigned at = (unsigned)row * N + col;
+                    if (col < N) D[at] = to_out({_apply(spec, 'v0', 'col', c0)});
+                    if (col + 1 < N) D[at + 1] = to_out({_apply(spec, 'v1', 'col + 1', c1)});
+                }}"""
         why = "single outputs (rows of odd length)"
     return f"""    // Write-back ({why}): thread (g, t) holds rows g and g + 8, columns 2t and 2t + 1 of each 16x8 tile.
     #pragma unroll
@@ -378,7 +378,7 @@ def _write_back(spec: GemmSpec) -> str:
                 const int row = m0 + wrow + i * 16 + g + h * 8;
                 const int col = n0 + wcol + j * 8 + 2 * t;
                 const float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
-            {store}
+                {store}
             }}
 """
 
