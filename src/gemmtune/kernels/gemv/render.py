@@ -127,6 +127,33 @@ def _operands(spec: GemmSpec) -> str:
 
 
 # --- the rows kernel: W is P rows of K contiguous values --------------------------------------------
+# rows: the lanes' sums of each output meet by a shuffle tree, the warps of a group in shared memory.
+ROWS_REDUCE = """    #pragma unroll
+    for (int j = 0; j < NW; ++j)
+        #pragma unroll
+        for (int r = 0; r < R; ++r)
+            #pragma unroll
+            for (int offset = 16; offset > 0; offset /= 2)
+                acc[j][r] += __shfl_xor_sync(0xFFFFFFFFu, acc[j][r], offset);
+    if (WPO > 1) {  // the warps of one group meet in shared memory
+        __shared__ float partial[THREADS / 32][NW][R];
+        if (lane == 0)
+            #pragma unroll
+            for (int j = 0; j < NW; ++j)
+                #pragma unroll
+                for (int r = 0; r < R; ++r) partial[warp][j][r] = acc[j][r];
+        __syncthreads();
+        if (part != 0 || lane != 0 || p0 >= P) return;
+        #pragma unroll
+        for (int w = 1; w < WPO; ++w)
+            #pragma unroll
+            for (int j = 0; j < NW; ++j)
+                #pragma unroll
+                for (int r = 0; r < R; ++r) acc[j][r] += partial[warp + w][j][r];
+    }
+"""
+
+
 def _rows_body(spec: GemmSpec, config: GemvConfig) -> str:
     v = vec(spec)
     main = """        int k = (part * 32 + lane) * VEC;
@@ -189,30 +216,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_param
                 for (int r = 0; r < R; ++r) acc[j][r] = fmaf(w, x_at(x, r, t), acc[j][r]);
             }}
     }}
-    #pragma unroll
-    for (int j = 0; j < NW; ++j)
-        #pragma unroll
-        for (int r = 0; r < R; ++r)
-            #pragma unroll
-            for (int offset = 16; offset > 0; offset /= 2)
-                acc[j][r] += __shfl_xor_sync(0xFFFFFFFFu, acc[j][r], offset);
-    if (WPO > 1) {{  // the warps of one group meet in shared memory
-        __shared__ float partial[THREADS / 32][NW][R];
-        if (lane == 0)
-            #pragma unroll
-            for (int j = 0; j < NW; ++j)
-                #pragma unroll
-                for (int r = 0; r < R; ++r) partial[warp][j][r] = acc[j][r];
-        __syncthreads();
-        if (part != 0 || lane != 0 || p0 >= P) return;
-        #pragma unroll
-        for (int w = 1; w < WPO; ++w)
-            #pragma unroll
-            for (int j = 0; j < NW; ++j)
-                #pragma unroll
-                for (int r = 0; r < R; ++r) acc[j][r] += partial[warp + w][j][r];
-    }}
-    if (lane != 0) return;
+{ROWS_REDUCE}    if (lane != 0) return;
     #pragma unroll
     for (int j = 0; j < NW; ++j) {{
         const int p = p0 + j;

@@ -143,63 +143,83 @@ def register_loads(op: Operand, threads: int) -> int:
     return _ceil_div(op.rows * (op.row_bytes // _unit_bytes(op)), threads)
 
 
-def _copy_function(spec: GemmSpec, op: Operand, threads: int) -> str:
+def _unit_loop(op: Operand, threads: int, unroll: str = "") -> str:
+    """The head of the loop over a thread's copy units (row, col in the shared tile; gx, gk in the
+    matrix). `unroll`: the pragma's count ("" unrolls whole)."""
     unit = _unit_bytes(op)
-    units_per_row = op.row_bytes // unit
-    vec = unit // op.elem
     x, k = ("row", "col") if op.k_major else ("col", "row")
-    at = f"(unsigned)gx * K + gk" if op.k_major else f"(unsigned)gk * {op.extent} + gx"
-    loop = f"""    constexpr int PER_ROW = {units_per_row}, UNITS = {op.rows} * PER_ROW;
-    #pragma unroll
+    pragma = f"#pragma unroll {unroll}" if unroll else "#pragma unroll"
+    return f"""    constexpr int PER_ROW = {op.row_bytes // unit}, UNITS = {op.rows} * PER_ROW;
+    {pragma}
     for (int l = 0; l < (UNITS + THREADS - 1) / THREADS; ++l) {{
         const int idx = threadIdx.x + l * THREADS;
         if (UNITS % THREADS != 0 && idx >= UNITS) break;
-        const int row = idx / PER_ROW, col = (idx % PER_ROW) * {vec};
+        const int row = idx / PER_ROW, col = (idx % PER_ROW) * {unit // op.elem};
         const int gx = x0 + {x}, gk = k0 + {k};"""
-    if op.use_async:
-        # Narrow copies are many per thread: unrolled whole, ptxas hoists every one's address out of the
-        # k-loop and spills (64x64 warp tiles of tf32 at odd sizes); a partial unroll keeps them in the loop.
-        narrow = op.rows * units_per_row > 4 * threads
-        return f"""// {op.name}: global -> shared (cp.async, {op.copy_bytes} B each); zeros outside the matrix, so edge tiles need no branches later.
+
+
+def _global_at(op: Operand) -> str:
+    """The element offset of (gx, gk) in the stored matrix."""
+    return "(unsigned)gx * K + gk" if op.k_major else f"(unsigned)gk * {op.extent} + gx"
+
+
+def _async_copy(op: Operand, threads: int) -> str:
+    """cp.async straight into shared memory. Narrow copies are many per thread: unrolled whole, ptxas
+    hoists every one's address out of the k-loop and spills (64x64 warp tiles of tf32 at odd sizes);
+    a partial unroll keeps them in the loop."""
+    narrow = op.rows * (op.row_bytes // _unit_bytes(op)) > 4 * threads
+    return f"""// {op.name}: global -> shared (cp.async, {op.copy_bytes} B each); zeros outside the matrix, so edge tiles need no branches later.
 __device__ __forceinline__ void load_{op.lower}(unsigned char* stage, const in_t* __restrict__ {op.name}, int x0, int k0) {{
-{loop.replace("#pragma unroll", "#pragma unroll 4") if narrow else loop}
+{_unit_loop(op, threads, "4" if narrow else "")}
         const bool ok = gx < {op.extent} && gk < K;
-        const unsigned at = ok ? {at} : 0u;
+        const unsigned at = ok ? {_global_at(op)} : 0u;
         cp_async_{op.copy_bytes}(smem_addr(stage + {op.lower}_offset(row, col)), ok ? (const void*)({op.name} + at) : (const void*){op.name}, ok);
     }}
 }}
 """
-    words = register_words(op)
-    regs = f"u32 (&r)[{register_loads(op, threads)}][{words}]"
-    signature = f"const in_t* __restrict__ {op.name}, int x0, int k0"
-    if op.copy_bytes >= 4:
-        kind = COPY_TYPES[op.copy_bytes]
-        how = f"{op.copy_bytes}-byte loads"
-        fetch = f"""        const bool ok = gx < {op.extent} && gk < K;
-        const {kind} v = ok ? *reinterpret_cast<const {kind}*>({op.name} + ({at})) : {kind}{{}};
+
+
+@dataclass(frozen=True)
+class RegisterCopy:
+    """A register-staged copy unit, as text: what the copy does (`how`), its global loads into r[l]
+    (`fetch`), its shared store from r[l] (`store`), and the matrix as words where it needs one."""
+
+    how: str
+    fetch: str
+    store: str
+    words_ptr: str = ""
+
+
+def _wide_register_copy(op: Operand) -> RegisterCopy:
+    """4-, 8- or 16-byte units: one vector load, one vector store."""
+    kind = COPY_TYPES[op.copy_bytes]
+    fetch = f"""        const bool ok = gx < {op.extent} && gk < K;
+        const {kind} v = ok ? *reinterpret_cast<const {kind}*>({op.name} + ({_global_at(op)})) : {kind}{{}};
         *reinterpret_cast<{kind}*>(r[l]) = v;"""
-        store = f"""        *reinterpret_cast<{kind}*>(stage + {op.lower}_offset(row, col)) = *reinterpret_cast<const {kind}*>(r[l]);"""
-        words_ptr = ""
-    else:
-        # Rows of odd length: 8 elements (one 16-byte shared chunk) from the five aligned 32-bit words
-        # that cover them, shifted by one element where the unit starts at an odd element.
-        row, length, rows = (("gx", "K", op.extent) if op.k_major else ("gk", op.extent, "K"))
-        first = "gk" if op.k_major else "gx"
-        how = ("2-byte elements, below cp.async's 4-byte minimum: each unit is 8 elements of a stored row, read\n"
-               "// as the five aligned 32-bit words covering them (addresses clamped to the row's last word, so no\n"
-               "// read leaves the row) and funnel-shifted into place at the store")
-        total = spec.k * (spec.m if op.name == "A" else spec.n)
-        # An odd element count leaves the matrix's last element alone in the low half of a word whose
-        # high half lies past the end: that word is read as one 2-byte element.
-        word = (f"(w_at < {total // 2}u ? words[w_at] : (u32)reinterpret_cast<const unsigned short*>({op.name})[2 * w_at])"
-                if total % 2 else "words[w_at]")
-        fetch = f"""        const unsigned start = (unsigned){row} * {length} + {first}, last = ((unsigned){row} * {length} + {length} - 1) >> 1;
+    store = f"""        *reinterpret_cast<{kind}*>(stage + {op.lower}_offset(row, col)) = *reinterpret_cast<const {kind}*>(r[l]);"""
+    return RegisterCopy(f"{op.copy_bytes}-byte loads", fetch, store)
+
+
+def _odd_row_register_copy(spec: GemmSpec, op: Operand) -> RegisterCopy:
+    """Rows of odd length: 8 elements (one 16-byte shared chunk) from the five aligned 32-bit words
+    that cover them, shifted by one element where the unit starts at an odd element."""
+    row, length, rows = (("gx", "K", op.extent) if op.k_major else ("gk", op.extent, "K"))
+    first = "gk" if op.k_major else "gx"
+    how = ("2-byte elements, below cp.async's 4-byte minimum: each unit is 8 elements of a stored row, read\n"
+           "// as the five aligned 32-bit words covering them (addresses clamped to the row's last word, so no\n"
+           "// read leaves the row) and funnel-shifted into place at the store")
+    total = spec.k * (spec.m if op.name == "A" else spec.n)
+    # An odd element count leaves the matrix's last element alone in the low half of a word whose
+    # high half lies past the end: that word is read as one 2-byte element.
+    word = (f"(w_at < {total // 2}u ? words[w_at] : (u32)reinterpret_cast<const unsigned short*>({op.name})[2 * w_at])"
+            if total % 2 else "words[w_at]")
+    fetch = f"""        const unsigned start = (unsigned){row} * {length} + {first}, last = ((unsigned){row} * {length} + {length} - 1) >> 1;
         #pragma unroll
         for (int w = 0; w < 5; ++w) {{
             const unsigned w_at = min((start >> 1) + w, last);
             r[l][w] = {row} < {rows} ? {word} : 0u;
         }}"""
-        store = f"""        const bool odd = (((unsigned){row} * {length} + {first}) & 1u) != 0;
+    store = f"""        const bool odd = (((unsigned){row} * {length} + {first}) & 1u) != 0;
         const int valid = {length} - {first};  // elements of this unit inside the row (may be <= 0 or > 8)
         u32 v[4];
         #pragma unroll
@@ -208,10 +228,21 @@ __device__ __forceinline__ void load_{op.lower}(unsigned char* stage, const in_t
             v[w] = word & (2 * w + 1 < valid ? 0xFFFFFFFFu : 2 * w < valid ? 0x0000FFFFu : 0u);
         }}
         *reinterpret_cast<uint4*>(stage + {op.lower}_offset(row, col)) = make_uint4(v[0], v[1], v[2], v[3]);"""
-        words_ptr = f"    const u32* words = reinterpret_cast<const u32*>({op.name});\n"
+    return RegisterCopy(how, fetch, store, f"    const u32* words = reinterpret_cast<const u32*>({op.name});\n")
+
+
+def _copy_function(spec: GemmSpec, op: Operand, threads: int) -> str:
+    if op.use_async:
+        return _async_copy(op, threads)
+    copy = _wide_register_copy(op) if op.copy_bytes >= 4 else _odd_row_register_copy(spec, op)
+    how, fetch, store, words_ptr = copy.how, copy.fetch, copy.store, copy.words_ptr
+    words = register_words(op)
+    regs = f"u32 (&r)[{register_loads(op, threads)}][{words}]"
+    signature = f"const in_t* __restrict__ {op.name}, int x0, int k0"
+    loop = _unit_loop(op, threads)
     # The unstaged copy goes unit by unit (a few units unrolled: unrolled whole, ptxas hoists every
     # unit's addresses out of the k-loop and spills).
-    one = loop.replace("    #pragma unroll\n    for (int l", "    #pragma unroll 2\n    for (int l")
+    one = _unit_loop(op, threads, "2")
     return f"""// {op.name}: global -> registers -> shared ({how}); zeros outside the matrix, so edge tiles need no
 // branches later. fetch/store: the loads early, the store after the mma work they hide behind; copy: both at once.
 __device__ __forceinline__ void fetch_{op.lower}({regs}, {signature}) {{
@@ -332,18 +363,19 @@ __device__ __forceinline__ void read_pair(const out_t* p, float& a, float& b) {
 }
 __device__ __forceinline__ void write_pair(out_t* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
 """
-    return r"""
-// Two neighbouring 16-bit outputs in one 32-bit word (4-byte aligned: N is even and col is even).
-__device__ __forceinline__ void read_pair(const out_t* p, float& a, float& b) {
-    const u32 w = *reinterpret_cast<const u32*>(p);
-    a = to_float(out_t{(unsigned short)(w & 0xFFFFu)});
-    b = to_float(out_t{(unsigned short)(w >> 16)});
-}
-__device__ __forceinline__ void write_pair(out_t* p, float a, float b) {
-    *reinterpret_cast<u32*>(p) = PACK;
-}
-""".replace("PACK", "pack_pair(a, b, (out_t*)0)" if arch_number(arch) >= 80 else  # cvt ...x2 needs sm_80
+    pack = ("pack_pair(a, b, (out_t*)0)" if arch_number(arch) >= 80 else  # cvt ...x2 needs sm_80
             "(u32)from_float(a, (out_t*)0).bits | ((u32)from_float(b, (out_t*)0).bits << 16)")
+    return f"""
+// Two neighbouring 16-bit outputs in one 32-bit word (4-byte aligned: N is even and col is even).
+__device__ __forceinline__ void read_pair(const out_t* p, float& a, float& b) {{
+    const u32 w = *reinterpret_cast<const u32*>(p);
+    a = to_float(out_t{{(unsigned short)(w & 0xFFFFu)}});
+    b = to_float(out_t{{(unsigned short)(w >> 16)}});
+}}
+__device__ __forceinline__ void write_pair(out_t* p, float a, float b) {{
+    *reinterpret_cast<u32*>(p) = {pack};
+}}
+"""
 
 
 def _apply(spec: GemmSpec, value: str, col: str, c: str) -> str:

@@ -7,4 +7,5 @@ own main loop; no family spells a part's CUDA itself, so a fix to a part reaches
     epilogue  apply_epilogue(v, row, col, <operands>), its definition and its call
     floats    16-bit float types, to_float / from_float / to_out / pack_pair, FloatView
     flags     acquire loads, release stores and the spin wait on a flag in global memory
+    ring      a step along a ring of STAGES slots (slot index and mbarrier phase)
 """

@@ -7,12 +7,13 @@ B. Each step is a parameter choice, so the tuner searches the same space the lad
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Callable
 
 from ...arch import geometry, known_arch
 from ...spec import GemmSpec
 from ..config_base import FamilyConfig, arch_number, ceil_div, rejections_by
+from .groups import CPath, EpilogueGroup, MainloopGroup, ScheduleGroup
 
 FAMILY = "wgmma"
 VERSION = "1"
@@ -179,6 +180,47 @@ class WgmmaConfig(FamilyConfig):
     def c_slot_bytes(self) -> int:
         """Room for one C slice in a ring slot (c_ring): the larger of the A and B tile regions."""
         return max(self.bm, self.bn) * SWIZZLE_BYTES
+
+    # --- the three groups and the C path (groups.py) ------------------------------------------
+    @property
+    def c_route(self) -> CPath:
+        """How C comes for an epilogue that reads it (the flags tma_store, c_ring, d_over_c and
+        c_first_buffer combined; constraints keep their other combinations out)."""
+        if not self.tma_store:
+            return CPath.GLOBAL
+        if not self.c_ring:
+            return CPath.TILE
+        if not self.d_over_c:
+            return CPath.RING
+        return CPath.D_OVER_C_FIRST_BUFFER if self.c_first_buffer else CPath.D_OVER_C
+
+    def c_path(self, spec: GemmSpec) -> CPath:
+        """How the kernel for `spec` gets C: CPath.NONE when its epilogue reads none."""
+        return self.c_route if spec.epilogue.reads_c else CPath.NONE
+
+    @property
+    def mainloop(self) -> MainloopGroup:
+        return MainloopGroup(self.bm, self.bn, self.stages, self.consumers, self.specialized, self.pingpong)
+
+    @property
+    def schedule(self) -> ScheduleGroup:
+        return ScheduleGroup(self.persistent, self.group_m, self.cluster_m, self.split_tail, self.serpentine)
+
+    @property
+    def epilogue(self) -> EpilogueGroup:
+        return EpilogueGroup(self.tma_store, self.store_slices, self.stmatrix, self.overlap_epilogue, self.c_route,
+                             self.c_spread, self.c_l2_prefetch)
+
+    @classmethod
+    def from_groups(cls, mainloop: MainloopGroup, schedule: ScheduleGroup, epilogue: EpilogueGroup) -> "WgmmaConfig":
+        """The flat config of three groups; an epilogue group's C path sets c_ring, d_over_c and
+        c_first_buffer (GLOBAL needs tma_store off, the others on)."""
+        path = epilogue.c_path
+        if path is not CPath.NONE and (path is CPath.GLOBAL) == epilogue.tma_store:
+            raise ValueError(f"C path {path.value} with tma_store={epilogue.tma_store}")
+        flat = {**asdict(mainloop), **asdict(schedule), **asdict(epilogue)}
+        del flat["c_path"]
+        return cls(**flat, **path.flags())
 
     @property
     def d_in_ring_only(self) -> bool:

@@ -18,12 +18,13 @@ from . import ptx, schedule
 from .schedule import Schedule, schedule_for
 from .writeback import (FLOAT_VIEW, LOAD_C_TILE, epilogue_function, operand_decls, store_tile,
                         store_tile_smem)
+from .consumer import consumer_overlapped, consumer_plain
+from .producer import producer
 from .config import FAMILY, INPUT_BYTES, OUT_BYTES, VERSION, WgmmaConfig, k_major, out_dtype, rejections
 
 C_TYPES = {"bf16": "bf16_t", "fp16": "fp16_t", "tf32": "float", "fp32": "float"}
 TMA_TYPES = {"bf16": "bf16", "fp16": "fp16", "tf32": "fp32"}
 K_STEP = {"bf16": 16, "fp16": 16, "tf32": 8}  # K per wgmma instruction
-PRODUCER_REGS, CONSUMER_REGS = 40, 232  # setmaxnreg budgets: 128·40 + 256·232 ≤ 64K registers
 CHUNK = 64  # 16-bit values in one 128-byte swizzled row: the MN width of one MN-major box
 
 
@@ -240,274 +241,14 @@ def _epilogue_args(spec: GemmSpec) -> str:
     return "".join(f", {op.name}" for op in spec.epilogue.operands())
 
 
-def _consumer_overlapped(store_args: str, ring_c: bool, split: bool) -> str:
-    """The consumers' loop with overlap_epilogue: every wgmma is half the tile wide, and a whole tile's
-    write-back runs while the tensor cores work on the other half. The tile's last k-block is two
-    groups (lower, then upper): the lower half is written back while the upper group runs, and the
-    last k-block's ring slot goes back as soon as that group is done. The upper half is written back
-    while the next piece's first k-block runs on the lower half (its own group, fresh), before that
-    k-block's upper group starts. Pieces that end with a partial sum (split tails) end as in the
-    plain loop.
-
-    ptxas keeps wgmma asynchronous only where it can prove that no other instruction touches the
-    registers of a wgmma in flight. A 256-wide wgmma over both halves serialised the whole kernel
-    (C7511), as did a group in flight across the loop's back edge, or paths that meet with different
-    numbers of groups in flight (C7514). So every wgmma is 128 wide; the loop is rotated (an
-    iteration ends by starting the next piece's first k-block); every piece ends with no group in
-    flight, and every k-block with one. No instruction zeroes the accumulator: each piece's first
-    k-block overwrites it (fresh)."""
-    def store(first: str, last: str, slot: str) -> str:
-        args = store_args.replace("s, phase", slot) if ring_c else store_args
-        return f"store_tile_smem<{first}, {last}>(acc, tile_m, tile_n, consumer, out_buf, tma_D{args});"
-    skip_c_slot = """
-                c_s = s; c_phase = phase;  // the upper half's C slices wait in the next slots
-                for (int slice = 0; slice < STORE_SLICES / 2; ++slice)
-                    if (++s == STAGES) { s = 0; phase ^= 1; }""" if ring_c else ""
-    ring_slot = "\n        int c_s = 0; u32 c_phase = 0;  // the upper half's first C slot" if ring_c else ""
-    upper = store("STORE_SLICES / 2", "STORE_SLICES", "c_s, c_phase")
-    finish = store("0", "STORE_SLICES", "s, phase")
-    if split:  # no `continue` here: the iteration must still start the next piece's first k-block
-        finish = f"""if (!writes_d) store_partial(acc, consumer);  // a later K range of a split tile: its finisher adds these sums
-                else {{
-                    if (kb_end < K_BLOCKS) add_partials(acc, worker, rank, consumer, unit);  // the tile's other K ranges
-                    {finish}
-                }}"""
-    def first_k_block(indent: str, between: list[str] = ()) -> str:
-        """A piece's first k-block: the lower half's group, then `between`, then the upper half's."""
-        lines = ["mbarrier_wait(&full[s], phase);",
-                 "wgmma_fence();",
-                 "mma_stage<0>(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer, true);",
-                 "wgmma_commit();",
-                 *between,
-                 "mma_stage<1>(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer, true);",
-                 "wgmma_commit();",
-                 "wgmma_wait<1>();  // the lower group: one group in flight here, as after every k-block",
-                 "previous = s;",
-                 "if (++s == STAGES) { s = 0; phase ^= 1; }"]
-        return f"\n{indent}".join(lines)
-    upper_under_lower = ["if (whole) {  // the tile before's upper half, written back under the lower group",
-                         f"    {upper}",
-                         "}",
-                         "wgmma_fence();"]
-    return f"""
-        setmaxnreg_inc<{CONSUMER_REGS}>();
-        const int consumer = threadIdx.x / 128 - 1;
-        int s = 0; u32 phase = 0;  // the ring position, continued piece after piece as the producer fills it
-        int previous = 0;          // the ring slot of the last k-block issued
-        float acc[M_BLOCKS][BN / 2];{ring_slot}
-        bool more = next_piece(worker, cursor, unit, kb_begin, kb_end);
-        if (more) {{  // the first piece's first k-block: the lower half's group, then the upper half's
-            {first_k_block(" " * 12)}
-        }}
-        while (more) {{  // the piece's first k-block is in flight
-            const bool writes_d = kb_begin == 0;  // holds the tile's first k-block: finishes the tile
-            const bool whole = writes_d && kb_end == K_BLOCKS;  // a whole tile: its write-back overlaps
-            int unit_m, tile_n;
-            unit_coords(unit, unit_m, tile_n);
-            const int tile_m = unit_m * CLUSTER_M + rank;
-            for (int kb = kb_begin + 1; kb < (whole ? kb_end - 1 : kb_end); ++kb) {{
-                mbarrier_wait(&full[s], phase);
-                wgmma_fence();
-                mma_stage<0>(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer);
-                mma_stage<1>(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer);
-                wgmma_commit();
-                wgmma_wait<1>();
-                release_stage(previous);
-                previous = s;
-                if (++s == STAGES) {{ s = 0; phase ^= 1; }}
-            }}
-            if (whole) {{
-                if (kb_end - kb_begin > 1) {{  // the last k-block, a group per half
-                    mbarrier_wait(&full[s], phase);
-                    wgmma_fence();
-                    mma_stage<0>(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer);
-                    wgmma_commit();
-                    mma_stage<1>(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer);
-                    wgmma_commit();
-                    wgmma_wait<1>();  // all but the upper group
-                    release_stage(previous);
-                    previous = s;
-                    if (++s == STAGES) {{ s = 0; phase ^= 1; }}
-                }}  // (a one-k-block tile: its lower group is done, its upper group in flight)
-                // The lower half, written back while the upper group runs.
-                {store("0", "STORE_SLICES / 2", "s, phase")}{skip_c_slot}
-                wgmma_wait<0>();  // the upper group, done under that store
-                release_stage(previous);  // the last k-block's slot, free before the next tile loads
-            }} else {{
-                wgmma_wait<0>();
-                release_stage(previous);
-                {finish}
-            }}
-            more = next_piece(worker, cursor, unit, kb_begin, kb_end);
-            if (more) {{  // the next piece's first k-block
-                {first_k_block(" " * 16, upper_under_lower)}
-            }} else if (whole) {{  // the worker's last tile
-                {upper}
-            }}
-        }}"""
-
-
-def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> str:
-    epi_args = _epilogue_args(spec)
-    split = plan.tail_workers > 0  # the tail's tiles are split along K
+def _setup(config: WgmmaConfig, ring_c: bool) -> str:
+    """Barrier initialisation, the block's place in its cluster, and what every warpgroup shares."""
     sync = "cluster_sync()" if config.cluster_m > 1 else "__syncthreads()"
     rank = "(int)cluster_cta_rank()" if config.cluster_m > 1 else "0"
-    ring_c = config.tma_store and spec.epilogue.reads_c and config.c_ring
-    deferred_c = config.tma_store and spec.epilogue.reads_c and not ring_c
-    load_c = ("""
-                if (kb == c_at) {  // C lands early under this tile's main loop
-                    mbarrier_wait(&c_empty[epi % TILE_TURNS], ((epi / TILE_TURNS) & 1) ^ 1);
-                    mbarrier_arrive_expect_tx(&c_full[epi % TILE_TURNS], C_TILE_BYTES);
-                }
-                if (kb >= c_at && c_box < C_BOXES) {  // C_BOXES_PER_KB boxes a k-block, the rest at the last
-                    const int last = kb == kb_end - 1 ? C_BOXES : min(C_BOXES, c_box + C_BOXES_PER_KB);
-                    load_c_boxes(tma_C, out_buf, &c_full[epi % TILE_TURNS], tile_m, tile_n, epi % TILE_TURNS,
-                                 c_box, last);
-                    c_box = last;
-                    if (c_box == C_BOXES) ++epi;
-                }""" if deferred_c else "")
-    c_at = ("""
-            // Only a piece that writes D (it holds the tile's first k-block) needs C.
-            const int c_at = kb_begin == 0 ? min(C_LOAD_KB, kb_end - 1) : K_BLOCKS;
-            int c_box = 0;  // C boxes issued for this piece"""
-            if deferred_c else "")
-    others = "".join(f", {op.name}" for op in spec.epilogue.operands() if op.name != "C")
-    over_c = ring_c and config.d_over_c  # D is written over C in its ring slots
-    first_own = over_c and config.c_first_buffer  # ... the first slice in a buffer of its own
-    pending = ", c_pending" if over_c else ""
-    pending += ", &c_full[0], epi & 1" if first_own else ""
-    ring_args = f", c_slots, full, empty, s, phase{pending}{others}"  # store_tile_smem's C-through-the-ring tail
-    if ring_c:  # the epilogue walks on through the ring: C waits in the slots after the tile's k-blocks
-        store = f"store_tile_smem(acc, tile_m, tile_n, consumer, out_buf, tma_D{ring_args});"
-    elif config.tma_store:
-        store = (f"store_tile_smem(acc, tile_m, tile_n, consumer, out_buf, tma_D, &c_full[turn], "
-                 f"(epi / TILE_TURNS) & 1{others});")
-    else:
-        store = f"store_tile(acc, tile_m, tile_n, consumer, D{epi_args});"
-    own_load_c = ("""
-                    mbarrier_wait(&c_empty[0], (epi & 1) ^ 1);  // the last tile's first store has read the buffer
-                    mbarrier_arrive_expect_tx(&c_full[0], C_SLICE_BYTES);
-                    load_c_boxes(tma_C, out_buf, &c_full[0], tile_m, tile_n, 0, 0, C_BOXES, 0);
-                    ++epi;""" if first_own else "")
-    ring_load_c = (f"""
-                if (kb_begin == 0) {{  // the tile's C, {"the first slice into its own buffer, the others " if first_own else ""}a slice per slot, a ring's depth ahead of its epilogue{own_load_c}
-                    for (int slice = {1 if first_own else 0}; slice < STORE_SLICES; ++slice) {{
-                        mbarrier_wait(&empty[s], phase ^ 1);
-                        mbarrier_arrive_expect_tx(&full[s], C_SLICE_BYTES);
-                        load_c_boxes(tma_C, c_slots + s * C_SLOT_BYTES, &full[s], tile_m, tile_n, 0, 0, C_BOXES, slice);
-                        if (++s == STAGES) {{ s = 0; phase ^= 1; }}
-                    }}
-                }}""" if ring_c else "")
-    prefetch = ring_c and config.c_l2_prefetch
-    # Box b of the tile's C is asked of L2 2·(C_TILE_BOXES - b) k-blocks before the piece's end, where
-    # the ring's loads of C come: early enough for them to hit L2, late enough that C does not sit
-    # in L2 through the whole tile, pushing out A and B lines that other blocks still read. (Written
-    # from kb and kb_end alone: the producer has 40 registers, and two more spilled.)
-    prefetch_c = ("""
-                    if (kb_begin == 0 && (kb_end - kb) % 2 == 0 && (kb_end - kb) / 2 <= C_TILE_BOXES)
-                        prefetch_c_box(tma_C, tile_m, tile_n, C_TILE_BOXES - (kb_end - kb) / 2);""" if prefetch else "")
-    if deferred_c:
-        store += "\n            c_pending = true;  // the buffer goes back to the producer early in the next piece"
-    hand_back = ("""
-                if (kb == release_at && c_pending) {  // the previous tile's store has read the buffer:
-                    if (threadIdx.x % 128 == 0) {     // it may take the next tile's C
-                        tma_store_wait_read();
-                        mbarrier_arrive(&c_empty[turn]);
-                    }
-                    c_pending = false;
-                }""" if deferred_c else "")
-    if over_c:  # the slot of the last slice D was written over goes back once its store has read it
-        own_back = ("\n                    if (threadIdx.x % 128 == 0) mbarrier_arrive(&c_empty[0]);  // and the first slice's buffer"
-                    if first_own else "")
-        hand_back = f"""
-                if (c_pending >= 0) {{  // under this piece's first wgmma, the last tile's last store
-                    if (threadIdx.x % 128 == 0) tma_store_wait_read();  // has read its ring slot
-                    __syncwarp();
-                    release_ring_slot(&empty[c_pending]);{own_back}
-                    c_pending = -1;
-                }}"""
-    release_at = ("""
-            const int release_at = kb_begin + min(C_RELEASE_KB, kb_end - kb_begin - 1);"""
-                  if deferred_c else "")
-    drain = ("\n        if (threadIdx.x % 128 == 0) tma_store_wait_all();  // the last stores have left shared memory"
-             if config.tma_store else "")
-    turns = ("""
-        // Ping-pong: consumer c multiplies the block's tiles c, c + 2, ...; the producer fills the
-        // ring tile after tile, so one consumer's main loop starts as the other's ends, and each
-        // epilogue runs under the other consumer's wgmma.""" if config.pingpong else "")
-    # Barrier waits go by phase parity, which cannot tell a stage's lap n from lap n + 2: a consumer
-    # may only wait on its tile's stages once the tile before (the other consumer's) has passed all
-    # of its own, which also keeps the two main loops in turn.
-    wait_turn = ("""
-            if (piece > 0) mbarrier_wait(&mainloop_done[1 - turn], ((piece - 1) / TILE_TURNS) & 1);"""
-                 if config.pingpong else "")
-    end_turn = ("""
-            if (threadIdx.x % 128 == 0) mbarrier_arrive(&mainloop_done[turn]);  // the other consumer's turn"""
-                if config.pingpong else "")
-    partial = ("""
-            if (!writes_d) {  // a later K range of a split tile: its finisher adds these sums
-                store_partial(acc, consumer);
-                continue;
-            }
-            if (kb_end < K_BLOCKS) add_partials(acc, worker, rank, consumer, unit);  // the tile's other K ranges"""
-               if split else "")
-    # serpentine: odd pieces walk their k-blocks backwards (the sum is the same; only the order the
-    # producer loads them in changes, and the consumers take stages in ring order either way).
-    serpentine = ("""
-                const bool backwards = cursor % 2 == 0;  // this piece is the worker's 2nd, 4th, ..."""
-                  if config.serpentine else "")
-    k_block = "backwards ? kb_begin + kb_end - 1 - kb : kb" if config.serpentine else "kb"
     c_slots = ("""
     unsigned char* c_slots = reinterpret_cast<unsigned char*>(C_IN_A_REGION ? a_tiles : b_tiles);  // slot 0's C region"""
                if ring_c else "")
-    consumer_loop = f"""
-        // Consumer warpgroups: wait for a stage, multiply it, release the one before (one wgmma
-        // group stays in flight so the tensor cores never wait on the release), then write back.{turns}
-        setmaxnreg_inc<{CONSUMER_REGS}>();
-        const int consumer = threadIdx.x / 128 - 1;
-        const int turn = PINGPONG ? consumer : 0;  // whose epilogue buffer and C barriers
-        {"bool c_pending = false;" if deferred_c else "int c_pending = -1;  // a ring slot still read by a store of D" if over_c else ""}
-        int s = 0; u32 phase = 0;  // the ring position, continued piece after piece as the producer fills it
-        int epi = 0;  // pieces before this one that wrote D (each used the C tile and buffer turn)
-        for (int piece = 0; next_piece(worker, cursor, unit, kb_begin, kb_end); ++piece) {{
-            const bool writes_d = kb_begin == 0;  // holds the tile's first k-block: finishes the tile
-            if (piece % TILE_TURNS != turn) {{  // the other ping-pong consumer's tile: skip its k-blocks
-                s += kb_end - kb_begin;
-                phase ^= (s / STAGES) & 1;
-                s %= STAGES;
-                epi += writes_d;
-                continue;
-            }}
-            int unit_m, tile_n;
-            unit_coords(unit, unit_m, tile_n);
-            const int tile_m = unit_m * CLUSTER_M + rank;
-            float acc[M_BLOCKS][BN / 2];
-            #pragma unroll
-            for (int mb = 0; mb < M_BLOCKS; ++mb)
-                #pragma unroll
-                for (int i = 0; i < BN / 2; ++i) acc[mb][i] = 0.0f;
-            int previous = -1;{wait_turn}{release_at}
-            for (int kb = kb_begin; kb < kb_end; ++kb) {{
-                mbarrier_wait(&full[s], phase);
-                wgmma_fence();
-                mma_stage(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer);
-                wgmma_commit();
-                wgmma_wait<1>();{hand_back}
-                if (previous >= 0) release_stage(previous);
-                previous = s;
-                if (++s == STAGES) {{ s = 0; phase ^= 1; }}
-            }}
-{end_turn}
-            wgmma_wait<0>();
-            release_stage(previous);{partial}
-            {store}
-            ++epi;
-        }}"""
-    if config.overlap_epilogue:
-        # Without the ring an overlapped epilogue reads no C (constraint), so c_full is passed unused.
-        store_args = ring_args if ring_c else f", &c_full[0], 0{others}"
-        consumer_loop = _consumer_overlapped(store_args, ring_c, split)
-    return f"""{SMEM_SETUP}
+    return f"""
     const int rank = {rank};   // this block's place in its cluster (0 without clusters)
     const int worker = blockIdx.x / CLUSTER_M;
     if (threadIdx.x == 0) {{
@@ -529,28 +270,20 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
     auto release_stage = [&](int s) {{ release_ring_slot(&empty[s]); }};{c_slots}
     int cursor = 0;  // pieces of its work this thread has taken (next_piece)
     int unit, kb_begin, kb_end;
+"""
 
-    if (threadIdx.x < 128) {{
-        // Producer warpgroup: one thread issues every copy; the others only give back registers.
-        setmaxnreg_dec<{PRODUCER_REGS}>();
-        if (threadIdx.x == 0) {{
-            int s = 0; u32 phase = 0;
-            int epi = 0;  // pieces so far that end in an epilogue (whose C tile is loaded)
-            while (next_piece(worker, cursor, unit, kb_begin, kb_end)) {{
-                int unit_m, tile_n;
-                unit_coords(unit, unit_m, tile_n);
-                const int tile_m = unit_m * CLUSTER_M + rank;{c_at}{serpentine}
-                for (int kb = kb_begin; kb < kb_end; ++kb) {{{prefetch_c}
-                    mbarrier_wait(&empty[s], phase ^ 1);  // passes at once on the first lap
-                    load_stage(tma_A, tma_B, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, &full[s],
-                               tile_m, tile_n, {k_block}, rank);
-                    if (++s == STAGES) {{ s = 0; phase ^= 1; }}{load_c}
-                }}{ring_load_c}
-            }}
-        }}
-    }} else {{{consumer_loop}{drain}
+
+def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> str:
+    """A producer warpgroup (producer.py) fills the ring; consumer warpgroups (consumer.py) multiply."""
+    split = plan.tail_workers > 0  # the tail's tiles are split along K
+    consumers = (consumer_overlapped if config.overlap_epilogue else consumer_plain)(spec, config, split)
+    drain = ("\n        if (threadIdx.x % 128 == 0) tma_store_wait_all();  // the last stores have left shared memory"
+             if config.tma_store else "")
+    cluster_end = "cluster_sync();  // no block leaves while its pair may still arrive on its barriers"
+    return f"""{SMEM_SETUP}{_setup(config, config.c_path(spec).through_ring)}
+    if (threadIdx.x < 128) {{{producer(spec, config)}    }} else {{{consumers}{drain}
     }}
-    {"cluster_sync();  // no block leaves while its pair may still arrive on its barriers" if config.cluster_m > 1 else ""}
+    {cluster_end if config.cluster_m > 1 else ""}
 """
 
 

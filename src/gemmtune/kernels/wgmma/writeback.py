@@ -7,12 +7,16 @@ layout can reuse it.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ...epilogue import Epilogue
 from ...spec import GemmSpec
 from ..parts import epilogue as epilogue_part
 from ..parts.epilogue import CArg, Operands, VectorArg
 from ..parts.floats import FLOAT_VIEW, TO_OUT  # FLOAT_VIEW: render.py takes it from here
+from ..parts.ring import ring_advance
 from .config import OUT_BYTES, WgmmaConfig, out_dtype
+from .groups import CPath
 
 # apply_epilogue takes C's element (read by the caller from global or shared memory) and bias as a
 # FloatView of D's type; the kernel and store_tile take C and bias as FloatViews.
@@ -208,111 +212,150 @@ def matrix_store(buffer: str = "tile") -> str:
 MATRIX_STORE = matrix_store()
 
 
-def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
-    params = "".join(f", {p}" for p in operand_decls(spec.epilogue, skip_c=True))
-    reads_c = spec.epilogue.reads_c  # C staged in shared memory by the producer
-    ring = reads_c and config.c_ring  # ... in ring slots, a slice per slot (else in the store buffer)
-    # Before writing, the buffer must be free: with C, the producer's C tile must have landed in it
-    # (the producer waited for the previous store to leave); without C, the previous slice's store
-    # (of this tile or the one before) must have finished reading it.
-    free_buffer = """if (threadIdx.x % 128 == 0) tma_store_wait_read();  // the previous slice's store has read the buffer
+# Before writing, the buffer must be free: with C, the producer's C tile must have landed in it (the
+# producer waited for the previous store to leave); without C, the previous slice's store (of this
+# tile or the one before) must have finished reading it.
+FREE_BUFFER = """if (threadIdx.x % 128 == 0) tma_store_wait_read();  // the previous slice's store has read the buffer
         named_barrier(1 + consumer, 128);"""
-    # This consumer's part of ring slot s's C region, and the wait for its slice of C to land there.
-    slot_part = "c_slots + s * C_SLOT_BYTES + consumer * ROWS_PER_CONSUMER * SLICE_COLS * (int)sizeof(out_t)"
-    slot_wait = "mbarrier_wait(&full[s], phase);  // this slice of C has landed in ring slot s"
-    over_c = ring and config.d_over_c  # D written over C in its ring slot, stored from there
-    first_own = over_c and config.c_first_buffer  # ... but the first slice in a buffer of its own
-    if first_own:
-        c_wait = f"""unsigned char* c_tile;
+# This consumer's part of ring slot s's C region, and the wait for its slice of C to land there.
+SLOT_PART = "c_slots + s * C_SLOT_BYTES + consumer * ROWS_PER_CONSUMER * SLICE_COLS * (int)sizeof(out_t)"
+SLOT_WAIT = "mbarrier_wait(&full[s], phase);  // this slice of C has landed in ring slot s"
+# With C in the ring, its slot goes back to the producer once every thread of this consumer has read
+# it (a barrier after its reads).
+SLOT_BACK = f"""
+        release_ring_slot(&empty[s]);
+        {ring_advance()}"""
+LANE_BLOCK = "const int q = lane / 8;  // the block whose row this lane addresses"
+
+
+def _c_wait(c: CPath) -> str:
+    """Where this slice's C is (`c_tile`), once it has landed."""
+    if c.first_in_buffer:
+        return f"""unsigned char* c_tile;
         if (slice == 0) {{  // the first slice of C has a buffer of its own
             mbarrier_wait(c_full, c_phase);
             c_tile = tile;
         }} else {{
-            {slot_wait}
-            c_tile = {slot_part};
+            {SLOT_WAIT}
+            c_tile = {SLOT_PART};
         }}"""
-    elif ring:  # (written over with d_over_c, only read otherwise)
-        c_wait = f"""{slot_wait}
-        {"" if over_c else "const "}unsigned char* c_tile = {slot_part};"""
-    elif reads_c:
-        c_wait = """if (slice == 0) mbarrier_wait(c_full, c_phase);  // the producer's C tile has landed here
+    if c.through_ring:  # (written over with d_over_c, only read otherwise)
+        return f"""{SLOT_WAIT}
+        {"" if c.d_over_c else "const "}unsigned char* c_tile = {SLOT_PART};"""
+    if c is CPath.TILE:
+        return """if (slice == 0) mbarrier_wait(c_full, c_phase);  // the producer's C tile has landed here
         const unsigned char* c_tile = tile;  // read in place"""
-    else:
-        c_wait = ""
-    in_place = reads_c and not ring  # C's own landing frees the buffer
-    # With C in the ring, its slot goes back to the producer once every thread of this consumer has
-    # read it (a barrier after its reads).
-    slot_back = """
-        release_ring_slot(&empty[s]);
-        if (++s == STAGES) { s = 0; phase ^= 1; }"""
-    def lines(*parts: str) -> str:
-        return "\n        ".join(part for part in parts if part)
-    store_from, after_store = "tile", ""
-    if over_c:
-        # Each warp rewrites, in place, the rows of C it has just read (ldmatrix and stmatrix take the
-        # same addresses), so no barrier comes between the reads and the writes, and no buffer has to
-        # be waited for. A slot goes back once its store has read it: the previous slice's once this
-        # one's is issued (one bulk group may stay in flight), the last one in the next piece.
-        wait = lines("const int q = lane / 8;  // the block whose row this lane addresses", c_wait)
-        write_slice = lines(_matrix_words(spec), matrix_store("c_tile"))
-        free_slot = ""
-        store_from = "c_tile"
-        # Slice 0 takes no ring slot with c_first_buffer (its buffer goes back with the last slot).
-        first_ring = 1 if first_own else 0  # the first slice that comes through the ring
-        advance = """c_pending = s;  // the last one goes back under the next piece's first wgmma
-        if (++s == STAGES) { s = 0; phase ^= 1; }"""
-        if first_own:
-            advance = """if (slice > 0) {
+    return ""
+
+
+def _lines(*parts: str) -> str:
+    return "\n        ".join(part for part in parts if part)
+
+
+@dataclass(frozen=True)
+class SliceSteps:
+    """One slice of the write-back, as text: wait for its C and buffer, write it, free C's slot (after
+    the barrier), the buffer the TMA store reads, and what follows the store."""
+
+    wait: str
+    write_slice: str
+    free_slot: str = ""
+    store_from: str = "tile"
+    after_store: str = ""
+
+
+def _d_over_c_steps(spec: GemmSpec, c: CPath) -> SliceSteps:
+    """Each warp rewrites, in place, the rows of C it has just read (ldmatrix and stmatrix take the same
+    addresses), so no barrier comes between the reads and the writes, and no buffer has to be waited
+    for. A slot goes back once its store has read it: the previous slice's once this one's is issued
+    (one bulk group may stay in flight), the last one in the next piece. Slice 0 takes no ring slot
+    with c_first_buffer (its buffer goes back with the last slot)."""
+    first_ring = 1 if c.first_in_buffer else 0  # the first slice that comes through the ring
+    advance = f"""c_pending = s;  // the last one goes back under the next piece's first wgmma
+        {ring_advance()}"""
+    if c.first_in_buffer:
+        advance = f"""if (slice > 0) {{
             c_pending = s;  // the last one (and the first slice's buffer) goes back under the next piece's first wgmma
-            if (++s == STAGES) { s = 0; phase ^= 1; }
-        }"""
-        after_store = f"""
+            {ring_advance()}
+        }}"""
+    after_store = f"""
         if (slice > {first_ring}) {{  // the previous slice's store has read its slot: the producer may refill it
             if (threadIdx.x % 128 == 0) tma_store_wait_read_but_one();
             __syncwarp();
             release_ring_slot(&empty[c_pending]);
         }}
         {advance}"""
-    elif config.stmatrix:
-        # The slice is computed into registers first (C's loads, the epilogue, the packing), and only
-        # then does the consumer wait for the buffer: the wait for the previous slice's store to
-        # have read it runs under that work instead of before it. That wait's barrier also shows
-        # every thread has read its C words, so a ring slot goes back right after it.
-        buffer_wait = "" if in_place else free_buffer + (slot_back if ring else "")
-        wait = lines("const int q = lane / 8;  // the block whose row this lane addresses", c_wait)
-        write_slice = lines(_matrix_words(spec), buffer_wait, MATRIX_STORE)
-        free_slot = ""
-    else:  # pairs of C are read and pairs of D written one after the other: the buffer is freed first
-        wait = lines("" if in_place else free_buffer, c_wait)
-        write_slice = _pair_loop(spec)
-        free_slot = slot_back if ring else ""
-    c_params = ("unsigned char* c_slots, u64* full, u64* empty, int& s, u32& phase" if ring
-                else "u64* c_full, u32 c_phase")
-    c_params += ", int& c_pending" if over_c else ""
-    c_params += ", u64* c_full, u32 c_phase" if first_own else ""
-    matrix_io = MATRIX_IO + """
+    return SliceSteps(_lines(LANE_BLOCK, _c_wait(c)), _lines(_matrix_words(spec), matrix_store("c_tile")),
+                      store_from="c_tile", after_store=after_store)
+
+
+def _stmatrix_steps(spec: GemmSpec, c: CPath) -> SliceSteps:
+    """The slice is computed into registers first (C's loads, the epilogue, the packing), and only then
+    does the consumer wait for the buffer: the wait for the previous slice's store to have read it
+    runs under that work instead of before it. That wait's barrier also shows every thread has read
+    its C words, so a ring slot goes back right after it."""
+    buffer_wait = "" if c is CPath.TILE else FREE_BUFFER + (SLOT_BACK if c.through_ring else "")
+    return SliceSteps(_lines(LANE_BLOCK, _c_wait(c)), _lines(_matrix_words(spec), buffer_wait, MATRIX_STORE))
+
+
+def _pair_steps(spec: GemmSpec, c: CPath) -> SliceSteps:
+    """Pairs of C are read and pairs of D written one after the other: the buffer is freed first (C's
+    own landing frees it where C comes in the buffer)."""
+    return SliceSteps(_lines("" if c is CPath.TILE else FREE_BUFFER, _c_wait(c)), _pair_loop(spec),
+                      free_slot=SLOT_BACK if c.through_ring else "")
+
+
+def slice_steps(spec: GemmSpec, config: WgmmaConfig) -> SliceSteps:
+    c = config.c_path(spec)
+    if c.d_over_c:
+        return _d_over_c_steps(spec, c)
+    return (_stmatrix_steps if config.stmatrix else _pair_steps)(spec, c)
+
+
+def _c_params(c: CPath) -> str:
+    """store_tile_smem's parameters for C: the ring position it walks, or the buffer's barrier."""
+    params = "unsigned char* c_slots, u64* full, u64* empty, int& s, u32& phase" if c.through_ring else "u64* c_full, u32 c_phase"
+    params += ", int& c_pending" if c.d_over_c else ""
+    return params + (", u64* c_full, u32 c_phase" if c.first_in_buffer else "")
+
+
+BLOCK_ROW_OFFSET = """
 // Byte offset, in a consumer's part of a slice buffer, of the 16-byte row piece at row r, columns
 // 8·jj .. 8·jj + 7 (16-bit values: 8 to a 16-byte unit, OUT_CHUNK / 8 units to a 128-byte row).
 __device__ __forceinline__ int block_row_offset(int r, int jj) {
     return (jj * 8 / OUT_CHUNK) * ROWS_PER_CONSUMER * 128 + r * 128 + (((jj % (OUT_CHUNK / 8)) ^ (r % 8)) * 16);
 }
-""" if config.stmatrix else ""
+"""
+WAIT_BUT_ONE = """
+// Wait until every committed store but the most recent has finished reading shared memory.
+__device__ __forceinline__ void tma_store_wait_read_but_one() { asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory"); }
+"""
+PAIR_OFFSET = """
+// Byte offset, in a consumer's part of a slice buffer, of the pair of row r at column 8·jj + 2·(lane % 4).
+__device__ __forceinline__ int pair_offset(int r, int jj, int lane) {
+    const int c = jj * 8 + 2 * (lane % 4), byte = (c % OUT_CHUNK) * (int)sizeof(out_t);
+    return (c / OUT_CHUNK) * ROWS_PER_CONSUMER * 128 + r * 128 + (((byte / 16) ^ (r % 8)) * 16) + byte % 16;
+}
+"""
+
+
+def _smem_helpers(spec: GemmSpec, config: WgmmaConfig) -> str:
+    """The shared-memory accessors the write-back uses: pair words, stmatrix/ldmatrix, offsets."""
+    return (SMEM_PAIR["32" if OUT_BYTES[out_dtype(spec)] == 4 else "16"]
+            + (WAIT_BUT_ONE if config.c_path(spec).d_over_c else "")
+            + (MATRIX_IO + BLOCK_ROW_OFFSET if config.stmatrix else "") + PAIR_OFFSET)
+
+
+def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
+    """The write-back through shared memory and TMA stores (slice_steps says how each slice goes)."""
+    params = "".join(f", {p}" for p in operand_decls(spec.epilogue, skip_c=True))
+    steps = slice_steps(spec, config)
     # overlap_epilogue writes the slices of each half of the tile at a different time.
     halves = config.overlap_epilogue
     template = "template <int FIRST, int LAST>\n" if halves else ""
     first, last = ("FIRST", "LAST") if halves else ("0", "STORE_SLICES")
     slices_doc = "\n// Slices FIRST .. LAST - 1 only (the two halves of the tile are written back apart)." if halves else ""
-    wait_but_one = """
-// Wait until every committed store but the most recent has finished reading shared memory.
-__device__ __forceinline__ void tma_store_wait_read_but_one() { asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory"); }
-""" if over_c else ""
-    return SMEM_PAIR["32" if OUT_BYTES[out_dtype(spec)] == 4 else "16"] + wait_but_one + matrix_io + f"""
-// Byte offset, in a consumer's part of a slice buffer, of the pair of row r at column 8·jj + 2·(lane % 4).
-__device__ __forceinline__ int pair_offset(int r, int jj, int lane) {{
-    const int c = jj * 8 + 2 * (lane % 4), byte = (c % OUT_CHUNK) * (int)sizeof(out_t);
-    return (c / OUT_CHUNK) * ROWS_PER_CONSUMER * 128 + r * 128 + (((byte / 16) ^ (r % 8)) * 16) + byte % 16;
-}}
-
+    return _smem_helpers(spec, config) + f"""
 // Write-back through shared memory, one slice of SLICE_COLS columns at a time. Each consumer owns
 // ROWS_PER_CONSUMER rows of the slice buffer, kept as SLICE_COLS / OUT_CHUNK chunks of 128-byte rows
 // in TMA's 128-byte swizzle (16-byte unit u of row r sits at unit u ^ (r % 8)), so the fragment's
@@ -322,23 +365,23 @@ __device__ __forceinline__ int pair_offset(int r, int jj, int lane) {{
 // loop, runs while the store drains.{slices_doc}
 {template}__device__ __forceinline__ void store_tile_smem(const float (&acc)[M_BLOCKS][BN / 2], int tile_m, int tile_n,
                                                 int consumer, unsigned char* out_buf, const TmaDescriptor& tma_D,
-                                                {c_params}{params}) {{
+                                                {_c_params(config.c_path(spec))}{params}) {{
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
     unsigned char* tile = out_buf + consumer * ROWS_PER_CONSUMER * SLICE_COLS * (int)sizeof(out_t);
     #pragma unroll
     for (int slice = {first}; slice < {last}; ++slice) {{
-        {wait}
-        {write_slice}
+        {steps.wait}
+        {steps.write_slice}
         fence_async_shared();               // the TMA engine reads what these threads wrote
-        named_barrier(1 + consumer, 128);   // every thread of this consumer has written its part{free_slot}
+        named_barrier(1 + consumer, 128);   // every thread of this consumer has written its part{steps.free_slot}
         if (threadIdx.x % 128 == 0) {{
             #pragma unroll
             for (int chunk = 0; chunk < SLICE_COLS / OUT_CHUNK; ++chunk)
-                tma_store_2d_hinted(&tma_D, {store_from} + chunk * ROWS_PER_CONSUMER * 128,
+                tma_store_2d_hinted(&tma_D, {steps.store_from} + chunk * ROWS_PER_CONSUMER * 128,
                                     tile_n * BN + slice * SLICE_COLS + chunk * OUT_CHUNK,
                                     tile_m * BM + consumer * CONSUMER_ROWS, l2_evict_first_policy());  // written once
             tma_store_commit();
-        }}{after_store}
+        }}{steps.after_store}
     }}
 }}
 """

@@ -1,0 +1,292 @@
+"""The wgmma kernel's consumer warpgroups, as CUDA text: wait for a ring slot, multiply it, release the
+one before, and write each finished tile back (writeback.py) through the config's C path.
+
+Two loops: the plain one (a tile's k-blocks, then its write-back), and the overlapped one
+(overlap_epilogue: every wgmma half the tile wide, each half's write-back under the other half's
+wgmma). Both step the ring with the ring part and call the write-back through `StoreCall`, which
+names the ring position C is read from instead of rewriting a call's text.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...spec import GemmSpec
+from ..parts.ring import ring_advance
+from .config import WgmmaConfig
+from .groups import CPath
+
+CONSUMER_REGS = 232  # setmaxnreg budget: 128·40 (producer) + 256·232 ≤ 64K registers
+
+
+@dataclass(frozen=True)
+class StoreCall:
+    """How a consumer calls the write-back for its epilogue: `call(first, last, slot)` is the text of
+    one call for slices first..last-1 with C read from ring position `slot` (C through the ring)."""
+
+    spec: GemmSpec
+    config: WgmmaConfig
+    turn_barrier: str  # C's full barrier and phase where C waits in the store buffer
+
+    @property
+    def c(self) -> CPath:
+        return self.config.c_path(self.spec)
+
+    def _others(self) -> str:
+        return "".join(f", {op.name}" for op in self.spec.epilogue.operands() if op.name != "C")
+
+    def c_args(self, slot: str = "s, phase") -> str:
+        """store_tile_smem's arguments after tma_D: C's ring position and barriers, then bias etc."""
+        if not self.c.through_ring:
+            return f", {self.turn_barrier}{self._others()}"
+        pending = ", c_pending" if self.c.d_over_c else ""
+        pending += ", &c_full[0], epi & 1" if self.c.first_in_buffer else ""
+        return f", c_slots, full, empty, {slot}{pending}{self._others()}"
+
+    def call(self, first: str = "0", last: str = "STORE_SLICES", slot: str = "s, phase") -> str:
+        if not self.config.tma_store:
+            operands = "".join(f", {op.name}" for op in self.spec.epilogue.operands())
+            return f"store_tile(acc, tile_m, tile_n, consumer, D{operands});"
+        template = f"<{first}, {last}>" if self.config.overlap_epilogue else ""
+        return f"store_tile_smem{template}(acc, tile_m, tile_n, consumer, out_buf, tma_D{self.c_args(slot)});"
+
+
+# --- the plain loop ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ConsumerC:
+    """The plain loop's C bookkeeping, as text: the pending-slot declaration, the k-block at which the
+    buffer goes back (`release_at`), the hand-back inside the k-loop and what follows the store."""
+
+    pending: str = ""
+    release_at: str = ""
+    hand_back: str = ""
+    after_store: str = ""
+
+
+def _tile_bookkeeping() -> ConsumerC:
+    """CPath.TILE: the buffer goes back to the producer early in the next piece, once the last store
+    has read it."""
+    return ConsumerC(
+        pending="bool c_pending = false;",
+        release_at="""
+            const int release_at = kb_begin + min(C_RELEASE_KB, kb_end - kb_begin - 1);""",
+        hand_back="""
+                if (kb == release_at && c_pending) {  // the previous tile's store has read the buffer:
+                    if (threadIdx.x % 128 == 0) {     // it may take the next tile's C
+                        tma_store_wait_read();
+                        mbarrier_arrive(&c_empty[turn]);
+                    }
+                    c_pending = false;
+                }""",
+        after_store="\n            c_pending = true;  // the buffer goes back to the producer early in the next piece")
+
+
+def _d_over_c_bookkeeping(c: CPath) -> ConsumerC:
+    """CPath.D_OVER_C: the slot of the last slice D was written over goes back once its store has read it."""
+    own_back = ("\n                    if (threadIdx.x % 128 == 0) mbarrier_arrive(&c_empty[0]);  // and the first slice's buffer"
+                if c.first_in_buffer else "")
+    return ConsumerC(pending="int c_pending = -1;  // a ring slot still read by a store of D", hand_back=f"""
+                if (c_pending >= 0) {{  // under this piece's first wgmma, the last tile's last store
+                    if (threadIdx.x % 128 == 0) tma_store_wait_read();  // has read its ring slot
+                    __syncwarp();
+                    release_ring_slot(&empty[c_pending]);{own_back}
+                    c_pending = -1;
+                }}""")
+
+
+def consumer_c(spec: GemmSpec, config: WgmmaConfig) -> ConsumerC:
+    c = config.c_path(spec)
+    if c is CPath.TILE:
+        return _tile_bookkeeping()
+    if c.d_over_c:
+        return _d_over_c_bookkeeping(c)
+    return ConsumerC()
+
+
+# Ping-pong: barrier waits go by phase parity, which cannot tell a stage's lap n from lap n + 2: a
+# consumer may only wait on its tile's stages once the tile before (the other consumer's) has passed
+# all of its own, which also keeps the two main loops in turn.
+PINGPONG_NOTE = """
+        // Ping-pong: consumer c multiplies the block's tiles c, c + 2, ...; the producer fills the
+        // ring tile after tile, so one consumer's main loop starts as the other's ends, and each
+        // epilogue runs under the other consumer's wgmma."""
+PINGPONG_WAIT = """
+            if (piece > 0) mbarrier_wait(&mainloop_done[1 - turn], ((piece - 1) / TILE_TURNS) & 1);"""
+PINGPONG_END = """
+            if (threadIdx.x % 128 == 0) mbarrier_arrive(&mainloop_done[turn]);  // the other consumer's turn"""
+SPLIT_PARTIAL = """
+            if (!writes_d) {  // a later K range of a split tile: its finisher adds these sums
+                store_partial(acc, consumer);
+                continue;
+            }
+            if (kb_end < K_BLOCKS) add_partials(acc, worker, rank, consumer, unit);  // the tile's other K ranges"""
+
+
+def consumer_plain(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str:
+    """Wait for a stage, multiply it, release the one before (one wgmma group stays in flight so the
+    tensor cores never wait on the release); after the tile's k-blocks, write it back."""
+    c = consumer_c(spec, config)
+    store = StoreCall(spec, config, "&c_full[turn], (epi / TILE_TURNS) & 1").call() + c.after_store
+    pingpong = config.pingpong
+    return f"""
+        // Consumer warpgroups: wait for a stage, multiply it, release the one before (one wgmma
+        // group stays in flight so the tensor cores never wait on the release), then write back.{PINGPONG_NOTE if pingpong else ""}
+        setmaxnreg_inc<{CONSUMER_REGS}>();
+        const int consumer = threadIdx.x / 128 - 1;
+        const int turn = PINGPONG ? consumer : 0;  // whose epilogue buffer and C barriers
+        {c.pending}
+        int s = 0; u32 phase = 0;  // the ring position, continued piece after piece as the producer fills it
+        int epi = 0;  // pieces before this one that wrote D (each used the C tile and buffer turn)
+        for (int piece = 0; next_piece(worker, cursor, unit, kb_begin, kb_end); ++piece) {{
+            const bool writes_d = kb_begin == 0;  // holds the tile's first k-block: finishes the tile
+            if (piece % TILE_TURNS != turn) {{  // the other ping-pong consumer's tile: skip its k-blocks
+                s += kb_end - kb_begin;
+                phase ^= (s / STAGES) & 1;
+                s %= STAGES;
+                epi += writes_d;
+                continue;
+            }}
+            int unit_m, tile_n;
+            unit_coords(unit, unit_m, tile_n);
+            const int tile_m = unit_m * CLUSTER_M + rank;
+            float acc[M_BLOCKS][BN / 2];
+            #pragma unroll
+            for (int mb = 0; mb < M_BLOCKS; ++mb)
+                #pragma unroll
+                for (int i = 0; i < BN / 2; ++i) acc[mb][i] = 0.0f;
+            int previous = -1;{PINGPONG_WAIT if pingpong else ""}{c.release_at}
+            for (int kb = kb_begin; kb < kb_end; ++kb) {{
+                mbarrier_wait(&full[s], phase);
+                wgmma_fence();
+                mma_stage(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer);
+                wgmma_commit();
+                wgmma_wait<1>();{c.hand_back}
+                if (previous >= 0) release_stage(previous);
+                previous = s;
+                {ring_advance()}
+            }}
+{PINGPONG_END if pingpong else ""}
+            wgmma_wait<0>();
+            release_stage(previous);{SPLIT_PARTIAL if split else ""}
+            {store}
+            ++epi;
+        }}"""
+
+
+# --- the overlapped loop -------------------------------------------------------------------------------
+def _first_k_block(indent: str, between: list[str] = ()) -> str:
+    """A piece's first k-block: the lower half's group, then `between`, then the upper half's."""
+    lines = ["mbarrier_wait(&full[s], phase);",
+             "wgmma_fence();",
+             "mma_stage<0>(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer, true);",
+             "wgmma_commit();",
+             *between,
+             "mma_stage<1>(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer, true);",
+             "wgmma_commit();",
+             "wgmma_wait<1>();  // the lower group: one group in flight here, as after every k-block",
+             "previous = s;",
+             ring_advance()]
+    return f"\n{indent}".join(lines)
+
+
+def _finish_split(finish: str) -> str:
+    """A piece of a split tile that may end with a partial sum (no `continue`: the iteration must still
+    start the next piece's first k-block)."""
+    return f"""if (!writes_d) store_partial(acc, consumer);  // a later K range of a split tile: its finisher adds these sums
+                else {{
+                    if (kb_end < K_BLOCKS) add_partials(acc, worker, rank, consumer, unit);  // the tile's other K ranges
+                    {finish}
+                }}"""
+
+
+def _overlapped_loop_body(store: StoreCall, ring_c: bool, split: bool) -> str:
+    """One piece of the overlapped loop, from its second k-block to the next piece's first."""
+    upper = store.call("STORE_SLICES / 2", "STORE_SLICES", "c_s, c_phase")
+    finish = store.call("0", "STORE_SLICES", "s, phase")
+    finish = _finish_split(finish) if split else finish
+    skip_c_slot = f"""
+                c_s = s; c_phase = phase;  // the upper half's C slices wait in the next slots
+                for (int slice = 0; slice < STORE_SLICES / 2; ++slice)
+                    {ring_advance()}""" if ring_c else ""
+    upper_under_lower = ["if (whole) {  // the tile before's upper half, written back under the lower group",
+                         f"    {upper}",
+                         "}",
+                         "wgmma_fence();"]
+    return f"""
+        while (more) {{  // the piece's first k-block is in flight
+            const bool writes_d = kb_begin == 0;  // holds the tile's first k-block: finishes the tile
+            const bool whole = writes_d && kb_end == K_BLOCKS;  // a whole tile: its write-back overlaps
+            int unit_m, tile_n;
+            unit_coords(unit, unit_m, tile_n);
+            const int tile_m = unit_m * CLUSTER_M + rank;
+            for (int kb = kb_begin + 1; kb < (whole ? kb_end - 1 : kb_end); ++kb) {{
+                mbarrier_wait(&full[s], phase);
+                wgmma_fence();
+                mma_stage<0>(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer);
+                mma_stage<1>(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer);
+                wgmma_commit();
+                wgmma_wait<1>();
+                release_stage(previous);
+                previous = s;
+                {ring_advance()}
+            }}
+            if (whole) {{
+                if (kb_end - kb_begin > 1) {{  // the last k-block, a group per half
+                    mbarrier_wait(&full[s], phase);
+                    wgmma_fence();
+                    mma_stage<0>(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer);
+                    wgmma_commit();
+                    mma_stage<1>(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer);
+                    wgmma_commit();
+                    wgmma_wait<1>();  // all but the upper group
+                    release_stage(previous);
+                    previous = s;
+                    {ring_advance()}
+                }}  // (a one-k-block tile: its lower group is done, its upper group in flight)
+                // The lower half, written back while the upper group runs.
+                {store.call("0", "STORE_SLICES / 2", "s, phase")}{skip_c_slot}
+                wgmma_wait<0>();  // the upper group, done under that store
+                release_stage(previous);  // the last k-block's slot, free before the next tile loads
+            }} else {{
+                wgmma_wait<0>();
+                release_stage(previous);
+                {finish}
+            }}
+            more = next_piece(worker, cursor, unit, kb_begin, kb_end);
+            if (more) {{  // the next piece's first k-block
+                {_first_k_block(" " * 16, upper_under_lower)}
+            }} else if (whole) {{  // the worker's last tile
+                {upper}
+            }}
+        }}"""
+
+
+def consumer_overlapped(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str:
+    """The consumers' loop with overlap_epilogue: every wgmma is half the tile wide, and a whole tile's
+    write-back runs while the tensor cores work on the other half. The tile's last k-block is two
+    groups (lower, then upper): the lower half is written back while the upper group runs, and the
+    last k-block's ring slot goes back as soon as that group is done. The upper half is written back
+    while the next piece's first k-block runs on the lower half (its own group, fresh), before that
+    k-block's upper group starts. Pieces that end with a partial sum (split tails) end as in the
+    plain loop.
+
+    ptxas keeps wgmma asynchronous only where it can prove that no other instruction touches the
+    registers of a wgmma in flight. A 256-wide wgmma over both halves serialised the whole kernel
+    (C7511), as did a group in flight across the loop's back edge, or paths that meet with different
+    numbers of groups in flight (C7514). So every wgmma is 128 wide; the loop is rotated (an
+    iteration ends by starting the next piece's first k-block); every piece ends with no group in
+    flight, and every k-block with one. No instruction zeroes the accumulator: each piece's first
+    k-block overwrites it (fresh). Without the ring an overlapped epilogue reads no C (constraint),
+    so c_full is passed unused."""
+    ring_c = config.c_path(spec).through_ring
+    store = StoreCall(spec, config, "&c_full[0], 0")
+    ring_slot = "\n        int c_s = 0; u32 c_phase = 0;  // the upper half's first C slot" if ring_c else ""
+    return f"""
+        setmaxnreg_inc<{CONSUMER_REGS}>();
+        const int consumer = threadIdx.x / 128 - 1;
+        int s = 0; u32 phase = 0;  // the ring position, continued piece after piece as the producer fills it
+        int previous = 0;          // the ring slot of the last k-block issued
+        float acc[M_BLOCKS][BN / 2];{ring_slot}
+        bool more = next_piece(worker, cursor, unit, kb_begin, kb_end);
+        if (more) {{  // the first piece's first k-block: the lower half's group, then the upper half's
+            {_first_k_block(" " * 12)}
+        }}{_overlapped_loop_body(store, ring_c, split)}"""

@@ -1,0 +1,68 @@
+"""The wgmma config's three groups and its C path (kernels/wgmma/groups.py), and the ring part: the
+flat config round-trips through the groups, every valid combination of the C flags is one CPath, and
+the generated kernels step their ring in one way only."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from gemmtune.kernels import get_family
+from gemmtune.kernels.parts.ring import RING_ADVANCE
+from gemmtune.kernels.wgmma.config import WgmmaConfig
+from gemmtune.kernels.wgmma.groups import CPath
+from gemmtune.spec import GemmSpec
+from gemmtune.tune.space import candidate_set, space_for
+
+FAMILY = get_family("wgmma")
+FUSED = GemmSpec(4096, 4096, 4096, "nt", "fp16", "relu+add")
+PLAIN = GemmSpec(4096, 4096, 4096, "nt", "bf16")
+
+
+def _configs(spec: GemmSpec, every: int = 1) -> list[WgmmaConfig]:
+    candidates = candidate_set(space_for("wgmma"), spec, "sm_90a")
+    return candidates.configs(range(0, len(candidates), every))
+
+
+@pytest.mark.parametrize("spec", [FUSED, PLAIN], ids=["fused", "plain"])
+def test_groups_round_trip_the_flat_config(spec):
+    for config in _configs(spec):
+        again = WgmmaConfig.from_groups(config.mainloop, config.schedule, config.epilogue)
+        assert again == config and again.to_json() == config.to_json()
+
+
+def test_every_c_path_of_the_space_is_one_enum_value():
+    seen = {config.c_path(FUSED) for config in _configs(FUSED)}
+    assert seen == {CPath.TILE, CPath.RING, CPath.D_OVER_C, CPath.D_OVER_C_FIRST_BUFFER, CPath.GLOBAL}
+    assert {config.c_path(PLAIN) for config in _configs(PLAIN)} == {CPath.NONE}
+    for config in _configs(FUSED):
+        path = config.c_path(FUSED)
+        assert path.through_ring == config.c_ring and path.d_over_c == config.d_over_c
+        assert path.first_in_buffer == config.c_first_buffer and (path is CPath.GLOBAL) == (not config.tma_store)
+
+
+def test_an_old_flat_record_loads_and_names_its_path():
+    """A record written before d_over_c, c_first_buffer and the groups existed (no such keys)."""
+    old = {"bm": 128, "bn": 256, "stages": 4, "consumers": 2, "specialized": True, "persistent": True,
+           "group_m": 8, "cluster_m": 2, "tma_store": True, "store_slices": 2, "pingpong": False,
+           "c_spread": False, "split_tail": False, "c_ring": True, "c_l2_prefetch": False, "stmatrix": True}
+    config = FAMILY.config_from_json(json.loads(json.dumps(old)))
+    assert config.c_path(FUSED) is CPath.RING and config.epilogue.c_path is CPath.RING
+    assert config.to_json() == old
+
+
+def test_a_group_with_an_impossible_c_path_is_refused():
+    config = _configs(FUSED)[0]
+    bad = config.epilogue.__class__(**{**config.epilogue.__dict__, "tma_store": False, "c_path": CPath.RING})
+    with pytest.raises(ValueError, match="tma_store"):
+        WgmmaConfig.from_groups(config.mainloop, config.schedule, bad)
+
+
+def test_kernels_step_their_ring_through_the_ring_part():
+    """Every wrap of the ring in generated wgmma code is the ring part's text."""
+    for spec in (FUSED, PLAIN):
+        for config in _configs(spec, every=97):
+            code = FAMILY.render(spec, config, "sm_90a").code
+            wraps = re.findall(r"if \(\+\+s == STAGES\)[^\n]*", code)
+            assert wraps and all(w == RING_ADVANCE for w in wraps), config.describe()
