@@ -233,7 +233,7 @@ def test_c_ring_constraints_and_slots():
     assert "store" in FAMILY.rejections(ring.with_(tma_store=False, store_slices=1), fused, "sm_90a")
     source = FAMILY.render(fused, ring, "sm_90a")
     assert "unsigned char* c_slots = reinterpret_cast<unsigned char*>(C_IN_A_REGION ? a_tiles : b_tiles);" in source.code
-    assert "store_tile_smem(acc, tile_m, tile_n, consumer, out_buf, tma_D, c_slots, full, empty, s, phase" in source.code
+    assert "store_tile_smem(acc, tile_m, tile_n, consumer, out_buf, tma_D, c_slots, full, empty, ring" in source.code
     assert {t.name: t.box for t in source.tensor_maps}["tma_C"] == (64, 64)
     compiled = _compile(fused, ring)
     assert compiled.resources.spills == 0

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from gemmtune.kernels import get_family
-from gemmtune.kernels.parts.ring import RING_ADVANCE
+from gemmtune.kernels.parts.ring import RING
 from gemmtune.kernels.wgmma.config import WgmmaConfig
 from gemmtune.kernels.wgmma.groups import CPath
 from gemmtune.spec import GemmSpec
@@ -60,9 +60,26 @@ def test_a_group_with_an_impossible_c_path_is_refused():
 
 
 def test_kernels_step_their_ring_through_the_ring_part():
-    """Every wrap of the ring in generated wgmma code is the ring part's text."""
+    """The ring part's Ring is emitted once, and nothing else in a wgmma kernel wraps the ring."""
     for spec in (FUSED, PLAIN):
         for config in _configs(spec, every=97):
             code = FAMILY.render(spec, config, "sm_90a").code
-            wraps = re.findall(r"if \(\+\+s == STAGES\)[^\n]*", code)
-            assert wraps and all(w == RING_ADVANCE for w in wraps), config.describe()
+            assert code.count(RING) == 1 and "ring.advance();" in code, config.describe()
+            assert len(re.findall(r"== STAGES\)", code)) == 1 and "phase ^= 1" not in code.replace(RING, "")
+
+
+def test_kernels_carry_only_what_their_c_path_and_schedule_use():
+    """No C barriers, C constants or piece counter without C; C's barriers only where the C path waits
+    on them; ping-pong's turn barriers only with ping-pong."""
+    for spec in (FUSED, PLAIN):
+        for config in _configs(spec, every=41):
+            code = FAMILY.render(spec, config, "sm_90a").code
+            path = config.c_path(spec)
+            waits_on_c = path in (CPath.TILE, CPath.D_OVER_C_FIRST_BUFFER)
+            assert ("c_full" in code) == waits_on_c and ("c_empty" in code) == waits_on_c, config.describe()
+            assert ("mbarrier_init(&c_full[turn]" in code) == waits_on_c, config.describe()
+            assert ("int epi = 0;" in code) == waits_on_c, config.describe()
+            assert ("C_BOX_ROWS =" in code) == (path not in (CPath.NONE, CPath.GLOBAL)), config.describe()
+            assert ("C_SLOT_BYTES =" in code) == path.through_ring, config.describe()
+            assert ("C_RELEASE_KB =" in code) == (path is CPath.TILE), config.describe()
+            assert ("mainloop_done" in code) == config.pingpong, config.describe()

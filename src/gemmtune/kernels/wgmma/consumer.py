@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...spec import GemmSpec
-from ..parts.ring import ring_advance
 from .config import WgmmaConfig
 from .groups import CPath
 
@@ -34,15 +33,17 @@ class StoreCall:
     def _others(self) -> str:
         return "".join(f", {op.name}" for op in self.spec.epilogue.operands() if op.name != "C")
 
-    def c_args(self, slot: str = "s, phase") -> str:
+    def c_args(self, slot: str = "ring") -> str:
         """store_tile_smem's arguments after tma_D: C's ring position and barriers, then bias etc."""
+        if self.c is CPath.NONE:
+            return self._others()
         if not self.c.through_ring:
             return f", {self.turn_barrier}{self._others()}"
         pending = ", c_pending" if self.c.d_over_c else ""
         pending += ", &c_full[0], epi & 1" if self.c.first_in_buffer else ""
         return f", c_slots, full, empty, {slot}{pending}{self._others()}"
 
-    def call(self, first: str = "0", last: str = "STORE_SLICES", slot: str = "s, phase") -> str:
+    def call(self, first: str = "0", last: str = "STORE_SLICES", slot: str = "ring") -> str:
         if not self.config.tma_store:
             operands = "".join(f", {op.name}" for op in self.spec.epilogue.operands())
             return f"store_tile(acc, tile_m, tile_n, consumer, D{operands});"
@@ -127,6 +128,10 @@ def consumer_plain(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str:
     c = consumer_c(spec, config)
     store = StoreCall(spec, config, "&c_full[turn], (epi / TILE_TURNS) & 1").call() + c.after_store
     pingpong = config.pingpong
+    counts = config.c_path(spec) in (CPath.TILE, CPath.D_OVER_C_FIRST_BUFFER)  # C's barriers go by D's pieces
+    epi_decl = "\n        int epi = 0;  // pieces before this one that wrote D (each used the C tile and buffer turn)" if counts else ""
+    epi_skip = "\n                epi += writes_d;" if counts else ""
+    epi_next = "\n            ++epi;" if counts else ""
     return f"""
         // Consumer warpgroups: wait for a stage, multiply it, release the one before (one wgmma
         // group stays in flight so the tensor cores never wait on the release), then write back.{PINGPONG_NOTE if pingpong else ""}
@@ -134,15 +139,11 @@ def consumer_plain(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str:
         const int consumer = threadIdx.x / 128 - 1;
         const int turn = PINGPONG ? consumer : 0;  // whose epilogue buffer and C barriers
         {c.pending}
-        int s = 0; u32 phase = 0;  // the ring position, continued piece after piece as the producer fills it
-        int epi = 0;  // pieces before this one that wrote D (each used the C tile and buffer turn)
+        Ring ring;  // the ring position, continued piece after piece as the producer fills it{epi_decl}
         for (int piece = 0; next_piece(worker, cursor, unit, kb_begin, kb_end); ++piece) {{
             const bool writes_d = kb_begin == 0;  // holds the tile's first k-block: finishes the tile
             if (piece % TILE_TURNS != turn) {{  // the other ping-pong consumer's tile: skip its k-blocks
-                s += kb_end - kb_begin;
-                phase ^= (s / STAGES) & 1;
-                s %= STAGES;
-                epi += writes_d;
+                ring.skip(kb_end - kb_begin);{epi_skip}
                 continue;
             }}
             int unit_m, tile_n;
@@ -155,36 +156,35 @@ def consumer_plain(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str:
                 for (int i = 0; i < BN / 2; ++i) acc[mb][i] = 0.0f;
             int previous = -1;{PINGPONG_WAIT if pingpong else ""}{c.release_at}
             for (int kb = kb_begin; kb < kb_end; ++kb) {{
-                mbarrier_wait(&full[s], phase);
+                mbarrier_wait(&full[ring.s], ring.phase);
                 wgmma_fence();
-                mma_stage(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer);
+                mma_stage(acc, a_tiles + ring.s * A_ELEMS, b_tiles + ring.s * B_ELEMS, consumer);
                 wgmma_commit();
                 wgmma_wait<1>();{c.hand_back}
                 if (previous >= 0) release_stage(previous);
-                previous = s;
-                {ring_advance()}
+                previous = ring.s;
+                ring.advance();
             }}
 {PINGPONG_END if pingpong else ""}
             wgmma_wait<0>();
             release_stage(previous);{SPLIT_PARTIAL if split else ""}
-            {store}
-            ++epi;
+            {store}{epi_next}
         }}"""
 
 
 # --- the overlapped loop -------------------------------------------------------------------------------
 def _first_k_block(indent: str, between: list[str] = ()) -> str:
     """A piece's first k-block: the lower half's group, then `between`, then the upper half's."""
-    lines = ["mbarrier_wait(&full[s], phase);",
+    lines = ["mbarrier_wait(&full[ring.s], ring.phase);",
              "wgmma_fence();",
-             "mma_stage<0>(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer, true);",
+             "mma_stage<0>(acc, a_tiles + ring.s * A_ELEMS, b_tiles + ring.s * B_ELEMS, consumer, true);",
              "wgmma_commit();",
              *between,
-             "mma_stage<1>(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer, true);",
+             "mma_stage<1>(acc, a_tiles + ring.s * A_ELEMS, b_tiles + ring.s * B_ELEMS, consumer, true);",
              "wgmma_commit();",
              "wgmma_wait<1>();  // the lower group: one group in flight here, as after every k-block",
-             "previous = s;",
-             ring_advance()]
+             "previous = ring.s;",
+             "ring.advance();"]
     return f"\n{indent}".join(lines)
 
 
@@ -200,13 +200,13 @@ def _finish_split(finish: str) -> str:
 
 def _overlapped_loop_body(store: StoreCall, ring_c: bool, split: bool) -> str:
     """One piece of the overlapped loop, from its second k-block to the next piece's first."""
-    upper = store.call("STORE_SLICES / 2", "STORE_SLICES", "c_s, c_phase")
-    finish = store.call("0", "STORE_SLICES", "s, phase")
+    upper = store.call("STORE_SLICES / 2", "STORE_SLICES", "upper_c")
+    finish = store.call("0", "STORE_SLICES", "ring")
     finish = _finish_split(finish) if split else finish
-    skip_c_slot = f"""
-                c_s = s; c_phase = phase;  // the upper half's C slices wait in the next slots
+    skip_c_slot = """
+                upper_c = ring;  // the upper half's C slices wait in the next slots
                 for (int slice = 0; slice < STORE_SLICES / 2; ++slice)
-                    {ring_advance()}""" if ring_c else ""
+                    ring.advance();""" if ring_c else ""
     upper_under_lower = ["if (whole) {  // the tile before's upper half, written back under the lower group",
                          f"    {upper}",
                          "}",
@@ -219,31 +219,31 @@ def _overlapped_loop_body(store: StoreCall, ring_c: bool, split: bool) -> str:
             unit_coords(unit, unit_m, tile_n);
             const int tile_m = unit_m * CLUSTER_M + rank;
             for (int kb = kb_begin + 1; kb < (whole ? kb_end - 1 : kb_end); ++kb) {{
-                mbarrier_wait(&full[s], phase);
+                mbarrier_wait(&full[ring.s], ring.phase);
                 wgmma_fence();
-                mma_stage<0>(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer);
-                mma_stage<1>(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer);
+                mma_stage<0>(acc, a_tiles + ring.s * A_ELEMS, b_tiles + ring.s * B_ELEMS, consumer);
+                mma_stage<1>(acc, a_tiles + ring.s * A_ELEMS, b_tiles + ring.s * B_ELEMS, consumer);
                 wgmma_commit();
                 wgmma_wait<1>();
                 release_stage(previous);
-                previous = s;
-                {ring_advance()}
+                previous = ring.s;
+                ring.advance();
             }}
             if (whole) {{
                 if (kb_end - kb_begin > 1) {{  // the last k-block, a group per half
-                    mbarrier_wait(&full[s], phase);
+                    mbarrier_wait(&full[ring.s], ring.phase);
                     wgmma_fence();
-                    mma_stage<0>(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer);
+                    mma_stage<0>(acc, a_tiles + ring.s * A_ELEMS, b_tiles + ring.s * B_ELEMS, consumer);
                     wgmma_commit();
-                    mma_stage<1>(acc, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, consumer);
+                    mma_stage<1>(acc, a_tiles + ring.s * A_ELEMS, b_tiles + ring.s * B_ELEMS, consumer);
                     wgmma_commit();
                     wgmma_wait<1>();  // all but the upper group
                     release_stage(previous);
-                    previous = s;
-                    {ring_advance()}
+                    previous = ring.s;
+                    ring.advance();
                 }}  // (a one-k-block tile: its lower group is done, its upper group in flight)
                 // The lower half, written back while the upper group runs.
-                {store.call("0", "STORE_SLICES / 2", "s, phase")}{skip_c_slot}
+                {store.call("0", "STORE_SLICES / 2", "ring")}{skip_c_slot}
                 wgmma_wait<0>();  // the upper group, done under that store
                 release_stage(previous);  // the last k-block's slot, free before the next tile loads
             }} else {{
@@ -279,11 +279,11 @@ def consumer_overlapped(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str
     so c_full is passed unused."""
     ring_c = config.c_path(spec).through_ring
     store = StoreCall(spec, config, "&c_full[0], 0")
-    ring_slot = "\n        int c_s = 0; u32 c_phase = 0;  // the upper half's first C slot" if ring_c else ""
+    ring_slot = "\n        Ring upper_c;  // the upper half's first C slot" if ring_c else ""
     return f"""
         setmaxnreg_inc<{CONSUMER_REGS}>();
         const int consumer = threadIdx.x / 128 - 1;
-        int s = 0; u32 phase = 0;  // the ring position, continued piece after piece as the producer fills it
+        Ring ring;  // the ring position, continued piece after piece as the producer fills it
         int previous = 0;          // the ring slot of the last k-block issued
         float acc[M_BLOCKS][BN / 2];{ring_slot}
         bool more = next_piece(worker, cursor, unit, kb_begin, kb_end);

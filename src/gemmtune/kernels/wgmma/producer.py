@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...spec import GemmSpec
-from ..parts.ring import ring_advance
 from .config import WgmmaConfig
 from .groups import CPath
 
@@ -69,10 +68,10 @@ def _ring_loads(c: CPath, l2_prefetch: bool) -> ProducerC:
     after = f"""
                 if (kb_begin == 0) {{  // the tile's C, {others}a slice per slot, a ring's depth ahead of its epilogue{own_load}
                     for (int slice = {1 if own else 0}; slice < STORE_SLICES; ++slice) {{
-                        mbarrier_wait(&empty[s], phase ^ 1);
-                        mbarrier_arrive_expect_tx(&full[s], C_SLICE_BYTES);
-                        load_c_boxes(tma_C, c_slots + s * C_SLOT_BYTES, &full[s], tile_m, tile_n, 0, 0, C_BOXES, slice);
-                        {ring_advance()}
+                        mbarrier_wait(&empty[ring.s], ring.phase ^ 1);
+                        mbarrier_arrive_expect_tx(&full[ring.s], C_SLICE_BYTES);
+                        load_c_boxes(tma_C, c_slots + ring.s * C_SLOT_BYTES, &full[ring.s], tile_m, tile_n, 0, 0, C_BOXES, slice);
+                        ring.advance();
                     }}
                 }}"""
     return ProducerC(each_first=L2_PREFETCH if l2_prefetch else "", after=after)
@@ -97,21 +96,23 @@ def producer(spec: GemmSpec, config: WgmmaConfig) -> str:
                 const bool backwards = cursor % 2 == 0;  // this piece is the worker's 2nd, 4th, ..."""
                   if config.serpentine else "")
     k_block = "backwards ? kb_begin + kb_end - 1 - kb : kb" if config.serpentine else "kb"
+    path = config.c_path(spec)
+    epi = ("\n            int epi = 0;  // pieces so far that end in an epilogue (whose C tile is loaded)"
+           if path in (CPath.TILE, CPath.D_OVER_C_FIRST_BUFFER) else "")
     return f"""
         // Producer warpgroup: one thread issues every copy; the others only give back registers.
         setmaxnreg_dec<{PRODUCER_REGS}>();
         if (threadIdx.x == 0) {{
-            int s = 0; u32 phase = 0;
-            int epi = 0;  // pieces so far that end in an epilogue (whose C tile is loaded)
+            Ring ring;{epi}
             while (next_piece(worker, cursor, unit, kb_begin, kb_end)) {{
                 int unit_m, tile_n;
                 unit_coords(unit, unit_m, tile_n);
                 const int tile_m = unit_m * CLUSTER_M + rank;{c.before}{serpentine}
                 for (int kb = kb_begin; kb < kb_end; ++kb) {{{c.each_first}
-                    mbarrier_wait(&empty[s], phase ^ 1);  // passes at once on the first lap
-                    load_stage(tma_A, tma_B, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, &full[s],
+                    mbarrier_wait(&empty[ring.s], ring.phase ^ 1);  // passes at once on the first lap
+                    load_stage(tma_A, tma_B, a_tiles + ring.s * A_ELEMS, b_tiles + ring.s * B_ELEMS, &full[ring.s],
                                tile_m, tile_n, {k_block}, rank);
-                    {ring_advance()}{c.each_last}
+                    ring.advance();{c.each_last}
                 }}{c.after}
             }}
         }}

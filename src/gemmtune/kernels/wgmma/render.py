@@ -20,6 +20,8 @@ from .writeback import (FLOAT_VIEW, LOAD_C_TILE, epilogue_function, operand_decl
                         store_tile_smem)
 from .consumer import consumer_overlapped, consumer_plain
 from .producer import producer
+from ..parts.ring import RING
+from .groups import CPath
 from .config import FAMILY, INPUT_BYTES, OUT_BYTES, VERSION, WgmmaConfig, k_major, out_dtype, rejections
 
 C_TYPES = {"bf16": "bf16_t", "fp16": "fp16_t", "tf32": "float", "fp32": "float"}
@@ -63,6 +65,32 @@ def epilogue_maps(spec: GemmSpec, config: WgmmaConfig) -> tuple[TensorMapArg, ..
 
 
 # --- CUDA text: constants and scheduler -------------------------------------------------------------
+def _c_constants(spec: GemmSpec, config: WgmmaConfig) -> str:
+    """The shape of C's loads, for the C path this kernel takes (none for an epilogue without C)."""
+    c = config.c_path(spec)
+    if c in (CPath.NONE, CPath.GLOBAL):
+        return ""
+    text = f"""constexpr int C_TILE_BYTES = BM * BN * (int)sizeof(out_t);
+constexpr int C_BOX_ROWS = {config.c_box_rows};  // rows of one C box (TMA)
+constexpr int C_BOXES_PER_KB = {1 if config.c_spread else "1 << 30"};  // C boxes issued per k-block (all at once)
+"""
+    if c.through_ring:
+        text += """// c_ring: C comes through the ring, one slice per slot, in the slot's larger operand region.
+constexpr bool C_IN_A_REGION = A_TILE_BYTES >= B_TILE_BYTES;
+constexpr int C_SLOT_BYTES = C_IN_A_REGION ? A_TILE_BYTES : B_TILE_BYTES;  // that region's stride, slot to slot
+constexpr int C_SLICE_BYTES = BM * SLICE_COLS * (int)sizeof(out_t);
+"""
+    if c is CPath.TILE:
+        text += """// The C tile shares the buffer with the previous tile's D. Each consumer hands the buffer back at
+// k-block C_RELEASE_KB of its next piece (by then its TMA store has long finished reading it, so
+// nobody waits), and the producer fetches C at C_LOAD_KB, a full ring later: C is waiting in shared
+// memory when the math ends, and neither side ever blocks on the other.
+constexpr int C_RELEASE_KB = K_BLOCKS > 2 ? 2 : K_BLOCKS - 1;
+constexpr int C_LOAD_KB = C_RELEASE_KB + STAGES < K_BLOCKS - 1 ? C_RELEASE_KB + STAGES : K_BLOCKS - 1;
+"""
+    return text
+
+
 def _constants(spec: GemmSpec, config: WgmmaConfig) -> str:
     a_kmajor, b_kmajor = k_major(spec)
     bk, size = config.bk(spec.dtype), INPUT_BYTES[spec.dtype]
@@ -95,20 +123,8 @@ typedef {C_TYPES[out_dtype(spec)]} out_t;
 // for one slice of SLICE_COLS columns at a time.
 constexpr bool TMA_STORE = {str(config.tma_store).lower()};
 constexpr int STORE_SLICES = {config.store_slices}, SLICE_COLS = BN / STORE_SLICES;
-constexpr int OUT_CHUNK = 128 / sizeof(out_t), C_TILE_BYTES = BM * BN * (int)sizeof(out_t);
-constexpr int C_BOX_ROWS = {config.c_box_rows};  // rows of one C box (TMA)
-constexpr int C_BOXES_PER_KB = {1 if config.c_spread else "1 << 30"};  // C boxes issued per k-block (all at once)
-// c_ring: C comes through the ring, one slice per slot, in the slot's larger operand region.
-constexpr bool C_IN_A_REGION = A_TILE_BYTES >= B_TILE_BYTES;
-constexpr int C_SLOT_BYTES = C_IN_A_REGION ? A_TILE_BYTES : B_TILE_BYTES;  // that region's stride, slot to slot
-constexpr int C_SLICE_BYTES = BM * SLICE_COLS * (int)sizeof(out_t);
-{epi_bytes}
-// The C tile shares the buffer with the previous tile's D. Each consumer hands the buffer back at
-// k-block C_RELEASE_KB of its next piece (by then its TMA store has long finished reading it, so
-// nobody waits), and the producer fetches C at C_LOAD_KB, a full ring later: C is waiting in shared
-// memory when the math ends, and neither side ever blocks on the other.
-constexpr int C_RELEASE_KB = K_BLOCKS > 2 ? 2 : K_BLOCKS - 1;
-constexpr int C_LOAD_KB = C_RELEASE_KB + STAGES < K_BLOCKS - 1 ? C_RELEASE_KB + STAGES : K_BLOCKS - 1;
+constexpr int OUT_CHUNK = 128 / sizeof(out_t);
+{_c_constants(spec, config)}{epi_bytes}
 """
 
 
@@ -220,7 +236,17 @@ def _signature(spec: GemmSpec, config: WgmmaConfig, entry: str, maps: tuple[Tens
             f"{entry}({', '.join(params)})")
 
 
-SMEM_SETUP = r"""
+def _smem_setup(spec: GemmSpec, config: WgmmaConfig) -> str:
+    """The ring of stages in dynamic shared memory, the epilogue buffer and the barriers this kernel
+    uses (C's only where its C path waits on them, the main-loop turns only for ping-pong)."""
+    c_barriers = config.c_path(spec) in (CPath.TILE, CPath.D_OVER_C_FIRST_BUFFER)
+    lines = ["u64* c_full = empty + STAGES;                                           // [turn] the C tile has landed",
+             "u64* c_empty = c_full + TILE_TURNS;                                     // [turn] the epilogue tile is free"
+             ] if c_barriers else []
+    if config.pingpong:
+        lines.append("u64* mainloop_done = empty + STAGES + 2 * TILE_TURNS;                   // [turn] a main loop ended")
+    barriers = "".join(f"\n    {line}" for line in lines)
+    return f"""
     // The ring of stages in dynamic shared memory, realigned to 1024 bytes: the 128-byte swizzle
     // repeats every 8 rows, and wgmma descriptors assume tiles start on that boundary.
     extern __shared__ unsigned char smem_raw[];
@@ -229,10 +255,7 @@ SMEM_SETUP = r"""
     in_t* b_tiles = reinterpret_cast<in_t*>(smem + STAGES * A_TILE_BYTES);  // STAGES × B tile
     unsigned char* out_buf = smem + STAGES * STAGE_BYTES;                   // epilogue tile (TMA store)
     u64* full = reinterpret_cast<u64*>(out_buf + EPI_BYTES);                // stage s has landed
-    u64* empty = full + STAGES;                                             // stage s may be refilled
-    u64* c_full = empty + STAGES;                                           // [turn] the C tile has landed
-    u64* c_empty = c_full + TILE_TURNS;                                     // [turn] the epilogue tile is free
-    u64* mainloop_done = c_empty + TILE_TURNS;                              // [turn] (ping-pong) a main loop ended
+    u64* empty = full + STAGES;                                             // stage s may be refilled{barriers}
     constexpr int A_ELEMS = A_TILE_BYTES / sizeof(in_t), B_ELEMS = B_TILE_BYTES / sizeof(in_t);
 """
 
@@ -241,8 +264,22 @@ def _epilogue_args(spec: GemmSpec) -> str:
     return "".join(f", {op.name}" for op in spec.epilogue.operands())
 
 
-def _setup(config: WgmmaConfig, ring_c: bool) -> str:
+def _turn_barrier_init(spec: GemmSpec, config: WgmmaConfig) -> str:
+    """C's barriers per epilogue buffer turn (where the C path waits on them) and ping-pong's turns."""
+    lines = (["mbarrier_init(&c_full[turn], 1);", "mbarrier_init(&c_empty[turn], CONSUMERS / TILE_TURNS);"]
+             if config.c_path(spec) in (CPath.TILE, CPath.D_OVER_C_FIRST_BUFFER) else [])
+    lines += ["mbarrier_init(&mainloop_done[turn], 1);"] if config.pingpong else []
+    if not lines:
+        return ""
+    body = "".join(f"\n            {line}" for line in lines)
+    return f"""
+        for (int turn = 0; turn < TILE_TURNS; ++turn) {{{body}
+        }}"""
+
+
+def _setup(spec: GemmSpec, config: WgmmaConfig) -> str:
     """Barrier initialisation, the block's place in its cluster, and what every warpgroup shares."""
+    ring_c = config.c_path(spec).through_ring
     sync = "cluster_sync()" if config.cluster_m > 1 else "__syncthreads()"
     rank = "(int)cluster_cta_rank()" if config.cluster_m > 1 else "0"
     c_slots = ("""
@@ -257,12 +294,7 @@ def _setup(config: WgmmaConfig, ring_c: bool) -> str:
         for (int s = 0; s < STAGES; ++s) {{
             mbarrier_init(&full[s], 1);                           // the producer's expect_tx arrival
             mbarrier_init(&empty[s], STAGE_READERS * CLUSTER_M);  // every reader in every block that shares B
-        }}
-        for (int turn = 0; turn < TILE_TURNS; ++turn) {{
-            mbarrier_init(&c_full[turn], 1);
-            mbarrier_init(&c_empty[turn], CONSUMERS / TILE_TURNS);
-            if (PINGPONG) mbarrier_init(&mainloop_done[turn], 1);
-        }}
+        }}{_turn_barrier_init(spec, config)}
         fence_barrier_init();
     }}
     {sync};
@@ -280,7 +312,7 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
     drain = ("\n        if (threadIdx.x % 128 == 0) tma_store_wait_all();  // the last stores have left shared memory"
              if config.tma_store else "")
     cluster_end = "cluster_sync();  // no block leaves while its pair may still arrive on its barriers"
-    return f"""{SMEM_SETUP}{_setup(config, config.c_path(spec).through_ring)}
+    return f"""{_smem_setup(spec, config)}{_setup(spec, config)}
     if (threadIdx.x < 128) {{{producer(spec, config)}    }} else {{{consumers}{drain}
     }}
     {cluster_end if config.cluster_m > 1 else ""}
@@ -289,7 +321,7 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
 
 def _body_unified(spec: GemmSpec, config: WgmmaConfig) -> str:
     epi = _epilogue_args(spec)
-    return f"""{SMEM_SETUP}
+    return f"""{_smem_setup(spec, config)}
     if (threadIdx.x == 0) {{
         for (int s = 0; s < STAGES; ++s) mbarrier_init(&full[s], 1);
         fence_barrier_init();
@@ -331,7 +363,8 @@ def _code(spec: GemmSpec, config: WgmmaConfig, plan: Schedule, entry: str, maps:
         f"// gemmtune {FAMILY} v{VERSION}: {spec.short()}, {config.describe()}",
         "// TMA loads into a ring of 128-byte-swizzled shared-memory stages, wgmma from shared memory",
         "// into fp32 registers, the epilogue applied in registers and stored to D.",
-        ptx.helpers(spec.dtype, config.bn, halves=config.overlap_epilogue), FLOAT_VIEW, _constants(spec, config), SCHEDULER,
+        ptx.helpers(spec.dtype, config.bn, halves=config.overlap_epilogue), FLOAT_VIEW, _constants(spec, config), RING,
+        SCHEDULER,
         schedule.cuda(plan),
         _load_stage(config.cluster_m > 1), _mma_stage(spec, config), epilogue, store_tile(spec),
         (store_tile_smem(spec, config) + (LOAD_C_TILE if spec.epilogue.reads_c else ""))

@@ -14,7 +14,6 @@ from ...spec import GemmSpec
 from ..parts import epilogue as epilogue_part
 from ..parts.epilogue import CArg, Operands, VectorArg
 from ..parts.floats import FLOAT_VIEW, TO_OUT  # FLOAT_VIEW: render.py takes it from here
-from ..parts.ring import ring_advance
 from .config import OUT_BYTES, WgmmaConfig, out_dtype
 from .groups import CPath
 
@@ -218,13 +217,13 @@ MATRIX_STORE = matrix_store()
 FREE_BUFFER = """if (threadIdx.x % 128 == 0) tma_store_wait_read();  // the previous slice's store has read the buffer
         named_barrier(1 + consumer, 128);"""
 # This consumer's part of ring slot s's C region, and the wait for its slice of C to land there.
-SLOT_PART = "c_slots + s * C_SLOT_BYTES + consumer * ROWS_PER_CONSUMER * SLICE_COLS * (int)sizeof(out_t)"
-SLOT_WAIT = "mbarrier_wait(&full[s], phase);  // this slice of C has landed in ring slot s"
+SLOT_PART = "c_slots + ring.s * C_SLOT_BYTES + consumer * ROWS_PER_CONSUMER * SLICE_COLS * (int)sizeof(out_t)"
+SLOT_WAIT = "mbarrier_wait(&full[ring.s], ring.phase);  // this slice of C has landed in its ring slot"
 # With C in the ring, its slot goes back to the producer once every thread of this consumer has read
 # it (a barrier after its reads).
-SLOT_BACK = f"""
-        release_ring_slot(&empty[s]);
-        {ring_advance()}"""
+SLOT_BACK = """
+        release_ring_slot(&empty[ring.s]);
+        ring.advance();"""
 LANE_BLOCK = "const int q = lane / 8;  // the block whose row this lane addresses"
 
 
@@ -271,13 +270,13 @@ def _d_over_c_steps(spec: GemmSpec, c: CPath) -> SliceSteps:
     (one bulk group may stay in flight), the last one in the next piece. Slice 0 takes no ring slot
     with c_first_buffer (its buffer goes back with the last slot)."""
     first_ring = 1 if c.first_in_buffer else 0  # the first slice that comes through the ring
-    advance = f"""c_pending = s;  // the last one goes back under the next piece's first wgmma
-        {ring_advance()}"""
+    advance = """c_pending = ring.s;  // the last one goes back under the next piece's first wgmma
+        ring.advance();"""
     if c.first_in_buffer:
-        advance = f"""if (slice > 0) {{
-            c_pending = s;  // the last one (and the first slice's buffer) goes back under the next piece's first wgmma
-            {ring_advance()}
-        }}"""
+        advance = """if (slice > 0) {
+            c_pending = ring.s;  // the last one (and the first slice's buffer) goes back under the next piece's first wgmma
+            ring.advance();
+        }"""
     after_store = f"""
         if (slice > {first_ring}) {{  // the previous slice's store has read its slot: the producer may refill it
             if (threadIdx.x % 128 == 0) tma_store_wait_read_but_one();
@@ -312,11 +311,15 @@ def slice_steps(spec: GemmSpec, config: WgmmaConfig) -> SliceSteps:
     return (_stmatrix_steps if config.stmatrix else _pair_steps)(spec, c)
 
 
-def _c_params(c: CPath) -> str:
-    """store_tile_smem's parameters for C: the ring position it walks, or the buffer's barrier."""
-    params = "unsigned char* c_slots, u64* full, u64* empty, int& s, u32& phase" if c.through_ring else "u64* c_full, u32 c_phase"
-    params += ", int& c_pending" if c.d_over_c else ""
-    return params + (", u64* c_full, u32 c_phase" if c.first_in_buffer else "")
+def _c_params(c: CPath) -> list[str]:
+    """store_tile_smem's parameters for C: the ring position it walks, or the buffer's barrier; none
+    for an epilogue that reads no C."""
+    if c is CPath.TILE:
+        return ["u64* c_full", "u32 c_phase"]
+    if not c.through_ring:
+        return []
+    return (["unsigned char* c_slots", "u64* full", "u64* empty", "Ring& ring"]
+            + (["int& c_pending"] if c.d_over_c else []) + (["u64* c_full", "u32 c_phase"] if c.first_in_buffer else []))
 
 
 BLOCK_ROW_OFFSET = """
@@ -348,7 +351,7 @@ def _smem_helpers(spec: GemmSpec, config: WgmmaConfig) -> str:
 
 def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
     """The write-back through shared memory and TMA stores (slice_steps says how each slice goes)."""
-    params = "".join(f", {p}" for p in operand_decls(spec.epilogue, skip_c=True))
+    params = ["const TmaDescriptor& tma_D", *_c_params(config.c_path(spec)), *operand_decls(spec.epilogue, skip_c=True)]
     steps = slice_steps(spec, config)
     # overlap_epilogue writes the slices of each half of the tile at a different time.
     halves = config.overlap_epilogue
@@ -364,8 +367,7 @@ def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
 // clipped at the matrix edges) and does not wait for it: the next slice, or the next tile's main
 // loop, runs while the store drains.{slices_doc}
 {template}__device__ __forceinline__ void store_tile_smem(const float (&acc)[M_BLOCKS][BN / 2], int tile_m, int tile_n,
-                                                int consumer, unsigned char* out_buf, const TmaDescriptor& tma_D,
-                                                {_c_params(config.c_path(spec))}{params}) {{
+                                                int consumer, unsigned char* out_buf, {", ".join(params)}) {{
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
     unsigned char* tile = out_buf + consumer * ROWS_PER_CONSUMER * SLICE_COLS * (int)sizeof(out_t);
     #pragma unroll
