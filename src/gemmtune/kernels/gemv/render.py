@@ -11,7 +11,7 @@ from ...errors import ConfigError
 from ...kernel_source import KernelSource
 from ...spec import GemmSpec
 from ..config_base import ceil_div
-from ..parts.epilogue import CArg, Operands, VectorArg, epilogue_call, epilogue_function
+from ..parts.epilogue import CArg, Operands, VectorArg, epilogue_call, epilogue_function, pointer_params
 from ..parts.floats import FLOAT_VIEW, HALF_FLOATS, TO_OUT
 from .config import NAME, VERSION, GemvConfig, outputs, rejections, stream_kind, streams_b, vec, vectors
 
@@ -63,11 +63,7 @@ UNPACK = {
 
 # --- arguments and the epilogue ------------------------------------------------------------------
 def _params(spec: GemmSpec) -> tuple[tuple[str, ...], str]:
-    decl = {"A": "const in_t* __restrict__ A", "B": "const in_t* __restrict__ B",
-            "C": "const out_t* __restrict__ C", "bias": "const out_t* __restrict__ bias",
-            "alpha": "float alpha", "beta": "float beta", "D": "out_t* __restrict__ D"}
-    names = ["A", "B", *(op.name for op in spec.epilogue.operands()), "D"]
-    return tuple(names), ", ".join(decl[n] for n in names)
+    return pointer_params(spec)
 
 
 # apply_epilogue takes C's element (loaded by the caller) and bias as a FloatView of D's type.

@@ -15,7 +15,7 @@ from ...errors import ConfigError
 from ...kernel_source import KernelSource
 from ...spec import GemmSpec
 from ..config_base import arch_number
-from ..parts.epilogue import CArg, Operands, VectorArg, epilogue_call, epilogue_function
+from ..parts.epilogue import CArg, Operands, VectorArg, epilogue_call, epilogue_function, pointer_params
 from ..parts.floats import FLOAT_VIEW, HALF_FLOATS, PACK_PAIR, TO_OUT
 from .config import INPUT_BYTES, KSTEP_BYTES, NAME, VERSION, MmaConfig, rejections
 from .ptx import CP_ASYNC, LDMATRIX, SMEM_ADDR, mma_helper
@@ -417,11 +417,7 @@ def _write_back(spec: GemmSpec) -> str:
 
 # --- the kernel ---------------------------------------------------------------------------------
 def _params(spec: GemmSpec) -> tuple[tuple[str, ...], str]:
-    decl = {"A": "const in_t* __restrict__ A", "B": "const in_t* __restrict__ B",
-            "C": "const out_t* __restrict__ C", "bias": "const out_t* __restrict__ bias",
-            "alpha": "float alpha", "beta": "float beta", "D": "out_t* __restrict__ D"}
-    names = ["A", "B", *(op.name for op in spec.epilogue.operands()), "D"]
-    return tuple(names), ", ".join(decl[n] for n in names)
+    return pointer_params(spec)
 
 
 def _constants(spec: GemmSpec, config: MmaConfig, a: Operand, b: Operand) -> str:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from ...epilogue import Epilogue
+from ...spec import GemmSpec
 
 # Every definition starts with this line (tests count it: one definition per kernel).
 MARKER = "// apply_epilogue: the epilogue part (kernels/parts/epilogue.py)"
@@ -93,3 +94,15 @@ def epilogue_call(epilogue: Epilogue, operands: Operands, value: str, row: str, 
         else:
             args.append(bias if op.kind in ("row", "col") else op.name)
     return f"apply_epilogue({', '.join(args)})"
+
+
+POINTER_DECLS = {"A": "const in_t* __restrict__ A", "B": "const in_t* __restrict__ B",
+                 "C": "const out_t* __restrict__ C", "bias": "const out_t* __restrict__ bias",
+                 "alpha": "float alpha", "beta": "float beta", "D": "out_t* __restrict__ D"}
+
+
+def pointer_params(spec: GemmSpec) -> tuple[tuple[str, ...], str]:
+    """A kernel's arguments when every operand comes as a plain pointer (or scalar): their names in
+    launch order (A, B, the epilogue's operands, D) and the parameter list."""
+    names = ["A", "B", *(op.name for op in spec.epilogue.operands()), "D"]
+    return tuple(names), ", ".join(POINTER_DECLS[n] for n in names)
