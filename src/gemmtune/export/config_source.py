@@ -23,7 +23,7 @@ from typing import Any
 
 from ..arch import geometry, known_arch
 from ..errors import ConfigError
-from ..kernels import Family, family_for, family_of_config, get_family
+from ..kernels import Family, families, family_for, family_of_config, get_family
 from ..kernels.config_base import arch_number
 from ..spec import GemmSpec
 from .manifest import Provenance
@@ -133,7 +133,10 @@ def from_known_configs(spec: GemmSpec, arch: str, device: Any = None, table: Pat
                        family: str = DEFAULT_TABLE_FAMILY, max_distance: float = math.inf) -> ConfigChoice | None:
     """The nearest shipped `family` config for this GPU (or arch) that is valid for `spec` and whose
     shape (same layout and dtype) lies within `max_distance`, or None."""
+    registered = {f.name: f for f in families()}
+    same_class = (registered[family].shape_class if family in registered else None) or (lambda s: None)
     rows = sorted((r for r in load_known_configs(table) if _matches(r, arch, device, family)
+                   and same_class(GemmSpec(r.m, r.n, r.k, r.layout, r.dtype)) == same_class(spec)
                    and (max_distance == math.inf or (r.distance(spec)[:2] == (False, False)
                                                      and r.distance(spec)[2] <= max_distance))),
                   key=lambda r: r.distance(spec))

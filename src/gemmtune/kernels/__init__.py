@@ -45,6 +45,9 @@ class Family:
     rejections: Callable[[Any, "GemmSpec", str], "dict[str, str]"]
     space: Callable[[], "SearchSpace"]  # the tuner's search space (built lazily, cached by tune.space)
     description: str = ""
+    # What about a spec besides its size decides how its kernels run (mma: each operand's copy width,
+    # from its row alignment); a shipped known config applies only to specs of its own class. None: size alone.
+    shape_class: "Callable[[GemmSpec], Any] | None" = None
 
     def config_from_json(self, data: dict) -> Any:
         return self.config_type.from_json(data)

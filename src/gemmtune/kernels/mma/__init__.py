@@ -7,7 +7,7 @@ tf32), all four layouts, any M, N, K and any alignment.
 from __future__ import annotations
 
 from .. import Family
-from .config import NAME, VERSION, MmaConfig, default_config, ladder, rejections, supports
+from .config import NAME, VERSION, MmaConfig, default_config, ladder, rejections, shape_class, supports
 from .render import render
 
 
@@ -19,4 +19,5 @@ def _space():
 
 FAMILY = Family(name=NAME, version=VERSION, config_type=MmaConfig, supports=supports, render=render,
                 ladder=ladder, default_config=default_config, rejections=rejections, space=_space,
+                shape_class=shape_class,
                 description="mma.sync tensor cores (sm_75+): ldmatrix, cp.async ring, swizzled smem, any shape")

@@ -210,6 +210,24 @@ def ladder(arch: str = "sm_80") -> list[tuple[str, MmaConfig]]:
     ]
 
 
+def copy_width(stored_row: int, elem: int) -> int:
+    """The widest copy every stored row allows: 16, 8, 4 bytes, else one 2-byte element."""
+    for width in (16, 8, 4):
+        if width >= elem and stored_row * elem % width == 0:
+            return width
+    return elem
+
+
+def shape_class(spec: GemmSpec) -> tuple[int, int]:
+    """The copy widths of A and B (16, 8, 4 or 2 bytes), which the stored rows' lengths decide: a
+    config measured on one width says little about another (128x256 with 64-byte slices ran
+    4096^3 in 349 us and 4093x4091x4097, whose rows are copied 2 bytes at a time, in 2028)."""
+    elem = INPUT_BYTES[spec.dtype]
+    a_row = spec.k if not spec.a_trans else spec.m
+    b_row = spec.k if spec.b_trans else spec.n
+    return copy_width(a_row, elem), copy_width(b_row, elem)
+
+
 def register_copied(spec: GemmSpec) -> bool:
     """Whether an operand's stored rows have odd length in 16-bit elements: those rows are copied
     element-wise through registers (cp.async cannot place 2-byte pieces)."""

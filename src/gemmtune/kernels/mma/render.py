@@ -17,7 +17,7 @@ from ...spec import GemmSpec
 from ..config_base import arch_number
 from ..parts.epilogue import CArg, Operands, VectorArg, epilogue_call, epilogue_function, pointer_params
 from ..parts.floats import FLOAT_VIEW, HALF_FLOATS, PACK_PAIR, TO_OUT
-from .config import INPUT_BYTES, KSTEP_BYTES, NAME, VERSION, MmaConfig, rejections
+from .config import INPUT_BYTES, KSTEP_BYTES, NAME, VERSION, MmaConfig, copy_width, rejections
 from .ptx import CP_ASYNC, LDMATRIX, SMEM_ADDR, mma_helper
 
 STORAGE_TYPES = {"fp32": "float", "tf32": "float", "bf16": "bf16_t", "fp16": "fp16_t"}
@@ -72,14 +72,6 @@ class Operand:
         return self.name.lower()
 
 
-def _copy_bytes(stored_row: int, elem: int) -> int:
-    """The widest copy every stored row allows: 16, 8, 4 bytes, else one 2-byte element."""
-    for width in (16, 8, 4):
-        if width >= elem and stored_row * elem % width == 0:
-            return width
-    return elem
-
-
 def operands(spec: GemmSpec, config: MmaConfig, arch: str) -> tuple[Operand, Operand]:
     elem, bk = INPUT_BYTES[spec.dtype], config.bk(spec.dtype)
     cp_async = config.async_copy and arch_number(arch) >= 80
@@ -87,7 +79,7 @@ def operands(spec: GemmSpec, config: MmaConfig, arch: str) -> tuple[Operand, Ope
     offset = 0
     for name, extent, tile, k_major in (("A", "M", config.bm, not spec.a_trans), ("B", "N", config.bn, spec.b_trans)):
         stored_row = spec.k if k_major else (spec.m if name == "A" else spec.n)
-        width = _copy_bytes(stored_row, elem)
+        width = copy_width(stored_row, elem)
         # ldmatrix moves 16-bit units: a K-major tf32 tile reads right, an MN-major one would need
         # a 32-bit transpose, so it keeps plain loads.
         ldm = config.ldmatrix and (elem == 2 or k_major)
