@@ -289,6 +289,11 @@ FILE_VERBS = {
                                                       "--db", str(p)]),
     "profile --db": FileVerb("t.sqlite", lambda p, d: ["profile", *SIZES, "--db", str(p)]),
     "bench --db": FileVerb("t.sqlite", lambda p, d: ["bench", *SIZES, "--db", str(p)]),
+    "shapes show": FileVerb("workload.json", lambda p, d: ["shapes", "show", str(p)]),
+    "tune-many (json)": FileVerb("workload.json", lambda p, d: ["tune-many", str(p), "--trials", "4",
+                                                               "--db", str(d / "new.sqlite")]),
+    "tune-many (csv)": FileVerb("workload.csv", lambda p, d: ["tune-many", str(p), "--trials", "4",
+                                                             "--db", str(d / "new.sqlite")]),
     "tvm show-cuda --trace": FileVerb("best_trace.py", lambda p, d: ["tvm", "show-cuda", "MNK=64", "--arch", "sm_90",
                                                                    "--schedule", "tuned", "--trace", str(p)]),
     "export --backend tvm --apply-trace": FileVerb("best_trace.py", lambda p, d: [

@@ -1,0 +1,180 @@
+"""Verbs `shapes` (a model's GEMMs as a workload file) and `tune-many` (tune every shape of one)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+from ..lifeline import Interrupted, stop_signals
+from ..spec import GemmSpec
+from .common import add_db_argument, console
+
+
+def register(subparsers) -> None:
+    shapes = subparsers.add_parser("shapes", help="a model's GEMMs as a workload file (from torch, or check one)",
+                                   description="Write or show a workload: the GEMMs a model runs, with counts and "
+                                               "shares of GEMM time, for tune-many.")
+    verbs = shapes.add_subparsers(dest="shapes_verb", metavar="WHAT")
+    capture = verbs.add_parser("from-torch", help="record the GEMMs a torch model runs",
+                               description="Run a torch model once under a dispatch mode and record every matmul, "
+                                           "linear, addmm and bmm: shape, layout, dtype, and the epilogue where the "
+                                           "next op fuses (bias, relu, tanh-gelu).")
+    capture.add_argument("model", metavar="FILE.py:FACTORY", help="a Python file and a function in it that returns the model")
+    capture.add_argument("--input", action="append", required=True, metavar="DIMSxDIMS[:DTYPE]",
+                         help="an input tensor, e.g. 8x4096:bf16 (repeat for several)")
+    capture.add_argument("--device", default="cpu", help="where the model runs while recording (default cpu)")
+    capture.add_argument("--out", type=Path, required=True, metavar="FILE.json", help="the workload file to write")
+    capture.set_defaults(run=run_from_torch)
+    show = verbs.add_parser("show", help="check a workload file and print its shapes and shares")
+    show.add_argument("workload", type=Path, metavar="WORKLOAD")
+    show.set_defaults(run=run_show)
+
+    many = subparsers.add_parser("tune-many", help="tune every shape of a workload under one budget, on one GPU or a Dask cluster",
+                                 description="Tune every shape of a workload file (gemmtune shapes from-torch, or JSON/CSV "
+                                             "by hand) under a total budget split by each shape's share of GEMM time. "
+                                             "With the dask extra and --workers/--scheduler, trials run on a Dask cluster "
+                                             "and the client alone writes the database; rerunning resumes.")
+    many.add_argument("workload", type=Path, metavar="WORKLOAD")
+    many.add_argument("--trials", type=int, help="total trials over all shapes (default 100 per shape unless --time)")
+    many.add_argument("--time", type=float, dest="time_s", metavar="SECONDS", help="total wall-clock budget")
+    add_db_argument(many)
+    many.add_argument("--family", default=None, help="one family for every shape (default: the registry's pick per shape)")
+    many.add_argument("--simulate", type=Path, metavar="DIR",
+                      help="replay recorded tables (DIR/<family>_<spec>.csv, as bench/record_space.py writes them)")
+    many.add_argument("--workers", type=int, default=None,
+                      help="start a local Dask cluster of this many process workers (needs the dask extra)")
+    many.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                      help="use the Dask cluster at this address, e.g. tcp://host:8786")
+    many.add_argument("--seed", type=int, default=0, help="random seed of each shape's strategy (default 0)")
+    many.add_argument("--batch", type=int, default=8, help="configs per round between model updates (default 8)")
+    many.add_argument("--top", type=int, default=3, help="re-measure this many best configs per shape (default 3)")
+    many.add_argument("--timeout", type=float, default=60.0, help="seconds before a measurement counts as hung")
+    many.set_defaults(run=run_tune_many)
+
+
+# --- shapes ---------------------------------------------------------------------------------------
+def run_from_torch(args: argparse.Namespace) -> int:
+    from ..capture import from_torch
+    from ..workload import save_workload
+
+    workload, notes = from_torch(args.model, args.input, args.device)
+    for note in notes:
+        print(f"gemmtune: {note}", file=sys.stderr)
+    save_workload(workload, args.out)
+    print_workload(workload)
+    print(f"{len(workload.shapes)} shapes written to {args.out}")
+    return 0
+
+
+def run_show(args: argparse.Namespace) -> int:
+    from ..workload import load_workload
+
+    print_workload(load_workload(args.workload))
+    return 0
+
+
+def print_workload(workload: Any) -> None:
+    from rich.table import Table
+
+    table = Table(title="workload")
+    for column in ("shape", "count", "share"):
+        table.add_column(column, justify="left" if column == "shape" else "right")
+    for shape, share in zip(workload.shapes, workload.shares()):
+        table.add_row(shape.spec.short(), str(shape.count), f"{100 * share:.1f}%")
+    console().print(table)
+
+
+# --- tune-many ------------------------------------------------------------------------------------
+def runner_source(args: argparse.Namespace) -> tuple[Any, Any, str]:
+    """(runner_for(spec, family), the Dask client or None, a line saying where trials run)."""
+    from ..tune.distributed import DaskRunner, GpuRecipe, TableRecipe, dask_client
+
+    distributed = args.scheduler is not None or (args.workers or 1) > 1
+    client = dask_client(args.scheduler, args.workers or 1) if distributed else None
+    where = (f"Dask cluster {args.scheduler}" if args.scheduler else
+             f"a local Dask cluster of {args.workers} workers" if client is not None else "this machine")
+
+    def recipe(spec: GemmSpec, family: str) -> Any:
+        if args.simulate is not None:
+            return TableRecipe(str(table_for(args.simulate, family, spec)))
+        import json
+
+        return GpuRecipe(json.dumps(spec.to_json()), family, args.timeout)
+
+    def runner_for(spec: GemmSpec, family: str) -> Any:
+        made = recipe(spec, family)
+        return DaskRunner(client, made) if client is not None else made.build()
+    return runner_for, client, where
+
+
+def table_for(directory: Path, family: str, spec: GemmSpec) -> Path:
+    from ..errors import SpecError
+    from ..tune.simulation import table_path
+
+    path = table_path(family, spec, directory)
+    if not path.exists() or not path.with_suffix(".json").exists():
+        raise SpecError(f"no simulation table for {spec.short()} ({family}) at {path}")
+    return path
+
+
+def run_tune_many(args: argparse.Namespace) -> int:
+    from ..build import target_arch
+    from ..tune.db import TuningDB, default_db_path
+    from ..tune.many import tune_many
+    from ..tune.tuner import TuneOptions
+    from ..workload import load_workload
+
+    workload = load_workload(args.workload)
+    total_trials = args.trials if args.trials is not None or args.time_s is not None else 100 * len(workload.shapes)
+    arch = "sm_90" if args.simulate is not None else target_arch(None)
+    runner_for, client, where = runner_source(args)
+    options = TuneOptions(strategy="evolutionary", seed=args.seed, batch=args.batch, remeasure_top=args.top)
+    db_path = args.db or default_db_path()
+    out = console()
+    out.print(f"tuning {len(workload.shapes)} shapes on {where}; database {db_path}")
+    announce = lambda budget, family: out.print(  # noqa: E731
+        f"  {budget.shape.spec.short()} ({family}, {100 * budget.share:.1f}% of GEMM time): "
+        + (f"{budget.trials} trials" if budget.trials else f"{budget.time_s:.0f} s"))
+    try:
+        with stop_signals(), TuningDB(db_path) as db, closing(client) if client is not None else _nothing():
+            outcomes = tune_many(workload, runner_for, db, arch, options, total_trials, args.time_s, args.family,
+                                 on_shape=announce)
+    except Interrupted as stop:
+        print(f"gemmtune: stopped by {stop.name}; every finished trial is saved in {db_path}", file=sys.stderr)
+        return stop.exit_code
+    print_summary(outcomes, out)
+    return 0 if all(o.outcome is not None for o in outcomes) else 1
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def print_summary(outcomes: list, out: Any) -> None:
+    """Per shape: family, share, trials, best time; and the workload's GEMM time per model step."""
+    from rich.table import Table
+
+    table = Table(title="tune-many: best config per shape (re-measured)")
+    for column in ("shape", "family", "share", "count", "trials", "best", "config"):
+        table.add_column(column, justify="left" if column in ("shape", "config") else "right")
+    total, complete = 0.0, True
+    for o in sorted(outcomes, key=lambda o: -o.budget.share):
+        best = o.outcome.best if o.outcome is not None else None
+        shape = o.budget.shape
+        if best is None:
+            complete = False
+        else:
+            total += shape.count * best.median_s
+        table.add_row(shape.spec.short(), o.family, f"{100 * o.budget.share:.1f}%", str(shape.count),
+                      str(o.outcome.trials) if o.outcome else "—",
+                      f"{best.median_s * 1e6:.1f} µs" if best else "—",
+                      best.config.describe() if best else (o.error or "no successful trial"))
+    out.print(table)
+    if complete:
+        out.print(f"workload GEMM time per model step (Σ count × best): {total * 1e3:.3f} ms")

@@ -1,0 +1,135 @@
+"""Tuning on a Dask cluster: the tuner stays on the client, trials run on the workers.
+
+A DaskRunner is a tuner Runner whose `run` sends each config to the cluster as its own task and
+gives the results back in the order asked (so a seeded search asks the same configs as a serial
+run). The client alone writes the database, a trial as soon as it is back: a worker that dies takes
+only its trials in flight with it, and Dask runs those again on another worker. Workers build their
+own runner once from a recipe (a small frozen value): the GPU pipeline on the worker's GPU, or a
+recorded table to replay. Timed sections on one GPU never overlap, whichever process runs them
+(timing.py holds the per-GPU lock), so several workers may share a GPU.
+
+Clusters: `local_cluster(n)` starts n single-threaded process workers on this machine (one per
+visible GPU for real tuning); an existing one is reached by address (`dask scheduler`, `dask
+worker ...`, or dask-jobqueue on SLURM/PBS). Without the `dask` extra nothing here is imported.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from ..errors import GemmtuneError
+from .space import CandidateSet
+from .trial import Environment, TrialResult
+
+
+class DaskMissingError(GemmtuneError):
+    """The dask extra is not installed: bad input for a verb that asked for a cluster (exit 2)."""
+
+    exit_code = 2
+
+
+def dask_client(scheduler: str | None, workers: int) -> Any:
+    """A client of the cluster at `scheduler`, or of a new local one with `workers` process workers."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise DaskMissingError("--scheduler/--workers need Dask: pip install 'gemmtune[dask]'") from None
+    if scheduler:
+        return Client(scheduler)
+    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0")
+    return Client(cluster)
+
+
+# --- recipes: how a worker builds its runner -------------------------------------------------------
+@dataclass(frozen=True)
+class TableRecipe:
+    """Replay a recorded table (a CSV every worker can read; tune/simulation.py)."""
+
+    path: str
+    delay_s: float = 0.0
+
+    def build(self) -> Any:
+        from .simulation import SimulationRunner, SimulationTable
+
+        return SimulationRunner(SimulationTable.from_csv(Path(self.path)), self.delay_s)
+
+    def local(self) -> Any:
+        """A runner on the client for what needs no measuring (environment, restrict)."""
+        return self.build()
+
+
+@dataclass(frozen=True)
+class GpuRecipe:
+    """Measure on the worker's GPU through the tuner's own pipeline (NVRTC, watched worker, verify)."""
+
+    spec_json: str  # GemmSpec as JSON text (a recipe must hash)
+    family: str
+    timeout_s: float = 60.0
+
+    def build(self) -> Any:
+        from ..compiler import nvrtc_version
+        from ..device import query_device
+        from ..spec import GemmSpec
+        from .pipeline import MeasurePipeline
+
+        device = query_device(0)
+        environment = Environment.from_device(device, nvrtc_version())
+        return MeasurePipeline(GemmSpec.from_json(json.loads(self.spec_json)), environment, self.family,
+                               timeout_s=self.timeout_s, device=device)
+
+    def local(self) -> None:
+        return None  # the client may have no GPU: the environment comes from a worker
+
+
+_RUNNERS: dict[Any, Any] = {}  # per worker process: one runner per recipe, built on first use
+
+
+def _worker_runner(recipe: Any) -> Any:
+    if recipe not in _RUNNERS:
+        _RUNNERS[recipe] = recipe.build()
+    return _RUNNERS[recipe]
+
+
+def measure_on_worker(recipe: Any, config: Any, remeasure: bool = False) -> TrialResult:
+    """One trial (a Dask task)."""
+    runner = _worker_runner(recipe)
+    results = runner.remeasure([config]) if remeasure else runner.run([config])
+    return next(iter(results))
+
+
+def environment_on_worker(recipe: Any) -> Environment:
+    return _worker_runner(recipe).environment
+
+
+# --- the runner the tuner sees ---------------------------------------------------------------------
+class DaskRunner:
+    """A tuner Runner that measures every config as a task on the cluster behind `client`."""
+
+    def __init__(self, client: Any, recipe: Any):
+        self.client, self.recipe = client, recipe
+        self.prototype = recipe.local()
+        self.environment = (self.prototype.environment if self.prototype is not None
+                            else client.submit(environment_on_worker, recipe, pure=False).result())
+
+    def restrict(self, candidates: CandidateSet) -> CandidateSet:
+        return self.prototype.restrict(candidates) if self.prototype is not None else candidates
+
+    def run(self, configs: Sequence[Any]) -> Iterator[TrialResult]:
+        return self._gather(configs, remeasure=False)
+
+    def remeasure(self, configs: Sequence[Any]) -> Iterator[TrialResult]:
+        return self._gather(configs, remeasure=True)
+
+    def _gather(self, configs: Sequence[Any], remeasure: bool) -> Iterator[TrialResult]:
+        futures = [self.client.submit(measure_on_worker, self.recipe, c, remeasure, pure=False) for c in configs]
+        try:
+            for future in futures:
+                yield future.result()
+        finally:
+            for future in futures:
+                future.release()
+
+    def close(self) -> None:
+        """The client and the cluster belong to the caller."""

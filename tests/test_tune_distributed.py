@@ -1,0 +1,143 @@
+"""Tuning a workload (tune/many.py) serially and on a Dask cluster (tune/distributed.py), with the
+simulation runner: no GPU needed.
+
+The cluster is a LocalCluster of 4 single-threaded process workers. A seeded tune of 12 shapes on
+it leaves the same database as the same tune run serially, and a worker killed mid-run loses no
+finished trial: Dask runs its trials in flight again elsewhere and the run completes.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gemmtune.cli import main
+from gemmtune.spec import GemmSpec
+from gemmtune.tune.db import TuningDB
+from gemmtune.tune.distributed import DaskRunner, TableRecipe
+from gemmtune.tune.many import budgets, tune_many
+from gemmtune.tune.simulation import table_path
+from gemmtune.tune.tuner import TuneOptions
+from gemmtune.workload import Workload, WorkloadShape, load_workload, save_workload
+from test_tune_simulation import synthetic_table
+
+SHAPES = [GemmSpec(m, n, k) for m, n, k in ((512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048),
+                                            (4096, 4096, 4096), (768, 3072, 768), (3072, 768, 768),
+                                            (1024, 4096, 1024), (4096, 1024, 4096), (256, 8192, 512),
+                                            (8192, 256, 512), (2048, 512, 8192), (1536, 1536, 1536))]
+OPTIONS = TuneOptions(family="simt", strategy="evolutionary", seed=3, batch=8, remeasure_top=2, chooser_seeds=2)
+TOTAL_TRIALS = 12 * 20
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory) -> Path:
+    """A synthetic simt table per shape, written where --simulate DIR looks for it."""
+    directory = tmp_path_factory.mktemp("tables")
+    for i, spec in enumerate(SHAPES):
+        synthetic_table(spec, rows=300, seed=i).to_csv(table_path("simt", spec, directory))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def workload() -> Workload:
+    return Workload(tuple(WorkloadShape(spec, count=1 + i % 3) for i, spec in enumerate(SHAPES)))
+
+
+@pytest.fixture(scope="module")
+def client():
+    distributed = pytest.importorskip("distributed")
+    cluster = distributed.LocalCluster(n_workers=4, threads_per_worker=1, processes=True, dashboard_address=":0")
+    with distributed.Client(cluster) as c:
+        yield c
+    cluster.close()
+
+
+def _serial(tables: Path, delay_s: float = 0.0):
+    return lambda spec, family: TableRecipe(str(table_path(family, spec, tables)), delay_s).build()
+
+
+def _on_cluster(client, tables: Path, delay_s: float = 0.0):
+    return lambda spec, family: DaskRunner(client, TableRecipe(str(table_path(family, spec, tables)), delay_s))
+
+
+def _trials(db_path: Path) -> list[tuple]:
+    """Every trial but its time of recording: context, config, phase, status, median."""
+    with sqlite3.connect(db_path) as conn:
+        return sorted(conn.execute("SELECT context_key, config_key, phase, status, median_s FROM trials").fetchall())
+
+
+def _tune(db_path: Path, workload: Workload, runner_for) -> list:
+    with TuningDB(db_path) as db:
+        return tune_many(workload, runner_for, db, "sm_90", OPTIONS, total_trials=TOTAL_TRIALS, family="simt")
+
+
+def test_budget_split_follows_the_shares(workload):
+    parts = budgets(workload, total_trials=TOTAL_TRIALS)
+    shares = workload.shares()
+    assert abs(sum(shares) - 1) < 1e-12 and all(p.trials >= 4 for p in parts)
+    biggest = max(range(len(parts)), key=lambda i: shares[i])
+    assert parts[biggest].trials == max(p.trials for p in parts)
+    given = Workload((WorkloadShape(SHAPES[0], share=3.0), WorkloadShape(SHAPES[1], share=1.0)))
+    assert [p.trials for p in budgets(given, total_trials=100)] == [75, 25]
+
+
+def test_the_cluster_leaves_the_database_a_serial_run_leaves(tables, workload, client, tmp_path):
+    serial = _tune(tmp_path / "serial.sqlite", workload, _serial(tables))
+    clustered = _tune(tmp_path / "dask.sqlite", workload, _on_cluster(client, tables))
+    assert all(o.outcome is not None for o in serial + clustered)
+    assert len(_trials(tmp_path / "serial.sqlite")) >= TOTAL_TRIALS
+    assert _trials(tmp_path / "serial.sqlite") == _trials(tmp_path / "dask.sqlite")
+    assert [o.outcome.best for o in serial] == [o.outcome.best for o in clustered]
+
+
+def test_a_worker_killed_mid_run_loses_no_trial(tables, workload, client, tmp_path):
+    """SIGKILL one worker process while trials are in flight (each takes 20 ms): Dask reruns its tasks
+    elsewhere, the run completes, and the database equals the serial run's."""
+    serial = tmp_path / "serial.sqlite"
+    _tune(serial, workload, _serial(tables))
+    pids = client.run(os.getpid)
+    killed = []
+
+    def kill_one() -> None:
+        time.sleep(1.5)
+        address, pid = sorted(pids.items())[0]
+        os.kill(pid, signal.SIGKILL)
+        killed.append(address)
+
+    killer = threading.Thread(target=kill_one)
+    killer.start()
+    started = time.monotonic()
+    outcomes = _tune(tmp_path / "dask.sqlite", workload, _on_cluster(client, tables, delay_s=0.02))
+    killer.join()
+    assert killed and time.monotonic() - started > 1.5  # the kill landed while the run was going
+    assert all(o.outcome is not None for o in outcomes)
+    assert _trials(serial) == _trials(tmp_path / "dask.sqlite")
+
+
+def test_tune_many_verb_on_a_local_cluster(tables, workload, tmp_path, capsys):
+    pytest.importorskip("distributed")
+    path = tmp_path / "workload.json"
+    save_workload(Workload(workload.shapes[:4]), path)
+    assert load_workload(path) == Workload(workload.shapes[:4])
+    db = tmp_path / "verb.sqlite"
+    args = [str(path), "--simulate", str(tables), "--family", "simt", "--trials", "48", "--db", str(db)]
+    assert main(["tune-many", *args, "--workers", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "local Dask cluster of 2 workers" in out and "workload GEMM time per model step" in out
+    first = _trials(db)
+    assert main(["tune-many", *args]) == 0  # serial, same budget: everything is in the database already
+    assert _trials(db) == first
+
+
+def test_a_shape_without_a_table_is_reported_not_fatal(tables, tmp_path, capsys):
+    path = tmp_path / "workload.json"
+    save_workload(Workload((WorkloadShape(SHAPES[0]), WorkloadShape(GemmSpec(999, 999, 999)))), path)
+    code = main(["tune-many", str(path), "--simulate", str(tables), "--family", "simt", "--trials", "20",
+                 "--db", str(tmp_path / "x.sqlite")])
+    assert code == 1
+    assert "no simulation table for 999x999x999" in capsys.readouterr().out
