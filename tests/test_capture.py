@@ -3,6 +3,8 @@ epilogues from addmm's input and the activation that follows, counts merged; mod
 texts are refused with one line."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -86,9 +88,30 @@ def test_tanh_gelu_fuses_and_erf_gelu_does_not():
     tanh = capture(lambda: F.gelu(F.linear(x, w, bias), approximate="tanh"))
     assert summary(tanh) == [("8x32x64 nt fp32 bias_col+gelu", 1)]
     assert summary(capture(lambda: F.gelu(F.linear(x, w)))) == [("8x32x64 nt fp32", 1)]
-    # Only the op applied directly to the GEMM output fuses: a ReLU after an add does not.
+    # Only the op applied directly to the GEMM output fuses: a ReLU after a scalar add does not.
     assert summary(capture(lambda: F.relu(F.linear(x, w) + 1))) == [("8x32x64 nt fp32", 1)]
     assert summary(capture(lambda: F.relu(x @ w.t(), inplace=True))) == [("8x32x64 nt fp32 relu", 1)]
+
+
+def test_attention_layers_show_their_gemms():
+    # The MHA fast path (eval, no grad) would hide every GEMM in one op; capture turns it off meanwhile.
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(64, 4, 128, batch_first=True).eval()
+    workload, notes = capture_with_notes(layer, torch.randn(2, 10, 64))
+    # The in-projection runs as mm + add(bias) on a transposed input: the add is fused as bias_col.
+    assert summary(workload) == [("20x192x64 nt fp32 bias_col", 1), ("20x64x64 nt fp32 bias_col", 1),
+                                 ("20x128x64 nt fp32 bias_col+relu", 1), ("20x64x128 nt fp32 bias_col", 1)]
+    assert any("_scaled_dot_product" in note for note in notes)
+    assert torch.backends.mha.get_fastpath_enabled()
+
+
+def test_bias_add_fuses_only_a_column_vector():
+    x, w, bias = torch.randn(8, 64), torch.randn(32, 64), torch.randn(32)
+    half, matrix = torch.randn(16), torch.randn(8, 32)  # made before the capture: no op between mm and add
+    assert summary(capture(lambda: F.relu(x @ w.t() + bias))) == [("8x32x64 nt fp32 bias_col+relu", 1)]
+    # A view that splits the columns: the vector's index is no longer the column.
+    assert summary(capture(lambda: (x @ w.t()).view(8, 2, 16) + half)) == [("8x32x64 nt fp32", 1)]
+    assert summary(capture(lambda: x @ w.t() + matrix)) == [("8x32x64 nt fp32", 1)]
 
 
 def test_float64_is_skipped_with_a_note():
@@ -141,3 +164,14 @@ def test_parse_input_builds_random_tensors():
     tensor = parse_input("2x16x4096:bf16")
     assert tuple(tensor.shape) == (2, 16, 4096) and tensor.dtype == torch.bfloat16
     assert parse_input("3").dtype == torch.float32 and parse_input("4X8:FP16").dtype == torch.float16
+
+
+def test_the_llama_example_records_its_projections_on_the_meta_device():
+    """examples/llama_layer.py at batch·sequence 2048, shapes only (nothing computed on meta)."""
+    from gemmtune.capture import from_torch
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "llama_layer.py"
+    workload, _ = from_torch(f"{example}:make_model", ["2048x4096:bf16"], device="meta")
+    found = {(s.spec.m, s.spec.n, s.spec.k, s.spec.layout, s.spec.dtype): s.count for s in workload.shapes}
+    assert found == {(2048, 4096, 4096, "nt", "bf16"): 2, (2048, 1024, 4096, "nt", "bf16"): 2,
+                     (2048, 14336, 4096, "nt", "bf16"): 2, (2048, 4096, 14336, "nt", "bf16"): 1}

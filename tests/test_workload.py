@@ -10,7 +10,8 @@ import pytest
 from gemmtune.cli import main
 from gemmtune.input_files import InputFileError
 from gemmtune.spec import GemmSpec
-from gemmtune.workload import Workload, WorkloadShape, load_workload, save_workload
+from gemmtune.workload import (BANDWIDTH, PEAK_FLOPS, Workload, WorkloadShape, estimated_seconds,
+                               load_workload, save_workload)
 
 GOOD = {"shapes": [{"m": 16, "n": 4096, "k": 4096, "layout": "nt", "dtype": "bf16", "count": 32},
                    {"m": 2048, "n": 11008, "k": 4096, "layout": "nt", "dtype": "bf16", "epilogue": "relu",
@@ -28,10 +29,15 @@ def test_json_and_csv_hold_the_same_workload(tmp_path):
     assert load_workload(tmp_path / "again.json") == from_json
 
 
-def test_shares_default_to_flops_times_count():
+def test_shares_default_to_a_roofline_estimate_times_count():
+    """A decode GEMM (M = 16) streams its weights: its time is bytes over bandwidth, not FLOPs over
+    the tensor cores' rate, so 32 of them weigh more than their FLOPs say."""
     small, big = GemmSpec(16, 4096, 4096, "nt", "bf16"), GemmSpec(2048, 4096, 4096, "nt", "bf16")
     shares = Workload((WorkloadShape(small, count=32), WorkloadShape(big, count=1))).shares()
-    assert shares == pytest.approx([32 * 16 / (32 * 16 + 2048), 2048 / (32 * 16 + 2048)])
+    by_flops = 32 * 16 / (32 * 16 + 2048)
+    assert shares[0] > 2 * by_flops and sum(shares) == pytest.approx(1)
+    assert estimated_seconds(small) == pytest.approx(small.min_bytes / BANDWIDTH)
+    assert estimated_seconds(big) == pytest.approx(big.flops / PEAK_FLOPS["bf16"])
     given = Workload((WorkloadShape(small, share=1.0), WorkloadShape(big, share=3.0)))
     assert given.shares() == [0.25, 0.75] and given.split(8.0) == [2.0, 6.0]
 
@@ -81,3 +87,13 @@ def test_shapes_show_prints_every_shape_and_its_share(tmp_path, capsys):
     assert main(["shapes", "show", str(path)]) == 0
     out = capsys.readouterr().out
     assert "16x4096x4096 nt bf16" in out and "2048x11008x4096 nt bf16 relu" in out and "%" in out
+
+
+def test_merge_adds_counts_of_shapes_in_several_workloads(tmp_path, capsys):
+    a = Workload((WorkloadShape(GemmSpec(16, 64, 64), count=2), WorkloadShape(GemmSpec(32, 64, 64))))
+    b = Workload((WorkloadShape(GemmSpec(16, 64, 64), count=3),))
+    save_workload(a, tmp_path / "a.json")
+    save_workload(b, tmp_path / "b.json")
+    assert main(["shapes", "merge", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--out", str(tmp_path / "c.json")]) == 0
+    merged = load_workload(tmp_path / "c.json")
+    assert merged == Workload((WorkloadShape(GemmSpec(16, 64, 64), count=5), WorkloadShape(GemmSpec(32, 64, 64))))

@@ -1,17 +1,20 @@
 """Capture the GEMMs a torch model runs as a gemmtune Workload (`gemmtune shapes from-torch`).
 
 The model runs once under `torch.no_grad()` inside a TorchDispatchMode, which sees every aten op after
-the composite ops (F.linear, torch.matmul, reshape) have decomposed. On CPU in torch 2.x those are:
+the composite ops (F.linear, torch.matmul, reshape) have decomposed. On CPU (torch 2.13) those are:
 
     nn.Linear, 2-D input   aten.t (weight) -> aten.addmm(bias, x, weight.t())   (aten.mm without bias)
     nn.Linear, 3-D input   aten.view -> aten.t -> aten.addmm -> aten.view
     torch.matmul 3-D @ 2-D aten.view -> aten.mm -> aten._unsafe_view
     torch.matmul 3-D @ 3-D aten.expand/aten.view -> aten.bmm -> aten._unsafe_view
+    F.linear, non-contiguous 3-D input (attention projections)
+                           aten.clone -> aten._unsafe_view -> aten.mm -> aten._unsafe_view -> aten.add(bias)
 
 so the recorder handles mm, addmm, bmm, baddbmm (and _addmm_activation, which torch.compile emits),
-reads each operand's layout from its strides, and fuses a ReLU or tanh-GELU applied directly to a
-GEMM's output into that GEMM's epilogue. Identical GEMMs are merged with a count; no time is measured,
-so every shape's share is None (the workload then weights shapes by FLOPs × count).
+reads each operand's layout from its strides, and fuses into a GEMM's epilogue what is applied
+directly to its output (through views only): a bias add after a bare mm, then a ReLU or tanh-GELU.
+Identical GEMMs are merged with a count; no time is measured, so every shape's share is None (the
+workload then weights shapes by a roofline estimate × count).
 """
 from __future__ import annotations
 
@@ -38,7 +41,8 @@ _DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 _INPUT_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 # Ops that run GEMMs the recorder cannot express as GemmSpecs: named in a note so that a workload
 # missing, say, its attention GEMMs says so.
-_OPAQUE = ("mv", "addmv", "dot", "vdot", "addbmm", "convolution", "_scaled_dot_product")
+_OPAQUE = ("mv", "addmv", "dot", "vdot", "addbmm", "convolution", "_scaled_dot_product",
+           "_native_multi_head_attention", "_transformer_encoder_layer_fwd")
 # Ops that only reinterpret a tensor's shape: an activation applied after one still applies to the
 # GEMM's output element for element (nn.Linear on a 3-D input views its output back to 3-D).
 _VIEWS = ("view", "_unsafe_view", "reshape")
@@ -128,7 +132,7 @@ def _with_input(rec: _Recorder, name: str, args: tuple, kwargs: dict, out: "torc
     m, n = a.shape[-2], b.shape[-1]
     op = _input_epilogue(tuple(c.shape), m, n) if _unit(kwargs, "beta") and _unit(kwargs, "alpha") else None
     if op is None:
-        rec.notes[f"aten.{name} {m}x{n}x{a.shape[-1]}: recorded without its addition "
+        rec.notes[f"aten.{name} {m}x{n}x{a.shape[-1]}: recorded as a plain A·B "
                    f"(self {tuple(c.shape)}, beta={kwargs.get('beta', 1)}, alpha={kwargs.get('alpha', 1)})"] += 1
     _gemm(rec, name, a, b, [x for x in (op, activation) if x], out)
 
@@ -162,10 +166,24 @@ def _fused_activation(name: str, args: tuple, kwargs: dict) -> str | None:
     return "gelu" if name in ("gelu", "gelu_") and approximate == "tanh" else None
 
 
-def _fuse(rec: _Recorder, activation: str) -> None:
+def _fused_bias(rec: _Recorder, name: str, args: tuple, kwargs: dict) -> str | None:
+    """"bias_col" when this op adds a length-N vector to a GEMM output that has no epilogue yet: F.linear
+    on a non-contiguous 3-D input (every nn.MultiheadAttention projection) runs mm, then add(bias)."""
+    spec = rec.calls[-1][0]
+    if name not in ("add", "add_") or len(args) < 2 or not spec.epilogue.is_identity or not _unit(kwargs, "alpha"):
+        return None
+    out, bias = args[0], args[1]
+    # The output is row-major, so while a view of it keeps N as its last dimension, the last index
+    # is still the column; a bias of another dtype would promote D's type.
+    matches = (getattr(bias, "shape", None) == (spec.n,) and out.shape[-1] == spec.n
+               and bias.dtype == out.dtype)
+    return "bias_col" if matches else None
+
+
+def _fuse(rec: _Recorder, op: str) -> None:
     spec, count = rec.calls[-1]
     ops = [] if spec.epilogue.is_identity else [str(spec.epilogue)]
-    fused = GemmSpec(spec.m, spec.n, spec.k, spec.layout, spec.dtype, "+".join(ops + [activation]), spec.out_dtype)
+    fused = GemmSpec(spec.m, spec.n, spec.k, spec.layout, spec.dtype, "+".join(ops + [op]), spec.out_dtype)
     rec.calls[-1] = (fused, count)
 
 
@@ -176,8 +194,12 @@ def _observe(rec: _Recorder, func: Any, args: tuple, kwargs: dict, out: Any) -> 
     if follows_gemm and name in _VIEWS:
         rec.pending = out  # a view of the GEMM's output: an activation on it may still fuse
         return
+    rec.pending = None  # any op but a fusible one ends the chance to fuse
+    if follows_gemm and _fused_bias(rec, name, args, kwargs):
+        _fuse(rec, "bias_col")
+        rec.pending = out  # an activation may follow the bias, as in Linear -> ReLU
+        return
     activation = _fused_activation(name, args, kwargs) if follows_gemm else None
-    rec.pending = None  # any other op ends the chance to fuse
     if activation is not None:
         _fuse(rec, activation)
     elif not _record_gemm(rec, name, args, kwargs, out) and name.startswith(_OPAQUE):
@@ -209,8 +231,18 @@ def capture_with_notes(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tup
     import torch
 
     recorder = _Recorder()
-    with torch.no_grad(), _mode_class()(recorder):
-        fn(*args, **kwargs)
+    # In eval mode without grad, nn.TransformerEncoderLayer and nn.MultiheadAttention take a "fast
+    # path" that runs all their GEMMs inside one opaque op; turned off, they run visible mm/addmm.
+    mha = getattr(torch.backends, "mha", None)
+    fastpath = mha.get_fastpath_enabled() if mha is not None else None
+    if mha is not None:
+        mha.set_fastpath_enabled(False)
+    try:
+        with torch.no_grad(), _mode_class()(recorder):
+            fn(*args, **kwargs)
+    finally:
+        if mha is not None:
+            mha.set_fastpath_enabled(fastpath)
     return recorder.workload(), recorder.note_lines()
 
 

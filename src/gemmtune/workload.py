@@ -7,7 +7,7 @@
                  "epilogue": "none", "count": 32, "share": 0.21}, ...]}
 
 or CSV with the header `m,n,k,layout,dtype,epilogue,count,share` (epilogue, count and share may be
-left empty: no epilogue, once, and a share by FLOPs × count). A bad file is refused with one line
+left empty: no epilogue, once, and a share by a roofline estimate × count). A bad file is refused with one line
 naming it (InputFileError, exit status 2).
 """
 from __future__ import annotations
@@ -25,13 +25,22 @@ from .input_files import InputFileError, json_kind, read_json_object, read_text
 from .spec import GemmSpec
 
 FIELDS = ("m", "n", "k", "layout", "dtype", "epilogue", "count", "share")
+# A rough roofline for shares nobody measured (an H100's order of magnitude; only ratios matter):
+# decode-sized GEMMs stream their weights, so bytes over bandwidth, not FLOPs, set their time.
+PEAK_FLOPS = {"fp32": 50e12, "tf32": 400e12, "fp16": 800e12, "bf16": 800e12}
+BANDWIDTH = 3.0e12  # bytes/s
+
+
+def estimated_seconds(spec: GemmSpec) -> float:
+    """The larger of the spec's FLOPs over the dtype's peak and its fewest bytes over bandwidth."""
+    return max(spec.flops / PEAK_FLOPS[spec.dtype], spec.min_bytes / BANDWIDTH)
 WHAT = "a workload (JSON with a 'shapes' list, or CSV with columns m,n,k,layout,dtype[,epilogue,count,share])"
 
 
 @dataclass(frozen=True)
 class WorkloadShape:
     """One GEMM of the workload: `count` runs of it per model step; `share` of the GEMM time (None:
-    estimated from its FLOPs × count)."""
+    estimated by a roofline × count)."""
 
     spec: GemmSpec
     count: int = 1
@@ -48,11 +57,11 @@ class Workload:
 
     def shares(self) -> list[float]:
         """Each shape's share of the workload's GEMM time, summing to 1: the given shares where every
-        shape has one, else FLOPs × count."""
+        shape has one, else the roofline estimate × count."""
         if all(s.share is not None for s in self.shapes):
             weights = [float(s.share) for s in self.shapes]
         else:
-            weights = [float(s.spec.flops) * s.count for s in self.shapes]
+            weights = [estimated_seconds(s.spec) * s.count for s in self.shapes]
         total = sum(weights)
         return [w / total for w in weights]
 
@@ -132,6 +141,16 @@ def load_workload(path: Path | str) -> Workload:
     if all(s.share is not None for s in shapes) and sum(s.share for s in shapes) <= 0:
         raise InputFileError(f"{path}: the shares add up to 0")
     return Workload(tuple(shapes))
+
+
+def merge(workloads: list[Workload]) -> Workload:
+    """One workload of several (a model captured at several batch sizes): a shape in more than one
+    adds up its counts; shares are dropped (the roofline estimate × count then splits the budget)."""
+    counts: dict[GemmSpec, int] = {}
+    for workload in workloads:
+        for shape in workload.shapes:
+            counts[shape.spec] = counts.get(shape.spec, 0) + shape.count
+    return Workload(tuple(WorkloadShape(spec, count) for spec, count in counts.items()))
 
 
 def save_workload(workload: Workload, path: Path | str) -> None:

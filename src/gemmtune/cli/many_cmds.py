@@ -27,6 +27,10 @@ def register(subparsers) -> None:
     capture.add_argument("--device", default="cpu", help="where the model runs while recording (default cpu)")
     capture.add_argument("--out", type=Path, required=True, metavar="FILE.json", help="the workload file to write")
     capture.set_defaults(run=run_from_torch)
+    joined = verbs.add_parser("merge", help="one workload of several (a model captured at several batch sizes)")
+    joined.add_argument("workloads", type=Path, nargs="+", metavar="WORKLOAD")
+    joined.add_argument("--out", type=Path, required=True, metavar="FILE.json", help="the workload file to write")
+    joined.set_defaults(run=run_merge)
     show = verbs.add_parser("show", help="check a workload file and print its shapes and shares")
     show.add_argument("workload", type=Path, metavar="WORKLOAD")
     show.set_defaults(run=run_show)
@@ -68,6 +72,16 @@ def run_from_torch(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_merge(args: argparse.Namespace) -> int:
+    from ..workload import load_workload, merge, save_workload
+
+    workload = merge([load_workload(path) for path in args.workloads])
+    save_workload(workload, args.out)
+    print_workload(workload)
+    print(f"{len(workload.shapes)} shapes written to {args.out}")
+    return 0
+
+
 def run_show(args: argparse.Namespace) -> int:
     from ..workload import load_workload
 
@@ -87,9 +101,12 @@ def print_workload(workload: Any) -> None:
 
 
 # --- tune-many ------------------------------------------------------------------------------------
-def runner_source(args: argparse.Namespace) -> tuple[Any, Any, str]:
-    """(runner_for(spec, family), the Dask client or None, a line saying where trials run)."""
-    from ..tune.distributed import DaskRunner, GpuRecipe, TableRecipe, dask_client
+def runner_source(args: argparse.Namespace) -> tuple[Any, Any, Any, str]:
+    """(runner_for(spec, family), cublas_for(spec, family), the Dask client or None, a line saying
+    where trials run)."""
+    import json
+
+    from ..tune.distributed import DaskRunner, GpuRecipe, TableRecipe, cublas_on_worker, dask_client
 
     distributed = args.scheduler is not None or (args.workers or 1) > 1
     client = dask_client(args.scheduler, args.workers or 1) if distributed else None
@@ -99,14 +116,22 @@ def runner_source(args: argparse.Namespace) -> tuple[Any, Any, str]:
     def recipe(spec: GemmSpec, family: str) -> Any:
         if args.simulate is not None:
             return TableRecipe(str(table_for(args.simulate, family, spec)))
-        import json
-
         return GpuRecipe(json.dumps(spec.to_json()), family, args.timeout)
 
     def runner_for(spec: GemmSpec, family: str) -> Any:
         made = recipe(spec, family)
         return DaskRunner(client, made) if client is not None else made.build()
-    return runner_for, client, where
+
+    def cublas_for(spec: GemmSpec, family: str) -> float | None:
+        """cuBLAS's time for the spec: the recorded table's, or measured on a worker (or here)."""
+        if args.simulate is not None:
+            return recipe(spec, family).local().table.meta.get("cublas_median_s")
+        if client is not None:
+            return client.submit(cublas_on_worker, json.dumps(spec.to_json()), pure=False).result()
+        from .tune_cmds import cublas_seconds
+
+        return cublas_seconds(spec)[0]
+    return runner_for, cublas_for, client, where
 
 
 def table_for(directory: Path, family: str, spec: GemmSpec) -> Path:
@@ -129,7 +154,7 @@ def run_tune_many(args: argparse.Namespace) -> int:
     workload = load_workload(args.workload)
     total_trials = args.trials if args.trials is not None or args.time_s is not None else 100 * len(workload.shapes)
     arch = "sm_90" if args.simulate is not None else target_arch(None)
-    runner_for, client, where = runner_source(args)
+    runner_for, cublas_for, client, where = runner_source(args)
     options = TuneOptions(strategy="evolutionary", seed=args.seed, batch=args.batch, remeasure_top=args.top)
     db_path = args.db or default_db_path()
     out = console()
@@ -141,10 +166,11 @@ def run_tune_many(args: argparse.Namespace) -> int:
         with stop_signals(), TuningDB(db_path) as db, closing(client) if client is not None else _nothing():
             outcomes = tune_many(workload, runner_for, db, arch, options, total_trials, args.time_s, args.family,
                                  on_shape=announce)
+            cublas = [cublas_for(o.budget.shape.spec, o.family) if o.outcome is not None else None for o in outcomes]
     except Interrupted as stop:
         print(f"gemmtune: stopped by {stop.name}; every finished trial is saved in {db_path}", file=sys.stderr)
         return stop.exit_code
-    print_summary(outcomes, out)
+    print_summary(outcomes, cublas, out)
     return 0 if all(o.outcome is not None for o in outcomes) else 1
 
 
@@ -156,25 +182,36 @@ class _nothing:
         return None
 
 
-def print_summary(outcomes: list, out: Any) -> None:
-    """Per shape: family, share, trials, best time; and the workload's GEMM time per model step."""
+def _us(seconds: float | None) -> str:
+    return f"{seconds * 1e6:.1f}" if seconds else "—"
+
+
+def _ratio(reference: float | None, seconds: float | None) -> str:
+    return f"{reference / seconds:.2f}" if reference and seconds else "—"
+
+
+def print_summary(outcomes: list, cublas: list, out: Any) -> None:
+    """Per shape: family, share, trials, untuned and tuned times and × cuBLAS; then the workload's GEMM
+    time per model step (Σ count × time) untuned, tuned and with cuBLAS."""
     from rich.table import Table
 
-    table = Table(title="tune-many: best config per shape (re-measured)")
-    for column in ("shape", "family", "share", "count", "trials", "best", "config"):
-        table.add_column(column, justify="left" if column in ("shape", "config") else "right")
-    total, complete = 0.0, True
-    for o in sorted(outcomes, key=lambda o: -o.budget.share):
-        best = o.outcome.best if o.outcome is not None else None
+    table = Table(title="tune-many: per shape (times in µs; × cuBLAS > 1 is faster)")
+    for column in ("shape", "family", "share", "count", "trials", "untuned", "tuned", "cuBLAS",
+                   "untuned × cuBLAS", "tuned × cuBLAS", "best config"):
+        table.add_column(column, justify="left" if column in ("shape", "best config") else "right")
+    totals = {"untuned": 0.0, "tuned": 0.0, "cuBLAS": 0.0}
+    complete = {key: True for key in totals}
+    for o, cublas_s in sorted(zip(outcomes, cublas), key=lambda pair: -pair[0].budget.share):
         shape = o.budget.shape
-        if best is None:
-            complete = False
-        else:
-            total += shape.count * best.median_s
+        for key, seconds in (("untuned", o.untuned_s), ("tuned", o.tuned_s), ("cuBLAS", cublas_s)):
+            complete[key] &= seconds is not None
+            totals[key] += shape.count * (seconds or 0.0)
+        best = o.outcome.best if o.outcome is not None else None
         table.add_row(shape.spec.short(), o.family, f"{100 * o.budget.share:.1f}%", str(shape.count),
-                      str(o.outcome.trials) if o.outcome else "—",
-                      f"{best.median_s * 1e6:.1f} µs" if best else "—",
+                      str(o.outcome.trials) if o.outcome else "—", _us(o.untuned_s), _us(o.tuned_s), _us(cublas_s),
+                      _ratio(cublas_s, o.untuned_s), _ratio(cublas_s, o.tuned_s),
                       best.config.describe() if best else (o.error or "no successful trial"))
     out.print(table)
-    if complete:
-        out.print(f"workload GEMM time per model step (Σ count × best): {total * 1e3:.3f} ms")
+    parts = [f"{key} {totals[key] * 1e3:.3f} ms" for key in totals if complete[key]]
+    if parts:
+        out.print("workload GEMM time per model step (Σ count × time): " + ", ".join(parts))

@@ -103,6 +103,17 @@ def environment_on_worker(recipe: Any) -> Environment:
     return _worker_runner(recipe).environment
 
 
+def cublas_on_worker(spec_json: str) -> float | None:
+    """cuBLAS's median for the spec on the worker's GPU (None without torch)."""
+    from ..baseline import cublas_measurement
+    from ..spec import GemmSpec
+
+    try:
+        return cublas_measurement(GemmSpec.from_json(json.loads(spec_json))).median_s
+    except GemmtuneError:
+        return None
+
+
 # --- the runner the tuner sees ---------------------------------------------------------------------
 class DaskRunner:
     """A tuner Runner that measures every config as a task on the cluster behind `client`."""

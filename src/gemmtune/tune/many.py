@@ -16,6 +16,7 @@ from ..errors import GemmtuneError
 from ..spec import GemmSpec
 from ..workload import Workload, WorkloadShape
 from .db import TuningDB
+from .trial import TrialResult, TuneContext
 from .tuner import Runner, TuneOptions, TuneOutcome, TuneProgress, tune
 
 RunnerFor = Callable[[GemmSpec, str], Runner]  # (spec, family) -> a runner for that shape
@@ -37,6 +38,16 @@ class ShapeOutcome:
     outcome: TuneOutcome | None  # None when the shape could not be tuned
     error: str = ""
     wall_s: float = 0.0
+    untuned: TrialResult | None = None  # the config gemmtune.build picks with no tuning database
+
+    @property
+    def tuned_s(self) -> float | None:
+        best = self.outcome.best if self.outcome is not None else None
+        return best.median_s if best is not None else None
+
+    @property
+    def untuned_s(self) -> float | None:
+        return self.untuned.median_s if self.untuned is not None and self.untuned.ok else None
 
 
 def budgets(workload: Workload, total_trials: int | None = None, total_time_s: float | None = None) -> list[ShapeBudget]:
@@ -65,11 +76,37 @@ def tune_shape(budget: ShapeBudget, family: str, runner_for: RunnerFor, db: Tuni
         return ShapeOutcome(budget, family, None, str(err))
     try:
         outcome = tune(spec, runner, db, shape_options, on_trial)
+        untuned = untuned_trial(outcome.context, runner, db)
     except GemmtuneError as err:
         return ShapeOutcome(budget, family, None, str(err), time.monotonic() - started)
     finally:
         runner.close()
-    return ShapeOutcome(budget, family, outcome, "", time.monotonic() - started)
+    return ShapeOutcome(budget, family, outcome, "", time.monotonic() - started, untuned)
+
+
+def untuned_config(spec: GemmSpec, arch: str, family: str):
+    """What gemmtune.build picks for `spec` with no tuning database: a shipped known config, the
+    chooser's pick, else the family's default."""
+    from ..export.config_source import NEAR_SHAPE, from_chooser, from_known_configs
+    from ..kernels import get_family
+
+    chosen = get_family(family)
+    found = (from_known_configs(spec, arch, None, family=family, max_distance=NEAR_SHAPE)
+             or from_chooser(spec, arch, None, chosen))
+    return found.config if found is not None else chosen.default_config(spec, arch)
+
+
+def untuned_trial(context: TuneContext, runner: Runner, db: TuningDB) -> TrialResult | None:
+    """The untuned pick's trial: from the database when the search measured it, else measured now
+    (and recorded) so the summary can say what tuning gained."""
+    config = untuned_config(context.spec, context.environment.arch, context.family)
+    for result in db.results(context):
+        if result.config == config:
+            return result
+    result = next(iter(runner.run([config])), None)
+    if result is not None:
+        db.record(context, result)
+    return result
 
 
 def tune_many(workload: Workload, runner_for: RunnerFor, db: TuningDB, arch: str, options: TuneOptions,
