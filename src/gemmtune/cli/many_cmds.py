@@ -159,19 +159,43 @@ def run_tune_many(args: argparse.Namespace) -> int:
     db_path = args.db or default_db_path()
     out = console()
     out.print(f"tuning {len(workload.shapes)} shapes on {where}; database {db_path}")
-    announce = lambda budget, family: out.print(  # noqa: E731
-        f"  {budget.shape.spec.short()} ({family}, {100 * budget.share:.1f}% of GEMM time): "
-        + (f"{budget.trials} trials" if budget.trials else f"{budget.time_s:.0f} s"))
+    display = ShapeProgress()
     try:
-        with stop_signals(), TuningDB(db_path) as db, closing(client) if client is not None else _nothing():
+        with stop_signals(), TuningDB(db_path) as db, closing(client) if client is not None else _nothing(), \
+                closing(display):
             outcomes = tune_many(workload, runner_for, db, arch, options, total_trials, args.time_s, args.family,
-                                 on_shape=announce)
+                                 on_shape=display.start, on_trial=display.update)
+            display.close()
             cublas = [cublas_for(o.budget.shape.spec, o.family) if o.outcome is not None else None for o in outcomes]
     except Interrupted as stop:
         print(f"gemmtune: stopped by {stop.name}; every finished trial is saved in {db_path}", file=sys.stderr)
         return stop.exit_code
     print_summary(outcomes, cublas, out)
     return 0 if all(o.outcome is not None for o in outcomes) else 1
+
+
+class ShapeProgress:
+    """A progress bar per shape (tune's own display), the next shape's started as one ends."""
+
+    def __init__(self) -> None:
+        self.current: Any = None
+
+    def start(self, budget: Any, family: str) -> None:
+        from .tune_cmds import TuneDisplay
+
+        self.close()
+        note = f"{budget.shape.spec.short()}: {family}, {100 * budget.share:.1f}% of GEMM time, " + (
+            f"{budget.trials} trials" if budget.trials else f"{budget.time_s:.0f} s")
+        self.current = TuneDisplay(budget.shape.spec, budget.trials, None, note).__enter__()
+
+    def update(self, progress: Any) -> None:
+        if self.current is not None:
+            self.current.update(progress)
+
+    def close(self) -> None:
+        if self.current is not None:
+            self.current.__exit__(None, None, None)
+            self.current = None
 
 
 class _nothing:

@@ -75,8 +75,8 @@ def tune_shape(budget: ShapeBudget, family: str, runner_for: RunnerFor, db: Tuni
     except GemmtuneError as err:
         return ShapeOutcome(budget, family, None, str(err))
     try:
+        untuned = untuned_trial(context_of(spec, family, runner), runner, db)  # measured first: the search knows it
         outcome = tune(spec, runner, db, shape_options, on_trial)
-        untuned = untuned_trial(outcome.context, runner, db)
     except GemmtuneError as err:
         return ShapeOutcome(budget, family, None, str(err), time.monotonic() - started)
     finally:
@@ -96,9 +96,16 @@ def untuned_config(spec: GemmSpec, arch: str, family: str):
     return found.config if found is not None else chosen.default_config(spec, arch)
 
 
+def context_of(spec: GemmSpec, family: str, runner: Runner) -> TuneContext:
+    from .space import space_for
+
+    space = space_for(family)
+    return TuneContext(spec, runner.environment, space.family, space.version)
+
+
 def untuned_trial(context: TuneContext, runner: Runner, db: TuningDB) -> TrialResult | None:
-    """The untuned pick's trial: from the database when the search measured it, else measured now
-    (and recorded) so the summary can say what tuning gained."""
+    """The untuned pick's trial: from the database when an earlier run measured it, else measured
+    now and recorded (the search then starts from it, and the summary says what tuning gained)."""
     config = untuned_config(context.spec, context.environment.arch, context.family)
     for result in db.results(context):
         if result.config == config:
