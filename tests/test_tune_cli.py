@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -83,6 +84,7 @@ def test_simulated_tune_then_db_verbs(table_csv: Path, tmp_path: Path, capsys: p
     assert main(["tune", "MNK=1024", "t=24", "--simulate", str(table_csv), "--db", str(db), "--top", "3"]) == 0
     out = capsys.readouterr().out
     assert "re-measured" in out and "% of cuBLAS" in out and "24 new trials" in out
+    assert re.search(r"search: 24 trials in [0-9.]+ s \([0-9.]+/s\); best found after [0-9.]+ s", out), out
     with TuningDB(db) as handle:
         assert [s.trials for s in handle.contexts()] == [24]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import time
 from contextlib import closing
 from pathlib import Path
 from typing import Any, Callable
@@ -138,28 +139,43 @@ def run_tune(args: argparse.Namespace) -> int:
         with stop_signals(), closing(runner), TuningDB(db_path) as db:
             with TuneDisplay(spec, trials, cublas_s, note) as display:
                 outcome = tune(spec, runner, db, options, on_trial=seen.watching(display.update))
+                pace = seen.rate()
     except Interrupted as stop:  # every trial is committed as it is measured: say so, and stop
         print(f"gemmtune: stopped by {stop.name}; {seen.describe()} saved in {db_path}", file=sys.stderr)
         return stop.exit_code
     print_outcome(outcome, cublas_s, db_path)
+    console().print(f"search: {pace}")
     return 0
 
 
 class SeenTrials:
-    """What a tune reported through on_trial: how many trials this run added, and the total."""
+    """What a tune reported through on_trial: how many trials this run added, the total, and when
+    this run found its best (seconds from the start)."""
 
     def __init__(self) -> None:
         self.new, self.total = 0, None
+        self.started, self.best_s, self.best_at = time.monotonic(), None, None
+        self.last_at = 0.0  # seconds from the start to the last search trial
 
     def watching(self, show: Callable[[Any], None]) -> Callable[[Any], None]:
         def on_trial(progress: Any) -> None:
             self.new, self.total = self.new + 1, progress.done
+            self.last_at = time.monotonic() - self.started
+            best = progress.best.median_s if progress.best is not None else None
+            if best is not None and (self.best_s is None or best < self.best_s):
+                self.best_s, self.best_at = best, time.monotonic() - self.started
             show(progress)
         return on_trial
 
     def describe(self) -> str:
         total = "" if self.total is None else f", {self.total} in total for this spec and GPU"
         return f"{self.new} new trial{'s' if self.new != 1 else ''}{total}"
+
+    def rate(self) -> str:
+        """'N trials in T s (R/s); best after S s', the search phase's pace (re-measuring excluded)."""
+        elapsed = self.last_at
+        text = f"{self.new} trials in {elapsed:.1f} s ({self.new / elapsed:.2f}/s)" if elapsed > 0 else ""
+        return text + (f"; best found after {self.best_at:.1f} s" if self.best_at is not None else "")
 
 
 def tuned_family(args: argparse.Namespace, spec: GemmSpec, arch: str | None = None) -> str:
