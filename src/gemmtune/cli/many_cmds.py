@@ -53,6 +53,9 @@ def register(subparsers) -> None:
                       help="use the Dask cluster at this address, e.g. tcp://host:8786")
     many.add_argument("--seed", type=int, default=0, help="random seed of each shape's strategy (default 0)")
     many.add_argument("--batch", type=int, default=8, help="configs per round between model updates (default 8)")
+    many.add_argument("--shapes-at-once", type=int, default=None, metavar="N",
+                      help="shapes tuned at the same time on a cluster (default: one per worker; 1 without a "
+                           "cluster); seeding a shape from the shapes tuned before it is then off")
     many.add_argument("--top", type=int, default=3, help="re-measure this many best configs per shape (default 3)")
     many.add_argument("--timeout", type=float, default=60.0, help="seconds before a measurement counts as hung")
     many.set_defaults(run=run_tune_many)
@@ -159,12 +162,13 @@ def run_tune_many(args: argparse.Namespace) -> int:
     db_path = args.db or default_db_path()
     out = console()
     out.print(f"tuning {len(workload.shapes)} shapes on {where}; database {db_path}")
+    at_once = args.shapes_at_once or (1 if client is None else min(len(workload.shapes), worker_count(client, args)))
     display = ShapeProgress()
     try:
         with stop_signals(), TuningDB(db_path) as db, closing(client) if client is not None else _nothing(), \
                 closing(display):
             outcomes = tune_many(workload, runner_for, db, arch, options, total_trials, args.time_s, args.family,
-                                 on_shape=display.start, on_trial=display.update)
+                                 on_shape=display.start, shapes_at_once=at_once)
             display.close()
             cublas = [cublas_for(o.budget.shape.spec, o.family) if o.outcome is not None else None for o in outcomes]
     except Interrupted as stop:
@@ -174,28 +178,41 @@ def run_tune_many(args: argparse.Namespace) -> int:
     return 0 if all(o.outcome is not None for o in outcomes) else 1
 
 
+def worker_count(client: Any, args: argparse.Namespace) -> int:
+    return len(client.scheduler_info().get("workers", {})) or (args.workers or 1)
+
+
 class ShapeProgress:
-    """A progress bar per shape (tune's own display), the next shape's started as one ends."""
+    """One progress bar per shape (trials done, failures, best), all in one live view."""
 
     def __init__(self) -> None:
-        self.current: Any = None
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    def start(self, budget: Any, family: str) -> None:
-        from .tune_cmds import TuneDisplay
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[failures]} failed"), TextColumn("best {task.fields[best]}"),
+                                 TimeElapsedColumn(), console=console())
+        self.started = False
 
-        self.close()
-        note = f"{budget.shape.spec.short()}: {family}, {100 * budget.share:.1f}% of GEMM time, " + (
-            f"{budget.trials} trials" if budget.trials else f"{budget.time_s:.0f} s")
-        self.current = TuneDisplay(budget.shape.spec, budget.trials, None, note).__enter__()
+    def start(self, budget: Any, family: str) -> Any:
+        from .tune_cmds import rate_text
 
-    def update(self, progress: Any) -> None:
-        if self.current is not None:
-            self.current.update(progress)
+        if not self.started:
+            self.progress.start()
+            self.started = True
+        spec = budget.shape.spec
+        label = f"{spec.short()} ({family}, {100 * budget.share:.1f}%)"
+        task = self.progress.add_task(label, total=budget.trials, failures=0, best="—")
+
+        def on_trial(progress: Any) -> None:
+            best = progress.best.median_s if progress.best is not None else None
+            self.progress.update(task, completed=progress.done, failures=progress.failures,
+                                 best=rate_text(spec, best, None))
+        return on_trial
 
     def close(self) -> None:
-        if self.current is not None:
-            self.current.__exit__(None, None, None)
-            self.current = None
+        if self.started:
+            self.progress.stop()
+            self.started = False
 
 
 class _nothing:

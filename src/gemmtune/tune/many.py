@@ -118,18 +118,34 @@ def untuned_trial(context: TuneContext, runner: Runner, db: TuningDB) -> TrialRe
 
 def tune_many(workload: Workload, runner_for: RunnerFor, db: TuningDB, arch: str, options: TuneOptions,
               total_trials: int | None = None, total_time_s: float | None = None, family: str | None = None,
-              on_shape: Callable[[ShapeBudget, str], None] | None = None,
-              on_trial: Callable[[TuneProgress], None] | None = None) -> list[ShapeOutcome]:
-    """Tune every shape of `workload` in turn, largest share first, under the split budget."""
+              on_shape: Callable[[ShapeBudget, str], Callable[[TuneProgress], None] | None] | None = None,
+              shapes_at_once: int = 1) -> list[ShapeOutcome]:
+    """Tune every shape of `workload` under the split budget, largest share first; `on_shape` is told
+    of each shape as it starts and may return its on_trial callback.
+
+    With shapes_at_once > 1 that many shapes are tuned at the same time, each from its own client
+    thread and database connection (SQLite serialises the writes), so a cluster with more workers
+    than one shape's batch has work for all of them. Seeding a shape from the shapes tuned before it
+    (transfer) is then off: which shapes are done first would depend on timing, and a seeded run
+    must ask the same configs every time."""
     plan = sorted(budgets(workload, total_trials, total_time_s), key=lambda b: -b.share)
-    outcomes = []
-    for budget in plan:
+    if shapes_at_once > 1:
+        options = replace(options, transfer=False)
+
+    def one(budget: ShapeBudget) -> ShapeOutcome:
         try:
             chosen = family_of(budget.shape.spec, arch, family)
         except GemmtuneError as err:
-            outcomes.append(ShapeOutcome(budget, family or "-", None, str(err)))
-            continue
-        if on_shape is not None:
-            on_shape(budget, chosen)
-        outcomes.append(tune_shape(budget, chosen, runner_for, db, options, on_trial))
-    return outcomes
+            return ShapeOutcome(budget, family or "-", None, str(err))
+        on_trial = on_shape(budget, chosen) if on_shape is not None else None
+        if shapes_at_once == 1:
+            return tune_shape(budget, chosen, runner_for, db, options, on_trial)
+        with TuningDB(db.path) as own:
+            return tune_shape(budget, chosen, runner_for, own, options, on_trial)
+
+    if shapes_at_once == 1:
+        return [one(budget) for budget in plan]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(shapes_at_once) as pool:
+        return list(pool.map(one, plan))
