@@ -162,3 +162,17 @@ def test_shapes_at_once_keep_every_worker_equally_busy(tables, workload, client,
     assert all(o.outcome is not None for o in outcomes) and len(busy) == 4
     assert (max(busy.values()) - min(busy.values())) / max(busy.values()) < 0.15, busy
     assert _trials(serial) == _trials(tmp_path / "dask.sqlite")
+
+
+def test_a_cluster_without_the_dask_extra_is_one_line_and_exit_2(tables, workload, tmp_path, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "distributed", None)  # as if the dask extra were not installed
+    path = tmp_path / "workload.json"
+    save_workload(Workload(workload.shapes[:1]), path)
+    args = ["tune-many", str(path), "--simulate", str(tables), "--family", "simt", "--trials", "8",
+            "--db", str(tmp_path / "t.sqlite")]
+    assert main([*args, "--workers", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gemmtune: ") and "pip install 'gemmtune[dask]'" in err and len(err.splitlines()) == 1
+    assert main(args) == 0  # without a cluster the same verb runs the shapes one after another here
