@@ -176,3 +176,51 @@ def test_a_cluster_without_the_dask_extra_is_one_line_and_exit_2(tables, workloa
     err = capsys.readouterr().err.strip()
     assert err.startswith("gemmtune: ") and "pip install 'gemmtune[dask]'" in err and len(err.splitlines()) == 1
     assert main(args) == 0  # without a cluster the same verb runs the shapes one after another here
+
+
+# --- the GPU recipe's path, with a fake compiler and evaluator (no NVRTC, no GPU) ---------------------
+def timed_by_tile(job):
+    """A fake evaluator: ok, a time that depends on the tile, and the measuring process's id."""
+    from gemmtune.tune.trial import Status
+    from gemmtune.tune.worker import MeasureOutcome
+
+    seconds = 1e-3 * (1 + job.config_json["bm"] / 1000 + job.config_json["bn"] / 3000)
+    return MeasureOutcome(Status.OK, seconds, (seconds,), {"pid": os.getpid()})
+
+
+@pytest.fixture(scope="module")
+def gpu_client():
+    """Two workers that declare a GPU, started as non-daemons (the pipeline measures in a child)."""
+    distributed = pytest.importorskip("distributed")
+    from gemmtune.tune.distributed import non_daemon_workers
+
+    with non_daemon_workers():
+        cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                           dashboard_address=":0", resources={"GPU": 1})
+    with distributed.Client(cluster) as c:
+        yield c
+    cluster.close()
+
+
+def test_gpu_recipe_compiles_as_its_own_task_and_measures_in_a_watched_child(gpu_client, tmp_path):
+    import json
+
+    import distributed
+
+    from gemmtune.tune.distributed import GpuRecipe
+    from test_tune_worker import ENV, fake_compile_all_fine
+
+    def runner_for(spec, family):
+        return DaskRunner(gpu_client, GpuRecipe(json.dumps(spec.to_json()), family, 10.0, fake_compile_all_fine,
+                                                timed_by_tile, ENV))
+
+    workload = Workload((WorkloadShape(SHAPES[0]), WorkloadShape(SHAPES[1])))
+    with distributed.get_task_stream(gpu_client) as stream, TuningDB(tmp_path / "g.sqlite") as db:
+        outcomes = tune_many(workload, runner_for, db, "sm_90", OPTIONS, total_trials=32, family="simt")
+    assert all(o.outcome is not None and o.outcome.best is not None for o in outcomes)
+    names = {task["key"].split("-")[0] for task in stream.data}
+    assert {"compile_on_worker", "measure_compiled_on_worker"} <= names, names
+    worker_pids = set(gpu_client.run(os.getpid).values())
+    with sqlite3.connect(tmp_path / "g.sqlite") as conn:
+        pids = {json.loads(row[0])["pid"] for row in conn.execute("SELECT protocol_json FROM trials WHERE status = 'ok'")}
+    assert pids and not pids & worker_pids  # measured in the pipeline's watched child, not the worker itself

@@ -38,8 +38,18 @@ def dask_client(scheduler: str | None, workers: int) -> Any:
         raise DaskMissingError("--scheduler/--workers need Dask: pip install 'gemmtune[dask]'") from None
     if scheduler:
         return Client(scheduler)
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0")
+    with non_daemon_workers():
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0")
     return Client(cluster)
+
+
+def non_daemon_workers() -> Any:
+    """Dask starts workers as daemon processes, and a daemon may not start processes of its own; the
+    GPU pipeline runs each measurement in a watched child process (and compiles in a pool). On a
+    cluster started by hand, give workers DASK_DISTRIBUTED__WORKER__DAEMON=False."""
+    import dask
+
+    return dask.config.set({"distributed.worker.daemon": False})
 
 
 # --- recipes: how a worker builds its runner -------------------------------------------------------
@@ -62,25 +72,42 @@ class TableRecipe:
 
 @dataclass(frozen=True)
 class GpuRecipe:
-    """Measure on the worker's GPU through the tuner's own pipeline (NVRTC, watched worker, verify)."""
+    """Measure on the worker's GPU through the tuner's own pipeline (watched worker, verify first).
+    Compiling needs no GPU: DaskRunner compiles each config as a task of its own, on any worker, and
+    measures the result on a GPU worker. `compiler`, `evaluator` and `environment` are for tests
+    (module-level fakes, and no device); left None they are NVRTC, the GPU and the worker's GPU."""
 
     spec_json: str  # GemmSpec as JSON text (a recipe must hash)
     family: str
     timeout_s: float = 60.0
+    compiler: Any = None
+    evaluator: Any = None
+    environment: Environment | None = None
 
     def build(self) -> Any:
-        from ..compiler import nvrtc_version
-        from ..device import query_device
         from ..spec import GemmSpec
         from .pipeline import MeasurePipeline
+        from .worker import gpu_evaluator
 
-        device = query_device(0)
-        environment = Environment.from_device(device, nvrtc_version())
+        device, environment = (None, self.environment) if self.environment is not None else _this_gpu()
         return MeasurePipeline(GemmSpec.from_json(json.loads(self.spec_json)), environment, self.family,
-                               timeout_s=self.timeout_s, device=device)
+                               timeout_s=self.timeout_s, evaluator=self.evaluator or gpu_evaluator, device=device)
 
     def local(self) -> None:
         return None  # the client may have no GPU: the environment comes from a worker
+
+    def compile_request(self, config: Any, arch: str) -> Any:
+        from .pipeline import CompileRequest
+
+        return CompileRequest(json.loads(self.spec_json), self.family, config.to_json(), arch)
+
+
+def _this_gpu() -> tuple[Any, Environment]:
+    from ..compiler import nvrtc_version
+    from ..device import query_device
+
+    device = query_device(0)
+    return device, Environment.from_device(device, nvrtc_version())
 
 
 _RUNNERS: dict[Any, Any] = {}  # per worker process: one runner per recipe, built on first use
@@ -97,6 +124,24 @@ def measure_on_worker(recipe: Any, config: Any, remeasure: bool = False) -> Tria
     runner = _worker_runner(recipe)
     results = runner.remeasure([config]) if remeasure else runner.run([config])
     return next(iter(results))
+
+
+def compile_on_worker(recipe: GpuRecipe, config: Any, arch: str) -> Any:
+    """NVRTC for one config (a Dask task; no GPU needed): the compiled job, or the config's own
+    failure as a TrialResult. Failures of the machine (NVRTC missing) are raised."""
+    from .pipeline import CANDIDATE_FAILURES, compile_candidate
+
+    try:
+        return (recipe.compiler or compile_candidate)(recipe.compile_request(config, arch))
+    except Exception as error:  # sorted as the pipeline sorts its compile failures
+        if isinstance(error, CANDIDATE_FAILURES) or not isinstance(error, (GemmtuneError, ImportError)):
+            return TrialResult.failed(config, error)
+        raise
+
+
+def measure_compiled_on_worker(recipe: GpuRecipe, config: Any, compiled: Any) -> TrialResult:
+    """One compiled config measured on this worker's GPU (a Dask task)."""
+    return _worker_runner(recipe).measure_compiled(config, compiled)
 
 
 def environment_on_worker(recipe: Any) -> Environment:
@@ -116,13 +161,16 @@ def cublas_on_worker(spec_json: str) -> float | None:
 
 # --- the runner the tuner sees ---------------------------------------------------------------------
 class DaskRunner:
-    """A tuner Runner that measures every config as a task on the cluster behind `client`."""
+    """A tuner Runner that measures every config as a task on the cluster behind `client`. A GPU
+    recipe's configs compile as tasks of their own on any worker and are measured on workers that
+    declare a GPU resource (`dask worker ... --resources GPU=1`), or on any worker where none does."""
 
     def __init__(self, client: Any, recipe: Any):
         self.client, self.recipe = client, recipe
         self.prototype = recipe.local()
+        self.on_gpu = {"resources": {"GPU": 1}} if _workers_declare_gpus(client) else {}
         self.environment = (self.prototype.environment if self.prototype is not None
-                            else client.submit(environment_on_worker, recipe, pure=False).result())
+                            else client.submit(environment_on_worker, recipe, pure=False, **self.on_gpu).result())
 
     def restrict(self, candidates: CandidateSet) -> CandidateSet:
         return self.prototype.restrict(candidates) if self.prototype is not None else candidates
@@ -133,8 +181,15 @@ class DaskRunner:
     def remeasure(self, configs: Sequence[Any]) -> Iterator[TrialResult]:
         return self._gather(configs, remeasure=True)
 
+    def _submit(self, config: Any, remeasure: bool) -> Any:
+        if not isinstance(self.recipe, GpuRecipe):
+            return self.client.submit(measure_on_worker, self.recipe, config, remeasure, pure=False)
+        compiled = self.client.submit(compile_on_worker, self.recipe, config, self.environment.arch, pure=False)
+        return self.client.submit(measure_compiled_on_worker, self.recipe, config, compiled, pure=False,
+                                  **self.on_gpu)
+
     def _gather(self, configs: Sequence[Any], remeasure: bool) -> Iterator[TrialResult]:
-        futures = [self.client.submit(measure_on_worker, self.recipe, c, remeasure, pure=False) for c in configs]
+        futures = [self._submit(c, remeasure) for c in configs]
         try:
             for future in futures:
                 yield future.result()
@@ -144,3 +199,8 @@ class DaskRunner:
 
     def close(self) -> None:
         """The client and the cluster belong to the caller."""
+
+
+def _workers_declare_gpus(client: Any) -> bool:
+    workers = client.scheduler_info().get("workers", {}).values()
+    return any(w.get("resources", {}).get("GPU") for w in workers)

@@ -93,7 +93,11 @@ class MeasurePipeline:
                               self.protocol)
 
     def _measure(self, config: Any, future: Future) -> TrialResult:
-        compiled = self._compiled(config, future)
+        return self.measure_compiled(config, self._compiled(config, future))
+
+    def measure_compiled(self, config: Any, compiled: MeasureJob | TrialResult) -> TrialResult:
+        """A compiled candidate measured in the watched worker; a compile failure passes through.
+        (The Dask layer compiles on any worker and measures here, on a GPU worker.)"""
         if isinstance(compiled, TrialResult):
             return compiled
         problems = self._resource_problems(compiled)
