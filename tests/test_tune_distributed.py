@@ -87,6 +87,15 @@ def test_budget_split_follows_the_shares(workload):
     assert [p.trials for p in budgets(given, total_trials=100)] == [75, 25]
 
 
+def test_a_time_budget_stretches_over_shapes_tuned_at_once(workload):
+    from gemmtune.tune.many import overlapped_times
+
+    plan = budgets(workload, total_time_s=600.0)
+    stretched = overlapped_times(plan, 600.0, 4)
+    assert [b.time_s for b in stretched] == [min(600.0, 4 * b.time_s) for b in plan]
+    assert overlapped_times(plan, None, 4) == plan and sum(b.time_s for b in plan) >= 600.0
+
+
 def test_the_cluster_leaves_the_database_a_serial_run_leaves(tables, workload, client, tmp_path):
     serial = _tune(tmp_path / "serial.sqlite", workload, _serial(tables))
     clustered = _tune(tmp_path / "dask.sqlite", workload, _on_cluster(client, tables))

@@ -59,6 +59,16 @@ def budgets(workload: Workload, total_trials: int | None = None, total_time_s: f
     return [ShapeBudget(shape, share, n, s) for shape, share, n, s in zip(workload.shapes, shares, trials, seconds)]
 
 
+def overlapped_times(plan: list[ShapeBudget], total_time_s: float | None, at_once: int) -> list[ShapeBudget]:
+    """With shapes tuned `at_once` at a time, a time budget is shared by that many at every moment:
+    each shape's seconds scale by that many (never past the total), so the run still lasts about
+    `total_time_s` instead of a fraction of it. Trial budgets need no change."""
+    if total_time_s is None:
+        return plan
+    scale = min(at_once, len(plan))
+    return [replace(b, time_s=min(total_time_s, b.time_s * scale)) for b in plan]
+
+
 def family_of(spec: GemmSpec, arch: str, family: str | None) -> str:
     from ..kernels import family_for
 
@@ -131,6 +141,7 @@ def tune_many(workload: Workload, runner_for: RunnerFor, db: TuningDB, arch: str
     plan = sorted(budgets(workload, total_trials, total_time_s), key=lambda b: -b.share)
     if shapes_at_once > 1:
         options = replace(options, transfer=False)
+        plan = overlapped_times(plan, total_time_s, shapes_at_once)
 
     def one(budget: ShapeBudget) -> ShapeOutcome:
         try:
