@@ -83,3 +83,18 @@ def test_kernels_carry_only_what_their_c_path_and_schedule_use():
             assert ("C_SLOT_BYTES =" in code) == path.through_ring, config.describe()
             assert ("C_RELEASE_KB =" in code) == (path is CPath.TILE), config.describe()
             assert ("mainloop_done" in code) == config.pingpong, config.describe()
+
+
+def test_shared_memory_is_one_struct_with_only_the_members_used():
+    """SharedStorage holds the ring, the store buffer where there is one, and the barriers the kernel
+    waits on; its size and barrier offsets are checked against the allocation at compile time."""
+    for spec in (FUSED, PLAIN):
+        for config in _configs(spec, every=53):
+            code = FAMILY.render(spec, config, "sm_90a").code
+            storage = code[code.index("struct SharedStorage {"):code.index("};", code.index("struct SharedStorage {"))]
+            assert ("unsigned char out[EPI_BYTES];" in storage) == (config.epilogue_bytes(spec) > 0)
+            assert ("u64 c_full[TILE_TURNS];" in storage) == (config.c_path(spec) in (CPath.TILE, CPath.D_OVER_C_FIRST_BUFFER))
+            assert ("u64 mainloop_done[TILE_TURNS];" in storage) == config.pingpong
+            assert f"constexpr int SMEM_BYTES = {config.smem_bytes(spec)};" in code
+            assert "static_assert(sizeof(SharedStorage) + 1024 - 16 <= SMEM_BYTES" in code
+            assert "smem + STAGES" not in code  # no pointer arithmetic over the raw bytes

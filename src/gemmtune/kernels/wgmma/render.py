@@ -236,26 +236,56 @@ def _signature(spec: GemmSpec, config: WgmmaConfig, entry: str, maps: tuple[Tens
             f"{entry}({', '.join(params)})")
 
 
-def _smem_setup(spec: GemmSpec, config: WgmmaConfig) -> str:
-    """The ring of stages in dynamic shared memory, the epilogue buffer and the barriers this kernel
-    uses (C's only where its C path waits on them, the main-loop turns only for ping-pong)."""
+def _shared_storage(spec: GemmSpec, config: WgmmaConfig) -> str:
+    """The block's dynamic shared memory as a struct: the ring of A and B tiles, the store buffer and
+    the barriers, each member only where the kernel uses it (the layout barrier_bytes() reserves:
+    C's barriers and ping-pong's turns keep their places when absent)."""
     c_barriers = config.c_path(spec) in (CPath.TILE, CPath.D_OVER_C_FIRST_BUFFER)
-    lines = ["u64* c_full = empty + STAGES;                                           // [turn] the C tile has landed",
-             "u64* c_empty = c_full + TILE_TURNS;                                     // [turn] the epilogue tile is free"
-             ] if c_barriers else []
-    if config.pingpong:
-        lines.append("u64* mainloop_done = empty + STAGES + 2 * TILE_TURNS;                   // [turn] a main loop ended")
+    members = ["unsigned char a[STAGES][A_TILE_BYTES];  // the ring's A tiles",
+               "unsigned char b[STAGES][B_TILE_BYTES];  // the ring's B tiles"]
+    members += ["unsigned char out[EPI_BYTES];          // the store buffer (TMA store)"] if config.epilogue_bytes(spec) else []
+    members += ["u64 full[STAGES];                        // stage s has landed",
+                "u64 empty[STAGES];                       // stage s may be refilled"]
+    members += (["u64 c_full[TILE_TURNS];                  // [turn] the C tile has landed",
+                 "u64 c_empty[TILE_TURNS];                 // [turn] the epilogue tile is free"] if c_barriers
+                else ["u64 c_unused[2 * TILE_TURNS];            // (no C tile: C's barriers' place)"] if config.pingpong else [])
+    members += ["u64 mainloop_done[TILE_TURNS];            // [turn] a main loop ended"] if config.pingpong else []
+    body = "".join(f"\n    {m}" for m in members)
+    turns = ("""
+static_assert(__builtin_offsetof(SharedStorage, mainloop_done) ==
+              __builtin_offsetof(SharedStorage, full) + (2 * STAGES + 2 * TILE_TURNS) * 8, "turns after C's barriers");"""
+             if config.pingpong else "")
+    return f"""
+// The block's dynamic shared memory, laid out once. The host allocates SMEM_BYTES: the struct and
+// up to 1024 bytes of realignment (dynamic shared memory starts at least 16-byte aligned).
+struct SharedStorage {{{body}
+}};
+constexpr int SMEM_BYTES = {config.smem_bytes(spec)};
+static_assert(sizeof(SharedStorage) + 1024 - 16 <= SMEM_BYTES, "the shared storage outgrows the allocation");
+static_assert(__builtin_offsetof(SharedStorage, full) == STAGES * STAGE_BYTES + EPI_BYTES, "barriers after the tiles and buffer");{turns}
+"""
+
+
+def _smem_setup(spec: GemmSpec, config: WgmmaConfig) -> str:
+    """Where the SharedStorage sits: dynamic shared memory realigned to 1024 bytes, and the names
+    the loops use for its members."""
+    c_barriers = config.c_path(spec) in (CPath.TILE, CPath.D_OVER_C_FIRST_BUFFER)
+    lines = ["u64* c_full = shared.c_full;", "u64* c_empty = shared.c_empty;"] if c_barriers else []
+    lines += ["u64* mainloop_done = shared.mainloop_done;"] if config.pingpong else []
+    # No store buffer (direct stores, or D over C in the ring): the name is kept, pointing where a
+    # buffer would start; nothing reads or writes through it.
+    out = "shared.out" if config.epilogue_bytes(spec) else "reinterpret_cast<unsigned char*>(shared.full)"
     barriers = "".join(f"\n    {line}" for line in lines)
     return f"""
-    // The ring of stages in dynamic shared memory, realigned to 1024 bytes: the 128-byte swizzle
-    // repeats every 8 rows, and wgmma descriptors assume tiles start on that boundary.
+    // Dynamic shared memory realigned to 1024 bytes: the 128-byte swizzle repeats every 8 rows, and
+    // wgmma descriptors assume tiles start on that boundary.
     extern __shared__ unsigned char smem_raw[];
-    unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-    in_t* a_tiles = reinterpret_cast<in_t*>(smem);                          // STAGES × A tile
-    in_t* b_tiles = reinterpret_cast<in_t*>(smem + STAGES * A_TILE_BYTES);  // STAGES × B tile
-    unsigned char* out_buf = smem + STAGES * STAGE_BYTES;                   // epilogue tile (TMA store)
-    u64* full = reinterpret_cast<u64*>(out_buf + EPI_BYTES);                // stage s has landed
-    u64* empty = full + STAGES;                                             // stage s may be refilled{barriers}
+    SharedStorage& shared = *reinterpret_cast<SharedStorage*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
+    in_t* a_tiles = reinterpret_cast<in_t*>(shared.a);
+    in_t* b_tiles = reinterpret_cast<in_t*>(shared.b);
+    unsigned char* out_buf = {out};
+    u64* full = shared.full;
+    u64* empty = shared.empty;{barriers}
     constexpr int A_ELEMS = A_TILE_BYTES / sizeof(in_t), B_ELEMS = B_TILE_BYTES / sizeof(in_t);
 """
 
@@ -369,7 +399,7 @@ def _code(spec: GemmSpec, config: WgmmaConfig, plan: Schedule, entry: str, maps:
         _load_stage(config.cluster_m > 1), _mma_stage(spec, config), epilogue, store_tile(spec),
         (store_tile_smem(spec, config) + (LOAD_C_TILE if spec.epilogue.reads_c else ""))
         if config.tma_store else "",
-        _signature(spec, config, entry, maps) + " {", body, "}",
+        _shared_storage(spec, config), _signature(spec, config, entry, maps) + " {", body, "}",
     ])
 
 
