@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from contextlib import closing
+from contextlib import closing, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -165,7 +165,7 @@ def run_tune_many(args: argparse.Namespace) -> int:
     at_once = args.shapes_at_once or (1 if client is None else min(len(workload.shapes), worker_count(client, args)))
     display = ShapeProgress()
     try:
-        with stop_signals(), TuningDB(db_path) as db, closing(client) if client is not None else _nothing(), \
+        with stop_signals(), TuningDB(db_path) as db, closing(client) if client is not None else nullcontext(), \
                 closing(display):
             outcomes = tune_many(workload, runner_for, db, arch, options, total_trials, args.time_s, args.family,
                                  on_shape=display.start, shapes_at_once=at_once)
@@ -183,18 +183,16 @@ def worker_count(client: Any, args: argparse.Namespace) -> int:
 
 
 class ShapeProgress:
-    """One progress bar per shape (trials done, failures, best), all in one live view."""
+    """One progress bar per shape (tune's columns), all in one live view."""
 
     def __init__(self) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from .tune_cmds import trial_progress
 
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[failures]} failed"), TextColumn("best {task.fields[best]}"),
-                                 TimeElapsedColumn(), console=console())
+        self.progress = trial_progress()
         self.started = False
 
     def start(self, budget: Any, family: str) -> Any:
-        from .tune_cmds import rate_text
+        from .tune_cmds import show_trial
 
         if not self.started:
             self.progress.start()
@@ -202,25 +200,12 @@ class ShapeProgress:
         spec = budget.shape.spec
         label = f"{spec.short()} ({family}, {100 * budget.share:.1f}%)"
         task = self.progress.add_task(label, total=budget.trials, failures=0, best="—")
-
-        def on_trial(progress: Any) -> None:
-            best = progress.best.median_s if progress.best is not None else None
-            self.progress.update(task, completed=progress.done, failures=progress.failures,
-                                 best=rate_text(spec, best, None))
-        return on_trial
+        return lambda progress: show_trial(self.progress, task, spec, None, progress)
 
     def close(self) -> None:
         if self.started:
             self.progress.stop()
             self.started = False
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def _us(seconds: float | None) -> str:

@@ -239,21 +239,31 @@ def rate_text(spec: GemmSpec, seconds: float | None, cublas_s: float | None) -> 
     return text + (f" ({100 * cublas_s / seconds:.0f}% of cuBLAS)" if cublas_s else "")
 
 
+def trial_progress(description: str = "{task.description}") -> Any:
+    """A rich Progress whose tasks are tunes: trials done of the budget, failures, best so far."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn(description), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("{task.fields[failures]} failed"), TextColumn("best {task.fields[best]}"),
+                    TimeElapsedColumn(), console=console())
+
+
+def show_trial(bar: Any, task: Any, spec: GemmSpec, cublas_s: float | None, progress: Any) -> None:
+    """One tune's progress (a TuneProgress) onto its task of `bar`."""
+    best = progress.best.median_s if progress.best is not None else None
+    bar.update(task, completed=progress.done, failures=progress.failures, best=rate_text(spec, best, cublas_s))
+
+
 class TuneDisplay:
     """A rich progress bar: trials done, failures, best so far."""
 
     def __init__(self, spec: GemmSpec, budget: int | None, cublas_s: float | None, note: str):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
         self.spec, self.budget, self.cublas_s, self.note = spec, budget, cublas_s, note
-        self.console = console()
-        self.progress = Progress(TextColumn("[bold]tuning {task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[failures]} failed"), TextColumn("best {task.fields[best]}"),
-                                 TimeElapsedColumn(), console=self.console)
+        self.progress = trial_progress("[bold]tuning {task.description}")
         self.task = None
 
     def __enter__(self) -> "TuneDisplay":
-        self.console.print(self.note)
+        self.progress.console.print(self.note)
         self.progress.start()
         self.task = self.progress.add_task(self.spec.short(), total=self.budget, failures=0, best="—")
         return self
@@ -262,9 +272,7 @@ class TuneDisplay:
         self.progress.stop()
 
     def update(self, progress: Any) -> None:
-        best = progress.best.median_s if progress.best is not None else None
-        self.progress.update(self.task, completed=progress.done, failures=progress.failures,
-                             best=rate_text(self.spec, best, self.cublas_s))
+        show_trial(self.progress, self.task, self.spec, self.cublas_s, progress)
 
 
 def print_outcome(outcome: Any, cublas_s: float | None, db_path: Path) -> None:

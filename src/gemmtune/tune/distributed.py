@@ -129,12 +129,12 @@ def measure_on_worker(recipe: Any, config: Any, remeasure: bool = False) -> Tria
 def compile_on_worker(recipe: GpuRecipe, config: Any, arch: str) -> Any:
     """NVRTC for one config (a Dask task; no GPU needed): the compiled job, or the config's own
     failure as a TrialResult. Failures of the machine (NVRTC missing) are raised."""
-    from .pipeline import CANDIDATE_FAILURES, compile_candidate
+    from .pipeline import compile_candidate, is_candidate_failure
 
     try:
         return (recipe.compiler or compile_candidate)(recipe.compile_request(config, arch))
     except Exception as error:  # sorted as the pipeline sorts its compile failures
-        if isinstance(error, CANDIDATE_FAILURES) or not isinstance(error, (GemmtuneError, ImportError)):
+        if is_candidate_failure(error):
             return TrialResult.failed(config, error)
         raise
 

@@ -50,6 +50,12 @@ Compiler = Callable[[CompileRequest], MeasureJob]
 CANDIDATE_FAILURES = (ConfigError, CompileError, ResourceError)
 
 
+def is_candidate_failure(error: BaseException) -> bool:
+    """Whether a compile failure is the config's own (recorded as its trial) rather than the machine's
+    (NVRTC missing, a broken install: raised, since recording it would mark good configs failed)."""
+    return isinstance(error, CANDIDATE_FAILURES) or not isinstance(error, (GemmtuneError, ImportError))
+
+
 class MeasurePipeline:
     """A Runner for real hardware. `compiler` and `evaluator` are injectable (module-level callables)."""
 
@@ -122,9 +128,9 @@ class MeasurePipeline:
                 return TrialResult(config, Status.CRASH, error="the compiling process died on this config")
         if error is None:
             return future.result()
-        if isinstance(error, CANDIDATE_FAILURES) or not isinstance(error, (GemmtuneError, ImportError)):
+        if is_candidate_failure(error):
             return TrialResult.failed(config, error)
-        raise error  # NVRTC missing, a broken install: recording it would mark good configs failed
+        raise error
 
     def _reset_pool(self) -> None:
         if self.pool is not None:

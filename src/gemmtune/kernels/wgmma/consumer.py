@@ -128,7 +128,7 @@ def consumer_plain(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str:
     c = consumer_c(spec, config)
     store = StoreCall(spec, config, "&c_full[turn], (epi / TILE_TURNS) & 1").call() + c.after_store
     pingpong = config.pingpong
-    counts = config.c_path(spec) in (CPath.TILE, CPath.D_OVER_C_FIRST_BUFFER)  # C's barriers go by D's pieces
+    counts = config.c_path(spec).waits_on_buffer  # C's barriers go by D's pieces
     epi_decl = "\n        int epi = 0;  // pieces before this one that wrote D (each used the C tile and buffer turn)" if counts else ""
     epi_skip = "\n                epi += writes_d;" if counts else ""
     epi_next = "\n            ++epi;" if counts else ""

@@ -34,6 +34,12 @@ class CPath(Enum):
     def first_in_buffer(self) -> bool:
         return self is CPath.D_OVER_C_FIRST_BUFFER
 
+    @property
+    def waits_on_buffer(self) -> bool:
+        """C (or its first slice) lands in the store buffer: the kernel keeps C's full/empty barriers
+        per buffer turn and counts the pieces that wrote D (their phases)."""
+        return self in (CPath.TILE, CPath.D_OVER_C_FIRST_BUFFER)
+
     def flags(self) -> dict[str, bool]:
         """The flat config fields that select this path (TMA store on for every path through shared memory)."""
         return {"c_ring": self.through_ring, "d_over_c": self.d_over_c, "c_first_buffer": self.first_in_buffer}

@@ -98,7 +98,7 @@ def producer(spec: GemmSpec, config: WgmmaConfig) -> str:
     k_block = "backwards ? kb_begin + kb_end - 1 - kb : kb" if config.serpentine else "kb"
     path = config.c_path(spec)
     epi = ("\n            int epi = 0;  // pieces so far that end in an epilogue (whose C tile is loaded)"
-           if path in (CPath.TILE, CPath.D_OVER_C_FIRST_BUFFER) else "")
+           if path.waits_on_buffer else "")
     return f"""
         // Producer warpgroup: one thread issues every copy; the others only give back registers.
         setmaxnreg_dec<{PRODUCER_REGS}>();

@@ -240,7 +240,7 @@ def _shared_storage(spec: GemmSpec, config: WgmmaConfig) -> str:
     """The block's dynamic shared memory as a struct: the ring of A and B tiles, the store buffer and
     the barriers, each member only where the kernel uses it (the layout barrier_bytes() reserves:
     C's barriers and ping-pong's turns keep their places when absent)."""
-    c_barriers = config.c_path(spec) in (CPath.TILE, CPath.D_OVER_C_FIRST_BUFFER)
+    c_barriers = config.c_path(spec).waits_on_buffer
     members = ["unsigned char a[STAGES][A_TILE_BYTES];  // the ring's A tiles",
                "unsigned char b[STAGES][B_TILE_BYTES];  // the ring's B tiles"]
     members += ["unsigned char out[EPI_BYTES];          // the store buffer (TMA store)"] if config.epilogue_bytes(spec) else []
@@ -269,7 +269,7 @@ static_assert(__builtin_offsetof(SharedStorage, full) == STAGES * STAGE_BYTES + 
 def _smem_setup(spec: GemmSpec, config: WgmmaConfig) -> str:
     """Where the SharedStorage sits: dynamic shared memory realigned to 1024 bytes, and the names
     the loops use for its members."""
-    c_barriers = config.c_path(spec) in (CPath.TILE, CPath.D_OVER_C_FIRST_BUFFER)
+    c_barriers = config.c_path(spec).waits_on_buffer
     lines = ["u64* c_full = shared.c_full;", "u64* c_empty = shared.c_empty;"] if c_barriers else []
     lines += ["u64* mainloop_done = shared.mainloop_done;"] if config.pingpong else []
     # No store buffer (direct stores, or D over C in the ring): the name is kept, pointing where a
@@ -297,7 +297,7 @@ def _epilogue_args(spec: GemmSpec) -> str:
 def _turn_barrier_init(spec: GemmSpec, config: WgmmaConfig) -> str:
     """C's barriers per epilogue buffer turn (where the C path waits on them) and ping-pong's turns."""
     lines = (["mbarrier_init(&c_full[turn], 1);", "mbarrier_init(&c_empty[turn], CONSUMERS / TILE_TURNS);"]
-             if config.c_path(spec) in (CPath.TILE, CPath.D_OVER_C_FIRST_BUFFER) else [])
+             if config.c_path(spec).waits_on_buffer else [])
     lines += ["mbarrier_init(&mainloop_done[turn], 1);"] if config.pingpong else []
     if not lines:
         return ""
