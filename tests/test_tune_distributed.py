@@ -233,3 +233,38 @@ def test_gpu_recipe_compiles_as_its_own_task_and_measures_in_a_watched_child(gpu
     with sqlite3.connect(tmp_path / "g.sqlite") as conn:
         pids = {json.loads(row[0])["pid"] for row in conn.execute("SELECT protocol_json FROM trials WHERE status = 'ok'")}
     assert pids and not pids & worker_pids  # measured in the pipeline's watched child, not the worker itself
+
+
+def test_a_trial_the_cluster_keeps_losing_stops_its_shape_in_one_line(tables, workload, tmp_path, capsys):
+    """A task whose workers kept dying (Dask's KilledWorker) ends that shape with a one-line reason;
+    the other shapes are tuned and every trial already back stays in the database."""
+    distributed = pytest.importorskip("distributed")
+
+    class Lost:
+        def result(self):
+            raise distributed.KilledWorker("measure_on_worker-1", "tcp://127.0.0.1:1", 3)
+
+        def release(self):
+            pass
+
+    class Flaky:
+        """Runs tasks here, but loses every one of the second shape's."""
+
+        def scheduler_info(self):
+            return {"workers": {}}
+
+        def submit(self, fn, *args, **kwargs):
+            recipe = args[0]
+            if Path(recipe.path).name.endswith(f"_{SHAPES[1].m}x{SHAPES[1].n}x{SHAPES[1].k}.csv"):
+                return Lost()
+            value = fn(*args)
+            return type("Done", (), {"result": lambda self: value, "release": lambda self: None})()
+
+    shapes = Workload(workload.shapes[:2])
+    with TuningDB(tmp_path / "f.sqlite") as db:
+        outcomes = tune_many(shapes, lambda spec, family: DaskRunner(Flaky(), TableRecipe(str(table_path(family, spec, tables)))),
+                             db, "sm_90", OPTIONS, total_trials=40, family="simt")
+    lost = [o for o in outcomes if o.outcome is None]
+    assert len(lost) == 1 and lost[0].budget.shape.spec == SHAPES[1]
+    assert lost[0].error.startswith("the cluster lost every worker that ran") and "\n" not in lost[0].error
+    assert [o for o in outcomes if o.outcome is not None][0].outcome.new_trials > 0

@@ -30,6 +30,11 @@ class DaskMissingError(GemmtuneError):
     exit_code = 2
 
 
+class ClusterError(GemmtuneError):
+    """The cluster could not run a trial (its workers kept dying): this shape stops, the trials
+    already back are in the database, and tune-many goes on with the next shape."""
+
+
 def dask_client(scheduler: str | None, workers: int) -> Any:
     """A client of the cluster at `scheduler`, or of a new local one with `workers` process workers."""
     try:
@@ -189,10 +194,17 @@ class DaskRunner:
                                   **self.on_gpu)
 
     def _gather(self, configs: Sequence[Any], remeasure: bool) -> Iterator[TrialResult]:
+        from distributed import KilledWorker
+
         futures = [self._submit(c, remeasure) for c in configs]
         try:
-            for future in futures:
-                yield future.result()
+            for config, future in zip(configs, futures):
+                try:
+                    yield future.result()
+                except KilledWorker as err:  # Dask gave up after the workers running it died, again and again
+                    tries = getattr(err, "allowed_failures", None)
+                    raise ClusterError(f"the cluster lost every worker that ran {config.describe()}"
+                                       + (f" ({tries + 1} workers died running it)" if tries is not None else "")) from None
         finally:
             for future in futures:
                 future.release()
