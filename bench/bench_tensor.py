@@ -11,7 +11,8 @@ microbenchmark (registers only, no memory traffic): the ceiling of the mma famil
 
     PYTHONPATH=src python bench/bench_tensor.py [--family wgmma|mma] [--cases bf16:4096 fp16:8192:nt:relu+add]
 
-A case is dtype:SIZE[:layout][:epilogue], SIZE an edge (4096) or MxNxK (4093x4091x4097); layout nt
+A case is dtype:SIZE[:layout][:epilogue] (dtype 3xtf32: fp32 data as three tf32 products, timed
+against cuBLAS SGEMM with tf32 off), SIZE an edge (4096) or MxNxK (4093x4091x4097); layout nt
 unless named. The wgmma ladder v4 table (bench/results/2026-11-23-h100-tensor-ladder-v4.md) ran as
 
     bench/bench_tensor.py --cases fp16:4096:relu+add bf16:4096 fp16:4096 tf32:4096 --min-time 0.2 --skip pingpong
@@ -43,6 +44,8 @@ def parse_case(text: str) -> GemmSpec:
     m, n, k = (int(x) for x in size.split("x")) if "x" in size else (int(size),) * 3
     layout = next((r for r in rest if r in LAYOUTS), "nt")
     epilogue = next((r for r in rest if r not in LAYOUTS), None)
+    if dtype == "3xtf32":  # fp32 data, multiplied as three tf32 products (GemmSpec.math)
+        return GemmSpec(m, n, k, layout, "fp32", epilogue, math="3xtf32")
     return GemmSpec(m, n, k, layout, dtype, epilogue)
 
 
@@ -90,6 +93,23 @@ def run_case(spec: GemmSpec, protocol: TimingProtocol, family_name: str = "wgmma
         rows.append(("same_gemm", bench_config(plain, "best config, no epilogue", alone, arch, protocol)))
     # cuBLAS once more at the end: drift over the case (clocks, temperature) shows as the gap.
     rows.append(("cublas_again", replace(bench_cublas(plain, protocol), name="cuBLAS again")))
+    return rows
+
+
+def run_methods(spec: GemmSpec, protocol: TimingProtocol) -> list[tuple[str, BenchRow]]:
+    """fp32 by every method against cuBLAS SGEMM: each method's best known config (simt on CUDA
+    cores, 3xtf32 on mma.sync), for where `auto` should switch (gemmtune.precision)."""
+    from gemmtune.kernels import family_for
+
+    arch = query_device().arch
+    jobs = []
+    for math in ("simt", "3xtf32"):
+        method = replace(spec, math=math)
+        family = family_for(method, arch)
+        jobs.append((method, f"{math} ({family.name})", choose_config(method, arch, family=family.name).config))
+    compile_configs([(method, config, arch) for method, _, config in jobs])
+    rows = [("cublas", bench_cublas(spec.without_epilogue(), protocol))]
+    rows += [("method", bench_config(method, name, config, arch, protocol)) for method, name, config in jobs]
     return rows
 
 
@@ -174,6 +194,8 @@ def main() -> int:
     parser.add_argument("--min-time", type=float, default=0.3, help="seconds of timed runs per kernel")
     parser.add_argument("--json", dest="json_path", help="write every row here")
     parser.add_argument("--skip", nargs="*", default=[], help="ladder steps to leave out")
+    parser.add_argument("--methods", action="store_true",
+                        help="fp32 cases: time each method's best config (simt, 3xtf32) instead of a ladder")
     args = parser.parse_args()
     device = query_device()
     protocol = TimingProtocol(min_time_s=args.min_time)
@@ -186,7 +208,8 @@ def main() -> int:
         print("mma.sync rate (TFLOP/s):\n" + "\n".join(f"  {name}: {v:.0f}" for name, v in peaks.items()))
     for text in args.cases:
         spec = parse_case(text)
-        rows = run_case(spec, protocol, args.family, tuple(args.skip), args.candidates)
+        rows = (run_methods(spec, protocol) if args.methods
+                else run_case(spec, protocol, args.family, tuple(args.skip), args.candidates))
         results[spec.short()] = [{"kind": kind, **row.to_json()} for kind, row in rows]
         print(table(spec, rows) + "\n", flush=True)
     if args.json_path:

@@ -5,6 +5,12 @@ tensor cores form from tf32 (10-bit mantissa) inputs; fp16 / bf16: 16-bit A and 
 the epilogue are always fp32. ``out_dtype`` is the storage type of D and of the epilogue's C and
 bias: the input type for fp16/bf16, fp32 for fp32/tf32; fp16/bf16 inputs may ask for fp32 out.
 
+``math`` says how fp32 inputs are multiplied (it applies to fp32 only): "simt" on CUDA cores;
+"3xtf32" on tensor cores, each operand split into a tf32 big part and a tf32 residual and the three
+significant products summed (fp32 accuracy); "tf32" is the tf32 dtype (one tf32 product, lower
+accuracy); "auto" (the default) lets the registry pick the fastest method that keeps fp32 accuracy
+(see gemmtune.precision).
+
 Layout letters follow BLAS: the first describes A, the second B; 'n' means the operand is stored
 as used (A: M×K, B: K×N), 't' means it is stored transposed (A: K×M, B: N×K). So ``nt`` is A·Bᵀ
 with B kept as N×K, the usual layout of a linear layer's weight.
@@ -22,6 +28,7 @@ from .errors import SpecError
 LAYOUTS = ("nn", "nt", "tn", "tt")
 DTYPES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}  # input element bytes (tf32 is stored as fp32)
 OUT_DTYPES = {"fp32": 4, "fp16": 2, "bf16": 2}  # storage types D (and C, bias) may have
+MATHS = ("auto", "simt", "3xtf32", "tf32")  # how fp32 inputs are multiplied (GemmSpec.math)
 MAX_DIM = 1 << 24
 MAX_ELEMENTS = (1 << 31) - 1  # generated kernels index each matrix with 32-bit offsets
 
@@ -49,6 +56,7 @@ class GemmSpec:
     dtype: str = "fp32"
     epilogue: Epilogue = field(default_factory=Epilogue)
     out_dtype: str | None = None  # None: default_out_dtype(dtype)
+    math: str = "auto"  # fp32 only: auto, simt, 3xtf32 (tf32 becomes the tf32 dtype)
 
     def __post_init__(self) -> None:
         for name in ("m", "n", "k"):
@@ -60,7 +68,9 @@ class GemmSpec:
         dtype = str(self.dtype).lower()
         if dtype not in DTYPES:
             raise SpecError(f"unknown dtype '{self.dtype}'; supported: {', '.join(DTYPES)}")
+        dtype, math = _math(dtype, self.math)
         object.__setattr__(self, "dtype", dtype)
+        object.__setattr__(self, "math", math)
         object.__setattr__(self, "out_dtype", _out_dtype(dtype, self.out_dtype))
         if not isinstance(self.epilogue, Epilogue):
             object.__setattr__(self, "epilogue", Epilogue.parse(self.epilogue))
@@ -140,13 +150,15 @@ class GemmSpec:
     def short(self) -> str:
         epi = "" if self.epilogue.is_identity else f" {self.epilogue}"
         out = "" if self.default_out else f"->{self.out_dtype}"
-        return f"{self.m}x{self.n}x{self.k} {self.layout} {self.dtype}{out}{epi}"
+        math = "" if self.math == "auto" else f"/{self.math}"
+        return f"{self.m}x{self.n}x{self.k} {self.layout} {self.dtype}{math}{out}{epi}"
 
     def slug(self) -> str:
         """A file- and C-identifier-safe name."""
         epi = "" if self.epilogue.is_identity else "_" + str(self.epilogue).replace("+", "_")
         out = "" if self.default_out else f"_out{self.out_dtype}"
-        return f"gemm_{self.dtype}{out}_{self.layout}_{self.m}x{self.n}x{self.k}{epi}"
+        math = "" if self.math == "auto" else f"_{self.math}"
+        return f"gemm_{self.dtype}{math}{out}_{self.layout}_{self.m}x{self.n}x{self.k}{epi}"
 
     def to_json(self) -> dict:
         """The spec's identity. out_dtype appears only when it is not the dtype's default, so specs
@@ -155,16 +167,18 @@ class GemmSpec:
                 "epilogue": str(self.epilogue)}
         if not self.default_out:
             data["out_dtype"] = self.out_dtype
+        if self.math != "auto":  # likewise: fp32 specs from before the math option keep their key
+            data["math"] = self.math
         return data
 
     @staticmethod
     def from_json(data: dict) -> "GemmSpec":
         return GemmSpec(data["m"], data["n"], data["k"], data.get("layout", "nn"), data.get("dtype", "fp32"),
-                        Epilogue.parse(data.get("epilogue")), data.get("out_dtype"))
+                        Epilogue.parse(data.get("epilogue")), data.get("out_dtype"), data.get("math", "auto"))
 
     def without_epilogue(self) -> "GemmSpec":
         """The same GEMM with no epilogue (types kept)."""
-        return GemmSpec(self.m, self.n, self.k, self.layout, self.dtype, Epilogue(), self.out_dtype)
+        return GemmSpec(self.m, self.n, self.k, self.layout, self.dtype, Epilogue(), self.out_dtype, self.math)
 
     def key(self) -> str:
         return stable_hash(self.to_json())
@@ -173,6 +187,18 @@ class GemmSpec:
 def default_out_dtype(dtype: str) -> str:
     """D's type unless asked otherwise: 16-bit inputs give 16-bit D, fp32 and tf32 give fp32."""
     return dtype if dtype in ("fp16", "bf16") else "fp32"
+
+
+def _math(dtype: str, requested: object) -> tuple[str, str]:
+    """(dtype, math) checked: math applies to fp32 inputs; fp32 with math tf32 is the tf32 dtype."""
+    math = str(requested or "auto").lower()
+    if math not in MATHS:
+        raise SpecError(f"unknown math '{requested}'; choose one of {', '.join(MATHS)}")
+    if dtype == "fp32" and math == "tf32":
+        return "tf32", "auto"
+    if dtype != "fp32" and math != "auto":
+        raise SpecError(f"math {math} applies to fp32 inputs, not {dtype} (leave it out or use auto)")
+    return dtype, math
 
 
 def _out_dtype(dtype: str, requested: str | None) -> str:
@@ -221,7 +247,7 @@ def parse_size_words(words: list[str]) -> dict[str, str]:
 
 def spec_from_words(words: list[str], layout: str = "nn", dtype: str = "fp32", epilogue: str | None = None,
                     m: str | None = None, n: str | None = None, k: str | None = None,
-                    out_dtype: str | None = None) -> GemmSpec:
+                    out_dtype: str | None = None, math: str | None = None) -> GemmSpec:
     """Build a spec from size words plus flag values (flags fill what the words leave out)."""
     sizes = parse_size_words(words)
     for letter, flag in (("m", m), ("n", n), ("k", k)):
@@ -232,4 +258,5 @@ def spec_from_words(words: list[str], layout: str = "nn", dtype: str = "fp32", e
     missing = [x.upper() for x in "mnk" if x not in sizes]
     if missing:
         raise SpecError(f"missing size {', '.join(missing)}: give e.g. M=1024 N=1024 K=1024 or MNK=1024")
-    return GemmSpec(sizes["m"], sizes["n"], sizes["k"], layout, dtype, Epilogue.parse(epilogue), out_dtype)
+    return GemmSpec(sizes["m"], sizes["n"], sizes["k"], layout, dtype, Epilogue.parse(epilogue), out_dtype,
+                    math or "auto")

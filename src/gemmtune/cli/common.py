@@ -5,7 +5,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..spec import DTYPES, LAYOUTS, OUT_DTYPES, GemmSpec, spec_from_words
+from ..spec import DTYPES, LAYOUTS, MATHS, OUT_DTYPES, GemmSpec, spec_from_words
 
 
 def add_spec_arguments(parser: argparse.ArgumentParser, epilogue: bool = True) -> None:
@@ -20,6 +20,9 @@ def add_spec_arguments(parser: argparse.ArgumentParser, epilogue: bool = True) -
     parser.add_argument("--out-dtype", dest="out_dtype", default=None,
                         help=f"element type of D (and C/bias): {', '.join(OUT_DTYPES)} (default: the input type, "
                              "fp32 for tf32; fp32 may be asked for with fp16/bf16 inputs)")
+    parser.add_argument("--math", default="auto",
+                        help=f"how fp32 inputs are multiplied, one of {', '.join(MATHS)} (default auto: the fastest "
+                             "method that keeps fp32 accuracy; 3xtf32: tensor cores on split operands; simt: CUDA cores)")
     if epilogue:
         parser.add_argument("--epilogue", default=None,
                             help="fused epilogue chain, e.g. relu+add, alpha+beta, bias_col+gelu (default none)")
@@ -28,7 +31,7 @@ def add_spec_arguments(parser: argparse.ArgumentParser, epilogue: bool = True) -
 def spec_from_args(args: argparse.Namespace) -> GemmSpec:
     return spec_from_words(args.sizes, layout=args.layout, dtype=args.dtype,
                            epilogue=getattr(args, "epilogue", None), m=args.m, n=args.n, k=args.k,
-                           out_dtype=getattr(args, "out_dtype", None))
+                           out_dtype=getattr(args, "out_dtype", None), math=getattr(args, "math", None))
 
 
 DB_HELP = "tuning database (default ~/.cache/gemmtune/tuning.sqlite)"

@@ -48,6 +48,9 @@ def register(subparsers) -> None:
                        help="comma-separated: cublas, eager (torch unfused), cutlass, triton, inductor "
                             "(torch.compile max-autotune), tvm (dlight); 'none' for none (default: every one "
                             "installed that can run the spec; the others are skipped with one line each)")
+    bench.add_argument("--accuracy", action="store_true",
+                       help="instead of timing: each fp32 method's error (simt, 3xtf32, tf32) against float64 beside "
+                            "cuBLAS SGEMM's, on uniform, mixed-magnitude and near-range-limit inputs")
     bench.add_argument("--json", dest="json_path", help="also write the run (rows, skipped baselines) as JSON")
     bench.add_argument("--csv", dest="csv_path", help="also write the rows as CSV, one line per row")
     bench.set_defaults(run=run_bench)
@@ -142,6 +145,8 @@ def _failed(rows: list[BenchRow], ours: set[str]) -> list[BenchRow]:
 
 def run_bench(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
+    if args.accuracy:
+        return run_accuracy(spec, db_to_read(args.db), args.json_path)
     from ..baselines import parse_names, resolve, side_by_side
     from ..bench_report import BenchReport, write_csv, write_json
     from ..device import free_memory, query_device
@@ -174,6 +179,28 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.csv_path:
         write_csv(report, args.csv_path)
     return 1 if _failed(rows, {name for name, _ in candidates}) else 0
+
+
+def run_accuracy(spec, db, json_path: str | None) -> int:
+    """bench --accuracy: the accuracy report (gemmtune.accuracy) for the spec's shape."""
+    import json
+
+    from ..accuracy import format_report, method_kernels, run_report
+    from ..device import free_memory, query_device
+
+    device = query_device()
+    spec.check_fits(free_memory() // 4)  # float64 copies of every operand beside the fp32 ones
+    arch = target_arch(None)
+    kernels, skipped = method_kernels(spec, arch, db)
+    for line in skipped:
+        print(f"  skipped {line}", file=sys.stderr)
+    rows = run_report(spec, kernels)
+    print(format_report(spec, rows) + f"\n\n{device.name}, {_now()}")
+    if json_path:
+        with open(json_path, "w") as handle:
+            json.dump({"spec": spec.to_json(), "device": device.to_json(), "date": _now(),
+                       "rows": [r.to_json() for r in rows], "skipped": skipped}, handle, indent=1)
+    return 0
 
 
 def _now() -> str:

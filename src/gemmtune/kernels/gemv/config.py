@@ -91,6 +91,8 @@ def supports(spec: GemmSpec, arch: str) -> str | None:
         return f"gemv runs N = 1 or M ≤ {MAX_ROWS}, not {spec.m}x{spec.n}"
     if spec.dtype not in DTYPES:
         return f"gemv reads {', '.join(DTYPES)}, not {spec.dtype}"
+    if spec.math == "3xtf32":
+        return "gemv multiplies fp32 on CUDA cores, not as 3xtf32 (memory bound: fp32 products cost nothing)"
     if stream_kind(spec) == "columns" and vectors(spec) * vec(spec) > MAX_ACCUMULATORS:
         return (f"{vectors(spec)} rows × {vec(spec)} outputs per thread exceed {MAX_ACCUMULATORS} sums "
                 f"(output-contiguous {spec.dtype} B takes M ≤ {MAX_ACCUMULATORS // vec(spec)})")

@@ -87,15 +87,40 @@ class MmaConfig(FamilyConfig):
 
 
 # --- what the family can run at all ----------------------------------------------------------------
+def tensor_dtype(spec: GemmSpec) -> str:
+    """The type the tensor cores read: tf32 for fp32 specs (3xtf32 splits each value into two tf32)."""
+    return "tf32" if spec.dtype == "fp32" else spec.dtype
+
+
+def splits_fp32(spec: GemmSpec) -> bool:
+    """Whether the kernel multiplies fp32 inputs as 3xtf32 (three tf32 products of split operands)."""
+    return spec.dtype == "fp32"
+
+
 def supports(spec: GemmSpec, arch: str) -> str | None:
     """Why mma.sync cannot run `spec` on `arch`, or None (any shape, layout and alignment otherwise)."""
     number = arch_number(arch)
+    if spec.dtype == "fp32":
+        return _fp32_problem(spec, arch)
     if spec.dtype not in DTYPES:
         return f"tensor-core inputs must be {', '.join(DTYPES)}, not {spec.dtype}"
     if number < 75:
         return f"mma.sync with ldmatrix needs sm_75 or newer, not {arch}"
     if number < 80 and spec.dtype != "fp16":
         return f"{spec.dtype} mma.sync needs sm_80 or newer; {arch} tensor cores take fp16 only"
+    return None
+
+
+def _fp32_problem(spec: GemmSpec, arch: str) -> str | None:
+    """fp32 runs here as 3xtf32: asked for, or what auto picks for the shape (gemmtune.precision)."""
+    from ...precision import AUTO_RULE_NOTE, auto_math
+
+    if arch_number(arch) < 80:
+        return f"3xtf32 needs tf32 tensor cores (sm_80 or newer), not {arch}"
+    if spec.math == "simt":
+        return "math simt runs fp32 on CUDA cores (the simt family); mma runs fp32 as 3xtf32"
+    if spec.math == "auto" and auto_math(spec, arch) != "3xtf32":
+        return f"{AUTO_RULE_NOTE}; ask for it with math 3xtf32"
     return None
 
 
@@ -157,8 +182,10 @@ def _occupancy(c: MmaConfig, s: GemmSpec, arch: str) -> str | None:
     if c.blocks_per_sm not in (1, 2):
         return f"blocks_per_sm={c.blocks_per_sm}: 1 or 2"
     cap = min(255, 65536 // (c.threads * c.blocks_per_sm))
-    # the accumulators, two fragment sets and ~40 registers of addresses and indices
-    need = c.accumulators + 2 * (c.wm // 16 * 4 + c.wn // 8 * 2) + 40
+    # the accumulators, two fragment sets and ~40 registers of addresses and indices (3xtf32: the
+    # split fragments' small parts and the partial sums ptxas keeps in flight beside the accumulators)
+    fragments = c.wm // 16 * 4 + c.wn // 8 * 2
+    need = (c.accumulators + 2 * fragments + 40) if not splits_fp32(s) else (2 * c.accumulators + 3 * fragments + 40)
     if need > cap:  # ptxas would spill to fit the launch bound (e.g. 16 warps of 64x64: 128 registers each)
         return f"{c.blocks_per_sm} block(s) of {c.threads} threads leave {cap} registers a thread, under ~{need}"
     if c.blocks_per_sm == 1:
@@ -222,7 +249,7 @@ def shape_class(spec: GemmSpec) -> tuple[int, int]:
     """The copy widths of A and B (16, 8, 4 or 2 bytes), which the stored rows' lengths decide: a
     config measured on one width says little about another (128x256 with 64-byte slices ran
     4096^3 in 349 us and 4093x4091x4097, whose rows are copied 2 bytes at a time, in 2028)."""
-    elem = INPUT_BYTES[spec.dtype]
+    elem = INPUT_BYTES[tensor_dtype(spec)]
     a_row = spec.k if not spec.a_trans else spec.m
     b_row = spec.k if spec.b_trans else spec.n
     return copy_width(a_row, elem), copy_width(b_row, elem)
@@ -265,6 +292,8 @@ def default_config(spec: GemmSpec | None, arch: str = "sm_80") -> MmaConfig:
     tuned = dict(ladder(arch))["tuned"]
     if spec is None:
         return tuned
+    if splits_fp32(spec):
+        return _split_default(spec, arch)
     sms = geometry(None, arch).sm_count if known_arch(arch) else 80
     tiles = lambda c: -(-spec.m // c.bm) * -(-spec.n // c.bn)  # noqa: E731
     wide = _register_copied_tile(arch)
@@ -278,12 +307,34 @@ def default_config(spec: GemmSpec | None, arch: str = "sm_80") -> MmaConfig:
     return candidate
 
 
+def _split_candidates(arch: str) -> list[tuple[str, MmaConfig]]:
+    """3xtf32's shapes: three mma per fragment pair and the split fragments beside the accumulators
+    leave no room for 64x64 warp tiles (ptxas: ~264 registers), so 64x32 and 32x32 warps."""
+    base = MmaConfig(bm=128, bn=128, k_bytes=64, wm=64, wn=32, stages=4, group_m=8)
+    return [
+        ("3x_128x128_w64x32", base.with_(stages=_fitting_stages(base, arch, 4))),
+        ("3x_128x128_w32x64", base.with_(wm=32, wn=64, stages=_fitting_stages(base, arch, 4))),
+        ("3x_128x128_w32x32_2sm", base.with_(wm=32, wn=32, stages=3, blocks_per_sm=2)),
+        ("3x_128x128_w64x32_k32", base.with_(k_bytes=32, stages=_fitting_stages(base.with_(k_bytes=32), arch, 5))),
+        ("3x_128x64_w32x32_2sm", base.with_(bn=64, wm=32, wn=32, stages=4, blocks_per_sm=2)),
+        ("3x_64x64_w32x32", MmaConfig(bm=64, bn=64, k_bytes=64, wm=32, wn=32, stages=4, group_m=8)),
+    ]
+
+
+def _split_default(spec: GemmSpec, arch: str) -> MmaConfig:
+    """3xtf32: 128x128 tiles of 8 warps (64x32) where they fill half the SMs, else 64x64 tiles."""
+    sms = geometry(None, arch).sm_count if known_arch(arch) else 80
+    named = dict(_split_candidates(arch))
+    wide, small = named["3x_128x128_w64x32"], named["3x_64x64_w32x32"]
+    return wide if -(-spec.m // wide.bm) * -(-spec.n // wide.bn) >= sms // 2 else small
+
+
 def candidates(spec: GemmSpec, arch: str = "sm_80") -> list[tuple[str, MmaConfig]]:
     """A few named configs of proven shapes to time against the default (each valid for `spec` on
     `arch`): gemmtune.build(spec, config=c, family="mma")."""
     tuned = dict(ladder(arch))["tuned"]
     two = _two_per_sm(spec, arch)
-    named = [
+    named = [("default", default_config(spec, arch))] + _split_candidates(arch) if splits_fp32(spec) else [
         ("default", default_config(spec, arch)),
         ("tuned", tuned),
         ("128x128_2sm", two),

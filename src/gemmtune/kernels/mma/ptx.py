@@ -67,6 +67,26 @@ __device__ __forceinline__ void mma_tile(float (&d)[4], const u32 (&a)[4], const
 """,
 }
 
+# 3xTF32: an fp32 value as big + small, both exact tf32 values, so three tf32 products keep fp32 accuracy.
+SPLIT_TF32 = r"""
+// Round an fp32 value to tf32 (10-bit mantissa), to nearest with ties away from zero; low 13 bits zero.
+__device__ __forceinline__ u32 to_tf32(float x) {
+    u32 r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+// x = big + small: big is x rounded to tf32, small the residual (exact in fp32) rounded to tf32, so
+// |x - big - small| <= 2^-22 |x|. Where big rounds up past FLT_MAX it would be inf: keep x's top 19
+// bits instead (truncation cannot overflow); inf and NaN pass through big with a zero small.
+__device__ __forceinline__ void split_tf32(u32 x_bits, u32& big, u32& small) {
+    const float x = __uint_as_float(x_bits);
+    big = to_tf32(x);
+    if (isinf(__uint_as_float(big))) big = x_bits & 0xFFFFE000u;
+    const float rest = x - __uint_as_float(big);
+    small = isfinite(x) ? to_tf32(rest) : 0u;
+}
+"""
+
 CP_ASYNC = r"""
 // cp.async 16 B (L2 only, .cg): global -> shared without registers; src-size 0 writes 16 zero bytes.
 __device__ __forceinline__ void cp_async_16(u32 dst, const void* src, bool valid) {

@@ -17,8 +17,18 @@ from ...spec import GemmSpec
 from ..config_base import arch_number
 from ..parts.epilogue import CArg, Operands, VectorArg, epilogue_call, epilogue_function, pointer_params
 from ..parts.floats import FLOAT_VIEW, HALF_FLOATS, PACK_PAIR, TO_OUT
-from .config import INPUT_BYTES, KSTEP_BYTES, NAME, VERSION, MmaConfig, copy_width, rejections
-from .ptx import CP_ASYNC, LDMATRIX, SMEM_ADDR, mma_helper
+from .config import (
+    INPUT_BYTES,
+    KSTEP_BYTES,
+    NAME,
+    VERSION,
+    MmaConfig,
+    copy_width,
+    rejections,
+    splits_fp32,
+    tensor_dtype,
+)
+from .ptx import CP_ASYNC, LDMATRIX, SMEM_ADDR, SPLIT_TF32, mma_helper
 
 STORAGE_TYPES = {"fp32": "float", "tf32": "float", "bf16": "bf16_t", "fp16": "fp16_t"}
 COPY_TYPES = {16: "uint4", 8: "uint2", 4: "u32", 2: "unsigned short"}
@@ -73,7 +83,7 @@ class Operand:
 
 
 def operands(spec: GemmSpec, config: MmaConfig, arch: str) -> tuple[Operand, Operand]:
-    elem, bk = INPUT_BYTES[spec.dtype], config.bk(spec.dtype)
+    elem, bk = INPUT_BYTES[tensor_dtype(spec)], config.bk(tensor_dtype(spec))
     cp_async = config.async_copy and arch_number(arch) >= 80
     found = []
     offset = 0
@@ -413,13 +423,13 @@ def _params(spec: GemmSpec) -> tuple[tuple[str, ...], str]:
 
 
 def _constants(spec: GemmSpec, config: MmaConfig, a: Operand, b: Operand) -> str:
-    bk = config.bk(spec.dtype)
+    bk = config.bk(tensor_dtype(spec))
     return f"""constexpr int M = {spec.m}, N = {spec.n}, K = {spec.k};
 constexpr int BM = {config.bm}, BN = {config.bn}, BK = {bk};  // block tile; BK = {config.k_bytes} bytes of K
 constexpr int WM = {config.wm}, WN = {config.wn};  // one warp's tile of D
 constexpr int WARPS_N = BN / WN, THREADS = {config.threads};
 constexpr int MT = WM / 16, NT = WN / 8;  // 16x8 mma tiles per warp tile
-constexpr int KSTEP = {KSTEP_BYTES // INPUT_BYTES[spec.dtype]};  // K of one mma
+constexpr int KSTEP = {KSTEP_BYTES // INPUT_BYTES[tensor_dtype(spec)]};  // K of one mma
 constexpr int STAGES = {config.stages};  // shared-memory buffers in the ring
 constexpr int A_BYTES = {a.tile_bytes}, STAGE_BYTES = {a.tile_bytes + b.tile_bytes};
 constexpr int TILES_M = (M + BM - 1) / BM, TILES_N = (N + BN - 1) / BN, KTILES = (K + BK - 1) / BK;
@@ -563,6 +573,47 @@ def _main_loop(config: MmaConfig, uses_async: bool, has_regs: bool, double: bool
 """
 
 
+def _multiply(spec: GemmSpec) -> str:
+    """The warp tile's mma work for one k-step: one mma per 16x8 tile, or three for 3xtf32."""
+    if not splits_fp32(spec):
+        return """    auto multiply = [&](const u32 (&a)[MT][4], const u32 (&b)[NT][2]) {
+        #pragma unroll
+        for (int i = 0; i < MT; ++i)
+            #pragma unroll
+            for (int j = 0; j < NT; ++j) mma_tile(acc[i][j], a[i], b[j]);
+    };
+"""
+    return """    // 3xTF32: every fp32 fragment value x = big + small (both tf32), and each 16x8 tile takes
+    // small·big + big·small + big·big (small·small, under 2^-22 of the product, is left out). The three
+    // products of a k-step are summed in a fresh 4-register partial, which then joins the accumulator by
+    // an fp32 add: the tensor core's own accumulation rounds toward zero, a bias that, applied to the
+    // whole running sum every k-step, grew the error with K (17x SGEMM's at K=1024, 175x at 16384 on an
+    // H100); applied to one k-step's partial it stays at fp32's level.
+    auto multiply = [&](const u32 (&a)[MT][4], const u32 (&b)[NT][2]) {
+        u32 a_big[MT][4], a_small[MT][4], b_big[NT][2], b_small[NT][2];
+        #pragma unroll
+        for (int i = 0; i < MT; ++i)
+            #pragma unroll
+            for (int r = 0; r < 4; ++r) split_tf32(a[i][r], a_big[i][r], a_small[i][r]);
+        #pragma unroll
+        for (int j = 0; j < NT; ++j)
+            #pragma unroll
+            for (int r = 0; r < 2; ++r) split_tf32(b[j][r], b_big[j][r], b_small[j][r]);
+        #pragma unroll
+        for (int i = 0; i < MT; ++i)
+            #pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                float part[4] = {0.f, 0.f, 0.f, 0.f};
+                mma_tile(part, a_small[i], b_big[j]);
+                mma_tile(part, a_big[i], b_small[j]);
+                mma_tile(part, a_big[i], b_big[j]);
+                #pragma unroll
+                for (int r = 0; r < 4; ++r) acc[i][j][r] += part[r];
+            }
+    };
+"""
+
+
 def _kernel(spec: GemmSpec, config: MmaConfig, a: Operand, b: Operand) -> str:
     uses_async = a.use_async or b.use_async
     has_regs = not (a.use_async and b.use_async)
@@ -590,13 +641,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) {entry_name(sp
         {{
 {_a_fragments(a)}{_b_fragments(b)}        }}
     }};
-    auto multiply = [&](const u32 (&a)[MT][4], const u32 (&b)[NT][2]) {{
-        #pragma unroll
-        for (int i = 0; i < MT; ++i)
-            #pragma unroll
-            for (int j = 0; j < NT; ++j) mma_tile(acc[i][j], a[i], b[j]);
-    }};
-    (void)g; (void)t;
+{_multiply(spec)}    (void)g; (void)t;
 
 {_main_loop(config, uses_async, has_regs, double_buffered(a, b))}
 {_write_back(spec)}}}
@@ -614,7 +659,7 @@ def _source_text(spec: GemmSpec, config: MmaConfig, arch: str) -> str:
              f"typedef {STORAGE_TYPES[spec.out_dtype]} out_t;  // C, bias, D\n")
     return (header + HALF_FLOATS + FLOAT_VIEW + types + TO_OUT + (PACK_PAIR if arch_number(arch) >= 80 else "") + SMEM_ADDR
             + (LDMATRIX if a.use_ldmatrix or b.use_ldmatrix else "") + (CP_ASYNC if uses_async else "")
-            + mma_helper(spec.dtype, arch_number(arch)) + LDS + _pair_io(spec, arch)
+            + mma_helper(tensor_dtype(spec), arch_number(arch)) + (SPLIT_TF32 if splits_fp32(spec) else "") + LDS + _pair_io(spec, arch)
             + "\n" + _constants(spec, config, a, b) + "\n"
             + epilogue_function(spec.epilogue, EPILOGUE_OPERANDS, "c is C[row, col], loaded by the caller.")
             + _offset_function(a) + _offset_function(b)

@@ -15,6 +15,8 @@ def supports(spec: GemmSpec, arch: str) -> str | None:
     """simt multiplies fp32 on CUDA cores: every other dtype needs a tensor-core family."""
     if spec.dtype != "fp32":
         return f"simt computes fp32 only, not {spec.dtype}"
+    if spec.math == "3xtf32":
+        return "math 3xtf32 runs on tensor cores (the mma family); simt multiplies fp32 on CUDA cores"
     return None
 
 
