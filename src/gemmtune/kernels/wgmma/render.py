@@ -251,10 +251,14 @@ def _shared_storage(spec: GemmSpec, config: WgmmaConfig) -> str:
                 else ["u64 c_unused[2 * TILE_TURNS];            // (no C tile: C's barriers' place)"] if config.pingpong else [])
     members += ["u64 mainloop_done[TILE_TURNS];            // [turn] a main loop ended"] if config.pingpong else []
     body = "".join(f"\n    {m}" for m in members)
-    turns = ("""
-static_assert(__builtin_offsetof(SharedStorage, mainloop_done) ==
-              __builtin_offsetof(SharedStorage, full) + (2 * STAGES + 2 * TILE_TURNS) * 8, "turns after C's barriers");"""
+    # Offsets are checked as sums of member sizes: NVRTC 13.0 rejects __builtin_offsetof, and byte
+    # arrays of 8-byte multiples followed by u64 arrays leave no padding between members.
+    c_sizes = "sizeof(SharedStorage::c_full) + sizeof(SharedStorage::c_empty)" if c_barriers else "sizeof(SharedStorage::c_unused)"
+    turns = (f"""
+static_assert(sizeof(SharedStorage::full) + sizeof(SharedStorage::empty) + {c_sizes} ==
+              (2 * STAGES + 2 * TILE_TURNS) * 8, "turns after C's barriers");"""
              if config.pingpong else "")
+    before = "sizeof(SharedStorage::a) + sizeof(SharedStorage::b)" + (" + sizeof(SharedStorage::out)" if config.epilogue_bytes(spec) else "")
     return f"""
 // The block's dynamic shared memory, laid out once. The host allocates SMEM_BYTES: the struct and
 // up to 1024 bytes of realignment (dynamic shared memory starts at least 16-byte aligned).
@@ -262,7 +266,7 @@ struct SharedStorage {{{body}
 }};
 constexpr int SMEM_BYTES = {config.smem_bytes(spec)};
 static_assert(sizeof(SharedStorage) + 1024 - 16 <= SMEM_BYTES, "the shared storage outgrows the allocation");
-static_assert(__builtin_offsetof(SharedStorage, full) == STAGES * STAGE_BYTES + EPI_BYTES, "barriers after the tiles and buffer");{turns}
+static_assert({before} == STAGES * STAGE_BYTES + EPI_BYTES, "barriers after the tiles and buffer");{turns}
 """
 
 
