@@ -106,3 +106,43 @@ def test_timed_sections_on_the_fake_gpu_take_the_lock(tmp_path: Path, monkeypatc
     raw = b"fake-gpu-uuid-00".hex()  # the fake driver's UUID, formatted as nvidia-smi does
     expected = f"GPU-{raw[:8]}-{raw[8:12]}-{raw[12:16]}-{raw[16:20]}-{raw[20:]}"
     assert [p.name for p in tmp_path.glob("*.lock")] == [f"gpu-{expected}.lock"]
+
+
+def test_overlaps_counts_every_pair_not_only_neighbours() -> None:
+    """A long section overlapping two later ones is two pairs; a process never overlaps itself."""
+    long, a, b = Interval(1, 0.0, 10.0), Interval(2, 1.0, 2.0), Interval(3, 3.0, 4.0)
+    assert overlaps([b, long, a]) == [(long, a), (long, b)]
+    assert overlaps([Interval(1, 0.0, 2.0), Interval(1, 1.0, 3.0)]) == []
+
+
+def test_lock_report_counts_busy_time_per_holder(tmp_path: Path) -> None:
+    """Intervals named by GEMMTUNE_LOCK_HOLDER count to that holder whatever their pid (a worker and
+    its measuring children); unnamed ones count to their process. Old three-column lines still read."""
+    log = tmp_path / "log"
+    log.write_text("10 0.0 1.0 worker-0\n11 1.0 1.5 worker-0\n12 2.0 4.0 worker-1\n13 4.0 4.25\n")
+    report = gpu_lock.lock_report(read_intervals(log))
+    assert report.sections == 4 and report.overlapping_pairs == 0 and report.span_s == 4.25
+    assert report.busy_s == {"worker-0": 1.5, "worker-1": 2.0, "pid 13": 0.25}
+    assert report.counts == {"worker-0": 2, "worker-1": 1, "pid 13": 1}
+    first, second = report.lines()
+    assert "4 timed sections by 3 holders over 4.2 s, 0 overlapping pairs" in first
+    assert "worker-0 1.5 s (2)" in second and "worker-1 2.0 s (1)" in second
+    log.write_text("10 0.0 1.0 worker-0\n12 0.5 4.0 worker-1\n")
+    assert gpu_lock.lock_report(read_intervals(log)).overlapping_pairs == 1
+    assert gpu_lock.lock_report([]).lines() == ["GPU lock: no timed section recorded"]
+
+
+def test_a_named_holder_is_written_to_the_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GEMMTUNE_LOCK_DIR", str(tmp_path))
+    monkeypatch.setenv("GEMMTUNE_LOCK_LOG", str(tmp_path / "log"))
+    monkeypatch.setenv("GEMMTUNE_LOCK_HOLDER", "worker 3")
+    with gpu_lock.gpu_lock("GPU-n"):
+        pass
+    [interval] = read_intervals(tmp_path / "log")
+    assert interval.pid == os.getpid() and interval.holder == "worker_3" and interval.end >= interval.start
+
+
+def test_a_damaged_log_line_is_named(tmp_path: Path) -> None:
+    (tmp_path / "log").write_text("1 0.0 1.0\ngarbage\n")
+    with pytest.raises(ValueError, match="line 2 is not 'pid start end"):
+        read_intervals(tmp_path / "log")

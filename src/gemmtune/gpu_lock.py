@@ -12,8 +12,11 @@ says whose lock it waits for. Two environment variables, read at each acquisitio
 workers inherit them from the command that started them:
   GEMMTUNE_LOCK_DIR  where the lock files live (default $XDG_RUNTIME_DIR/gemmtune, else
                      /tmp/gemmtune-<uid>); processes that should exclude each other must agree.
-  GEMMTUNE_LOCK_LOG  a file to which each holder appends "pid start end" (CLOCK_MONOTONIC seconds)
-                     per held interval, for checking that holders never overlapped.
+  GEMMTUNE_LOCK_LOG  a file to which each holder appends "pid start end [holder]" (CLOCK_MONOTONIC
+                     seconds) per held interval, for checking that holders never overlapped
+                     (lock_report: overlapping pairs, busy time per holder).
+  GEMMTUNE_LOCK_HOLDER  a name for the log's holder column (a Dask worker names itself, so its
+                     measuring children's intervals count as its own); default: the pid.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ from typing import Callable, Iterator
 WAIT_NOTICE_S = 1.0
 LOCK_DIR_ENV = "GEMMTUNE_LOCK_DIR"
 LOCK_LOG_ENV = "GEMMTUNE_LOCK_LOG"
+LOCK_HOLDER_ENV = "GEMMTUNE_LOCK_HOLDER"
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,12 @@ class Interval:
     pid: int
     start: float
     end: float
+    holder: str = ""  # GEMMTUNE_LOCK_HOLDER of the process, if it had one
+
+    @property
+    def owner(self) -> str:
+        """Whose busy time the interval counts to: the holder's name, else the process."""
+        return self.holder or f"pid {self.pid}"
 
 
 def lock_dir() -> Path:
@@ -120,11 +130,16 @@ def _acquire(path: Path, say: Callable[[str], None]) -> int:
     return fd
 
 
+def holder_name() -> str:
+    """GEMMTUNE_LOCK_HOLDER as one word (the log is split on whitespace)."""
+    return "_".join(os.environ.get(LOCK_HOLDER_ENV, "").split())
+
+
 def _log_interval(interval: Interval) -> None:
     log = os.environ.get(LOCK_LOG_ENV)
     if not log:
         return
-    line = f"{interval.pid} {interval.start:.9f} {interval.end:.9f}\n".encode()
+    line = f"{interval.pid} {interval.start:.9f} {interval.end:.9f} {interval.holder}".rstrip().encode() + b"\n"
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         os.write(fd, line)  # one short O_APPEND write: lines of concurrent holders never interleave
@@ -149,7 +164,7 @@ def gpu_lock(key: str, say: Callable[[str], None] = _stderr) -> Iterator[None]:
                 ended = time.monotonic()  # taken before the release: logged intervals never overlap
                 fd, state.fd = state.fd, None
                 os.close(fd)
-                _log_interval(Interval(os.getpid(), state.since, ended))
+                _log_interval(Interval(os.getpid(), state.since, ended, holder_name()))
 
 
 def device_lock(ordinal: int | None = None):
@@ -159,15 +174,60 @@ def device_lock(ordinal: int | None = None):
     return gpu_lock(device_uuid(current_ordinal() if ordinal is None else ordinal))
 
 
-def read_intervals(log: Path) -> list[Interval]:
+def read_intervals(log: Path | str) -> list[Interval]:
+    """The intervals GEMMTUNE_LOCK_LOG recorded ("pid start end [holder]" per line)."""
     intervals = []
-    for line in Path(log).read_text().splitlines():
-        pid, start, end = line.split()
-        intervals.append(Interval(int(pid), float(start), float(end)))
+    for number, line in enumerate(Path(log).read_text().splitlines(), 1):
+        fields = line.split()
+        if len(fields) not in (3, 4):
+            raise ValueError(f"{log}: line {number} is not 'pid start end [holder]': {line!r}")
+        intervals.append(Interval(int(fields[0]), float(fields[1]), float(fields[2]), "".join(fields[3:])))
     return intervals
 
 
 def overlaps(intervals: list[Interval]) -> list[tuple[Interval, Interval]]:
-    """Pairs of intervals of different processes that overlap in time (none, when the lock works)."""
-    ordered = sorted(intervals, key=lambda i: i.start)
-    return [(a, b) for a, b in zip(ordered, ordered[1:]) if b.start < a.end and a.pid != b.pid]
+    """Every pair of intervals of different processes that overlap in time (none, when the lock works)."""
+    pairs, running = [], []
+    for interval in sorted(intervals, key=lambda i: i.start):
+        running = [o for o in running if o.end > interval.start]  # touching (end == start) is no overlap
+        pairs += [(o, interval) for o in running if o.pid != interval.pid]
+        running.append(interval)
+    return pairs
+
+
+@dataclass(frozen=True)
+class LockReport:
+    """What a lock log says: timed sections, overlapping pairs, and each holder's busy time."""
+
+    sections: int
+    overlapping_pairs: int
+    span_s: float  # first start to last end
+    busy_s: dict[str, float]  # holder -> seconds it held the lock
+    counts: dict[str, int]  # holder -> timed sections
+
+    def lines(self) -> list[str]:
+        if not self.sections:
+            return ["GPU lock: no timed section recorded"]
+        held = sum(self.busy_s.values())
+        busiest = max(self.busy_s.values())
+        spread = (busiest - min(self.busy_s.values())) / busiest if busiest > 0 else 0.0
+        return [f"GPU lock: {self.sections} timed sections by {len(self.busy_s)} holders over {self.span_s:.1f} s, "
+                f"{self.overlapping_pairs} overlapping pairs; held {100 * held / max(self.span_s, 1e-9):.0f}% "
+                f"of the span",
+                "busy per holder: " + ", ".join(f"{owner} {seconds:.1f} s ({self.counts[owner]})"
+                                                for owner, seconds in sorted(self.busy_s.items()))
+                + f"; spread {100 * spread:.0f}% of the busiest"]
+
+    def to_json(self) -> dict:
+        return {"sections": self.sections, "overlapping_pairs": self.overlapping_pairs, "span_s": self.span_s,
+                "busy_s": self.busy_s, "sections_per_holder": self.counts}
+
+
+def lock_report(intervals: list[Interval]) -> LockReport:
+    busy: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for interval in intervals:
+        busy[interval.owner] = busy.get(interval.owner, 0.0) + (interval.end - interval.start)
+        counts[interval.owner] = counts.get(interval.owner, 0) + 1
+    span = max(i.end for i in intervals) - min(i.start for i in intervals) if intervals else 0.0
+    return LockReport(len(intervals), len(overlaps(intervals)), span, busy, counts)
