@@ -10,6 +10,7 @@ whose result changes from run to run (a race) is caught too.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -21,7 +22,7 @@ from .gpu_lock import device_lock
 from .runtime import DeviceBuffer, LoadedKernel, release, synchronize
 from .spec import GemmSpec
 from .timing import Measurement, TimingProtocol, measure
-from .verify import VerifyResult, compare, make_inputs, reference
+from .verify import VerifyResult, compare, gpu_reference, make_inputs, reference
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,9 @@ def evaluate(compiled: CompiledKernel, protocol: TimingProtocol = TimingProtocol
     info = query_device(ordinal)
     spec.check_fits(free_memory(ordinal))
     inputs = make_inputs(spec, rng if rng is not None else np.random.default_rng())
-    expected = reference(spec, inputs)
+    on_gpu = gpu_reference(spec)  # then it is GPU work, which another process's timing must not see either
+    with device_lock(ordinal) if on_gpu else nullcontext():
+        expected = reference(spec, inputs, on_gpu)
     with device_lock(ordinal):  # the checked launch too: no other process's timing sees it
         return _load_check_time(compiled, inputs, expected, protocol, verify_only, ordinal, info.l2_bytes)
 

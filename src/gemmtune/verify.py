@@ -87,9 +87,14 @@ def _operands(spec: GemmSpec, inputs: dict) -> dict:
 def reference(spec: GemmSpec, inputs: dict[str, np.ndarray | float], use_gpu: bool | None = None) -> np.ndarray:
     """D in float64. On the GPU (torch, cuBLAS on upcast inputs) for large problems when possible."""
     if use_gpu is None:
-        use_gpu = spec.flops > GPU_REFERENCE_FLOPS and _torch_cuda() is not None
+        use_gpu = gpu_reference(spec)
     product = _product_torch(spec, inputs) if use_gpu else _product_numpy(spec, inputs)
     return spec.epilogue.reference(product, _operands(spec, inputs))
+
+
+def gpu_reference(spec: GemmSpec) -> bool:
+    """Whether reference() computes `spec` on the GPU: a large problem, and torch sees a GPU."""
+    return spec.flops > GPU_REFERENCE_FLOPS and _torch_cuda() is not None
 
 
 def _product_numpy(spec: GemmSpec, inputs: dict) -> np.ndarray:
