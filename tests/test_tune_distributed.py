@@ -268,3 +268,107 @@ def test_a_trial_the_cluster_keeps_losing_stops_its_shape_in_one_line(tables, wo
     assert len(lost) == 1 and lost[0].budget.shape.spec == SHAPES[1]
     assert lost[0].error.startswith("the cluster lost every worker that ran") and "\n" not in lost[0].error
     assert [o for o in outcomes if o.outcome is not None][0].outcome.new_trials > 0
+
+
+# --- two workers sharing one GPU: the lock log says whether timed sections overlapped ----------------
+def locked_by_tile(job):
+    """timed_by_tile inside the GPU lock of one (fake) GPU, as the real evaluator holds it."""
+    from gemmtune.gpu_lock import gpu_lock
+
+    with gpu_lock("GPU-shared-fake"):
+        time.sleep(0.004)
+    return timed_by_tile(job)
+
+
+def test_two_workers_on_one_gpu_never_overlap_and_the_log_names_each_worker(tmp_path, monkeypatch, capsys):
+    """Two GPU workers, two shapes at once: every timed section is logged under its worker's name
+    (taken by the measuring child from the worker), none overlaps another, both workers were busy,
+    and each worker measured every shape in one shared child."""
+    import json
+
+    distributed = pytest.importorskip("distributed")
+    from gemmtune.cli.many_cmds import report_lock_log, start_lock_log
+    from gemmtune.gpu_lock import lock_report, read_intervals
+    from gemmtune.tune.distributed import GpuRecipe, non_daemon_workers
+    from test_tune_worker import ENV, fake_compile_all_fine
+
+    monkeypatch.setenv("GEMMTUNE_LOCK_DIR", str(tmp_path / "locks"))
+    log = tmp_path / "lock.log"
+    monkeypatch.delenv("GEMMTUNE_LOCK_LOG", raising=False)  # so that the test's end removes what start_lock_log sets
+    start_lock_log(log)  # before the cluster starts: the workers inherit it
+    with non_daemon_workers():
+        cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                           dashboard_address=":0", resources={"GPU": 1})
+    workload = Workload(tuple(WorkloadShape(spec) for spec in SHAPES[:4]))
+    with cluster, distributed.Client(cluster) as client, TuningDB(tmp_path / "l.sqlite") as db:
+        def runner_for(spec, family):
+            return DaskRunner(client, GpuRecipe(json.dumps(spec.to_json()), family, 10.0, fake_compile_all_fine,
+                                                locked_by_tile, ENV))
+
+        outcomes = tune_many(workload, runner_for, db, "sm_90", OPTIONS, total_trials=64, family="simt",
+                             shapes_at_once=2)
+        worker_names = {f"worker-{w['name']}" for w in client.scheduler_info()["workers"].values()}
+    assert all(o.outcome is not None for o in outcomes)
+    report = lock_report(read_intervals(log))
+    assert report.overlapping_pairs == 0 and set(report.busy_s) == worker_names
+    assert report.sections >= 64 and min(report.counts.values()) > 0
+    with sqlite3.connect(tmp_path / "l.sqlite") as conn:
+        pids = {json.loads(row[0])["pid"] for row in conn.execute("SELECT protocol_json FROM trials WHERE status = 'ok'")}
+    assert len(pids) == 2  # one measuring child per worker for all four shapes
+    assert report_lock_log(log, console_for_test())
+    assert "0 overlapping pairs" in capsys.readouterr().out
+
+
+def test_overlapping_sections_fail_the_check_in_one_line(tmp_path, capsys):
+    from gemmtune.cli.many_cmds import report_lock_log
+
+    log = tmp_path / "lock.log"
+    log.write_text("10 0.0 1.0 worker-0\n11 0.5 1.5 worker-1\n")
+    assert not report_lock_log(log, console_for_test())
+    captured = capsys.readouterr()
+    assert "1 overlapping pairs" in captured.out
+    assert captured.err.strip() == f"gemmtune: 1 pairs of timed sections overlapped (see {log})"
+
+
+def console_for_test():
+    from rich.console import Console
+
+    return Console(width=200)
+
+
+def test_an_interrupt_drops_the_shapes_not_started(tables, workload, tmp_path):
+    """SIGINT while shapes are tuned two at a time: tune_many stops waiting at once and the shapes
+    not started are never tuned (a `with ThreadPoolExecutor` would tune all twelve before the stop
+    got through); the shapes already done were reported to on_done."""
+    from gemmtune.lifeline import Interrupted, stop_signals
+
+    done: list = []
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    started = time.monotonic()
+    with pytest.raises(Interrupted), stop_signals(), TuningDB(tmp_path / "i.sqlite") as db:
+        timer.start()
+        tune_many(workload, _serial(tables, delay_s=0.05), db, "sm_90", OPTIONS, total_trials=TOTAL_TRIALS,
+                  family="simt", shapes_at_once=2, on_done=done.append)
+    assert time.monotonic() - started < 3.0
+    time.sleep(3.0)  # the two shapes running when the stop came end on their own
+    assert 0 < len(done) <= 3 and len(done) < len(workload.shapes)
+
+
+def test_the_workload_time_line_sums_count_times_time_and_compares_with_cublas():
+    from types import SimpleNamespace
+
+    from gemmtune.cli.many_cmds import workload_time_line
+
+    def shape(count, untuned, tuned):
+        return SimpleNamespace(budget=SimpleNamespace(shape=SimpleNamespace(count=count)), untuned_s=untuned,
+                               tuned_s=tuned)
+
+    outcomes = [shape(2, 4e-3, 2e-3), shape(1, 2e-3, 1e-3)]
+    assert workload_time_line(outcomes, [3e-3, 1e-3], 2) == (
+        "workload GEMM time per model step (Σ count × time): untuned 10.000 ms, tuned 5.000 ms, cuBLAS 7.000 ms; "
+        "× cuBLAS untuned 0.70, tuned 1.40")
+    partial = workload_time_line(outcomes[:1] + [shape(1, None, None)], [3e-3, None], 3)
+    assert partial.startswith("workload GEMM time per model step (Σ count × time) (over the 1 of 3 shapes tuned): "
+                              "untuned 8.000 ms, tuned 4.000 ms, cuBLAS 6.000 ms")
+    assert workload_time_line([shape(1, 2e-3, 1e-3)], [None], 1).endswith("tuned 1.000 ms, cuBLAS —")
+    assert workload_time_line([shape(1, None, None)], [None], 1) == ""

@@ -58,6 +58,9 @@ def register(subparsers) -> None:
                            "cluster); seeding a shape from the shapes tuned before it is then off")
     many.add_argument("--top", type=int, default=3, help="re-measure this many best configs per shape (default 3)")
     many.add_argument("--timeout", type=float, default=60.0, help="seconds before a measurement counts as hung")
+    many.add_argument("--lock-log", type=Path, metavar="FILE",
+                      help="record every timed section (GPU lock hold: pid, start, end, worker) in FILE, overwritten, "
+                           "and report overlapping sections and each worker's busy time at the end")
     many.set_defaults(run=run_tune_many)
 
 
@@ -155,6 +158,8 @@ def run_tune_many(args: argparse.Namespace) -> int:
     from ..workload import load_workload
 
     workload = load_workload(args.workload)
+    if args.lock_log is not None:
+        start_lock_log(args.lock_log)
     total_trials = args.trials if args.trials is not None or args.time_s is not None else 100 * len(workload.shapes)
     arch = "sm_90" if args.simulate is not None else target_arch(None)
     runner_for, cublas_for, client, where = runner_source(args)
@@ -164,18 +169,64 @@ def run_tune_many(args: argparse.Namespace) -> int:
     out.print(f"tuning {len(workload.shapes)} shapes on {where}; database {db_path}")
     at_once = args.shapes_at_once or (1 if client is None else min(len(workload.shapes), worker_count(client, args)))
     display = ShapeProgress()
+    cublas: dict[GemmSpec, float | None] = {}
+    done: list = []  # the shapes tuned so far, for a summary when the run is stopped
     try:
         with stop_signals(), TuningDB(db_path) as db, closing(client) if client is not None else nullcontext(), \
                 closing(display):
+            out.print(f"cuBLAS first, one shape at a time ({'from the tables' if args.simulate else 'measured'})")
+            cublas = cublas_times(workload, cublas_for, arch, args.family)
             outcomes = tune_many(workload, runner_for, db, arch, options, total_trials, args.time_s, args.family,
-                                 on_shape=display.start, shapes_at_once=at_once)
-            display.close()
-            cublas = [cublas_for(o.budget.shape.spec, o.family) if o.outcome is not None else None for o in outcomes]
+                                 on_shape=display.start, shapes_at_once=at_once, on_done=done.append)
     except Interrupted as stop:
+        if done:
+            out.print(f"{len(done)} of {len(workload.shapes)} shapes were tuned when the run stopped:")
+            print_summary(list(done), [cublas.get(o.budget.shape.spec) for o in done], out, len(workload.shapes))
+        if args.lock_log is not None:
+            report_lock_log(args.lock_log, out)
         print(f"gemmtune: stopped by {stop.name}; every finished trial is saved in {db_path}", file=sys.stderr)
         return stop.exit_code
-    print_summary(outcomes, cublas, out)
-    return 0 if all(o.outcome is not None for o in outcomes) else 1
+    print_summary(outcomes, [cublas.get(o.budget.shape.spec) for o in outcomes], out)
+    lock_ok = report_lock_log(args.lock_log, out) if args.lock_log is not None else True
+    return 0 if lock_ok and all(o.outcome is not None for o in outcomes) else 1
+
+
+def cublas_times(workload: Any, cublas_for: Any, arch: str, family: str | None) -> dict[GemmSpec, float | None]:
+    """cuBLAS's time per shape, taken before tuning and one shape at a time (nothing else is on the GPU
+    then, and a run stopped later still has them); None where it could not be measured."""
+    from ..errors import GemmtuneError
+    from ..tune.many import family_of
+
+    times: dict[GemmSpec, float | None] = {}
+    for shape in workload.shapes:
+        try:
+            times[shape.spec] = cublas_for(shape.spec, family_of(shape.spec, arch, family))
+        except GemmtuneError:
+            times[shape.spec] = None  # the shape's own problem is reported when it is tuned
+    return times
+
+
+def start_lock_log(path: Path) -> None:
+    """Timed sections of this process and of every worker it starts (they inherit the environment)
+    go to `path`, emptied first."""
+    import os
+
+    from ..gpu_lock import LOCK_LOG_ENV
+
+    path.write_text("")
+    os.environ[LOCK_LOG_ENV] = str(path.resolve())
+
+
+def report_lock_log(path: Path, out: Any) -> bool:
+    """Print the lock log's report; False when timed sections of different processes overlapped."""
+    from ..gpu_lock import lock_report, read_intervals
+
+    report = lock_report(read_intervals(path))
+    for line in report.lines():
+        out.print(line, highlight=False)
+    if report.overlapping_pairs:
+        print(f"gemmtune: {report.overlapping_pairs} pairs of timed sections overlapped (see {path})", file=sys.stderr)
+    return report.overlapping_pairs == 0
 
 
 def worker_count(client: Any, args: argparse.Namespace) -> int:
@@ -216,28 +267,42 @@ def _ratio(reference: float | None, seconds: float | None) -> str:
     return f"{reference / seconds:.2f}" if reference and seconds else "—"
 
 
-def print_summary(outcomes: list, cublas: list, out: Any) -> None:
+def print_summary(outcomes: list, cublas: list, out: Any, shapes: int | None = None) -> None:
     """Per shape: family, share, trials, untuned and tuned times and × cuBLAS; then the workload's GEMM
-    time per model step (Σ count × time) untuned, tuned and with cuBLAS."""
+    time per model step (Σ count × time) untuned, tuned and with cuBLAS. `shapes`: the workload's
+    count of shapes, when `outcomes` are only those finished."""
     from rich.table import Table
 
     table = Table(title="tune-many: per shape (times in µs; × cuBLAS > 1 is faster)")
     for column in ("shape", "family", "share", "count", "trials", "untuned", "tuned", "cuBLAS",
                    "untuned × cuBLAS", "tuned × cuBLAS", "best config"):
         table.add_column(column, justify="left" if column in ("shape", "best config") else "right")
-    totals = {"untuned": 0.0, "tuned": 0.0, "cuBLAS": 0.0}
-    complete = {key: True for key in totals}
     for o, cublas_s in sorted(zip(outcomes, cublas), key=lambda pair: -pair[0].budget.share):
         shape = o.budget.shape
-        for key, seconds in (("untuned", o.untuned_s), ("tuned", o.tuned_s), ("cuBLAS", cublas_s)):
-            complete[key] &= seconds is not None
-            totals[key] += shape.count * (seconds or 0.0)
         best = o.outcome.best if o.outcome is not None else None
         table.add_row(shape.spec.short(), o.family, f"{100 * o.budget.share:.1f}%", str(shape.count),
                       str(o.outcome.trials) if o.outcome else "—", _us(o.untuned_s), _us(o.tuned_s), _us(cublas_s),
                       _ratio(cublas_s, o.untuned_s), _ratio(cublas_s, o.tuned_s),
                       best.config.describe() if best else (o.error or "no successful trial"))
     out.print(table)
-    parts = [f"{key} {totals[key] * 1e3:.3f} ms" for key in totals if complete[key]]
-    if parts:
-        out.print("workload GEMM time per model step (Σ count × time): " + ", ".join(parts))
+    line = workload_time_line(outcomes, cublas, shapes or len(outcomes))
+    if line:
+        out.print(line, highlight=False)
+
+
+def workload_time_line(outcomes: list, cublas: list, shapes: int) -> str:
+    """The workload's GEMM time per model step (Σ count × time) tuned, and untuned and with cuBLAS
+    where every tuned shape has those, each against cuBLAS; over the tuned shapes ('' when none is)."""
+    tuned = [(o.budget.shape.count, o.tuned_s, o.untuned_s, c) for o, c in zip(outcomes, cublas) if o.tuned_s]
+    if not tuned:
+        return ""
+    totals = {name: sum(row[0] * row[i] for row in tuned) if all(row[i] for row in tuned) else None
+              for i, name in ((2, "untuned"), (1, "tuned"), (3, "cuBLAS"))}
+    over = "" if len(tuned) == shapes else f" (over the {len(tuned)} of {shapes} shapes tuned)"
+    parts = [f"{name} {seconds * 1e3:.3f} ms" if seconds else f"{name} —" for name, seconds in totals.items()]
+    line = f"workload GEMM time per model step (Σ count × time){over}: " + ", ".join(parts)
+    if totals["cuBLAS"] is None:
+        return line
+    ratios = [f"{name} {totals['cuBLAS'] / seconds:.2f}" for name, seconds in totals.items()
+              if seconds and name != "cuBLAS"]
+    return line + "; × cuBLAS " + ", ".join(ratios)

@@ -15,6 +15,7 @@ worker ...`, or dask-jobqueue on SLURM/PBS). Without the `dask` extra nothing he
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -89,14 +90,20 @@ class GpuRecipe:
     evaluator: Any = None
     environment: Environment | None = None
 
-    def build(self) -> Any:
+    def build(self, measure_worker: Any = None) -> Any:
+        """The pipeline; `measure_worker` (a MeasureWorker) is a measuring child to share, else its own."""
         from ..spec import GemmSpec
         from .pipeline import MeasurePipeline
-        from .worker import gpu_evaluator
 
         device, environment = (None, self.environment) if self.environment is not None else _this_gpu()
         return MeasurePipeline(GemmSpec.from_json(json.loads(self.spec_json)), environment, self.family,
-                               timeout_s=self.timeout_s, evaluator=self.evaluator or gpu_evaluator, device=device)
+                               timeout_s=self.timeout_s, evaluator=self.evaluator_or_gpu(), device=device,
+                               measure_worker=measure_worker)
+
+    def evaluator_or_gpu(self) -> Any:
+        from .worker import gpu_evaluator
+
+        return self.evaluator or gpu_evaluator
 
     def local(self) -> None:
         return None  # the client may have no GPU: the environment comes from a worker
@@ -116,12 +123,39 @@ def _this_gpu() -> tuple[Any, Environment]:
 
 
 _RUNNERS: dict[Any, Any] = {}  # per worker process: one runner per recipe, built on first use
+_CHILDREN: dict[tuple, Any] = {}  # per worker process: one measuring child per (evaluator, timeout)
 
 
 def _worker_runner(recipe: Any) -> Any:
     if recipe not in _RUNNERS:
-        _RUNNERS[recipe] = recipe.build()
+        name_this_worker()
+        _RUNNERS[recipe] = recipe.build(_shared_child(recipe)) if isinstance(recipe, GpuRecipe) else recipe.build()
     return _RUNNERS[recipe]
+
+
+def _shared_child(recipe: GpuRecipe) -> Any:
+    """The worker's one watched measuring child, shared by every shape's pipeline: a child per shape
+    would start Python, CUDA and torch again for each shape and keep each one's GPU memory."""
+    from .worker import MeasureWorker
+
+    key = (recipe.evaluator_or_gpu(), recipe.timeout_s)
+    if key not in _CHILDREN:
+        _CHILDREN[key] = MeasureWorker(key[0], recipe.timeout_s)
+    return _CHILDREN[key]
+
+
+def name_this_worker() -> None:
+    """Name this Dask worker in the GPU lock's log (GEMMTUNE_LOCK_HOLDER, inherited by the measuring
+    children it starts), so a lock report counts busy time per worker. No-op outside a worker."""
+    from distributed import get_worker
+
+    from ..gpu_lock import LOCK_HOLDER_ENV
+
+    try:
+        name = get_worker().name
+    except ValueError:
+        return
+    os.environ[LOCK_HOLDER_ENV] = f"worker-{name}"
 
 
 def measure_on_worker(recipe: Any, config: Any, remeasure: bool = False) -> TrialResult:
@@ -158,6 +192,7 @@ def cublas_on_worker(spec_json: str) -> float | None:
     from ..baseline import cublas_measurement
     from ..spec import GemmSpec
 
+    name_this_worker()
     try:
         return cublas_measurement(GemmSpec.from_json(json.loads(spec_json))).median_s
     except GemmtuneError:

@@ -129,9 +129,10 @@ def untuned_trial(context: TuneContext, runner: Runner, db: TuningDB) -> TrialRe
 def tune_many(workload: Workload, runner_for: RunnerFor, db: TuningDB, arch: str, options: TuneOptions,
               total_trials: int | None = None, total_time_s: float | None = None, family: str | None = None,
               on_shape: Callable[[ShapeBudget, str], Callable[[TuneProgress], None] | None] | None = None,
-              shapes_at_once: int = 1) -> list[ShapeOutcome]:
+              shapes_at_once: int = 1, on_done: Callable[[ShapeOutcome], None] | None = None) -> list[ShapeOutcome]:
     """Tune every shape of `workload` under the split budget, largest share first; `on_shape` is told
-    of each shape as it starts and may return its on_trial callback.
+    of each shape as it starts and may return its on_trial callback, `on_done` of each as it ends (so
+    a caller that is interrupted still has the shapes already tuned).
 
     With shapes_at_once > 1 that many shapes are tuned at the same time, each from its own client
     thread and database connection (SQLite serialises the writes), so a cluster with more workers
@@ -143,7 +144,7 @@ def tune_many(workload: Workload, runner_for: RunnerFor, db: TuningDB, arch: str
         options = replace(options, transfer=False)
         plan = overlapped_times(plan, total_time_s, shapes_at_once)
 
-    def one(budget: ShapeBudget) -> ShapeOutcome:
+    def tuned(budget: ShapeBudget) -> ShapeOutcome:
         try:
             chosen = family_of(budget.shape.spec, arch, family)
         except GemmtuneError as err:
@@ -154,9 +155,18 @@ def tune_many(workload: Workload, runner_for: RunnerFor, db: TuningDB, arch: str
         with TuningDB(db.path) as own:
             return tune_shape(budget, chosen, runner_for, own, options, on_trial)
 
+    def one(budget: ShapeBudget) -> ShapeOutcome:
+        outcome = tuned(budget)
+        if on_done is not None:
+            on_done(outcome)
+        return outcome
+
     if shapes_at_once == 1:
         return [one(budget) for budget in plan]
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(shapes_at_once) as pool:
+    pool = ThreadPoolExecutor(shapes_at_once)
+    try:
         return list(pool.map(one, plan))
+    finally:  # on an interrupt the shapes not started are dropped (a `with` would tune them all first)
+        pool.shutdown(wait=False, cancel_futures=True)

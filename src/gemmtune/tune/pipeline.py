@@ -61,14 +61,16 @@ class MeasurePipeline:
 
     def __init__(self, spec: GemmSpec, environment: Environment, family: str = "simt", protocol: Any = None,
                  compile_workers: int | None = None, timeout_s: float = 60.0, evaluator: Evaluator = gpu_evaluator,
-                 compiler: Compiler = compile_candidate, cache_dir: Path | None = None, device: Any = None):
+                 compiler: Compiler = compile_candidate, cache_dir: Path | None = None, device: Any = None,
+                 measure_worker: MeasureWorker | None = None):
         self.spec, self.environment, self.family, self.protocol = spec, environment, family, protocol
         self.device = device  # a DeviceInfo: when given, over-limit kernels are rejected before the worker
         self.compiler, self.cache_dir = compiler, cache_dir
         # One core stays free for the tuner and the measuring process.
         self.compile_workers = compile_workers or max(1, (os.cpu_count() or 2) - 1)
         self.pool: ProcessPoolExecutor | None = None
-        self.worker = MeasureWorker(evaluator, timeout_s)
+        # A measuring child shared with other pipelines (a Dask worker's) is passed in; close() stops it too.
+        self.worker = measure_worker or MeasureWorker(evaluator, timeout_s)
 
     def restrict(self, candidates: CandidateSet) -> CandidateSet:
         return candidates
