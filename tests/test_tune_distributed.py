@@ -372,3 +372,18 @@ def test_the_workload_time_line_sums_count_times_time_and_compares_with_cublas()
                               "untuned 8.000 ms, tuned 4.000 ms, cuBLAS 6.000 ms")
     assert workload_time_line([shape(1, 2e-3, 1e-3)], [None], 1).endswith("tuned 1.000 ms, cuBLAS —")
     assert workload_time_line([shape(1, None, None)], [None], 1) == ""
+
+
+def test_cublas_times_come_first_and_a_failing_baseline_is_one_line(workload, capsys):
+    from gemmtune.cli.many_cmds import cublas_times
+
+    def cublas_for(spec, family):
+        if spec == SHAPES[1]:
+            raise RuntimeError("CUDA out of memory.\nTried to allocate ...")
+        return spec.m * 1e-9
+
+    shapes = Workload(workload.shapes[:3])
+    assert cublas_times(shapes, cublas_for, "sm_90", "simt") == {SHAPES[0]: 512e-9, SHAPES[1]: None,
+                                                                 SHAPES[2]: 2048e-9}
+    assert capsys.readouterr().err == (f"gemmtune: no cuBLAS time for {SHAPES[1].short()}: RuntimeError: "
+                                       "CUDA out of memory.\n")

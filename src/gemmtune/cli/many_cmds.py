@@ -203,6 +203,10 @@ def cublas_times(workload: Any, cublas_for: Any, arch: str, family: str | None) 
             times[shape.spec] = cublas_for(shape.spec, family_of(shape.spec, arch, family))
         except GemmtuneError:
             times[shape.spec] = None  # the shape's own problem is reported when it is tuned
+        except Exception as err:  # torch or the cluster failing the baseline must not stop the tuning
+            print(f"gemmtune: no cuBLAS time for {shape.spec.short()}: {type(err).__name__}: {err}".splitlines()[0],
+                  file=sys.stderr)
+            times[shape.spec] = None
     return times
 
 
