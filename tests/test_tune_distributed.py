@@ -387,3 +387,24 @@ def test_cublas_times_come_first_and_a_failing_baseline_is_one_line(workload, ca
                                                                  SHAPES[2]: 2048e-9}
     assert capsys.readouterr().err == (f"gemmtune: no cuBLAS time for {SHAPES[1].short()}: RuntimeError: "
                                        "CUDA out of memory.\n")
+
+
+def test_local_workers_leave_ctrl_c_to_the_client():
+    """Workers of the cluster tune-many starts ignore SIGINT (the client stops the run and closes the
+    cluster; before, each worker printed a KeyboardInterrupt traceback), and the client's own handler
+    is back once the cluster is up."""
+    import signal
+
+    pytest.importorskip("distributed")
+    from gemmtune.tune.distributed import dask_client
+
+    before = signal.getsignal(signal.SIGINT)
+    client = dask_client(None, 1)
+    try:
+        handlers = client.run(lambda: str(signal.getsignal(signal.SIGINT)))
+        assert handlers and all(h == str(signal.SIG_IGN) for h in handlers.values()), handlers
+        assert signal.getsignal(signal.SIGINT) == before
+    finally:
+        cluster = client.cluster
+        client.close()
+        cluster.close()

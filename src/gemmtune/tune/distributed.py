@@ -14,8 +14,12 @@ worker ...`, or dask-jobqueue on SLURM/PBS). Without the `dask` extra nothing he
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
+import signal
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -44,9 +48,27 @@ def dask_client(scheduler: str | None, workers: int) -> Any:
         raise DaskMissingError("--scheduler/--workers need Dask: pip install 'gemmtune[dask]'") from None
     if scheduler:
         return Client(scheduler)
-    with non_daemon_workers():
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0")
+    with non_daemon_workers(), sigint_ignored_by_new_processes():
+        # silence_logs: the workers' and scheduler's log lines (a cancelled task on Ctrl-C, a key no
+        # longer wanted) are Dask's business; a shape whose workers fail ends in one ClusterError line
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                               silence_logs=logging.CRITICAL)
     return Client(cluster)
+
+
+@contextlib.contextmanager
+def sigint_ignored_by_new_processes() -> Iterator[None]:
+    """Ctrl-C (or SIGINT from `timeout`) is for the client, which stops tune-many and closes the
+    cluster; worker processes started meanwhile inherit an ignored SIGINT, so Python in them installs
+    no KeyboardInterrupt handler and prints no traceback per worker (seen on an H100, 2026-11-25)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def non_daemon_workers() -> Any:
