@@ -7,7 +7,7 @@ from gemmtune.compiler import compile_kernel
 from gemmtune.errors import ConfigError, SpecError
 from gemmtune.kernels import family_for, get_family
 from gemmtune.kernels.mma.config import candidates
-from gemmtune.precision import auto_math, effective_math
+from gemmtune.precision import auto_math
 from gemmtune.spec import GemmSpec
 
 
@@ -34,7 +34,8 @@ def test_auto_stays_on_cuda_cores_and_explicit_math_picks_the_family():
         assert family_for(GemmSpec(4096, 4096, 4096), arch).name == "simt"
         assert family_for(GemmSpec(4096, 4096, 4096, math="3xtf32"), arch).name == "mma"
     assert family_for(GemmSpec(1, 4096, 4096, math="3xtf32"), "sm_90").name == "mma"  # not gemv's fp32 FMA
-    assert effective_math(GemmSpec(8, 8, 8, dtype="bf16"), "sm_90") == "bf16"
+    with pytest.raises(ValueError, match="fp32"):  # math is an fp32 matter
+        auto_math(GemmSpec(8, 8, 8, dtype="bf16"), "sm_90")
     with pytest.raises(ConfigError, match="sm_80"):
         family_for(GemmSpec(4096, 4096, 4096, math="3xtf32"), "sm_75")
     with pytest.raises(ConfigError, match="simt"):

@@ -36,30 +36,34 @@ def _uniform(torch: Any, shape: tuple[int, int], gen: Any) -> Any:
     return torch.rand(shape, generator=gen, device="cuda", dtype=torch.float64).mul_(2).sub_(1)
 
 
-def _as_used(torch: Any, spec: GemmSpec, a: Any, b: Any) -> tuple[Any, Any]:
-    """(A as M×K, B as K×N) views of the stored operands."""
+def _as_used(spec: GemmSpec, a: Any, b: Any) -> tuple[Any, Any]:
+    """(A as M×K, B as K×N) views of the stored operands; applied to the used ones, the stored views."""
     return (a.t() if spec.a_trans else a), (b.t() if spec.b_trans else b)
 
 
 def _stored(spec: GemmSpec, a_used: Any, b_used: Any) -> tuple[Any, Any]:
-    a = a_used.t() if spec.a_trans else a_used
-    b = b_used.t() if spec.b_trans else b_used
+    """The operands as the kernel reads them: stored layout, contiguous, fp32."""
+    a, b = _as_used(spec, a_used, b_used)  # a transpose undoes itself
     return a.contiguous().float(), b.contiguous().float()
 
 
+def _cycle(torch: Any, values: tuple[float, ...], length: int) -> Any:
+    """`values` repeated to `length` entries (float64, on the GPU)."""
+    return torch.tensor(values, device="cuda", dtype=torch.float64).repeat(length // len(values) + 1)[:length]
+
+
 def _scaled(pattern: str) -> Draw:
-    """Uniform values, then A's rows (pattern 'rows': scales D's rows) or A's columns and B's rows
-    (pattern 'k': terms of one sum differ by up to 10^8) multiplied by 1e4, 1, 1e-4 in turn."""
+    """Uniform values, then A's rows and B's columns (pattern 'rows': scales D's rows and columns) or
+    A's columns and B's rows (pattern 'k': terms of one sum differ by up to 10^8) multiplied by 1e4, 1,
+    1e-4 in turn."""
     def draw(torch: Any, spec: GemmSpec, gen: Any) -> tuple[Any, Any]:
         a = _uniform(torch, (spec.m, spec.k), gen)
         b = _uniform(torch, (spec.k, spec.n), gen)
         if pattern == "rows":
-            scale = torch.tensor([1e4, 1.0, 1e-4], device="cuda", dtype=torch.float64).repeat(spec.m // 3 + 1)[:spec.m]
-            a = a * scale[:, None]
-            scale_n = torch.tensor([1e-4, 1.0, 1e4], device="cuda", dtype=torch.float64).repeat(spec.n // 3 + 1)[:spec.n]
-            b = b * scale_n[None, :]
+            a = a * _cycle(torch, (1e4, 1.0, 1e-4), spec.m)[:, None]
+            b = b * _cycle(torch, (1e-4, 1.0, 1e4), spec.n)[None, :]
         else:
-            scale = torch.tensor([1e4, 1.0, 1e-4], device="cuda", dtype=torch.float64).repeat(spec.k // 3 + 1)[:spec.k]
+            scale = _cycle(torch, (1e4, 1.0, 1e-4), spec.k)
             a, b = a * scale[None, :], b * scale[:, None]
         return _stored(spec, a, b)
     return draw
@@ -74,12 +78,8 @@ def _power_scaled(exp_a: int, exp_b: int) -> Draw:
     return draw
 
 
-def _plain(torch: Any, spec: GemmSpec, gen: Any) -> tuple[Any, Any]:
-    return _stored(spec, _uniform(torch, (spec.m, spec.k), gen), _uniform(torch, (spec.k, spec.n), gen))
-
-
 INPUT_CLASSES: tuple[InputClass, ...] = (
-    InputClass("uniform", "U(-1, 1)", _plain),
+    InputClass("uniform", "U(-1, 1)", _power_scaled(0, 0)),
     InputClass("rows 1e±4", "rows of A and columns of B scaled by 1e4, 1, 1e-4", _scaled("rows")),
     InputClass("k 1e±4", "columns of A and rows of B scaled by 1e4, 1, 1e-4 (terms of a sum 1e8 apart)", _scaled("k")),
     InputClass("large", "A·2^56, B·2^56: products near 2^112, sums near fp32's largest", _power_scaled(56, 56)),
@@ -102,23 +102,34 @@ class ErrorRow:
                 "worst": self.worst, "ratio": self.ratio}
 
 
-def errors(torch: Any, spec: GemmSpec, a: Any, b: Any, d: Any) -> tuple[float, float]:
-    """(relative Frobenius error, worst per-element error over (|A|·|B|)) of D against float64."""
-    a64, b64 = _as_used(torch, spec, a.double(), b.double())
-    ref = a64 @ b64
-    scale = a64.abs() @ b64.abs()
-    diff = (d.double() - ref).abs()
-    norm = torch.linalg.norm(ref).item()
-    relative = torch.linalg.norm(diff).item() / norm if norm > 0 else float("nan")
-    worst = (diff / scale.clamp_min(torch.finfo(torch.float64).tiny)).max().item()
-    return relative, worst
+@dataclass(frozen=True)
+class Reference:
+    """What every method's D on one set of inputs is compared with: A·B in float64, |A|·|B| (the
+    size of the terms each element sums) and ‖A·B‖_F."""
+
+    product: Any
+    term_scale: Any
+    norm: float
+
+    @staticmethod
+    def of(torch: Any, spec: GemmSpec, a: Any, b: Any) -> "Reference":
+        a64, b64 = _as_used(spec, a.double(), b.double())
+        product = a64 @ b64
+        return Reference(product, a64.abs() @ b64.abs(), torch.linalg.norm(product).item())
+
+    def errors(self, torch: Any, d: Any) -> tuple[float, float]:
+        """(relative Frobenius error, worst per-element error over (|A|·|B|)) of D."""
+        diff = (d.double() - self.product).abs()
+        relative = torch.linalg.norm(diff).item() / self.norm if self.norm > 0 else float("nan")
+        worst = (diff / self.term_scale.clamp_min(torch.finfo(torch.float64).tiny)).max().item()
+        return relative, worst
 
 
 def cublas_fp32(torch: Any, spec: GemmSpec, a: Any, b: Any, tf32: bool) -> Any:
     """D = A·B by torch.matmul in fp32, tf32 on or off."""
     from .baseline import _fp32_precision
 
-    used_a, used_b = _as_used(torch, spec, a, b)
+    used_a, used_b = _as_used(spec, a, b)
     with _fp32_precision(torch, tf32=tf32):
         return used_a @ used_b
 
@@ -133,11 +144,12 @@ def run_report(spec: GemmSpec, kernels: list[tuple[str, Callable[[Any, Any], Any
     for cls in classes:
         gen = torch.Generator(device="cuda").manual_seed(seed)
         a, b = cls.draw(torch, plain, gen)
-        baseline = errors(torch, plain, a, b, cublas_fp32(torch, plain, a, b, tf32=False))
+        ref = Reference.of(torch, plain, a, b)  # once per class: every method is compared with it
+        baseline = ref.errors(torch, cublas_fp32(torch, plain, a, b, tf32=False))
         rows.append(ErrorRow(cls.name, "cuBLAS SGEMM", *baseline, 1.0))
         named = [("cuBLAS tf32", lambda x, y: cublas_fp32(torch, plain, x, y, tf32=True))] + kernels
         for name, kernel in named:
-            rel, worst = errors(torch, plain, a, b, kernel(a, b))
+            rel, worst = ref.errors(torch, kernel(a, b))
             rows.append(ErrorRow(cls.name, name, rel, worst, worst / baseline[1] if baseline[1] > 0 else None))
     return rows
 

@@ -35,9 +35,3 @@ def auto_math(spec: GemmSpec, arch: str) -> str:
     least = FASTER_3XTF32.get(arch_number(arch))
     return "3xtf32" if least is not None and spec.m * spec.n * spec.k >= least else "simt"
 
-
-def effective_math(spec: GemmSpec, arch: str) -> str:
-    """The method that will run: the spec's math, auto resolved; the dtype for non-fp32 specs."""
-    if spec.dtype != "fp32":
-        return spec.dtype
-    return auto_math(spec, arch) if spec.math == "auto" else spec.math
