@@ -27,8 +27,8 @@ for _ in range(rounds):
 """
 
 
-def holder(tmp_path: Path, key: str, rounds: int, hold_s: float) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": SRC, "GEMMTUNE_LOCK_DIR": str(tmp_path / "locks"),
+def holder(tmp_path: Path, key: str, rounds: int, hold_s: float, locks: str = "locks") -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": SRC, "GEMMTUNE_LOCK_DIR": str(tmp_path / locks),
            "GEMMTUNE_LOCK_LOG": str(tmp_path / "intervals.log")}
     return subprocess.Popen([sys.executable, "-c", HOLDER, key, str(rounds), str(hold_s)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -51,8 +51,9 @@ def test_contending_processes_never_hold_the_lock_at_once(tmp_path: Path) -> Non
 
 
 def test_the_overlap_check_sees_overlaps_when_there_is_no_common_lock(tmp_path: Path) -> None:
-    """The check above can fail: with a lock each, the same processes' intervals do overlap."""
-    finish([holder(tmp_path, f"GPU-{n}", 15, 0.01) for n in range(3)])
+    """The check above can fail: with a lock file each (lock folders that disagree), the same
+    processes' intervals on one GPU do overlap."""
+    finish([holder(tmp_path, "GPU-same", 15, 0.01, locks=f"locks-{n}") for n in range(3)])
     assert overlaps(read_intervals(tmp_path / "intervals.log"))
 
 
@@ -146,3 +147,20 @@ def test_a_damaged_log_line_is_named(tmp_path: Path) -> None:
     (tmp_path / "log").write_text("1 0.0 1.0\ngarbage\n")
     with pytest.raises(ValueError, match="line 2 is not 'pid start end"):
         read_intervals(tmp_path / "log")
+
+
+def test_sections_on_different_gpus_may_overlap_and_old_logs_still_read(tmp_path):
+    """The log names each section's GPU: two GPUs timing at once is no overlap, one GPU is."""
+    from gemmtune.gpu_lock import lock_report
+
+    log = tmp_path / "log"
+    log.write_text("1 0.0 2.0 GPU-a worker-0\n2 1.0 3.0 GPU-b worker-1\n3 1.5 1.8 GPU-a -\n"
+                   "4 5.0 6.0\n5 5.5 6.5 old-holder\n")
+    intervals = read_intervals(log)
+    assert [(i.gpu, i.holder) for i in intervals] == [("GPU-a", "worker-0"), ("GPU-b", "worker-1"), ("GPU-a", ""),
+                                                      ("", ""), ("", "old-holder")]
+    pairs = overlaps(intervals)
+    assert {(a.pid, b.pid) for a, b in pairs} == {(1, 3), (4, 5)}
+    report = lock_report(intervals)
+    assert report.gpus == 3 and report.overlapping_pairs == 2
+    assert "on 3 GPUs" in report.lines()[0]

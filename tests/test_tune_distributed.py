@@ -408,3 +408,58 @@ def test_local_workers_leave_ctrl_c_to_the_client():
         cluster = client.cluster
         client.close()
         cluster.close()
+
+
+def test_workers_spread_round_robin_over_the_gpus():
+    from gemmtune.tune.distributed import pinned_gpus
+
+    assert pinned_gpus(4, ["0", "1"]) == ["0", "1", "0", "1"]
+    assert pinned_gpus(3, ["2", "3"]) == ["2", "3", "2"]
+    assert pinned_gpus(2, []) == [None, None]
+
+
+def test_each_local_worker_sees_only_its_gpu():
+    """The local cluster pins each worker through CUDA_VISIBLE_DEVICES (read inside the worker
+    processes) and declares GPU=1 on the pinned ones, so measurements go only there."""
+    pytest.importorskip("distributed")
+    from gemmtune.tune.distributed import _workers_declare_gpus, dask_client
+
+    client = dask_client(None, 3, ["3", "5"])
+    try:
+        seen = client.run(lambda: os.environ.get("CUDA_VISIBLE_DEVICES"))
+        names = {address: info["name"] for address, info in client.scheduler_info()["workers"].items()}
+        assert {names[address]: pin for address, pin in seen.items()} == {0: "3", 1: "5", 2: "3"}
+        assert _workers_declare_gpus(client)
+    finally:
+        cluster = client.cluster
+        client.close()
+        cluster.close()
+
+
+@pytest.mark.parametrize("value, gpus", [("2,3", ["2", "3"]), ("0,-1,1", ["0"]), ("", []),
+                                         ("GPU-1a2b,GPU-3c4d", ["GPU-1a2b", "GPU-3c4d"])])
+def test_visible_gpus_follow_cuda_visible_devices(monkeypatch, value, gpus):
+    from gemmtune.device import visible_gpus
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
+    assert visible_gpus() == gpus
+
+
+def test_default_workers_one_per_gpu_when_several(monkeypatch):
+    pytest.importorskip("distributed")
+    from gemmtune.cli.many_cmds import cluster_line, local_workers
+
+    assert local_workers(None, ["0", "1"]) == 2
+    assert local_workers(None, ["0"]) == 1
+    assert local_workers(None, []) == 1
+    assert local_workers(4, ["0", "1"]) == 4
+    assert cluster_line(4, ["0", "1"]).endswith("on 2 GPUs (CUDA_VISIBLE_DEVICES 0,1, 2 per GPU)")
+
+
+def test_zero_workers_is_one_line_and_exit_2(tables, workload, tmp_path, capsys):
+    path = tmp_path / "w.json"
+    save_workload(workload, path)
+    assert main(["tune-many", str(path), "--workers", "0", "--simulate", str(tables),
+                 "--db", str(tmp_path / "db.sqlite")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["gemmtune: --workers must be 1 or more, not 0"], err

@@ -6,6 +6,7 @@ so device pointers from those libraries are valid in our launches and ours in th
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -181,6 +182,22 @@ def gpu_available() -> bool:
     except GemmtuneError:
         return False
     return True
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, each as the value that pins a child process to it through
+    CUDA_VISIBLE_DEVICES: that variable's own entries where it is set (so `CUDA_VISIBLE_DEVICES=2,3`
+    gives workers GPUs 2 and 3), else the driver's ordinals; [] without a driver or GPU. Never raises."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        entries = [entry.strip() for entry in listed.split(",")]
+        for i, entry in enumerate(entries):  # CUDA ignores an invalid entry (-1, empty) and all after it
+            if not entry or entry.startswith("-"):
+                return entries[:i]
+        return entries
+    if not gpu_available():
+        return []
+    return [str(i) for i in range(int(checked(driver().cuDeviceGetCount(), "cuDeviceGetCount", NoDeviceError)))]
 
 
 def present_device(ordinal: int = 0) -> DeviceInfo | None:

@@ -12,9 +12,10 @@ says whose lock it waits for. Two environment variables, read at each acquisitio
 workers inherit them from the command that started them:
   GEMMTUNE_LOCK_DIR  where the lock files live (default $XDG_RUNTIME_DIR/gemmtune, else
                      /tmp/gemmtune-<uid>); processes that should exclude each other must agree.
-  GEMMTUNE_LOCK_LOG  a file to which each holder appends "pid start end [holder]" (CLOCK_MONOTONIC
-                     seconds) per held interval, for checking that holders never overlapped
-                     (lock_report: overlapping pairs, busy time per holder).
+  GEMMTUNE_LOCK_LOG  a file to which each holder appends "pid start end gpu holder" (CLOCK_MONOTONIC
+                     seconds; the GPU's UUID; "-" for no holder name) per held interval, for checking
+                     that holders of one GPU never overlapped (lock_report: overlapping pairs, busy
+                     time per holder).
   GEMMTUNE_LOCK_HOLDER  a name for the log's holder column (a Dask worker names itself, so its
                      measuring children's intervals count as its own); default: the pid.
 """
@@ -45,6 +46,7 @@ class Interval:
     start: float
     end: float
     holder: str = ""  # GEMMTUNE_LOCK_HOLDER of the process, if it had one
+    gpu: str = ""  # the lock's key, the GPU's UUID ("" in logs written before it was recorded)
 
     @property
     def owner(self) -> str:
@@ -139,7 +141,7 @@ def _log_interval(interval: Interval) -> None:
     log = os.environ.get(LOCK_LOG_ENV)
     if not log:
         return
-    line = f"{interval.pid} {interval.start:.9f} {interval.end:.9f} {interval.holder}".rstrip().encode() + b"\n"
+    line = f"{interval.pid} {interval.start:.9f} {interval.end:.9f} {interval.gpu or '-'} {interval.holder or '-'}\n".encode()
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         os.write(fd, line)  # one short O_APPEND write: lines of concurrent holders never interleave
@@ -164,7 +166,7 @@ def gpu_lock(key: str, say: Callable[[str], None] = _stderr) -> Iterator[None]:
                 ended = time.monotonic()  # taken before the release: logged intervals never overlap
                 fd, state.fd = state.fd, None
                 os.close(fd)
-                _log_interval(Interval(os.getpid(), state.since, ended, holder_name()))
+                _log_interval(Interval(os.getpid(), state.since, ended, holder_name(), key))
 
 
 def device_lock(ordinal: int | None = None):
@@ -175,22 +177,26 @@ def device_lock(ordinal: int | None = None):
 
 
 def read_intervals(log: Path | str) -> list[Interval]:
-    """The intervals GEMMTUNE_LOCK_LOG recorded ("pid start end [holder]" per line)."""
+    """The intervals GEMMTUNE_LOCK_LOG recorded: "pid start end gpu holder" per line, or the older
+    "pid start end [holder]" (no GPU: all one GPU)."""
     intervals = []
     for number, line in enumerate(Path(log).read_text().splitlines(), 1):
         fields = line.split()
-        if len(fields) not in (3, 4):
-            raise ValueError(f"{log}: line {number} is not 'pid start end [holder]': {line!r}")
-        intervals.append(Interval(int(fields[0]), float(fields[1]), float(fields[2]), "".join(fields[3:])))
+        if len(fields) not in (3, 4, 5):
+            raise ValueError(f"{log}: line {number} is not 'pid start end gpu holder': {line!r}")
+        gpu, holder = (fields[3], fields[4]) if len(fields) == 5 else ("", "".join(fields[3:]))
+        intervals.append(Interval(int(fields[0]), float(fields[1]), float(fields[2]),
+                                  "" if holder == "-" else holder, "" if gpu == "-" else gpu))
     return intervals
 
 
 def overlaps(intervals: list[Interval]) -> list[tuple[Interval, Interval]]:
-    """Every pair of intervals of different processes that overlap in time (none, when the lock works)."""
+    """Every pair of intervals of different processes on one GPU that overlap in time (none, when
+    the lock works; sections on different GPUs may overlap, that is the point of several GPUs)."""
     pairs, running = [], []
     for interval in sorted(intervals, key=lambda i: i.start):
         running = [o for o in running if o.end > interval.start]  # touching (end == start) is no overlap
-        pairs += [(o, interval) for o in running if o.pid != interval.pid]
+        pairs += [(o, interval) for o in running if o.pid != interval.pid and o.gpu == interval.gpu]
         running.append(interval)
     return pairs
 
@@ -204,6 +210,11 @@ class LockReport:
     span_s: float  # first start to last end
     busy_s: dict[str, float]  # holder -> seconds it held the lock
     counts: dict[str, int]  # holder -> timed sections
+    gpu_busy_s: dict[str, float] | None = None  # GPU (UUID, "" when not logged) -> seconds its lock was held
+
+    @property
+    def gpus(self) -> int:
+        return max(1, len(self.gpu_busy_s or {}))
 
     def lines(self) -> list[str]:
         if not self.sections:
@@ -211,23 +222,26 @@ class LockReport:
         held = sum(self.busy_s.values())
         busiest = max(self.busy_s.values())
         spread = (busiest - min(self.busy_s.values())) / busiest if busiest > 0 else 0.0
-        return [f"GPU lock: {self.sections} timed sections by {len(self.busy_s)} holders over {self.span_s:.1f} s, "
-                f"{self.overlapping_pairs} overlapping pairs; held {100 * held / max(self.span_s, 1e-9):.0f}% "
-                f"of the span",
+        on = f" on {self.gpus} GPUs" if self.gpus > 1 else ""
+        return [f"GPU lock: {self.sections} timed sections by {len(self.busy_s)} holders{on} over {self.span_s:.1f} s, "
+                f"{self.overlapping_pairs} overlapping pairs; held {100 * held / max(self.gpus * self.span_s, 1e-9):.0f}% "
+                f"of the span{' per GPU' if on else ''}",
                 "busy per holder: " + ", ".join(f"{owner} {seconds:.1f} s ({self.counts[owner]})"
                                                 for owner, seconds in sorted(self.busy_s.items()))
                 + f"; spread {100 * spread:.0f}% of the busiest"]
 
     def to_json(self) -> dict:
         return {"sections": self.sections, "overlapping_pairs": self.overlapping_pairs, "span_s": self.span_s,
-                "busy_s": self.busy_s, "sections_per_holder": self.counts}
+                "busy_s": self.busy_s, "sections_per_holder": self.counts, "gpu_busy_s": self.gpu_busy_s or {}}
 
 
 def lock_report(intervals: list[Interval]) -> LockReport:
     busy: dict[str, float] = {}
     counts: dict[str, int] = {}
+    gpu_busy: dict[str, float] = {}
     for interval in intervals:
         busy[interval.owner] = busy.get(interval.owner, 0.0) + (interval.end - interval.start)
         counts[interval.owner] = counts.get(interval.owner, 0) + 1
+        gpu_busy[interval.gpu] = gpu_busy.get(interval.gpu, 0.0) + (interval.end - interval.start)
     span = max(i.end for i in intervals) - min(i.start for i in intervals) if intervals else 0.0
-    return LockReport(len(intervals), len(overlaps(intervals)), span, busy, counts)
+    return LockReport(len(intervals), len(overlaps(intervals)), span, busy, counts, gpu_busy)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from contextlib import closing, nullcontext
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,9 @@ def register(subparsers) -> None:
     many.add_argument("--simulate", type=Path, metavar="DIR",
                       help="replay recorded tables (DIR/<family>_<spec>.csv, as bench/record_space.py writes them)")
     many.add_argument("--workers", type=int, default=None,
-                      help="start a local Dask cluster of this many process workers (needs the dask extra)")
+                      help="start a local Dask cluster of this many process workers, pinned round-robin to the "
+                           "visible GPUs (default: one per GPU when several are visible and the dask extra is "
+                           "installed, else tune in this process)")
     many.add_argument("--scheduler", default=None, metavar="ADDRESS",
                       help="use the Dask cluster at this address, e.g. tcp://host:8786")
     many.add_argument("--seed", type=int, default=0, help="random seed of each shape's strategy (default 0)")
@@ -112,12 +115,14 @@ def runner_source(args: argparse.Namespace) -> tuple[Any, Any, Any, str]:
     where trials run)."""
     import json
 
+    from ..device import visible_gpus
     from ..tune.distributed import DaskRunner, GpuRecipe, TableRecipe, cublas_on_worker, dask_client
 
-    distributed = args.scheduler is not None or (args.workers or 1) > 1
-    client = dask_client(args.scheduler, args.workers or 1) if distributed else None
+    gpus = [] if args.simulate is not None or args.scheduler else visible_gpus()
+    workers = local_workers(args.workers, gpus)
+    client = dask_client(args.scheduler, workers, gpus) if args.scheduler is not None or workers > 1 else None
     where = (f"Dask cluster {args.scheduler}" if args.scheduler else
-             f"a local Dask cluster of {args.workers} workers" if client is not None else "this machine")
+             cluster_line(workers, gpus) if client is not None else "this machine")
 
     def recipe(spec: GemmSpec, family: str) -> Any:
         if args.simulate is not None:
@@ -138,6 +143,34 @@ def runner_source(args: argparse.Namespace) -> tuple[Any, Any, Any, str]:
 
         return cublas_seconds(spec)[0]
     return runner_for, cublas_for, client, where
+
+
+def local_workers(asked: int | None, gpus: list[str]) -> int:
+    """--workers, else one worker per visible GPU when there are several and Dask is installed
+    (a local cluster pinned one worker to each), else 1 (tuning in this process)."""
+    from ..errors import SpecError
+
+    if asked is not None and asked < 1:
+        raise SpecError(f"--workers must be 1 or more, not {asked}")
+    if asked is not None:
+        return asked
+    if len(gpus) < 2:
+        return 1
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        print(f"gemmtune: {len(gpus)} GPUs visible, tuning on one: pip install 'gemmtune[dask]' to use them all",
+              file=sys.stderr)
+        return 1
+    return len(gpus)
+
+
+def cluster_line(workers: int, gpus: list[str]) -> str:
+    if not gpus:
+        return f"a local Dask cluster of {workers} workers"
+    used = gpus[:workers]
+    return (f"a local Dask cluster of {workers} workers on {len(used)} GPU{'s' if len(used) > 1 else ''} "
+            f"(CUDA_VISIBLE_DEVICES {','.join(used)}, {workers / len(used):g} per GPU)")
 
 
 def table_for(directory: Path, family: str, spec: GemmSpec) -> Path:
@@ -162,6 +195,7 @@ def run_tune_many(args: argparse.Namespace) -> int:
         start_lock_log(args.lock_log)
     total_trials = args.trials if args.trials is not None or args.time_s is not None else 100 * len(workload.shapes)
     arch = "sm_90" if args.simulate is not None else target_arch(None)
+    started = time.monotonic()
     runner_for, cublas_for, client, where = runner_source(args)
     options = TuneOptions(strategy="evolutionary", seed=args.seed, batch=args.batch, remeasure_top=args.top)
     db_path = args.db or default_db_path()
@@ -182,11 +216,14 @@ def run_tune_many(args: argparse.Namespace) -> int:
         if done:
             out.print(f"{len(done)} of {len(workload.shapes)} shapes were tuned when the run stopped:")
             print_summary(list(done), [cublas.get(o.budget.shape.spec) for o in done], out, len(workload.shapes))
+        out.print(f"stopped after {time.monotonic() - started:.1f} s wall on {where}", highlight=False)
         if args.lock_log is not None:
             report_lock_log(args.lock_log, out)
         print(f"gemmtune: stopped by {stop.name}; every finished trial is saved in {db_path}", file=sys.stderr)
         return stop.exit_code
     print_summary(outcomes, [cublas.get(o.budget.shape.spec) for o in outcomes], out)
+    out.print(f"{len(outcomes)} shapes, {sum(o.outcome.trials for o in outcomes if o.outcome)} trials, "
+              f"in {time.monotonic() - started:.1f} s wall on {where}", highlight=False)
     lock_ok = report_lock_log(args.lock_log, out) if args.lock_log is not None else True
     return 0 if lock_ok and all(o.outcome is not None for o in outcomes) else 1
 

@@ -8,9 +8,9 @@ own runner once from a recipe (a small frozen value): the GPU pipeline on the wo
 recorded table to replay. Timed sections on one GPU never overlap, whichever process runs them
 (timing.py holds the per-GPU lock), so several workers may share a GPU.
 
-Clusters: `local_cluster(n)` starts n single-threaded process workers on this machine (one per
-visible GPU for real tuning); an existing one is reached by address (`dask scheduler`, `dask
-worker ...`, or dask-jobqueue on SLURM/PBS). Without the `dask` extra nothing here is imported.
+Clusters: `local_cluster(pins)` starts single-threaded process workers on this machine, each
+pinned to one visible GPU (one per GPU by default, round-robin when there are more); an existing
+one is reached by address (`dask scheduler`, `dask worker ...`, or dask-jobqueue on SLURM/PBS). Without the `dask` extra nothing here is imported.
 """
 from __future__ import annotations
 
@@ -40,20 +40,45 @@ class ClusterError(GemmtuneError):
     already back are in the database, and tune-many goes on with the next shape."""
 
 
-def dask_client(scheduler: str | None, workers: int) -> Any:
-    """A client of the cluster at `scheduler`, or of a new local one with `workers` process workers."""
+def dask_client(scheduler: str | None, workers: int, gpus: Sequence[str] = ()) -> Any:
+    """A client of the cluster at `scheduler`, or of a new local one with `workers` process workers,
+    pinned round-robin to `gpus` (CUDA_VISIBLE_DEVICES values, see `pinned_gpus`) when there are any."""
     try:
-        from distributed import Client, LocalCluster
+        from distributed import Client
     except ImportError:
         raise DaskMissingError("--scheduler/--workers need Dask: pip install 'gemmtune[dask]'") from None
     if scheduler:
         return Client(scheduler)
     with non_daemon_workers(), sigint_ignored_by_new_processes():
-        # silence_logs: the workers' and scheduler's log lines (a cancelled task on Ctrl-C, a key no
-        # longer wanted) are Dask's business; a shape whose workers fail ends in one ClusterError line
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
-                               silence_logs=logging.CRITICAL)
+        cluster = local_cluster(pinned_gpus(workers, gpus))
     return Client(cluster)
+
+
+def pinned_gpus(workers: int, gpus: Sequence[str]) -> list[str | None]:
+    """The GPU each of `workers` local workers sees: worker i gets gpus[i % len(gpus)], so workers
+    spread evenly (two GPUs, four workers: 0, 1, 0, 1); None (no pinning) for every worker when
+    there is no GPU to pin to (simulated tuning, or a CPU-only machine compiling)."""
+    return [gpus[i % len(gpus)] if gpus else None for i in range(workers)]
+
+
+def local_cluster(pins: Sequence[str | None]) -> Any:
+    """One single-threaded process worker per entry of `pins`, each started with
+    CUDA_VISIBLE_DEVICES set to its entry (its GPU is then device 0 to it, and the GPU lock, keyed
+    by the GPU's UUID, still serialises workers that share one) and declaring the resource GPU=1,
+    so measurements go only to workers that have a GPU. dask-cuda's LocalCUDACluster pins the same
+    way; this needs no dask-cuda (the GPU machines have none). Dask's own log lines are silenced: a
+    cancelled task on Ctrl-C is Dask's business, a shape whose workers fail ends in one line."""
+    from distributed import Nanny, Scheduler, SpecCluster
+
+    def worker(pin: str | None) -> dict:
+        options: dict[str, Any] = {"nthreads": 1, "silence_logs": logging.CRITICAL}
+        if pin is not None:
+            options.update(env={"CUDA_VISIBLE_DEVICES": pin}, resources={"GPU": 1})
+        return {"cls": Nanny, "options": options}
+
+    return SpecCluster(workers={i: worker(pin) for i, pin in enumerate(pins)},
+                       scheduler={"cls": Scheduler, "options": {"dashboard_address": ":0"}},
+                       silence_logs=logging.CRITICAL)
 
 
 @contextlib.contextmanager
