@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gemmtune import gpu_lock
@@ -164,3 +165,33 @@ def test_sections_on_different_gpus_may_overlap_and_old_logs_still_read(tmp_path
     report = lock_report(intervals)
     assert report.gpus == 3 and report.overlapping_pairs == 2
     assert "on 3 GPUs" in report.lines()[0]
+
+
+def test_the_check_runs_outside_the_lock_and_the_gpu_work_inside(monkeypatch):
+    """check_then_time holds the GPU lock for poison, launch and copy-back, and lets it go while the
+    CPU judges the copy (seconds for a large D, in which another worker may time its kernels)."""
+    from contextlib import contextmanager
+
+    import gemmtune.evaluate as evaluate
+    from gemmtune.timing import TimingProtocol
+    from gemmtune.verify import VerifyResult
+
+    held, steps = [False], []
+
+    @contextmanager
+    def hold():
+        assert not held[0]
+        held[0] = True
+        yield
+        held[0] = False
+
+    def step(name):
+        return lambda *args: steps.append((name, held[0])) or (np.zeros(1) if name == "read" else None)
+
+    monkeypatch.setattr(evaluate, "synchronize", step("sync"))
+    monkeypatch.setattr(evaluate, "measure", lambda run, protocol, l2: steps.append(("measure", held[0])) or "m")
+    judged = lambda out: steps.append(("judge", held[0])) or VerifyResult(0.0, 1.0, True, 0, "ok", 0.0, 1.0)  # noqa: E731
+    result = evaluate.check_then_time(step("run"), step("poison"), step("read"), judged, TimingProtocol(), False, 0, hold)
+    assert result.ok and result.measurement == "m"
+    assert steps == [("poison", True), ("run", True), ("sync", True), ("read", True), ("judge", False),
+                     ("poison", True), ("measure", True), ("read", True), ("judge", False)]

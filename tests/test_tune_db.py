@@ -89,6 +89,9 @@ def test_resume_never_measures_a_config_twice(db: TuningDB) -> None:
     assert outcome.new_trials == 0 and len(third.measured) == 3  # only the re-measurement of the top 3
     assert len(db.results(context(first.environment))) == 50
     assert len(db.results(context(first.environment), phase="remeasure")) == 3
+    fourth = CountingRunner(table)  # resumed again, nothing new: the top 3 were re-measured already
+    outcome = tune(SPEC, fourth, db, TuneOptions(trials=50, remeasure_top=3))
+    assert outcome.new_trials == 0 and fourth.measured == [] and len(outcome.top) == 3
 
 
 def test_best_uses_the_remeasured_time(db: TuningDB) -> None:

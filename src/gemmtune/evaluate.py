@@ -10,7 +10,7 @@ whose result changes from run to run (a race) is caught too.
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -65,22 +65,38 @@ def read_output(d: DeviceBuffer, spec: GemmSpec) -> np.ndarray:
 
 
 def check_output(d: DeviceBuffer, spec: GemmSpec, expected: np.ndarray) -> VerifyResult:
-    return compare(read_output(d, spec), expected, spec.dtype, spec.k, spec.out_dtype)
+    return judge_output(read_output(d, spec), spec, expected)
 
 
-def check_then_time(run: Callable[[], None], poison: Callable[[], None], check: Callable[[], VerifyResult],
-                    protocol: TimingProtocol, verify_only: bool, l2_bytes: int) -> Evaluation:
+def judge_output(out: np.ndarray, spec: GemmSpec, expected: np.ndarray) -> VerifyResult:
+    """D (read back) against the reference: CPU work, so no GPU lock is needed for it."""
+    return compare(out, expected, spec.dtype, spec.k, spec.out_dtype)
+
+
+Hold = Callable[[], AbstractContextManager]  # the GPU lock around GPU work, or nullcontext
+
+
+def check_then_time(run: Callable[[], None], poison: Callable[[], None], read: Callable[[], np.ndarray],
+                    judge: Callable[[np.ndarray], VerifyResult], protocol: TimingProtocol, verify_only: bool,
+                    l2_bytes: int, hold: Hold = nullcontext) -> Evaluation:
     """The one order every kernel (or launch sequence) is judged in: poison the outputs, run once,
-    check; then poison again, time `run` under `protocol`, and check again (a race shows there)."""
-    poison()
-    run()
-    synchronize()
-    first = check()
+    check; then poison again, time `run` under `protocol`, and check again (a race shows there).
+    `hold` is held for the GPU work (launches, the copy of D back) and released while the CPU
+    judges the copy: for a large D the comparison takes seconds, in which another process's
+    kernels may be timed."""
+    with hold():
+        poison()
+        run()
+        synchronize()
+        out = read()
+    first = judge(out)
     if not first.ok or verify_only:
         return Evaluation(first, None)
-    poison()  # again, so the check after timing sees only what the timed launches wrote
-    measurement = measure(run, protocol, l2_bytes)
-    again = check()
+    with hold():
+        poison()  # again, so the check after timing sees only what the timed launches wrote
+        measurement = measure(run, protocol, l2_bytes)
+        out = read()
+    again = judge(out)
     if not again.ok:
         return Evaluation(replace(again, message=f"after timing: {again.message}"), None)
     return Evaluation(first, measurement)
@@ -91,16 +107,15 @@ def evaluate(compiled: CompiledKernel, protocol: TimingProtocol = TimingProtocol
     """Load `compiled`, check its output on fresh inputs, and time it when it is right.
 
     Raises LaunchError/ResourceError when the kernel cannot run at all; a wrong result is a value.
+    Every GPU step holds the GPU lock (the reference's product on the GPU too: another process's
+    timing must not see it); the CPU steps between them (inputs, comparisons) do not.
     """
     spec = compiled.source.spec
     info = query_device(ordinal)
     spec.check_fits(free_memory(ordinal))
     inputs = make_inputs(spec, rng if rng is not None else np.random.default_rng())
-    on_gpu = gpu_reference(spec)  # then it is GPU work, which another process's timing must not see either
-    with device_lock(ordinal) if on_gpu else nullcontext():
-        expected = reference(spec, inputs, on_gpu)
-    with device_lock(ordinal):  # the checked launch too: no other process's timing sees it
-        return _load_check_time(compiled, inputs, expected, protocol, verify_only, ordinal, info.l2_bytes)
+    expected = reference(spec, inputs, gpu_reference(spec), hold=lambda: device_lock(ordinal))
+    return _load_check_time(compiled, inputs, expected, protocol, verify_only, ordinal, info.l2_bytes)
 
 
 def _load_check_time(compiled: CompiledKernel, inputs: dict, expected: np.ndarray, protocol: TimingProtocol,
@@ -108,14 +123,16 @@ def _load_check_time(compiled: CompiledKernel, inputs: dict, expected: np.ndarra
     spec = compiled.source.spec
     buffers: dict[str, DeviceBuffer] = {}
     closers: list = []
+    hold = lambda: device_lock(ordinal)  # noqa: E731
     try:
-        kernel = LoadedKernel(compiled, ordinal)
-        closers.append(kernel.unload)
-        bindings = upload_inputs(spec, inputs, buffers)
+        with hold():
+            kernel = LoadedKernel(compiled, ordinal)
+            closers.append(kernel.unload)
+            bindings = upload_inputs(spec, inputs, buffers)
         d = buffers["D"]
         result = check_then_time(kernel.bind(bindings), lambda: d.fill_nan(spec.out_dtype),
-                                 lambda: check_output(d, spec, expected),
-                                 protocol, verify_only, l2_bytes)
+                                 lambda: read_output(d, spec), lambda out: judge_output(out, spec, expected),
+                                 protocol, verify_only, l2_bytes, hold)
     except BaseException:
         release(closers + [b.free for b in buffers.values()], after_error=True)
         raise

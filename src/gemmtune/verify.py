@@ -22,6 +22,8 @@ Any NaN or inf fails: outputs are poisoned with NaN before the launch, so an unw
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -84,11 +86,17 @@ def _operands(spec: GemmSpec, inputs: dict) -> dict:
     return {op.name: inputs[op.name] for op in spec.epilogue.operands()}
 
 
-def reference(spec: GemmSpec, inputs: dict[str, np.ndarray | float], use_gpu: bool | None = None) -> np.ndarray:
-    """D in float64. On the GPU (torch, cuBLAS on upcast inputs) for large problems when possible."""
+def reference(spec: GemmSpec, inputs: dict[str, np.ndarray | float], use_gpu: bool | None = None,
+              hold: Callable[[], AbstractContextManager] = nullcontext) -> np.ndarray:
+    """D in float64. On the GPU (torch, cuBLAS on upcast inputs) for large problems when possible;
+    `hold` (the GPU lock) is held for that product only, not for the epilogue on the CPU."""
     if use_gpu is None:
         use_gpu = gpu_reference(spec)
-    product = _product_torch(spec, inputs) if use_gpu else _product_numpy(spec, inputs)
+    if use_gpu:
+        with hold():
+            product = _product_torch(spec, inputs)
+    else:
+        product = _product_numpy(spec, inputs)
     return spec.epilogue.reference(product, _operands(spec, inputs))
 
 

@@ -109,7 +109,7 @@ def tune(spec: GemmSpec, runner: Runner, db: TuningDB, options: TuneOptions = Tu
     strategy.tell(previous)
     tally = Tally(previous, options.trials)
     reason = search(strategy, runner, db, context, options, tally, on_trial)
-    top = remeasure(runner, db, context, options.remeasure_top)
+    top = remeasure(runner, db, context, options.remeasure_top, again=tally.new > 0)
     return TuneOutcome(context, len(candidates), tally.done, tally.new, tally.failures, top, reason)
 
 
@@ -136,11 +136,16 @@ def search(strategy: Strategy, runner: Runner, db: TuningDB, context: TuneContex
         strategy.tell(told)
 
 
-def remeasure(runner: Runner, db: TuningDB, context: TuneContext, count: int) -> tuple[TrialResult, ...]:
-    """Measure the fastest `count` again (a lucky sample should not win); best-first afterwards."""
+def remeasure(runner: Runner, db: TuningDB, context: TuneContext, count: int, again: bool = True) -> tuple[TrialResult, ...]:
+    """Measure the fastest `count` again (a lucky sample should not win); best-first afterwards.
+    With `again` False (a resumed tune that measured nothing new) leaders that were re-measured
+    before are left alone: resuming a finished run measures nothing."""
     if count <= 0:
         return tuple(db.ranked(context, 5))
-    leaders = [r.config for r in db.ranked(context, count)]
+    done = set() if again else {r.config for r in db.results(context, phase="remeasure")}
+    leaders = [r.config for r in db.ranked(context, count) if r.config not in done]
+    if not leaders:
+        return tuple(db.ranked(context, count))
     for result in runner.remeasure(leaders):
         db.record(context, result, phase="remeasure")
     return tuple(db.ranked(context, count))
