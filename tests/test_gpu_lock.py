@@ -167,9 +167,11 @@ def test_sections_on_different_gpus_may_overlap_and_old_logs_still_read(tmp_path
     assert "on 3 GPUs" in report.lines()[0]
 
 
-def test_the_check_runs_outside_the_lock_and_the_gpu_work_inside(monkeypatch):
-    """check_then_time holds the GPU lock for poison, launch and copy-back, and lets it go while the
-    CPU judges the copy (seconds for a large D, in which another worker may time its kernels)."""
+@pytest.mark.parametrize("on_gpu", [False, True])
+def test_the_check_runs_outside_the_lock_and_the_gpu_work_inside(monkeypatch, on_gpu):
+    """check_then_time holds the GPU lock for poison, launch and copy-back, and lets it go while a
+    CPU judge compares the copy (seconds for a large D, in which another worker may time its
+    kernels); a judge on the GPU runs inside the lock."""
     from contextlib import contextmanager
 
     import gemmtune.evaluate as evaluate
@@ -191,7 +193,8 @@ def test_the_check_runs_outside_the_lock_and_the_gpu_work_inside(monkeypatch):
     monkeypatch.setattr(evaluate, "synchronize", step("sync"))
     monkeypatch.setattr(evaluate, "measure", lambda run, protocol, l2: steps.append(("measure", held[0])) or "m")
     judged = lambda out: steps.append(("judge", held[0])) or VerifyResult(0.0, 1.0, True, 0, "ok", 0.0, 1.0)  # noqa: E731
-    result = evaluate.check_then_time(step("run"), step("poison"), step("read"), judged, TimingProtocol(), False, 0, hold)
+    check = evaluate.OutputCheck(step("read"), judged, on_gpu=on_gpu)
+    result = evaluate.check_then_time(step("run"), step("poison"), check, TimingProtocol(), False, 0, hold)
     assert result.ok and result.measurement == "m"
-    assert steps == [("poison", True), ("run", True), ("sync", True), ("read", True), ("judge", False),
-                     ("poison", True), ("measure", True), ("read", True), ("judge", False)]
+    assert steps == [("poison", True), ("run", True), ("sync", True), ("read", True), ("judge", on_gpu),
+                     ("poison", True), ("measure", True), ("read", True), ("judge", on_gpu)]

@@ -244,3 +244,27 @@ def test_a_missing_compiler_stops_the_run(tmp_path: Path) -> None:
             assert db.contexts() == []
     finally:
         runner.close()
+
+
+def test_a_measuring_child_draws_a_shapes_inputs_once(monkeypatch):
+    """prepared_for keeps the last shape's inputs and reference: every candidate of a shape is
+    checked on the same ones, and a new shape replaces them (only one shape's are held)."""
+    import gemmtune.device
+    import gemmtune.evaluate
+    from gemmtune.spec import GemmSpec
+    from gemmtune.tune import worker
+
+    drawn = []
+    monkeypatch.setattr(gemmtune.device, "free_memory", lambda ordinal=0: 1 << 40)
+    monkeypatch.setattr(worker, "_PREPARED", [])
+
+    class Prepared(tuple):
+        spec = property(lambda self: self[1])
+
+    monkeypatch.setattr(gemmtune.evaluate, "prepare", lambda spec: drawn.append(spec) or Prepared(("p", spec)))
+    first, second = GemmSpec(256, 256, 256), GemmSpec(512, 256, 256)
+    a = worker.prepared_for(first)
+    assert worker.prepared_for(first) is a and drawn == [first]
+    b = worker.prepared_for(second)
+    assert b.spec == second and drawn == [first, second] and worker._PREPARED == [b]
+    assert worker.prepared_for(first) is not a and drawn == [first, second, first]

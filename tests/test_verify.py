@@ -228,3 +228,26 @@ def test_tf32_sized_error_fails_fp32_and_passes_tf32() -> None:
     assert compare(out, ref, "tf32", spec.k).ok, compare(out, ref, "tf32", spec.k).message
     exact = _fp32_sequential(x["A"], x["B"]).astype(np.float64)
     assert compare(exact, ref, "fp32", spec.k).ok
+
+
+@pytest.mark.parametrize("case", ["ok", "noisy", "one_element", "nan"])
+def test_torch_tensors_are_judged_as_numpy_arrays_are(case):
+    """compare() on torch tensors (the GPU judge's path, here on the CPU) gives numpy's verdict."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(7)
+    ref = rng.standard_normal((63, 45)) * 10
+    out = ref + rng.standard_normal(ref.shape) * 1e-4
+    if case == "noisy":
+        out = ref + rng.standard_normal(ref.shape) * 1.0
+    elif case == "one_element":
+        out[17, 3] += 50.0
+    elif case == "nan":
+        out[5, 6] = np.nan
+    out = out.astype(np.float32)
+    on_numpy = compare(out, ref, "bf16", 512)
+    on_torch = compare(torch.from_numpy(out), torch.from_numpy(ref), "bf16", 512)
+    assert on_torch.ok == on_numpy.ok and on_torch.nan_count == on_numpy.nan_count
+    assert on_torch.rel_error == pytest.approx(on_numpy.rel_error, rel=1e-12, abs=0)
+    assert on_torch.max_element_error == pytest.approx(on_numpy.max_element_error, rel=1e-12)
+    assert on_torch.message == on_numpy.message
+    assert on_numpy.ok == (case == "ok")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -68,54 +69,103 @@ def check_output(d: DeviceBuffer, spec: GemmSpec, expected: np.ndarray) -> Verif
     return judge_output(read_output(d, spec), spec, expected)
 
 
-def judge_output(out: np.ndarray, spec: GemmSpec, expected: np.ndarray) -> VerifyResult:
-    """D (read back) against the reference: CPU work, so no GPU lock is needed for it."""
+def judge_output(out: Any, spec: GemmSpec, expected: Any) -> VerifyResult:
+    """D (read back, or a float64 tensor on the GPU) against the reference."""
     return compare(out, expected, spec.dtype, spec.k, spec.out_dtype)
+
+
+class _CudaArray:
+    """D's device memory seen through __cuda_array_interface__, so torch can read it in place."""
+
+    TYPESTR = {"fp32": "<f4", "tf32": "<f4", "fp16": "<f2", "bf16": "<i2"}  # bf16: its bits, viewed after
+
+    def __init__(self, d: DeviceBuffer, spec: GemmSpec):
+        self.__cuda_array_interface__ = {"shape": (spec.m, spec.n), "typestr": self.TYPESTR[spec.out_dtype],
+                                         "data": (d.ptr, False), "version": 3, "strides": None}
+
+
+def read_output_on_gpu(d: DeviceBuffer, spec: GemmSpec, ordinal: int) -> Any:
+    """D as a float64 torch tensor on the GPU, never copied to the host."""
+    import torch
+
+    raw = torch.as_tensor(_CudaArray(d, spec), device=f"cuda:{ordinal}")
+    return (raw.view(torch.bfloat16) if spec.out_dtype == "bf16" else raw).double()
 
 
 Hold = Callable[[], AbstractContextManager]  # the GPU lock around GPU work, or nullcontext
 
 
-def check_then_time(run: Callable[[], None], poison: Callable[[], None], read: Callable[[], np.ndarray],
-                    judge: Callable[[np.ndarray], VerifyResult], protocol: TimingProtocol, verify_only: bool,
-                    l2_bytes: int, hold: Hold = nullcontext) -> Evaluation:
+@dataclass(frozen=True)
+class OutputCheck:
+    """How D is checked: `read` it back, `judge` it against the reference. A judge on the GPU runs
+    under the GPU lock with the launches; one on the CPU runs after the lock is let go."""
+
+    read: Callable[[], Any]
+    judge: Callable[[Any], VerifyResult]
+    on_gpu: bool = False
+
+
+def check_then_time(run: Callable[[], None], poison: Callable[[], None], check: OutputCheck,
+                    protocol: TimingProtocol, verify_only: bool, l2_bytes: int,
+                    hold: Hold = nullcontext) -> Evaluation:
     """The one order every kernel (or launch sequence) is judged in: poison the outputs, run once,
     check; then poison again, time `run` under `protocol`, and check again (a race shows there).
-    `hold` is held for the GPU work (launches, the copy of D back) and released while the CPU
-    judges the copy: for a large D the comparison takes seconds, in which another process's
-    kernels may be timed."""
+    `hold` is held for the GPU work (launches, D read back, a judge on the GPU) and let go while a
+    CPU judge compares: for a large D that takes seconds, in which another worker may time."""
     with hold():
         poison()
         run()
         synchronize()
-        out = read()
-    first = judge(out)
+        out = check.read()
+        first = check.judge(out) if check.on_gpu else None
+    first = first or check.judge(out)
     if not first.ok or verify_only:
         return Evaluation(first, None)
     with hold():
         poison()  # again, so the check after timing sees only what the timed launches wrote
         measurement = measure(run, protocol, l2_bytes)
-        out = read()
-    again = judge(out)
+        out = check.read()
+        again = check.judge(out) if check.on_gpu else None
+    again = again or check.judge(out)
     if not again.ok:
         return Evaluation(replace(again, message=f"after timing: {again.message}"), None)
     return Evaluation(first, measurement)
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A spec's random inputs and their float64 reference: what every check of that spec needs
+    before any kernel runs. evaluate() draws fresh ones per call unless it is given these; a tuner
+    that measures many candidates of one shape passes the same (tune/worker.py)."""
+
+    spec: GemmSpec
+    inputs: dict
+    expected: np.ndarray
+
+
+def prepare(spec: GemmSpec, rng: np.random.Generator | None = None, ordinal: int = 0) -> Prepared:
+    """Draw `spec`'s inputs and compute the reference (its product on the GPU under the GPU lock
+    for large problems; another process's timing must not see it)."""
+    inputs = make_inputs(spec, rng if rng is not None else np.random.default_rng())
+    return Prepared(spec, inputs, reference(spec, inputs, gpu_reference(spec), hold=lambda: device_lock(ordinal)))
+
+
 def evaluate(compiled: CompiledKernel, protocol: TimingProtocol = TimingProtocol(),
-             rng: np.random.Generator | None = None, verify_only: bool = False, ordinal: int = 0) -> Evaluation:
-    """Load `compiled`, check its output on fresh inputs, and time it when it is right.
+             rng: np.random.Generator | None = None, verify_only: bool = False, ordinal: int = 0,
+             prepared: Prepared | None = None) -> Evaluation:
+    """Load `compiled`, check its output on fresh inputs (or `prepared` ones), and time it when it
+    is right.
 
     Raises LaunchError/ResourceError when the kernel cannot run at all; a wrong result is a value.
-    Every GPU step holds the GPU lock (the reference's product on the GPU too: another process's
-    timing must not see it); the CPU steps between them (inputs, comparisons) do not.
+    Every GPU step holds the GPU lock; the CPU steps between them (inputs, comparisons) do not.
     """
     spec = compiled.source.spec
     info = query_device(ordinal)
     spec.check_fits(free_memory(ordinal))
-    inputs = make_inputs(spec, rng if rng is not None else np.random.default_rng())
-    expected = reference(spec, inputs, gpu_reference(spec), hold=lambda: device_lock(ordinal))
-    return _load_check_time(compiled, inputs, expected, protocol, verify_only, ordinal, info.l2_bytes)
+    if prepared is None or prepared.spec != spec:
+        prepared = prepare(spec, rng, ordinal)
+    return _load_check_time(compiled, prepared.inputs, prepared.expected, protocol, verify_only, ordinal,
+                            info.l2_bytes)
 
 
 def _load_check_time(compiled: CompiledKernel, inputs: dict, expected: np.ndarray, protocol: TimingProtocol,
@@ -129,12 +179,28 @@ def _load_check_time(compiled: CompiledKernel, inputs: dict, expected: np.ndarra
             kernel = LoadedKernel(compiled, ordinal)
             closers.append(kernel.unload)
             bindings = upload_inputs(spec, inputs, buffers)
-        d = buffers["D"]
-        result = check_then_time(kernel.bind(bindings), lambda: d.fill_nan(spec.out_dtype),
-                                 lambda: read_output(d, spec), lambda out: judge_output(out, spec, expected),
+            check = output_check(buffers["D"], spec, expected, ordinal)
+        result = check_then_time(kernel.bind(bindings), lambda: buffers["D"].fill_nan(spec.out_dtype), check,
                                  protocol, verify_only, l2_bytes, hold)
     except BaseException:
         release(closers + [b.free for b in buffers.values()], after_error=True)
         raise
     release(closers + [b.free for b in buffers.values()], after_error=False)
+    if check.on_gpu:  # the reference and the judge's float64 copies: gigabytes for a large D
+        del check
+        import torch
+
+        torch.cuda.empty_cache()
     return result
+
+
+def output_check(d: DeviceBuffer, spec: GemmSpec, expected: np.ndarray, ordinal: int) -> OutputCheck:
+    """On the GPU (torch) for the problems whose reference is computed there, else on the CPU.
+    Called under the GPU lock: the reference goes up to the GPU once for both checks."""
+    if not gpu_reference(spec):
+        return OutputCheck(lambda: read_output(d, spec), lambda out: judge_output(out, spec, expected))
+    import torch
+
+    on_device = torch.from_numpy(expected).to(f"cuda:{ordinal}")
+    return OutputCheck(lambda: read_output_on_gpu(d, spec, ordinal), lambda out: judge_output(out, spec, on_device),
+                       on_gpu=True)

@@ -25,6 +25,7 @@ import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -145,40 +146,61 @@ class VerifyResult:
         return asdict(self)
 
 
-def compare(out: np.ndarray, ref: np.ndarray, dtype: str, k: int, out_dtype: str | None = None,
+def compare(out: Any, ref: Any, dtype: str, k: int, out_dtype: str | None = None,
             roundings: int = 1) -> VerifyResult:
-    """Judge `out` (D read back, any float type) against the float64 `ref`."""
+    """Judge `out` (D read back, any float type) against the float64 `ref`: numpy arrays, or torch
+    tensors (on the GPU, where a large D is judged in milliseconds instead of seconds), both alike."""
     out_type = _out_of(dtype, out_dtype)
     tol = tolerance(dtype, k, out_type, roundings)
     elem_tol = ELEMENT_FACTOR * tol
-    if out.shape != ref.shape:
-        return VerifyResult(math.inf, tol, False, 0, f"output shape {out.shape} != expected {ref.shape}",
+    if tuple(out.shape) != tuple(ref.shape):
+        return VerifyResult(math.inf, tol, False, 0, f"output shape {tuple(out.shape)} != expected {tuple(ref.shape)}",
                             math.inf, elem_tol)
-    bad = int(np.count_nonzero(~np.isfinite(out)))
+    xp = _namespace(out)
+    finite = xp.isfinite(out)
+    bad = int(xp.count_nonzero(~finite))
     if bad:
-        where = np.argwhere(~np.isfinite(out))[0]
-        return VerifyResult(math.inf, tol, False, bad, f"{bad} of {out.size} outputs are NaN/inf "
-                            f"(first at {tuple(int(i) for i in where)}): unwritten or overflowed", math.inf, elem_tol)
-    return _judge(np.asarray(out, dtype=np.float64), ref, tol, elem_tol, roundings * OUTPUT_ROUNDING[out_type])
+        where = tuple(int(i) for i in xp.argwhere(~finite)[0])
+        return VerifyResult(math.inf, tol, False, bad, f"{bad} of {_count(out)} outputs are NaN/inf "
+                            f"(first at {where}): unwritten or overflowed", math.inf, elem_tol)
+    return _judge(_float64(out), ref, tol, elem_tol, roundings * OUTPUT_ROUNDING[out_type])
 
 
-def _judge(out: np.ndarray, ref: np.ndarray, tol: float, elem_tol: float, rounding: float) -> VerifyResult:
-    diff = np.abs(out - ref)
-    ref_norm = float(np.linalg.norm(ref))
+def _namespace(array: Any) -> Any:
+    """numpy for numpy arrays, torch for torch tensors: the functions both spell alike
+    (isfinite, count_nonzero, argwhere, abs, linalg.norm)."""
+    if isinstance(array, np.ndarray):
+        return np
+    import torch
+
+    return torch
+
+
+def _float64(array: Any) -> Any:
+    return np.asarray(array, dtype=np.float64) if isinstance(array, np.ndarray) else array.double()
+
+
+def _count(array: Any) -> int:
+    return math.prod(array.shape)
+
+
+def _judge(out: Any, ref: Any, tol: float, elem_tol: float, rounding: float) -> VerifyResult:
+    xp = _namespace(out)
+    diff = xp.abs(out - ref)
+    ref_norm = float(xp.linalg.norm(ref))
     scale = ref_norm if ref_norm > 0 else 1.0  # an all-zero reference: judge absolute error
-    rel = float(np.linalg.norm(diff)) / scale
-    rms = scale / math.sqrt(ref.size)
+    rel = float(xp.linalg.norm(diff)) / scale
+    rms = scale / math.sqrt(_count(ref))
     # Each element may carry its own output rounding (relative to itself) beyond the shared bound.
-    excess = np.maximum(diff - rounding * np.abs(ref), 0.0)
-    worst = np.unravel_index(int(np.argmax(excess)), excess.shape) if excess.size else ()
-    max_elem = float(excess[worst]) / rms if excess.size else 0.0
+    excess = (diff - rounding * xp.abs(ref)).clip(min=0.0)
+    worst = tuple(int(i) for i in np.unravel_index(int(excess.argmax()), tuple(excess.shape))) if _count(excess) else ()
+    max_elem = float(excess[worst]) / rms if _count(excess) else 0.0
     ok = rel <= tol and max_elem <= elem_tol
-    where = tuple(int(i) for i in worst)
     if ok:
         message = f"ok: relative error {rel:.2e} <= {tol:.2e}"
     elif rel > tol:
-        message = f"relative error {rel:.2e} > tolerance {tol:.2e} (worst element at {where})"
+        message = f"relative error {rel:.2e} > tolerance {tol:.2e} (worst element at {worst})"
     else:
-        message = (f"element {where} is off by {max_elem:.2e}·rms > {elem_tol:.2e} "
-                   f"(got {out[worst]:.6g}, expected {ref[worst]:.6g})")
+        message = (f"element {worst} is off by {max_elem:.2e}·rms > {elem_tol:.2e} "
+                   f"(got {float(out[worst]):.6g}, expected {float(ref[worst]):.6g})")
     return VerifyResult(rel, tol, ok, 0, message, max_elem, elem_tol)

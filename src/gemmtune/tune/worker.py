@@ -63,12 +63,32 @@ def compiled_of(job: MeasureJob) -> Any:
                           ResourceUsage(**job.resources), "", job.compile_s, job.nvrtc_version)
 
 
+_PREPARED: list = []  # per measuring child: the last spec's inputs and reference (evaluate.Prepared)
+
+
+def prepared_for(spec: Any) -> Any:
+    """The inputs and float64 reference of `spec`, drawn once per measuring child and shape: the
+    candidates of one shape are all checked on the same random inputs, and a trial of a large
+    shape no longer spends a second drawing them and computing the reference. Only the last
+    spec's are kept (a large shape's reference is gigabytes)."""
+    from ..device import free_memory
+    from ..evaluate import prepare
+
+    if not _PREPARED or _PREPARED[0].spec != spec:
+        _PREPARED.clear()
+        spec.check_fits(free_memory(0))  # before the reference takes GPU memory of its own
+        _PREPARED.append(prepare(spec))
+    return _PREPARED[0]
+
+
 def gpu_evaluator(job: MeasureJob) -> MeasureOutcome:
     """Load the cubin, verify against the fp64 reference, then time (gemmtune.evaluate)."""
     from ..evaluate import evaluate
 
     compiled = compiled_of(job)
-    evaluation = evaluate(compiled) if job.protocol is None else evaluate(compiled, protocol=job.protocol)
+    prepared = prepared_for(compiled.source.spec)
+    evaluation = (evaluate(compiled, prepared=prepared) if job.protocol is None
+                  else evaluate(compiled, protocol=job.protocol, prepared=prepared))
     if not evaluation.verify.ok or evaluation.measurement is None:
         return MeasureOutcome(Status.VERIFY_ERROR, error=f"VerifyError: {evaluation.verify.message}")
     measurement = evaluation.measurement
