@@ -8,6 +8,8 @@ from gemmtune.epilogue import Epilogue
 from gemmtune.kernels import families, get_family
 from gemmtune.kernels.parts.epilogue import (MARKER, CArg, Operands, VectorArg, epilogue_call,
                                              epilogue_function)
+from gemmtune.kernels.parts.ring import SLICE_RING
+from gemmtune.kernels.parts.writeback import CRead, PairFragment, PairOutput, pair_io, pair_stores
 from gemmtune.spec import GemmSpec
 
 EPILOGUES = ["alpha+beta", "bias_row", "bias_col+relu", "alpha+bias_row+gelu", "relu+add", "bias_col+gelu+add"]
@@ -18,7 +20,8 @@ SHAPES = {"simt": ((67, 45, 33, "nt", "fp32"), "sm_90"), "gemv": ((1, 1000, 777,
 DEFINITIONS = ["struct FloatView", "float to_float(bf16_t x)", "fp16_t from_float(float v, fp16_t*)",
                "out_t to_out(float v)", "u32 pack_pair(float lo, float hi, bf16_t*)",
                "unsigned int load_acquire(", "void store_release(", "float gelu_tanh(float x)",
-               "float apply_epilogue("]
+               "float apply_epilogue(", "struct Ring {", "#define RING_SLOT(", "void read_pair(",
+               "void write_pair(", "struct SharedStorage {", "// Write-back from registers"]
 
 
 def _sources(epilogue: str):
@@ -91,3 +94,75 @@ def test_view_of_c_is_indexed_in_place():
     text = epilogue_function(Epilogue.parse("add"), Operands(CArg.VIEW, VectorArg.VIEW))
     assert "FloatView<out_t> C) {" in text and "v += C[(size_t)(row) * N + (col)];" in text
     assert epilogue_function(Epilogue(), Operands()) == ""
+
+
+@pytest.mark.parametrize("epilogue", ["none", "bias_row+relu", "relu+add"])
+def test_no_offsetof_in_generated_code(epilogue):
+    # NVRTC 13.0 (the GPU machines' CUDA) rejects __builtin_offsetof in static_assert: shared-memory
+    # layouts are checked with sums of member sizes instead (2026-11-25)
+    for family, config, code in _sources(epilogue):
+        assert "offsetof" not in code, (family, config)
+
+
+def _mma_sources(arch="sm_80"):
+    mma = get_family("mma")
+    for shape, layout, dtype in (((127, 129, 131), "tn", "bf16"), ((256, 256, 256), "nt", "fp16"),
+                                 ((64, 96, 200), "nn", "tf32")):
+        spec = GemmSpec(*shape, layout, dtype, "bias_row+add")
+        for _, config in mma.ladder(arch):
+            if not mma.rejections(config, spec, arch):
+                yield spec, config, mma.render(spec, config, arch).code
+
+
+def test_mma_shared_storage_is_the_hosts_allocation():
+    for spec, config, code in _mma_sources():
+        storage = code[code.index("struct SharedStorage {"):code.index("\n};", code.index("struct SharedStorage {"))]
+        assert "Slot ring[STAGES];" in storage
+        assert f"constexpr int SMEM_BYTES = {config.smem_bytes()};" in code, config
+        assert "static_assert(sizeof(SharedStorage) == SMEM_BYTES" in code
+        assert "smem + " not in code and "STAGE_BYTES" not in code  # no offsets over the raw bytes
+
+
+def test_mma_walks_its_ring_through_the_part():
+    for spec, config, code in _mma_sources():
+        # the slot of a slice is written once, in the part (absent with a single buffer)
+        assert code.count(SLICE_RING) == (1 if config.stages > 1 else 0), config
+        assert "% STAGES" not in code.replace(SLICE_RING, ""), config
+        assert ("RING_SLOT(" in code) == (config.stages > 1), config
+
+
+def test_both_tensor_core_families_write_back_through_the_part():
+    wgmma, mma = get_family("wgmma"), get_family("mma")
+    for n in (1024, 1001):
+        spec = GemmSpec(1000, n, 512, "nt", "bf16", "bias_row+relu+add")
+        for family, arch in ((wgmma, "sm_90a"), (mma, "sm_80")):
+            code = family.render(spec, family.default_config(spec, arch), arch).code  # wgmma: store_tile always
+            assert code.count("// Write-back from registers") == 1, family.name
+            assert ("write_pair(D + at" in code) == (n % 2 == 0), family.name
+            assert ("D[at + 1] = to_out(" in code) == (n % 2 == 1), family.name
+
+
+FRAGMENT = PairFragment(loops=(("i", "2"), ("j", "4")), row="r0 + i", col="c0 + 2 * j",
+                        values=("acc[i][2 * j]", "acc[i][2 * j + 1]"), row_depth=1)
+OUTPUT = PairOutput(Operands(CArg.VALUE, VectorArg.VIEW), CRead.POINTER)
+
+
+def test_pair_stores_guard_rows_where_known_and_store_aligned_pairs():
+    even = GemmSpec(10, 12, 8, "nn", "bf16", "relu+add")
+    text = pair_stores(even, FRAGMENT, OUTPUT)
+    # the row is computed and guarded inside the first loop, before the loop over columns
+    assert text.index("if (row >= M) continue;") < text.index("for (int j = 0; j < 4; ++j)")
+    assert "read_pair(C + at, c0, c1);" in text and "write_pair(D + at, apply_epilogue(v0, row, col, c0), apply_epilogue(v1, row, col + 1, c1));" in text
+    assert "void read_pair(" in pair_io(even, OUTPUT) and "pack_pair(a, b" in pair_io(even, OUTPUT)
+    assert "pack_pair" not in pair_io(even, PairOutput(OUTPUT.operands, cvt_pairs=False))  # sm_75
+    assert "void read_pair(" not in pair_io(even, PairOutput(OUTPUT.operands, CRead.VIEW))  # C by element
+    odd = GemmSpec(10, 13, 8, "nn", "bf16", "relu+add")
+    text = pair_stores(odd, FRAGMENT, OUTPUT)
+    assert "if (col + 1 < N) D[at + 1] = to_out(apply_epilogue(v1, row, col + 1, to_float(C[at + 1])));" in text
+    assert pair_io(odd, OUTPUT) == ""  # no pair is aligned
+    assert text.count("{") == text.count("}")
+
+
+def test_pair_fragment_row_depth_names_a_loop():
+    with pytest.raises(ValueError):
+        PairFragment(loops=(("i", "2"),), row="i", col="0", values=("a", "b"), row_depth=2)

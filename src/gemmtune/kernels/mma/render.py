@@ -15,8 +15,10 @@ from ...errors import ConfigError
 from ...kernel_source import KernelSource
 from ...spec import GemmSpec
 from ..config_base import arch_number
-from ..parts.epilogue import CArg, Operands, VectorArg, epilogue_call, epilogue_function, pointer_params
+from ..parts.epilogue import CArg, Operands, VectorArg, epilogue_function, pointer_params
 from ..parts.floats import FLOAT_VIEW, HALF_FLOATS, PACK_PAIR, TO_OUT
+from ..parts.ring import SLICE_RING
+from ..parts.writeback import CRead, PairFragment, PairOutput, pair_io, pair_stores
 from .config import (
     INPUT_BYTES,
     KSTEP_BYTES,
@@ -35,6 +37,12 @@ COPY_TYPES = {16: "uint4", 8: "uint2", 4: "u32", 2: "unsigned short"}
 # apply_epilogue takes C's element (loaded by the caller, a pair at a time where aligned) and bias as
 # a FloatView of D's type.
 EPILOGUE_OPERANDS = Operands(CArg.VALUE, VectorArg.VIEW)
+# The mma.sync accumulator fragment: thread (g, t) of a warp holds rows g and g + 8, columns 2t and
+# 2t + 1 of each 16x8 tile (acc[i][j][0..1] and [2..3]).
+FRAGMENT = PairFragment(
+    loops=(("i", "MT"), ("j", "NT"), ("h", "2")), row="m0 + wrow + i * 16 + g + h * 8",
+    col="n0 + wcol + j * 8 + 2 * t", values=("acc[i][j][2 * h]", "acc[i][j][2 * h + 1]"), row_depth=3,
+    note="Thread (g, t) holds rows g and g + 8, columns 2t and 2t + 1 of each 16x8 tile.")
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -59,7 +67,6 @@ class Operand:
     use_async: bool  # cp.async (else through registers)
     use_ldmatrix: bool
     swizzle: bool
-    offset: int      # byte offset of this operand's tile within a stage
 
     @property
     def rows(self) -> int:
@@ -86,16 +93,13 @@ def operands(spec: GemmSpec, config: MmaConfig, arch: str) -> tuple[Operand, Ope
     elem, bk = INPUT_BYTES[tensor_dtype(spec)], config.bk(tensor_dtype(spec))
     cp_async = config.async_copy and arch_number(arch) >= 80
     found = []
-    offset = 0
     for name, extent, tile, k_major in (("A", "M", config.bm, not spec.a_trans), ("B", "N", config.bn, spec.b_trans)):
         stored_row = spec.k if k_major else (spec.m if name == "A" else spec.n)
         width = copy_width(stored_row, elem)
         # ldmatrix moves 16-bit units: a K-major tf32 tile reads right, an MN-major one would need
         # a 32-bit transpose, so it keeps plain loads.
         ldm = config.ldmatrix and (elem == 2 or k_major)
-        op = Operand(name, extent, tile, bk, k_major, elem, width, cp_async and width >= 4, ldm, config.swizzle, offset)
-        offset += op.tile_bytes
-        found.append(op)
+        found.append(Operand(name, extent, tile, bk, k_major, elem, width, cp_async and width >= 4, ldm, config.swizzle))
     return found[0], found[1]
 
 
@@ -354,67 +358,12 @@ __device__ __forceinline__ u32 pack16(u32 lo, u32 hi) { return lo | (hi << 16); 
 """
 
 
-# --- write-back -----------------------------------------------------------------------------------
-def _pair_io(spec: GemmSpec, arch: str) -> str:
-    if spec.out_dtype == "fp32":
-        return r"""
-// Two neighbouring fp32 outputs (8-byte aligned: N is even and col is even).
-__device__ __forceinline__ void read_pair(const out_t* p, float& a, float& b) {
-    const float2 v = *reinterpret_cast<const float2*>(p);
-    a = v.x; b = v.y;
-}
-__device__ __forceinline__ void write_pair(out_t* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
-"""
-    pack = ("pack_pair(a, b, (out_t*)0)" if arch_number(arch) >= 80 else  # cvt ...x2 needs sm_80
-            "(u32)from_float(a, (out_t*)0).bits | ((u32)from_float(b, (out_t*)0).bits << 16)")
-    return f"""
-// Two neighbouring 16-bit outputs in one 32-bit word (4-byte aligned: N is even and col is even).
-__device__ __forceinline__ void read_pair(const out_t* p, float& a, float& b) {{
-    const u32 w = *reinterpret_cast<const u32*>(p);
-    a = to_float(out_t{{(unsigned short)(w & 0xFFFFu)}});
-    b = to_float(out_t{{(unsigned short)(w >> 16)}});
-}}
-__device__ __forceinline__ void write_pair(out_t* p, float a, float b) {{
-    *reinterpret_cast<u32*>(p) = {pack};
-}}
-"""
-
-
-def _apply(spec: GemmSpec, value: str, col: str, c: str) -> str:
-    return epilogue_call(spec.epilogue, EPILOGUE_OPERANDS, value, "row", col, c=c, bias="FloatView<out_t>{bias}")
-
-
-def _write_back(spec: GemmSpec) -> str:
-    reads_c = spec.epilogue.reads_c
-    if spec.n % 2 == 0:
-        c_load = "float c0 = 0.0f, c1 = 0.0f;\n                    read_pair(C + at, c0, c1);\n                    " if reads_c else ""
-        store = f"""if (row < M && col < N) {{  // N is even, so col + 1 < N too
-                    const unsigned at = (unsigned)row * N + col;
-                    {c_load}write_pair(D + at, {_apply(spec, 'v0', 'col', 'c0')}, {_apply(spec, 'v1', 'col + 1', 'c1')});
-                }}"""
-        why = "pairs of outputs, one 32/64-bit store each"
-    else:
-        c0 = "to_float(C[at])" if reads_c else None
-        c1 = "to_float(C[at + 1])" if reads_c else None
-        store = f"""if (row < M) {{  // N is odd: pairs are not aligned, store one output at a time
-                    const unsigned at = (unsigned)row * N + col;
-                    if (col < N) D[at] = to_out({_apply(spec, 'v0', 'col', c0)});
-                    if (col + 1 < N) D[at + 1] = to_out({_apply(spec, 'v1', 'col + 1', c1)});
-                }}"""
-        why = "single outputs (rows of odd length)"
-    return f"""    // Write-back ({why}): thread (g, t) holds rows g and g + 8, columns 2t and 2t + 1 of each 16x8 tile.
-    #pragma unroll
-    for (int i = 0; i < MT; ++i)
-        #pragma unroll
-        for (int j = 0; j < NT; ++j)
-            #pragma unroll
-            for (int h = 0; h < 2; ++h) {{
-                const int row = m0 + wrow + i * 16 + g + h * 8;
-                const int col = n0 + wcol + j * 8 + 2 * t;
-                const float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
-                {store}
-            }}
-"""
+# --- write-back ---------------------------------------------------------------------------------
+def _output(arch: str) -> PairOutput:
+    """C and bias come as plain pointers: C read a pair at a time where N is even, bias as a FloatView
+    of D's type; offsets fit 32 bits (the spec caps each matrix's elements)."""
+    return PairOutput(EPILOGUE_OPERANDS, CRead.POINTER, bias="FloatView<out_t>{bias}", index="unsigned",
+                      cvt_pairs=arch_number(arch) >= 80)
 
 
 # --- the kernel ---------------------------------------------------------------------------------
@@ -431,7 +380,7 @@ constexpr int WARPS_N = BN / WN, THREADS = {config.threads};
 constexpr int MT = WM / 16, NT = WN / 8;  // 16x8 mma tiles per warp tile
 constexpr int KSTEP = {KSTEP_BYTES // INPUT_BYTES[tensor_dtype(spec)]};  // K of one mma
 constexpr int STAGES = {config.stages};  // shared-memory buffers in the ring
-constexpr int A_BYTES = {a.tile_bytes}, STAGE_BYTES = {a.tile_bytes + b.tile_bytes};
+constexpr int A_TILE_BYTES = {a.tile_bytes}, B_TILE_BYTES = {b.tile_bytes};  // one slice of each operand in shared memory
 constexpr int TILES_M = (M + BM - 1) / BM, TILES_N = (N + BN - 1) / BN, KTILES = (K + BK - 1) / BK;
 constexpr int GROUP_M = {config.group_m};  // rasterization: blocks walk GROUP_M tile rows before moving right
 constexpr int KSTEPS = BK / KSTEP;  // mma k-steps per slice
@@ -439,6 +388,31 @@ constexpr int MIN_BLOCKS = {config.blocks_per_sm};  // blocks per SM the registe
 """ + "".join(f"constexpr int {op.name}_LOADS = {register_loads(op, config.threads)}, {op.name}_WORDS = {register_words(op)};"
               f"  // {op.name}'s register-staged copy units per thread, 32-bit words each\n"
               for op in (a, b) if not op.use_async)
+
+
+def _shared_storage(config: MmaConfig) -> str:
+    """The block's dynamic shared memory as a struct: the ring's slots, each a slice of A then of B,
+    in the layout MmaConfig.smem_bytes() allocates (checked here, so host and kernel cannot drift)."""
+    return f"""
+// The block's dynamic shared memory: STAGES ring slots, each one k-slice of A's tile and B's tile
+// (a_offset / b_offset address inside them). The host allocates SMEM_BYTES, exactly the struct.
+struct Slot {{
+    unsigned char a[A_TILE_BYTES];
+    unsigned char b[B_TILE_BYTES];
+}};
+struct SharedStorage {{
+    Slot ring[STAGES];
+}};
+// Slot s starts s * SLOT_BYTES into the ring, its B tile A_TILE_BYTES further: the copies and
+// fragment loads add these in 32-bit ints (indexing ring[s] makes the product a 64-bit one, and
+// ptxas then schedules the addresses differently).
+constexpr int SLOT_BYTES = (int)sizeof(Slot);
+constexpr int SMEM_BYTES = {config.smem_bytes()};
+// Checked by sizes: NVRTC 13.0 rejects the offset-of builtin in a static_assert. The byte arrays (multiples of 16
+// bytes) pack without padding, so B's tile starts A_TILE_BYTES into its slot.
+static_assert(sizeof(Slot) == sizeof(Slot::a) + sizeof(Slot::b), "B's tile right after A's");
+static_assert(sizeof(SharedStorage) == SMEM_BYTES, "the shared storage is what the host allocates");
+"""
 
 
 def double_buffered(a: Operand, b: Operand) -> bool:
@@ -465,7 +439,7 @@ def _stage_functions(config: MmaConfig, a: Operand, b: Operand) -> str:
     staged = staged_in_registers(config, a, b)
     issue, store = [], []
     for op, x0 in ((a, "m0"), (b, "n0")):
-        at = f"smem + s * STAGE_BYTES{' + A_BYTES' if op.name == 'B' else ''}"
+        at = f"slots + s * SLOT_BYTES{' + A_TILE_BYTES' if op.name == 'B' else ''}"
         if op.use_async:
             issue.append(f"load_{op.lower}({at}, {op.name}, {x0}, kt * BK);")
         elif not staged:
@@ -491,19 +465,19 @@ def _slice_body(config: MmaConfig, uses_async: bool, has_regs: bool, kt: str, pa
     for (int ks = 0; ks < KSTEPS; ++ks) {{
         if (ks == 0) {{
             // Slice kt+STAGES-1 into the buffer of slice kt-1 (every warp left it before the last barrier).
-            if (next < KTILES) issue_stage(next % STAGES, next);
+            if (next < KTILES) issue_stage(RING_SLOT(next), next);
             {commit}
         }}
         if (ks == KSTEPS - 1) {{
-            {"if (next < KTILES) store_regs(next % STAGES, next);  // two buffers: store before the barrier" if early else ""}
+            {"if (next < KTILES) store_regs(RING_SLOT(next), next);  // two buffers: store before the barrier" if early else ""}
             {wait}__syncthreads();  // slice kt+1 is in shared memory; every warp is done with slice kt's fragments
         }}
         // Fragments of the next k-step (slice kt+1's first after the last) while this one multiplies.
-        const int fs = ks + 1 < KSTEPS ? kt % STAGES : (kt + 1) % STAGES;
+        const int fs = ks + 1 < KSTEPS ? RING_SLOT(kt) : RING_SLOT(kt + 1);
         load_fragments(a[(ks + {parity + 1}) & 1], b[(ks + {parity + 1}) & 1], fs, ((ks + 1) % KSTEPS) * KSTEP);
         multiply(a[(ks + {parity}) & 1], b[(ks + {parity}) & 1]);
     }}
-    {"" if early or not has_regs else "if (next < KTILES) store_regs(next % STAGES, next);  // registers -> the free buffer, after the mma work"}
+    {"" if early or not has_regs else "if (next < KTILES) store_regs(RING_SLOT(next), next);  // registers -> the free buffer, after the mma work"}
 }}"""
     return "\n".join(indent + line if line.strip() else "" for line in lines.splitlines())
 
@@ -537,17 +511,17 @@ def _main_loop(config: MmaConfig, uses_async: bool, has_regs: bool, double: bool
         return f"""    // A ring of STAGES buffers: slices kt+1 .. kt+STAGES-1 are in flight while slice kt is multiplied.
     #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {{
-        if (s < KTILES) issue_stage(s, s);
+        if (s < KTILES) issue_stage(RING_SLOT(s), s);
         {commit}
     }}
     for (int kt = 0; kt < KTILES; ++kt) {{
         {wait}__syncthreads();  // everyone's copies of slice kt are visible; slice kt-1's buffer is free
         const int next = kt + STAGES - 1;
-        if (next < KTILES) issue_stage(next % STAGES, next);
+        if (next < KTILES) issue_stage(RING_SLOT(next), next);
         {commit}
         #pragma unroll
         for (int ks = 0; ks < KSTEPS; ++ks) {{
-            load_fragments(a[0], b[0], kt % STAGES, ks * KSTEP);
+            load_fragments(a[0], b[0], RING_SLOT(kt), ks * KSTEP);
             multiply(a[0], b[0]);
         }}
     }}
@@ -564,7 +538,7 @@ def _main_loop(config: MmaConfig, uses_async: bool, has_regs: bool, double: bool
     // of each k-step are read from shared memory while the previous k-step's mma.sync run.
     #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {{
-        if (s < KTILES) {{ issue_stage(s, s); store_regs(s, s); }}
+        if (s < KTILES) {{ issue_stage(RING_SLOT(s), s); store_regs(RING_SLOT(s), s); }}
         {commit}
     }}
     {wait}__syncthreads();
@@ -614,12 +588,14 @@ def _multiply(spec: GemmSpec) -> str:
 """
 
 
-def _kernel(spec: GemmSpec, config: MmaConfig, a: Operand, b: Operand) -> str:
+def _kernel(spec: GemmSpec, config: MmaConfig, arch: str, a: Operand, b: Operand) -> str:
     uses_async = a.use_async or b.use_async
     has_regs = not (a.use_async and b.use_async)
     return f"""
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) {entry_name(spec)}({_params(spec)[1]}) {{
-    extern __shared__ __align__(128) unsigned char smem[];  // STAGES x (A tile, B tile)
+    extern __shared__ __align__(128) unsigned char smem[];
+    SharedStorage& shared = *reinterpret_cast<SharedStorage*>(smem);
+    unsigned char* slots = reinterpret_cast<unsigned char*>(shared.ring);  // the ring's slots, as bytes
     // Grouped rasterization: block pid -> (tile_m, tile_n), GROUP_M tile rows at a time.
     const int pid = blockIdx.x, per_group = GROUP_M * TILES_N;
     const int first_m = (pid / per_group) * GROUP_M;
@@ -634,8 +610,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) {entry_name(sp
 
 {_stage_functions(config, a, b)}    // Fragments of k-step kk of the slice in buffer s.
     auto load_fragments = [&](u32 (&a)[MT][4], u32 (&b)[NT][2], int s, int kk) {{
-        const unsigned char* a_ptr = smem + s * STAGE_BYTES;
-        const unsigned char* b_ptr = a_ptr + A_BYTES;
+        const unsigned char* a_ptr = slots + s * SLOT_BYTES;
+        const unsigned char* b_ptr = a_ptr + A_TILE_BYTES;
         const u32 a_base = smem_addr(a_ptr), b_base = smem_addr(b_ptr);
         (void)a_base; (void)b_base; (void)a_ptr; (void)b_ptr;
         {{
@@ -644,7 +620,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) {entry_name(sp
 {_multiply(spec)}    (void)g; (void)t;
 
 {_main_loop(config, uses_async, has_regs, double_buffered(a, b))}
-{_write_back(spec)}}}
+{pair_stores(spec, FRAGMENT, _output(arch))}}}
 """
 
 
@@ -659,11 +635,11 @@ def _source_text(spec: GemmSpec, config: MmaConfig, arch: str) -> str:
              f"typedef {STORAGE_TYPES[spec.out_dtype]} out_t;  // C, bias, D\n")
     return (header + HALF_FLOATS + FLOAT_VIEW + types + TO_OUT + (PACK_PAIR if arch_number(arch) >= 80 else "") + SMEM_ADDR
             + (LDMATRIX if a.use_ldmatrix or b.use_ldmatrix else "") + (CP_ASYNC if uses_async else "")
-            + mma_helper(tensor_dtype(spec), arch_number(arch)) + (SPLIT_TF32 if splits_fp32(spec) else "") + LDS + _pair_io(spec, arch)
-            + "\n" + _constants(spec, config, a, b) + "\n"
+            + mma_helper(tensor_dtype(spec), arch_number(arch)) + (SPLIT_TF32 if splits_fp32(spec) else "") + LDS + pair_io(spec, _output(arch))
+            + "\n" + _constants(spec, config, a, b) + _shared_storage(config) + (SLICE_RING if config.stages > 1 else "") + "\n"
             + epilogue_function(spec.epilogue, EPILOGUE_OPERANDS, "c is C[row, col], loaded by the caller.")
             + _offset_function(a) + _offset_function(b)
-            + _copy_function(spec, a, config.threads) + _copy_function(spec, b, config.threads) + _kernel(spec, config, a, b))
+            + _copy_function(spec, a, config.threads) + _copy_function(spec, b, config.threads) + _kernel(spec, config, arch, a, b))
 
 
 def render(spec: GemmSpec, config: MmaConfig, arch: str = "sm_80") -> KernelSource:

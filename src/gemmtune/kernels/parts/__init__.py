@@ -7,5 +7,7 @@ own main loop; no family spells a part's CUDA itself, so a fix to a part reaches
     epilogue  apply_epilogue(v, row, col, <operands>), its definition and its call
     floats    16-bit float types, to_float / from_float / to_out / pack_pair, FloatView
     flags     acquire loads, release stores and the spin wait on a flag in global memory
-    ring      a step along a ring of STAGES slots (slot index and mbarrier phase)
+    ring      a step along a ring of STAGES slots (slot index and mbarrier phase), and the
+              phase-less ring of k-slices a cp.async pipeline walks (slot of slice kt)
+    writeback a fragment's pairs of accumulators stored to D through the epilogue, guarded
 """

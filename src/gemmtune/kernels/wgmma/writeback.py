@@ -1,9 +1,7 @@
 """The wgmma kernel's write-back, as CUDA text: the fused epilogue in fp32 registers, then D stored
-straight from the accumulator fragment, or through a swizzled shared-memory buffer and TMA stores
-(whole tile or column slices), with C staged in shared memory by the producer.
-
-Kept apart from the main loop (render.py) so a later tensor-core family with the same fragment
-layout can reuse it.
+straight from the accumulator fragment (`store_tile`: the write-back part of kernels/parts, which
+the mma family shares, over the wgmma fragment), or through a swizzled shared-memory buffer and TMA
+stores (whole tile or column slices), with C staged in shared memory by the producer.
 """
 from __future__ import annotations
 
@@ -14,6 +12,7 @@ from ...spec import GemmSpec
 from ..parts import epilogue as epilogue_part
 from ..parts.epilogue import CArg, Operands, VectorArg
 from ..parts.floats import FLOAT_VIEW, TO_OUT  # FLOAT_VIEW: render.py takes it from here
+from ..parts.writeback import CRead, PairFragment, PairOutput, pair_io, pair_stores
 from .config import OUT_BYTES, WgmmaConfig, out_dtype
 from .groups import CPath
 
@@ -41,47 +40,26 @@ def epilogue_call(spec: GemmSpec, value: str, col: str, c: str) -> str:
     return f"{value} = {epilogue_part.epilogue_call(spec.epilogue, EPILOGUE_OPERANDS, value, 'row', col, c)}; "
 
 
-# How a pair of neighbouring outputs is written: as one 32-bit word (16-bit types) or a float2.
-PAIR_STORE = {
-    "bf16": "*reinterpret_cast<u32*>(D + (size_t)row * N + col) = pack_pair(v0, v1, (out_t*)0);",
-    "fp16": "*reinterpret_cast<u32*>(D + (size_t)row * N + col) = pack_pair(v0, v1, (out_t*)0);",
-    "fp32": "*reinterpret_cast<float2*>(D + (size_t)row * N + col) = make_float2(v0, v1);",
-}
+# The wgmma accumulator fragment: in each 64-row block, thread t of the warpgroup holds rows
+# 16·warp + lane/4 (+8) and columns 8·j + 2·(lane%4) (+1), in acc[mb][4j + 2·half] and the next.
+FRAGMENT = PairFragment(
+    loops=(("mb", "M_BLOCKS"), ("half", "2"), ("j", "BN / 8")),
+    row="tile_m * BM + consumer * CONSUMER_ROWS + mb * 64 + warp * 16 + lane / 4 + 8 * half",
+    col="tile_n * BN + j * 8 + 2 * (lane % 4)", values=("acc[mb][4 * j + 2 * half]", "acc[mb][4 * j + 2 * half + 1]"),
+    row_depth=2, note="In each 64-row block, thread t of the warpgroup holds rows 16·warp + lane/4 (+8), columns 8·j + 2·(lane%4) (+1).")
+# C and bias arrive as FloatViews: C is read element by element.
+OUTPUT = PairOutput(EPILOGUE_OPERANDS, CRead.VIEW)
 
 
 def store_tile(spec: GemmSpec) -> str:
+    """The write-back from registers (the write-back part over the wgmma fragment), as a device
+    function the consumers call with their tile."""
     params = "".join(f", {p}" for p in operand_decls(spec.epilogue))
-    fix0 = epilogue_call(spec, "v0", "col", "C[(size_t)row * N + col]")
-    fix1 = epilogue_call(spec, "v1", "col + 1", "C[(size_t)row * N + col + 1]")
-    even = spec.n % 2 == 0
-    pair_store = (PAIR_STORE[out_dtype(spec)] if even else
-                  "D[(size_t)row * N + col] = to_out(v0); D[(size_t)row * N + col + 1] = to_out(v1);")
-    return TO_OUT + f"""
-// Write-back from the wgmma fragment: in each 64-row block, thread t of the warpgroup holds rows
-// 16·warp + lane/4 (+8) and columns 8·j + 2·(lane%4) (+1): pairs of neighbours, stored together
-// {"as one vector (N is even, so every pair is aligned)" if even else "one by one (N is odd: pairs are not aligned)"}.
+    return TO_OUT + pair_io(spec, OUTPUT) + f"""
 __device__ __forceinline__ void store_tile(const float (&acc)[M_BLOCKS][BN / 2], int tile_m, int tile_n,
                                            int consumer, out_t* __restrict__ D{params}) {{
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-    #pragma unroll
-    for (int mb = 0; mb < M_BLOCKS; ++mb) {{
-        #pragma unroll
-        for (int half = 0; half < 2; ++half) {{
-            const int row = tile_m * BM + consumer * CONSUMER_ROWS + mb * 64 + warp * 16 + lane / 4 + 8 * half;
-            if (row >= M) continue;
-            #pragma unroll
-            for (int j = 0; j < BN / 8; ++j) {{
-                const int col = tile_n * BN + j * 8 + 2 * (lane % 4);
-                float v0 = acc[mb][4 * j + 2 * half], v1 = acc[mb][4 * j + 2 * half + 1];
-                if (col + 1 < N) {{
-                    {fix0}{fix1}{pair_store}
-                }} else if (col < N) {{
-                    {fix0}D[(size_t)row * N + col] = to_out(v0);
-                }}
-            }}
-        }}
-    }}
-}}
+{pair_stores(spec, FRAGMENT, OUTPUT)}}}
 """
 
 

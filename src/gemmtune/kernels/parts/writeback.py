@@ -1,0 +1,144 @@
+"""The write-back part: a thread's accumulators stored to D straight from registers, through the
+epilogue, for any tensor-core fragment that holds pairs of neighbouring columns.
+
+mma.sync's 16x8 tiles and wgmma's 64-row blocks both leave each thread pairs (row, col),
+(row, col + 1) of D in two consecutive accumulators; the fragments differ only in which pairs a
+thread holds. A family says that with a `PairFragment` (the loops over its pairs, each pair's row,
+column and registers) and how it holds C with a `PairOutput`; `pair_stores` writes the loops and
+the guarded stores (one 32/64-bit store per pair where N is even, single elements where it is odd),
+`pair_io` the `read_pair` / `write_pair` helpers those stores call.
+
+    fragment = PairFragment(loops=(("i", "MT"), ("j", "NT"), ("h", "2")), row="m0 + ...", col="n0 + ...",
+                            values=("acc[i][j][2 * h]", "acc[i][j][2 * h + 1]"), row_depth=3)
+    code = pair_io(spec, output) + ... + pair_stores(spec, fragment, output)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from ...spec import GemmSpec
+from .epilogue import Operands, epilogue_call
+
+
+@dataclass(frozen=True)
+class PairFragment:
+    """Where a thread's accumulator pairs sit in D, as CUDA expressions over the loop indices (and
+    whatever names the caller has in scope: the thread's lane, the tile's origin)."""
+
+    loops: tuple[tuple[str, str], ...]  # (index, count) of each loop over the pairs, outermost first
+    row: str                            # D's row of the pair
+    col: str                            # the pair's first column (even)
+    values: tuple[str, str]             # the registers holding (row, col) and (row, col + 1)
+    row_depth: int                      # the row reads only the first row_depth indices: it is computed and guarded there
+    note: str = ""                      # a comment line: which pairs a thread holds
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.row_depth <= len(self.loops):
+            raise ValueError(f"row_depth {self.row_depth} is not one of the {len(self.loops)} loops")
+
+
+class CRead(Enum):
+    """How the write-back reads C (for an epilogue that reads it)."""
+
+    POINTER = "pointer"  # `const out_t* C`: a pair at a time (read_pair) where N is even, else to_float(C[at])
+    VIEW = "view"        # `FloatView<out_t> C`: element by element, C[at]
+
+
+@dataclass(frozen=True)
+class PairOutput:
+    """How the family holds the epilogue's operands and indexes D at the write-back."""
+
+    operands: Operands      # apply_epilogue's declaration (C passed as a value)
+    c_read: CRead = CRead.VIEW
+    bias: str = "bias"      # what apply_epilogue is passed for the bias vector
+    index: str = "size_t"   # the type an element's offset row * N + col is computed in
+    cvt_pairs: bool = True  # 16-bit pairs packed by one cvt ...x2 (pack_pair; sm_80 and newer)
+
+
+def _reads_c_pairs(spec: GemmSpec, output: PairOutput) -> bool:
+    return spec.epilogue.reads_c and output.c_read is CRead.POINTER and spec.n % 2 == 0
+
+
+def pair_io(spec: GemmSpec, output: PairOutput) -> str:
+    """`write_pair` (and `read_pair` where C is read a pair at a time) for D's type: only where N is
+    even, so that every pair starts on an aligned 4- or 8-byte boundary."""
+    if spec.n % 2:
+        return ""
+    if spec.out_dtype == "fp32":
+        read = r"""__device__ __forceinline__ void read_pair(const out_t* p, float& a, float& b) {
+    const float2 v = *reinterpret_cast<const float2*>(p);
+    a = v.x; b = v.y;
+}
+"""
+        write = "__device__ __forceinline__ void write_pair(out_t* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }\n"
+        what = "fp32 outputs (8-byte aligned: N is even and col is even)"
+    else:
+        read = r"""__device__ __forceinline__ void read_pair(const out_t* p, float& a, float& b) {
+    const u32 w = *reinterpret_cast<const u32*>(p);
+    a = to_float(out_t{(unsigned short)(w & 0xFFFFu)});
+    b = to_float(out_t{(unsigned short)(w >> 16)});
+}
+"""
+        pack = ("pack_pair(a, b, (out_t*)0)" if output.cvt_pairs else  # cvt ...x2 needs sm_80
+                "(u32)from_float(a, (out_t*)0).bits | ((u32)from_float(b, (out_t*)0).bits << 16)")
+        write = f"""__device__ __forceinline__ void write_pair(out_t* p, float a, float b) {{
+    *reinterpret_cast<u32*>(p) = {pack};
+}}
+"""
+        what = "16-bit outputs in one 32-bit word (4-byte aligned: N is even and col is even)"
+    return (f"\n// Two neighbouring {what}.\n"
+            + (read if _reads_c_pairs(spec, output) else "") + write)
+
+
+def _apply(spec: GemmSpec, output: PairOutput, value: str, col: str, c: str | None) -> str:
+    return epilogue_call(spec.epilogue, output.operands, value, "row", col, c=c, bias=output.bias)
+
+
+def _c_element(spec: GemmSpec, output: PairOutput, at: str) -> str | None:
+    if not spec.epilogue.reads_c:
+        return None
+    return f"to_float(C[{at}])" if output.c_read is CRead.POINTER else f"C[{at}]"
+
+
+def _pair_body(spec: GemmSpec, output: PairOutput, row_check: bool) -> list[str]:
+    """The stores of one pair (row, col) from v0, v1; `row_check`: the row is tested here too (it
+    became known in the innermost loop), else it is already known to be inside D."""
+    at = f"const {output.index} at = ({output.index})row * N + col;  // D's (and C's) element (row, col)"
+    if spec.n % 2:
+        c0, c1 = _c_element(spec, output, "at"), _c_element(spec, output, "at + 1")
+        stores = [at, f"if (col < N) D[at] = to_out({_apply(spec, output, 'v0', 'col', c0)});",
+                  f"if (col + 1 < N) D[at + 1] = to_out({_apply(spec, output, 'v1', 'col + 1', c1)});"]
+        return ["if (row < M) {", *("    " + line for line in stores), "}"] if row_check else stores
+    c0 = c1 = None
+    body = []
+    if _reads_c_pairs(spec, output):
+        body = ["    float c0 = 0.0f, c1 = 0.0f;", "    read_pair(C + at, c0, c1);"]
+        c0, c1 = "c0", "c1"
+    elif spec.epilogue.reads_c:
+        c0, c1 = _c_element(spec, output, "at"), _c_element(spec, output, "at + 1")
+    store = f"    write_pair(D + at, {_apply(spec, output, 'v0', 'col', c0)}, {_apply(spec, output, 'v1', 'col + 1', c1)});"
+    guard = "row < M && col < N" if row_check else "col < N"
+    return [f"if ({guard}) {{  // N is even, so col + 1 < N too: the pair is one aligned store", f"    {at}", *body, store, "}"]
+
+
+def pair_stores(spec: GemmSpec, fragment: PairFragment, output: PairOutput, indent: str = "    ") -> str:
+    """The loops over a thread's pairs and their guarded stores to D: a row known before the
+    innermost loop skips the rest of its loop when past M, one known only there is tested with the
+    column; each pair is stored whole (N even) or element by element (N odd)."""
+    how = ("pairs of outputs, one 32/64-bit store each" if spec.n % 2 == 0
+           else "single outputs: N is odd, so pairs are not aligned")
+    lines = [f"// Write-back from registers ({how})."] + ([f"// {fragment.note}"] if fragment.note else [])
+    innermost = fragment.row_depth == len(fragment.loops)
+    for depth, (index, count) in enumerate(fragment.loops):
+        pad, inner = "    " * depth, "    " * (depth + 1)
+        lines += [f"{pad}#pragma unroll", f"{pad}for (int {index} = 0; {index} < {count}; ++{index}) {{"]
+        if depth + 1 == fragment.row_depth:
+            lines.append(f"{inner}const int row = {fragment.row};")
+            lines += [] if innermost else [f"{inner}if (row >= M) continue;  // rows past M: nothing to store"]
+    pad = "    " * len(fragment.loops)
+    lines += [f"{pad}const int col = {fragment.col};",
+              f"{pad}const float v0 = {fragment.values[0]}, v1 = {fragment.values[1]};"]
+    lines += [pad + line for line in _pair_body(spec, output, innermost)]
+    lines += ["    " * depth + "}" for depth in reversed(range(len(fragment.loops)))]
+    return "".join(f"{indent}{line}\n" for line in lines)
