@@ -9,7 +9,7 @@ from gemmtune.kernels import families, get_family
 from gemmtune.kernels.parts.epilogue import (MARKER, CArg, Operands, VectorArg, epilogue_call,
                                              epilogue_function)
 from gemmtune.kernels.parts.ring import SLICE_RING
-from gemmtune.kernels.parts.writeback import CRead, PairFragment, PairOutput, pair_io, pair_stores
+from gemmtune.kernels.parts.writeback import CRead, OddEdge, PairFragment, PairOutput, pair_io, pair_stores
 from gemmtune.spec import GemmSpec
 
 EPILOGUES = ["alpha+beta", "bias_row", "bias_col+relu", "alpha+bias_row+gelu", "relu+add", "bias_col+gelu+add"]
@@ -139,7 +139,8 @@ def test_both_tensor_core_families_write_back_through_the_part():
             code = family.render(spec, family.default_config(spec, arch), arch).code  # wgmma: store_tile always
             assert code.count("// Write-back from registers") == 1, family.name
             assert ("write_pair(D + at" in code) == (n % 2 == 0), family.name
-            assert ("D[at + 1] = to_out(" in code) == (n % 2 == 1), family.name
+            assert ("D[at + 1] = to_out(" in code) == (n % 2 == 1 and family is mma), family.name
+            assert ("} else if (col < N) {" in code) == (n % 2 == 1 and family is wgmma), family.name
 
 
 FRAGMENT = PairFragment(loops=(("i", "2"), ("j", "4")), row="r0 + i", col="c0 + 2 * j",
@@ -160,6 +161,11 @@ def test_pair_stores_guard_rows_where_known_and_store_aligned_pairs():
     text = pair_stores(odd, FRAGMENT, OUTPUT)
     assert "if (col + 1 < N) D[at + 1] = to_out(apply_epilogue(v1, row, col + 1, to_float(C[at + 1])));" in text
     assert pair_io(odd, OUTPUT) == ""  # no pair is aligned
+    assert text.count("{") == text.count("}")
+    # wgmma's odd edge: the whole pair where both columns are inside, else the first alone
+    pair_or_first = PairOutput(OUTPUT.operands, CRead.VIEW, odd_edge=OddEdge.PAIR_OR_FIRST)
+    text = pair_stores(odd, FRAGMENT, pair_or_first)
+    assert "if (col + 1 < N) {" in text and "} else if (col < N) {" in text and "D[at]" not in text
     assert text.count("{") == text.count("}")
 
 

@@ -511,7 +511,7 @@ def _main_loop(config: MmaConfig, uses_async: bool, has_regs: bool, double: bool
         return f"""    // A ring of STAGES buffers: slices kt+1 .. kt+STAGES-1 are in flight while slice kt is multiplied.
     #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {{
-        if (s < KTILES) issue_stage(RING_SLOT(s), s);
+        if (s < KTILES) issue_stage(s, s);  // slices 0 .. STAGES - 2 into slots 0 .. STAGES - 2
         {commit}
     }}
     for (int kt = 0; kt < KTILES; ++kt) {{
@@ -538,7 +538,7 @@ def _main_loop(config: MmaConfig, uses_async: bool, has_regs: bool, double: bool
     // of each k-step are read from shared memory while the previous k-step's mma.sync run.
     #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {{
-        if (s < KTILES) {{ issue_stage(RING_SLOT(s), s); store_regs(RING_SLOT(s), s); }}
+        if (s < KTILES) {{ issue_stage(s, s); store_regs(s, s); }}  // slice s into slot s
         {commit}
     }}
     {wait}__syncthreads();

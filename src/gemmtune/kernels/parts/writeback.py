@@ -38,6 +38,16 @@ class PairFragment:
             raise ValueError(f"row_depth {self.row_depth} is not one of the {len(self.loops)} loops")
 
 
+class OddEdge(Enum):
+    """How a pair is stored where N is odd (pairs not aligned, the last column's pair half outside)."""
+
+    EACH = "each"          # each element under its own guard: if (col < N) ...; if (col + 1 < N) ...
+    # The pair where both columns are inside, else the first alone: both epilogue values are computed
+    # before either store, so reads the compiler cannot tell apart from D (FloatView bias and C, not
+    # __restrict__) are not loaded again after the first store.
+    PAIR_OR_FIRST = "pair_or_first"
+
+
 class CRead(Enum):
     """How the write-back reads C (for an epilogue that reads it)."""
 
@@ -54,6 +64,7 @@ class PairOutput:
     bias: str = "bias"      # what apply_epilogue is passed for the bias vector
     index: str = "size_t"   # the type an element's offset row * N + col is computed in
     cvt_pairs: bool = True  # 16-bit pairs packed by one cvt ...x2 (pack_pair; sm_80 and newer)
+    odd_edge: OddEdge = OddEdge.EACH
 
 
 def _reads_c_pairs(spec: GemmSpec, output: PairOutput) -> bool:
@@ -101,14 +112,29 @@ def _c_element(spec: GemmSpec, output: PairOutput, at: str) -> str | None:
     return f"to_float(C[{at}])" if output.c_read is CRead.POINTER else f"C[{at}]"
 
 
+def _odd_stores(spec: GemmSpec, output: PairOutput) -> list[str]:
+    """A pair's two elements stored one by one (N odd), each only where its column is inside D."""
+    each = output.odd_edge is OddEdge.EACH
+    # EACH shares the offset `at`; PAIR_OR_FIRST spells it at each access, as wgmma always has
+    # (sharing it there changes ptxas's address arithmetic).
+    at = "at" if each else f"({output.index})row * N + col"
+    first = _apply(spec, output, "v0", "col", _c_element(spec, output, at))
+    second = _apply(spec, output, "v1", "col + 1", _c_element(spec, output, f"{at} + 1"))
+    if each:
+        return [f"if (col < N) D[at] = to_out({first});", f"if (col + 1 < N) D[at + 1] = to_out({second});"]
+    return ["if (col + 1 < N) {  // both columns inside: both values before either store",
+            f"    const float d0 = {first}, d1 = {second};",
+            f"    D[{at}] = to_out(d0); D[{at} + 1] = to_out(d1);",
+            "} else if (col < N) {  // the last column of D",
+            f"    D[{at}] = to_out({first});", "}"]
+
+
 def _pair_body(spec: GemmSpec, output: PairOutput, row_check: bool) -> list[str]:
     """The stores of one pair (row, col) from v0, v1; `row_check`: the row is tested here too (it
     became known in the innermost loop), else it is already known to be inside D."""
     at = f"const {output.index} at = ({output.index})row * N + col;  // D's (and C's) element (row, col)"
     if spec.n % 2:
-        c0, c1 = _c_element(spec, output, "at"), _c_element(spec, output, "at + 1")
-        stores = [at, f"if (col < N) D[at] = to_out({_apply(spec, output, 'v0', 'col', c0)});",
-                  f"if (col + 1 < N) D[at + 1] = to_out({_apply(spec, output, 'v1', 'col + 1', c1)});"]
+        stores = ([at] if output.odd_edge is OddEdge.EACH else []) + _odd_stores(spec, output)
         return ["if (row < M) {", *("    " + line for line in stores), "}"] if row_check else stores
     c0 = c1 = None
     body = []

@@ -12,7 +12,7 @@ from ...spec import GemmSpec
 from ..parts import epilogue as epilogue_part
 from ..parts.epilogue import CArg, Operands, VectorArg
 from ..parts.floats import FLOAT_VIEW, TO_OUT  # FLOAT_VIEW: render.py takes it from here
-from ..parts.writeback import CRead, PairFragment, PairOutput, pair_io, pair_stores
+from ..parts.writeback import CRead, OddEdge, PairFragment, PairOutput, pair_io, pair_stores
 from .config import OUT_BYTES, WgmmaConfig, out_dtype
 from .groups import CPath
 
@@ -47,8 +47,9 @@ FRAGMENT = PairFragment(
     row="tile_m * BM + consumer * CONSUMER_ROWS + mb * 64 + warp * 16 + lane / 4 + 8 * half",
     col="tile_n * BN + j * 8 + 2 * (lane % 4)", values=("acc[mb][4 * j + 2 * half]", "acc[mb][4 * j + 2 * half + 1]"),
     row_depth=2, note="In each 64-row block, thread t of the warpgroup holds rows 16·warp + lane/4 (+8), columns 8·j + 2·(lane%4) (+1).")
-# C and bias arrive as FloatViews: C is read element by element.
-OUTPUT = PairOutput(EPILOGUE_OPERANDS, CRead.VIEW)
+# C and bias arrive as FloatViews: C is read element by element, and (N odd) a pair's two values are
+# computed before either store (a store to D could alias a FloatView's reads).
+OUTPUT = PairOutput(EPILOGUE_OPERANDS, CRead.VIEW, odd_edge=OddEdge.PAIR_OR_FIRST)
 
 
 def store_tile(spec: GemmSpec) -> str:
