@@ -89,6 +89,9 @@ def test_explicit_math_reaches_its_family():
     assert family_for(GemmSpec(2048, 2048, 2048, math="simt"), arch).name == "simt"
 
 
+@pytest.mark.xfail(strict=True, reason="issue 35's accuracy bar is not met: on an H100 (2026-11-25) 3xtf32's worst "
+                   "element at 512x384x4096 was 2.2x SGEMM's (uniform, large), 2.1x (rows 1e±4), 3.3x (k 1e±4); "
+                   "auto never picks 3xtf32 (tests/test_precision.py). strict: passing flags the bar as met")
 def test_error_within_sgemm_on_the_report_inputs():
     """3xtf32's worst per-element error stays within 1.5x cuBLAS SGEMM's on the accuracy report's
     classes away from fp32's smallest normal numbers (there the split's small part underflows, and
