@@ -32,7 +32,7 @@ from gemmtune.timing import TimingProtocol, measure
 from gemmtune.verify import make_inputs, reference
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_untuned import BENCH_SHAPES  # noqa: E402  (training must not see the measured shapes)
+from bench_untuned import EVAL_SHAPES as BENCH_SHAPES  # noqa: E402  (training must not see the measured shapes)
 
 PROTOCOL = TimingProtocol(warmup=2, min_reps=5, max_reps=30, min_time_s=0.015)
 CHECK_LIMIT = 1 << 22
