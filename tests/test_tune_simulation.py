@@ -120,3 +120,19 @@ def test_recorded_tables_are_replayable() -> None:
                                                                     table.environment.arch))
         assert len(candidates) == len(table.rows), f"{path.name} holds configs outside the space"
         assert table.best_s > 0
+
+
+def test_lookahead_keeps_a_seeded_search_deterministic_and_within_budget(tmp_path: Path) -> None:
+    """Asking a round ahead changes when the strategy learns, not the rules: a seeded run repeats
+    exactly, spends the trial budget exactly and measures no config twice."""
+    from gemmtune.tune.db import TuningDB
+    from gemmtune.tune.tuner import TuneOptions, tune
+
+    table = synthetic_table(rows=400, seed=4)
+    runs = []
+    for n in range(2):
+        with TuningDB(tmp_path / f"{n}.sqlite") as db:
+            outcome = tune(table.spec, SimulationRunner(table), db,
+                           TuneOptions(trials=45, batch=8, seed=2, remeasure_top=0, lookahead=True))
+            runs.append([r.config for r in db.results(outcome.context)])
+    assert runs[0] == runs[1] and len(runs[0]) == 45 == len(set(runs[0]))

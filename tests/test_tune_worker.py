@@ -268,3 +268,41 @@ def test_a_measuring_child_draws_a_shapes_inputs_once(monkeypatch):
     b = worker.prepared_for(second)
     assert b.spec == second and drawn == [first, second] and worker._PREPARED == [b]
     assert worker.prepared_for(first) is not a and drawn == [first, second, first]
+
+
+def test_lookahead_compiles_the_next_round_early_and_changes_nothing_else(tmp_path: Path) -> None:
+    """With lookahead the tuner asks round k+1 before round k is measured and hands it to the
+    pipeline's prefetch; an exhaustive search then records the same trials as without it."""
+    spec = GemmSpec(512, 512, 512)
+    outcomes = {}
+    for lookahead in (False, True):
+        runner = FewCandidates(spec, ENV, compile_workers=2, timeout_s=1.0, evaluator=by_case,
+                               compiler=fake_compile_rejects_some)
+        try:
+            with TuningDB(tmp_path / f"t{lookahead}.sqlite") as db:
+                options = TuneOptions(strategy="exhaustive", trials=50, batch=3, remeasure_top=0, lookahead=lookahead)
+                outcome = tune(spec, runner, db, options)
+                outcomes[lookahead] = {(r.config.bm, r.config.bn): r.status for r in db.results(outcome.context)}
+            assert runner.ahead == {}  # every prefetched compile was used
+        finally:
+            runner.close()
+    assert outcomes[True] == outcomes[False] and len(outcomes[True]) == 7
+
+
+def test_prefetch_starts_the_compile_that_run_then_uses() -> None:
+    runner = MeasurePipeline(GemmSpec(512, 512, 512), ENV, compile_workers=1, timeout_s=5.0, evaluator=by_case,
+                             compiler=fake_compile_all_fine)
+    try:
+        config = runner_config()
+        runner.prefetch([config])
+        future = runner.ahead[config]
+        assert [r.status for r in runner.run([config])] == [Status.OK]
+        assert runner.ahead == {} and future.done()
+    finally:
+        runner.close()
+
+
+def runner_config():
+    from gemmtune.kernels.simt.config import SimtConfig
+
+    return SimtConfig()

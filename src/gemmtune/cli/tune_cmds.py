@@ -41,6 +41,9 @@ def register(subparsers) -> None:
     add_db_argument(tune)
     tune.add_argument("--seed", type=int, default=0, help="random seed of the strategy (default 0)")
     tune.add_argument("--batch", type=int, default=8, help="configs per round between model updates (default 8)")
+    tune.add_argument("--lookahead", action="store_true",
+                      help="ask the next round before this one is measured and compile it meanwhile (the "
+                           "search learns a round later)")
     tune.add_argument("--top", type=int, default=5, help="re-measure and show this many best configs (default 5)")
     tune.add_argument("--timeout", type=float, default=60.0, help="seconds before a measurement counts as hung")
     add_family_argument(tune)
@@ -131,7 +134,7 @@ def run_tune(args: argparse.Namespace) -> int:
     trials = trial_budget(args.trials, word_trials, args.time_s)
     family = tuned_family(args, spec)
     options = TuneOptions(family, args.strategy, trials, args.time_s, args.seed, args.batch, args.top,
-                          not args.no_transfer, args.chooser_seeds)
+                          not args.no_transfer, args.chooser_seeds, args.lookahead)
     runner, cublas_s, note = simulation_runner(args.simulate, spec) if args.simulate else gpu_runner(spec, args)
     db_path = args.db or default_db_path()
     seen = SeenTrials()

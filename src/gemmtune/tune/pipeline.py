@@ -69,6 +69,7 @@ class MeasurePipeline:
         # One core stays free for the tuner and the measuring process.
         self.compile_workers = compile_workers or max(1, (os.cpu_count() or 2) - 1)
         self.pool: ProcessPoolExecutor | None = None
+        self.ahead: dict[Any, Future] = {}  # config -> its compile, submitted by prefetch before run asks
         # A measuring child shared with other pipelines (a Dask worker's) is passed in; close() stops it too.
         self.worker = measure_worker or MeasureWorker(evaluator, timeout_s)
 
@@ -76,10 +77,19 @@ class MeasurePipeline:
         return candidates
 
     def run(self, configs: Sequence[Any]) -> Iterator[TrialResult]:
-        pool = self._pool()
-        futures = {pool.submit(self.compiler, self._request(c)): c for c in configs}
+        futures = {self._compile(c): c for c in configs}
         for future in as_completed(futures):
             yield self._measure(futures[future], future)
+
+    def prefetch(self, configs: Sequence[Any]) -> None:
+        """Start compiling configs that `run` will be asked for next (the tuner's lookahead), so
+        their compiles overlap the measurements of the batch before them."""
+        for config in configs:
+            if config not in self.ahead:
+                self.ahead[config] = self._pool().submit(self.compiler, self._request(config))
+
+    def _compile(self, config: Any) -> Future:
+        return self.ahead.pop(config, None) or self._pool().submit(self.compiler, self._request(config))
 
     def remeasure(self, configs: Sequence[Any]) -> Iterator[TrialResult]:
         return self.run(configs)  # compiles are disk-cache hits by now
@@ -88,6 +98,7 @@ class MeasurePipeline:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
             self.pool = None
+        self.ahead.clear()
         self.worker.close()
 
     def _pool(self) -> ProcessPoolExecutor:
@@ -138,6 +149,7 @@ class MeasurePipeline:
         if self.pool is not None:
             self.pool.shutdown(wait=False, cancel_futures=True)
             self.pool = None
+        self.ahead.clear()  # their futures died with the pool: run compiles them again
 
     def _resource_problems(self, job: MeasureJob) -> list[str]:
         """Registers, threads or shared memory beyond the device's limits, from the ptxas report.

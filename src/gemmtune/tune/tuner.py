@@ -42,6 +42,10 @@ class TuneOptions:
     remeasure_top: int = 5
     transfer: bool = True
     chooser_seeds: int = 4  # the chooser's top picks measured first (0: none)
+    # Ask the next batch before the current one is measured, so a runner that compiles (the GPU
+    # pipeline's `prefetch`) compiles it while the GPU measures: the strategy then learns one
+    # batch later. Off by default until measured on a GPU.
+    lookahead: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,15 +121,16 @@ def search(strategy: Strategy, runner: Runner, db: TuningDB, context: TuneContex
            tally: Tally, on_trial: Callable[[TuneProgress], None] | None) -> str:
     """Run batches until a budget is spent or the strategy has nothing left; returns why it stopped."""
     deadline = time.monotonic() + options.time_s if options.time_s is not None else None
+    queued: list = []  # with lookahead: the batch asked while the one before it was measured
     while True:
         if options.trials is not None and tally.done >= options.trials:
             return "trial budget reached"
         if deadline is not None and time.monotonic() >= deadline:
             return "time budget reached"
-        wanted = options.batch if options.trials is None else min(options.batch, options.trials - tally.done)
-        configs = strategy.ask(wanted)
+        configs = queued or strategy.ask(_wanted(options, tally.done))
         if not configs:
             return "search space exhausted"
+        queued = _ask_ahead(strategy, runner, options, tally.done + len(configs)) if options.lookahead else []
         told = []
         for result in runner.run(configs):
             db.record(context, result)
@@ -134,6 +139,21 @@ def search(strategy: Strategy, runner: Runner, db: TuningDB, context: TuneContex
             if on_trial is not None:
                 on_trial(tally.progress(result))
         strategy.tell(told)
+
+
+def _wanted(options: TuneOptions, done: int) -> int:
+    return options.batch if options.trials is None else max(0, min(options.batch, options.trials - done))
+
+
+def _ask_ahead(strategy: Strategy, runner: Runner, options: TuneOptions, done_after: int) -> list:
+    """The next batch, asked now and handed to the runner's `prefetch` (when it has one) to compile
+    while the current batch is measured; none past the trial budget."""
+    wanted = _wanted(options, done_after)
+    ahead = strategy.ask(wanted) if wanted else []
+    prefetch = getattr(runner, "prefetch", None)
+    if ahead and prefetch is not None:
+        prefetch(ahead)
+    return ahead
 
 
 def remeasure(runner: Runner, db: TuningDB, context: TuneContext, count: int, again: bool = True) -> tuple[TrialResult, ...]:
