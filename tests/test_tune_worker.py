@@ -247,27 +247,33 @@ def test_a_missing_compiler_stops_the_run(tmp_path: Path) -> None:
 
 
 def test_a_measuring_child_draws_a_shapes_inputs_once(monkeypatch):
-    """prepared_for keeps the last shape's inputs and reference: every candidate of a shape is
-    checked on the same ones, and a new shape replaces them (only one shape's are held)."""
+    """prepared_for keeps recent shapes' inputs and references: every candidate of a shape is
+    checked on the same ones, shapes measured in turn keep theirs, and the oldest go first when
+    they hold more than PREPARED_BYTES together."""
     import gemmtune.device
     import gemmtune.evaluate
+    from gemmtune.evaluate import Prepared
     from gemmtune.spec import GemmSpec
     from gemmtune.tune import worker
 
     drawn = []
+
+    def prepare(spec):
+        drawn.append(spec)
+        return Prepared(spec, {"A": np.zeros(spec.m * spec.k, np.float32)}, np.zeros(spec.m * spec.n))
+
+    monkeypatch.setattr(gemmtune.evaluate, "prepare", prepare)
     monkeypatch.setattr(gemmtune.device, "free_memory", lambda ordinal=0: 1 << 40)
     monkeypatch.setattr(worker, "_PREPARED", [])
-
-    class Prepared(tuple):
-        spec = property(lambda self: self[1])
-
-    monkeypatch.setattr(gemmtune.evaluate, "prepare", lambda spec: drawn.append(spec) or Prepared(("p", spec)))
-    first, second = GemmSpec(256, 256, 256), GemmSpec(512, 256, 256)
+    first, second, third = GemmSpec(256, 256, 256), GemmSpec(512, 256, 256), GemmSpec(1024, 256, 256)
     a = worker.prepared_for(first)
     assert worker.prepared_for(first) is a and drawn == [first]
     b = worker.prepared_for(second)
-    assert b.spec == second and drawn == [first, second] and worker._PREPARED == [b]
-    assert worker.prepared_for(first) is not a and drawn == [first, second, first]
+    assert worker.prepared_for(first) is a and worker.prepared_for(second) is b and drawn == [first, second]
+    monkeypatch.setattr(worker, "PREPARED_BYTES", worker._held_bytes(b) + worker._held_bytes(a))
+    worker.prepared_for(third)  # over the limit: the least recent (first) goes, then second
+    assert [p.spec for p in worker._PREPARED] == [third] and drawn == [first, second, third]
+    assert worker.prepared_for(first) is not a and drawn[-1] == first
 
 
 def test_lookahead_compiles_the_next_round_early_and_changes_nothing_else(tmp_path: Path) -> None:

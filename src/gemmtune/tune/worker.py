@@ -63,22 +63,34 @@ def compiled_of(job: MeasureJob) -> Any:
                           ResourceUsage(**job.resources), "", job.compile_s, job.nvrtc_version)
 
 
-_PREPARED: list = []  # per measuring child: the last spec's inputs and reference (evaluate.Prepared)
+_PREPARED: list = []  # per measuring child: recent specs' inputs and references (evaluate.Prepared), oldest first
+PREPARED_BYTES = 4 << 30  # host memory they may hold together (the newest is always kept)
 
 
 def prepared_for(spec: Any) -> Any:
     """The inputs and float64 reference of `spec`, drawn once per measuring child and shape: the
     candidates of one shape are all checked on the same random inputs, and a trial of a large
-    shape no longer spends a second drawing them and computing the reference. Only the last
-    spec's are kept (a large shape's reference is gigabytes)."""
+    shape no longer spends a second drawing them and computing the reference. The most recent
+    shapes' are kept within PREPARED_BYTES (a Dask worker's child measures several shapes in turn;
+    the largest shape's reference alone is about a gigabyte)."""
     from ..device import free_memory
     from ..evaluate import prepare
 
-    if not _PREPARED or _PREPARED[0].spec != spec:
-        _PREPARED.clear()
+    found = next((p for p in _PREPARED if p.spec == spec), None)
+    if found is None:
         spec.check_fits(free_memory(0))  # before the reference takes GPU memory of its own
-        _PREPARED.append(prepare(spec))
-    return _PREPARED[0]
+        found = prepare(spec)
+    else:
+        _PREPARED.remove(found)
+    _PREPARED.append(found)
+    while len(_PREPARED) > 1 and sum(_held_bytes(p) for p in _PREPARED) > PREPARED_BYTES:
+        _PREPARED.pop(0)
+    return found
+
+
+def _held_bytes(prepared: Any) -> int:
+    arrays = [*prepared.inputs.values(), prepared.expected]
+    return sum(getattr(array, "nbytes", 0) for array in arrays)
 
 
 def gpu_evaluator(job: MeasureJob) -> MeasureOutcome:
