@@ -41,6 +41,10 @@ class MmaConfig(FamilyConfig):
       (they share A and B panels in L2).
     blocks_per_sm: the blocks one SM should hold at once: __launch_bounds__' minimum, so ptxas keeps
       registers within 65536 / (threads · blocks); shared memory must fit that many blocks too.
+    transpose_copy: tf32 only: every MN-major operand is read from global memory through registers
+      (vector loads along M or N) and stored K-major in shared memory, so its fragments come by the
+      K-major ldmatrix path instead of plain 32-bit loads (ldmatrix cannot transpose 32-bit values).
+      Not measured on a GPU yet; off by default, and left out of to_json when off (old keys stay).
     """
 
     bm: int = 128
@@ -54,7 +58,14 @@ class MmaConfig(FamilyConfig):
     swizzle: bool = True
     group_m: int = 8
     blocks_per_sm: int = 1
+    transpose_copy: bool = False
     FAMILY_LABEL = "mma"
+
+    def to_json(self) -> dict:
+        data = super().to_json()
+        if not data["transpose_copy"]:  # configs (and database keys) from before the option stay unchanged
+            del data["transpose_copy"]
+        return data
 
     # --- derived shape --------------------------------------------------------------------
     def bk(self, dtype: str) -> int:
@@ -83,7 +94,8 @@ class MmaConfig(FamilyConfig):
         copy = " cp.async" if self.async_copy else ""
         return (f"tile {self.bm}x{self.bn}x{self.k_bytes}B warp {self.wm}x{self.wn} stages{self.stages} "
                 f"{feed}{copy}" + (" swizzle" if self.swizzle else "") + f" g{self.group_m}"
-                + (f" {self.blocks_per_sm}/SM" if self.blocks_per_sm > 1 else ""))
+                + (f" {self.blocks_per_sm}/SM" if self.blocks_per_sm > 1 else "")
+                + (" transpose" if self.transpose_copy else ""))
 
 
 # --- what the family can run at all ----------------------------------------------------------------
@@ -200,9 +212,22 @@ def _occupancy(c: MmaConfig, s: GemmSpec, arch: str) -> str | None:
     return None
 
 
+def _transpose(c: MmaConfig, s: GemmSpec, arch: str) -> str | None:
+    if not c.transpose_copy:
+        return None
+    if splits_fp32(s):  # two ldmatrix fragment sets beside 3xtf32's split values: ptxas spills on sm_90
+        return "transpose_copy is for tf32; fp32 as 3xtf32 keeps its plain loads (with it ptxas spills)"
+    if s.dtype != "tf32":
+        return (f"transpose_copy transposes MN-major tf32 tiles; {s.dtype} MN-major tiles are read by "
+                "ldmatrix.trans as stored")
+    if not s.a_trans and s.b_trans:
+        return f"transpose_copy: layout {s.layout} has no MN-major operand (A and B are K-major)"
+    return None
+
+
 CONSTRAINTS: dict[str, Constraint] = {
     "dtype": _dtype, "tile": _tile, "depth": _depth, "registers": _registers, "pipeline": _pipeline,
-    "shared_memory": _smem, "occupancy": _occupancy,
+    "shared_memory": _smem, "occupancy": _occupancy, "transpose_copy": _transpose,
 }
 
 

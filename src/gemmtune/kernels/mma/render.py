@@ -3,7 +3,8 @@
 Sizes are baked in as constants. Each operand is copied to shared memory as stored (no transpose:
 A as M×K or K×M, B as K×N or N×K), so cp.async can move it; the fragment loads do the rest:
 ldmatrix for K-major tiles, ldmatrix.trans for MN-major 16-bit tiles, plain 32-bit loads where
-ldmatrix does not fit (MN-major tf32, or the smem_mma step). The copy width comes from the spec:
+ldmatrix does not fit (MN-major tf32, or the smem_mma step). With transpose_copy an MN-major tf32
+operand goes through registers instead and is stored K-major, so ldmatrix reads it as K-major. The copy width comes from the spec:
 16 bytes where every stored row of the operand allows it, else 8, 4, or 2-byte elements. Edges are
 zero-filled at the copy (K too), so the main loop never branches on them; the write-back is guarded.
 """
@@ -61,12 +62,14 @@ class Operand:
     extent: str      # "M" or "N": the dimension that is not K
     tile: int        # BM or BN
     bk: int          # the k-slice depth in elements
-    k_major: bool    # stored with K contiguous: the shared tile is [tile][bk], else [bk][tile]
+    k_major: bool    # K contiguous in shared memory: the tile is [tile][bk], else [bk][tile] (as stored,
+                     # except where `transposed`)
     elem: int        # bytes per element
     copy_bytes: int  # bytes per global -> shared copy
     use_async: bool  # cp.async (else through registers)
     use_ldmatrix: bool
     swizzle: bool
+    transposed: bool = False  # stored MN-major in the matrix, K-major in shared memory (transpose_copy)
 
     @property
     def rows(self) -> int:
@@ -98,6 +101,9 @@ def operands(spec: GemmSpec, config: MmaConfig, arch: str) -> tuple[Operand, Ope
         width = copy_width(stored_row, elem)
         # ldmatrix moves 16-bit units: a K-major tf32 tile reads right, an MN-major one would need
         # a 32-bit transpose, so it keeps plain loads.
+        if config.transpose_copy and not k_major:  # through registers, K-major in shared memory
+            found.append(Operand(name, extent, tile, bk, True, elem, width, False, config.ldmatrix, config.swizzle, True))
+            continue
         ldm = config.ldmatrix and (elem == 2 or k_major)
         found.append(Operand(name, extent, tile, bk, k_major, elem, width, cp_async and width >= 4, ldm, config.swizzle))
     return found[0], found[1]
@@ -166,7 +172,7 @@ def _unit_loop(op: Operand, threads: int, unroll: str = "") -> str:
 
 def _global_at(op: Operand) -> str:
     """The element offset of (gx, gk) in the stored matrix."""
-    return "(unsigned)gx * K + gk" if op.k_major else f"(unsigned)gk * {op.extent} + gx"
+    return "(unsigned)gx * K + gk" if op.k_major and not op.transposed else f"(unsigned)gk * {op.extent} + gx"
 
 
 def _async_copy(op: Operand, threads: int) -> str:
@@ -237,18 +243,79 @@ def _odd_row_register_copy(spec: GemmSpec, op: Operand) -> RegisterCopy:
     return RegisterCopy(how, fetch, store, f"    const u32* words = reinterpret_cast<const u32*>({op.name});\n")
 
 
+def _transposed_unit_loop(op: Operand, unroll: str = "") -> str:
+    """The head of the loop over a thread's copy units of a transposed operand: unit idx is the E
+    elements x..x+E-1 of stored row k (one vector load along M or N), k = idx % BK fastest, so a
+    warp's 32 units cover 32/BK consecutive units c at every k of the slice."""
+    per = op.copy_bytes // op.elem
+    pragma = f"#pragma unroll {unroll}" if unroll else "#pragma unroll"
+    return f"""    constexpr int E = {per}, UNITS = {op.bk} * ({op.tile} / E);  // E elements along {op.extent} per unit
+    {pragma}
+    for (int l = 0; l < (UNITS + THREADS - 1) / THREADS; ++l) {{
+        const int idx = threadIdx.x + l * THREADS;
+        if (UNITS % THREADS != 0 && idx >= UNITS) break;
+        const int k = idx % {op.bk}, c = idx / {op.bk};
+        const int gx = x0 + c * E, gk = k0 + k;"""
+
+
+def _rotation_step(op: Operand) -> int:
+    """Units c whose rows share a 128-byte bank line (32 / BK of them in a warp) over the E rows a unit
+    stores: the rotation advances every this many units (see _transposed_store)."""
+    per, lines = op.copy_bytes // op.elem, 32 // op.bk
+    return max(1, lines // per)
+
+
+def _transposed_store(op: Operand) -> str:
+    """The scattered shared store of a transposed unit: its E words go to rows x .. x+E-1 of the
+    K-major tile, each at column k. Why this is free of bank conflicts: a warp's 32 lanes hold every k
+    of the slice (BK = 8, 16 or 32 words, one row's bank line share) for 32/BK consecutive units c.
+    Store s of every lane writes one row per c; rows x and x' fall on distinct banks iff they sit in
+    different parts of a 128-byte line, i.e. x mod (32/BK) differs (the XOR swizzle only permutes
+    16-byte chunks inside a row). Storing the words in program order would give every lane the same
+    x mod E, so each store instruction would hit one part: 2-way (BK 16) or 4-way (BK 8) conflicts.
+    Rotating each unit's words by rot(c) = (c / step) % E (step = _rotation_step) makes
+    x = E*c + (s + rot) % E distinct mod 32/BK across the warp's units, so every store instruction
+    touches 32 distinct banks. The rotation is a few selects on registers (constant indices)."""
+    per = op.copy_bytes // op.elem
+    rotate = ""
+    if per == 2:
+        rotate = "        if (rot & 1) { const u32 t0 = w[0]; w[0] = w[1]; w[1] = t0; }\n"
+    elif per == 4:
+        rotate = ("        if (rot & 1) { const u32 t0 = w[0]; w[0] = w[1]; w[1] = w[2]; w[2] = w[3]; w[3] = t0; }\n"
+                  "        if (rot & 2) { u32 t0 = w[0]; w[0] = w[2]; w[2] = t0; t0 = w[1]; w[1] = w[3]; w[3] = t0; }\n")
+    return f"""        // Words rotated by rot: store s writes element (s + rot) % E (rows spread over the bank line).
+        const int rot = (c / {_rotation_step(op)}) % E;
+        u32 w[E];
+        #pragma unroll
+        for (int e = 0; e < E; ++e) w[e] = r[l][e];
+{rotate}        #pragma unroll
+        for (int s = 0; s < E; ++s)
+            *reinterpret_cast<u32*>(stage + {op.lower}_offset(c * E + (s + rot) % E, k)) = w[s];"""
+
+
+def _transposed_register_copy(op: Operand) -> RegisterCopy:
+    """A transposed operand: one vector load along M or N (as the wide copy), E scalar stores down the
+    K-major tile's rows."""
+    wide = _wide_register_copy(op)
+    how = f"{op.copy_bytes}-byte loads along {op.extent}, stored transposed: K-major in shared memory"
+    return RegisterCopy(how, wide.fetch, _transposed_store(op))
+
+
 def _copy_function(spec: GemmSpec, op: Operand, threads: int) -> str:
     if op.use_async:
         return _async_copy(op, threads)
-    copy = _wide_register_copy(op) if op.copy_bytes >= 4 else _odd_row_register_copy(spec, op)
+    if op.transposed:
+        copy = _transposed_register_copy(op)
+    else:
+        copy = _wide_register_copy(op) if op.copy_bytes >= 4 else _odd_row_register_copy(spec, op)
     how, fetch, store, words_ptr = copy.how, copy.fetch, copy.store, copy.words_ptr
     words = register_words(op)
     regs = f"u32 (&r)[{register_loads(op, threads)}][{words}]"
     signature = f"const in_t* __restrict__ {op.name}, int x0, int k0"
-    loop = _unit_loop(op, threads)
+    loop = _transposed_unit_loop(op) if op.transposed else _unit_loop(op, threads)
     # The unstaged copy goes unit by unit (a few units unrolled: unrolled whole, ptxas hoists every
     # unit's addresses out of the k-loop and spills).
-    one = _unit_loop(op, threads, "2")
+    one = _transposed_unit_loop(op, "2") if op.transposed else _unit_loop(op, threads, "2")
     return f"""// {op.name}: global -> registers -> shared ({how}); zeros outside the matrix, so edge tiles need no
 // branches later. fetch/store: the loads early, the store after the mma work they hide behind; copy: both at once.
 __device__ __forceinline__ void fetch_{op.lower}({regs}, {signature}) {{
@@ -630,7 +697,8 @@ def _source_text(spec: GemmSpec, config: MmaConfig, arch: str) -> str:
     header = (f"// gemmtune {NAME} v{VERSION}: {spec.short()} on {arch}\n// config: {config.describe()}\n"
               f"// A is stored {'K×M' if spec.a_trans else 'M×K'}, B {'N×K' if spec.b_trans else 'K×N'}, D M×N; all row-major.\n"
               f"// copies: A {a.copy_bytes} B{' cp.async' if a.use_async else ''}, "
-              f"B {b.copy_bytes} B{' cp.async' if b.use_async else ''}\n")
+              f"B {b.copy_bytes} B{' cp.async' if b.use_async else ''}"
+              + "".join(f"; {op.name} transposed to K-major" for op in (a, b) if op.transposed) + "\n")
     types = (f"typedef {STORAGE_TYPES[spec.dtype]} in_t;  // A, B\n"
              f"typedef {STORAGE_TYPES[spec.out_dtype]} out_t;  // C, bias, D\n")
     return (header + HALF_FLOATS + FLOAT_VIEW + types + TO_OUT + (PACK_PAIR if arch_number(arch) >= 80 else "") + SMEM_ADDR
