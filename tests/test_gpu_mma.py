@@ -39,6 +39,12 @@ def compiled_ladder():
     jobs = [(GemmSpec(*shape, layout=layout, dtype=dtype), config, arch)
             for _, config in FAMILY.ladder(arch) for dtype in DTYPES if _supported(dtype, arch)
             for layout in LAYOUTS for shape in SHAPES]
+    return compiled_by_job(jobs)
+
+
+def compiled_by_job(jobs: list) -> dict:
+    """(spec, config) -> kernel for every (spec, config, arch) job, compiled in parallel; any
+    compile failure fails the caller (its first three named)."""
     kernels = compile_configs(jobs)
     failed = [(job[0].short(), job[1].describe(), str(k)) for job, k in zip(jobs, kernels) if isinstance(k, Exception)]
     assert not failed, failed[:3]

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import gemmtune
-from gemmtune.build import compile_configs
 from gemmtune.kernels import get_family
 from gemmtune.spec import GemmSpec
+from test_gpu_mma import compiled_by_job
 
 pytestmark = pytest.mark.gpu
 
@@ -40,10 +40,7 @@ def compiled():
         pytest.skip(f"tf32 mma.sync needs sm_80, this GPU is {arch}")
     jobs = [(spec, _config(spec, arch, variant), arch) for variant in VARIANTS for layout in LAYOUTS
             for spec in (GemmSpec(*shape, layout=layout, dtype="tf32") for shape in SHAPES)]
-    kernels = compile_configs(jobs)
-    failed = [(job[0].short(), job[1].describe(), str(k)) for job, k in zip(jobs, kernels) if isinstance(k, Exception)]
-    assert not failed, failed[:3]
-    return {(job[0], job[1]): kernel for job, kernel in zip(jobs, kernels)}
+    return compiled_by_job(jobs)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
