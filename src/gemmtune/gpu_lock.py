@@ -28,7 +28,7 @@ import tempfile
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -210,11 +210,11 @@ class LockReport:
     span_s: float  # first start to last end
     busy_s: dict[str, float]  # holder -> seconds it held the lock
     counts: dict[str, int]  # holder -> timed sections
-    gpu_busy_s: dict[str, float] | None = None  # GPU (UUID, "" when not logged) -> seconds its lock was held
+    gpu_busy_s: dict[str, float] = field(default_factory=dict)  # GPU (UUID, "" if not logged) -> seconds held
 
     @property
     def gpus(self) -> int:
-        return max(1, len(self.gpu_busy_s or {}))
+        return max(1, len(self.gpu_busy_s))
 
     def lines(self) -> list[str]:
         if not self.sections:
@@ -232,7 +232,7 @@ class LockReport:
 
     def to_json(self) -> dict:
         return {"sections": self.sections, "overlapping_pairs": self.overlapping_pairs, "span_s": self.span_s,
-                "busy_s": self.busy_s, "sections_per_holder": self.counts, "gpu_busy_s": self.gpu_busy_s or {}}
+                "busy_s": self.busy_s, "sections_per_holder": self.counts, "gpu_busy_s": self.gpu_busy_s}
 
 
 def lock_report(intervals: list[Interval]) -> LockReport:

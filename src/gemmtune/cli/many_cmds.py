@@ -150,9 +150,9 @@ def local_workers(asked: int | None, gpus: list[str]) -> int:
     (a local cluster pinned one worker to each), else 1 (tuning in this process)."""
     from ..errors import SpecError
 
-    if asked is not None and asked < 1:
-        raise SpecError(f"--workers must be 1 or more, not {asked}")
     if asked is not None:
+        if asked < 1:
+            raise SpecError(f"--workers must be 1 or more, not {asked}")
         return asked
     if len(gpus) < 2:
         return 1
@@ -216,16 +216,21 @@ def run_tune_many(args: argparse.Namespace) -> int:
         if done:
             out.print(f"{len(done)} of {len(workload.shapes)} shapes were tuned when the run stopped:")
             print_summary(list(done), [cublas.get(o.budget.shape.spec) for o in done], out, len(workload.shapes))
-        out.print(f"stopped after {time.monotonic() - started:.1f} s wall on {where}", highlight=False)
+        out.print(f"stopped after {wall_text(started, where)}", highlight=False)
         if args.lock_log is not None:
             report_lock_log(args.lock_log, out)
         print(f"gemmtune: stopped by {stop.name}; every finished trial is saved in {db_path}", file=sys.stderr)
         return stop.exit_code
     print_summary(outcomes, [cublas.get(o.budget.shape.spec) for o in outcomes], out)
     out.print(f"{len(outcomes)} shapes, {sum(o.outcome.trials for o in outcomes if o.outcome)} trials, "
-              f"in {time.monotonic() - started:.1f} s wall on {where}", highlight=False)
+              f"in {wall_text(started, where)}", highlight=False)
     lock_ok = report_lock_log(args.lock_log, out) if args.lock_log is not None else True
     return 0 if lock_ok and all(o.outcome is not None for o in outcomes) else 1
+
+
+def wall_text(started: float, where: str) -> str:
+    """'123.4 s wall on <where>': the run's wall time since `started` (time.monotonic)."""
+    return f"{time.monotonic() - started:.1f} s wall on {where}"
 
 
 def cublas_times(workload: Any, cublas_for: Any, arch: str, family: str | None) -> dict[GemmSpec, float | None]:

@@ -10,7 +10,8 @@ recorded table to replay. Timed sections on one GPU never overlap, whichever pro
 
 Clusters: `local_cluster(pins)` starts single-threaded process workers on this machine, each
 pinned to one visible GPU (one per GPU by default, round-robin when there are more); an existing
-one is reached by address (`dask scheduler`, `dask worker ...`, or dask-jobqueue on SLURM/PBS). Without the `dask` extra nothing here is imported.
+one is reached by address (`dask scheduler`, `dask worker ...`, or dask-jobqueue on SLURM/PBS).
+Without the `dask` extra nothing here is imported.
 """
 from __future__ import annotations
 
