@@ -377,10 +377,18 @@ def test_the_workload_time_line_sums_count_times_time_and_compares_with_cublas()
 def test_cublas_times_come_first_and_a_failing_baseline_is_one_line(workload, capsys):
     from gemmtune.cli.many_cmds import cublas_times
 
+    started = []
+
     def cublas_for(spec, family):
-        if spec == SHAPES[1]:
-            raise RuntimeError("CUDA out of memory.\nTried to allocate ...")
-        return spec.m * 1e-9
+        """Starts the baseline, returns its wait: every shape is started before any is waited for."""
+        started.append(spec)
+
+        def wait():
+            assert len(started) == 3
+            if spec == SHAPES[1]:
+                raise RuntimeError("CUDA out of memory.\nTried to allocate ...")
+            return spec.m * 1e-9
+        return wait
 
     shapes = Workload(workload.shapes[:3])
     assert cublas_times(shapes, cublas_for, "sm_90", "simt") == {SHAPES[0]: 512e-9, SHAPES[1]: None,
@@ -422,14 +430,14 @@ def test_each_local_worker_sees_only_its_gpu():
     """The local cluster pins each worker through CUDA_VISIBLE_DEVICES (read inside the worker
     processes) and declares GPU=1 on the pinned ones, so measurements go only there."""
     pytest.importorskip("distributed")
-    from gemmtune.tune.distributed import _workers_declare_gpus, dask_client
+    from gemmtune.tune.distributed import workers_declare_gpus, dask_client
 
     client = dask_client(None, 3, ["3", "5"])
     try:
         seen = client.run(lambda: os.environ.get("CUDA_VISIBLE_DEVICES"))
         names = {address: info["name"] for address, info in client.scheduler_info()["workers"].items()}
         assert {names[address]: pin for address, pin in seen.items()} == {0: "3", 1: "5", 2: "3"}
-        assert _workers_declare_gpus(client)
+        assert workers_declare_gpus(client)
     finally:
         cluster = client.cluster
         client.close()

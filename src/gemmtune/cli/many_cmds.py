@@ -6,7 +6,7 @@ import sys
 import time
 from contextlib import closing, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..lifeline import Interrupted, stop_signals
 from ..spec import GemmSpec
@@ -112,11 +112,15 @@ def print_workload(workload: Any) -> None:
 # --- tune-many ------------------------------------------------------------------------------------
 def runner_source(args: argparse.Namespace) -> tuple[Any, Any, Any, str]:
     """(runner_for(spec, family), cublas_for(spec, family), the Dask client or None, a line saying
-    where trials run)."""
+    where trials run). cublas_for starts the measurement and returns a thunk that waits for its time:
+    on a cluster every shape's baseline is in flight at once (the GPU lock still times one section at
+    a time per GPU; before, the baselines ran one after another and left the GPUs 98% idle for the
+    first 45 s of a 20-shape run); here, the thunk measures when called."""
     import json
 
     from ..device import visible_gpus
-    from ..tune.distributed import DaskRunner, GpuRecipe, TableRecipe, cublas_on_worker, dask_client
+    from ..tune.distributed import (DaskRunner, GpuRecipe, TableRecipe, cublas_on_worker, dask_client,
+                                    workers_declare_gpus)
 
     gpus = [] if args.simulate is not None or args.scheduler else visible_gpus()
     workers = local_workers(args.workers, gpus)
@@ -133,15 +137,18 @@ def runner_source(args: argparse.Namespace) -> tuple[Any, Any, Any, str]:
         made = recipe(spec, family)
         return DaskRunner(client, made) if client is not None else made.build()
 
-    def cublas_for(spec: GemmSpec, family: str) -> float | None:
-        """cuBLAS's time for the spec: the recorded table's, or measured on a worker (or here)."""
+    def cublas_for(spec: GemmSpec, family: str) -> Callable[[], float | None]:
+        """cuBLAS's time for the spec, to be waited for: the recorded table's, or measured on a GPU
+        worker (or here)."""
         if args.simulate is not None:
-            return recipe(spec, family).local().table.meta.get("cublas_median_s")
+            recorded = recipe(spec, family).local().table.meta.get("cublas_median_s")
+            return lambda: recorded
         if client is not None:
-            return client.submit(cublas_on_worker, json.dumps(spec.to_json()), pure=False).result()
+            on_gpu = {"resources": {"GPU": 1}} if workers_declare_gpus(client) else {}
+            return client.submit(cublas_on_worker, json.dumps(spec.to_json()), pure=False, **on_gpu).result
         from .tune_cmds import cublas_seconds
 
-        return cublas_seconds(spec)[0]
+        return lambda: cublas_seconds(spec)[0]
     return runner_for, cublas_for, client, where
 
 
@@ -208,7 +215,9 @@ def run_tune_many(args: argparse.Namespace) -> int:
     try:
         with stop_signals(), TuningDB(db_path) as db, closing(client) if client is not None else nullcontext(), \
                 closing(display):
-            out.print(f"cuBLAS first, one shape at a time ({'from the tables' if args.simulate else 'measured'})")
+            out.print("cuBLAS first, " + ("from the tables" if args.simulate else
+                                          "every shape at once on the cluster" if client is not None else
+                                          "one shape at a time"))
             cublas = cublas_times(workload, cublas_for, arch, args.family)
             outcomes = tune_many(workload, runner_for, db, arch, options, total_trials, args.time_s, args.family,
                                  on_shape=display.start, shapes_at_once=at_once, on_done=done.append)
@@ -234,22 +243,36 @@ def wall_text(started: float, where: str) -> str:
 
 
 def cublas_times(workload: Any, cublas_for: Any, arch: str, family: str | None) -> dict[GemmSpec, float | None]:
-    """cuBLAS's time per shape, taken before tuning and one shape at a time (nothing else is on the GPU
-    then, and a run stopped later still has them); None where it could not be measured."""
+    """cuBLAS's time per shape, taken before tuning (no tuning trial shares the GPU then, and a run
+    stopped later still has them): every shape started first (cublas_for returns a thunk), then each
+    waited for; None where it could not be measured."""
     from ..errors import GemmtuneError
     from ..tune.many import family_of
 
-    times: dict[GemmSpec, float | None] = {}
+    pending: dict[GemmSpec, Any] = {}
     for shape in workload.shapes:
         try:
-            times[shape.spec] = cublas_for(shape.spec, family_of(shape.spec, arch, family))
+            pending[shape.spec] = cublas_for(shape.spec, family_of(shape.spec, arch, family))
+        except Exception as err:  # a shape the registry refuses: reported when it is tuned
+            pending[shape.spec] = _raiser(err)
+    times: dict[GemmSpec, float | None] = {}
+    for spec, wait in pending.items():
+        try:
+            times[spec] = wait()
         except GemmtuneError:
             times[shape.spec] = None  # the shape's own problem is reported when it is tuned
         except Exception as err:  # torch or the cluster failing the baseline must not stop the tuning
-            print(f"gemmtune: no cuBLAS time for {shape.spec.short()}: {type(err).__name__}: {err}".splitlines()[0],
+            print(f"gemmtune: no cuBLAS time for {spec.short()}: {type(err).__name__}: {err}".splitlines()[0],
                   file=sys.stderr)
-            times[shape.spec] = None
+            times[spec] = None
     return times
+
+
+def _raiser(err: Exception) -> Callable[[], float | None]:
+    """A thunk that raises `err` (a baseline that failed to start fails where it is waited for)."""
+    def wait() -> float | None:
+        raise err
+    return wait
 
 
 def start_lock_log(path: Path) -> None:

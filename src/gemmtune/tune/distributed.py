@@ -256,7 +256,7 @@ class DaskRunner:
     def __init__(self, client: Any, recipe: Any):
         self.client, self.recipe = client, recipe
         self.prototype = recipe.local()
-        self.on_gpu = {"resources": {"GPU": 1}} if _workers_declare_gpus(client) else {}
+        self.on_gpu = {"resources": {"GPU": 1}} if workers_declare_gpus(client) else {}
         self.environment = (self.prototype.environment if self.prototype is not None
                             else client.submit(environment_on_worker, recipe, pure=False, **self.on_gpu).result())
 
@@ -296,6 +296,6 @@ class DaskRunner:
         """The client and the cluster belong to the caller."""
 
 
-def _workers_declare_gpus(client: Any) -> bool:
+def workers_declare_gpus(client: Any) -> bool:
     workers = client.scheduler_info().get("workers", {}).values()
     return any(w.get("resources", {}).get("GPU") for w in workers)
