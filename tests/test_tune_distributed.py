@@ -471,3 +471,24 @@ def test_zero_workers_is_one_line_and_exit_2(tables, workload, tmp_path, capsys)
                  "--db", str(tmp_path / "db.sqlite")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["gemmtune: --workers must be 1 or more, not 0"], err
+
+
+def test_every_task_of_a_runner_carries_its_shape_priority(workload, tables):
+    """tune-many ranks shapes by share on the cluster: each task a DaskRunner submits (compile and
+    measure alike) carries the runner's priority, so Dask gives free workers to the largest shape."""
+    submitted = []
+
+    class Recording:
+        def scheduler_info(self):
+            return {"workers": {}}
+
+        def submit(self, fn, *args, **kwargs):
+            submitted.append((fn.__name__, kwargs.get("priority")))
+            value = fn(*args)
+            return type("Done", (), {"result": lambda self: value, "release": lambda self: None})()
+
+    spec = SHAPES[0]
+    runner = DaskRunner(Recording(), TableRecipe(str(table_path("simt", spec, tables))), priority=399000)
+    configs = sorted(runner.prototype.table.rows)[:3]
+    assert len(list(runner.run(configs))) == 3
+    assert submitted == [("measure_on_worker", 399000)] * 3

@@ -110,7 +110,7 @@ def print_workload(workload: Any) -> None:
 
 
 # --- tune-many ------------------------------------------------------------------------------------
-def runner_source(args: argparse.Namespace) -> tuple[Any, Any, Any, str]:
+def runner_source(args: argparse.Namespace, shares: dict[GemmSpec, float]) -> tuple[Any, Any, Any, str]:
     """(runner_for(spec, family), cublas_for(spec, family), the Dask client or None, a line saying
     where trials run). cublas_for starts the measurement and returns a thunk that waits for its time:
     on a cluster every shape's baseline is in flight at once (the GPU lock still times one section at
@@ -135,7 +135,9 @@ def runner_source(args: argparse.Namespace) -> tuple[Any, Any, Any, str]:
 
     def runner_for(spec: GemmSpec, family: str) -> Any:
         made = recipe(spec, family)
-        return DaskRunner(client, made) if client is not None else made.build()
+        if client is None:
+            return made.build()
+        return DaskRunner(client, made, priority=round(1e6 * shares.get(spec, 0.0)))  # the largest shape first
 
     def cublas_for(spec: GemmSpec, family: str) -> Callable[[], float | None]:
         """cuBLAS's time for the spec, to be waited for: the recorded table's, or measured on a GPU
@@ -203,7 +205,8 @@ def run_tune_many(args: argparse.Namespace) -> int:
     total_trials = args.trials if args.trials is not None or args.time_s is not None else 100 * len(workload.shapes)
     arch = "sm_90" if args.simulate is not None else target_arch(None)
     started = time.monotonic()
-    runner_for, cublas_for, client, where = runner_source(args)
+    runner_for, cublas_for, client, where = runner_source(args, dict(zip((s.spec for s in workload.shapes),
+                                                                        workload.shares())))
     options = TuneOptions(strategy="evolutionary", seed=args.seed, batch=args.batch, remeasure_top=args.top)
     db_path = args.db or default_db_path()
     out = console()
