@@ -136,12 +136,21 @@ def test_tune_many_verb_on_a_local_cluster(tables, workload, tmp_path, capsys):
     assert load_workload(path) == Workload(workload.shapes[:4])
     db = tmp_path / "verb.sqlite"
     args = [str(path), "--simulate", str(tables), "--family", "simt", "--trials", "48", "--db", str(db)]
-    assert main(["tune-many", *args, "--workers", "2"]) == 0
+    tasks = tmp_path / "tasks.jsonl"
+    assert main(["tune-many", *args, "--workers", "2", "--task-log", str(tasks)]) == 0
     out = capsys.readouterr().out
     assert "local Dask cluster of 2 workers" in out and "workload GEMM time per model step" in out
+    from gemmtune.tune.task_log import read_intervals
+
+    intervals = read_intervals(tasks)  # every trial a task, named by its shape, on one of the 2 workers
+    assert len([i for i in intervals if i.kind == "measure_on_worker"]) == len(_trials(db))
+    assert {i.label for i in intervals if i.label} == {s.spec.short().replace(" ", "/") for s in workload.shapes[:4]}
+    assert {i.worker for i in intervals} == {"worker-0", "worker-1"}
+    assert "compute by kind: measure_on_worker" in out and "longest shapes" in out
     first = _trials(db)
-    assert main(["tune-many", *args]) == 0  # serial, same budget: everything is in the database already
-    assert _trials(db) == first
+    assert main(["tune-many", *args, "--task-log", str(tmp_path / "none.jsonl")]) == 0  # serial: nothing to record
+    assert _trials(db) == first  # same budget: everything is in the database already
+    assert "this run tunes in this process" in capsys.readouterr().err and not (tmp_path / "none.jsonl").exists()
 
 
 def test_a_shape_without_a_table_is_reported_not_fatal(tables, tmp_path, capsys):
@@ -492,3 +501,28 @@ def test_every_task_of_a_runner_carries_its_shape_priority(workload, tables):
     configs = sorted(runner.prototype.table.rows)[:3]
     assert len(list(runner.run(configs))) == 3
     assert submitted == [("measure_on_worker", 399000)] * 3
+
+
+def test_the_task_log_summary_says_where_the_time_went(tmp_path):
+    from gemmtune.tune.task_log import TaskInterval, read_intervals, summary_lines, task_key, write_intervals
+
+    from dask.utils import key_split
+
+    key = task_key("compile_on_worker", "8192x14336x4096/nt/bf16", "0f3a9c")
+    assert key_split(key) == "compile_on_worker"  # Dask's grouping by function is kept
+    assert TaskInterval.from_key("worker-0", key, 0.0, 1.0) == TaskInterval(
+        "worker-0", "compile_on_worker", "8192x14336x4096/nt/bf16", 0.0, 1.0)
+    assert TaskInterval.from_key("worker-1", "cublas_on_worker-5f3e", 0.0, 1.0).kind == "cublas_on_worker"
+    intervals = [TaskInterval("worker-0", "compile_on_worker", "big", 100.0, 101.0),
+                 TaskInterval("worker-0", "measure_compiled_on_worker", "big", 101.0, 101.5),
+                 TaskInterval("worker-1", "compile_on_worker", "small", 100.0, 100.5),
+                 TaskInterval("worker-1", "measure_compiled_on_worker", "big", 102.0, 104.0)]
+    write_intervals(tmp_path / "t.jsonl", intervals)
+    assert sorted(read_intervals(tmp_path / "t.jsonl"), key=lambda i: (i.start, i.worker)) == sorted(
+        intervals, key=lambda i: (i.start, i.worker))
+    assert summary_lines(intervals) == [
+        "tasks: 4 over 4.0 s",
+        "compute by kind: compile_on_worker 2 × 0.75 s = 1.5 s; measure_compiled_on_worker 2 × 1.25 s = 2.5 s",
+        "computing per worker (share of the span): worker-0 38%, worker-1 62%",
+        "longest shapes (first task start to last task end): big 4.0 s, small 0.5 s"]
+    assert summary_lines([]) == ["tasks: none recorded"]

@@ -64,6 +64,9 @@ def register(subparsers) -> None:
     many.add_argument("--lock-log", type=Path, metavar="FILE",
                       help="record every timed section (GPU lock hold: pid, start, end, worker) in FILE, overwritten, "
                            "and report overlapping sections and each worker's busy time at the end")
+    many.add_argument("--task-log", type=Path, metavar="FILE",
+                      help="on a cluster: record every task (worker, kind, shape, start, stop) in FILE as JSON lines, "
+                           "and summarise where the workers' time went at the end")
     many.set_defaults(run=run_tune_many)
 
 
@@ -137,7 +140,8 @@ def runner_source(args: argparse.Namespace, shares: dict[GemmSpec, float]) -> tu
         made = recipe(spec, family)
         if client is None:
             return made.build()
-        return DaskRunner(client, made, priority=round(1e6 * shares.get(spec, 0.0)))  # the largest shape first
+        return DaskRunner(client, made, priority=round(1e6 * shares.get(spec, 0.0)),  # the largest shape first
+                          label=spec.short().replace(" ", "/"))
 
     def cublas_for(spec: GemmSpec, family: str) -> Callable[[], float | None]:
         """cuBLAS's time for the spec, to be waited for: the recorded table's, or measured on a GPU
@@ -217,7 +221,7 @@ def run_tune_many(args: argparse.Namespace) -> int:
     done: list = []  # the shapes tuned so far, for a summary when the run is stopped
     try:
         with stop_signals(), TuningDB(db_path) as db, closing(client) if client is not None else nullcontext(), \
-                closing(display):
+                task_log(client, args.task_log), closing(display):
             out.print("cuBLAS first, " + ("from the tables" if args.simulate else
                                           "every shape at once on the cluster" if client is not None else
                                           "one shape at a time"))
@@ -231,12 +235,14 @@ def run_tune_many(args: argparse.Namespace) -> int:
         out.print(f"stopped after {wall_text(started, where)}", highlight=False)
         if args.lock_log is not None:
             report_lock_log(args.lock_log, out)
+        report_task_log(args.task_log if client is not None else None, out)
         print(f"gemmtune: stopped by {stop.name}; every finished trial is saved in {db_path}", file=sys.stderr)
         return stop.exit_code
     print_summary(outcomes, [cublas.get(o.budget.shape.spec) for o in outcomes], out)
     out.print(f"{len(outcomes)} shapes, {sum(o.outcome.trials for o in outcomes if o.outcome)} trials, "
               f"in {wall_text(started, where)}", highlight=False)
     lock_ok = report_lock_log(args.lock_log, out) if args.lock_log is not None else True
+    report_task_log(args.task_log if client is not None else None, out)
     return 0 if lock_ok and all(o.outcome is not None for o in outcomes) else 1
 
 
@@ -299,6 +305,27 @@ def report_lock_log(path: Path, out: Any) -> bool:
     if report.overlapping_pairs:
         print(f"gemmtune: {report.overlapping_pairs} pairs of timed sections overlapped (see {path})", file=sys.stderr)
     return report.overlapping_pairs == 0
+
+
+def task_log(client: Any, path: Path | None) -> Any:
+    """The cluster's task stream recorded into `path` while the run lasts (nothing without a cluster:
+    tuning in this process runs no tasks; the lock log still shows its timed sections)."""
+    if path is None or client is None:
+        if path is not None:
+            print("gemmtune: --task-log records a cluster's tasks; this run tunes in this process", file=sys.stderr)
+        return nullcontext()
+    from ..tune.task_log import TaskLog
+
+    return TaskLog(client, path)
+
+
+def report_task_log(path: Path | None, out: Any) -> None:
+    if path is None or not path.exists():
+        return
+    from ..tune.task_log import read_intervals, summary_lines
+
+    for line in summary_lines(read_intervals(path)):
+        out.print(line, highlight=False)
 
 
 def worker_count(client: Any, args: argparse.Namespace) -> int:

@@ -259,8 +259,8 @@ class DaskRunner:
     four shapes at once on four workers each got a quarter of the cluster, and the largest shape's 8
     rounds set the wall time: 90 s of a 140 s run on two GPUs, against 78 s on one."""
 
-    def __init__(self, client: Any, recipe: Any, priority: int = 0):
-        self.client, self.recipe, self.priority = client, recipe, priority
+    def __init__(self, client: Any, recipe: Any, priority: int = 0, label: str = ""):
+        self.client, self.recipe, self.priority, self.label = client, recipe, priority, label
         self.prototype = recipe.local()
         self.on_gpu = {"resources": {"GPU": 1}} if workers_declare_gpus(client) else {}
         self.environment = (self.prototype.environment if self.prototype is not None
@@ -277,12 +277,20 @@ class DaskRunner:
 
     def _submit(self, config: Any, remeasure: bool) -> Any:
         if not isinstance(self.recipe, GpuRecipe):
-            return self.client.submit(measure_on_worker, self.recipe, config, remeasure, pure=False,
-                                      priority=self.priority)
-        compiled = self.client.submit(compile_on_worker, self.recipe, config, self.environment.arch, pure=False,
-                                      priority=self.priority)
-        return self.client.submit(measure_compiled_on_worker, self.recipe, config, compiled, pure=False,
-                                  priority=self.priority, **self.on_gpu)
+            return self.client.submit(measure_on_worker, self.recipe, config, remeasure,
+                                      key=self._key(measure_on_worker), priority=self.priority)
+        compiled = self.client.submit(compile_on_worker, self.recipe, config, self.environment.arch,
+                                      key=self._key(compile_on_worker), priority=self.priority)
+        return self.client.submit(measure_compiled_on_worker, self.recipe, config, compiled,
+                                  key=self._key(measure_compiled_on_worker), priority=self.priority, **self.on_gpu)
+
+    def _key(self, function: Any) -> str:
+        """A fresh key naming the function and this runner's shape (task_log.py reads them back)."""
+        import uuid
+
+        from .task_log import task_key
+
+        return task_key(function.__name__, self.label, uuid.uuid4().hex)
 
     def _gather(self, configs: Sequence[Any], remeasure: bool) -> Iterator[TrialResult]:
         from distributed import KilledWorker
