@@ -526,3 +526,64 @@ def test_the_task_log_summary_says_where_the_time_went(tmp_path):
         "computing per worker (share of the span): worker-0 38%, worker-1 62%",
         "longest shapes (first task start to last task end): big 4.0 s, small 0.5 s"]
     assert summary_lines([]) == ["tasks: none recorded"]
+
+
+LOOKAHEAD = TuneOptions(**{**OPTIONS.__dict__, "lookahead": True})
+
+
+def test_with_lookahead_the_cluster_still_leaves_the_serial_database(tables, workload, client, tmp_path):
+    """--lookahead on a cluster: each shape's next round is submitted while this one runs; the
+    strategy asks the same configs as a serial run with lookahead, so the database is the same, and
+    no budget is overrun by prefetched trials."""
+    serial, on_cluster = tmp_path / "serial.sqlite", tmp_path / "dask.sqlite"
+    _tune(serial, Workload(workload.shapes[:4]), _serial(tables), LOOKAHEAD)
+    outcomes = _tune(on_cluster, Workload(workload.shapes[:4]), _on_cluster(client, tables), LOOKAHEAD)
+    assert all(o.outcome is not None for o in outcomes)
+    assert all(o.outcome.trials <= o.budget.trials + 1 for o in outcomes)  # + the untuned pick, measured first
+    assert _trials(serial) == _trials(on_cluster)
+
+
+def test_lookahead_submits_the_next_round_before_waiting_on_this_one(tables):
+    """The mechanism, step by step: with lookahead the runner submits round r+1 before it waits for
+    any result of round r (a worker that frees up takes a queued trial of the shape instead of
+    idling until the round's slowest trial is back); a prefetched trial nobody asked for is
+    cancelled when the shape ends."""
+    from gemmtune.tune.tuner import tune
+
+    events = []
+
+    class Recording:
+        def scheduler_info(self):
+            return {"workers": {}}
+
+        def submit(self, fn, *args, **kwargs):
+            number = len([e for e in events if e[0] == "submit"])
+            events.append(("submit", number, kwargs["priority"]))
+            value = fn(*args)
+
+            class Done:
+                def result(self):
+                    events.append(("result", number))
+                    return value
+
+                def release(self):
+                    pass
+
+                def cancel(self):
+                    events.append(("cancel", number))
+            return Done()
+
+    spec = SHAPES[0]
+    runner = DaskRunner(Recording(), TableRecipe(str(table_path("simt", spec, tables))), priority=50)
+    options = TuneOptions(**{**LOOKAHEAD.__dict__, "trials": 12, "batch": 4, "chooser_seeds": 0, "transfer": False,
+                             "remeasure_top": 0})
+    with TuningDB(":memory:") as db:
+        tune(spec, runner, db, options)
+    submits = [e for e in events if e[0] == "submit"]
+    first_result = events.index(next(e for e in events if e[0] == "result"))
+    assert len([e for e in events[:first_result] if e[0] == "submit"]) == 8  # rounds 1 and 2 in flight
+    assert [e[2] for e in submits[:8]] == [49] * 4 + [50] * 4  # round 2 prefetched (one below), round 1 asked
+    assert len(submits) == 12 and not runner.ahead  # within the budget, every prefetched trial was asked for
+    runner.prefetch(sorted(runner.prototype.table.rows)[-2:])  # as when a time budget ends with a round queued
+    runner.close()
+    assert [e for e in events if e[0] == "cancel"] == [("cancel", 12), ("cancel", 13)] and not runner.ahead

@@ -56,6 +56,9 @@ def register(subparsers) -> None:
                       help="use the Dask cluster at this address, e.g. tcp://host:8786")
     many.add_argument("--seed", type=int, default=0, help="random seed of each shape's strategy (default 0)")
     many.add_argument("--batch", type=int, default=8, help="configs per round between model updates (default 8)")
+    many.add_argument("--lookahead", action="store_true",
+                      help="ask each shape's next round before this one is measured: on a cluster it is submitted "
+                           "at once, so workers never wait for a round's slowest trial (the search learns a round later)")
     many.add_argument("--shapes-at-once", type=int, default=None, metavar="N",
                       help="shapes tuned at the same time on a cluster (default: one per worker; 1 without a "
                            "cluster); seeding a shape from the shapes tuned before it is then off")
@@ -211,7 +214,8 @@ def run_tune_many(args: argparse.Namespace) -> int:
     started = time.monotonic()
     runner_for, cublas_for, client, where = runner_source(args, dict(zip((s.spec for s in workload.shapes),
                                                                         workload.shares())))
-    options = TuneOptions(strategy="evolutionary", seed=args.seed, batch=args.batch, remeasure_top=args.top)
+    options = TuneOptions(strategy="evolutionary", seed=args.seed, batch=args.batch, remeasure_top=args.top,
+                          lookahead=args.lookahead)
     db_path = args.db or default_db_path()
     out = console()
     out.print(f"tuning {len(workload.shapes)} shapes on {where}; database {db_path}")

@@ -261,6 +261,7 @@ class DaskRunner:
 
     def __init__(self, client: Any, recipe: Any, priority: int = 0, label: str = ""):
         self.client, self.recipe, self.priority, self.label = client, recipe, priority, label
+        self.ahead: dict[Any, Any] = {}  # config -> its future, submitted by prefetch before run asks
         self.prototype = recipe.local()
         self.on_gpu = {"resources": {"GPU": 1}} if workers_declare_gpus(client) else {}
         self.environment = (self.prototype.environment if self.prototype is not None
@@ -272,17 +273,31 @@ class DaskRunner:
     def run(self, configs: Sequence[Any]) -> Iterator[TrialResult]:
         return self._gather(configs, remeasure=False)
 
+    def prefetch(self, configs: Sequence[Any]) -> None:
+        """Submit `configs` now (the tuner's lookahead: the next batch, asked while this one runs), so
+        the cluster always holds this shape's next trials and a worker that frees up takes one
+        instead of waiting for the round's slowest trial. One below the shape's priority: the
+        batch asked for first still goes first."""
+        for config in configs:
+            if config not in self.ahead:
+                self.ahead[config] = self._submit(config, remeasure=False, priority=self.priority - 1)
+
     def remeasure(self, configs: Sequence[Any]) -> Iterator[TrialResult]:
         return self._gather(configs, remeasure=True)
 
-    def _submit(self, config: Any, remeasure: bool) -> Any:
+    def _take_or_submit(self, config: Any, remeasure: bool) -> Any:
+        ahead = None if remeasure else self.ahead.pop(config, None)
+        return ahead if ahead is not None else self._submit(config, remeasure)
+
+    def _submit(self, config: Any, remeasure: bool, priority: int | None = None) -> Any:
+        priority = self.priority if priority is None else priority
         if not isinstance(self.recipe, GpuRecipe):
             return self.client.submit(measure_on_worker, self.recipe, config, remeasure,
-                                      key=self._key(measure_on_worker), priority=self.priority)
+                                      key=self._key(measure_on_worker), priority=priority)
         compiled = self.client.submit(compile_on_worker, self.recipe, config, self.environment.arch,
-                                      key=self._key(compile_on_worker), priority=self.priority)
+                                      key=self._key(compile_on_worker), priority=priority)
         return self.client.submit(measure_compiled_on_worker, self.recipe, config, compiled,
-                                  key=self._key(measure_compiled_on_worker), priority=self.priority, **self.on_gpu)
+                                  key=self._key(measure_compiled_on_worker), priority=priority, **self.on_gpu)
 
     def _key(self, function: Any) -> str:
         """A fresh key naming the function and this runner's shape (task_log.py reads them back)."""
@@ -295,7 +310,7 @@ class DaskRunner:
     def _gather(self, configs: Sequence[Any], remeasure: bool) -> Iterator[TrialResult]:
         from distributed import KilledWorker
 
-        futures = [self._submit(c, remeasure) for c in configs]
+        futures = [self._take_or_submit(c, remeasure) for c in configs]
         try:
             for config, future in zip(configs, futures):
                 try:
@@ -309,7 +324,11 @@ class DaskRunner:
                 future.release()
 
     def close(self) -> None:
-        """The client and the cluster belong to the caller."""
+        """Cancel what was prefetched and never asked for (a budget ran out first): no worker should
+        measure a trial nobody records. The client and the cluster belong to the caller."""
+        for future in self.ahead.values():
+            future.cancel()
+        self.ahead.clear()
 
 
 def workers_declare_gpus(client: Any) -> bool:
