@@ -51,7 +51,7 @@ def main() -> int:
         synthetic_table(shape.spec, rows=400, seed=i).to_csv(table_path("simt", shape.spec, scratch))
     with distributed.LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
                                   dashboard_address=":0") as cluster, distributed.Client(cluster) as client:
-        print(f"| lookahead | priority | wall s | largest shape s | trials | ideal s |\n|---|---|---|---|---|---|")
+        print("| lookahead | priority | wall s | largest shape s | trials | ideal s |\n|---|---|---|---|---|---|")
         for lookahead in (True, False):
             for by_share in (True, False):
                 def runner_for(spec, family, by_share=by_share):
