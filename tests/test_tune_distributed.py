@@ -393,15 +393,19 @@ def test_cublas_times_come_first_and_a_failing_baseline_is_one_line(workload, ca
         started.append(spec)
 
         def wait():
-            assert len(started) == 3
+            assert len(started) == 4
             if spec == SHAPES[1]:
                 raise RuntimeError("CUDA out of memory.\nTried to allocate ...")
+            if spec == SHAPES[2]:
+                raise SpecError("a shape this family refuses")  # its own line comes when it is tuned
             return spec.m * 1e-9
         return wait
 
-    shapes = Workload(workload.shapes[:3])
+    from gemmtune.errors import SpecError
+
+    shapes = Workload(workload.shapes[:4])
     assert cublas_times(shapes, cublas_for, "sm_90", "simt") == {SHAPES[0]: 512e-9, SHAPES[1]: None,
-                                                                 SHAPES[2]: 2048e-9}
+                                                                 SHAPES[2]: None, SHAPES[3]: 4096e-9}
     assert capsys.readouterr().err == (f"gemmtune: no cuBLAS time for {SHAPES[1].short()}: RuntimeError: "
                                        "CUDA out of memory.\n")
 

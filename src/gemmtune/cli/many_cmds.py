@@ -273,7 +273,7 @@ def cublas_times(workload: Any, cublas_for: Any, arch: str, family: str | None) 
         try:
             times[spec] = wait()
         except GemmtuneError:
-            times[shape.spec] = None  # the shape's own problem is reported when it is tuned
+            times[spec] = None  # the shape's own problem is reported when it is tuned
         except Exception as err:  # torch or the cluster failing the baseline must not stop the tuning
             print(f"gemmtune: no cuBLAS time for {spec.short()}: {type(err).__name__}: {err}".splitlines()[0],
                   file=sys.stderr)
