@@ -198,9 +198,14 @@ def output_check(d: DeviceBuffer, spec: GemmSpec, expected: np.ndarray, ordinal:
     """On the GPU (torch) for the problems whose reference is computed there, else on the CPU.
     Called under the GPU lock: the reference goes up to the GPU once for both checks."""
     if not gpu_reference(spec):
-        return OutputCheck(lambda: read_output(d, spec), lambda out: judge_output(out, spec, expected))
+        return cpu_output_check(d, spec, expected)
     import torch
 
     on_device = torch.from_numpy(expected).to(f"cuda:{ordinal}")
     return OutputCheck(lambda: read_output_on_gpu(d, spec, ordinal), lambda out: judge_output(out, spec, on_device),
                        on_gpu=True)
+
+
+def cpu_output_check(d: DeviceBuffer, spec: GemmSpec, expected: np.ndarray) -> OutputCheck:
+    """D read back to the host and judged there against the numpy reference."""
+    return OutputCheck(lambda: read_output(d, spec), lambda out: judge_output(out, spec, expected))

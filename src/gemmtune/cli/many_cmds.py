@@ -126,7 +126,7 @@ def runner_source(args: argparse.Namespace, shares: dict[GemmSpec, float]) -> tu
 
     from ..device import visible_gpus
     from ..tune.distributed import (DaskRunner, GpuRecipe, TableRecipe, cublas_on_worker, dask_client,
-                                    workers_declare_gpus)
+                                    gpu_task_options)
 
     gpus = [] if args.simulate is not None or args.scheduler else visible_gpus()
     workers = local_workers(args.workers, gpus)
@@ -153,8 +153,8 @@ def runner_source(args: argparse.Namespace, shares: dict[GemmSpec, float]) -> tu
             recorded = recipe(spec, family).local().table.meta.get("cublas_median_s")
             return lambda: recorded
         if client is not None:
-            on_gpu = {"resources": {"GPU": 1}} if workers_declare_gpus(client) else {}
-            return client.submit(cublas_on_worker, json.dumps(spec.to_json()), pure=False, **on_gpu).result
+            return client.submit(cublas_on_worker, json.dumps(spec.to_json()), pure=False,
+                                 **gpu_task_options(client)).result
         from .tune_cmds import cublas_seconds
 
         return lambda: cublas_seconds(spec)[0]

@@ -21,12 +21,14 @@ import logging
 import os
 import signal
 import threading
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from ..errors import GemmtuneError
 from .space import CandidateSet
+from .task_log import task_key
 from .trial import Environment, TrialResult
 
 
@@ -263,7 +265,7 @@ class DaskRunner:
         self.client, self.recipe, self.priority, self.label = client, recipe, priority, label
         self.ahead: dict[Any, Any] = {}  # config -> its future, submitted by prefetch before run asks
         self.prototype = recipe.local()
-        self.on_gpu = {"resources": {"GPU": 1}} if workers_declare_gpus(client) else {}
+        self.on_gpu = gpu_task_options(client)
         self.environment = (self.prototype.environment if self.prototype is not None
                             else client.submit(environment_on_worker, recipe, pure=False, **self.on_gpu).result())
 
@@ -301,10 +303,6 @@ class DaskRunner:
 
     def _key(self, function: Any) -> str:
         """A fresh key naming the function and this runner's shape (task_log.py reads them back)."""
-        import uuid
-
-        from .task_log import task_key
-
         return task_key(function.__name__, self.label, uuid.uuid4().hex)
 
     def _gather(self, configs: Sequence[Any], remeasure: bool) -> Iterator[TrialResult]:
@@ -334,3 +332,8 @@ class DaskRunner:
 def workers_declare_gpus(client: Any) -> bool:
     workers = client.scheduler_info().get("workers", {}).values()
     return any(w.get("resources", {}).get("GPU") for w in workers)
+
+
+def gpu_task_options(client: Any) -> dict:
+    """submit() options that send a task needing a GPU to the workers declaring one (none: any worker)."""
+    return {"resources": {"GPU": 1}} if workers_declare_gpus(client) else {}

@@ -81,20 +81,29 @@ def summary_lines(intervals: list[TaskInterval], longest_shapes: int = 3) -> lis
     start = min(i.start for i in intervals)
     span = max(i.stop for i in intervals) - start
     lines = [f"tasks: {len(intervals)} over {span:.1f} s"]
-    kinds = sorted({i.kind for i in intervals})
-    parts = []
-    for kind in kinds:
-        times = [i.stop - i.start for i in intervals if i.kind == kind]
-        parts.append(f"{kind} {len(times)} × {sum(times) / len(times):.2f} s = {sum(times):.1f} s")
-    lines.append("compute by kind: " + "; ".join(parts))
-    workers = sorted({i.worker for i in intervals})
-    busy = {w: sum(i.stop - i.start for i in intervals if i.worker == w) for w in workers}
-    lines.append("computing per worker (share of the span): "
-                 + ", ".join(f"{w} {100 * busy[w] / span:.0f}%" for w in workers) if span > 0 else "")
-    labels = {i.label for i in intervals if i.label}
-    spans = sorted(((max(i.stop for i in intervals if i.label == label) - min(i.start for i in intervals if i.label == label),
-                     label) for label in labels), reverse=True)
+    by_kind = _grouped(intervals, lambda i: i.kind)
+    lines.append("compute by kind: " + "; ".join(
+        f"{kind} {len(group)} × {_computing(group) / len(group):.2f} s = {_computing(group):.1f} s"
+        for kind, group in sorted(by_kind.items())))
+    if span > 0:
+        lines.append("computing per worker (share of the span): " + ", ".join(
+            f"{worker} {100 * _computing(group) / span:.0f}%"
+            for worker, group in sorted(_grouped(intervals, lambda i: i.worker).items())))
+    by_shape = _grouped([i for i in intervals if i.label], lambda i: i.label)
+    spans = sorted(((max(i.stop for i in group) - min(i.start for i in group), label)
+                    for label, group in by_shape.items()), reverse=True)
     if spans:
         lines.append("longest shapes (first task start to last task end): "
                      + ", ".join(f"{label} {seconds:.1f} s" for seconds, label in spans[:longest_shapes]))
-    return [line for line in lines if line]
+    return lines
+
+
+def _grouped(intervals: Iterable[TaskInterval], key: Any) -> dict[str, list[TaskInterval]]:
+    groups: dict[str, list[TaskInterval]] = {}
+    for interval in intervals:
+        groups.setdefault(key(interval), []).append(interval)
+    return groups
+
+
+def _computing(intervals: list[TaskInterval]) -> float:
+    return sum(i.stop - i.start for i in intervals)

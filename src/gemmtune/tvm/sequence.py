@@ -37,7 +37,7 @@ from ..compiler import (
 )
 from ..device import free_memory, query_device
 from ..errors import ConfigError
-from ..evaluate import Evaluation, OutputCheck, check_then_time, judge_output, read_output, upload_inputs
+from ..evaluate import Evaluation, check_then_time, cpu_output_check, upload_inputs
 from ..kernel_source import KernelSource
 from ..runtime import BoundLaunch, DeviceBuffer, LoadedKernel, pack_arguments, release
 from ..spec import GemmSpec
@@ -276,9 +276,8 @@ def evaluate_sequence(compiled: CompiledSequence, protocol: TimingProtocol = Tim
         loaded = _load(compiled, ordinal, closers)
         run_all = _bind_all(loaded, sequence, _upload(sequence, inputs, buffers))
         result = check_then_time(run_all, lambda: _poison(sequence, buffers),
-                                 OutputCheck(lambda: read_output(buffers["D"], spec),
-                                             lambda out: judge_output(out, spec, expected)),
-                                 protocol, verify_only, info.l2_bytes)
+                                 cpu_output_check(buffers["D"], spec, expected), protocol, verify_only,
+                                 info.l2_bytes)
     except BaseException:
         release(closers + [b.free for b in buffers.values()], after_error=True)
         raise
