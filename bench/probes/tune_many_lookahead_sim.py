@@ -30,6 +30,8 @@ def main() -> int:
     parser.add_argument("--delay", type=float, default=0.25, help="seconds each trial sleeps on its worker")
     parser.add_argument("--trials", type=int, default=160, help="tune-many's total budget")
     parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--shapes-at-once", type=int, nargs="+", default=None, metavar="N",
+                        help="shapes tuned at once, one row each (default: one per worker)")
     args = parser.parse_args()
 
     import distributed
@@ -51,24 +53,26 @@ def main() -> int:
         synthetic_table(shape.spec, rows=400, seed=i).to_csv(table_path("simt", shape.spec, scratch))
     with distributed.LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
                                   dashboard_address=":0") as cluster, distributed.Client(cluster) as client:
-        print("| lookahead | priority | wall s | largest shape s | trials | ideal s |\n|---|---|---|---|---|---|")
-        for lookahead in (True, False):
-            for by_share in (True, False):
-                def runner_for(spec, family, by_share=by_share):
-                    recipe = TableRecipe(str(table_path(family, spec, scratch)), args.delay)
-                    return DaskRunner(client, recipe, priority=round(1e6 * share_of[spec]) if by_share else 0)
+        print("| lookahead | priority | shapes at once | wall s | largest shape s | trials | ideal s |\n"
+              "|---|---|---|---|---|---|---|")
+        combos = ([(True, True, n) for n in args.shapes_at_once] if args.shapes_at_once else
+                  [(lookahead, by_share, args.workers) for lookahead in (True, False) for by_share in (True, False)])
+        for lookahead, by_share, at_once in combos:
+            def runner_for(spec, family, by_share=by_share):
+                recipe = TableRecipe(str(table_path(family, spec, scratch)), args.delay)
+                return DaskRunner(client, recipe, priority=round(1e6 * share_of[spec]) if by_share else 0)
 
-                options = TuneOptions(family="simt", seed=0, batch=4, remeasure_top=1, chooser_seeds=2,
-                                      lookahead=lookahead)
-                started = time.monotonic()
-                with TuningDB(scratch / f"{lookahead}-{by_share}.sqlite") as db:
-                    outcomes = tune_many(workload, runner_for, db, "sm_90", options, total_trials=args.trials,
-                                         family="simt", shapes_at_once=args.workers)
-                wall = time.monotonic() - started
-                largest = max(outcomes, key=lambda o: o.budget.share)
-                trials = sum(o.outcome.trials for o in outcomes if o.outcome)
-                print(f"| {'on' if lookahead else 'off'} | {'share' if by_share else 'none'} | {wall:.1f} | "
-                      f"{largest.wall_s:.1f} | {trials} | {trials * args.delay / args.workers:.1f} |", flush=True)
+            options = TuneOptions(family="simt", seed=0, batch=4, remeasure_top=1, chooser_seeds=2,
+                                  lookahead=lookahead)
+            started = time.monotonic()
+            with TuningDB(scratch / f"{lookahead}-{by_share}-{at_once}.sqlite") as db:
+                outcomes = tune_many(workload, runner_for, db, "sm_90", options, total_trials=args.trials,
+                                     family="simt", shapes_at_once=at_once)
+            wall = time.monotonic() - started
+            largest = max(outcomes, key=lambda o: o.budget.share)
+            trials = sum(o.outcome.trials for o in outcomes if o.outcome)
+            print(f"| {'on' if lookahead else 'off'} | {'share' if by_share else 'none'} | {at_once} | {wall:.1f} | "
+                  f"{largest.wall_s:.1f} | {trials} | {trials * args.delay / args.workers:.1f} |", flush=True)
     return 0
 
 

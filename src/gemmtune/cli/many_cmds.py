@@ -12,6 +12,8 @@ from ..lifeline import Interrupted, stop_signals
 from ..spec import GemmSpec
 from .common import add_db_argument, console
 
+MAX_SHAPES_AT_ONCE = 32  # client threads, one per shape in flight
+
 
 def register(subparsers) -> None:
     shapes = subparsers.add_parser("shapes", help="a model's GEMMs as a workload file (from torch, or check one)",
@@ -60,8 +62,9 @@ def register(subparsers) -> None:
                       help="ask each shape's next round before this one is measured: on a cluster it is submitted "
                            "at once, so workers never wait for a round's slowest trial (the search learns a round later)")
     many.add_argument("--shapes-at-once", type=int, default=None, metavar="N",
-                      help="shapes tuned at the same time on a cluster (default: one per worker; 1 without a "
-                           "cluster); seeding a shape from the shapes tuned before it is then off")
+                      help="shapes tuned at the same time on a cluster (default: all of them, up to 32, with a "
+                           "trial budget; one per worker with --time alone; 1 without a cluster); seeding a "
+                           "shape from the shapes tuned before it is then off")
     many.add_argument("--top", type=int, default=3, help="re-measure this many best configs per shape (default 3)")
     many.add_argument("--timeout", type=float, default=60.0, help="seconds before a measurement counts as hung")
     many.add_argument("--lock-log", type=Path, metavar="FILE",
@@ -202,7 +205,8 @@ def table_for(directory: Path, family: str, spec: GemmSpec) -> Path:
 def run_tune_many(args: argparse.Namespace) -> int:
     from ..build import target_arch
     from ..tune.db import TuningDB, default_db_path
-    from ..tune.many import tune_many
+    from ..tune.many import tune_many, workload_families
+    from ..tune.priming import primed_candidates
     from ..tune.tuner import TuneOptions
     from ..workload import load_workload
 
@@ -219,13 +223,14 @@ def run_tune_many(args: argparse.Namespace) -> int:
     db_path = args.db or default_db_path()
     out = console()
     out.print(f"tuning {len(workload.shapes)} shapes on {where}; database {db_path}")
-    at_once = args.shapes_at_once or (1 if client is None else min(len(workload.shapes), worker_count(client, args)))
+    at_once = args.shapes_at_once or default_shapes_at_once(len(workload.shapes), client, args)
     display = ShapeProgress()
     cublas: dict[GemmSpec, float | None] = {}
     done: list = []  # the shapes tuned so far, for a summary when the run is stopped
     try:
         with stop_signals(), TuningDB(db_path) as db, closing(client) if client is not None else nullcontext(), \
-                task_log(client, args.task_log), closing(display):
+                task_log(client, args.task_log), closing(display), \
+                primed_candidates(workload_families(workload, arch, args.family), arch):
             out.print("cuBLAS first, " + ("from the tables" if args.simulate else
                                           "every shape at once on the cluster" if client is not None else
                                           "one shape at a time"))
@@ -330,6 +335,19 @@ def report_task_log(path: Path | None, out: Any) -> None:
 
     for line in summary_lines(read_intervals(path)):
         out.print(line, highlight=False)
+
+
+def default_shapes_at_once(shapes: int, client: Any, args: argparse.Namespace) -> int:
+    """1 without a cluster. On one, with a trial budget: every shape at once, so a worker that one
+    shape's round leaves idle takes another shape's trial; Dask runs the tasks of the shapes with the
+    larger share of time first (DaskRunner's priority), so the long shapes still start first. With
+    a time budget alone: one shape per worker, since each shape's seconds are then shared by the
+    shapes running beside it (tune.many.overlapped_times)."""
+    if client is None:
+        return 1
+    if args.trials is None and args.time_s is not None:
+        return min(shapes, worker_count(client, args))
+    return min(shapes, MAX_SHAPES_AT_ONCE)
 
 
 def worker_count(client: Any, args: argparse.Namespace) -> int:

@@ -75,6 +75,17 @@ def family_of(spec: GemmSpec, arch: str, family: str | None) -> str:
     return family_for(spec, arch, family).name
 
 
+def workload_families(workload: Workload, arch: str, family: str | None) -> list[tuple[str, GemmSpec]]:
+    """(family, spec) of every shape some family runs (the others fail later, as their own outcome)."""
+    found = []
+    for shape in workload.shapes:
+        try:
+            found.append((family_of(shape.spec, arch, family), shape.spec))
+        except GemmtuneError:
+            continue
+    return found
+
+
 def tune_shape(budget: ShapeBudget, family: str, runner_for: RunnerFor, db: TuningDB, options: TuneOptions,
                on_trial: Callable[[TuneProgress], None] | None = None) -> ShapeOutcome:
     """One shape of the workload, its failure (a shape no family can run, a broken runner) a value."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from concurrent.futures import Future
 from dataclasses import dataclass, fields
 from typing import Any, Sequence
 
@@ -27,7 +28,8 @@ from ..kernels.space_base import Check, Parameter, Rule, SearchSpace, fixed_defa
 from ..spec import GemmSpec
 
 __all__ = ["Analysis", "CandidateSet", "Check", "Parameter", "Rule", "RuleCount", "SearchSpace", "SpaceReport",
-           "analyze", "candidate_set", "first_failing", "fixed_defaults", "space_for", "verdict"]
+           "analyze", "candidate_set", "first_failing", "fixed_defaults", "forget", "prime", "space_for",
+           "valid_codes", "verdict"]
 
 
 # --- rule tables and the rejection report --------------------------------------------------------
@@ -103,9 +105,34 @@ def analyze(space: SearchSpace, spec: GemmSpec, arch: str) -> SpaceReport:
     return _analyze(space, spec, arch).report
 
 
+def valid_codes(space: SearchSpace, spec: GemmSpec, arch: str) -> np.ndarray:
+    """Sorted grid codes of the configs that pass all rules for `spec` on `arch` (analysed here)."""
+    return _analyze(space, spec, arch).codes
+
+
+# Codes being computed elsewhere (tune.priming's process pool), by (family, spec, arch): a future
+# whose result is valid_codes' array. candidate_set waits on it instead of analysing again.
+_PRIMED: dict[tuple[str, GemmSpec, str], Future] = {}
+
+
+def prime(family: str, spec: GemmSpec, arch: str, codes: Future) -> None:
+    _PRIMED[(family, spec, arch)] = codes
+
+
+def forget(family: str, spec: GemmSpec, arch: str) -> None:
+    _PRIMED.pop((family, spec, arch), None)
+
+
 def candidate_set(space: SearchSpace, spec: GemmSpec, arch: str) -> "CandidateSet":
-    """Every config of the space that passes all rules for `spec` on `arch`."""
-    return CandidateSet(space, spec, arch, _analyze(space, spec, arch).codes)
+    """Every config of the space that passes all rules for `spec` on `arch`: the primed codes when
+    another process computed them (any failure there: analysed here instead)."""
+    primed = _PRIMED.get((space.family, spec, arch))
+    if primed is not None:
+        try:
+            return CandidateSet(space, spec, arch, np.asarray(primed.result(), dtype=np.int64))
+        except Exception:  # noqa: BLE001 - a cancelled or broken pool only costs the analysis here
+            pass
+    return CandidateSet(space, spec, arch, valid_codes(space, spec, arch))
 
 
 def first_failing(space: SearchSpace, config: Any, spec: GemmSpec, arch: str) -> str | None:
