@@ -2,6 +2,7 @@
 
     picks = rank(spec, "sm_90")     # every candidate of the family, best first, on the arch table's GPU
     picks = rank(spec, "sm_90", sm_count=device.sm_count)   # ... or on a GPU of that many SMs
+    picks = rank_configs(spec, "gemv", configs, sm_count)   # a given list of one family's configs, ranked
     picks[0].config, picks[0].predicted_s, picks[0].why()
 
 The family's candidates (``candidates``) are scored by the shipped model (``model``: boosted trees
@@ -148,17 +149,23 @@ def rank(spec: GemmSpec, arch: str, sm_count: int | None = None, family: str | N
     chosen = family_for(spec, arch, family)
     if sm_count is None:
         sm_count = arch_geometry(None, arch).sm_count
-    configs = candidates(chosen.name, spec, arch, sm_count)
+    return rank_configs(spec, chosen.name, candidates(chosen.name, spec, arch, sm_count), sm_count, model)
+
+
+def rank_configs(spec: GemmSpec, family: str, configs: list[Any], sm_count: int,
+                 model: ChooserModel | None = None) -> list[Pick]:
+    """`configs` of `family` (valid for the spec), best predicted first on a GPU of `sm_count` SMs:
+    rank's scoring of a candidate list given by the caller (a probe comparing two lists, say)."""
     if not has_geometry(configs[0]):  # a family the chooser does not model yet: its default, unranked
-        return [Pick(chosen.name, c, math.nan, f"the {chosen.name} family's default (the chooser has no model of it)", ())
+        return [Pick(family, c, math.nan, f"the {family} family's default (the chooser has no model of it)", ())
                 for c in configs]
     model = model if model is not None else shipped_model()
-    scores, scored_by = _scores(spec, configs, sm_count, model.for_family(chosen.name) if model else None)
+    scores, scored_by = _scores(spec, configs, sm_count, model.for_family(family) if model else None)
     order = sorted(range(len(configs)), key=lambda i: (scores[i], i))  # ties: the candidate list's order
     picks = []
     for i in order:
         f = features(spec, configs[i], sm_count)
-        picks.append(Pick(chosen.name, configs[i], float(scores[i]), scored_by, tuple(f.items()),
+        picks.append(Pick(family, configs[i], float(scores[i]), scored_by, tuple(f.items()),
                           split_tail(spec, configs[i], sm_count, f["blocks_per_sm"])))
     return picks
 

@@ -4,7 +4,8 @@ simt: the tuned and ladder tiles from small (32×32, for shapes with few tiles) 
 of 16 or 32 and 4 or 8 warps on small tiles, each with split-K (serial, or through a workspace for
 more splits) where the shape has too few tiles to fill the GPU. wgmma: the persistent TMA-store kernel
 with each tile size the family allows, plus the non-persistent variants (one tile per block). gemv:
-block sizes and unrolls. Every candidate returned passes the family's constraints for the spec.
+block sizes and unrolls, on CUDA cores (on tensor cores, where that path runs the spec, once
+GEMV_TENSOR_CORES_UNTUNED is on). Every candidate returned passes the family's constraints.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import math
 from typing import Any
 
 from ..kernels import get_family
-from ..kernels.gemv.config import GemvConfig, stream_kind, vectors
+from ..kernels.gemv.config import GemvConfig, stream_kind, tensor_core_rejection, vectors
 from ..kernels.simt.config import SimtConfig
 from ..kernels.wgmma.config import WgmmaConfig, with_c_path
 from ..spec import GemmSpec
@@ -77,7 +78,7 @@ def split_variants(tile: SimtConfig, splits: int) -> list[SimtConfig]:
     return found
 
 
-def simt_candidates(spec: GemmSpec, sm_count: int) -> list[SimtConfig]:
+def simt_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[SimtConfig]:
     found = []
     for tile in simt_tiles():
         tiles = math.ceil(spec.m / tile.bm) * math.ceil(spec.n / tile.bn)
@@ -89,7 +90,7 @@ def simt_candidates(spec: GemmSpec, sm_count: int) -> list[SimtConfig]:
 WGMMA_TILES = ((128, 256), (128, 128), (256, 128), (128, 192), (64, 256), (64, 128), (128, 64), (64, 64))
 
 
-def wgmma_candidates(spec: GemmSpec, sm_count: int) -> list[WgmmaConfig]:
+def wgmma_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[WgmmaConfig]:
     found = []
     for bm, bn in WGMMA_TILES:
         # The tail split along K (split_tail) on every persistent candidate: the model was trained
@@ -128,8 +129,44 @@ def _deepest(config: WgmmaConfig, spec: GemmSpec) -> WgmmaConfig:
     return config
 
 
-def gemv_candidates(spec: GemmSpec, sm_count: int) -> list[GemvConfig]:
-    """Only the parameters the spec's stream reads vary (rows: warps per output; columns: threads_x)."""
+# Whether the chooser hands an untuned shape the gemv tensor-core kernel. Off until the kernel has
+# passed its GPU tests (tests/test_gpu_gemv_tensor_cores.py, which turn it on) and a probe on a GPU
+# has shown it faster (bench/probes/gemv_tensor_cores.py): an untuned build is not verified before
+# use. The tuner's search space has the kernel either way, and every trial there is verified
+# against a reference before it is timed.
+GEMV_TENSOR_CORES_UNTUNED = False
+
+
+def gemv_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[GemvConfig]:
+    """The tensor-core kernels where they run the spec on `arch` (once GEMV_TENSOR_CORES_UNTUNED is
+    on), else the CUDA-core ones.
+
+    The tensor-core path is taken whenever it applies, without the model weighing it against the
+    CUDA-core kernels: its reason to exist is that those are compute bound at 2-16 rows (0.51-0.72×
+    cuBLAS on an H100), and the shipped model was trained before it existed, so it cannot compare the
+    two; it only ranks the tensor-core block shapes among themselves by their launch geometry."""
+    if GEMV_TENSOR_CORES_UNTUNED and tensor_core_rejection(spec, arch) is None:
+        return gemv_tensor_core_candidates()
+    return gemv_stream_candidates(spec)
+
+
+# Outputs per block of the tensor-core candidates. A block of P outputs streams P·K·2 bytes of W from
+# HBM and reads about M·K·2 bytes of A from L2 (its groups share them through L1): under 16 outputs
+# per block, A's L2 traffic would outgrow W's at M = 16; over 64, N = 4096 leaves SMs idle.
+TENSOR_CORE_OUTPUTS_PER_BLOCK = (16, 32, 64)
+
+
+def gemv_tensor_core_candidates() -> list[GemvConfig]:
+    """Block shapes of the tensor-core kernel: warps per group × 8-output tiles × unroll, with
+    16-64 outputs per block (TENSOR_CORE_OUTPUTS_PER_BLOCK)."""
+    found = [GemvConfig(threads=t, warps_per_output=w, unroll=u, tensor_cores=True, mma_tiles=tiles)
+             for t in (128, 256, 512) for w in (1, 2, 4, 8) for tiles in (1, 2, 4) for u in (2, 4, 8) if w * 32 <= t]
+    return [c for c in found if c.outputs_per_block() in TENSOR_CORE_OUTPUTS_PER_BLOCK]
+
+
+def gemv_stream_candidates(spec: GemmSpec) -> list[GemvConfig]:
+    """The CUDA-core kernels: only the parameters the spec's stream reads vary (rows: warps per output;
+    columns: threads_x)."""
     if stream_kind(spec) == "rows":
         groups = (1, 2, 4) if vectors(spec) > 1 else (1,)  # outputs per warp pay only with several vectors
         return [GemvConfig(threads=t, warps_per_output=w, threads_x=8, unroll=u, outputs_per_warp=g)
@@ -148,7 +185,7 @@ def candidates(family: str, spec: GemmSpec, arch: str, sm_count: int) -> list[An
         return [get_family(family).default_config(spec, arch)]
     rejections = get_family(family).rejections
     seen, found = set(), []
-    for config in make(spec, sm_count):
+    for config in make(spec, arch, sm_count):
         if config not in seen and not rejections(config, spec, arch):
             seen.add(config)
             found.append(config)

@@ -58,9 +58,10 @@ def register(subparsers) -> None:
                       help="use the Dask cluster at this address, e.g. tcp://host:8786")
     many.add_argument("--seed", type=int, default=0, help="random seed of each shape's strategy (default 0)")
     many.add_argument("--batch", type=int, default=8, help="configs per round between model updates (default 8)")
-    many.add_argument("--lookahead", action="store_true",
+    many.add_argument("--lookahead", action=argparse.BooleanOptionalAction, default=None,
                       help="ask each shape's next round before this one is measured: on a cluster it is submitted "
-                           "at once, so workers never wait for a round's slowest trial (the search learns a round later)")
+                           "at once, so workers never wait for a round's slowest trial (the search learns a round "
+                           "later; default: on with a cluster, off without)")
     many.add_argument("--shapes-at-once", type=int, default=None, metavar="N",
                       help="shapes tuned at the same time on a cluster (default: all of them, up to 32, with a "
                            "trial budget; one per worker with --time alone; 1 without a cluster); seeding a "
@@ -219,7 +220,7 @@ def run_tune_many(args: argparse.Namespace) -> int:
     runner_for, cublas_for, client, where = runner_source(args, dict(zip((s.spec for s in workload.shapes),
                                                                         workload.shares())))
     options = TuneOptions(strategy="evolutionary", seed=args.seed, batch=args.batch, remeasure_top=args.top,
-                          lookahead=args.lookahead)
+                          lookahead=client is not None if args.lookahead is None else args.lookahead)
     db_path = args.db or default_db_path()
     out = console()
     out.print(f"tuning {len(workload.shapes)} shapes on {where}; database {db_path}")

@@ -9,6 +9,11 @@ limit is HBM bandwidth, not FLOPs. Two shapes of stream:
 - ``columns`` ("axpy"): the big matrix is contiguous along the outputs, so a thread owns VEC
   neighbouring outputs, walks a share of K, and the block sums its K-shares in shared memory.
 Which one a spec needs follows from its layout (``stream_kind``); the config sizes the blocks.
+
+With 2-16 rows of 16-bit A against a K-contiguous B (layout nt: decode with a small batch), the
+R FMAs per loaded weight (plus the conversions) make the CUDA-core ``rows`` kernel compute bound;
+``tensor_cores`` multiplies there with mma.sync m16n8k16 instead (the rows of A are its zero-padded
+16-row A operand, B is already its ``.col`` B operand), still streaming B with 16-byte loads.
 """
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ...spec import GemmSpec
-from ..config_base import FamilyConfig, rejections_by
+from ..config_base import FamilyConfig, arch_number, rejections_by
 
 NAME = "gemv"
 VERSION = "1"
@@ -25,6 +30,10 @@ MAX_ROWS = 16  # rows of A the family takes (each a vector the streamed B meets)
 MAX_ACCUMULATORS = 64  # fp32 sums per thread: more spills once the loads in flight are counted
 INPUT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
 LOAD_BYTES = 16  # one vector load: 4 fp32 or 8 16-bit values
+TENSOR_CORE_DTYPES = ("bf16", "fp16")  # mma.sync m16n8k16 with fp32 accumulators
+MIN_TENSOR_CORE_ROWS = 2  # one row of A would leave 15 of the mma's 16 rows empty: the rows kernel is better
+MMA_TILES = (1, 2, 4)  # 8-output tiles per warp on the tensor-core path
+MAX_TENSOR_CORE_LOADS = 16  # 16-byte loads of B per thread per step (4 registers each)
 
 
 @dataclass(frozen=True, order=True)
@@ -39,7 +48,13 @@ class GemvConfig(FamilyConfig):
     threads_x (columns kind): threads across the outputs in a block; the rest of the block's threads
       (threads / threads_x) split K. A warp reads threads_x·16 contiguous bytes of each of
       32/threads_x matrix rows, whole 32-byte sectors as long as threads_x ≥ 2.
-    unroll: independent 16-byte loads each thread keeps in flight per step of its K loop.
+    unroll: independent 16-byte loads each thread keeps in flight per step of its K loop (on the
+      tensor-core path: per 8-output tile, so mma_tiles·unroll loads of B).
+    tensor_cores (rows kind, layout nt, bf16/fp16, 2-16 rows of A, sm_80+): multiply on tensor cores
+      with mma.sync m16n8k16; warps_per_output warps share a group's K as on the CUDA-core path.
+    mma_tiles (tensor_cores only): 8-output tiles one warp computes together, so each 16-byte load of
+      A's rows serves that many tiles of B. tensor_cores=False and mma_tiles=1 are left out of the
+      JSON, so configs (and database keys) from before the option stay as they were.
     """
 
     threads: int = 256
@@ -47,11 +62,32 @@ class GemvConfig(FamilyConfig):
     threads_x: int = 8
     outputs_per_warp: int = 1
     unroll: int = 4
+    tensor_cores: bool = False
+    mma_tiles: int = 1
     FAMILY_LABEL = "gemv"
 
+    def to_json(self) -> dict:
+        data = super().to_json()
+        if not data["tensor_cores"]:  # configs (and database keys) from before the tensor-core path stay unchanged
+            del data["tensor_cores"]
+        if data["mma_tiles"] == 1:
+            del data["mma_tiles"]
+        return data
+
     def describe(self) -> str:
+        if self.tensor_cores:
+            return (f"gemv tensor cores {self.threads} threads, {self.warps_per_output} warp(s) per "
+                    f"{8 * self.mma_tiles} outputs, unroll{self.unroll}")
         return (f"gemv {self.threads} threads, {self.warps_per_output} warp(s) per {self.outputs_per_warp} "
                 f"output(s) (rows), {self.threads_x} across outputs (columns), unroll{self.unroll}")
+
+    def outputs_per_group(self) -> int:
+        """Outputs the warps_per_output warps of one group compute (rows kind)."""
+        return 8 * self.mma_tiles if self.tensor_cores else self.outputs_per_warp
+
+    def outputs_per_block(self) -> int:
+        """Outputs one block computes on the rows kind: its groups' outputs."""
+        return self.threads // 32 // self.warps_per_output * self.outputs_per_group()
 
 
 # --- what the spec asks for ----------------------------------------------------------------------
@@ -139,9 +175,52 @@ def _dtype(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
     return supports(s, arch)
 
 
+def tensor_core_rejection(s: GemmSpec, arch: str) -> str | None:
+    """Why the tensor-core path cannot run `s` on `arch` (None: it can)."""
+    if s.layout != "nt":
+        return (f"tensor_cores needs layout nt (A M×K and B N×K, both K-contiguous: 16-byte loads feed the "
+                f"mma fragments), not {s.layout}")
+    if s.dtype not in TENSOR_CORE_DTYPES:
+        return f"tensor_cores multiplies {' or '.join(TENSOR_CORE_DTYPES)}, not {s.dtype}"
+    if not MIN_TENSOR_CORE_ROWS <= vectors(s) <= MAX_ROWS:
+        return (f"tensor_cores takes {MIN_TENSOR_CORE_ROWS}-{MAX_ROWS} rows of A (the mma's 16 rows), "
+                f"not {vectors(s)}")
+    if arch_number(arch) < 80:
+        return f"tensor_cores needs mma.sync m16n8k16 for 16-bit inputs (sm_80+), not {arch}"
+    if s.k % (LOAD_BYTES // INPUT_BYTES[s.dtype]):
+        return f"tensor_cores reads K in 16-byte pieces of 8 values: K = {s.k} is not a multiple of 8"
+    return None
+
+
+def _tensor_cores(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
+    if not c.tensor_cores:
+        return None if c.mma_tiles == 1 else f"mma_tiles={c.mma_tiles} is a tensor_cores option (1 without it)"
+    if c.mma_tiles not in MMA_TILES:
+        return f"mma_tiles={c.mma_tiles}: {', '.join(map(str, MMA_TILES))}"
+    if c.outputs_per_warp != 1:
+        return f"outputs_per_warp={c.outputs_per_warp}: the tensor-core path groups outputs by mma_tiles (leave it 1)"
+    if c.mma_tiles * c.unroll > MAX_TENSOR_CORE_LOADS:
+        return (f"{c.mma_tiles} mma tiles × unroll {c.unroll} exceed {MAX_TENSOR_CORE_LOADS} loads of B in "
+                f"flight per thread (registers)")
+    return tensor_core_rejection(s, arch)
+
+
+def a_fragment_rows(s: GemmSpec) -> int:
+    """16-byte loads of A per chunk on the tensor-core path: rows g and g + 8 of the mma's A, or only
+    row g where M ≤ 8 (rows 8-15 are all zero padding)."""
+    return 2 if vectors(s) > 8 else 1
+
+
+def tensor_core_smem_bytes(c: GemvConfig, s: GemmSpec) -> int:
+    """Static shared memory of the tensor-core kernel: every warp's partial tiles where WPO > 1."""
+    return 0 if c.warps_per_output == 1 else 4 * (c.threads // 32) * c.mma_tiles * 2 * a_fragment_rows(s) * 32
+
+
 def estimated_registers(c: GemvConfig, s: GemmSpec) -> int:
     """Live 32-bit values per thread: sums, 16-byte loads in flight, unpacked values, ~24 for addresses."""
     v = vec(s)
+    if c.tensor_cores:  # fp32 sums of each 16x8 tile, B and A loads in flight, a pointer per row of B
+        return c.mma_tiles * (4 + 4 * c.unroll + 2) + 4 * c.unroll * a_fragment_rows(s) + 24
     if stream_kind(s) == "rows":
         return c.outputs_per_warp * (vectors(s) + 4 * c.unroll + v) + v + 24
     return vectors(s) * v + 4 * c.unroll + v + 24
@@ -157,7 +236,7 @@ def _registers(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
 
 CONSTRAINTS: dict[str, Constraint] = {
     "dtype": _dtype, "threads": _threads, "rows": _rows, "columns": _columns, "unroll": _unroll, "group": _group,
-    "registers": _registers,
+    "tensor_cores": _tensor_cores, "registers": _registers,
 }
 
 

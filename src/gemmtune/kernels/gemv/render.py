@@ -13,6 +13,7 @@ from ...spec import GemmSpec
 from ..config_base import ceil_div
 from ..parts.epilogue import CArg, Operands, VectorArg, epilogue_call, epilogue_function, pointer_params
 from ..parts.floats import FLOAT_VIEW, HALF_FLOATS, TO_OUT
+from . import tensor_cores
 from .config import NAME, VERSION, GemvConfig, outputs, rejections, stream_kind, streams_b, vec, vectors
 
 STORAGE_TYPES = {"fp32": "float", "tf32": "float", "bf16": "bf16_t", "fp16": "fp16_t"}
@@ -296,18 +297,29 @@ extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_param
 """
 
 
-def render(spec: GemmSpec, config: GemvConfig, arch: str = "sm_90") -> KernelSource:
-    broken = rejections(config, spec, arch)
-    if broken:
-        raise ConfigError(f"config rejected for {spec.short()}: " + "; ".join(broken.values()))
+def _tensor_core_code(spec: GemmSpec, config: GemvConfig, arch: str) -> str:
+    """The rows kernel on tensor cores (tensor_cores.py): no unpacking, A read 16 bytes at a time."""
+    epilogue = epilogue_function(spec.epilogue, EPILOGUE_OPERANDS)
+    body = tensor_cores.body(spec, config, entry_name(spec), _params(spec)[1], _operands(spec))
+    return (_header(spec, config) + PRELUDE + _types(spec) + LOADS + tensor_cores.helpers(spec, arch) + "\n"
+            + (epilogue + "\n" if epilogue else "") + body)
+
+
+def _cuda_core_code(spec: GemmSpec, config: GemvConfig) -> str:
     rows = stream_kind(spec) == "rows"
     body = _rows_body(spec, config) if rows else _columns_body(spec, config)
     unpack = UNPACK[STORAGE_TYPES[spec.dtype]] if vec(spec) > 1 else ""
     epilogue = epilogue_function(spec.epilogue, EPILOGUE_OPERANDS)
-    code = (_header(spec, config) + PRELUDE + _types(spec) + LOADS + unpack + _x_access(spec, rows) + "\n"
+    return (_header(spec, config) + PRELUDE + _types(spec) + LOADS + unpack + _x_access(spec, rows) + "\n"
             + (epilogue + "\n" if epilogue else "") + body)
-    per_block = (config.threads // 32 // config.warps_per_output * config.outputs_per_warp if rows
-                 else config.threads_x * vec(spec))
+
+
+def render(spec: GemmSpec, config: GemvConfig, arch: str = "sm_90") -> KernelSource:
+    broken = rejections(config, spec, arch)
+    if broken:
+        raise ConfigError(f"config rejected for {spec.short()} on {arch}: " + "; ".join(broken.values()))
+    code = _tensor_core_code(spec, config, arch) if config.tensor_cores else _cuda_core_code(spec, config)
+    per_block = config.outputs_per_block() if stream_kind(spec) == "rows" else config.threads_x * vec(spec)
     grid = (ceil_div(outputs(spec), per_block), 1, 1)
     return KernelSource(code=code, entry=entry_name(spec), grid=grid, block=(config.threads, 1, 1),
                         args=_params(spec)[0], spec=spec, family=NAME, family_version=VERSION,

@@ -1,4 +1,5 @@
-"""The gemv family's search space: a few hundred configs, all cheap to compile."""
+"""The gemv family's search space: a few hundred configs per spec, all cheap to compile (the
+tensor-core options are valid only for 2-16 rows of 16-bit A in layout nt on sm_80+)."""
 from __future__ import annotations
 
 from ..space_base import Rule, SearchSpace, fixed_defaults
@@ -7,12 +8,14 @@ from .config import CONSTRAINTS, NAME, VERSION, GemvConfig
 GEMV_DOMAINS: tuple[tuple[str, tuple], ...] = (
     ("threads", (64, 128, 256, 512, 1024)), ("warps_per_output", (1, 2, 4, 8)),
     ("threads_x", (2, 4, 8, 16, 32)), ("unroll", (1, 2, 4, 8)), ("outputs_per_warp", (1, 2, 4, 8)),
+    ("tensor_cores", (False, True)), ("mma_tiles", (1, 2, 4)),
 )
 
 GEMV_READS: dict[str, tuple[str, ...]] = {
     "dtype": (), "threads": ("threads",), "rows": ("threads", "warps_per_output"),
     "columns": ("threads_x",), "unroll": ("unroll",), "group": ("outputs_per_warp", "unroll"),
-    "registers": ("threads", "outputs_per_warp", "unroll"),
+    "tensor_cores": ("tensor_cores", "mma_tiles", "outputs_per_warp", "unroll"),
+    "registers": ("threads", "outputs_per_warp", "unroll", "tensor_cores", "mma_tiles"),
 }
 
 

@@ -1,0 +1,241 @@
+"""The gemv tensor-core path without a GPU: its constraints, the k permutation of the generated code
+(emulated in numpy), NVRTC for sm_80 and sm_90 across M, N, K, dtypes and epilogues with the SASS it
+gives (HMMA, no local memory, the loads of a step in flight together), the search space's footprints
+and the chooser's pick."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from gemmtune.chooser import choose
+from gemmtune.chooser.candidates import candidates
+from gemmtune.compiler import compile_kernel
+from gemmtune.errors import ConfigError
+from gemmtune.export.toolchain import wheel_tool_candidates
+from gemmtune.kernels import get_family
+from gemmtune.kernels.gemv.config import GemvConfig, tensor_core_rejection
+from gemmtune.spec import GemmSpec
+from gemmtune.tune.space import candidate_set, first_failing, space_for, verdict
+
+FAMILY = get_family("gemv")
+TC = GemvConfig(threads=256, warps_per_output=8, unroll=4, tensor_cores=True, mma_tiles=2)
+DECODE = GemmSpec(16, 4096, 4096, "nt", "bf16")
+
+
+def _reasons(config, spec, arch="sm_90") -> str:
+    return "; ".join(FAMILY.rejections(config, spec, arch).values())
+
+
+# --- constraints -----------------------------------------------------------------------------------
+def test_valid_for_a_few_rows_of_16_bit_a_in_layout_nt_on_sm_80_and_newer():
+    for m in (2, 7, 8, 16):
+        for dtype in ("bf16", "fp16"):
+            for arch in ("sm_80", "sm_86", "sm_89", "sm_90", "sm_100"):
+                assert FAMILY.rejections(TC, GemmSpec(m, 1000, 1000, "nt", dtype), arch) == {}, (m, dtype, arch)
+
+
+@pytest.mark.parametrize("spec, arch, reason", [
+    (GemmSpec(16, 4096, 4096, "nn", "bf16"), "sm_90", "layout nt"),
+    (GemmSpec(16, 4096, 4096, "tt", "bf16"), "sm_90", "layout nt"),
+    (GemmSpec(16, 4096, 4096, "nt", "fp32"), "sm_90", "bf16 or fp16, not fp32"),
+    (GemmSpec(16, 4096, 4096, "nt", "tf32"), "sm_90", "bf16 or fp16, not tf32"),
+    (GemmSpec(1, 4096, 4096, "nt", "bf16"), "sm_90", "2-16 rows of A"),
+    (GemmSpec(4096, 1, 4096, "nt", "bf16"), "sm_90", "2-16 rows of A"),  # N = 1: A is streamed, one vector
+    (GemmSpec(16, 4096, 4096, "nt", "fp16"), "sm_75", "sm_80+"),
+    (GemmSpec(16, 4096, 1004, "nt", "bf16"), "sm_90", "K = 1004 is not a multiple of 8"),
+    (GemmSpec(7, 100, 13, "nt", "fp16"), "sm_80", "K = 13 is not a multiple of 8"),
+], ids=lambda v: v.short() if isinstance(v, GemmSpec) else str(v))
+def test_rejected_with_a_reason(spec, arch, reason):
+    assert reason in _reasons(TC, spec, arch)
+    assert reason in tensor_core_rejection(spec, arch)
+    assert FAMILY.rejections(TC.with_(tensor_cores=False, mma_tiles=1), spec, arch).get("tensor_cores") is None
+    with pytest.raises(ConfigError, match="tensor_cores"):
+        FAMILY.render(spec, TC, arch)
+
+
+def test_option_values_are_checked():
+    assert "tensor_cores option" in _reasons(GemvConfig(mma_tiles=2), DECODE)
+    assert "mma_tiles=3" in _reasons(TC.with_(mma_tiles=3), DECODE)
+    assert "leave it 1" in _reasons(TC.with_(outputs_per_warp=2), DECODE)
+    assert "loads of B in flight" in _reasons(TC.with_(mma_tiles=4, unroll=8), DECODE)
+    assert "registers" in _reasons(GemvConfig(threads=512, warps_per_output=8, unroll=4, tensor_cores=True,
+                                              mma_tiles=4), DECODE)
+
+
+def test_json_of_configs_from_before_is_unchanged():
+    assert GemvConfig().to_json() == {"threads": 256, "warps_per_output": 1, "threads_x": 8,
+                                      "outputs_per_warp": 1, "unroll": 4}
+    assert GemvConfig.from_json(TC.to_json()) == TC
+    assert TC.to_json()["tensor_cores"] is True and "tensor cores" in TC.describe()
+
+
+def test_space_footprints_agree_with_direct_evaluation():
+    """Every gemv config of the grid, judged through the broadcast tables and directly."""
+    space = space_for("gemv")
+    assert {p.name: p.domain for p in space.params}["tensor_cores"] == (False, True)
+    for spec, arch in ((DECODE, "sm_90"), (GemmSpec(7, 1000, 1000, "nt", "fp16"), "sm_80"),
+                       (GemmSpec(16, 4096, 4096, "nn", "bf16"), "sm_90")):
+        valid = candidate_set(space, spec, arch)
+        for code in range(0, space.size, 7):
+            config = space.config_at(np.unravel_index(code, space.shape))
+            direct = verdict(space, config, spec, arch)
+            assert first_failing(space, config, spec, arch) == direct, (config, spec.short())
+            assert (valid.position_of(config) is not None) == (direct is None)
+        assert any(c.tensor_cores for c in valid.configs(range(len(valid)))) == (spec.layout == "nt")
+
+
+# --- the k permutation, emulated -------------------------------------------------------------------
+def _fragment_words(code: str) -> dict[str, list[str]]:
+    """The generated multiply's register lists: {'a_first': ['a[0].x', 'upper.x', ...], ...}."""
+    found = {}
+    for name in ("a_first", "a_second", "b_first", "b_second"):
+        match = re.search(rf"{name}\[\d\] = \{{([^}}]*)\}}", code)
+        assert match, name
+        found[name] = [w.strip() for w in match.group(1).split(",")]
+    return found
+
+
+def _word(stored: np.ndarray, row: int, t: int, name: str) -> np.ndarray:
+    """The two values (low half first) in 32-bit word .x/.y/.z/.w of lane t's 16-byte load of `row`."""
+    w = "xyzw".index(name)
+    return stored[row, 8 * t + 2 * w: 8 * t + 2 * w + 2]
+
+
+@pytest.mark.parametrize("m", [2, 8, 16])
+def test_the_generated_fragments_multiply_the_right_k(m):
+    """Lay each lane's registers, as the generated code fills them from its 16-byte loads, into the
+    mma's A (16x16, row) and B (16x8, col) by the PTX fragment layout, run the chunk's two mma in
+    numpy, and compare with the plain product over the chunk's 32 k."""
+    words = _fragment_words(FAMILY.render(GemmSpec(m, 64, 64, "nt", "bf16"), TC, "sm_90").code)
+    rng = np.random.default_rng(m)
+    a = np.zeros((16, 32))
+    a[:m] = rng.standard_normal((m, 32))  # the vectors; rows past M are the zero padding
+    w = rng.standard_normal((8, 32))  # 8 outputs' rows of W, 32 stored k
+    d = np.zeros((16, 8))
+    for s in ("first", "second"):
+        mma_a, mma_b = np.zeros((16, 16)), np.zeros((16, 8))
+        for lane in range(32):
+            g, t = lane // 4, lane % 4
+            regs = [_word(a, g + 8 * ("upper" in x), t, x[-1]) for x in words[f"a_{s}"]]
+            # A registers: (row g, k 2t..), (row g+8, k 2t..), (row g, k 2t+8..), (row g+8, k 2t+8..)
+            for r, (row, k) in enumerate(((g, 2 * t), (g + 8, 2 * t), (g, 2 * t + 8), (g + 8, 2 * t + 8))):
+                mma_a[row, k:k + 2] = regs[r]
+            breg = [_word(w, g, t, x[-1]) for x in words[f"b_{s}"]]
+            assert all(x.startswith("w[j].") for x in words[f"b_{s}"])
+            mma_b[2 * t:2 * t + 2, g], mma_b[2 * t + 8:2 * t + 10, g] = breg  # B: (k 2t.., col g), (k 2t+8.., col g)
+        d += mma_a @ mma_b
+    np.testing.assert_allclose(d, a @ w.T, rtol=1e-12, atol=1e-12)
+
+
+# --- NVRTC and SASS ----------------------------------------------------------------------------------
+EPILOGUES = ("none", "bias_col+relu", "add", "alpha+beta+bias_row+gelu")
+
+
+def _compiled(spec: GemmSpec, config, arch: str):
+    compiled = compile_kernel(FAMILY.render(spec, config, arch), arch)
+    assert compiled.resources.spills == 0 and compiled.resources.stack_bytes == 0, (
+        spec.short(), config.describe(), arch, compiled.resources.summary())
+    return compiled
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_chooser_picks_compile_without_spills(arch, dtype, untuned_tensor_cores):
+    """M in {2, 7, 8, 16}, N in {8, 127, 1000, 4096}, K in {64, 4096}, epilogues in turn: the config
+    the chooser gives (the tensor-core path for each of them) compiles without spills or stack."""
+    index = 0
+    for m in (2, 7, 8, 16):
+        for n in (8, 127, 1000, 4096):
+            for k in (64, 4096):
+                spec = GemmSpec(m, n, k, "nt", dtype, EPILOGUES[index % len(EPILOGUES)])
+                index += 1
+                config = choose(spec, arch).config
+                assert config.tensor_cores, spec.short()
+                _compiled(spec, config, arch)
+
+
+def test_every_epilogue_and_fp32_output_compile():
+    for epilogue in EPILOGUES + ("bias_row+gelu+add",):
+        for spec in (GemmSpec(16, 1000, 4096, "nt", "bf16", epilogue), GemmSpec(7, 127, 64, "nt", "fp16", epilogue),
+                     GemmSpec(8, 4096, 1000, "nt", "bf16", epilogue, "fp32")):
+            _compiled(spec, TC, "sm_80")
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_every_chooser_candidate_compiles_without_spills(arch, untuned_tensor_cores):
+    for spec in (GemmSpec(16, 4096, 4096, "nt", "bf16", "bias_col+relu"), GemmSpec(8, 14336, 4096, "nt", "fp16")):
+        found = candidates("gemv", spec, arch, 132)
+        assert len(found) > 20 and all(c.tensor_cores for c in found)
+        for config in found:
+            _compiled(spec, config, arch)
+
+
+def _sass(tmp_path, compiled) -> str:
+    tool = next((str(p) for p in wheel_tool_candidates("cuobjdump") if p.is_file()), None) or shutil.which("cuobjdump")
+    if tool is None:
+        pytest.skip("cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
+    cubin = tmp_path / "kernel.cubin"
+    cubin.write_bytes(compiled.cubin)
+    return subprocess.run([tool, "--dump-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("dtype, hmma", [("bf16", "HMMA.16816.F32.BF16"), ("fp16", "HMMA.16816.F32 ")])
+def test_sass_holds_hmma_and_no_local_memory(tmp_path, arch, dtype, hmma):
+    for m in (2, 16):
+        sass = _sass(tmp_path, _compiled(GemmSpec(m, 4096, 4096, "nt", dtype, "bias_col+relu"), TC, arch))
+        assert hmma in sass
+        assert "LDG.E.NA.128" in sass  # W streamed with ld.global.nc.L1::no_allocate, 16 bytes
+        assert "LDL" not in sass and "STL" not in sass
+
+
+def test_sass_keeps_a_step_of_loads_in_flight(tmp_path):
+    """In the main loop, every 16-byte load of W of one step comes before the step's first HMMA
+    (sm_90): without __launch_bounds__(THREADS, 1) ptxas put about 3 between the mma."""
+    sass = _sass(tmp_path, _compiled(DECODE, TC, "sm_90"))
+    ops = "".join("W" if "LDG.E.NA.128" in line else "H" if "HMMA" in line else "B" if "BRA" in line else ""
+                  for line in sass.splitlines())
+    loop = ops[ops.index("W"):]
+    assert loop.index("H") >= TC.unroll * TC.mma_tiles, ops
+
+
+# --- the chooser -------------------------------------------------------------------------------------
+@pytest.fixture
+def untuned_tensor_cores(monkeypatch):
+    """The chooser with the tensor-core path on for untuned shapes (off until the GPU tests pass)."""
+    import importlib
+
+    candidates_module = importlib.import_module("gemmtune.chooser.candidates")  # the package re-exports a function of that name
+
+    monkeypatch.setattr(candidates_module, "GEMV_TENSOR_CORES_UNTUNED", True)
+
+
+def test_the_chooser_leaves_the_unverified_path_to_the_tuner():
+    from gemmtune.chooser.candidates import GEMV_TENSOR_CORES_UNTUNED
+
+    if not GEMV_TENSOR_CORES_UNTUNED:
+        assert not choose(DECODE, "sm_90").config.tensor_cores
+
+
+def test_chooser_takes_tensor_cores_for_small_batch_decode(untuned_tensor_cores):
+    for spec in (DECODE, GemmSpec(16, 14336, 4096, "nt", "bf16"), GemmSpec(8, 4096, 4096, "nt", "fp16"),
+                 GemmSpec(2, 4096, 14336, "nt", "bf16")):
+        for arch in ("sm_80", "sm_90"):
+            pick = choose(spec, arch)
+            assert pick.family == "gemv" and pick.config.tensor_cores, (spec.short(), arch)
+            assert 16 <= pick.config.outputs_per_block() <= 64
+
+
+@pytest.mark.parametrize("spec, arch", [
+    (GemmSpec(8, 4096, 4096, "nn", "bf16"), "sm_90"), (GemmSpec(16, 4096, 4096, "nt", "fp32"), "sm_90"),
+    (GemmSpec(16, 4096, 4096, "tt", "bf16"), "sm_90"), (GemmSpec(1, 4096, 4096, "nt", "bf16"), "sm_90"),
+    (GemmSpec(16, 4096, 4096, "nt", "fp16"), "sm_75"), (GemmSpec(16, 4096, 1004, "nt", "bf16"), "sm_90"),
+], ids=lambda v: v.short() if isinstance(v, GemmSpec) else v)
+def test_chooser_keeps_the_cuda_core_kernels_elsewhere(spec, arch, untuned_tensor_cores):
+    pick = choose(spec, arch)
+    assert pick.family == "gemv" and not pick.config.tensor_cores
+    assert not any(c.tensor_cores for c in candidates("gemv", spec, arch, 132))

@@ -1,0 +1,102 @@
+"""GPU: the gemv tensor-core path computes the right result (float64 reference, random inputs,
+poisoned D) for 2-16 rows of bf16/fp16 A in layout nt, N not a multiple of 8, K with and without a
+tail span, fused epilogues; K not a multiple of 8 falls back to the CUDA-core kernel; the chooser's
+pick (built as a user gets it) is right."""
+import pytest
+
+from gemmtune.build import build, compile_configs
+from gemmtune.chooser import choose
+from gemmtune.evaluate import evaluate
+from gemmtune.kernels import get_family
+from gemmtune.kernels.gemv.config import GemvConfig
+from gemmtune.spec import GemmSpec
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def untuned_tensor_cores(monkeypatch):
+    """These tests verify the path the chooser would give untuned shapes once it is turned on."""
+    import importlib
+
+    candidates_module = importlib.import_module("gemmtune.chooser.candidates")  # the package re-exports a function of that name
+
+    monkeypatch.setattr(candidates_module, "GEMV_TENSOR_CORES_UNTUNED", True)
+
+ROWS = (2, 7, 8, 16)
+OUTPUTS = (8, 127, 1000, 4096, 14336)
+DEPTHS = (64, 1000, 4096)  # 1000: K % 32 != 0, the last span is partly outside K
+EPILOGUES = ("none", "bias_col+relu", "add", "alpha+beta+bias_row+gelu")
+# Block shapes beside the chooser's pick: one warp per group (no shared-memory sum), 4 tiles per warp,
+# 8 warps on one tile with a deep unroll, 2 warps per group with a short one.
+CONFIGS = (GemvConfig(threads=128, warps_per_output=1, unroll=4, tensor_cores=True, mma_tiles=4),
+           GemvConfig(threads=512, warps_per_output=8, unroll=8, tensor_cores=True, mma_tiles=1),
+           GemvConfig(threads=256, warps_per_output=2, unroll=2, tensor_cores=True, mma_tiles=4),
+           GemvConfig(threads=256, warps_per_output=8, unroll=4, tensor_cores=True, mma_tiles=2))
+
+
+def _arch() -> str:
+    from gemmtune.device import query_device
+
+    return query_device().arch
+
+
+def _all_right(jobs):
+    kernels = compile_configs(jobs)
+    failures = []
+    for (spec, config, _), kernel in zip(jobs, kernels):
+        if isinstance(kernel, Exception):
+            failures.append((spec.short(), config.describe(), str(kernel)[:100]))
+        else:
+            result = evaluate(kernel, verify_only=True)
+            if not result.ok:
+                failures.append((spec.short(), config.describe(), result.verify.message))
+        if failures and failures[-1][0] == spec.short():
+            print("FAILED", *failures[-1], flush=True)  # seen even if the run is cut short
+    return failures
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_tensor_core_kernels_are_right(dtype):
+    arch = _arch()
+    family = get_family("gemv")
+    jobs, index = [], 0
+    for m in ROWS:
+        for n in OUTPUTS:
+            for k in DEPTHS:
+                spec = GemmSpec(m, n, k, "nt", dtype, EPILOGUES[index % len(EPILOGUES)])
+                index += 1
+                pick = choose(spec, arch).config
+                assert pick.tensor_cores, spec.short()
+                configs = [pick] + ([c for c in CONFIGS if not family.rejections(c, spec, arch)] if n < 14336 else [])
+                jobs += [(spec, c, arch) for c in dict.fromkeys(configs)]
+    assert len(jobs) > 150
+    assert _all_right(jobs) == []
+
+
+def test_fp32_output_and_c_from_bf16():
+    arch = _arch()
+    jobs = [(GemmSpec(m, 1000, 4096, "nt", "bf16", epilogue, "fp32"), CONFIGS[-1], arch)
+            for m in (7, 16) for epilogue in ("none", "bias_col+add")]
+    assert _all_right(jobs) == []
+
+
+@pytest.mark.parametrize("m", ROWS)
+def test_k_not_a_multiple_of_8_falls_back_to_cuda_cores(m, tmp_path):
+    spec = GemmSpec(m, 1000, 1004, "nt", "bf16", "bias_col+relu")
+    assert "not a multiple of 8" in " ".join(get_family("gemv").rejections(CONFIGS[-1], spec, _arch()).values())
+    kern = build(spec, db_path=tmp_path / "empty.sqlite")
+    assert kern.family == "gemv" and not kern.config.tensor_cores
+    assert evaluate(kern.compiled, verify_only=True).ok, kern
+
+
+@pytest.mark.parametrize("spec", [GemmSpec(16, 4096, 4096, "nt", "bf16"), GemmSpec(16, 14336, 4096, "nt", "fp16"),
+                                  GemmSpec(8, 4096, 4096, "nt", "bf16"), GemmSpec(16, 4096, 14336, "nt", "bf16"),
+                                  GemmSpec(3, 4096, 4096, "nt", "bf16", "bias_col+gelu+add")],
+                         ids=lambda s: s.short())
+def test_chooser_picks_are_right_and_repeatable(spec, tmp_path):
+    """As a user builds it (empty tuning database); verified, timed over many launches, verified again."""
+    kern = build(spec, db_path=tmp_path / "empty.sqlite")
+    assert kern.config.tensor_cores, kern
+    result = evaluate(kern.compiled)
+    assert result.ok and result.measurement is not None, kern
