@@ -4,12 +4,13 @@ tail span, fused epilogues; K not a multiple of 8 falls back to the CUDA-core ke
 pick (built as a user gets it) is right."""
 import pytest
 
-from gemmtune.build import build, compile_configs
+from gemmtune.build import build
 from gemmtune.chooser import choose
 from gemmtune.evaluate import evaluate
 from gemmtune.kernels import get_family
 from gemmtune.kernels.gemv.config import GemvConfig
 from gemmtune.spec import GemmSpec
+from test_gpu_gemv_splitk import _all_right, _arch  # compile a batch, verify each, list the failures
 
 pytestmark = pytest.mark.gpu
 
@@ -33,27 +34,6 @@ CONFIGS = (GemvConfig(threads=128, warps_per_output=1, unroll=4, tensor_cores=Tr
            GemvConfig(threads=512, warps_per_output=8, unroll=8, tensor_cores=True, mma_tiles=1),
            GemvConfig(threads=256, warps_per_output=2, unroll=2, tensor_cores=True, mma_tiles=4),
            GemvConfig(threads=256, warps_per_output=8, unroll=4, tensor_cores=True, mma_tiles=2))
-
-
-def _arch() -> str:
-    from gemmtune.device import query_device
-
-    return query_device().arch
-
-
-def _all_right(jobs):
-    kernels = compile_configs(jobs)
-    failures = []
-    for (spec, config, _), kernel in zip(jobs, kernels):
-        if isinstance(kernel, Exception):
-            failures.append((spec.short(), config.describe(), str(kernel)[:100]))
-        else:
-            result = evaluate(kernel, verify_only=True)
-            if not result.ok:
-                failures.append((spec.short(), config.describe(), result.verify.message))
-        if failures and failures[-1][0] == spec.short():
-            print("FAILED", *failures[-1], flush=True)  # seen even if the run is cut short
-    return failures
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
