@@ -217,8 +217,7 @@ def untuned_tensor_cores(monkeypatch):
 def test_the_chooser_leaves_the_unverified_path_to_the_tuner():
     from gemmtune.chooser.candidates import GEMV_TENSOR_CORES_UNTUNED
 
-    if not GEMV_TENSOR_CORES_UNTUNED:
-        assert not choose(DECODE, "sm_90").config.tensor_cores
+    assert choose(DECODE, "sm_90").config.tensor_cores == GEMV_TENSOR_CORES_UNTUNED
 
 
 def test_chooser_takes_tensor_cores_for_small_batch_decode(untuned_tensor_cores):

@@ -44,7 +44,8 @@ class TuneOptions:
     chooser_seeds: int = 4  # the chooser's top picks measured first (0: none)
     # Ask the next batch before the current one is measured, so a runner that compiles (the GPU
     # pipeline's `prefetch`) compiles it while the GPU measures: the strategy then learns one
-    # batch later. Off by default until measured on a GPU.
+    # batch later. Off by default for one shape (the single-GPU pipeline's gain is unmeasured);
+    # tune-many turns it on with a cluster (2 x H200, 2026-11-26: bench/results/2026-11-26-h200x2-tune-many-scaling.md).
     lookahead: bool = False
 
 
