@@ -17,7 +17,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(autouse=True)
 def untuned_tensor_cores(monkeypatch):
-    """These tests verify the path the chooser would give untuned shapes once it is turned on."""
+    """These tests verify the path the chooser gives untuned shapes: pinned on, whatever the default."""
     import importlib
 
     candidates_module = importlib.import_module("gemmtune.chooser.candidates")  # the package re-exports a function of that name

@@ -15,7 +15,7 @@ from typing import Any
 from ..kernels import get_family
 from ..kernels.gemv.config import GemvConfig, stream_kind, tensor_core_rejection, vectors
 from ..kernels.simt.config import SimtConfig
-from ..kernels.wgmma.config import WgmmaConfig, with_c_path
+from ..kernels.wgmma.config import OUT_BYTES, WgmmaConfig, out_dtype, with_c_path
 from ..spec import GemmSpec
 
 SERIAL_SPLITS = (2, 3, 4)  # turns through D: the chain grows with the splits, so only a few
@@ -98,12 +98,41 @@ def wgmma_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[WgmmaConf
         # bench/results/2026-11-23-h100-wgmma-variants.md run 8), and elsewhere it changes nothing.
         base = WgmmaConfig(bm=bm, bn=bn, consumers=1 if bm == 64 else 2, stages=4, specialized=True,
                            persistent=True, group_m=8, cluster_m=1, tma_store=True, split_tail=True)
-        stored = _deepest(base, spec) if not spec.epilogue.reads_c else _c_through_ring(base, spec, sm_count)
+        stored = (with_write_back_options(base, spec) if not spec.epilogue.reads_c
+                  else _c_through_ring(base, spec, sm_count))
         found.append(stored)
         for variant in (base.with_(tma_store=False),
                         base.with_(persistent=False, group_m=1, tma_store=False, split_tail=False)):
-            found.append(_deepest(variant, spec))
+            found.append(with_write_back_options(variant, spec))
     return found
+
+
+# Options every tuned wgmma config in data/known_configs.json carries (bf16, fp16 and tf32 at 4096³
+# and 8192³, H100 and H200) and the model cannot weigh (it was trained without them). On the untuned
+# eval set's wgmma shapes (H100, 2026-11-26, bench/probes/wgmma_chooser_options.py), adding them to
+# the chooser's pick moved the geomean from 1.024 to 1.039× cuBLAS (bf16) and from 0.877 to 0.976×
+# (tf32, where the unsliced 4-byte store tile had left the 128x256 tile 2 ring stages).
+WRITE_BACK_OPTIONS = ("stmatrix", "serpentine", "overlap_epilogue")
+
+
+def with_write_back_options(config: WgmmaConfig, spec: GemmSpec) -> WgmmaConfig:
+    """The config with the TMA store in column slices (2, else 4; for a 4-byte D 4 first), the
+    deepest ring that then fits, and each of WRITE_BACK_OPTIONS the family accepts with it (an option
+    may cost at most one ring stage)."""
+    family = get_family("wgmma")
+    best = _deepest(config, spec)
+    if config.tma_store:
+        wide_d = OUT_BYTES.get(out_dtype(spec)) == 4
+        for slices in ((4, 2) if wide_d else (2, 4)):
+            sliced = _deepest(config.with_(store_slices=slices), spec)
+            if not family.rejections(sliced, spec, "sm_90a") and sliced.stages >= best.stages:
+                best = sliced
+                break
+    for option in WRITE_BACK_OPTIONS:
+        trial = _deepest(best.with_(**{option: True}), spec)
+        if not family.rejections(trial, spec, "sm_90a") and trial.stages >= best.stages - 1:
+            best = trial
+    return best
 
 
 def _c_through_ring(config: WgmmaConfig, spec: GemmSpec, sm_count: int) -> WgmmaConfig:
@@ -129,24 +158,30 @@ def _deepest(config: WgmmaConfig, spec: GemmSpec) -> WgmmaConfig:
     return config
 
 
-# Whether the chooser hands an untuned shape the gemv tensor-core kernel. Off until the kernel has
-# passed its GPU tests (tests/test_gpu_gemv_tensor_cores.py, which turn it on) and a probe on a GPU
-# has shown it faster (bench/probes/gemv_tensor_cores.py): an untuned build is not verified before
-# use. The tuner's search space has the kernel either way, and every trial there is verified
-# against a reference before it is timed.
-GEMV_TENSOR_CORES_UNTUNED = False
+# Whether the chooser hands an untuned shape the gemv tensor-core kernel. On since its GPU tests
+# passed (tests/test_gpu_gemv_tensor_cores.py) and the probe (bench/probes/gemv_tensor_cores.py, H100,
+# 2026-11-26) measured it 1.1-2.3x faster than the CUDA-core kernel at 4-16 rows, bf16 and fp16
+# (bench/results/2026-11-26-h100-gemv-tensor-cores.md).
+GEMV_TENSOR_CORES_UNTUNED = True
+
+# The tensor-core block shape untuned shapes get: 8 warps splitting K over two 8-output mma tiles,
+# 4 loads of W in flight per thread. In that probe it was within 1.2% of the fastest of 7 block
+# shapes on all 10 shape/dtype rows, back to back, and within 1.6% in single launches (16x4096x4096, 16x14336x4096, 8x4096x4096, 4x4096x4096,
+# 16x4096x14336), where the model's pick among them (it ranks by launch geometry, trained before
+# the kernel existed) was up to 5% slower. The tuner's space keeps every block shape.
+UNTUNED_TENSOR_CORE_CONFIG = GemvConfig(threads=256, warps_per_output=8, unroll=4, tensor_cores=True, mma_tiles=2)
 
 
 def gemv_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[GemvConfig]:
-    """The tensor-core kernels where they run the spec on `arch` (once GEMV_TENSOR_CORES_UNTUNED is
-    on), else the CUDA-core ones.
+    """The measured tensor-core block shape where that kernel runs the spec on `arch` (while
+    GEMV_TENSOR_CORES_UNTUNED is on), else the CUDA-core kernels.
 
     The tensor-core path is taken whenever it applies, without the model weighing it against the
     CUDA-core kernels: its reason to exist is that those are compute bound at 2-16 rows (0.51-0.72×
     cuBLAS on an H100), and the shipped model was trained before it existed, so it cannot compare the
-    two; it only ranks the tensor-core block shapes among themselves by their launch geometry."""
+    two."""
     if GEMV_TENSOR_CORES_UNTUNED and tensor_core_rejection(spec, arch) is None:
-        return gemv_tensor_core_candidates()
+        return [UNTUNED_TENSOR_CORE_CONFIG]
     return gemv_stream_candidates(spec)
 
 
@@ -157,8 +192,8 @@ TENSOR_CORE_OUTPUTS_PER_BLOCK = (16, 32, 64)
 
 
 def gemv_tensor_core_candidates() -> list[GemvConfig]:
-    """Block shapes of the tensor-core kernel: warps per group × 8-output tiles × unroll, with
-    16-64 outputs per block (TENSOR_CORE_OUTPUTS_PER_BLOCK)."""
+    """Block shapes of the tensor-core kernel (the tuner's and the probe's): warps per group ×
+    8-output tiles × unroll, with 16-64 outputs per block (TENSOR_CORE_OUTPUTS_PER_BLOCK)."""
     found = [GemvConfig(threads=t, warps_per_output=w, unroll=u, tensor_cores=True, mma_tiles=tiles)
              for t in (128, 256, 512) for w in (1, 2, 4, 8) for tiles in (1, 2, 4) for u in (2, 4, 8) if w * 32 <= t]
     return [c for c in found if c.outputs_per_block() in TENSOR_CORE_OUTPUTS_PER_BLOCK]
