@@ -31,9 +31,9 @@ def _reasons(config, spec, arch="sm_90") -> str:
 
 
 # --- constraints -----------------------------------------------------------------------------------
-def test_valid_for_a_few_rows_of_16_bit_a_in_layout_nt_on_sm_80_and_newer():
+def test_valid_for_a_few_rows_of_16_bit_or_tf32_a_in_layout_nt_on_sm_80_and_newer():
     for m in (2, 7, 8, 16):
-        for dtype in ("bf16", "fp16"):
+        for dtype in ("bf16", "fp16", "tf32"):
             for arch in ("sm_80", "sm_86", "sm_89", "sm_90", "sm_100"):
                 assert FAMILY.rejections(TC, GemmSpec(m, 1000, 1000, "nt", dtype), arch) == {}, (m, dtype, arch)
 
@@ -41,8 +41,8 @@ def test_valid_for_a_few_rows_of_16_bit_a_in_layout_nt_on_sm_80_and_newer():
 @pytest.mark.parametrize("spec, arch, reason", [
     (GemmSpec(16, 4096, 4096, "nn", "bf16"), "sm_90", "layout nt"),
     (GemmSpec(16, 4096, 4096, "tt", "bf16"), "sm_90", "layout nt"),
-    (GemmSpec(16, 4096, 4096, "nt", "fp32"), "sm_90", "bf16 or fp16, not fp32"),
-    (GemmSpec(16, 4096, 4096, "nt", "tf32"), "sm_90", "bf16 or fp16, not tf32"),
+    (GemmSpec(16, 4096, 4096, "nt", "fp32"), "sm_90", "bf16 or fp16 or tf32, not fp32"),
+    (GemmSpec(16, 4096, 1002, "nt", "tf32"), "sm_90", "K = 1002 is not a multiple of 4"),
     (GemmSpec(1, 4096, 4096, "nt", "bf16"), "sm_90", "2-16 rows of A"),
     (GemmSpec(4096, 1, 4096, "nt", "bf16"), "sm_90", "2-16 rows of A"),  # N = 1: A is streamed, one vector
     (GemmSpec(16, 4096, 4096, "nt", "fp16"), "sm_75", "sm_80+"),
@@ -131,6 +131,28 @@ def test_the_generated_fragments_multiply_the_right_k(m):
     np.testing.assert_allclose(d, a @ w.T, rtol=1e-12, atol=1e-12)
 
 
+def test_the_generated_tf32_fragments_multiply_the_right_k():
+    """As above for tf32 (m16n8k8, one value per register): lane t's 16-byte load holds stored k
+    4t .. 4t + 3, and the chunk's two mma cover its 16 k."""
+    words = _fragment_words(FAMILY.render(GemmSpec(16, 64, 64, "nt", "tf32"), TC, "sm_90").code)
+    assert "PIECE = 4" in FAMILY.render(GemmSpec(16, 64, 64, "nt", "tf32"), TC, "sm_90").code
+    rng = np.random.default_rng(1)
+    a, w = rng.standard_normal((16, 16)), rng.standard_normal((8, 16))  # 16 vectors, 8 outputs, 16 stored k
+    word = lambda stored, row, t, name: stored[row, 4 * t + "xyzw".index(name)]  # noqa: E731
+    d = np.zeros((16, 8))
+    for s in ("first", "second"):
+        mma_a, mma_b = np.zeros((16, 8)), np.zeros((8, 8))
+        for lane in range(32):
+            g, t = lane // 4, lane % 4
+            regs = [word(a, g + 8 * ("upper" in x), t, x[-1]) for x in words[f"a_{s}"]]
+            # A registers: (row g, k t), (row g+8, k t), (row g, k t+4), (row g+8, k t+4)
+            for r, (row, k) in enumerate(((g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4))):
+                mma_a[row, k] = regs[r]
+            mma_b[t, g], mma_b[t + 4, g] = (word(w, g, t, x[-1]) for x in words[f"b_{s}"])  # B: (k t, col g), (k t+4, col g)
+        d += mma_a @ mma_b
+    np.testing.assert_allclose(d, a @ w.T, rtol=1e-12, atol=1e-12)
+
+
 # --- NVRTC and SASS ----------------------------------------------------------------------------------
 EPILOGUES = ("none", "bias_col+relu", "add", "alpha+beta+bias_row+gelu")
 
@@ -143,7 +165,7 @@ def _compiled(spec: GemmSpec, config, arch: str):
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "tf32"])
 def test_chooser_picks_compile_without_spills(arch, dtype, untuned_tensor_cores):
     """M in {2, 7, 8, 16}, N in {8, 127, 1000, 4096}, K in {64, 4096}, epilogues in turn: the config
     the chooser gives (the tensor-core path for each of them) compiles without spills or stack."""
@@ -166,11 +188,15 @@ def test_every_epilogue_and_fp32_output_compile():
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-def test_every_chooser_candidate_compiles_without_spills(arch, untuned_tensor_cores):
+def test_every_tensor_core_block_shape_compiles_without_spills(arch, untuned_tensor_cores):
+    from gemmtune.chooser.candidates import UNTUNED_TENSOR_CORE_CONFIG, gemv_tensor_core_candidates
+
+    family = get_family("gemv")
     for spec in (GemmSpec(16, 4096, 4096, "nt", "bf16", "bias_col+relu"), GemmSpec(8, 14336, 4096, "nt", "fp16")):
-        found = candidates("gemv", spec, arch, 132)
-        assert len(found) > 20 and all(c.tensor_cores for c in found)
-        for config in found:
+        shapes = [c for c in gemv_tensor_core_candidates() if not family.rejections(c, spec, arch)]
+        assert len(shapes) > 20 and UNTUNED_TENSOR_CORE_CONFIG in shapes
+        assert candidates("gemv", spec, arch, 132) == [UNTUNED_TENSOR_CORE_CONFIG]
+        for config in shapes:
             _compiled(spec, config, arch)
 
 
@@ -184,7 +210,8 @@ def _sass(tmp_path, compiled) -> str:
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-@pytest.mark.parametrize("dtype, hmma", [("bf16", "HMMA.16816.F32.BF16"), ("fp16", "HMMA.16816.F32 ")])
+@pytest.mark.parametrize("dtype, hmma", [("bf16", "HMMA.16816.F32.BF16"), ("fp16", "HMMA.16816.F32 "),
+                                         ("tf32", "HMMA.1688.F32.TF32")])
 def test_sass_holds_hmma_and_no_local_memory(tmp_path, arch, dtype, hmma):
     for m in (2, 16):
         sass = _sass(tmp_path, _compiled(GemmSpec(m, 4096, 4096, "nt", dtype, "bias_col+relu"), TC, arch))
@@ -206,7 +233,7 @@ def test_sass_keeps_a_step_of_loads_in_flight(tmp_path):
 # --- the chooser -------------------------------------------------------------------------------------
 @pytest.fixture
 def untuned_tensor_cores(monkeypatch):
-    """The chooser with the tensor-core path on for untuned shapes (off until the GPU tests pass)."""
+    """The chooser with the tensor-core path on for untuned shapes (pinned on, whatever the default)."""
     import importlib
 
     candidates_module = importlib.import_module("gemmtune.chooser.candidates")  # the package re-exports a function of that name
@@ -214,7 +241,7 @@ def untuned_tensor_cores(monkeypatch):
     monkeypatch.setattr(candidates_module, "GEMV_TENSOR_CORES_UNTUNED", True)
 
 
-def test_the_chooser_leaves_the_unverified_path_to_the_tuner():
+def test_the_chooser_follows_the_untuned_switch():
     from gemmtune.chooser.candidates import GEMV_TENSOR_CORES_UNTUNED
 
     assert choose(DECODE, "sm_90").config.tensor_cores == GEMV_TENSOR_CORES_UNTUNED

@@ -1,5 +1,5 @@
 """GPU: the gemv tensor-core path computes the right result (float64 reference, random inputs,
-poisoned D) for 2-16 rows of bf16/fp16 A in layout nt, N not a multiple of 8, K with and without a
+poisoned D) for 2-16 rows of bf16/fp16/tf32 A in layout nt, N not a multiple of 8, K with and without a
 tail span, fused epilogues; K not a multiple of 8 falls back to the CUDA-core kernel; the chooser's
 pick (built as a user gets it) is right."""
 import pytest
@@ -36,7 +36,7 @@ CONFIGS = (GemvConfig(threads=128, warps_per_output=1, unroll=4, tensor_cores=Tr
            GemvConfig(threads=256, warps_per_output=8, unroll=4, tensor_cores=True, mma_tiles=2))
 
 
-@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "tf32"])
 def test_tensor_core_kernels_are_right(dtype):
     arch = _arch()
     family = get_family("gemv")
@@ -72,7 +72,8 @@ def test_k_not_a_multiple_of_8_falls_back_to_cuda_cores(m, tmp_path):
 
 @pytest.mark.parametrize("spec", [GemmSpec(16, 4096, 4096, "nt", "bf16"), GemmSpec(16, 14336, 4096, "nt", "fp16"),
                                   GemmSpec(8, 4096, 4096, "nt", "bf16"), GemmSpec(16, 4096, 14336, "nt", "bf16"),
-                                  GemmSpec(3, 4096, 4096, "nt", "bf16", "bias_col+gelu+add")],
+                                  GemmSpec(3, 4096, 4096, "nt", "bf16", "bias_col+gelu+add"),
+                                  GemmSpec(16, 4096, 4096, "nt", "tf32"), GemmSpec(7, 1000, 4100, "nt", "tf32", "add")],
                          ids=lambda s: s.short())
 def test_chooser_picks_are_right_and_repeatable(spec, tmp_path):
     """As a user builds it (empty tuning database); verified, timed over many launches, verified again."""

@@ -199,7 +199,7 @@ def main() -> int:
             # each shape's best variant at or before this label (a variant absent for a shape = the one before)
             ratios = []
             for key in dict.fromkeys(r.spec for r in rows if r.dtype == dtype):
-                mine = [r for r in rows if r.spec == key and r.seconds
+                mine = [r for r in rows if r.spec == key and r.seconds and r.label in LABELS
                         and LABELS.index(r.label) <= LABELS.index(label)]
                 if mine:
                     last = max(mine, key=lambda r: LABELS.index(r.label))

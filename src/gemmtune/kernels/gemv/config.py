@@ -10,9 +10,9 @@ limit is HBM bandwidth, not FLOPs. Two shapes of stream:
   neighbouring outputs, walks a share of K, and the block sums its K-shares in shared memory.
 Which one a spec needs follows from its layout (``stream_kind``); the config sizes the blocks.
 
-With 2-16 rows of 16-bit A against a K-contiguous B (layout nt: decode with a small batch), the
+With 2-16 rows of 16-bit or tf32 A against a K-contiguous B (layout nt: decode with a small batch), the
 R FMAs per loaded weight (plus the conversions) make the CUDA-core ``rows`` kernel compute bound;
-``tensor_cores`` multiplies there with mma.sync m16n8k16 instead (the rows of A are its zero-padded
+``tensor_cores`` multiplies there with mma.sync m16n8k16 (m16n8k8 for tf32) instead (the rows of A are its zero-padded
 16-row A operand, B is already its ``.col`` B operand), still streaming B with 16-byte loads.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ MAX_ROWS = 16  # rows of A the family takes (each a vector the streamed B meets)
 MAX_ACCUMULATORS = 64  # fp32 sums per thread: more spills once the loads in flight are counted
 INPUT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
 LOAD_BYTES = 16  # one vector load: 4 fp32 or 8 16-bit values
-TENSOR_CORE_DTYPES = ("bf16", "fp16")  # mma.sync m16n8k16 with fp32 accumulators
+TENSOR_CORE_DTYPES = ("bf16", "fp16", "tf32")  # mma.sync m16n8k16 (m16n8k8 for tf32), fp32 accumulators
 MIN_TENSOR_CORE_ROWS = 2  # one row of A would leave 15 of the mma's 16 rows empty: the rows kernel is better
 MMA_TILES = (1, 2, 4)  # 8-output tiles per warp on the tensor-core path
 MAX_TENSOR_CORE_LOADS = 16  # 16-byte loads of B per thread per step (4 registers each)
@@ -50,8 +50,8 @@ class GemvConfig(FamilyConfig):
       32/threads_x matrix rows, whole 32-byte sectors as long as threads_x ≥ 2.
     unroll: independent 16-byte loads each thread keeps in flight per step of its K loop (on the
       tensor-core path: per 8-output tile, so mma_tiles·unroll loads of B).
-    tensor_cores (rows kind, layout nt, bf16/fp16, 2-16 rows of A, sm_80+): multiply on tensor cores
-      with mma.sync m16n8k16; warps_per_output warps share a group's K as on the CUDA-core path.
+    tensor_cores (rows kind, layout nt, bf16/fp16/tf32, 2-16 rows of A, sm_80+): multiply on tensor
+      cores with mma.sync m16n8k16 (m16n8k8 for tf32); warps_per_output warps share a group's K as on the CUDA-core path.
     mma_tiles (tensor_cores only): 8-output tiles one warp computes together, so each 16-byte load of
       A's rows serves that many tiles of B. tensor_cores=False and mma_tiles=1 are left out of the
       JSON, so configs (and database keys) from before the option stay as they were.
@@ -186,9 +186,10 @@ def tensor_core_rejection(s: GemmSpec, arch: str) -> str | None:
         return (f"tensor_cores takes {MIN_TENSOR_CORE_ROWS}-{MAX_ROWS} rows of A (the mma's 16 rows), "
                 f"not {vectors(s)}")
     if arch_number(arch) < 80:
-        return f"tensor_cores needs mma.sync m16n8k16 for 16-bit inputs (sm_80+), not {arch}"
-    if s.k % (LOAD_BYTES // INPUT_BYTES[s.dtype]):
-        return f"tensor_cores reads K in 16-byte pieces of 8 values: K = {s.k} is not a multiple of 8"
+        return f"tensor_cores needs mma.sync with bf16 and tf32 (sm_80+), not {arch}"
+    piece = LOAD_BYTES // INPUT_BYTES[s.dtype]
+    if s.k % piece:
+        return f"tensor_cores reads K in 16-byte pieces of {piece} values: K = {s.k} is not a multiple of {piece}"
     return None
 
 

@@ -1,14 +1,15 @@
-"""The gemv family's tensor-core rows kernel: 2-16 rows of 16-bit A against B stored N×K (layout nt).
+"""The gemv family's tensor-core rows kernel: 2-16 rows of A against B stored N×K (layout nt), bf16,
+fp16 or tf32.
 
 The CUDA-core rows kernel spends R FMAs (and the conversions) on every weight it loads, so with a
 batch of 8-16 vectors it is bound by the SM, not by HBM. Here the vectors are the A operand of
-mma.sync m16n8k16 (16 rows, zero-padded past M) and W = B, stored N×K, is exactly its `.col` B
-operand: a warp multiplies 16 × 8 outputs per instruction pair and only moves bytes.
+mma.sync m16n8k16 (m16n8k8 for tf32; 16 rows, zero-padded past M) and W = B, stored N×K, is exactly
+its `.col` B operand: a warp multiplies 16 × 8 outputs per instruction pair and only moves bytes.
 
-The k order inside each 32-k chunk is permuted (the same way for A and B, which leaves the sum
+The k order inside each chunk (32 k of 16-bit values, 16 of tf32) is permuted (the same way for A and B, which leaves the sum
 unchanged) so that every 32-bit word of a lane's 16-byte load is a fragment register as it stands:
 no shuffles and no shared memory between the loads and the mma. The generated CUDA spells the
-permutation out (PERMUTATION below).
+permutation out (PERMUTATION_16BIT and PERMUTATION_TF32 below).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from ..mma.ptx import mma_helper
 from ..parts.epilogue import CArg, Operands, VectorArg
 from ..parts.floats import PACK_PAIR
 from ..parts.writeback import CRead, PairFragment, PairOutput, pair_io, pair_stores
-from .config import GemvConfig, a_fragment_rows
+from .config import INPUT_BYTES, LOAD_BYTES, GemvConfig, a_fragment_rows
 
 # The accumulator fragment of a group's 16x8 tile j: thread (g, t) holds vector g (and g + 8) of
 # outputs n0 + 8j + 2t and + 1. Rows past M are the zero padding of A: never stored.
@@ -31,7 +32,7 @@ FRAGMENT = PairFragment(
 OUTPUT = PairOutput(Operands(CArg.VALUE, VectorArg.VIEW), CRead.POINTER, bias="FloatView<out_t>{bias}",
                     index="size_t", cvt_pairs=True)
 
-PERMUTATION = """// The k permutation. mma m16n8k16 gives thread (g, t) (g = lane / 4, t = lane % 4) the k pairs
+PERMUTATION_16BIT = """// The k permutation. mma m16n8k16 gives thread (g, t) (g = lane / 4, t = lane % 4) the k pairs
 // {2t, 2t+1} (B register 0, A registers 0 and 1) and {2t+8, 2t+9} (B register 1, A registers 2 and 3)
 // of A's rows g, g + 8 and of B's column g. The sum over k does not care which stored k each of the
 // mma's k stands for, as long as A and B agree. So in a chunk of 32 k starting at k0, lane (g, t)
@@ -42,6 +43,27 @@ PERMUTATION = """// The k permutation. mma m16n8k16 gives thread (g, t) (g = lan
 // for i = 0, 1: each stored k of the chunk exactly once, the same map for A and B, and each 32-bit
 // word of a load is a fragment register as loaded.
 """
+
+PERMUTATION_TF32 = """// The k permutation. mma m16n8k8 (tf32) gives thread (g, t) (g = lane / 4, t = lane % 4) k = t
+// (B register 0, A registers 0 and 1) and k = t + 4 (B register 1, A registers 2 and 3) of A's rows
+// g, g + 8 and of B's column g. The sum over k does not care which stored k each of the mma's k
+// stands for, as long as A and B agree. So in a chunk of 16 k starting at k0, lane (g, t) loads the 4
+// neighbouring k0 + 4t .. k0 + 4t + 3 of its row of W (one 16-byte load: words .x .y .z .w, one k
+// each) and of A's rows g and g + 8, and the chunk's two mma (s = 0, 1) take
+//     mma k t      <- stored k0 + 4t + 2s        (word .x for s = 0, .z for s = 1)
+//     mma k t + 4  <- stored k0 + 4t + 2s + 1    (word .y for s = 0, .w for s = 1)
+// each stored k of the chunk exactly once, the same map for A and B, and each 32-bit word of a load
+// is a fragment register as loaded (fp32 bits: the tensor core reads them as tf32).
+"""
+
+
+def permutation(spec: GemmSpec) -> str:
+    return PERMUTATION_TF32 if spec.dtype == "tf32" else PERMUTATION_16BIT
+
+
+def piece(spec: GemmSpec) -> int:
+    """Values of K in one lane's 16-byte load: 8 of a 16-bit type, 4 of tf32 (fp32 storage)."""
+    return LOAD_BYTES // INPUT_BYTES[spec.dtype]
 
 VECTOR_LOAD = """// 16 bytes of the vectors (A). Small and read by every group of the block at the same k, so they
 // stay in L1 (the read-only path), unlike W's rows, which are streamed once.
@@ -67,7 +89,8 @@ constexpr int TILES = {config.mma_tiles};  // 8-output mma tiles of a group (eac
 constexpr int NW = 8 * TILES;  // outputs of one group
 constexpr int GROUPS = THREADS / 32 / WPO;  // groups per block
 constexpr int A_ROWS = {rows};  // 16-byte loads of A per chunk: {why}
-constexpr int CHUNK = 32;  // k of one chunk: the 4 lanes of a row group load 8 neighbouring k each
+constexpr int PIECE = {piece(spec)};  // k in one lane's 16-byte load
+constexpr int CHUNK = 4 * PIECE;  // k of one chunk: the 4 lanes of a row group load PIECE neighbouring k each
 constexpr int SPAN = UNROLL * CHUNK;  // k a warp covers per step of its loop
 constexpr int STEP = WPO * SPAN;  // k a group covers per step: its WPO warps take neighbouring spans
 """
@@ -80,8 +103,8 @@ def _multiply(spec: GemmSpec) -> str:
         // and of A's rows g (a[0]) and g + 8 (upper); see the permutation above.
         auto multiply = [&](const uint4 (&w)[TILES], const uint4 (&a)[A_ROWS]) {{
             const uint4 upper = {upper};  // vector g + 8
-            const u32 a_first[4] = {{a[0].x, upper.x, a[0].y, upper.y}};  // s = 0: stored k 8t .. 8t + 3
-            const u32 a_second[4] = {{a[0].z, upper.z, a[0].w, upper.w}};  // s = 1: stored k 8t + 4 .. 8t + 7
+            const u32 a_first[4] = {{a[0].x, upper.x, a[0].y, upper.y}};  // s = 0: the first half of this lane's piece
+            const u32 a_second[4] = {{a[0].z, upper.z, a[0].w, upper.w}};  // s = 1: the second half
             #pragma unroll
             for (int j = 0; j < TILES; ++j) {{
                 const u32 b_first[2] = {{w[j].x, w[j].y}}, b_second[2] = {{w[j].z, w[j].w}};
@@ -95,7 +118,7 @@ def _multiply(spec: GemmSpec) -> str:
 def _loads(guarded: bool) -> str:
     """One step's loads: every load of the step first (UNROLL·(TILES + A_ROWS) of them in flight),
     then the mma; `guarded`: pieces at or past K load zeros."""
-    inside = "const bool inside = k + u * CHUNK + 8 * t < K;  // K % 8 == 0: a piece is all in or all out\n                "
+    inside = "const bool inside = k + u * CHUNK + PIECE * t < K;  // K % PIECE == 0: a piece is all in or all out\n                "
     w_load = "inside ? stream_load(w_row[j] + k + u * CHUNK) : ZERO" if guarded else "stream_load(w_row[j] + k + u * CHUNK)"
     a_load = ("inside ? masked(vector_load(x_row[h] + k + u * CHUNK), x_mask[h]) : ZERO" if guarded
               else "masked(vector_load(x_row[h] + k + u * CHUNK), x_mask[h])")
@@ -134,7 +157,7 @@ REDUCE = """    // The group's WPO partial sums meet in shared memory; its part-
 
 def body(spec: GemmSpec, config: GemvConfig, entry: str, params: str, operands: str) -> str:
     """Constants, the permutation's comment and the kernel (`operands`: the W and x declarations)."""
-    return _constants(spec, config) + "\n" + PERMUTATION + f"""
+    return _constants(spec, config) + "\n" + permutation(spec) + f"""
 // rows on tensor cores: the WPO warps of a group split K into neighbouring spans and multiply their
 // share with mma.sync, the R vectors as the mma's A (zeros past R) and TILES 8-output tiles of W as
 // its B; the partial sums meet in shared memory and the epilogue runs on the way to D.
@@ -148,11 +171,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {entry}({params}) {{
     const int n0 = (blockIdx.x * GROUPS + group) * NW;  // first output of the group
     float acc[TILES][4] = {{}};  // the 16x8 tile j of D (transposed: vectors x outputs), fp32
     if (n0 < P) {{
-        // Lane (g, t) streams row n0 + 8j + g of W for tile j, 8 k per chunk from 8t on. Outputs past P
+        // Lane (g, t) streams row n0 + 8j + g of W for tile j, PIECE k per chunk from PIECE·t on. Outputs past P
         // read row P - 1 instead (in bounds; never stored), so the loop needs no output guard.
         const in_t* w_row[TILES];
         #pragma unroll
-        for (int j = 0; j < TILES; ++j) w_row[j] = W + (size_t)min(n0 + 8 * j + g, P - 1) * K + 8 * t;
+        for (int j = 0; j < TILES; ++j) w_row[j] = W + (size_t)min(n0 + 8 * j + g, P - 1) * K + PIECE * t;
         // ... and reads vectors g and g + 8 at the same k: the mma's A rows. Rows past the R vectors read
         // vector R - 1 and mask it to zeros: no branch between the loads, so all of them stay in flight.
         const in_t* x_row[A_ROWS];
@@ -160,7 +183,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {entry}({params}) {{
         #pragma unroll
         for (int h = 0; h < A_ROWS; ++h) {{
             x_mask[h] = g + 8 * h < R ? 0xFFFFFFFFu : 0u;
-            x_row[h] = x + (size_t)min(g + 8 * h, R - 1) * K + 8 * t;
+            x_row[h] = x + (size_t)min(g + 8 * h, R - 1) * K + PIECE * t;
         }}
 {_multiply(spec)}        int k = part * SPAN;  // this warp's first span
         for (; k + SPAN <= K; k += STEP) {{  // whole spans: no k guard
