@@ -1,7 +1,6 @@
 """The config chooser without a GPU: deterministic, loads from its file, explains itself, and every
 pick compiles; split-K and gemv configs are judged by their constraints; training learns."""
 import json
-import math
 
 import numpy as np
 import pytest
@@ -9,7 +8,7 @@ import pytest
 from gemmtune.chooser import EXPLAINED, choose, explain, rank, split_tail
 from gemmtune.chooser.candidates import candidates
 from gemmtune.chooser.features import blocks_per_sm, features, geometry
-from gemmtune.chooser.model import MODEL_PATH, ChooserModel, TrainingRow, feature_matrix, load, save, train
+from gemmtune.chooser.model import MODEL_PATH, TrainingRow, feature_matrix, load, save, train
 from gemmtune.chooser.training import rows_from_csv, rows_from_tables
 from gemmtune.compiler import compile_kernel
 from gemmtune.errors import GemmtuneError

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator, Sequence
 from ..errors import CompileError, ConfigError, GemmtuneError, ResourceError
 from ..lifeline import spawn_pool
 from ..spec import GemmSpec
-from .space import CandidateSet, space_for
+from .space import CandidateSet
 from .trial import Environment, Status, TrialResult
 from .worker import Evaluator, MeasureJob, MeasureWorker, compiled_of, gpu_evaluator
 
