@@ -99,56 +99,40 @@ def _fragment_words(code: str) -> dict[str, list[str]]:
     return found
 
 
-def _word(stored: np.ndarray, row: int, t: int, name: str) -> np.ndarray:
-    """The two values (low half first) in 32-bit word .x/.y/.z/.w of lane t's 16-byte load of `row`."""
+def _word(stored: np.ndarray, row: int, t: int, name: str, values: int) -> np.ndarray:
+    """The `values` values (first first) in 32-bit word .x/.y/.z/.w of lane t's 16-byte load of `row`
+    (2 of a 16-bit type, 1 of tf32; the load holds 4 words)."""
     w = "xyzw".index(name)
-    return stored[row, 8 * t + 2 * w: 8 * t + 2 * w + 2]
+    return stored[row, 4 * values * t + values * w: 4 * values * t + values * w + values]
 
 
-@pytest.mark.parametrize("m", [2, 8, 16])
-def test_the_generated_fragments_multiply_the_right_k(m):
+@pytest.mark.parametrize("dtype, m", [("bf16", 2), ("bf16", 8), ("bf16", 16), ("tf32", 5), ("tf32", 16)])
+def test_the_generated_fragments_multiply_the_right_k(dtype, m):
     """Lay each lane's registers, as the generated code fills them from its 16-byte loads, into the
-    mma's A (16x16, row) and B (16x8, col) by the PTX fragment layout, run the chunk's two mma in
-    numpy, and compare with the plain product over the chunk's 32 k."""
-    words = _fragment_words(FAMILY.render(GemmSpec(m, 64, 64, "nt", "bf16"), TC, "sm_90").code)
+    mma's A (16 x mma k, row) and B (mma k x 8, col) by the PTX fragment layout (m16n8k16: two values
+    per register; tf32's m16n8k8: one), run the chunk's two mma in numpy, and compare with the plain
+    product over the chunk's stored k (32 of a 16-bit type, 16 of tf32)."""
+    code = FAMILY.render(GemmSpec(m, 64, 64, "nt", dtype), TC, "sm_90").code
+    words = _fragment_words(code)
+    v = 1 if dtype == "tf32" else 2  # values per 32-bit register
+    half = 4 * v  # the mma's k = 8v; registers 2 and 3 (A), 1 (B) hold its upper half
+    assert f"PIECE = {4 * v}" in code
     rng = np.random.default_rng(m)
-    a = np.zeros((16, 32))
-    a[:m] = rng.standard_normal((m, 32))  # the vectors; rows past M are the zero padding
-    w = rng.standard_normal((8, 32))  # 8 outputs' rows of W, 32 stored k
+    a = np.zeros((16, 16 * v))
+    a[:m] = rng.standard_normal((m, 16 * v))  # the vectors; rows past M are the zero padding
+    w = rng.standard_normal((8, 16 * v))  # 8 outputs' rows of W, the chunk's stored k
     d = np.zeros((16, 8))
     for s in ("first", "second"):
-        mma_a, mma_b = np.zeros((16, 16)), np.zeros((16, 8))
+        mma_a, mma_b = np.zeros((16, 2 * half)), np.zeros((2 * half, 8))
         for lane in range(32):
             g, t = lane // 4, lane % 4
-            regs = [_word(a, g + 8 * ("upper" in x), t, x[-1]) for x in words[f"a_{s}"]]
-            # A registers: (row g, k 2t..), (row g+8, k 2t..), (row g, k 2t+8..), (row g+8, k 2t+8..)
-            for r, (row, k) in enumerate(((g, 2 * t), (g + 8, 2 * t), (g, 2 * t + 8), (g + 8, 2 * t + 8))):
-                mma_a[row, k:k + 2] = regs[r]
-            breg = [_word(w, g, t, x[-1]) for x in words[f"b_{s}"]]
+            regs = [_word(a, g + 8 * ("upper" in x), t, x[-1], v) for x in words[f"a_{s}"]]
+            # A registers: (row g, k vt..), (row g+8, k vt..), (row g, k vt+half..), (row g+8, k vt+half..)
+            for r, (row, k) in enumerate(((g, v * t), (g + 8, v * t), (g, v * t + half), (g + 8, v * t + half))):
+                mma_a[row, k:k + v] = regs[r]
             assert all(x.startswith("w[j].") for x in words[f"b_{s}"])
-            mma_b[2 * t:2 * t + 2, g], mma_b[2 * t + 8:2 * t + 10, g] = breg  # B: (k 2t.., col g), (k 2t+8.., col g)
-        d += mma_a @ mma_b
-    np.testing.assert_allclose(d, a @ w.T, rtol=1e-12, atol=1e-12)
-
-
-def test_the_generated_tf32_fragments_multiply_the_right_k():
-    """As above for tf32 (m16n8k8, one value per register): lane t's 16-byte load holds stored k
-    4t .. 4t + 3, and the chunk's two mma cover its 16 k."""
-    words = _fragment_words(FAMILY.render(GemmSpec(16, 64, 64, "nt", "tf32"), TC, "sm_90").code)
-    assert "PIECE = 4" in FAMILY.render(GemmSpec(16, 64, 64, "nt", "tf32"), TC, "sm_90").code
-    rng = np.random.default_rng(1)
-    a, w = rng.standard_normal((16, 16)), rng.standard_normal((8, 16))  # 16 vectors, 8 outputs, 16 stored k
-    word = lambda stored, row, t, name: stored[row, 4 * t + "xyzw".index(name)]  # noqa: E731
-    d = np.zeros((16, 8))
-    for s in ("first", "second"):
-        mma_a, mma_b = np.zeros((16, 8)), np.zeros((8, 8))
-        for lane in range(32):
-            g, t = lane // 4, lane % 4
-            regs = [word(a, g + 8 * ("upper" in x), t, x[-1]) for x in words[f"a_{s}"]]
-            # A registers: (row g, k t), (row g+8, k t), (row g, k t+4), (row g+8, k t+4)
-            for r, (row, k) in enumerate(((g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4))):
-                mma_a[row, k] = regs[r]
-            mma_b[t, g], mma_b[t + 4, g] = (word(w, g, t, x[-1]) for x in words[f"b_{s}"])  # B: (k t, col g), (k t+4, col g)
+            low, high = (_word(w, g, t, x[-1], v) for x in words[f"b_{s}"])
+            mma_b[v * t:v * t + v, g], mma_b[v * t + half:v * t + half + v, g] = low, high  # B: (k vt.., col g), (k vt+half.., col g)
         d += mma_a @ mma_b
     np.testing.assert_allclose(d, a @ w.T, rtol=1e-12, atol=1e-12)
 
