@@ -4,8 +4,9 @@ simt: the tuned and ladder tiles from small (32×32, for shapes with few tiles) 
 of 16 or 32 and 4 or 8 warps on small tiles, each with split-K (serial, or through a workspace for
 more splits) where the shape has too few tiles to fill the GPU. wgmma: the persistent TMA-store kernel
 with each tile size the family allows, plus the non-persistent variants (one tile per block). gemv:
-block sizes and unrolls, on CUDA cores (on tensor cores, where that path runs the spec, once
-GEMV_TENSOR_CORES_UNTUNED is on). Every candidate returned passes the family's constraints.
+block sizes and unrolls on CUDA cores, or the one measured tensor-core block shape where that path
+runs the spec (while GEMV_TENSOR_CORES_UNTUNED is on). Every candidate returned passes the family's
+constraints.
 """
 from __future__ import annotations
 
@@ -160,15 +161,16 @@ def _deepest(config: WgmmaConfig, spec: GemmSpec) -> WgmmaConfig:
 
 # Whether the chooser hands an untuned shape the gemv tensor-core kernel. On since its GPU tests
 # passed (tests/test_gpu_gemv_tensor_cores.py) and the probe (bench/probes/gemv_tensor_cores.py, H100,
-# 2026-11-26) measured it 1.1-2.3x faster than the CUDA-core kernel at 4-16 rows, bf16 and fp16
-# (bench/results/2026-11-26-h100-gemv-tensor-cores.md).
+# 2026-11-26) measured it 1.1-2.3x faster than the CUDA-core kernel at 4-16 rows in bf16 and fp16,
+# 1.2-1.8x in tf32 (bench/results/2026-11-26-h100-gemv-tensor-cores{,-tf32}.md).
 GEMV_TENSOR_CORES_UNTUNED = True
 
 # The tensor-core block shape untuned shapes get: 8 warps splitting K over two 8-output mma tiles,
 # 4 loads of W in flight per thread. In that probe it was within 1.2% of the fastest of 7 block
-# shapes on all 10 shape/dtype rows, back to back, and within 1.6% in single launches (16x4096x4096, 16x14336x4096, 8x4096x4096, 4x4096x4096,
-# 16x4096x14336), where the model's pick among them (it ranks by launch geometry, trained before
-# the kernel existed) was up to 5% slower. The tuner's space keeps every block shape.
+# shapes on all 10 shape/dtype rows back to back, and within 1.6% in single launches (16x4096x4096,
+# 16x14336x4096, 8x4096x4096, 4x4096x4096, 16x4096x14336; bf16 and fp16), where the model's pick among
+# them (it ranks by launch geometry, trained before the kernel existed) was up to 5% slower. The
+# tuner's space keeps every block shape.
 UNTUNED_TENSOR_CORE_CONFIG = GemvConfig(threads=256, warps_per_output=8, unroll=4, tensor_cores=True, mma_tiles=2)
 
 
@@ -183,20 +185,6 @@ def gemv_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[GemvConfig
     if GEMV_TENSOR_CORES_UNTUNED and tensor_core_rejection(spec, arch) is None:
         return [UNTUNED_TENSOR_CORE_CONFIG]
     return gemv_stream_candidates(spec)
-
-
-# Outputs per block of the tensor-core candidates. A block of P outputs streams P·K·2 bytes of W from
-# HBM and reads about M·K·2 bytes of A from L2 (its groups share them through L1): under 16 outputs
-# per block, A's L2 traffic would outgrow W's at M = 16; over 64, N = 4096 leaves SMs idle.
-TENSOR_CORE_OUTPUTS_PER_BLOCK = (16, 32, 64)
-
-
-def gemv_tensor_core_candidates() -> list[GemvConfig]:
-    """Block shapes of the tensor-core kernel (the tuner's and the probe's): warps per group ×
-    8-output tiles × unroll, with 16-64 outputs per block (TENSOR_CORE_OUTPUTS_PER_BLOCK)."""
-    found = [GemvConfig(threads=t, warps_per_output=w, unroll=u, tensor_cores=True, mma_tiles=tiles)
-             for t in (128, 256, 512) for w in (1, 2, 4, 8) for tiles in (1, 2, 4) for u in (2, 4, 8) if w * 32 <= t]
-    return [c for c in found if c.outputs_per_block() in TENSOR_CORE_OUTPUTS_PER_BLOCK]
 
 
 def gemv_stream_candidates(spec: GemmSpec) -> list[GemvConfig]:

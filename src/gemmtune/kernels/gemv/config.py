@@ -10,10 +10,11 @@ limit is HBM bandwidth, not FLOPs. Two shapes of stream:
   neighbouring outputs, walks a share of K, and the block sums its K-shares in shared memory.
 Which one a spec needs follows from its layout (``stream_kind``); the config sizes the blocks.
 
-With 2-16 rows of 16-bit or tf32 A against a K-contiguous B (layout nt: decode with a small batch), the
-R FMAs per loaded weight (plus the conversions) make the CUDA-core ``rows`` kernel compute bound;
-``tensor_cores`` multiplies there with mma.sync m16n8k16 (m16n8k8 for tf32) instead (the rows of A are its zero-padded
-16-row A operand, B is already its ``.col`` B operand), still streaming B with 16-byte loads.
+With 2-16 rows of 16-bit or tf32 A against a K-contiguous B (layout nt: decode with a small batch),
+the R FMAs per loaded weight (plus the conversions) make the CUDA-core ``rows`` kernel compute bound;
+``tensor_cores`` multiplies there with mma.sync m16n8k16 (m16n8k8 for tf32) instead (the rows of A
+are its zero-padded 16-row A operand, B is already its ``.col`` B operand), still streaming B with
+16-byte loads.
 """
 from __future__ import annotations
 
@@ -51,7 +52,8 @@ class GemvConfig(FamilyConfig):
     unroll: independent 16-byte loads each thread keeps in flight per step of its K loop (on the
       tensor-core path: per 8-output tile, so mma_tiles·unroll loads of B).
     tensor_cores (rows kind, layout nt, bf16/fp16/tf32, 2-16 rows of A, sm_80+): multiply on tensor
-      cores with mma.sync m16n8k16 (m16n8k8 for tf32); warps_per_output warps share a group's K as on the CUDA-core path.
+      cores with mma.sync m16n8k16 (m16n8k8 for tf32); warps_per_output warps share a group's K as
+      on the CUDA-core path.
     mma_tiles (tensor_cores only): 8-output tiles one warp computes together, so each 16-byte load of
       A's rows serves that many tiles of B. tensor_cores=False and mma_tiles=1 are left out of the
       JSON, so configs (and database keys) from before the option stay as they were.
@@ -115,11 +117,22 @@ def stream_kind(spec: GemmSpec) -> str:
     return "columns" if spec.a_trans else "rows"
 
 
+def values_per_load(spec: GemmSpec) -> int:
+    """Values of the spec's input type in one 16-byte load: 4 fp32/tf32 or 8 of a 16-bit type."""
+    return LOAD_BYTES // INPUT_BYTES[spec.dtype]
+
+
 def vec(spec: GemmSpec) -> int:
     """Elements per vector load of the matrix: 16 bytes when each stored row starts 16-byte aligned."""
     row = spec.k if stream_kind(spec) == "rows" else outputs(spec)
-    per_load = LOAD_BYTES // INPUT_BYTES[spec.dtype]
+    per_load = values_per_load(spec)
     return per_load if row % per_load == 0 else 1
+
+
+def block_outputs(c: GemvConfig, s: GemmSpec) -> int:
+    """Outputs one block of `c` computes for `s`: its groups' outputs on the rows kind, threads_x
+    vectors of VEC outputs on the columns kind (the grid is the outputs over this)."""
+    return c.outputs_per_block() if stream_kind(s) == "rows" else c.threads_x * vec(s)
 
 
 def supports(spec: GemmSpec, arch: str) -> str | None:
@@ -186,8 +199,8 @@ def tensor_core_rejection(s: GemmSpec, arch: str) -> str | None:
         return (f"tensor_cores takes {MIN_TENSOR_CORE_ROWS}-{MAX_ROWS} rows of A (the mma's 16 rows), "
                 f"not {vectors(s)}")
     if arch_number(arch) < 80:
-        return f"tensor_cores needs mma.sync with bf16 and tf32 (sm_80+), not {arch}"
-    piece = LOAD_BYTES // INPUT_BYTES[s.dtype]
+        return f"tensor_cores needs mma.sync for bf16 and tf32 (sm_80+), not {arch}"
+    piece = values_per_load(s)
     if s.k % piece:
         return f"tensor_cores reads K in 16-byte pieces of {piece} values: K = {s.k} is not a multiple of {piece}"
     return None

@@ -14,7 +14,7 @@ from ..config_base import ceil_div
 from ..parts.epilogue import CArg, Operands, VectorArg, epilogue_call, epilogue_function, pointer_params
 from ..parts.floats import FLOAT_VIEW, HALF_FLOATS, TO_OUT
 from . import tensor_cores
-from .config import NAME, VERSION, GemvConfig, outputs, rejections, stream_kind, streams_b, vec, vectors
+from .config import NAME, VERSION, GemvConfig, block_outputs, outputs, rejections, stream_kind, streams_b, vec, vectors
 
 STORAGE_TYPES = {"fp32": "float", "tf32": "float", "bf16": "bf16_t", "fp16": "fp16_t"}
 
@@ -319,8 +319,7 @@ def render(spec: GemmSpec, config: GemvConfig, arch: str = "sm_90") -> KernelSou
     if broken:
         raise ConfigError(f"config rejected for {spec.short()} on {arch}: " + "; ".join(broken.values()))
     code = _tensor_core_code(spec, config, arch) if config.tensor_cores else _cuda_core_code(spec, config)
-    per_block = config.outputs_per_block() if stream_kind(spec) == "rows" else config.threads_x * vec(spec)
-    grid = (ceil_div(outputs(spec), per_block), 1, 1)
+    grid = (ceil_div(outputs(spec), block_outputs(config, spec)), 1, 1)
     return KernelSource(code=code, entry=entry_name(spec), grid=grid, block=(config.threads, 1, 1),
                         args=_params(spec)[0], spec=spec, family=NAME, family_version=VERSION,
                         config=config.to_json())

@@ -1,5 +1,5 @@
 """The gemv family's search space: a few hundred configs per spec, all cheap to compile (the
-tensor-core options are valid only for 2-16 rows of 16-bit A in layout nt on sm_80+)."""
+tensor-core options are valid only for 2-16 rows of bf16, fp16 or tf32 A in layout nt on sm_80+)."""
 from __future__ import annotations
 
 from ..space_base import Rule, SearchSpace, fixed_defaults

@@ -6,10 +6,10 @@ batch of 8-16 vectors it is bound by the SM, not by HBM. Here the vectors are th
 mma.sync m16n8k16 (m16n8k8 for tf32; 16 rows, zero-padded past M) and W = B, stored N×K, is exactly
 its `.col` B operand: a warp multiplies 16 × 8 outputs per instruction pair and only moves bytes.
 
-The k order inside each chunk (32 k of 16-bit values, 16 of tf32) is permuted (the same way for A and B, which leaves the sum
-unchanged) so that every 32-bit word of a lane's 16-byte load is a fragment register as it stands:
-no shuffles and no shared memory between the loads and the mma. The generated CUDA spells the
-permutation out (PERMUTATION_16BIT and PERMUTATION_TF32 below).
+The k order inside each chunk (32 k of 16-bit values, 16 of tf32) is permuted (the same way for A
+and B, which leaves the sum unchanged) so that every 32-bit word of a lane's 16-byte load is a
+fragment register as it stands: no shuffles and no shared memory between the loads and the mma.
+The generated CUDA spells the permutation out (PERMUTATION_16BIT and PERMUTATION_TF32 below).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from ..mma.ptx import mma_helper
 from ..parts.epilogue import CArg, Operands, VectorArg
 from ..parts.floats import PACK_PAIR
 from ..parts.writeback import CRead, PairFragment, PairOutput, pair_io, pair_stores
-from .config import INPUT_BYTES, LOAD_BYTES, GemvConfig, a_fragment_rows
+from .config import GemvConfig, a_fragment_rows, values_per_load
 
 # The accumulator fragment of a group's 16x8 tile j: thread (g, t) holds vector g (and g + 8) of
 # outputs n0 + 8j + 2t and + 1. Rows past M are the zero padding of A: never stored.
@@ -61,10 +61,6 @@ def permutation(spec: GemmSpec) -> str:
     return PERMUTATION_TF32 if spec.dtype == "tf32" else PERMUTATION_16BIT
 
 
-def piece(spec: GemmSpec) -> int:
-    """Values of K in one lane's 16-byte load: 8 of a 16-bit type, 4 of tf32 (fp32 storage)."""
-    return LOAD_BYTES // INPUT_BYTES[spec.dtype]
-
 VECTOR_LOAD = """// 16 bytes of the vectors (A). Small and read by every group of the block at the same k, so they
 // stay in L1 (the read-only path), unlike W's rows, which are streamed once.
 __device__ __forceinline__ uint4 vector_load(const in_t* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
@@ -89,7 +85,7 @@ constexpr int TILES = {config.mma_tiles};  // 8-output mma tiles of a group (eac
 constexpr int NW = 8 * TILES;  // outputs of one group
 constexpr int GROUPS = THREADS / 32 / WPO;  // groups per block
 constexpr int A_ROWS = {rows};  // 16-byte loads of A per chunk: {why}
-constexpr int PIECE = {piece(spec)};  // k in one lane's 16-byte load
+constexpr int PIECE = {values_per_load(spec)};  // k in one lane's 16-byte load
 constexpr int CHUNK = 4 * PIECE;  // k of one chunk: the 4 lanes of a row group load PIECE neighbouring k each
 constexpr int SPAN = UNROLL * CHUNK;  // k a warp covers per step of its loop
 constexpr int STEP = WPO * SPAN;  // k a group covers per step: its WPO warps take neighbouring spans
