@@ -75,13 +75,17 @@ def kernels_of(spec: GemmSpec, family_name: str, arch: str, skip: tuple[str, ...
         from gemmtune.kernels.mma.config import candidates
 
         out += [("candidate", name, config) for name, config in candidates(spec, arch)]
+    elif with_candidates and spec.dtype == "fp32":  # wgmma's 3xtf32 configs
+        from gemmtune.kernels.wgmma.config import split_candidates
+
+        out += [("candidate", name, config) for name, config in split_candidates(spec, arch)]
     return out
 
 
 def run_case(spec: GemmSpec, protocol: TimingProtocol, family_name: str = "wgmma", skip: tuple[str, ...] = (),
              with_candidates: bool = False) -> list[tuple[str, BenchRow]]:
     arch = family_arch(family_name)
-    plain = GemmSpec(spec.m, spec.n, spec.k, spec.layout, spec.dtype)
+    plain = spec.without_epilogue()
     kernels = kernels_of(spec, family_name, arch, skip, with_candidates)
     compile_configs([(spec, config, arch) for _, _, config in kernels])  # NVRTC in parallel, into the disk cache
     rows = [("cublas", bench_cublas(plain, protocol))]
@@ -189,7 +193,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", nargs="*", default=list(DEFAULT_CASES), help="dtype:SIZE[:layout][:epilogue]")
     parser.add_argument("--family", default="wgmma", choices=("wgmma", "mma"), help="whose ladder (default wgmma)")
-    parser.add_argument("--candidates", action="store_true", help="also time the mma family's named candidates")
+    parser.add_argument("--candidates", action="store_true", help="also time the family's named candidates (mma; wgmma for 3xtf32)")
     parser.add_argument("--peak", action="store_true", help="first measure mma.sync's rate (bf16, fp16, tf32)")
     parser.add_argument("--min-time", type=float, default=0.3, help="seconds of timed runs per kernel")
     parser.add_argument("--json", dest="json_path", help="write every row here")

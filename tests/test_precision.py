@@ -28,11 +28,17 @@ def test_bad_math_is_a_one_line_spec_error(kwargs, words):
         GemmSpec(8, 8, 8, **kwargs)
 
 
-def test_auto_stays_on_cuda_cores_and_explicit_math_picks_the_family():
+def test_auto_takes_3xtf32_where_measured_and_explicit_math_picks_the_family():
     for arch in ("sm_80", "sm_89", "sm_90"):
-        assert auto_math(GemmSpec(4096, 4096, 4096), arch) == "simt"
+        assert auto_math(GemmSpec(4096, 4096, 4096), arch) == "simt"  # nn: unmeasured off wgmma
         assert family_for(GemmSpec(4096, 4096, 4096), arch).name == "simt"
         assert family_for(GemmSpec(4096, 4096, 4096, math="3xtf32"), arch).name == "mma"
+    nt = GemmSpec(4096, 4096, 4096, "nt")
+    assert auto_math(nt, "sm_90") == "3xtf32" and family_for(nt, "sm_90").name == "wgmma"
+    assert auto_math(nt, "sm_80") == "simt" and family_for(nt, "sm_80").name == "simt"
+    assert auto_math(GemmSpec(512, 512, 512, "nt"), "sm_90") == "simt"  # simt measured faster
+    assert auto_math(GemmSpec(4096, 4096, 4094, "nt"), "sm_90") == "simt"  # rows of 8 bytes: not wgmma
+    assert family_for(GemmSpec(4096, 4096, 4096, "nt", math="simt"), "sm_90").name == "simt"
     assert family_for(GemmSpec(1, 4096, 4096, math="3xtf32"), "sm_90").name == "mma"  # not gemv's fp32 FMA
     with pytest.raises(ValueError, match="fp32"):  # math is an fp32 matter
         auto_math(GemmSpec(8, 8, 8, dtype="bf16"), "sm_90")

@@ -9,29 +9,38 @@ fp32 inputs can be multiplied three ways:
     tf32    one tf32 product: fastest, ~10 bits of mantissa (the tf32 dtype).
 
 `auto` (the default) keeps fp32 accuracy and picks the faster method where both were measured on the
-GPU. Today that is simt everywhere: on an H100 (2026-11-25, bench/results/2026-11-25-h100-3xtf32.md)
-3xtf32 on mma.sync ran 0.33-0.74x cuBLAS SGEMM against simt's 0.83-1.22x (mma.sync's tf32 rate is
-312 TFLOP/s, a third of it is 104, and the split costs as many instructions as the mma work), and
-on inputs near fp32's smallest normal number its error was far above SGEMM's (the split's small
-part underflows). 3xtf32 stays available as math="3xtf32"; a GPU where it measures faster (sm_80-89,
-whose CUDA cores are slower next to their tensor cores) goes into FASTER_3XTF32 with its bounds.
+GPU. On sm_90 that is 3xtf32 on the wgmma family (layout nt, 16-byte rows) from M·N·K = 2^29 up:
+on an H200 (2026-11-26, bench/results/2026-11-26-h200-3xtf32-wgmma.md) it ran 1.3-2.0x cuBLAS
+SGEMM from 1000^3 up against simt's 0.75-0.84x, and simt won at 256^3 and 512^3. Its error was
+0.45-1.45x SGEMM's worst element on the accuracy report's classes, except one: inputs whose
+residuals fall below fp32's smallest normal number (values under about 2^-100, the report's
+huge×tiny class), where the small part is lost (289x). auto cannot see the data, so a user with such
+values asks for math="simt". Other layouts on sm_90 go through mma.sync (0.33-0.74x SGEMM on an
+H100, 2026-11-25) and every other arch is unmeasured: simt there.
 """
 from __future__ import annotations
 
 from .kernels.config_base import arch_number
 from .spec import GemmSpec
 
-# arch number -> smallest M·N·K at which 3xtf32 measured faster than simt there, at fp32 accuracy on
-# the accuracy report's inputs. Empty: no GPU measured so yet (see the module docstring).
-FASTER_3XTF32: dict[int, int] = {}
-AUTO_RULE_NOTE = ("auto keeps fp32 on CUDA cores (simt) on this GPU: 3xtf32 measured slower than simt on an "
-                  "H100 and is not measured elsewhere")
+# arch number -> smallest M·N·K at which 3xtf32 measured faster than simt there, for the specs the
+# arch's fast 3xtf32 family takes (on sm_90: wgmma, layout nt with 16-byte rows).
+FASTER_3XTF32: dict[int, int] = {90: 1 << 29}
+AUTO_RULE_NOTE = ("auto runs fp32 as 3xtf32 only on sm_90, in layout nt with 16-byte rows and M·N·K >= 2^29, "
+                  "where it measured faster than simt; elsewhere it keeps simt")
 
 
 def auto_math(spec: GemmSpec, arch: str) -> str:
     """The method `auto` uses for fp32 `spec` on `arch`: "3xtf32" or "simt"."""
     if spec.dtype != "fp32":
         raise ValueError(f"math applies to fp32 specs, not {spec.dtype}")
-    least = FASTER_3XTF32.get(arch_number(arch))
-    return "3xtf32" if least is not None and spec.m * spec.n * spec.k >= least else "simt"
+    number = arch_number(arch)
+    least = FASTER_3XTF32.get(number)
+    if least is None or spec.m * spec.n * spec.k < least:
+        return "simt"
+    if number == 90:  # measured on the wgmma family only, which takes K-major operands
+        from .kernels.wgmma.config import k_major, stride_problem
 
+        if k_major(spec) != (True, True) or stride_problem(spec):
+            return "simt"
+    return "3xtf32"

@@ -16,7 +16,7 @@ from typing import Any
 from ..kernels import get_family
 from ..kernels.gemv.config import GemvConfig, stream_kind, tensor_core_rejection, vectors
 from ..kernels.simt.config import SimtConfig
-from ..kernels.wgmma.config import OUT_BYTES, WgmmaConfig, out_dtype, with_c_path
+from ..kernels.wgmma.config import OUT_BYTES, WgmmaConfig, out_dtype, splits_fp32, with_c_path
 from ..spec import GemmSpec
 
 SERIAL_SPLITS = (2, 3, 4)  # turns through D: the chain grows with the splits, so only a few
@@ -92,6 +92,8 @@ WGMMA_TILES = ((128, 256), (128, 128), (256, 128), (128, 192), (64, 256), (64, 1
 
 
 def wgmma_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[WgmmaConfig]:
+    if splits_fp32(spec):
+        return split_candidates_untuned(spec)
     found = []
     for bm, bn in WGMMA_TILES:
         # The tail split along K (split_tail) on every persistent candidate: the model was trained
@@ -106,6 +108,19 @@ def wgmma_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[WgmmaConf
                         base.with_(persistent=False, group_m=1, tma_store=False, split_tail=False)):
             found.append(with_write_back_options(variant, spec))
     return found
+
+
+def split_candidates_untuned(spec: GemmSpec) -> list[WgmmaConfig]:
+    """fp32 as 3xtf32: the tile shapes that led on an H200 (2026-11-26, bench/results/2026-11-26-
+    h200-3xtf32-wgmma.md): 128x192 in 3 stages with D stored in 6 slices (C through the ring) where
+    the tiles fill the GPU (1.95x cuBLAS SGEMM at 4096^3 against 1.80x for 128x128), 64x128 in 6
+    stages for grids of few tiles (1.6x at 1000^3); 128x128 between them. The tail split on all."""
+    base = WgmmaConfig(bm=128, bn=128, stages=4, consumers=2, tma_store=True, store_slices=4,
+                       c_ring=spec.epilogue.reads_c, split_tail=True)
+    shapes = [base.with_(bn=192, stages=3, store_slices=6), base,
+              base.with_(bm=64, consumers=1, stages=6, serpentine=True)]
+    family = get_family("wgmma")
+    return [config for config in shapes if not family.rejections(config, spec, "sm_90a")] or [base]
 
 
 # Options every tuned wgmma config in data/known_configs.json carries (bf16, fp16 and tf32 at 4096³

@@ -17,7 +17,7 @@ from .groups import CPath, EpilogueGroup, MainloopGroup, ScheduleGroup
 
 FAMILY = "wgmma"
 VERSION = "1"
-DTYPES = ("bf16", "fp16", "tf32")
+DTYPES = ("bf16", "fp16", "tf32", "fp32")  # fp32: as 3xtf32 (split_fp32)
 SWIZZLE_BYTES = 128  # every tile row in shared memory is one 128-byte swizzle span
 SMEM_SLACK = 1024  # the tiles are realigned to 1024 bytes (the swizzle atom) inside dynamic smem
 MAX_ACCUMULATORS = 128  # fp32 accumulators per consumer thread; more leaves no room to address
@@ -35,7 +35,12 @@ MAX_ACCUMULATORS = 128  # fp32 accumulators per consumer thread; more leaves no 
 # slower on 66 pairs than on 64 without a split tail (H100, same rounds; both run 4 and 16 rounds).
 IN_STEP_BLOCKS = 128
 C_SPREAD_ROWS = 16  # rows of one C box with c_spread: 32 boxes of a 128x256 fp16 tile, one per k-block
-INPUT_BYTES = {"bf16": 2, "fp16": 2, "tf32": 4}
+INPUT_BYTES = {"bf16": 2, "fp16": 2, "tf32": 4, "fp32": 4}
+# 3xtf32: a k-block's three products go into a partial sum beside the running one (twice the
+# accumulator registers): 96 a thread (a 128x192 tile of 2 consumers) compile without spills in the
+# consumers' 232 registers (NVRTC 13.0, sm_90a); 128x256's 128 would need 256 for the sums alone.
+SPLIT_MAX_ACCUMULATORS = 96
+SPLIT_BUFFERS = 2  # residual tiles: the k-block being multiplied and the next, split under its wgmma
 OUT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 
@@ -43,6 +48,13 @@ def out_dtype(spec: GemmSpec) -> str:
     """D's storage type (and C's, bias's): the spec's out_dtype, else fp32 for tf32, else the input type."""
     default = "fp32" if spec.dtype == "tf32" else spec.dtype
     return getattr(spec, "out_dtype", None) or default
+
+
+def splits_fp32(spec: GemmSpec) -> bool:
+    """Whether the kernel multiplies fp32 inputs as 3xtf32: big·big + big·small + small·big, each
+    operand split into tf32 parts in shared memory, every k-block's products summed apart and
+    added to the running sum in fp32 (gemmtune.precision)."""
+    return spec.dtype == "fp32"
 
 
 @dataclass(frozen=True, order=True)
@@ -112,6 +124,9 @@ class WgmmaConfig(FamilyConfig):
       takes a buffer of its own (where the store buffer was) instead of a ring slot, so a tile's
       write-back holds one slot fewer when the next tile's k-blocks come: the GEMM alone starts a
       tile on a ring of k-blocks, d_over_c alone on one whose C slots go back only after their stores.
+    round_big: (fp32 as 3xtf32) the big part of each value is x rounded to the nearest tf32, written
+      over x in the stage, instead of x itself, which the tensor cores truncate: the residual is
+      half as large, for one more shared-memory store per value.
     """
 
     bm: int = 128
@@ -134,11 +149,12 @@ class WgmmaConfig(FamilyConfig):
     overlap_epilogue: bool = False
     d_over_c: bool = False
     c_first_buffer: bool = False
+    round_big: bool = False
     FAMILY_LABEL = "wgmma"
 
     def to_json(self) -> dict:
         data = super().to_json()
-        for later in ("serpentine", "overlap_epilogue", "d_over_c", "c_first_buffer"):  # configs (and database keys) from before
+        for later in ("serpentine", "overlap_epilogue", "d_over_c", "c_first_buffer", "round_big"):  # configs (and database keys) from before
             if not data[later]:                               # these options stay unchanged
                 del data[later]
         return data
@@ -242,9 +258,15 @@ class WgmmaConfig(FamilyConfig):
         """full/empty per stage; C full/empty per epilogue buffer; with ping-pong, a main-loop turn each."""
         return 16 * self.stages + (48 if self.pingpong else 16)
 
+    def split_bytes(self, spec: GemmSpec) -> int:
+        """3xtf32's residual tiles of A and B (SPLIT_BUFFERS k-blocks); none for other dtypes."""
+        return SPLIT_BUFFERS * self.stage_bytes() if splits_fp32(spec) else 0
+
     def smem_bytes(self, spec: GemmSpec) -> int:
-        """Dynamic shared memory: the ring of A and B tiles, the epilogue tile(s), barriers, alignment slack."""
-        return self.stages * self.stage_bytes() + self.epilogue_bytes(spec) + self.barrier_bytes() + SMEM_SLACK
+        """Dynamic shared memory: the ring of A and B tiles, 3xtf32's residual tiles, the epilogue
+        tile(s), barriers, alignment slack."""
+        return (self.stages * self.stage_bytes() + self.split_bytes(spec) + self.epilogue_bytes(spec)
+                + self.barrier_bytes() + SMEM_SLACK)
 
     # --- naming -----------------------------------------------------------------------------
     def describe(self) -> str:
@@ -263,6 +285,7 @@ class WgmmaConfig(FamilyConfig):
         store += " overlapped" if self.overlap_epilogue else ""
         store += " D-over-C" if self.d_over_c else ""
         store += " C-first-buffer" if self.c_first_buffer else ""
+        store += " round-big" if self.round_big else ""
         return f"tile {self.bm}x{self.bn} stages{self.stages} {roles}{grid}{cluster}{store}"
 
 
@@ -290,10 +313,25 @@ def supports(spec: GemmSpec, arch: str) -> str | None:
         return f"wgmma and TMA need a Hopper GPU (sm_90a), not {arch}"
     if spec.dtype not in DTYPES:
         return f"tensor-core inputs must be {', '.join(DTYPES)}, not {spec.dtype}"
-    if spec.dtype == "tf32" and k_major(spec) != (True, True):
+    if splits_fp32(spec):
+        problem = _fp32_problem(spec, arch)
+        if problem:
+            return problem
+    if spec.dtype in ("tf32", "fp32") and k_major(spec) != (True, True):
         return (f"tf32 wgmma reads only K-major operands (layout nt: A as M×K, B as N×K); "
                 f"layout {spec.layout} would need a transposing copy")
     return stride_problem(spec)
+
+
+def _fp32_problem(spec: GemmSpec, arch: str) -> str | None:
+    """fp32 runs here as 3xtf32: asked for, or what auto picks for the shape (gemmtune.precision)."""
+    from ...precision import AUTO_RULE_NOTE, auto_math
+
+    if spec.math == "simt":
+        return "math simt runs fp32 on CUDA cores (the simt family); wgmma runs fp32 as 3xtf32"
+    if spec.math == "auto" and auto_math(spec, arch) != "3xtf32":
+        return f"{AUTO_RULE_NOTE}; ask for it with math 3xtf32"
+    return None
 
 
 # --- constraints --------------------------------------------------------------------------------
@@ -313,6 +351,19 @@ def _tile(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
 def _registers(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
     if c.accumulators > MAX_ACCUMULATORS:
         return f"{c.accumulators} fp32 accumulators per thread exceed {MAX_ACCUMULATORS} (registers would spill)"
+    if splits_fp32(s) and c.accumulators > SPLIT_MAX_ACCUMULATORS:
+        return (f"3xtf32 keeps a k-block's partial sum beside the {c.accumulators} accumulators per thread: "
+                f"at most {SPLIT_MAX_ACCUMULATORS} fit (a 128x192 tile of 2 consumers)")
+    return None
+
+
+def _split(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
+    """3xtf32's main loop (consumer.consumer_split) is the plain loop of cooperative consumers."""
+    if not splits_fp32(s):
+        return "round_big is for fp32 as 3xtf32" if c.round_big else None
+    if not c.specialized or c.pingpong or c.overlap_epilogue:
+        return ("3xtf32 splits operands in the cooperative consumers of the warp-specialized kernel "
+                "(no ping-pong, no overlap_epilogue)")
     return None
 
 
@@ -358,8 +409,8 @@ def _dtype(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
 
 
 def _store(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
-    if c.store_slices not in (1, 2, 4):
-        return f"store_slices={c.store_slices}: 1, 2 or 4"
+    if c.store_slices not in (1, 2, 4) and not (splits_fp32(s) and c.bn == 192 and c.store_slices in (3, 6)):
+        return f"store_slices={c.store_slices}: 1, 2 or 4 (3 or 6: 3xtf32's 128x192 tiles, whose quarters are not whole 128-byte rows)"
     if c.stmatrix and not (c.tma_store and OUT_BYTES.get(out_dtype(s), 4) == 2):
         return "stmatrix writes 16-bit D through the TMA-store buffer (fp32 D keeps one pair per store)"
     if not c.tma_store:
@@ -413,7 +464,7 @@ def _store(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
 
 CONSTRAINTS: dict[str, Constraint] = {
     "dtype": _dtype, "tile": _tile, "registers": _registers, "shared_memory": _smem,
-    "pipeline": _pipeline, "schedule": _schedule, "store": _store,
+    "pipeline": _pipeline, "schedule": _schedule, "store": _store, "split": _split,
 }
 
 
@@ -484,6 +535,8 @@ def default_config(spec: GemmSpec | None, arch: str = "sm_90a") -> WgmmaConfig:
     steps = dict(ladder(arch))
     if spec is None:
         return steps["sliced_store"]
+    if splits_fp32(spec):
+        return _split_default(spec, arch)
     # On the H100 at 4096^3: 2 slices 0.995x cuBLAS (bf16) against 0.973x for the whole-tile store;
     # fp32 output (tf32) needs 4 slices to fit 4 stages (0.971x against 0.956x with direct stores).
     slices = 4 if OUT_BYTES.get(out_dtype(spec)) == 4 else 2
@@ -499,3 +552,34 @@ def default_config(spec: GemmSpec | None, arch: str = "sm_90a") -> WgmmaConfig:
         if not rejections(config.with_(split_tail=True), spec, arch):
             return with_c_path(config.with_(split_tail=True), spec, arch)
     return steps["persistent"].with_(split_tail=True)
+
+
+def _split_default(spec: GemmSpec, arch: str) -> WgmmaConfig:
+    """3xtf32: 128x192 tiles (the partial sums leave no room for 128x256) of 2 cooperative consumers
+    in 3 stages beside the residual tiles, D stored in 6 slices (C through the ring), the tail
+    split; else 128x128 in 4 stages; else direct stores. On an H200 (2026-11-26) 128x192 ran 4096^3
+    in 1390 µs against 1504 for 128x128 (bench/results/2026-11-26-h200-3xtf32-wgmma.md)."""
+    base = WgmmaConfig(bm=128, bn=128, stages=4, consumers=2, tma_store=True, store_slices=4,
+                       c_ring=spec.epilogue.reads_c, split_tail=True)
+    direct = base.with_(tma_store=False, store_slices=1, c_ring=False)
+    for config in (base.with_(bn=192, stages=3, store_slices=6), base, direct, direct.with_(split_tail=False)):
+        if not rejections(config, spec, arch):
+            return config
+    return direct.with_(split_tail=False)
+
+
+def split_candidates(spec: GemmSpec, arch: str = "sm_90a") -> list[tuple[str, WgmmaConfig]]:
+    """3xtf32's named configs to time against the default (each valid for `spec` on `arch`)."""
+    base = _split_default(spec, arch)
+    direct = base.with_(tma_store=False, store_slices=1, c_ring=False)
+    square = WgmmaConfig(bm=128, bn=128, stages=4, consumers=2, tma_store=True, store_slices=4,
+                         c_ring=spec.epilogue.reads_c, split_tail=True)
+    named = [("default", base), ("round_big", base.with_(round_big=True)), ("serpentine", base.with_(serpentine=True)),
+             ("128x192_direct", direct.with_(bn=192, stages=3)), ("128x128", square),
+             ("128x128_cluster2", square.with_(cluster_m=2)), ("64x128_s6", square.with_(bm=64, consumers=1, stages=6))]
+    seen, out = set(), []
+    for name, config in named:
+        if config not in seen and not rejections(config, spec, arch):
+            seen.add(config)
+            out.append((name, config))
+    return out

@@ -290,3 +290,67 @@ def consumer_overlapped(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str
         if (more) {{  // the first piece's first k-block: the lower half's group, then the upper half's
             {_first_k_block(" " * 12)}
         }}{_overlapped_loop_body(store, ring_c, split)}"""
+
+
+# --- the 3xtf32 loop -------------------------------------------------------------------------------
+SPLIT_BARRIER = 4  # named barrier of the consumers' residual tiles (1 + consumer are the write-back's)
+
+
+def consumer_split(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str:
+    """fp32 as 3xtf32: the plain loop, with each k-block split into tf32 parts first. The residuals
+    of k-block kb + 1 are written while kb's wgmma run (into the other of SPLIT_BUFFERS tiles), and
+    a named barrier of all consumers at the top of each k-block says both shares of B's residual
+    are written (each consumer splits half of B). Each k-block's three products go into a fresh
+    partial sum, added to the running sum in fp32 once the group is done: the tensor cores'
+    accumulation truncates, and carried across all of K it loses bits with every k-block."""
+    c = consumer_c(spec, config)
+    store = StoreCall(spec, config, "&c_full[turn], (epi / TILE_TURNS) & 1").call() + c.after_store
+    counts = config.c_path(spec).waits_on_buffer
+    epi_decl = "\n        int epi = 0;  // pieces before this one that wrote D (each used the C tile and buffer turn)" if counts else ""
+    epi_next = "\n            ++epi;" if counts else ""
+    split_next = ("split_stage(a_tiles + ring.s * A_ELEMS, b_tiles + ring.s * B_ELEMS, "
+                  "a_small + (splits % 2) * A_ELEMS, b_small + (splits % 2) * B_ELEMS, consumer);")
+    return f"""
+        // Consumer warpgroups (3xtf32): split a stage into tf32 parts, multiply them into a fresh
+        // partial sum, add it to the running sum in fp32; the next stage is split under the wgmma.
+        setmaxnreg_inc<{CONSUMER_REGS}>();
+        const int consumer = threadIdx.x / 128 - 1;
+        const int turn = 0;  // the epilogue buffer and C barriers (cooperative consumers: one)
+        {c.pending}
+        Ring ring;  // the ring position, continued piece after piece as the producer fills it
+        int splits = 0;  // k-blocks split so far: the next goes to residual tile splits % 2{epi_decl}
+        for (int piece = 0; next_piece(worker, cursor, unit, kb_begin, kb_end); ++piece) {{
+            const bool writes_d = kb_begin == 0;  // holds the tile's first k-block: finishes the tile
+            int unit_m, tile_n;
+            unit_coords(unit, unit_m, tile_n);
+            const int tile_m = unit_m * CLUSTER_M + rank;
+            float acc[M_BLOCKS][BN / 2], part[M_BLOCKS][BN / 2];
+            #pragma unroll
+            for (int mb = 0; mb < M_BLOCKS; ++mb)
+                #pragma unroll
+                for (int i = 0; i < BN / 2; ++i) acc[mb][i] = 0.0f;{c.release_at}
+            mbarrier_wait(&full[ring.s], ring.phase);
+            {split_next}
+            for (int kb = kb_begin; kb < kb_end; ++kb) {{
+                const int slot = ring.s, residual = splits % 2;
+                fence_async_shared();  // the residuals written here are visible to wgmma (async proxy)
+                named_barrier({SPLIT_BARRIER}, CONSUMERS * 128);  // and the other consumer's share of B's
+                wgmma_fence();
+                mma_stage_split(part, a_tiles + slot * A_ELEMS, b_tiles + slot * B_ELEMS,
+                                a_small + residual * A_ELEMS, b_small + residual * B_ELEMS, consumer);
+                wgmma_commit();
+                ++splits;
+                ring.advance();
+                if (kb + 1 < kb_end) {{  // the next k-block's residuals, under this one's wgmma
+                    mbarrier_wait(&full[ring.s], ring.phase);
+                    {split_next}
+                }}
+                wgmma_wait<0>();
+                #pragma unroll
+                for (int mb = 0; mb < M_BLOCKS; ++mb)
+                    #pragma unroll
+                    for (int i = 0; i < BN / 2; ++i) acc[mb][i] += part[mb][i];{c.hand_back}
+                release_stage(slot);
+            }}{SPLIT_PARTIAL if split else ""}
+            {store}{epi_next}
+        }}"""

@@ -172,10 +172,11 @@ __device__ __forceinline__ u64 smem_descriptor(const void* tile, u32 lbo, u32 sb
 """
 
 # wgmma's PTX type names and K depth per instruction, by gemmtune input dtype.
-WGMMA_TYPES = {"bf16": ("bf16", 16), "fp16": ("f16", 16), "tf32": ("tf32", 8)}
+# fp32 specs (math 3xtf32) multiply their split tf32 parts.
+WGMMA_TYPES = {"bf16": ("bf16", 16), "fp16": ("f16", 16), "tf32": ("tf32", 8), "fp32": ("tf32", 8)}
 
 
-def wgmma_function(dtype: str, n: int, within: int | None = None) -> str:
+def wgmma_function(dtype: str, n: int, within: int | None = None, fresh: bool = False) -> str:
     """`wgmma_m64n{n}`: one warpgroup-wide D(64×n, fp32) += A(64×k) · B(k×n), both from shared memory.
 
     The accumulator fragment is n/2 floats per thread. 16-bit types take transpose flags (MN-major
@@ -183,7 +184,8 @@ def wgmma_function(dtype: str, n: int, within: int | None = None) -> str:
     `wgmma_m64n{n}_at<AT, ...>(d, desc_a, desc_b, accumulate)`: it writes the n columns from column
     2·AT of that tile's fragment (floats AT .. AT + n/2 - 1 of its within/2), leaving the others to
     other wgmma, and with accumulate = 0 it overwrites them (D = A·B) instead of adding: a fresh
-    accumulator needs no zeroing instructions, which could not run beside wgmma in flight."""
+    accumulator needs no zeroing instructions, which could not run beside wgmma in flight. With
+    `fresh` (and no `within`), `wgmma_m64n{n}(d, desc_a, desc_b, accumulate)` takes that flag too."""
     ptx_type, k = WGMMA_TYPES[dtype]
     regs = n // 2
     outputs = ", ".join(f"%{i}" for i in range(regs))
@@ -193,14 +195,15 @@ def wgmma_function(dtype: str, n: int, within: int | None = None) -> str:
     params = ["int AT"] if within else []
     inputs = ['"l"(desc_a)', '"l"(desc_b)']
     flags = "1, 1"
-    if dtype != "tf32":
+    if ptx_type != "tf32":
         params += ["int TRANS_A", "int TRANS_B"]
         flags += f", %{regs + 2}, %{regs + 3}"
         inputs += ['"n"(TRANS_A)', '"n"(TRANS_B)']
-    if within:
+    if within or fresh:
         scale = f"%{regs + len(inputs)}"
         inputs.append('"r"(accumulate)')
-        name, size, extra = f"wgmma_m64n{n}_at", within // 2, ", int accumulate"
+        name, size, extra = (f"wgmma_m64n{n}_at", within // 2, ", int accumulate") if within else \
+            (f"wgmma_m64n{n}", regs, ", int accumulate")
     else:
         scale, name, size, extra = "1", f"wgmma_m64n{n}", regs, ""
     template_args = f"template <{', '.join(params)}>\n" if params else ""
@@ -216,8 +219,35 @@ def wgmma_function(dtype: str, n: int, within: int | None = None) -> str:
     )
 
 
+# 3xtf32 (fp32 specs): each fp32 value x is big + small. The tensor cores read a tf32 operand's top
+# 19 bits and ignore the low 13 (truncation), so with the raw value as big the residual is exact in
+# fp32; it is rounded to tf32 (cvt.rna) for its own product. With round_big, big is rounded to the
+# nearest tf32 instead and written over x (a smaller residual, one more store per value).
+TF32_SPLIT = r"""
+// x - trunc_tf32(x): what the tensor cores drop of x, exact in fp32, rounded to the nearest tf32.
+__device__ __forceinline__ float tf32_residual(float x) {
+    const float big = __uint_as_float(__float_as_uint(x) & 0xffffe000u);
+    u32 small;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(small) : "f"(x - big));
+    return __uint_as_float(small);
+}
+
+// x rounded to the nearest tf32 (low 13 bits zero).
+__device__ __forceinline__ float tf32_round(float x) {
+    u32 big;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(big) : "f"(x));
+    return __uint_as_float(big);
+}
+"""
+
+
 def helpers(dtype: str, n: int, halves: bool = False) -> str:
     """Everything a wgmma kernel for `dtype` with n-wide instructions includes; with `halves`, the
-    n/2-wide instruction into either half of the n-wide fragment instead."""
-    wgmma = wgmma_function(dtype, n // 2, within=n) if halves else wgmma_function(dtype, n)
-    return PRELUDE + BARRIERS + TMA + WARPGROUP + wgmma
+    n/2-wide instruction into either half of the n-wide fragment instead. fp32 (3xtf32): the
+    instruction takes an accumulate flag (each k-block's partial sum starts fresh) and the split."""
+    if halves:
+        wgmma = wgmma_function(dtype, n // 2, within=n)
+    else:
+        wgmma = wgmma_function(dtype, n, fresh=dtype == "fp32")
+    split = TF32_SPLIT if dtype == "fp32" else ""
+    return PRELUDE + BARRIERS + TMA + WARPGROUP + wgmma + split

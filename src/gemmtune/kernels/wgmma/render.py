@@ -18,15 +18,16 @@ from . import ptx, schedule
 from .schedule import Schedule, schedule_for
 from .writeback import (FLOAT_VIEW, LOAD_C_TILE, epilogue_function, operand_decls, store_tile,
                         store_tile_smem)
-from .consumer import consumer_overlapped, consumer_plain
+from .consumer import consumer_overlapped, consumer_plain, consumer_split
 from .producer import producer
 from ..parts.ring import RING
 from .groups import CPath
-from .config import FAMILY, INPUT_BYTES, OUT_BYTES, VERSION, WgmmaConfig, k_major, out_dtype, rejections
+from .config import (FAMILY, INPUT_BYTES, OUT_BYTES, SPLIT_BUFFERS, VERSION, WgmmaConfig, k_major, out_dtype,
+                     rejections, splits_fp32)
 
 C_TYPES = {"bf16": "bf16_t", "fp16": "fp16_t", "tf32": "float", "fp32": "float"}
-TMA_TYPES = {"bf16": "bf16", "fp16": "fp16", "tf32": "fp32"}
-K_STEP = {"bf16": 16, "fp16": 16, "tf32": 8}  # K per wgmma instruction
+TMA_TYPES = {"bf16": "bf16", "fp16": "fp16", "tf32": "fp32", "fp32": "fp32"}
+K_STEP = {"bf16": 16, "fp16": 16, "tf32": 8, "fp32": 8}  # K per wgmma instruction (fp32: tf32 parts)
 CHUNK = 64  # 16-bit values in one 128-byte swizzled row: the MN width of one MN-major box
 
 
@@ -188,7 +189,7 @@ __device__ __forceinline__ void load_stage(const TmaDescriptor& tma_A, const Tma
 
 def _mma_stage(spec: GemmSpec, config: WgmmaConfig) -> str:
     size = INPUT_BYTES[spec.dtype]
-    trans = "" if spec.dtype == "tf32" else "A_K_MAJOR ? 0 : 1, B_K_MAJOR ? 0 : 1"
+    trans = "" if spec.dtype in ("tf32", "fp32") else "A_K_MAJOR ? 0 : 1, B_K_MAJOR ? 0 : 1"
     call = f"wgmma_m64n{config.bn}" + (f"<{trans}>" if trans else "")
     half = f"wgmma_m64n{config.bn // 2}_at<PART * BN / 4{', ' + trans if trans else ''}>"
     if config.overlap_epilogue:
@@ -227,6 +228,62 @@ __device__ __forceinline__ void mma_stage(float (&acc)[M_BLOCKS][BN / 2], const 
 """
 
 
+def _split_stage(config: WgmmaConfig) -> str:
+    """3xtf32: the residuals of one k-block, written beside its stage; each consumer splits its own
+    rows of A and its share of B's rows (the other consumer reads those too: consumer_split waits
+    for both at a named barrier)."""
+    if config.round_big:  # big rounded to nearest, written over x; the residual is x - big
+        body = """
+        const float4 big = make_float4(tf32_round(x.x), tf32_round(x.y), tf32_round(x.z), tf32_round(x.w));
+        from[i] = big;
+        to[i] = make_float4(tf32_round(x.x - big.x), tf32_round(x.y - big.y), tf32_round(x.z - big.z),
+                            tf32_round(x.w - big.w));"""
+    else:  # big is x itself, which the tensor cores truncate
+        body = """
+        to[i] = make_float4(tf32_residual(x.x), tf32_residual(x.y), tf32_residual(x.z), tf32_residual(x.w));"""
+    return f"""
+// 3xtf32: x = big + small. Every value of this consumer's A rows and of its share of B's rows gets
+// its residual (tf32_residual) in the same place of the residual tile, so both read with the same
+// descriptors. The swizzle moves 16-byte pieces only, so a float4 at a time keeps the layout.
+__device__ __forceinline__ void split_part(float4* from, float4* to, int count) {{
+    #pragma unroll
+    for (int i = threadIdx.x % 128; i < count; i += 128) {{
+        const float4 x = from[i];{body}
+    }}
+}}
+
+__device__ __forceinline__ void split_stage(in_t* a, in_t* b, in_t* a_small, in_t* b_small, int consumer) {{
+    constexpr int A_PIECES = ROWS_PER_CONSUMER * 128 / 16, B_PIECES = BN / CONSUMERS * 128 / 16;  // float4s
+    split_part(reinterpret_cast<float4*>(a) + consumer * A_PIECES, reinterpret_cast<float4*>(a_small) + consumer * A_PIECES, A_PIECES);
+    split_part(reinterpret_cast<float4*>(b) + consumer * B_PIECES, reinterpret_cast<float4*>(b_small) + consumer * B_PIECES, B_PIECES);
+}}
+
+// 3xtf32: one k-block's three products, small·big + big·small + big·big, summed by the tensor cores
+// into a fresh partial (its first wgmma overwrites it): the running sum stays out of the tensor
+// cores' accumulation, which truncates (consumer_split adds the partial in fp32).
+__device__ __forceinline__ void mma_stage_split(float (&part)[M_BLOCKS][BN / 2], const in_t* a, const in_t* b,
+                                                const in_t* a_small, const in_t* b_small, int consumer) {{
+    const char* a_bytes = reinterpret_cast<const char*>(a) + consumer * CONSUMER_ROWS * 128;
+    const char* as_bytes = reinterpret_cast<const char*>(a_small) + consumer * CONSUMER_ROWS * 128;
+    const char* b_bytes = reinterpret_cast<const char*>(b);
+    const char* bs_bytes = reinterpret_cast<const char*>(b_small);
+    #pragma unroll
+    for (int ks = 0; ks < BK / K_STEP; ++ks) {{
+        const u64 desc_b = smem_descriptor(b_bytes + ks * K_STEP * 4, BK * 128, 1024);
+        const u64 desc_bs = smem_descriptor(bs_bytes + ks * K_STEP * 4, BK * 128, 1024);
+        #pragma unroll
+        for (int mb = 0; mb < M_BLOCKS; ++mb) {{
+            const u64 desc_a = smem_descriptor(a_bytes + mb * 64 * 128 + ks * K_STEP * 4, BK * 128, 1024);
+            const u64 desc_as = smem_descriptor(as_bytes + mb * 64 * 128 + ks * K_STEP * 4, BK * 128, 1024);
+            wgmma_m64n{config.bn}(part[mb], desc_as, desc_b, ks != 0);  // small·big (fresh at the first k-step)
+            wgmma_m64n{config.bn}(part[mb], desc_a, desc_bs, 1);         // big·small
+            wgmma_m64n{config.bn}(part[mb], desc_a, desc_b, 1);          // big·big
+        }}
+    }}
+}}
+"""
+
+
 # --- CUDA text: the kernels ------------------------------------------------------------------------
 def _signature(spec: GemmSpec, config: WgmmaConfig, entry: str, maps: tuple[TensorMapArg, ...]) -> str:
     cluster = f" __cluster_dims__({config.cluster_m}, 1, 1)" if config.cluster_m > 1 else ""
@@ -243,6 +300,9 @@ def _shared_storage(spec: GemmSpec, config: WgmmaConfig) -> str:
     c_barriers = config.c_path(spec).waits_on_buffer
     members = ["unsigned char a[STAGES][A_TILE_BYTES];  // the ring's A tiles",
                "unsigned char b[STAGES][B_TILE_BYTES];  // the ring's B tiles"]
+    if splits_fp32(spec):
+        members += [f"unsigned char a_small[{SPLIT_BUFFERS}][A_TILE_BYTES];  // 3xtf32: residuals of A, a k-block each",
+                    f"unsigned char b_small[{SPLIT_BUFFERS}][B_TILE_BYTES];  // and of B"]
     members += ["unsigned char out[EPI_BYTES];          // the store buffer (TMA store)"] if config.epilogue_bytes(spec) else []
     members += ["u64 full[STAGES];                        // stage s has landed",
                 "u64 empty[STAGES];                       // stage s may be refilled"]
@@ -259,14 +319,16 @@ static_assert(sizeof(SharedStorage::full) + sizeof(SharedStorage::empty) + {c_si
               (2 * STAGES + 2 * TILE_TURNS) * 8, "turns after C's barriers");"""
              if config.pingpong else "")
     before = "sizeof(SharedStorage::a) + sizeof(SharedStorage::b)" + (" + sizeof(SharedStorage::out)" if config.epilogue_bytes(spec) else "")
+    split = " + SPLIT_BYTES" if splits_fp32(spec) else ""
+    before += " + sizeof(SharedStorage::a_small) + sizeof(SharedStorage::b_small)" if split else ""
     return f"""
 // The block's dynamic shared memory, laid out once. The host allocates SMEM_BYTES: the struct and
 // up to 1024 bytes of realignment (dynamic shared memory starts at least 16-byte aligned).
 struct SharedStorage {{{body}
 }};
-constexpr int SMEM_BYTES = {config.smem_bytes(spec)};
+constexpr int SMEM_BYTES = {config.smem_bytes(spec)};{f"{chr(10)}constexpr int SPLIT_BYTES = {config.split_bytes(spec)};  // 3xtf32's residual tiles" if splits_fp32(spec) else ""}
 static_assert(sizeof(SharedStorage) + 1024 - 16 <= SMEM_BYTES, "the shared storage outgrows the allocation");
-static_assert({before} == STAGES * STAGE_BYTES + EPI_BYTES, "barriers after the tiles and buffer");{turns}
+static_assert({before} == STAGES * STAGE_BYTES{split} + EPI_BYTES, "barriers after the tiles and buffer");{turns}
 """
 
 
@@ -280,6 +342,9 @@ def _smem_setup(spec: GemmSpec, config: WgmmaConfig) -> str:
     # buffer would start; nothing reads or writes through it.
     out = "shared.out" if config.epilogue_bytes(spec) else "reinterpret_cast<unsigned char*>(shared.full)"
     barriers = "".join(f"\n    {line}" for line in lines)
+    small = ("""
+    in_t* a_small = reinterpret_cast<in_t*>(shared.a_small);  // 3xtf32's residual tiles
+    in_t* b_small = reinterpret_cast<in_t*>(shared.b_small);""" if splits_fp32(spec) else "")
     return f"""
     // Dynamic shared memory realigned to 1024 bytes: the 128-byte swizzle repeats every 8 rows, and
     // wgmma descriptors assume tiles start on that boundary.
@@ -289,7 +354,7 @@ def _smem_setup(spec: GemmSpec, config: WgmmaConfig) -> str:
     in_t* b_tiles = reinterpret_cast<in_t*>(shared.b);
     unsigned char* out_buf = {out};
     u64* full = shared.full;
-    u64* empty = shared.empty;{barriers}
+    u64* empty = shared.empty;{barriers}{small}
     constexpr int A_ELEMS = A_TILE_BYTES / sizeof(in_t), B_ELEMS = B_TILE_BYTES / sizeof(in_t);
 """
 
@@ -342,7 +407,9 @@ def _setup(spec: GemmSpec, config: WgmmaConfig) -> str:
 def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> str:
     """A producer warpgroup (producer.py) fills the ring; consumer warpgroups (consumer.py) multiply."""
     split = plan.tail_workers > 0  # the tail's tiles are split along K
-    consumers = (consumer_overlapped if config.overlap_epilogue else consumer_plain)(spec, config, split)
+    loop = (consumer_split if splits_fp32(spec) else consumer_overlapped if config.overlap_epilogue
+            else consumer_plain)
+    consumers = loop(spec, config, split)
     drain = ("\n        if (threadIdx.x % 128 == 0) tma_store_wait_all();  // the last stores have left shared memory"
              if config.tma_store else "")
     cluster_end = "cluster_sync();  // no block leaves while its pair may still arrive on its barriers"
@@ -400,7 +467,8 @@ def _code(spec: GemmSpec, config: WgmmaConfig, plan: Schedule, entry: str, maps:
         ptx.helpers(spec.dtype, config.bn, halves=config.overlap_epilogue), FLOAT_VIEW, _constants(spec, config), RING,
         SCHEDULER,
         schedule.cuda(plan),
-        _load_stage(config.cluster_m > 1), _mma_stage(spec, config), epilogue, store_tile(spec),
+        _load_stage(config.cluster_m > 1), _split_stage(config) if splits_fp32(spec) else _mma_stage(spec, config),
+        epilogue, store_tile(spec),
         (store_tile_smem(spec, config) + (LOAD_C_TILE if spec.epilogue.reads_c else ""))
         if config.tma_store else "",
         _shared_storage(spec, config), _signature(spec, config, entry, maps) + " {", body, "}",

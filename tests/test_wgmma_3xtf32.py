@@ -1,0 +1,54 @@
+"""fp32 as 3xtf32 on the wgmma family, without a GPU: what it takes, its constraints, and that every
+named config compiles for sm_90a without spills, with three wgmma per k-step into a fresh partial."""
+import pytest
+
+from gemmtune.compiler import compile_kernel
+from gemmtune.errors import ConfigError
+from gemmtune.kernels import get_family
+from gemmtune.kernels.wgmma.config import WgmmaConfig, default_config, rejections, split_candidates, supports
+from gemmtune.spec import GemmSpec
+
+FAMILY = get_family("wgmma")
+
+
+def _split(m=1000, n=776, k=332, layout="nt", epilogue=None) -> GemmSpec:
+    return GemmSpec(m, n, k, layout, "fp32", epilogue, math="3xtf32")
+
+
+def test_what_the_family_takes():
+    assert supports(_split(), "sm_90a") is None
+    assert "K-major" in supports(_split(layout="nn"), "sm_90a")
+    assert "16" in supports(_split(k=333), "sm_90a")  # TMA: 16-byte rows
+    assert "simt" in supports(GemmSpec(1000, 776, 332, "nt", math="simt"), "sm_90a")
+    assert "Hopper" in supports(_split(), "sm_80")
+
+
+def test_constraints_name_the_reason():
+    spec = _split()
+    assert "partial sum" in rejections(WgmmaConfig(bm=128, bn=256), spec)["registers"]
+    assert "cooperative" in rejections(WgmmaConfig(bm=128, bn=128, pingpong=True), spec)["split"]
+    assert "fp32" in rejections(WgmmaConfig(bm=128, bn=128, round_big=True), GemmSpec(64, 64, 64, "nt", "bf16"))["split"]
+    assert "round_big" not in WgmmaConfig().to_json()  # older configs keep their JSON and keys
+    with pytest.raises(ConfigError):
+        FAMILY.render(spec, WgmmaConfig(bm=128, bn=256), "sm_90a")
+
+
+@pytest.mark.parametrize("epilogue", [None, "relu+add", "bias_row+gelu"])
+def test_named_configs_compile_without_spills(epilogue):
+    spec = _split(epilogue=epilogue)
+    named = split_candidates(spec)
+    assert default_config(spec) == named[0][1] and len(named) >= 5
+    for name, config in named:
+        source = FAMILY.render(spec, config, "sm_90a")
+        code = source.code
+        assert code.count("wgmma_m64n%d(part[mb]" % config.bn) == 3, name  # small·big, big·small, big·big
+        assert "split_stage(" in code and "acc[mb][i] += part[mb][i]" in code
+        assert ("tf32_round(x.x - big.x)" in code) == config.round_big
+        resources = compile_kernel(source, "sm_90a").resources
+        assert resources.spill_store_bytes == 0, (name, config.describe(), resources)
+
+
+def test_generated_source_is_deterministic():
+    spec = _split(epilogue="relu+add")
+    config = default_config(spec)
+    assert FAMILY.render(spec, config, "sm_90a").code == FAMILY.render(spec, config, "sm_90a").code
