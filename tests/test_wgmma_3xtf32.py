@@ -52,3 +52,15 @@ def test_generated_source_is_deterministic():
     spec = _split(epilogue="relu+add")
     config = default_config(spec)
     assert FAMILY.render(spec, config, "sm_90a").code == FAMILY.render(spec, config, "sm_90a").code
+
+
+@pytest.mark.parametrize("shape", [(300, 258, 100), (127, 129, 132), (1, 1, 4), (2048, 2048, 2048)])
+def test_untuned_pick_exists_for_every_row_length(shape):
+    """The chooser's 3xtf32 candidates fall back to direct stores where D's rows do not suit a TMA
+    store (N·4 bytes not a multiple of 16), so every nt shape gets a kernel."""
+    import gemmtune
+
+    spec = _split(*shape, epilogue="relu+add")
+    kernel = gemmtune.build(spec, arch="sm_90a")
+    assert kernel.family == "wgmma"
+    assert not rejections(kernel.config, spec)

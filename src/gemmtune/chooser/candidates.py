@@ -120,7 +120,13 @@ def split_candidates_untuned(spec: GemmSpec) -> list[WgmmaConfig]:
     shapes = [base.with_(bn=192, stages=3, store_slices=6), base,
               base.with_(bm=64, consumers=1, stages=6, serpentine=True)]
     family = get_family("wgmma")
-    return [config for config in shapes if not family.rejections(config, spec, "sm_90a")] or [base]
+    found = []
+    for config in shapes:  # where D's rows do not suit a TMA store: direct stores
+        for variant in (config, config.with_(tma_store=False, store_slices=1, c_ring=False)):
+            if not family.rejections(variant, spec, "sm_90a"):
+                found.append(variant)
+                break
+    return found
 
 
 # Options every tuned wgmma config in data/known_configs.json carries (bf16, fp16 and tf32 at 4096³
