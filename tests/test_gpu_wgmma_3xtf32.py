@@ -88,3 +88,22 @@ def test_error_within_sgemm_on_the_report_inputs(round_big):
     assert split["huge×tiny"] > 20, split  # the known loss (auto's note says so)
     bad = {name: ratio for name, ratio in split.items() if not ratio <= 1.5 and name != "huge×tiny"}
     assert not bad, bad
+
+
+def test_export_builds_and_its_harness_passes(tmp_path):
+    """The exported folder of a fused 3xtf32 kernel builds with nvcc and its own check passes, and
+    `load` runs it from torch like the in-process build."""
+    import subprocess
+
+    from gemmtune.device import query_device
+    from gemmtune.export import export_spec
+    from gemmtune.export.toolchain import build_harness, find_nvcc
+
+    arch = _arch()
+    nvcc = find_nvcc()
+    if nvcc is None:
+        pytest.skip("no nvcc (pip install the test extra)")
+    spec = _split(1000, 776, 332, epilogue="relu+add")
+    folder = export_spec(spec, tmp_path / "gemm", arch=arch, device=query_device()).path
+    done = subprocess.run([str(build_harness(folder, nvcc)), "5"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "PASS" in done.stdout, done.stdout + done.stderr

@@ -146,7 +146,8 @@ def test_family_for_picks_mma_where_wgmma_and_gemv_do_not_apply():
     pick = lambda m, n, k, layout, dtype, arch: family_for(GemmSpec(m, n, k, layout, dtype), arch).name  # noqa: E731
     assert pick(1024, 1024, 1024, "nt", "bf16", "sm_90") == "wgmma"
     assert pick(1024, 1024, 1024, "tt", "fp16", "sm_90a") == "wgmma"
-    assert pick(1024, 1024, 1024, "nt", "fp32", "sm_90") == "simt"
+    assert pick(1024, 1024, 1024, "nt", "fp32", "sm_90") == "wgmma"  # auto: 3xtf32 (gemmtune.precision)
+    assert pick(512, 512, 512, "nt", "fp32", "sm_90") == "simt"
     assert pick(1024, 1024, 1024, "nt", "fp32", "sm_80") == "simt"
     assert pick(16, 1024, 1024, "nt", "bf16", "sm_90") == "gemv"
     assert pick(1024, 1, 1024, "nn", "bf16", "sm_80") == "gemv"

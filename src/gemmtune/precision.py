@@ -10,13 +10,13 @@ fp32 inputs can be multiplied three ways:
 
 `auto` (the default) keeps fp32 accuracy and picks the faster method where both were measured on the
 GPU. On sm_90 that is 3xtf32 on the wgmma family (layout nt, 16-byte rows) from M·N·K = 2^29 up:
-on an H200 (2026-11-26, bench/results/2026-11-26-h200-3xtf32-wgmma.md) it ran 1.3-2.0x cuBLAS
-SGEMM from 1000^3 up against simt's 0.75-0.84x, and simt won at 256^3 and 512^3. Its error was
-0.45-1.45x SGEMM's worst element on the accuracy report's classes, except one: inputs whose
-residuals fall below fp32's smallest normal number (values under about 2^-100, the report's
-huge×tiny class), where the small part is lost (289x). auto cannot see the data, so a user with such
-values asks for math="simt". Other layouts on sm_90 go through mma.sync (0.33-0.74x SGEMM on an
-H100, 2026-11-25) and every other arch is unmeasured: simt there.
+on an H100 (2026-11-26, bench/results/2026-11-26-h100-3xtf32-wgmma.md) it ran 1.3-2.1x cuBLAS
+SGEMM from 1000^3 up (0.93x at 96x96x65536, where simt ran 0.41x) against simt's 0.72-0.84x, and
+simt won at 256^3 and 512^3. Its worst error was 0.52-1.27x SGEMM's on the accuracy report's
+classes, except one: inputs whose residuals fall below fp32's smallest normal number (values under
+about 2^-100, the report's huge×tiny class), where the small part is lost (150-289x). auto cannot
+see the data, so a user with such values asks for math="simt". Other layouts on sm_90 go through
+mma.sync (0.33-0.74x SGEMM on an H100, 2026-11-25) and every other arch is unmeasured: simt there.
 """
 from __future__ import annotations
 
@@ -38,9 +38,8 @@ def auto_math(spec: GemmSpec, arch: str) -> str:
     least = FASTER_3XTF32.get(number)
     if least is None or spec.m * spec.n * spec.k < least:
         return "simt"
-    if number == 90:  # measured on the wgmma family only, which takes K-major operands
-        from .kernels.wgmma.config import k_major, stride_problem
-
-        if k_major(spec) != (True, True) or stride_problem(spec):
-            return "simt"
+    # Measured on sm_90's wgmma family only, which reads K-major operands (layout nt) whose rows
+    # (K values of 4 bytes) start on 16-byte boundaries (TMA).
+    if number == 90 and (spec.layout != "nt" or spec.k % 4):
+        return "simt"
     return "3xtf32"

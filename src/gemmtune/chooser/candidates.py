@@ -111,10 +111,11 @@ def wgmma_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[WgmmaConf
 
 
 def split_candidates_untuned(spec: GemmSpec) -> list[WgmmaConfig]:
-    """fp32 as 3xtf32: the tile shapes that led on an H200 (2026-11-26, bench/results/2026-11-26-
-    h200-3xtf32-wgmma.md): 128x192 in 3 stages with D stored in 6 slices (C through the ring) where
-    the tiles fill the GPU (1.95x cuBLAS SGEMM at 4096^3 against 1.80x for 128x128), 64x128 in 6
-    stages for grids of few tiles (1.6x at 1000^3); 128x128 between them. The tail split on all."""
+    """fp32 as 3xtf32: the tile shapes that led on an H100 and an H200 (2026-11-26, bench/results/
+    2026-11-26-h100-3xtf32-wgmma.md): 128x192 in 3 stages with D stored in 6 slices (C through the
+    ring) where the tiles fill the GPU (2.04x cuBLAS SGEMM at 4096^3 against 1.88x for 128x128 on
+    the H100), 64x128 in 6 stages for grids of few tiles (1.5-1.6x at 1000^3); 128x128 between
+    them. The tail split on all."""
     base = WgmmaConfig(bm=128, bn=128, stages=4, consumers=2, tma_store=True, store_slices=4,
                        c_ring=spec.epilogue.reads_c, split_tail=True)
     shapes = [base.with_(bn=192, stages=3, store_slices=6), base,

@@ -557,8 +557,8 @@ def default_config(spec: GemmSpec | None, arch: str = "sm_90a") -> WgmmaConfig:
 def _split_default(spec: GemmSpec, arch: str) -> WgmmaConfig:
     """3xtf32: 128x192 tiles (the partial sums leave no room for 128x256) of 2 cooperative consumers
     in 3 stages beside the residual tiles, D stored in 6 slices (C through the ring), the tail
-    split; else 128x128 in 4 stages; else direct stores. On an H200 (2026-11-26) 128x192 ran 4096^3
-    in 1390 µs against 1504 for 128x128 (bench/results/2026-11-26-h200-3xtf32-wgmma.md)."""
+    split; else 128x128 in 4 stages; else direct stores. On an H100 (2026-11-26) 128x192 ran 4096^3
+    in 1314 µs against 1430 for 128x128 (bench/results/2026-11-26-h100-3xtf32-wgmma.md)."""
     base = WgmmaConfig(bm=128, bn=128, stages=4, consumers=2, tma_store=True, store_slices=4,
                        c_ring=spec.epilogue.reads_c, split_tail=True)
     direct = base.with_(tma_store=False, store_slices=1, c_ring=False)
