@@ -64,3 +64,12 @@ def test_untuned_pick_exists_for_every_row_length(shape):
     kernel = gemmtune.build(spec, arch="sm_90a")
     assert kernel.family == "wgmma"
     assert not rejections(kernel.config, spec)
+
+
+def test_every_constraint_names_the_parameters_it_reads():
+    """A constraint missing from the space's footprint table is checked over the whole product of
+    the parameters (28 M configs, minutes per spec) instead of its own few."""
+    from gemmtune.kernels.wgmma.config import CONSTRAINTS
+    from gemmtune.kernels.wgmma.space import WGMMA_READS
+
+    assert set(CONSTRAINTS) <= set(WGMMA_READS)

@@ -27,6 +27,7 @@ WGMMA_READS: dict[str, tuple[str, ...]] = {
     "store": ("tma_store", "store_slices", "bm", "bn", "specialized", "pingpong", "c_spread", "c_ring",
               "c_l2_prefetch", "stmatrix", "overlap_epilogue", "persistent", "stages", "d_over_c",
               "c_first_buffer"),
+    "split": ("specialized", "pingpong", "overlap_epilogue"),
 }
 
 
