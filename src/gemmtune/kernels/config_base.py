@@ -49,6 +49,18 @@ def rejections_by(constraints: Mapping[str, Callable[[Any, GemmSpec, str], "str 
     return found
 
 
+def valid_named(named: list[tuple[str, Any]], rejections: Callable[[Any, GemmSpec, str], dict[str, str]],
+                spec: GemmSpec, arch: str) -> list[tuple[str, Any]]:
+    """The (name, config) pairs whose config is valid for `spec` on `arch`, each config once (its
+    first name), in order: a family's named candidates."""
+    seen, out = set(), []
+    for name, config in named:
+        if config not in seen and not rejections(config, spec, arch):
+            seen.add(config)
+            out.append((name, config))
+    return out
+
+
 def ceil_div(a: int, b: int) -> int:
     """⌈a / b⌉ for positive integers: tiles needed to cover a extent with tiles of b."""
     return -(-a // b)

@@ -12,7 +12,7 @@ from typing import Callable
 
 from ...arch import arch_limits, geometry, known_arch
 from ...spec import GemmSpec
-from ..config_base import FamilyConfig, arch_number, rejections_by
+from ..config_base import FamilyConfig, arch_number, rejections_by, valid_named
 
 NAME = "mma"
 VERSION = "1"
@@ -370,9 +370,4 @@ def candidates(spec: GemmSpec, arch: str = "sm_80") -> list[tuple[str, MmaConfig
         ("256x128_s3", tuned.with_(bm=256, bn=128, stages=_fitting_stages(tuned, arch, 3))),
         ("128x128_1sm", two.with_(blocks_per_sm=1, stages=_fitting_stages(two, arch, 4))),
     ]
-    seen, out = set(), []
-    for name, config in named:
-        if config not in seen and not rejections(config, spec, arch):
-            seen.add(config)
-            out.append((name, config))
-    return out
+    return valid_named(named, rejections, spec, arch)

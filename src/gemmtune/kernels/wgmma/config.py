@@ -12,7 +12,7 @@ from typing import Callable
 
 from ...arch import geometry, known_arch
 from ...spec import GemmSpec
-from ..config_base import FamilyConfig, arch_number, ceil_div, rejections_by
+from ..config_base import FamilyConfig, arch_number, ceil_div, rejections_by, valid_named
 from .groups import CPath, EpilogueGroup, MainloopGroup, ScheduleGroup
 
 FAMILY = "wgmma"
@@ -577,9 +577,4 @@ def split_candidates(spec: GemmSpec, arch: str = "sm_90a") -> list[tuple[str, Wg
     named = [("default", base), ("round_big", base.with_(round_big=True)), ("serpentine", base.with_(serpentine=True)),
              ("128x192_direct", direct.with_(bn=192, stages=3)), ("128x128", square),
              ("128x128_cluster2", square.with_(cluster_m=2)), ("64x128_s6", square.with_(bm=64, consumers=1, stages=6))]
-    seen, out = set(), []
-    for name, config in named:
-        if config not in seen and not rejections(config, spec, arch):
-            seen.add(config)
-            out.append((name, config))
-    return out
+    return valid_named(named, rejections, spec, arch)
