@@ -138,12 +138,17 @@ def run_tune(args: argparse.Namespace) -> int:
     runner, cublas_s, note = simulation_runner(args.simulate, spec) if args.simulate else gpu_runner(spec, args)
     db_path = args.db or default_db_path()
     seen = SeenTrials()
+    before = None  # trials in the database when this run began
     try:
         with stop_signals(), closing(runner), TuningDB(db_path) as db:
+            before = db.row_count()
             with TuneDisplay(spec, trials, cublas_s, note) as display:
                 outcome = tune(spec, runner, db, options, on_trial=seen.watching(display.update))
                 pace = seen.rate()
     except Interrupted as stop:  # every trial is committed as it is measured: say so, and stop
+        if before is not None:  # a trial committed after its last report (the signal came between)
+            with TuningDB(db_path) as db:
+                seen.settle(db.row_count() - before)
         print(f"gemmtune: stopped by {stop.name}; {seen.describe()} saved in {db_path}", file=sys.stderr)
         return stop.exit_code
     print_outcome(outcome, cublas_s, db_path)
@@ -169,6 +174,13 @@ class SeenTrials:
                 self.best_s, self.best_at = best, time.monotonic() - self.started
             show(progress)
         return on_trial
+
+    def settle(self, saved: int) -> None:
+        """The database holds `saved` rows from this run: count the ones committed but not yet
+        reported (a stop signal can land between a trial's commit and its report)."""
+        if saved > self.new:
+            self.total = (self.total or 0) + saved - self.new
+            self.new = saved
 
     def describe(self) -> str:
         total = "" if self.total is None else f", {self.total} in total for this spec and GPU"

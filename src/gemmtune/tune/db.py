@@ -157,6 +157,10 @@ class TuningDB:
                 added += cursor.rowcount > 0
         return added, len(rows) - added
 
+    def row_count(self) -> int:
+        """Trials in the database, every spec and phase (cheap: no integrity check)."""
+        return int(self.conn.execute("SELECT COUNT(*) FROM trials").fetchone()[0])
+
     def check(self) -> DatabaseReport:
         """Integrity, schema version and row counts (gemmtune db check)."""
         return check(self.conn, self.path)
