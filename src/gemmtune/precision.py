@@ -43,3 +43,13 @@ def auto_math(spec: GemmSpec, arch: str) -> str:
     if number == 90 and (spec.layout != "nt" or spec.k % 4):
         return "simt"
     return "3xtf32"
+
+
+def math_refusal(spec: GemmSpec, arch: str, family: str) -> str | None:
+    """Why tensor-core `family` does not run fp32 `spec` as 3xtf32 on `arch` (None: it does): it
+    runs 3xtf32 when asked for, or when auto picks it for the shape."""
+    if spec.math == "simt":
+        return f"math simt runs fp32 on CUDA cores (the simt family); {family} runs fp32 as 3xtf32"
+    if spec.math == "auto" and auto_math(spec, arch) != "3xtf32":
+        return f"{AUTO_RULE_NOTE}; ask for it with math 3xtf32"
+    return None

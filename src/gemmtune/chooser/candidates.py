@@ -16,7 +16,8 @@ from typing import Any
 from ..kernels import get_family
 from ..kernels.gemv.config import GemvConfig, stream_kind, tensor_core_rejection, vectors
 from ..kernels.simt.config import SimtConfig
-from ..kernels.wgmma.config import OUT_BYTES, WgmmaConfig, out_dtype, splits_fp32, with_c_path
+from ..kernels.wgmma.config import (OUT_BYTES, WgmmaConfig, direct_stores, out_dtype, split_shapes, splits_fp32,
+                                    with_c_path)
 from ..spec import GemmSpec
 
 SERIAL_SPLITS = (2, 3, 4)  # turns through D: the chain grows with the splits, so only a few
@@ -116,14 +117,10 @@ def split_candidates_untuned(spec: GemmSpec) -> list[WgmmaConfig]:
     ring) where the tiles fill the GPU (2.04x cuBLAS SGEMM at 4096^3 against 1.88x for 128x128 on
     the H100), 64x128 in 6 stages for grids of few tiles (1.5-1.6x at 1000^3); 128x128 between
     them. The tail split on all."""
-    base = WgmmaConfig(bm=128, bn=128, stages=4, consumers=2, tma_store=True, store_slices=4,
-                       c_ring=spec.epilogue.reads_c, split_tail=True)
-    shapes = [base.with_(bn=192, stages=3, store_slices=6), base,
-              base.with_(bm=64, consumers=1, stages=6, serpentine=True)]
     family = get_family("wgmma")
     found = []
-    for config in shapes:  # where D's rows do not suit a TMA store: direct stores
-        for variant in (config, config.with_(tma_store=False, store_slices=1, c_ring=False)):
+    for config in split_shapes(spec):  # where D's rows do not suit a TMA store: direct stores
+        for variant in (config, direct_stores(config)):
             if not family.rejections(variant, spec, "sm_90a"):
                 found.append(variant)
                 break

@@ -125,15 +125,11 @@ def supports(spec: GemmSpec, arch: str) -> str | None:
 
 def _fp32_problem(spec: GemmSpec, arch: str) -> str | None:
     """fp32 runs here as 3xtf32: asked for, or what auto picks for the shape (gemmtune.precision)."""
-    from ...precision import AUTO_RULE_NOTE, auto_math
+    from ...precision import math_refusal
 
     if arch_number(arch) < 80:
         return f"3xtf32 needs tf32 tensor cores (sm_80 or newer), not {arch}"
-    if spec.math == "simt":
-        return "math simt runs fp32 on CUDA cores (the simt family); mma runs fp32 as 3xtf32"
-    if spec.math == "auto" and auto_math(spec, arch) != "3xtf32":
-        return f"{AUTO_RULE_NOTE}; ask for it with math 3xtf32"
-    return None
+    return math_refusal(spec, arch, NAME)
 
 
 def smem_limit(arch: str) -> int:

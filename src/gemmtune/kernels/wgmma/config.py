@@ -314,24 +314,15 @@ def supports(spec: GemmSpec, arch: str) -> str | None:
     if spec.dtype not in DTYPES:
         return f"tensor-core inputs must be {', '.join(DTYPES)}, not {spec.dtype}"
     if splits_fp32(spec):
-        problem = _fp32_problem(spec, arch)
+        from ...precision import math_refusal
+
+        problem = math_refusal(spec, arch, FAMILY)
         if problem:
             return problem
     if spec.dtype in ("tf32", "fp32") and k_major(spec) != (True, True):
         return (f"tf32 wgmma reads only K-major operands (layout nt: A as M×K, B as N×K); "
                 f"layout {spec.layout} would need a transposing copy")
     return stride_problem(spec)
-
-
-def _fp32_problem(spec: GemmSpec, arch: str) -> str | None:
-    """fp32 runs here as 3xtf32: asked for, or what auto picks for the shape (gemmtune.precision)."""
-    from ...precision import AUTO_RULE_NOTE, auto_math
-
-    if spec.math == "simt":
-        return "math simt runs fp32 on CUDA cores (the simt family); wgmma runs fp32 as 3xtf32"
-    if spec.math == "auto" and auto_math(spec, arch) != "3xtf32":
-        return f"{AUTO_RULE_NOTE}; ask for it with math 3xtf32"
-    return None
 
 
 # --- constraints --------------------------------------------------------------------------------
@@ -554,15 +545,29 @@ def default_config(spec: GemmSpec | None, arch: str = "sm_90a") -> WgmmaConfig:
     return steps["persistent"].with_(split_tail=True)
 
 
+def split_shapes(spec: GemmSpec) -> tuple[WgmmaConfig, WgmmaConfig, WgmmaConfig]:
+    """3xtf32's tile shapes, widest first: 128x192 in 3 stages with D stored in 6 slices (the
+    partial sums leave no room for 128x256), 128x128 in 4 stages with D in 4 slices, and 64x128 of
+    one consumer in 6 stages (for grids of few tiles); 2 cooperative consumers on the others, C
+    through the ring where the epilogue reads it, the tail split on all."""
+    square = WgmmaConfig(bm=128, bn=128, stages=4, consumers=2, tma_store=True, store_slices=4,
+                         c_ring=spec.epilogue.reads_c, split_tail=True)
+    return (square.with_(bn=192, stages=3, store_slices=6), square,
+            square.with_(bm=64, consumers=1, stages=6, serpentine=True))
+
+
+def direct_stores(config: WgmmaConfig) -> WgmmaConfig:
+    """The config with D stored by the threads (for D rows a TMA store refuses), C read directly."""
+    return config.with_(tma_store=False, store_slices=1, c_ring=False)
+
+
 def _split_default(spec: GemmSpec, arch: str) -> WgmmaConfig:
-    """3xtf32: 128x192 tiles (the partial sums leave no room for 128x256) of 2 cooperative consumers
-    in 3 stages beside the residual tiles, D stored in 6 slices (C through the ring), the tail
-    split; else 128x128 in 4 stages; else direct stores. On an H100 (2026-11-26) 128x192 ran 4096^3
-    in 1314 µs against 1430 for 128x128 (bench/results/2026-11-26-h100-3xtf32-wgmma.md)."""
-    base = WgmmaConfig(bm=128, bn=128, stages=4, consumers=2, tma_store=True, store_slices=4,
-                       c_ring=spec.epilogue.reads_c, split_tail=True)
-    direct = base.with_(tma_store=False, store_slices=1, c_ring=False)
-    for config in (base.with_(bn=192, stages=3, store_slices=6), base, direct, direct.with_(split_tail=False)):
+    """3xtf32: the 128x192 tile, else 128x128, else 128x128 with direct stores (with, then without
+    the tail split). On an H100 (2026-11-26) 128x192 ran 4096^3 in 1314 µs against 1430 for 128x128
+    (bench/results/2026-11-26-h100-3xtf32-wgmma.md)."""
+    wide, square, _ = split_shapes(spec)
+    direct = direct_stores(square)
+    for config in (wide, square, direct, direct.with_(split_tail=False)):
         if not rejections(config, spec, arch):
             return config
     return direct.with_(split_tail=False)
@@ -571,10 +576,8 @@ def _split_default(spec: GemmSpec, arch: str) -> WgmmaConfig:
 def split_candidates(spec: GemmSpec, arch: str = "sm_90a") -> list[tuple[str, WgmmaConfig]]:
     """3xtf32's named configs to time against the default (each valid for `spec` on `arch`)."""
     base = _split_default(spec, arch)
-    direct = base.with_(tma_store=False, store_slices=1, c_ring=False)
-    square = WgmmaConfig(bm=128, bn=128, stages=4, consumers=2, tma_store=True, store_slices=4,
-                         c_ring=spec.epilogue.reads_c, split_tail=True)
+    _, square, _ = split_shapes(spec)
     named = [("default", base), ("round_big", base.with_(round_big=True)), ("serpentine", base.with_(serpentine=True)),
-             ("128x192_direct", direct.with_(bn=192, stages=3)), ("128x128", square),
+             ("128x192_direct", direct_stores(base).with_(bn=192, stages=3)), ("128x128", square),
              ("128x128_cluster2", square.with_(cluster_m=2)), ("64x128_s6", square.with_(bm=64, consumers=1, stages=6))]
     return valid_named(named, rejections, spec, arch)

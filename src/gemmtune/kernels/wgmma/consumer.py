@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...spec import GemmSpec
-from .config import WgmmaConfig
+from .config import SPLIT_BUFFERS, WgmmaConfig
 from .groups import CPath
 
 CONSUMER_REGS = 232  # setmaxnreg budget: 128·40 (producer) + 256·232 ≤ 64K registers
@@ -122,16 +122,23 @@ SPLIT_PARTIAL = """
             if (kb_end < K_BLOCKS) add_partials(acc, worker, rank, consumer, unit);  // the tile's other K ranges"""
 
 
+def _plain_write_back(spec: GemmSpec, config: WgmmaConfig) -> tuple[ConsumerC, str, tuple[str, str, str]]:
+    """What the plain loop and the 3xtf32 loop share at a tile's end: C's bookkeeping, the store call,
+    and the count of pieces that wrote D where C's barriers go by it (its declaration, the skip of
+    another consumer's piece, the step after a store; empty texts otherwise)."""
+    c = consumer_c(spec, config)
+    store = StoreCall(spec, config, "&c_full[turn], (epi / TILE_TURNS) & 1").call() + c.after_store
+    if not config.c_path(spec).waits_on_buffer:  # C's barriers go by D's pieces
+        return c, store, ("", "", "")
+    return c, store, ("\n        int epi = 0;  // pieces before this one that wrote D (each used the C tile and buffer turn)",
+                      "\n                epi += writes_d;", "\n            ++epi;")
+
+
 def consumer_plain(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str:
     """Wait for a stage, multiply it, release the one before (one wgmma group stays in flight so the
     tensor cores never wait on the release); after the tile's k-blocks, write it back."""
-    c = consumer_c(spec, config)
-    store = StoreCall(spec, config, "&c_full[turn], (epi / TILE_TURNS) & 1").call() + c.after_store
+    c, store, (epi_decl, epi_skip, epi_next) = _plain_write_back(spec, config)
     pingpong = config.pingpong
-    counts = config.c_path(spec).waits_on_buffer  # C's barriers go by D's pieces
-    epi_decl = "\n        int epi = 0;  // pieces before this one that wrote D (each used the C tile and buffer turn)" if counts else ""
-    epi_skip = "\n                epi += writes_d;" if counts else ""
-    epi_next = "\n            ++epi;" if counts else ""
     return f"""
         // Consumer warpgroups: wait for a stage, multiply it, release the one before (one wgmma
         // group stays in flight so the tensor cores never wait on the release), then write back.{PINGPONG_NOTE if pingpong else ""}
@@ -303,13 +310,9 @@ def consumer_split(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str:
     are written (each consumer splits half of B). Each k-block's three products go into a fresh
     partial sum, added to the running sum in fp32 once the group is done: the tensor cores'
     accumulation truncates, and carried across all of K it loses bits with every k-block."""
-    c = consumer_c(spec, config)
-    store = StoreCall(spec, config, "&c_full[turn], (epi / TILE_TURNS) & 1").call() + c.after_store
-    counts = config.c_path(spec).waits_on_buffer
-    epi_decl = "\n        int epi = 0;  // pieces before this one that wrote D (each used the C tile and buffer turn)" if counts else ""
-    epi_next = "\n            ++epi;" if counts else ""
+    c, store, (epi_decl, _, epi_next) = _plain_write_back(spec, config)  # (no other consumer's pieces)
     split_next = ("split_stage(a_tiles + ring.s * A_ELEMS, b_tiles + ring.s * B_ELEMS, "
-                  "a_small + (splits % 2) * A_ELEMS, b_small + (splits % 2) * B_ELEMS, consumer);")
+                  f"a_small + (splits % {SPLIT_BUFFERS}) * A_ELEMS, b_small + (splits % {SPLIT_BUFFERS}) * B_ELEMS, consumer);")
     return f"""
         // Consumer warpgroups (3xtf32): split a stage into tf32 parts, multiply them into a fresh
         // partial sum, add it to the running sum in fp32; the next stage is split under the wgmma.
@@ -318,7 +321,7 @@ def consumer_split(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str:
         const int turn = 0;  // the epilogue buffer and C barriers (cooperative consumers: one)
         {c.pending}
         Ring ring;  // the ring position, continued piece after piece as the producer fills it
-        int splits = 0;  // k-blocks split so far: the next goes to residual tile splits % 2{epi_decl}
+        int splits = 0;  // k-blocks split so far: the next goes to residual tile splits % {SPLIT_BUFFERS}{epi_decl}
         for (int piece = 0; next_piece(worker, cursor, unit, kb_begin, kb_end); ++piece) {{
             const bool writes_d = kb_begin == 0;  // holds the tile's first k-block: finishes the tile
             int unit_m, tile_n;
@@ -332,7 +335,7 @@ def consumer_split(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str:
             mbarrier_wait(&full[ring.s], ring.phase);
             {split_next}
             for (int kb = kb_begin; kb < kb_end; ++kb) {{
-                const int slot = ring.s, residual = splits % 2;
+                const int slot = ring.s, residual = splits % {SPLIT_BUFFERS};
                 fence_async_shared();  // the residuals written here are visible to wgmma (async proxy)
                 named_barrier({SPLIT_BARRIER}, CONSUMERS * 128);  // and the other consumer's share of B's
                 wgmma_fence();

@@ -189,7 +189,7 @@ __device__ __forceinline__ void load_stage(const TmaDescriptor& tma_A, const Tma
 
 def _mma_stage(spec: GemmSpec, config: WgmmaConfig) -> str:
     size = INPUT_BYTES[spec.dtype]
-    trans = "" if spec.dtype in ("tf32", "fp32") else "A_K_MAJOR ? 0 : 1, B_K_MAJOR ? 0 : 1"
+    trans = "" if spec.dtype == "tf32" else "A_K_MAJOR ? 0 : 1, B_K_MAJOR ? 0 : 1"
     call = f"wgmma_m64n{config.bn}" + (f"<{trans}>" if trans else "")
     half = f"wgmma_m64n{config.bn // 2}_at<PART * BN / 4{', ' + trans if trans else ''}>"
     if config.overlap_epilogue:
@@ -321,12 +321,14 @@ static_assert(sizeof(SharedStorage::full) + sizeof(SharedStorage::empty) + {c_si
     before = "sizeof(SharedStorage::a) + sizeof(SharedStorage::b)" + (" + sizeof(SharedStorage::out)" if config.epilogue_bytes(spec) else "")
     split = " + SPLIT_BYTES" if splits_fp32(spec) else ""
     before += " + sizeof(SharedStorage::a_small) + sizeof(SharedStorage::b_small)" if split else ""
+    split_bytes = (f"\nconstexpr int SPLIT_BYTES = {config.split_bytes(spec)};  // 3xtf32's residual tiles"
+                   if split else "")
     return f"""
 // The block's dynamic shared memory, laid out once. The host allocates SMEM_BYTES: the struct and
 // up to 1024 bytes of realignment (dynamic shared memory starts at least 16-byte aligned).
 struct SharedStorage {{{body}
 }};
-constexpr int SMEM_BYTES = {config.smem_bytes(spec)};{f"{chr(10)}constexpr int SPLIT_BYTES = {config.split_bytes(spec)};  // 3xtf32's residual tiles" if splits_fp32(spec) else ""}
+constexpr int SMEM_BYTES = {config.smem_bytes(spec)};{split_bytes}
 static_assert(sizeof(SharedStorage) + 1024 - 16 <= SMEM_BYTES, "the shared storage outgrows the allocation");
 static_assert({before} == STAGES * STAGE_BYTES{split} + EPI_BYTES, "barriers after the tiles and buffer");{turns}
 """
