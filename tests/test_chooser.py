@@ -71,14 +71,14 @@ def test_every_pick_for_the_core_shapes_compiles(dtype):
 
 
 def test_explain_names_the_pick_and_its_reasons():
-    text = explain(rank(GemmSpec(64, 4096, 4096), "sm_90"))
+    text = explain(rank(GemmSpec(64, 4096, 4096, math="simt"), "sm_90"))
     assert text.startswith("chooser: simt") and "waves" in text and "B/FLOP" in text and "candidates ranked" in text
 
 
 def test_skinny_shape_gets_split_k_and_big_shape_does_not():
-    assert choose(GemmSpec(32, 4096, 8192), "sm_90").config.split_k > 1
+    assert choose(GemmSpec(32, 4096, 8192, math="simt"), "sm_90").config.split_k > 1
     assert choose(GemmSpec(16, 4096, 8192), "sm_90").family == "gemv"
-    assert choose(GemmSpec(8192, 8192, 2048), "sm_90").config.split_k == 1
+    assert choose(GemmSpec(8192, 8192, 2048, math="simt"), "sm_90").config.split_k == 1
 
 
 def test_wave_quantization_and_tile_waste_features():
@@ -286,6 +286,6 @@ def test_explain_mentions_no_split_where_the_schedule_has_none():
 def test_split_tail_leaves_other_families_alone():
     assert split_tail(GemmSpec(64, 4096, 4096), SimtConfig(split_k=4), 132) is None
     assert split_tail(GemmSpec(1, 4096, 16384, "nt", "bf16"), GemvConfig(), 132) is None
-    for spec, arch in ((GemmSpec(32, 4096, 8192), "sm_90"), (GemmSpec(16, 4096, 8192), "sm_90")):
+    for spec, arch in ((GemmSpec(32, 4096, 8192, math="simt"), "sm_90"), (GemmSpec(16, 4096, 8192), "sm_90")):
         picks = rank(spec, arch)
         assert all(p.split is None for p in picks) and "split tail" not in explain(picks)

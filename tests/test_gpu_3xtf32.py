@@ -84,8 +84,9 @@ def test_epilogues_on_odd_shapes(epilogue):
 
 def test_explicit_math_reaches_its_family():
     arch = _arch()
-    assert family_for(GemmSpec(2048, 2048, 2048, math="3xtf32"), arch).name == "mma"
-    assert family_for(GemmSpec(1, 2048, 2048, math="3xtf32"), arch).name == "mma"  # gemv stays fp32 FMA
+    assert family_for(GemmSpec(2048, 2047, 2048, math="3xtf32"), arch).name == "mma"  # B's rows: not for TMA
+    assert family_for(GemmSpec(2048, 2048, 2048, math="3xtf32"), arch).name == "wgmma"  # B transposed in smem
+    assert family_for(GemmSpec(1, 2047, 2048, math="3xtf32"), arch).name == "mma"  # gemv stays fp32 FMA
     assert family_for(GemmSpec(2048, 2048, 2048, math="simt"), arch).name == "simt"
 
 

@@ -66,7 +66,7 @@ def test_ladder_step_correct(compiled_ladder, step, dtype, layout):
         spec = GemmSpec(*shape, layout=layout, dtype=dtype)
         reason = FAMILY.supports(spec, arch)
         if reason is not None:  # refused with a reason that names the cause, never run wrong
-            assert "multiple of 16" in reason or "K-major" in reason, reason
+            assert "multiple of 16" in reason, reason
             with pytest.raises(ConfigError):
                 family_for(spec, arch, "wgmma")
             continue
@@ -75,8 +75,8 @@ def test_ladder_step_correct(compiled_ladder, step, dtype, layout):
         result = evaluate(compiled_ladder[(spec, config)], verify_only=True, rng=rng)
         assert result.verify.ok, f"{step} {spec.short()}: {result.verify.message}"
         ran += 1
-    if dtype == "tf32" and layout != "nt":
-        assert ran == 0
+    if dtype == "tf32" and layout != "nt" and step in ("tma_wgmma", "multistage", "pingpong"):
+        assert ran == 0  # MN-major tf32 is transposed by cooperative consumers of a producer warpgroup
     elif not (dtype == "tf32" and step in ("tma_store", "pingpong")):
         assert ran >= 5
 

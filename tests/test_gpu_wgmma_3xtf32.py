@@ -1,5 +1,6 @@
-"""GPU: fp32 as 3xtf32 on the wgmma family (sm_90a, layout nt) is right at fp32's tolerance for every
-named config, on shapes cut at every edge and with every epilogue kind.
+"""GPU: fp32 as 3xtf32 on the wgmma family (sm_90a, every layout: MN-major operands are transposed as
+they are split) is right at fp32's tolerance for every named config, on shapes cut at every edge
+and with every epilogue kind.
 
     pytest -q -p no:cacheprovider tests/test_gpu_wgmma_3xtf32.py
 """
@@ -28,17 +29,30 @@ def _arch() -> str:
     return "sm_90a"
 
 
-def _split(*shape, epilogue=None) -> GemmSpec:
-    return GemmSpec(*shape, layout="nt", dtype="fp32", epilogue=epilogue, math="3xtf32")
+def _split(*shape, epilogue=None, layout="nt") -> GemmSpec:
+    return GemmSpec(*shape, layout=layout, dtype="fp32", epilogue=epilogue, math="3xtf32")
 
 
-def test_every_candidate_right_at_fp32_tolerance():
+def _fit(shape: tuple[int, int, int], layout: str) -> tuple[int, int, int]:
+    """The shape with each stored row a multiple of 4 values (TMA's 16 bytes): M where A is stored
+    K×M, N where B is stored K×N, K where either is K-major; the other extents stay odd."""
+    from gemmtune.kernels.wgmma.config import k_major
+
+    a_kmajor, b_kmajor = k_major(GemmSpec(1, 1, 1, layout))
+    up = lambda x: -(-x // 4) * 4  # noqa: E731
+    m, n, k = shape
+    return (m if a_kmajor else up(m), n if b_kmajor else up(n), up(k) if a_kmajor or b_kmajor else k)
+
+
+@pytest.mark.parametrize("layout", ["nt", "nn", "tn", "tt"])
+def test_every_candidate_right_at_fp32_tolerance(layout):
     """Every named 3xtf32 config on every shape, verified against float64 with the fp32 tolerance
     (16·eps·√K), poisoned output first (evaluate)."""
     from gemmtune.evaluate import evaluate
 
     arch = _arch()
-    jobs = [(_split(*shape), config, arch) for shape in SHAPES for _, config in split_candidates(_split(*shape), arch)]
+    specs = [_split(*_fit(shape, layout), layout=layout) for shape in SHAPES]
+    jobs = [(spec, config, arch) for spec in specs for _, config in split_candidates(spec, arch)]
     kernels = compile_configs(jobs)
     failed = []
     for (spec, config, _), kernel in zip(jobs, kernels):
@@ -54,22 +68,25 @@ def test_epilogues_on_odd_shapes(epilogue):
     from gemmtune.evaluate import evaluate
 
     arch = _arch()
-    for shape in ((127, 129, 132), (300, 256, 100), (1, 512, 300), (2048, 2048, 2048)):
-        spec = _split(*shape, epilogue=epilogue)
+    for shape, layout in (((127, 129, 132), "nt"), ((300, 256, 100), "nt"), ((1, 512, 300), "nt"),
+                          ((2048, 2048, 2048), "nt"), ((127, 132, 100), "nn"), ((124, 132, 131), "tn"),
+                          ((132, 129, 100), "tt"), ((1000, 1000, 1000), "nn")):
+        spec = _split(*shape, epilogue=epilogue, layout=layout)
         kernel = gemmtune.build(spec, arch=arch)
         assert kernel.family == "wgmma"
         result = evaluate(kernel.compiled, verify_only=True, rng=np.random.default_rng(11))
         assert result.verify.ok, f"{spec.short()}: {result.verify.message}"
 
 
-def test_nt_goes_to_wgmma_other_layouts_to_mma():
+def test_16_byte_rows_go_to_wgmma_others_to_mma():
     arch = _arch()
-    assert family_for(_split(2048, 2048, 2048), arch).name == "wgmma"
-    assert family_for(GemmSpec(2048, 2048, 2048, "nn", "fp32", math="3xtf32"), arch).name == "mma"
+    for layout in ("nt", "nn", "tn", "tt"):
+        assert family_for(_split(2048, 2048, 2048, layout=layout), arch).name == "wgmma"
+    assert family_for(_split(2048, 2047, 2048, layout="nn"), arch).name == "mma"  # B's rows: 8188 bytes
 
 
-@pytest.mark.parametrize("round_big", [False, True])
-def test_error_within_sgemm_on_the_report_inputs(round_big):
+@pytest.mark.parametrize("layout,round_big", [("nt", False), ("nt", True), ("nn", False), ("tn", False)])
+def test_error_within_sgemm_on_the_report_inputs(layout, round_big):
     """The worst per-element error stays within 1.5x cuBLAS SGEMM's on the accuracy report's input
     classes, but for huge×tiny (B's residual below fp32's smallest normal: lost, as in every tf32
     split); tf32 alone is far outside, so the comparison can fail."""
@@ -77,10 +94,10 @@ def test_error_within_sgemm_on_the_report_inputs(round_big):
     from gemmtune.kernels.wgmma.config import default_config
 
     arch = _arch()
-    spec = _split(512, 384, 4096)
+    spec = _split(512, 384, 4096, layout=layout)
     config = default_config(spec, arch).with_(round_big=round_big)
     kernels = [("3xtf32", gemmtune.build(spec, config=config, arch=arch, family="wgmma")),
-               ("tf32", gemmtune.build(GemmSpec(512, 384, 4096, "nt", "tf32"), arch=arch))]
+               ("tf32", gemmtune.build(GemmSpec(512, 384, 4096, layout, "tf32"), arch=arch))]
     rows = run_report(spec, kernels, INPUT_CLASSES)
     split = {r.input_class: r.ratio for r in rows if r.method == "3xtf32"}
     tf32 = {r.input_class: r.ratio for r in rows if r.method == "tf32"}

@@ -29,17 +29,21 @@ def test_bad_math_is_a_one_line_spec_error(kwargs, words):
 
 
 def test_auto_takes_3xtf32_where_measured_and_explicit_math_picks_the_family():
-    for arch in ("sm_80", "sm_89", "sm_90"):
-        assert auto_math(GemmSpec(4096, 4096, 4096), arch) == "simt"  # nn: unmeasured off wgmma
+    for arch in ("sm_80", "sm_89"):
+        assert auto_math(GemmSpec(4096, 4096, 4096), arch) == "simt"  # unmeasured off wgmma
         assert family_for(GemmSpec(4096, 4096, 4096), arch).name == "simt"
         assert family_for(GemmSpec(4096, 4096, 4096, math="3xtf32"), arch).name == "mma"
+    for layout in ("nn", "nt", "tn", "tt"):  # wgmma transposes MN-major operands as it splits them
+        spec = GemmSpec(4096, 4096, 4096, layout)
+        assert auto_math(spec, "sm_90") == "3xtf32" and family_for(spec, "sm_90").name == "wgmma"
+        assert auto_math(GemmSpec(512, 512, 512, layout), "sm_90") == "simt"  # simt measured faster
     nt = GemmSpec(4096, 4096, 4096, "nt")
-    assert auto_math(nt, "sm_90") == "3xtf32" and family_for(nt, "sm_90").name == "wgmma"
     assert auto_math(nt, "sm_80") == "simt" and family_for(nt, "sm_80").name == "simt"
-    assert auto_math(GemmSpec(512, 512, 512, "nt"), "sm_90") == "simt"  # simt measured faster
     assert auto_math(GemmSpec(4096, 4096, 4094, "nt"), "sm_90") == "simt"  # rows of 8 bytes: not wgmma
+    assert auto_math(GemmSpec(4096, 4094, 4096, "nn"), "sm_90") == "simt"  # B's rows (N values) likewise
+    assert family_for(GemmSpec(4096, 4094, 4096, "nn", math="3xtf32"), "sm_90").name == "mma"
     assert family_for(GemmSpec(4096, 4096, 4096, "nt", math="simt"), "sm_90").name == "simt"
-    assert family_for(GemmSpec(1, 4096, 4096, math="3xtf32"), "sm_90").name == "mma"  # not gemv's fp32 FMA
+    assert family_for(GemmSpec(1, 4096, 4096, math="3xtf32"), "sm_90").name == "wgmma"  # not gemv's fp32 FMA
     with pytest.raises(ValueError, match="fp32"):  # math is an fp32 matter
         auto_math(GemmSpec(8, 8, 8, dtype="bf16"), "sm_90")
     with pytest.raises(ConfigError, match="sm_80"):

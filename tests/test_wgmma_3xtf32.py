@@ -16,9 +16,10 @@ def _split(m=1000, n=776, k=332, layout="nt", epilogue=None) -> GemmSpec:
 
 
 def test_what_the_family_takes():
-    assert supports(_split(), "sm_90a") is None
-    assert "K-major" in supports(_split(layout="nn"), "sm_90a")
+    for layout in ("nt", "nn", "tn", "tt"):  # MN-major operands are transposed as they are split
+        assert supports(_split(1000, 776, 332, layout), "sm_90a") is None, layout
     assert "16" in supports(_split(k=333), "sm_90a")  # TMA: 16-byte rows
+    assert "rows of B" in supports(_split(1000, 777, 332, "nn"), "sm_90a")  # B stored K×N: rows of N
     assert "simt" in supports(GemmSpec(1000, 776, 332, "nt", math="simt"), "sm_90a")
     assert "Hopper" in supports(_split(), "sm_80")
 
@@ -33,9 +34,10 @@ def test_constraints_name_the_reason():
         FAMILY.render(spec, WgmmaConfig(bm=128, bn=256), "sm_90a")
 
 
-@pytest.mark.parametrize("epilogue", [None, "relu+add", "bias_row+gelu"])
-def test_named_configs_compile_without_spills(epilogue):
-    spec = _split(epilogue=epilogue)
+@pytest.mark.parametrize("epilogue,layout", [(None, "nt"), ("relu+add", "nt"), ("bias_row+gelu", "nt"),
+                                             ("relu+add", "nn"), (None, "tn"), ("bias_col+relu", "tt")])
+def test_named_configs_compile_without_spills(epilogue, layout):
+    spec = _split(layout=layout, epilogue=epilogue)
     named = split_candidates(spec)
     assert default_config(spec) == named[0][1] and len(named) >= 5
     for name, config in named:
@@ -44,8 +46,19 @@ def test_named_configs_compile_without_spills(epilogue):
         assert code.count("wgmma_m64n%d(part[mb]" % config.bn) == 3, name  # small·big, big·small, big·big
         assert "split_stage(" in code and "acc[mb][i] += part[mb][i]" in code
         assert ("tf32_round(x.x - big.x)" in code) == config.round_big
+        assert ("split_transposed(" in code) == (layout != "nt")  # an MN-major operand is transposed
         resources = compile_kernel(source, "sm_90a").resources
         assert resources.spill_store_bytes == 0, (name, config.describe(), resources)
+
+
+def test_transposed_operands_keep_to_128x128():
+    """Transposing an operand as it is split holds 16 more values a thread beside the partial sums:
+    the 128x192 tile would spill, so with an MN-major operand at most 64 accumulators a thread."""
+    wide = WgmmaConfig(bm=128, bn=192, stages=3, consumers=2, tma_store=True, store_slices=6, split_tail=True)
+    for layout in ("nn", "tn", "tt"):
+        assert "MN-major" in rejections(wide, _split(layout=layout))["registers"]
+        assert default_config(_split(layout=layout)).bn == 128
+    assert "registers" not in rejections(wide, _split()) and default_config(_split()).bn == 192
 
 
 def test_generated_source_is_deterministic():

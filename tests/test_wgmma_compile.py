@@ -73,13 +73,14 @@ def test_family_choice_and_reasons():
     # What wgmma refuses goes to the mma.sync family, and wgmma itself says why it refused.
     assert family_for(GemmSpec(64, 64, 64, "nt", "bf16"), "sm_80").name == "mma"
     assert family_for(GemmSpec(77, 13, 5, "nn", "bf16"), "sm_90a").name == "mma"  # M > 16: not a GEMV either
-    assert family_for(GemmSpec(64, 64, 64, "nn", "tf32"), "sm_90a").name == "mma"
+    assert family_for(GemmSpec(64, 64, 64, "nn", "tf32"), "sm_90a").name == "wgmma"  # B transposed in smem
+    assert family_for(GemmSpec(64, 63, 64, "nn", "tf32"), "sm_90a").name == "mma"  # rows of B: 252 bytes
     with pytest.raises(ConfigError, match="Hopper"):
         family_for(GemmSpec(64, 64, 64, "nt", "bf16"), "sm_80", "wgmma")
     with pytest.raises(ConfigError, match="multiple of 16"):
         family_for(GemmSpec(77, 13, 5, "nn", "bf16"), "sm_90a", "wgmma")
-    with pytest.raises(ConfigError, match="K-major"):
-        family_for(GemmSpec(64, 64, 64, "nn", "tf32"), "sm_90a", "wgmma")
+    with pytest.raises(ConfigError, match="multiple of 16"):
+        family_for(GemmSpec(64, 63, 64, "nn", "tf32"), "sm_90a", "wgmma")
 
 
 def test_rejections_name_their_constraint():

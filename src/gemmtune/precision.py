@@ -9,14 +9,16 @@ fp32 inputs can be multiplied three ways:
     tf32    one tf32 product: fastest, ~10 bits of mantissa (the tf32 dtype).
 
 `auto` (the default) keeps fp32 accuracy and picks the faster method where both were measured on the
-GPU. On sm_90 that is 3xtf32 on the wgmma family (layout nt, 16-byte rows) from M·N·K = 2^29 up:
-on an H100 (2026-11-26, bench/results/2026-11-26-h100-3xtf32-wgmma.md) it ran 1.3-2.1x cuBLAS
-SGEMM from 1000^3 up (0.93x at 96x96x65536, where simt ran 0.41x) against simt's 0.72-0.84x, and
-simt won at 256^3 and 512^3. Its worst error was 0.52-1.27x SGEMM's on the accuracy report's
-classes, except one: inputs whose residuals fall below fp32's smallest normal number (values under
-about 2^-100, the report's huge×tiny class), where the small part is lost (150-289x). auto cannot
-see the data, so a user with such values asks for math="simt". Other layouts on sm_90 go through
-mma.sync (0.33-0.74x SGEMM on an H100, 2026-11-25) and every other arch is unmeasured: simt there.
+GPU. On sm_90 that is 3xtf32 on the wgmma family (any layout, rows of A and B in 16-byte multiples)
+from M·N·K = 2^29 up: on an H100 (2026-11-26, bench/results/2026-11-26-h100-3xtf32-wgmma.md and
+2026-11-26-h100-transposed-wgmma.md) it ran 1.3-2.1x cuBLAS SGEMM from 1000^3 up in layout nt and
+1.3-1.9x in nn and tn (0.78-0.93x at 96x96x65536, where simt ran 0.33-0.41x) against simt's
+0.72-0.92x, and simt won at 256^3 and 512^3 in both layouts. Its worst error was 0.52-1.27x
+SGEMM's on the accuracy report's classes, except one: inputs whose residuals fall below fp32's
+smallest normal number (values under about 2^-100, the report's huge×tiny class), where the small
+part is lost (150-289x). auto cannot see the data, so a user with such values asks for
+math="simt". Rows that TMA refuses go through mma.sync (0.33-0.74x SGEMM on an H100, 2026-11-25)
+and every other arch is unmeasured: simt there.
 """
 from __future__ import annotations
 
@@ -24,10 +26,10 @@ from .kernels.config_base import arch_number
 from .spec import GemmSpec
 
 # arch number -> smallest M·N·K at which 3xtf32 measured faster than simt there, for the specs the
-# arch's fast 3xtf32 family takes (on sm_90: wgmma, layout nt with 16-byte rows).
+# arch's fast 3xtf32 family takes (on sm_90: wgmma, rows of A and B in 16-byte multiples).
 FASTER_3XTF32: dict[int, int] = {90: 1 << 29}
-AUTO_RULE_NOTE = ("auto runs fp32 as 3xtf32 only on sm_90, in layout nt with 16-byte rows and M·N·K >= 2^29, "
-                  "where it measured faster than simt; elsewhere it keeps simt")
+AUTO_RULE_NOTE = ("auto runs fp32 as 3xtf32 only on sm_90, with rows of A and B in 16-byte multiples and "
+                  "M·N·K >= 2^29, where it measured faster than simt; elsewhere it keeps simt")
 
 
 def auto_math(spec: GemmSpec, arch: str) -> str:
@@ -38,9 +40,10 @@ def auto_math(spec: GemmSpec, arch: str) -> str:
     least = FASTER_3XTF32.get(number)
     if least is None or spec.m * spec.n * spec.k < least:
         return "simt"
-    # Measured on sm_90's wgmma family only, which reads K-major operands (layout nt) whose rows
-    # (K values of 4 bytes) start on 16-byte boundaries (TMA).
-    if number == 90 and (spec.layout != "nt" or spec.k % 4):
+    # Measured on sm_90's wgmma family only, which loads rows of A and B (of 4-byte values) that
+    # start on 16-byte boundaries (TMA); kernels.wgmma.config.stride_problem says the same, but
+    # importing it here would close an import cycle.
+    if number == 90 and any(inner % 4 for _, inner in (spec.a_shape, spec.b_shape)):
         return "simt"
     return "3xtf32"
 

@@ -16,8 +16,8 @@ from typing import Any
 from ..kernels import get_family
 from ..kernels.gemv.config import GemvConfig, stream_kind, tensor_core_rejection, vectors
 from ..kernels.simt.config import SimtConfig
-from ..kernels.wgmma.config import (OUT_BYTES, WgmmaConfig, direct_stores, out_dtype, split_shapes, splits_fp32,
-                                    with_c_path)
+from ..kernels.wgmma.config import (OUT_BYTES, WgmmaConfig, direct_stores, k_major, out_dtype, split_shapes, splits_fp32,
+                                    transposes_tf32, with_c_path)
 from ..spec import GemmSpec
 
 SERIAL_SPLITS = (2, 3, 4)  # turns through D: the chain grows with the splits, so only a few
@@ -96,7 +96,7 @@ def wgmma_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[WgmmaConf
     if splits_fp32(spec):
         return split_candidates_untuned(spec)
     found = []
-    for bm, bn in WGMMA_TILES:
+    for bm, bn in transpose_tiles(spec):
         # The tail split along K (split_tail) on every persistent candidate: the model was trained
         # without it and cannot see it, but where it splits it measured 1.1-2.6x faster (H100,
         # bench/results/2026-11-23-h100-wgmma-variants.md run 8), and elsewhere it changes nothing.
@@ -109,6 +109,22 @@ def wgmma_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[WgmmaConf
                         base.with_(persistent=False, group_m=1, tma_store=False, split_tail=False)):
             found.append(with_write_back_options(variant, spec))
     return found
+
+
+def transpose_tiles(spec: GemmSpec) -> tuple[tuple[int, int], ...]:
+    """WGMMA_TILES, less those a transposed tf32 operand makes slow: the consumers' transpose of B
+    costs 4/BM bytes of shared memory a FLOP (of A: 4/BN), and the model, trained on K-major
+    operands, does not see it. With B transposed, tiles at least as tall as wide (on an H100 at tf32
+    nn 4096^3 the model's 128x192 ran 0.68x cuBLAS, 256x128 0.82x); with A alone, at least as wide
+    as tall (tt 4096^3: 128x192 0.71x, 128x256 0.88x) (2026-11-26)."""
+    if not transposes_tf32(spec):
+        return WGMMA_TILES
+    a_kmajor, b_kmajor = k_major(spec)
+    if not b_kmajor and a_kmajor:
+        return tuple((bm, bn) for bm, bn in WGMMA_TILES if bm >= bn)
+    if not a_kmajor and b_kmajor:
+        return tuple((bm, bn) for bm, bn in WGMMA_TILES if bn >= bm)
+    return WGMMA_TILES
 
 
 def split_candidates_untuned(spec: GemmSpec) -> list[WgmmaConfig]:

@@ -40,6 +40,10 @@ INPUT_BYTES = {"bf16": 2, "fp16": 2, "tf32": 4, "fp32": 4}
 # accumulator registers): 96 a thread (a 128x192 tile of 2 consumers) compile without spills in the
 # consumers' 232 registers (NVRTC 13.0, sm_90a); 128x256's 128 would need 256 for the sums alone.
 SPLIT_MAX_ACCUMULATORS = 96
+# With an operand stored MN-major the split also transposes its chunks, holding a 4x4 block (16
+# values) per thread beside the sums: 128x192 then spills (nn 12 B, tn 64 B, tt 60 B at 4092^3;
+# NVRTC 13.0), 128x128 does not.
+SPLIT_TRANSPOSED_MAX_ACCUMULATORS = 64
 SPLIT_BUFFERS = 2  # residual tiles: the k-block being multiplied and the next, split under its wgmma
 OUT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
@@ -297,6 +301,12 @@ def k_major(spec: GemmSpec) -> tuple[bool, bool]:
     return (not spec.a_trans, spec.b_trans)
 
 
+def transposes_tf32(spec: GemmSpec) -> bool:
+    """Whether tf32 operands stored MN-major are transposed in shared memory by the consumers
+    (render.transpose_stage): tf32 wgmma reads K-major tiles only."""
+    return spec.dtype == "tf32" and k_major(spec) != (True, True)
+
+
 def stride_problem(spec: GemmSpec) -> str | None:
     """TMA needs every row of A and B to start on a 16-byte boundary."""
     size = INPUT_BYTES.get(spec.dtype, 4)
@@ -319,9 +329,6 @@ def supports(spec: GemmSpec, arch: str) -> str | None:
         problem = math_refusal(spec, arch, FAMILY)
         if problem:
             return problem
-    if spec.dtype in ("tf32", "fp32") and k_major(spec) != (True, True):
-        return (f"tf32 wgmma reads only K-major operands (layout nt: A as M×K, B as N×K); "
-                f"layout {spec.layout} would need a transposing copy")
     return stride_problem(spec)
 
 
@@ -345,16 +352,22 @@ def _registers(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
     if splits_fp32(s) and c.accumulators > SPLIT_MAX_ACCUMULATORS:
         return (f"3xtf32 keeps a k-block's partial sum beside the {c.accumulators} accumulators per thread: "
                 f"at most {SPLIT_MAX_ACCUMULATORS} fit (a 128x192 tile of 2 consumers)")
+    if splits_fp32(s) and k_major(s) != (True, True) and c.accumulators > SPLIT_TRANSPOSED_MAX_ACCUMULATORS:
+        return (f"3xtf32 with an operand stored MN-major transposes it as it splits it: beside the partial sums, "
+                f"at most {SPLIT_TRANSPOSED_MAX_ACCUMULATORS} accumulators per thread fit (a 128x128 tile of 2 consumers)")
     return None
 
 
 def _split(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
-    """3xtf32's main loop (consumer.consumer_split) is the plain loop of cooperative consumers."""
-    if not splits_fp32(s):
-        return "round_big is for fp32 as 3xtf32" if c.round_big else None
+    """3xtf32's main loop (consumer.consumer_split) and tf32's transposing one (consumer_transposing)
+    are the plain loop of cooperative consumers."""
+    if not splits_fp32(s) and c.round_big:
+        return "round_big is for fp32 as 3xtf32"
+    if not (splits_fp32(s) or transposes_tf32(s)):
+        return None
     if not c.specialized or c.pingpong or c.overlap_epilogue:
-        return ("3xtf32 splits operands in the cooperative consumers of the warp-specialized kernel "
-                "(no ping-pong, no overlap_epilogue)")
+        what = "3xtf32 splits operands" if splits_fp32(s) else "tf32 stored MN-major is transposed"
+        return f"{what} in the cooperative consumers of the warp-specialized kernel (no ping-pong, no overlap_epilogue)"
     return None
 
 
@@ -535,6 +548,11 @@ def default_config(spec: GemmSpec | None, arch: str = "sm_90a") -> WgmmaConfig:
     # and the 4th stage stay: fused relu+add fp16 4096^3 191.4 µs against 195.1 with the C tile in its
     # own buffer, loaded in 16-row boxes (c_spread, 3 stages) (H100, same run).
     preferred = [steps["sliced_store"].with_(store_slices=slices, c_ring=spec.epilogue.reads_c)]
+    if transposes_tf32(spec) and not k_major(spec)[1]:
+        # The consumers' transpose of B costs 4/BM bytes of shared-memory traffic a FLOP: 256-row
+        # tiles halve it. tf32 nn on the H100: 4096^3 0.820x cuBLAS against 0.735x for 128x256,
+        # 8192^3 0.810x against 0.723x, 2048^3 0.861x against 0.750x (2026-11-26).
+        preferred.insert(0, preferred[0].with_(bm=256, bn=128))
     if spec.epilogue.reads_c:
         preferred.append(steps["tma_store"].with_(c_spread=True))
     # Split the last partial wave along K where it leaves half the GPU idle (a no-op elsewhere):
@@ -580,4 +598,17 @@ def split_candidates(spec: GemmSpec, arch: str = "sm_90a") -> list[tuple[str, Wg
     named = [("default", base), ("round_big", base.with_(round_big=True)), ("serpentine", base.with_(serpentine=True)),
              ("128x192_direct", direct_stores(base).with_(bn=192, stages=3)), ("128x128", square),
              ("128x128_cluster2", square.with_(cluster_m=2)), ("64x128_s6", square.with_(bm=64, consumers=1, stages=6))]
+    return valid_named(named, rejections, spec, arch)
+
+
+def transposed_candidates(spec: GemmSpec, arch: str = "sm_90a") -> list[tuple[str, WgmmaConfig]]:
+    """tf32 stored MN-major: named configs to time against the default. The consumers' transposes
+    add shared-memory traffic of 4/BM bytes a FLOP for B (4/BN for A), so taller tiles for a
+    transposed B, wider ones for a transposed A."""
+    base = default_config(spec, arch)
+    wide, tall = base.with_(bm=128, bn=256), base.with_(bm=256, bn=128)
+    named = [("default", base), ("128x256", wide), ("256x128", tall), ("256x128_s3", tall.with_(stages=3)),
+             ("256x128_cluster2", tall.with_(cluster_m=2)), ("256x128_serpentine", tall.with_(serpentine=True)),
+             ("128x256_cluster2", wide.with_(cluster_m=2)), ("128x128", wide.with_(bn=128)),
+             ("64x256", wide.with_(bm=64, consumers=1))]
     return valid_named(named, rejections, spec, arch)

@@ -357,3 +357,54 @@ def consumer_split(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str:
             }}{SPLIT_PARTIAL if split else ""}
             {store}{epi_next}
         }}"""
+
+
+# --- tf32 stored MN-major: the transposing loop ------------------------------------------------------
+def consumer_transposing(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str:
+    """tf32 with an MN-major operand: the plain loop, with each stage's MN-major rows transposed in
+    place first (render.transpose_stage). The next stage is transposed while this one's wgmma run;
+    a named barrier of all consumers at the top of each k-block says both shares of B are done (each
+    consumer transposes half of B), and one wgmma group stays in flight as in the plain loop."""
+    c, store, (epi_decl, _, epi_next) = _plain_write_back(spec, config)  # (no other consumer's pieces)
+    transpose_next = "transpose_stage(a_tiles + ring.s * A_ELEMS, b_tiles + ring.s * B_ELEMS, consumer);"
+    return f"""
+        // Consumer warpgroups (tf32 stored MN-major): transpose a stage into the K-major layout wgmma
+        // reads, multiply it, release the one before; the next stage is transposed under the wgmma.
+        setmaxnreg_inc<{CONSUMER_REGS}>();
+        const int consumer = threadIdx.x / 128 - 1;
+        const int turn = 0;  // the epilogue buffer and C barriers (cooperative consumers: one)
+        {c.pending}
+        Ring ring;  // the ring position, continued piece after piece as the producer fills it{epi_decl}
+        for (int piece = 0; next_piece(worker, cursor, unit, kb_begin, kb_end); ++piece) {{
+            const bool writes_d = kb_begin == 0;  // holds the tile's first k-block: finishes the tile
+            int unit_m, tile_n;
+            unit_coords(unit, unit_m, tile_n);
+            const int tile_m = unit_m * CLUSTER_M + rank;
+            float acc[M_BLOCKS][BN / 2];
+            #pragma unroll
+            for (int mb = 0; mb < M_BLOCKS; ++mb)
+                #pragma unroll
+                for (int i = 0; i < BN / 2; ++i) acc[mb][i] = 0.0f;
+            int previous = -1;{c.release_at}
+            mbarrier_wait(&full[ring.s], ring.phase);
+            {transpose_next}
+            for (int kb = kb_begin; kb < kb_end; ++kb) {{
+                fence_async_shared();  // the transposed tiles written here are visible to wgmma (async proxy)
+                named_barrier({SPLIT_BARRIER}, CONSUMERS * 128);  // and the other consumer's share of B
+                wgmma_fence();
+                mma_stage(acc, a_tiles + ring.s * A_ELEMS, b_tiles + ring.s * B_ELEMS, consumer);
+                wgmma_commit();
+                const int slot = ring.s;
+                ring.advance();
+                if (kb + 1 < kb_end) {{  // the next stage, under this one's wgmma
+                    mbarrier_wait(&full[ring.s], ring.phase);
+                    {transpose_next}
+                }}
+                wgmma_wait<1>();{c.hand_back}
+                if (previous >= 0) release_stage(previous);
+                previous = slot;
+            }}
+            wgmma_wait<0>();
+            release_stage(previous);{SPLIT_PARTIAL if split else ""}
+            {store}{epi_next}
+        }}"""

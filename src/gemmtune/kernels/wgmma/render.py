@@ -18,17 +18,20 @@ from . import ptx, schedule
 from .schedule import Schedule, schedule_for
 from .writeback import (FLOAT_VIEW, LOAD_C_TILE, epilogue_function, operand_decls, store_tile,
                         store_tile_smem)
-from .consumer import consumer_overlapped, consumer_plain, consumer_split
+from .consumer import consumer_overlapped, consumer_plain, consumer_split, consumer_transposing
 from .producer import producer
 from ..parts.ring import RING
 from .groups import CPath
 from .config import (FAMILY, INPUT_BYTES, OUT_BYTES, SPLIT_BUFFERS, VERSION, WgmmaConfig, k_major, out_dtype,
-                     rejections, splits_fp32)
+                     rejections, splits_fp32, transposes_tf32)
 
 C_TYPES = {"bf16": "bf16_t", "fp16": "fp16_t", "tf32": "float", "fp32": "float"}
 TMA_TYPES = {"bf16": "bf16", "fp16": "fp16", "tf32": "fp32", "fp32": "fp32"}
 K_STEP = {"bf16": 16, "fp16": 16, "tf32": 8, "fp32": 8}  # K per wgmma instruction (fp32: tf32 parts)
-CHUNK = 64  # 16-bit values in one 128-byte swizzled row: the MN width of one MN-major box
+
+def mn_chunk(dtype: str) -> int:
+    """M/N values in one 128-byte swizzled row: the width of one MN-major box (64 16-bit, 32 fp32)."""
+    return 128 // INPUT_BYTES[dtype]
 
 
 def entry_name(spec: GemmSpec) -> str:
@@ -38,16 +41,16 @@ def entry_name(spec: GemmSpec) -> str:
 # --- host-side descriptions ------------------------------------------------------------------------
 def tensor_maps(spec: GemmSpec, config: WgmmaConfig) -> tuple[TensorMapArg, ...]:
     """TMA descriptors of A and B. A K-major operand is one box of bk × rows; an MN-major one is
-    loaded as 64-wide chunks (a swizzled box row is at most 128 bytes)."""
+    loaded as chunks one 128-byte row wide (a swizzled box row is at most 128 bytes)."""
     size, bk = INPUT_BYTES[spec.dtype], config.bk(spec.dtype)
     a_kmajor, b_kmajor = k_major(spec)
     kind = TMA_TYPES[spec.dtype]
     m, n, k = spec.m, spec.n, spec.k
     a = (TensorMapArg("tma_A", "A", kind, (k, m), (k * size,), (bk, config.bm)) if a_kmajor
-         else TensorMapArg("tma_A", "A", kind, (m, k), (m * size,), (CHUNK, bk)))
+         else TensorMapArg("tma_A", "A", kind, (m, k), (m * size,), (mn_chunk(spec.dtype), bk)))
     b_rows = config.bn // config.cluster_m  # each block of a cluster loads its share of B
     b = (TensorMapArg("tma_B", "B", kind, (k, n), (k * size,), (bk, b_rows)) if b_kmajor
-         else TensorMapArg("tma_B", "B", kind, (n, k), (n * size,), (CHUNK, bk)))
+         else TensorMapArg("tma_B", "B", kind, (n, k), (n * size,), (mn_chunk(spec.dtype), bk)))
     return (a, b, *epilogue_maps(spec, config))
 
 
@@ -111,6 +114,7 @@ constexpr int CONSUMER_ROWS = PINGPONG ? 0 : ROWS_PER_CONSUMER;  // tile rows be
 constexpr int TILE_TURNS = PINGPONG ? CONSUMERS : 1;             // consumers taking turns over the tiles
 constexpr int STAGE_READERS = PINGPONG ? 1 : CONSUMERS;          // consumers that read (and release) a stage
 constexpr int K_STEP = {K_STEP[spec.dtype]};                     // K of one wgmma instruction
+constexpr int MN_CHUNK = {mn_chunk(spec.dtype)};                   // M/N values in a 128-byte row: an MN-major box's width
 constexpr int K_BLOCKS = (K + BK - 1) / BK;              // the last block's tail is TMA zero-fill
 constexpr int TILES_M = (M + BM - 1) / BM, TILES_N = (N + BN - 1) / BN;
 constexpr int CLUSTER_M = {config.cluster_m}, GROUP_M = {config.group_m};
@@ -158,7 +162,7 @@ def _load_stage(multicast: bool) -> str:
               if multicast else "tma_load_2d(b_dst, &tma_B, bar, c0, c1)")
     return f"""
 // Producer: copy k-block `kb` of tile (tile_m, tile_n) into stage buffers a/b; completion (bytes)
-// is counted on `bar`. A K-major operand is one box; an MN-major one is BM/64 (BN/64) boxes.
+// is counted on `bar`. A K-major operand is one box; an MN-major one is BM/MN_CHUNK (BN/MN_CHUNK) boxes.
 __device__ __forceinline__ void load_stage(const TmaDescriptor& tma_A, const TmaDescriptor& tma_B,
                                            in_t* a, in_t* b, u64* bar, int tile_m, int tile_n, int kb, int rank) {{
     mbarrier_arrive_expect_tx(bar, STAGE_BYTES);
@@ -166,8 +170,8 @@ __device__ __forceinline__ void load_stage(const TmaDescriptor& tma_A, const Tma
         tma_load_2d(a, &tma_A, bar, kb * BK, tile_m * BM);
     }} else {{
         #pragma unroll
-        for (int chunk = 0; chunk < BM / 64; ++chunk)
-            tma_load_2d(a + chunk * 64 * BK, &tma_A, bar, tile_m * BM + chunk * 64, kb * BK);
+        for (int chunk = 0; chunk < BM / MN_CHUNK; ++chunk)
+            tma_load_2d(a + chunk * MN_CHUNK * BK, &tma_A, bar, tile_m * BM + chunk * MN_CHUNK, kb * BK);
     }}
     // With a cluster, this block loads its share of B and multicasts it to every block of the pair.
     constexpr int B_SHARE = BN / CLUSTER_M;
@@ -177,9 +181,9 @@ __device__ __forceinline__ void load_stage(const TmaDescriptor& tma_A, const Tma
         {b_call};
     }} else {{
         #pragma unroll
-        for (int chunk = 0; chunk < B_SHARE / 64; ++chunk) {{
-            in_t* b_dst = b + (rank * B_SHARE / 64 + chunk) * 64 * BK;
-            const int c0 = tile_n * BN + rank * B_SHARE + chunk * 64, c1 = kb * BK;
+        for (int chunk = 0; chunk < B_SHARE / MN_CHUNK; ++chunk) {{
+            in_t* b_dst = b + (rank * B_SHARE / MN_CHUNK + chunk) * MN_CHUNK * BK;
+            const int c0 = tile_n * BN + rank * B_SHARE + chunk * MN_CHUNK, c1 = kb * BK;
             {b_call};
         }}
     }}
@@ -207,14 +211,17 @@ __device__ __forceinline__ void mma_stage(float (&acc)[M_BLOCKS][BN / 2], const 
     const char* a_bytes = reinterpret_cast<const char*>(a) + consumer * CONSUMER_ROWS * 128;
     const char* b_bytes = reinterpret_cast<const char*>(b);"""
         issue = f"{call}(acc[mb], desc_a, desc_b);"
+    advances = ("""    // tf32 tiles are K-major in shared memory (an MN-major operand is transposed by the consumers)
+    constexpr int A_K_ADVANCE = K_STEP * 4, B_K_ADVANCE = K_STEP * 4;""" if spec.dtype == "tf32" else
+                f"""    constexpr int A_K_ADVANCE = A_K_MAJOR ? K_STEP * {size} : K_STEP * 128;
+    constexpr int B_K_ADVANCE = B_K_MAJOR ? K_STEP * {size} : K_STEP * 128;""")
     return f"""
 // Consumer: this warpgroup's rows times the whole B tile for one k-block, BK / K_STEP wgmma per
 // 64-row block. Descriptor steps: K-major operands advance K_STEP·{size} bytes along the swizzled
 // row; MN-major ones advance K_STEP rows of 128 bytes. SBO = 1024: eight 128-byte rows per core
 // matrix group; LBO (MN-major only) = BK·128: the distance between 64-wide chunks.
 {head}
-    constexpr int A_K_ADVANCE = A_K_MAJOR ? K_STEP * {size} : K_STEP * 128;
-    constexpr int B_K_ADVANCE = B_K_MAJOR ? K_STEP * {size} : K_STEP * 128;
+{advances}
     #pragma unroll
     for (int ks = 0; ks < BK / K_STEP; ++ks) {{
         const u64 desc_b = smem_descriptor(b_bytes + ks * B_K_ADVANCE, BK * 128, 1024);
@@ -228,34 +235,47 @@ __device__ __forceinline__ void mma_stage(float (&acc)[M_BLOCKS][BN / 2], const 
 """
 
 
-def _split_stage(config: WgmmaConfig) -> str:
+def _split_stage(spec: GemmSpec, config: WgmmaConfig) -> str:
     """3xtf32: the residuals of one k-block, written beside its stage; each consumer splits its own
     rows of A and its share of B's rows (the other consumer reads those too: consumer_split waits
-    for both at a named barrier)."""
+    for both at a named barrier). An MN-major operand is transposed into the K-major layout on the
+    way (split_transposed): tf32 wgmma reads K-major tiles only."""
     if config.round_big:  # big rounded to nearest, written over x; the residual is x - big
-        body = """
-        const float4 big = make_float4(tf32_round(x.x), tf32_round(x.y), tf32_round(x.z), tf32_round(x.w));
-        from[i] = big;
-        to[i] = make_float4(tf32_round(x.x - big.x), tf32_round(x.y - big.y), tf32_round(x.z - big.z),
+        write = """
+    const float4 big = make_float4(tf32_round(x.x), tf32_round(x.y), tf32_round(x.z), tf32_round(x.w));
+    *big_at = big;
+    *small_at = make_float4(tf32_round(x.x - big.x), tf32_round(x.y - big.y), tf32_round(x.z - big.z),
                             tf32_round(x.w - big.w));"""
     else:  # big is x itself, which the tensor cores truncate
-        body = """
-        to[i] = make_float4(tf32_residual(x.x), tf32_residual(x.y), tf32_residual(x.z), tf32_residual(x.w));"""
+        write = """
+    if (MOVED) *big_at = x;
+    *small_at = make_float4(tf32_residual(x.x), tf32_residual(x.y), tf32_residual(x.z), tf32_residual(x.w));"""
+    a_kmajor, b_kmajor = k_major(spec)
+    a_split = ("split_part(reinterpret_cast<float4*>(a) + consumer * A_PIECES, reinterpret_cast<float4*>(a_small) + consumer * A_PIECES, A_PIECES);"
+               if a_kmajor else
+               "split_transposed(reinterpret_cast<float4*>(a) + consumer * A_PIECES, reinterpret_cast<float4*>(a_small) + consumer * A_PIECES, ROWS_PER_CONSUMER / MN_CHUNK);")
+    b_split = ("split_part(reinterpret_cast<float4*>(b) + consumer * B_PIECES, reinterpret_cast<float4*>(b_small) + consumer * B_PIECES, B_PIECES);"
+               if b_kmajor else
+               "split_transposed(reinterpret_cast<float4*>(b) + consumer * B_PIECES, reinterpret_cast<float4*>(b_small) + consumer * B_PIECES, BN / CONSUMERS / MN_CHUNK);")
+    transposed = "" if a_kmajor and b_kmajor else transpose_chunks(True)
     return f"""
-// 3xtf32: x = big + small. Every value of this consumer's A rows and of its share of B's rows gets
-// its residual (tf32_residual) in the same place of the residual tile, so both read with the same
-// descriptors. The swizzle moves 16-byte pieces only, so a float4 at a time keeps the layout.
-__device__ __forceinline__ void split_part(float4* from, float4* to, int count) {{
-    #pragma unroll
-    for (int i = threadIdx.x % 128; i < count; i += 128) {{
-        const float4 x = from[i];{body}
-    }}
+// 3xtf32: x = big + small, both tf32. The residual goes to the same place of the residual tile as x
+// has in its stage, so both read with the same descriptors; MOVED: x itself is written to big_at too
+// (a transposing split moves it). The swizzle moves 16-byte pieces only: a float4 at a time keeps it.
+template <bool MOVED>
+__device__ __forceinline__ void split_write(float4 x, float4* big_at, float4* small_at) {{{write}
 }}
 
+// A K-major operand: every value of this consumer's part, split where it lies.
+__device__ __forceinline__ void split_part(float4* from, float4* to, int count) {{
+    #pragma unroll
+    for (int i = threadIdx.x % 128; i < count; i += 128) split_write<false>(from[i], from + i, to + i);
+}}
+{transposed}
 __device__ __forceinline__ void split_stage(in_t* a, in_t* b, in_t* a_small, in_t* b_small, int consumer) {{
     constexpr int A_PIECES = ROWS_PER_CONSUMER * 128 / 16, B_PIECES = BN / CONSUMERS * 128 / 16;  // float4s
-    split_part(reinterpret_cast<float4*>(a) + consumer * A_PIECES, reinterpret_cast<float4*>(a_small) + consumer * A_PIECES, A_PIECES);
-    split_part(reinterpret_cast<float4*>(b) + consumer * B_PIECES, reinterpret_cast<float4*>(b_small) + consumer * B_PIECES, B_PIECES);
+    {a_split}
+    {b_split}
 }}
 
 // 3xtf32: one k-block's three products, small·big + big·small + big·big, summed by the tensor cores
@@ -280,6 +300,71 @@ __device__ __forceinline__ void mma_stage_split(float (&part)[M_BLOCKS][BN / 2],
             wgmma_m64n{config.bn}(part[mb], desc_a, desc_b, 1);          // big·big
         }}
     }}
+}}
+"""
+
+
+TRANSPOSE_NOTE = r"""
+// An MN-major operand: TMA stores each chunk of MN_CHUNK (32) values of M or N as BK (32) rows of K,
+// 128 bytes of M/N values each. The K-major layout of those 32 M/N values is 32 rows of 128 bytes
+// of K values: the same 4 KB under the same swizzle, so a chunk is transposed in place, as 64 blocks
+// of 4x4 values (block (mn4, k4): M/N values 4·mn4.., K values 4·k4..). Block (mn4, k4) goes where
+// block (k4, mn4) was, so a set of blocks closed under that swap is written exactly where it was
+// read: each half of a chunk (mn4 ^ k4 below 4, or not) is one warp's, a block per lane, read
+// wholly before any lane writes. Reads and writes spread each 512 bytes over all 8 16-byte columns:
+// 4 wavefronts, no bank conflicts beyond.
+__device__ __forceinline__ float float4_lane(const float4& v, int j) {
+    return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
+}
+"""
+
+
+def transpose_chunks(split: bool) -> str:
+    """The in-place transpose of an MN-major operand's chunks (TRANSPOSE_NOTE); with `split` (3xtf32)
+    each value is split on the way, its residual written to the K-major place of the residual tile."""
+    name, params = ("split_transposed", "float4* from, float4* to, int chunks") if split else \
+        ("transpose_chunks", "float4* from, int chunks")
+    small = "\n        float4* small_chunk = to + half / 2 * CHUNK_PIECES;" if split else ""
+    write = "split_write<true>(x, x_chunk + at, small_chunk + at);" if split else "x_chunk[at] = x;"
+    return f"""{TRANSPOSE_NOTE}
+__device__ __forceinline__ void {name}({params}) {{
+    constexpr int CHUNK_PIECES = MN_CHUNK * BK / 4;  // float4s in a chunk (256)
+    const int lane = threadIdx.x % 32, mn4 = lane % 8;
+    #pragma unroll 1  // one block's 16 values live at a time: registers are few beside the sums
+    for (int half = (threadIdx.x % 128) / 32; half < 2 * chunks; half += 4) {{  // a warp takes one at a time
+        float4* x_chunk = from + half / 2 * CHUNK_PIECES;{small}
+        const int k4 = mn4 ^ (lane / 8 + 4 * (half % 2));
+        float4 rows[4];  // rows[j]: the block's 4 M/N values at K = 4·k4 + j
+        #pragma unroll
+        for (int j = 0; j < 4; ++j) {{
+            const int row = 4 * k4 + j;  // a K value (MN-major: rows of K)
+            rows[j] = x_chunk[row * 8 + (mn4 ^ (row % 8))];
+        }}
+        __syncwarp();
+        #pragma unroll
+        for (int j = 0; j < 4; ++j) {{
+            const int row = 4 * mn4 + j;  // an M/N value (K-major: rows of M/N)
+            const float4 x = make_float4(float4_lane(rows[0], j), float4_lane(rows[1], j),
+                                         float4_lane(rows[2], j), float4_lane(rows[3], j));
+            const int at = row * 8 + (k4 ^ (row % 8));
+            {write}
+        }}
+    }}
+}}
+"""
+
+
+def _transpose_stage(spec: GemmSpec) -> str:
+    """tf32 with an MN-major operand: each consumer transposes its own rows of A and its share of B
+    (consumer_transposing waits for both consumers' shares at a named barrier)."""
+    a_kmajor, b_kmajor = k_major(spec)
+    calls = ([] if a_kmajor else ["transpose_chunks(reinterpret_cast<float4*>(a) + consumer * A_PIECES, ROWS_PER_CONSUMER / MN_CHUNK);"]) + \
+        ([] if b_kmajor else ["transpose_chunks(reinterpret_cast<float4*>(b) + consumer * B_PIECES, BN / CONSUMERS / MN_CHUNK);"])
+    body = "".join(f"\n    {line}" for line in calls)
+    return f"""{transpose_chunks(False)}
+// tf32 wgmma reads K-major tiles only: this consumer's MN-major rows of a stage, transposed in place.
+__device__ __forceinline__ void transpose_stage(in_t* a, in_t* b, int consumer) {{
+    constexpr int A_PIECES = ROWS_PER_CONSUMER * 128 / 16, B_PIECES = BN / CONSUMERS * 128 / 16;  // float4s{body}
 }}
 """
 
@@ -409,7 +494,8 @@ def _setup(spec: GemmSpec, config: WgmmaConfig) -> str:
 def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> str:
     """A producer warpgroup (producer.py) fills the ring; consumer warpgroups (consumer.py) multiply."""
     split = plan.tail_workers > 0  # the tail's tiles are split along K
-    loop = (consumer_split if splits_fp32(spec) else consumer_overlapped if config.overlap_epilogue
+    loop = (consumer_split if splits_fp32(spec) else consumer_transposing if transposes_tf32(spec)
+            else consumer_overlapped if config.overlap_epilogue
             else consumer_plain)
     consumers = loop(spec, config, split)
     drain = ("\n        if (threadIdx.x % 128 == 0) tma_store_wait_all();  // the last stores have left shared memory"
@@ -469,7 +555,8 @@ def _code(spec: GemmSpec, config: WgmmaConfig, plan: Schedule, entry: str, maps:
         ptx.helpers(spec.dtype, config.bn, halves=config.overlap_epilogue), FLOAT_VIEW, _constants(spec, config), RING,
         SCHEDULER,
         schedule.cuda(plan),
-        _load_stage(config.cluster_m > 1), _split_stage(config) if splits_fp32(spec) else _mma_stage(spec, config),
+        _load_stage(config.cluster_m > 1), _split_stage(spec, config) if splits_fp32(spec) else _mma_stage(spec, config),
+        _transpose_stage(spec) if transposes_tf32(spec) else "",
         epilogue, store_tile(spec),
         (store_tile_smem(spec, config) + (LOAD_C_TILE if spec.epilogue.reads_c else ""))
         if config.tma_store else "",

@@ -1,0 +1,111 @@
+"""GPU: tf32 stored MN-major (layouts nn, tn, tt) on the wgmma family, each stage's MN-major chunks
+transposed in shared memory by the consumers, is right on shapes cut at every edge, with every
+epilogue, and the registry's pick for random tf32 shapes in every layout is right.
+
+    pytest -q -p no:cacheprovider tests/test_gpu_wgmma_transposed.py
+"""
+import numpy as np
+import pytest
+
+import gemmtune
+from gemmtune.build import compile_configs
+from gemmtune.kernels import get_family
+from gemmtune.kernels.wgmma.config import k_major
+from gemmtune.spec import GemmSpec
+
+pytestmark = pytest.mark.gpu
+
+FAMILY = get_family("wgmma")
+COOPERATIVE = ("warp_specialized", "persistent", "sliced_store", "cluster_multicast")
+SHAPES = [(1, 4, 4), (7, 12, 5), (127, 132, 131), (128, 256, 32), (1000, 1000, 1000), (4093, 4092, 4097),
+          (1, 4096, 4096), (3000, 5000, 704)]
+
+
+def _hopper() -> str:
+    from gemmtune.device import query_device
+
+    arch = query_device().arch
+    if arch != "sm_90":
+        pytest.skip(f"the wgmma family needs a Hopper GPU, this one is {arch}")
+    return "sm_90a"
+
+
+def _fit(shape: tuple[int, int, int], layout: str) -> tuple[int, int, int]:
+    """Each stored row a multiple of 4 values (TMA's 16 bytes); the other extents stay odd."""
+    a_kmajor, b_kmajor = k_major(GemmSpec(1, 1, 1, layout))
+    up = lambda x: -(-x // 4) * 4  # noqa: E731
+    m, n, k = shape
+    return (m if a_kmajor else up(m), n if b_kmajor else up(n), up(k) if a_kmajor or b_kmajor else k)
+
+
+@pytest.mark.parametrize("layout", ["nn", "tn", "tt"])
+def test_cooperative_steps_right_on_edges(layout):
+    from gemmtune.evaluate import evaluate
+
+    arch = _hopper()
+    steps = dict(FAMILY.ladder(arch))
+    jobs = [(GemmSpec(*_fit(shape, layout), layout, "tf32"), steps[step], arch) for step in COOPERATIVE
+            for shape in SHAPES]
+    jobs = [job for job in jobs if not FAMILY.rejections(job[1], job[0], arch)]
+    assert len(jobs) >= 3 * len(SHAPES)
+    failed = []
+    for (spec, config, _), kernel in zip(jobs, compile_configs(jobs)):
+        assert not isinstance(kernel, Exception), f"{spec.short()} {config.describe()}: {kernel}"
+        result = evaluate(kernel, verify_only=True, rng=np.random.default_rng(spec.m + spec.n))
+        if not result.verify.ok:
+            failed.append(f"{spec.short()} {config.describe()}: {result.verify.message}")
+    assert not failed, "\n".join(failed)
+
+
+@pytest.mark.parametrize("epilogue", ["relu+add", "alpha+beta", "bias_row+gelu", "bias_col+relu"])
+def test_epilogues_on_odd_shapes(epilogue):
+    from gemmtune.evaluate import evaluate
+
+    arch = _hopper()
+    for shape, layout in (((127, 132, 100), "nn"), ((124, 132, 131), "tn"), ((132, 129, 100), "tt"),
+                          ((2048, 2048, 2048), "nn")):
+        spec = GemmSpec(*shape, layout, "tf32", epilogue)
+        kernel = gemmtune.build(spec, arch=arch)
+        assert kernel.family == "wgmma", spec.short()
+        result = evaluate(kernel.compiled, verify_only=True, rng=np.random.default_rng(5))
+        assert result.verify.ok, f"{spec.short()}: {result.verify.message}"
+
+
+def test_registry_pick_on_random_shapes():
+    """The registry's pick (wgmma where rows allow TMA, else mma or gemv) for 40 random tf32 shapes
+    in every layout, aligned or not, verified."""
+    from gemmtune.evaluate import evaluate
+
+    arch = _hopper()
+    rng = np.random.default_rng(2026)
+    picked, failed = set(), []
+    for i in range(40):
+        m, n, k = (int(x) for x in rng.integers(1, 2500, size=3))
+        if i % 2:
+            m, n, k = (-(-x // 4) * 4 for x in (m, n, k))
+        spec = GemmSpec(m, n, k, ("nn", "tn", "tt", "nt")[i % 4], "tf32")
+        kernel = gemmtune.build(spec, arch=arch)
+        picked.add(kernel.family)
+        result = evaluate(kernel.compiled, verify_only=True, rng=rng)
+        if not result.verify.ok:
+            failed.append(f"{spec.short()} ({kernel.family}): {result.verify.message}")
+    assert not failed, "\n".join(failed)
+    assert "wgmma" in picked
+
+
+@pytest.mark.parametrize("layout", ["nn", "tn", "tt"])
+def test_named_candidates_right_on_edges(layout):
+    from gemmtune.evaluate import evaluate
+    from gemmtune.kernels.wgmma.config import transposed_candidates
+
+    arch = _hopper()
+    specs = [GemmSpec(*_fit(shape, layout), layout, "tf32") for shape in ((127, 132, 131), (1000, 1000, 1000),
+                                                                        (300, 4092, 516))]
+    jobs = [(spec, config, arch) for spec in specs for _, config in transposed_candidates(spec, arch)]
+    failed = []
+    for (spec, config, _), kernel in zip(jobs, compile_configs(jobs)):
+        assert not isinstance(kernel, Exception), f"{spec.short()} {config.describe()}: {kernel}"
+        result = evaluate(kernel, verify_only=True, rng=np.random.default_rng(spec.n))
+        if not result.verify.ok:
+            failed.append(f"{spec.short()} {config.describe()}: {result.verify.message}")
+    assert not failed, "\n".join(failed)
