@@ -79,11 +79,10 @@ def kernels_of(spec: GemmSpec, family_name: str, arch: str, skip: tuple[str, ...
         from gemmtune.kernels.wgmma.config import split_candidates
 
         out += [("candidate", name, config) for name, config in split_candidates(spec, arch)]
-    elif with_candidates:  # wgmma's configs for tf32 stored MN-major
-        from gemmtune.kernels.wgmma.config import transposed_candidates, transposes_tf32
+    elif with_candidates and spec.dtype == "tf32":  # wgmma's tf32 tile shapes
+        from gemmtune.kernels.wgmma.config import tf32_candidates
 
-        if transposes_tf32(spec):
-            out += [("candidate", name, config) for name, config in transposed_candidates(spec, arch)]
+        out += [("candidate", name, config) for name, config in tf32_candidates(spec, arch)]
     return out
 
 
@@ -198,7 +197,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", nargs="*", default=list(DEFAULT_CASES), help="dtype:SIZE[:layout][:epilogue]")
     parser.add_argument("--family", default="wgmma", choices=("wgmma", "mma"), help="whose ladder (default wgmma)")
-    parser.add_argument("--candidates", action="store_true", help="also time the family's named candidates (mma; wgmma for 3xtf32 and MN-major tf32)")
+    parser.add_argument("--candidates", action="store_true", help="also time the family's named candidates (mma; wgmma for 3xtf32 and tf32)")
     parser.add_argument("--peak", action="store_true", help="first measure mma.sync's rate (bf16, fp16, tf32)")
     parser.add_argument("--min-time", type=float, default=0.3, help="seconds of timed runs per kernel")
     parser.add_argument("--json", dest="json_path", help="write every row here")

@@ -107,7 +107,8 @@ def test_error_within_sgemm_on_the_report_inputs(layout, round_big):
     assert not bad, bad
 
 
-def test_export_builds_and_its_harness_passes(tmp_path):
+@pytest.mark.parametrize("layout", ["nt", "nn"])
+def test_export_builds_and_its_harness_passes(tmp_path, layout):
     """The exported folder of a fused 3xtf32 kernel builds with nvcc and its own check passes, and
     `load` runs it from torch like the in-process build."""
     import subprocess
@@ -120,7 +121,16 @@ def test_export_builds_and_its_harness_passes(tmp_path):
     nvcc = find_nvcc()
     if nvcc is None:
         pytest.skip("no nvcc (pip install the test extra)")
-    spec = _split(1000, 776, 332, epilogue="relu+add")
+    spec = _split(1000, 776, 332, epilogue="relu+add", layout=layout)
     folder = export_spec(spec, tmp_path / "gemm", arch=arch, device=query_device()).path
     done = subprocess.run([str(build_harness(folder, nvcc)), "5"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "PASS" in done.stdout, done.stdout + done.stderr
+    torch = pytest.importorskip("torch")
+    a = torch.rand(spec.a_shape, device="cuda") * 2 - 1
+    b = torch.rand(spec.b_shape, device="cuda") * 2 - 1
+    c = torch.rand((spec.m, spec.n), device="cuda") * 2 - 1
+    d = gemmtune.load(folder)(a, b, c)
+    torch.cuda.synchronize()
+    b_kn = b.double() if spec.b_shape == (spec.k, spec.n) else b.double().t()
+    expected = torch.relu(a.double() @ b_kn) + c.double()
+    assert torch.allclose(d.double(), expected, rtol=1e-5, atol=1e-5), (d.double() - expected).abs().max()

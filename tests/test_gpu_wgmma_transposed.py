@@ -96,12 +96,12 @@ def test_registry_pick_on_random_shapes():
 @pytest.mark.parametrize("layout", ["nn", "tn", "tt"])
 def test_named_candidates_right_on_edges(layout):
     from gemmtune.evaluate import evaluate
-    from gemmtune.kernels.wgmma.config import transposed_candidates
+    from gemmtune.kernels.wgmma.config import tf32_candidates
 
     arch = _hopper()
     specs = [GemmSpec(*_fit(shape, layout), layout, "tf32") for shape in ((127, 132, 131), (1000, 1000, 1000),
                                                                         (300, 4092, 516))]
-    jobs = [(spec, config, arch) for spec in specs for _, config in transposed_candidates(spec, arch)]
+    jobs = [(spec, config, arch) for spec in specs for _, config in tf32_candidates(spec, arch)]
     failed = []
     for (spec, config, _), kernel in zip(jobs, compile_configs(jobs)):
         assert not isinstance(kernel, Exception), f"{spec.short()} {config.describe()}: {kernel}"

@@ -548,10 +548,12 @@ def default_config(spec: GemmSpec | None, arch: str = "sm_90a") -> WgmmaConfig:
     # and the 4th stage stay: fused relu+add fp16 4096^3 191.4 µs against 195.1 with the C tile in its
     # own buffer, loaded in 16-row boxes (c_spread, 3 stages) (H100, same run).
     preferred = [steps["sliced_store"].with_(store_slices=slices, c_ring=spec.epilogue.reads_c)]
-    if transposes_tf32(spec) and not k_major(spec)[1]:
+    if transposes_tf32(spec) and k_major(spec) == (True, False):
         # The consumers' transpose of B costs 4/BM bytes of shared-memory traffic a FLOP: 256-row
         # tiles halve it. tf32 nn on the H100: 4096^3 0.820x cuBLAS against 0.735x for 128x256,
-        # 8192^3 0.810x against 0.723x, 2048^3 0.861x against 0.750x (2026-11-26).
+        # 8192^3 0.810x against 0.723x, 2048^3 0.861x against 0.750x (2026-11-26). With A
+        # transposed too (tn) the sum of both is the same either way and 128x256 measured faster
+        # (4096^3 0.962x against 0.897x).
         preferred.insert(0, preferred[0].with_(bm=256, bn=128))
     if spec.epilogue.reads_c:
         preferred.append(steps["tma_store"].with_(c_spread=True))
@@ -601,10 +603,10 @@ def split_candidates(spec: GemmSpec, arch: str = "sm_90a") -> list[tuple[str, Wg
     return valid_named(named, rejections, spec, arch)
 
 
-def transposed_candidates(spec: GemmSpec, arch: str = "sm_90a") -> list[tuple[str, WgmmaConfig]]:
-    """tf32 stored MN-major: named configs to time against the default. The consumers' transposes
-    add shared-memory traffic of 4/BM bytes a FLOP for B (4/BN for A), so taller tiles for a
-    transposed B, wider ones for a transposed A."""
+def tf32_candidates(spec: GemmSpec, arch: str = "sm_90a") -> list[tuple[str, WgmmaConfig]]:
+    """tf32: named tile shapes to time against the default. Where an operand is stored MN-major the
+    consumers' transposes add shared-memory traffic of 4/BM bytes a FLOP for B (4/BN for A), so
+    taller tiles for a transposed B, wider ones for a transposed A."""
     base = default_config(spec, arch)
     wide, tall = base.with_(bm=128, bn=256), base.with_(bm=256, bn=128)
     named = [("default", base), ("128x256", wide), ("256x128", tall), ("256x128_s3", tall.with_(stages=3)),
