@@ -96,7 +96,7 @@ def wgmma_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[WgmmaConf
     if splits_fp32(spec):
         return split_candidates_untuned(spec)
     found = []
-    for bm, bn in transpose_tiles(spec):
+    for bm, bn in wgmma_tiles(spec):
         # The tail split along K (split_tail) on every persistent candidate: the model was trained
         # without it and cannot see it, but where it splits it measured 1.1-2.6x faster (H100,
         # bench/results/2026-11-23-h100-wgmma-variants.md run 8), and elsewhere it changes nothing.
@@ -111,20 +111,23 @@ def wgmma_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[WgmmaConf
     return found
 
 
-def transpose_tiles(spec: GemmSpec) -> tuple[tuple[int, int], ...]:
-    """WGMMA_TILES, less those a transposed tf32 operand makes slow: the consumers' transpose of B
-    costs 4/BM bytes of shared memory a FLOP (of A: 4/BN), and the model, trained on K-major
-    operands, does not see it. With B transposed, tiles at least as tall as wide (on an H100 at tf32
-    nn 4096^3 the model's 128x192 ran 0.68x cuBLAS, 256x128 0.82x); with A alone, at least as wide
-    as tall (tt 4096^3: 128x192 0.71x, 128x256 0.88x) (2026-11-26)."""
+def wgmma_tiles(spec: GemmSpec) -> tuple[tuple[int, int], ...]:
+    """WGMMA_TILES, less those a transposed tf32 operand (stored MN-major) makes slow: the consumers'
+    transpose costs 4/BM bytes of shared memory a FLOP for B (4/BN for A), which the model, trained
+    on K-major operands, does not see. With B alone transposed, tiles at least as tall as wide; with
+    A alone, at least as wide as tall; never 128x192 (H100, 2026-11-26, bench/results/
+    2026-11-26-h100-transposed-wgmma.md: nn 4096^3 128x192 0.68x cuBLAS, 128x256 0.74x, 256x128
+    0.82x; tt 4096^3 128x192 0.71x, 128x256 0.88x). In layout nt the model keeps every tile: taking
+    128x192 away there moved its picks to 128x128 and the tf32 eval geomean from 0.998 to 0.996x."""
     if not transposes_tf32(spec):
         return WGMMA_TILES
+    tiles = tuple(tile for tile in WGMMA_TILES if tile != (128, 192))
     a_kmajor, b_kmajor = k_major(spec)
-    if not b_kmajor and a_kmajor:
-        return tuple((bm, bn) for bm, bn in WGMMA_TILES if bm >= bn)
-    if not a_kmajor and b_kmajor:
-        return tuple((bm, bn) for bm, bn in WGMMA_TILES if bn >= bm)
-    return WGMMA_TILES
+    if a_kmajor and not b_kmajor:
+        return tuple((bm, bn) for bm, bn in tiles if bm >= bn)
+    if b_kmajor and not a_kmajor:
+        return tuple((bm, bn) for bm, bn in tiles if bn >= bm)
+    return tiles
 
 
 def split_candidates_untuned(spec: GemmSpec) -> list[WgmmaConfig]:
