@@ -34,7 +34,9 @@ EPILOGUES = ("none", "alpha+beta", "bias_row", "bias_col+relu", "alpha+bias_row+
 SHAPES = (("simt", "fp32", "nn", 197, 301, 77), ("gemv", "bf16", "nt", 7, 301, 77),
           ("gemv", "fp32", "nn", 301, 1, 77), ("wgmma", "bf16", "nt", 264, 392, 136),
           ("wgmma", "tf32", "nt", 264, 392, 136), ("mma", "bf16", "nn", 197, 301, 77),
-          ("mma", "tf32", "tn", 197, 301, 77), ("mma", "fp16", "tt", 264, 392, 136))
+          ("mma", "tf32", "tn", 197, 301, 77), ("mma", "fp16", "tt", 264, 392, 136),
+          ("wgmma", "tf32", "nn", 264, 392, 136), ("wgmma", "3xtf32", "tn", 264, 392, 136))
+# (dtype "3xtf32": fp32 data multiplied as 3xtf32; wgmma nn/tn transpose MN-major tiles in shared memory)
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 # Ladder steps run beyond the config export picks: wgmma's direct store, sliced TMA stores and
 # ping-pong consumers; every mma step (plain loads, ldmatrix, cp.async ring, swizzle, wide tiles).
@@ -51,7 +53,8 @@ class Case:
 
     @property
     def name(self) -> str:
-        return f"{self.family}-{self.spec.dtype}-{self.config_name}-{self.spec.epilogue}"
+        dtype = "3xtf32" if self.spec.math == "3xtf32" else self.spec.dtype
+        return f"{self.family}-{dtype}-{self.spec.layout}-{self.config_name}-{self.spec.epilogue}"
 
 
 def _known_wgmma_configs(family, spec: GemmSpec) -> list[tuple[str, Any]]:
@@ -72,7 +75,9 @@ def _cases(arch: str) -> list[Case]:
     for family_name, dtype, layout, m, n, k in SHAPES:
         family = get_family(family_name)
         for epilogue in EPILOGUES:
-            spec = GemmSpec(m, n, k, layout=layout, dtype=dtype, epilogue=epilogue)
+            math = "3xtf32" if dtype == "3xtf32" else "auto"
+            spec = GemmSpec(m, n, k, layout=layout, dtype="fp32" if math == "3xtf32" else dtype,
+                            epilogue=epilogue, math=math)
             cases.append(Case(family_name, "chosen", spec, None))
             extra = [(n_, c) for n_, c in family.ladder(arch) if n_ in EXTRA_STEPS.get(family_name, ())]
             extra += _known_wgmma_configs(family, spec) if family_name == "wgmma" else []
@@ -140,10 +145,11 @@ def _errors(output: str) -> int:
 
 def test_every_family_and_epilogue_op_is_covered():
     names = {case.name for case in _cases("sm_90")}
-    for family, dtype, *_ in SHAPES:
+    assert len(names) == len(_cases("sm_90"))  # one export folder and one result per case
+    for family, dtype, layout, *_ in SHAPES:
         for epilogue in EPILOGUES:
-            assert f"{family}-{dtype}-chosen-{epilogue}" in names
-    assert any(name.startswith("wgmma-bf16-known_fused") for name in names)  # the C ring / D-over-C path
+            assert f"{family}-{dtype}-{layout}-chosen-{epilogue}" in names
+    assert any(name.startswith("wgmma-bf16-nt-known_fused") for name in names)  # the C ring / D-over-C path
 
 
 @pytest.mark.parametrize("tool", TOOLS)
