@@ -134,6 +134,19 @@ def _plain_write_back(spec: GemmSpec, config: WgmmaConfig) -> tuple[ConsumerC, s
                       "\n                epi += writes_d;", "\n            ++epi;")
 
 
+def _piece_start(more_sums: str = "") -> str:
+    """A piece's tile coordinates and its zeroed running sums (`more_sums`: further arrays declared
+    beside them, such as 3xtf32's partial)."""
+    return f"""int unit_m, tile_n;
+            unit_coords(unit, unit_m, tile_n);
+            const int tile_m = unit_m * CLUSTER_M + rank;
+            float acc[M_BLOCKS][BN / 2]{more_sums};
+            #pragma unroll
+            for (int mb = 0; mb < M_BLOCKS; ++mb)
+                #pragma unroll
+                for (int i = 0; i < BN / 2; ++i) acc[mb][i] = 0.0f;"""
+
+
 def consumer_plain(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str:
     """Wait for a stage, multiply it, release the one before (one wgmma group stays in flight so the
     tensor cores never wait on the release); after the tile's k-blocks, write it back."""
@@ -153,14 +166,7 @@ def consumer_plain(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str:
                 ring.skip(kb_end - kb_begin);{epi_skip}
                 continue;
             }}
-            int unit_m, tile_n;
-            unit_coords(unit, unit_m, tile_n);
-            const int tile_m = unit_m * CLUSTER_M + rank;
-            float acc[M_BLOCKS][BN / 2];
-            #pragma unroll
-            for (int mb = 0; mb < M_BLOCKS; ++mb)
-                #pragma unroll
-                for (int i = 0; i < BN / 2; ++i) acc[mb][i] = 0.0f;
+            {_piece_start()}
             int previous = -1;{PINGPONG_WAIT if pingpong else ""}{c.release_at}
             for (int kb = kb_begin; kb < kb_end; ++kb) {{
                 mbarrier_wait(&full[ring.s], ring.phase);
@@ -324,14 +330,7 @@ def consumer_split(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str:
         int splits = 0;  // k-blocks split so far: the next goes to residual tile splits % {SPLIT_BUFFERS}{epi_decl}
         for (int piece = 0; next_piece(worker, cursor, unit, kb_begin, kb_end); ++piece) {{
             const bool writes_d = kb_begin == 0;  // holds the tile's first k-block: finishes the tile
-            int unit_m, tile_n;
-            unit_coords(unit, unit_m, tile_n);
-            const int tile_m = unit_m * CLUSTER_M + rank;
-            float acc[M_BLOCKS][BN / 2], part[M_BLOCKS][BN / 2];
-            #pragma unroll
-            for (int mb = 0; mb < M_BLOCKS; ++mb)
-                #pragma unroll
-                for (int i = 0; i < BN / 2; ++i) acc[mb][i] = 0.0f;{c.release_at}
+            {_piece_start(', part[M_BLOCKS][BN / 2]')}{c.release_at}
             mbarrier_wait(&full[ring.s], ring.phase);
             {split_next}
             for (int kb = kb_begin; kb < kb_end; ++kb) {{
@@ -377,14 +376,7 @@ def consumer_transposing(spec: GemmSpec, config: WgmmaConfig, split: bool) -> st
         Ring ring;  // the ring position, continued piece after piece as the producer fills it{epi_decl}
         for (int piece = 0; next_piece(worker, cursor, unit, kb_begin, kb_end); ++piece) {{
             const bool writes_d = kb_begin == 0;  // holds the tile's first k-block: finishes the tile
-            int unit_m, tile_n;
-            unit_coords(unit, unit_m, tile_n);
-            const int tile_m = unit_m * CLUSTER_M + rank;
-            float acc[M_BLOCKS][BN / 2];
-            #pragma unroll
-            for (int mb = 0; mb < M_BLOCKS; ++mb)
-                #pragma unroll
-                for (int i = 0; i < BN / 2; ++i) acc[mb][i] = 0.0f;
+            {_piece_start()}
             int previous = -1;{c.release_at}
             mbarrier_wait(&full[ring.s], ring.phase);
             {transpose_next}
