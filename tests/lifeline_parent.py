@@ -74,7 +74,7 @@ def run_tune_cli(db: str, table: str) -> int:
         return SimulationRunner(runner.table, delay_s=0.05), cublas_s, note
 
     tune_cmds.simulation_runner = slow
-    return main(["tune", "MNK=1024", "t=200", "--simulate", table, "--db", db, "--top", "0"])
+    return main(["tune", "MNK=1024", "t=200", "--math", "simt", "--simulate", table, "--db", db, "--top", "0"])
 
 
 if __name__ == "__main__":

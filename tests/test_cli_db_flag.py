@@ -46,13 +46,13 @@ def test_every_database_verb_takes_db(verb: str) -> None:
 
 
 def test_show_looks_the_config_up_in_the_given_db(tuned_db: Path, no_gpu: None, capsys) -> None:
-    assert main(["show", "MNK=1024", "--no-code", "--arch", "sm_90", "--db", str(tuned_db)]) == 0
+    assert main(["show", "MNK=1024", "--math", "simt", "--no-code", "--arch", "sm_90", "--db", str(tuned_db)]) == 0
     out = capsys.readouterr().out
     assert SLOW.describe() in out and "[tuning-db (best tuned config" in out
 
 
 def test_export_looks_the_config_up_in_the_given_db(tuned_db: Path, no_gpu: None, tmp_path: Path, capsys) -> None:
-    assert main(["export", "MNK=1024", "--arch", "sm_90", "--db", str(tuned_db), "--out", str(tmp_path / "k")]) == 0
+    assert main(["export", "MNK=1024", "--math", "simt", "--arch", "sm_90", "--db", str(tuned_db), "--out", str(tmp_path / "k")]) == 0
     assert "config source: tuning-db" in capsys.readouterr().out
     assert json.loads((tmp_path / "k" / "kernel.json").read_text())["config"] == SLOW.to_json()
 
@@ -97,6 +97,6 @@ def test_known_config_rows_name_their_gpu(no_gpu: None) -> None:
 
 @pytest.mark.skipif(gpu_available(), reason="checks the no-GPU answer")
 def test_bench_takes_db_and_explain_before_saying_there_is_no_gpu(tuned_db: Path, capsys) -> None:
-    assert main(["bench", "MNK=1024", "--db", str(tuned_db), "--explain"]) == 3
+    assert main(["bench", "MNK=1024", "--math", "simt", "--db", str(tuned_db), "--explain"]) == 3
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err

@@ -166,10 +166,10 @@ def test_harness_checks_then_times(exported):
 
 # --- config sources ----------------------------------------------------------------------------
 def test_known_configs_by_arch_without_a_gpu(no_tuning_db):
-    choice = choose_config(GemmSpec(4096, 4096, 4096), "sm_90")
+    choice = choose_config(GemmSpec(4096, 4096, 4096, math="simt"), "sm_90")
     assert choice.provenance.source == "known-configs" and "H100" in choice.provenance.detail
     assert choice.describe().startswith("config source: known-configs")
-    assert choose_config(GemmSpec(4096, 4096, 4096), "sm_80").provenance.detail.startswith("A100")
+    assert choose_config(GemmSpec(4096, 4096, 4096, math="simt"), "sm_80").provenance.detail.startswith("A100")
 
 
 def test_known_configs_by_gpu_name_and_nearest_shape(no_tuning_db):
@@ -183,7 +183,7 @@ def test_far_shapes_go_to_the_chooser_not_the_nearest_known_config(no_tuning_db)
     device = FakeDevice("NVIDIA H200", "sm_90")
     choice = choose_config(GemmSpec(3000, 5000, 4096, layout="nt"), "sm_90", device)
     assert choice.provenance.source == "chooser" and "waves" in choice.provenance.detail
-    skinny = choose_config(GemmSpec(64, 4096, 4096), "sm_90", device)
+    skinny = choose_config(GemmSpec(64, 4096, 4096, math="simt"), "sm_90", device)
     assert skinny.provenance.source == "chooser" and skinny.config.split_k > 1
 
 

@@ -90,8 +90,8 @@ def test_a_compile_pool_dies_with_the_parent(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def table_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = table_path("simt", GemmSpec(1024, 1024, 1024), tmp_path_factory.mktemp("tables"))
-    synthetic_table(GemmSpec(1024, 1024, 1024), rows=400, seed=5).to_csv(path)
+    path = table_path("simt", GemmSpec(1024, 1024, 1024, math="simt"), tmp_path_factory.mktemp("tables"))
+    synthetic_table(GemmSpec(1024, 1024, 1024, math="simt"), rows=400, seed=5).to_csv(path)
     return path
 
 

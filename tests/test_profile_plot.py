@@ -88,13 +88,13 @@ def test_unknown_gpu_needs_explicit_peaks():
 def test_convergence_from_a_simulated_tuning_run(plt, tmp_path):
     db = tmp_path / "tune.sqlite"
     table = Path(SRC) / "gemmtune" / "data" / "simt_gemm_fp32_nn_1024x1024x1024.csv"
-    assert main(["tune", "MNK=1024", "--simulate", str(table), "--db", str(db), "--trials", "24"]) == 0
+    assert main(["tune", "MNK=1024", "--math", "simt", "--simulate", str(table), "--db", str(db), "--trials", "24"]) == 0
     from gemmtune.plot import convergence_traces
 
     (trace,) = convergence_traces(db)
     best = trace.best_so_far()
     assert len(best) == 24 and all(b2 <= b1 for b1, b2 in zip(best, best[1:]))
-    assert main(["plot", "convergence", "MNK=1024", "--db", str(db), "--out", str(tmp_path / "conv")]) == 0
+    assert main(["plot", "convergence", "MNK=1024", "--math", "simt", "--db", str(db), "--out", str(tmp_path / "conv")]) == 0
     _written(tmp_path / "conv")
     assert main(["plot", "convergence", "MNK=512", "--db", str(db), "--out", str(tmp_path / "none")]) == 2
 

@@ -23,15 +23,15 @@ SRC = str(Path(__file__).parents[1] / "src")
 
 @pytest.fixture(scope="module")
 def table_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = table_path("simt", GemmSpec(1024, 1024, 1024), tmp_path_factory.mktemp("tables"))
-    table = synthetic_table(GemmSpec(1024, 1024, 1024), rows=300, seed=11)
+    path = table_path("simt", GemmSpec(1024, 1024, 1024, math="simt"), tmp_path_factory.mktemp("tables"))
+    table = synthetic_table(GemmSpec(1024, 1024, 1024, math="simt"), rows=300, seed=11)
     table.meta["cublas_median_s"] = table.best_s * 0.8
     table.to_csv(path)
     return path
 
 
 def test_space_prints_size_and_rejections(capsys: pytest.CaptureFixture) -> None:
-    assert main(["space", "MNK=2048", "--arch", "sm_90"]) == 0
+    assert main(["space", "MNK=2048", "--math", "simt", "--arch", "sm_90"]) == 0
     out = capsys.readouterr().out
     assert "3,840,000 combinations" in out and "valid" in out
     for rule in ("warp_pair", "threads", "shared_memory", "registers"):
@@ -81,7 +81,7 @@ def test_simulated_tune_then_db_verbs(table_csv: Path, tmp_path: Path, capsys: p
                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "200")  # rich wraps tables to the terminal; keep rows whole here
     db = tmp_path / "t.sqlite"
-    assert main(["tune", "MNK=1024", "t=24", "--simulate", str(table_csv), "--db", str(db), "--top", "3"]) == 0
+    assert main(["tune", "MNK=1024", "t=24", "--math", "simt", "--simulate", str(table_csv), "--db", str(db), "--top", "3"]) == 0
     out = capsys.readouterr().out
     assert "re-measured" in out and "% of cuBLAS" in out and "24 new trials" in out
     assert re.search(r"search: 24 trials in [0-9.]+ s \([0-9.]+/s\); best found after [0-9.]+ s", out), out
@@ -90,7 +90,7 @@ def test_simulated_tune_then_db_verbs(table_csv: Path, tmp_path: Path, capsys: p
 
     assert main(["db", "list", "--db", str(db)]) == 0
     assert "1024x1024x1024" in capsys.readouterr().out
-    assert main(["db", "best", "MNK=1024", "--db", str(db), "--json"]) == 0
+    assert main(["db", "best", "MNK=1024", "--math", "simt", "--db", str(db), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["kind"] == "tiled"
 
     exported, copy = tmp_path / "trials.jsonl", tmp_path / "copy.sqlite"
@@ -110,5 +110,5 @@ def test_db_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -
 
 def test_simulate_rejects_a_table_for_another_shape(table_csv: Path, tmp_path: Path,
                                                     capsys: pytest.CaptureFixture) -> None:
-    assert main(["tune", "MNK=2048", "--simulate", str(table_csv), "--db", str(tmp_path / "t")]) == 2
+    assert main(["tune", "MNK=2048", "--math", "simt", "--simulate", str(table_csv), "--db", str(tmp_path / "t")]) == 2
     assert "recorded for 1024x1024x1024" in capsys.readouterr().err

@@ -22,7 +22,7 @@ from gemmtune.tune.tuner import TuneOptions, tune
 from test_tune_simulation import synthetic_table
 
 H100 = Environment("NVIDIA H100 80GB HBM3", "9.0", 132, "sm_90", "12.8", nvrtc_version())
-SPEC = GemmSpec(1024, 1024, 1024)
+SPEC = GemmSpec(1024, 1024, 1024, math="simt")  # simt trials (auto takes 3xtf32 on sm_90 from 2^29)
 FAST, SLOW = SimtConfig(), SimtConfig(bm=64, bn=64, tm=4, tn=4, wm=32, wn=32, wniter=2)
 
 
