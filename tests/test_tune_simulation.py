@@ -15,7 +15,7 @@ import pytest
 
 from gemmtune.spec import GemmSpec
 from gemmtune.tune.simulation import (SimulationRunner, SimulationTable, TableRow, recorded_tables, replay,
-                                      table_path, trials_to_reach)
+                                      replays, table_path, trials_to_reach)
 from gemmtune.tune.space import candidate_set, space_for
 from gemmtune.tune.strategies import make_strategy
 from gemmtune.tune.trial import SIMULATED, Environment, Status
@@ -77,6 +77,18 @@ def test_csv_round_trip(tmp_path: Path, small_table: SimulationTable) -> None:
             assert again.rows[config].median_s == pytest.approx(row.median_s, rel=1e-5)
     assert recorded_tables(tmp_path) == [path]
     assert path.stat().st_size < 70 * len(small_table.rows)  # one compact line per config (simt: 18 fields)
+
+
+def test_a_simt_table_of_math_auto_serves_math_simt(small_table: SimulationTable) -> None:
+    """simt tables of fp32 specs were recorded with math auto, when auto meant simt everywhere: the
+    same problem under math simt finds and replays them; no other spec or family does."""
+    simt = GemmSpec(1024, 1024, 1024, math="simt")
+    assert small_table.spec.math == "auto" and small_table.family == "simt"
+    assert replays(small_table, simt) and replays(small_table, small_table.spec)
+    assert table_path("simt", simt) == table_path("simt", small_table.spec)
+    assert not replays(small_table, GemmSpec(1024, 1024, 1024, math="3xtf32"))
+    assert not replays(small_table, GemmSpec(1024, 1024, 2048, math="simt"))
+    assert table_path("wgmma", simt) != table_path("wgmma", small_table.spec)
 
 
 def test_runner_replays_times_and_failures(small_table: SimulationTable) -> None:

@@ -6,7 +6,6 @@ import re
 import sys
 import time
 from contextlib import closing
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -236,15 +235,12 @@ def cublas_seconds(spec: GemmSpec) -> tuple[float | None, str]:
 
 
 def simulation_runner(path: Path, spec: GemmSpec) -> tuple[Any, float | None, str]:
-    from ..tune.simulation import SimulationRunner, SimulationTable
+    from ..tune.simulation import SimulationRunner, SimulationTable, replays
 
     if not Path(path).exists() or not Path(path).with_suffix(".json").exists():
         raise SpecError(f"no simulation table at {path} (a .csv with its .json beside it)")
     table = SimulationTable.from_csv(path)
-    # A simt table of an fp32 spec with math auto (recorded when auto meant simt everywhere) replays
-    # that spec with math simt too; auto on sm_90 now takes 3xtf32 from M·N·K = 2^29.
-    simt_twin = table.family == "simt" and spec.math == "simt" and table.spec == replace(spec, math="auto")
-    if table.spec != spec and not simt_twin:
+    if not replays(table, spec):
         raise SpecError(f"the table at {path} was recorded for {table.spec.short()}, not {spec.short()}")
     cublas_s = table.meta.get("cublas_median_s")
     return SimulationRunner(table), cublas_s, f"simulating {table.environment.device_name} from {path}"

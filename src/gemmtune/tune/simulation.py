@@ -12,7 +12,7 @@ import json
 import os
 import tempfile
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -125,8 +125,20 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def recorded_spec(family: str, spec: GemmSpec) -> GemmSpec:
+    """The spec a `family` table for `spec` is filed and matched under. simt tables of fp32 specs
+    were recorded with math auto, when auto meant simt on every GPU; for simt, math simt is the same
+    problem, so it reads them too (auto on sm_90 now takes 3xtf32 from M·N·K = 2^29)."""
+    return replace(spec, math="auto") if family == "simt" and spec.math == "simt" else spec
+
+
+def replays(table: SimulationTable, spec: GemmSpec) -> bool:
+    """Whether `table` holds the trials of `spec` (recorded_spec)."""
+    return recorded_spec(table.family, table.spec) == recorded_spec(table.family, spec)
+
+
 def table_path(family: str, spec: GemmSpec, directory: Path = DATA_DIR) -> Path:
-    return Path(directory) / f"{family}_{spec.slug()}.csv"
+    return Path(directory) / f"{family}_{recorded_spec(family, spec).slug()}.csv"
 
 
 def recorded_tables(directory: Path = DATA_DIR) -> list[Path]:
