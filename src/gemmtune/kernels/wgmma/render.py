@@ -235,6 +235,16 @@ __device__ __forceinline__ void mma_stage(float (&acc)[M_BLOCKS][BN / 2], const 
 """
 
 
+# A consumer's share of a stage, per operand: its float4s (A_PIECES, B_PIECES, declared where the
+# share is split or transposed) and its rows of M or N (its own rows of A, half of B's).
+CONSUMER_SHARES = (("A_PIECES", "ROWS_PER_CONSUMER"), ("B_PIECES", "BN / CONSUMERS"))
+
+
+def _share(tile: str) -> str:
+    """The first float4 of this consumer's share of `tile` (a, b, a_small or b_small)."""
+    return f"reinterpret_cast<float4*>({tile}) + consumer * {tile[0].upper()}_PIECES"
+
+
 def _split_stage(spec: GemmSpec, config: WgmmaConfig) -> str:
     """3xtf32: the residuals of one k-block, written beside its stage; each consumer splits its own
     rows of A and its share of B's rows (the other consumer reads those too: consumer_split waits
@@ -250,14 +260,11 @@ def _split_stage(spec: GemmSpec, config: WgmmaConfig) -> str:
         write = """
     if (MOVED) *big_at = x;
     *small_at = make_float4(tf32_residual(x.x), tf32_residual(x.y), tf32_residual(x.z), tf32_residual(x.w));"""
-    a_kmajor, b_kmajor = k_major(spec)
-    a_split = ("split_part(reinterpret_cast<float4*>(a) + consumer * A_PIECES, reinterpret_cast<float4*>(a_small) + consumer * A_PIECES, A_PIECES);"
-               if a_kmajor else
-               "split_transposed(reinterpret_cast<float4*>(a) + consumer * A_PIECES, reinterpret_cast<float4*>(a_small) + consumer * A_PIECES, ROWS_PER_CONSUMER / MN_CHUNK);")
-    b_split = ("split_part(reinterpret_cast<float4*>(b) + consumer * B_PIECES, reinterpret_cast<float4*>(b_small) + consumer * B_PIECES, B_PIECES);"
-               if b_kmajor else
-               "split_transposed(reinterpret_cast<float4*>(b) + consumer * B_PIECES, reinterpret_cast<float4*>(b_small) + consumer * B_PIECES, BN / CONSUMERS / MN_CHUNK);")
-    transposed = "" if a_kmajor and b_kmajor else transpose_chunks(True)
+    a_split, b_split = (
+        f"split_part({_share(name)}, {_share(name + '_small')}, {pieces});" if kmajor else
+        f"split_transposed({_share(name)}, {_share(name + '_small')}, {rows} / MN_CHUNK);"
+        for name, kmajor, (pieces, rows) in zip("ab", k_major(spec), CONSUMER_SHARES))
+    transposed = "" if k_major(spec) == (True, True) else transpose_chunks(True)
     return f"""
 // 3xtf32: x = big + small, both tf32. The residual goes to the same place of the residual tile as x
 // has in its stage, so both read with the same descriptors; MOVED: x itself is written to big_at too
@@ -357,10 +364,8 @@ __device__ __forceinline__ void {name}({params}) {{
 def _transpose_stage(spec: GemmSpec) -> str:
     """tf32 with an MN-major operand: each consumer transposes its own rows of A and its share of B
     (consumer_transposing waits for both consumers' shares at a named barrier)."""
-    a_kmajor, b_kmajor = k_major(spec)
-    calls = ([] if a_kmajor else ["transpose_chunks(reinterpret_cast<float4*>(a) + consumer * A_PIECES, ROWS_PER_CONSUMER / MN_CHUNK);"]) + \
-        ([] if b_kmajor else ["transpose_chunks(reinterpret_cast<float4*>(b) + consumer * B_PIECES, BN / CONSUMERS / MN_CHUNK);"])
-    body = "".join(f"\n    {line}" for line in calls)
+    body = "".join(f"\n    transpose_chunks({_share(name)}, {rows} / MN_CHUNK);"
+                   for name, kmajor, (_, rows) in zip("ab", k_major(spec), CONSUMER_SHARES) if not kmajor)
     return f"""{transpose_chunks(False)}
 // tf32 wgmma reads K-major tiles only: this consumer's MN-major rows of a stage, transposed in place.
 __device__ __forceinline__ void transpose_stage(in_t* a, in_t* b, int consumer) {{
