@@ -4,14 +4,13 @@ and with every epilogue kind.
 
     pytest -q -p no:cacheprovider tests/test_gpu_wgmma_3xtf32.py
 """
-import numpy as np
 import pytest
 
 import gemmtune
-from gemmtune.build import compile_configs
 from gemmtune.kernels import family_for
 from gemmtune.kernels.wgmma.config import split_candidates
 from gemmtune.spec import GemmSpec
+from gpu_checks import check_picks, failed_jobs, tma_rows
 
 pytestmark = pytest.mark.gpu
 
@@ -33,49 +32,22 @@ def _split(*shape, epilogue=None, layout="nt") -> GemmSpec:
     return GemmSpec(*shape, layout=layout, dtype="fp32", epilogue=epilogue, math="3xtf32")
 
 
-def _fit(shape: tuple[int, int, int], layout: str) -> tuple[int, int, int]:
-    """The shape with each stored row a multiple of 4 values (TMA's 16 bytes): M where A is stored
-    K×M, N where B is stored K×N, K where either is K-major; the other extents stay odd."""
-    from gemmtune.kernels.wgmma.config import k_major
-
-    a_kmajor, b_kmajor = k_major(GemmSpec(1, 1, 1, layout))
-    up = lambda x: -(-x // 4) * 4  # noqa: E731
-    m, n, k = shape
-    return (m if a_kmajor else up(m), n if b_kmajor else up(n), up(k) if a_kmajor or b_kmajor else k)
-
-
 @pytest.mark.parametrize("layout", ["nt", "nn", "tn", "tt"])
 def test_every_candidate_right_at_fp32_tolerance(layout):
     """Every named 3xtf32 config on every shape, verified against float64 with the fp32 tolerance
     (16·eps·√K), poisoned output first (evaluate)."""
-    from gemmtune.evaluate import evaluate
-
     arch = _arch()
-    specs = [_split(*_fit(shape, layout), layout=layout) for shape in SHAPES]
+    specs = [_split(*tma_rows(shape, layout), layout=layout) for shape in SHAPES]
     jobs = [(spec, config, arch) for spec in specs for _, config in split_candidates(spec, arch)]
-    kernels = compile_configs(jobs)
-    failed = []
-    for (spec, config, _), kernel in zip(jobs, kernels):
-        assert not isinstance(kernel, Exception), f"{spec.short()} {config.describe()}: {kernel}"
-        result = evaluate(kernel, verify_only=True, rng=np.random.default_rng(spec.m + spec.k))
-        if not result.verify.ok:
-            failed.append(f"{spec.short()} {config.describe()}: {result.verify.message}")
+    failed = failed_jobs(jobs, lambda spec: spec.m + spec.k)
     assert not failed, "\n".join(failed)
 
 
 @pytest.mark.parametrize("epilogue", ["relu+add", "alpha+beta", "bias_row+gelu", "bias_col+relu"])
 def test_epilogues_on_odd_shapes(epilogue):
-    from gemmtune.evaluate import evaluate
-
-    arch = _arch()
-    for shape, layout in (((127, 129, 132), "nt"), ((300, 256, 100), "nt"), ((1, 512, 300), "nt"),
-                          ((2048, 2048, 2048), "nt"), ((127, 132, 100), "nn"), ((124, 132, 131), "tn"),
-                          ((132, 129, 100), "tt"), ((1000, 1000, 1000), "nn")):
-        spec = _split(*shape, epilogue=epilogue, layout=layout)
-        kernel = gemmtune.build(spec, arch=arch)
-        assert kernel.family == "wgmma"
-        result = evaluate(kernel.compiled, verify_only=True, rng=np.random.default_rng(11))
-        assert result.verify.ok, f"{spec.short()}: {result.verify.message}"
+    cases = (((127, 129, 132), "nt"), ((300, 256, 100), "nt"), ((1, 512, 300), "nt"), ((2048, 2048, 2048), "nt"),
+             ((127, 132, 100), "nn"), ((124, 132, 131), "tn"), ((132, 129, 100), "tt"), ((1000, 1000, 1000), "nn"))
+    check_picks([_split(*shape, epilogue=epilogue, layout=layout) for shape, layout in cases], _arch(), "wgmma", 11)
 
 
 def test_16_byte_rows_go_to_wgmma_others_to_mma():

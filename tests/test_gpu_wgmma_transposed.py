@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 
 import gemmtune
-from gemmtune.build import compile_configs
 from gemmtune.kernels import get_family
-from gemmtune.kernels.wgmma.config import k_major
 from gemmtune.spec import GemmSpec
+from gpu_checks import check_picks, failed_jobs, tma_rows
 
 pytestmark = pytest.mark.gpu
 
@@ -30,45 +29,22 @@ def _hopper() -> str:
     return "sm_90a"
 
 
-def _fit(shape: tuple[int, int, int], layout: str) -> tuple[int, int, int]:
-    """Each stored row a multiple of 4 values (TMA's 16 bytes); the other extents stay odd."""
-    a_kmajor, b_kmajor = k_major(GemmSpec(1, 1, 1, layout))
-    up = lambda x: -(-x // 4) * 4  # noqa: E731
-    m, n, k = shape
-    return (m if a_kmajor else up(m), n if b_kmajor else up(n), up(k) if a_kmajor or b_kmajor else k)
-
-
 @pytest.mark.parametrize("layout", ["nn", "tn", "tt"])
 def test_cooperative_steps_right_on_edges(layout):
-    from gemmtune.evaluate import evaluate
-
     arch = _hopper()
     steps = dict(FAMILY.ladder(arch))
-    jobs = [(GemmSpec(*_fit(shape, layout), layout, "tf32"), steps[step], arch) for step in COOPERATIVE
+    jobs = [(GemmSpec(*tma_rows(shape, layout), layout, "tf32"), steps[step], arch) for step in COOPERATIVE
             for shape in SHAPES]
     jobs = [job for job in jobs if not FAMILY.rejections(job[1], job[0], arch)]
     assert len(jobs) >= 3 * len(SHAPES)
-    failed = []
-    for (spec, config, _), kernel in zip(jobs, compile_configs(jobs)):
-        assert not isinstance(kernel, Exception), f"{spec.short()} {config.describe()}: {kernel}"
-        result = evaluate(kernel, verify_only=True, rng=np.random.default_rng(spec.m + spec.n))
-        if not result.verify.ok:
-            failed.append(f"{spec.short()} {config.describe()}: {result.verify.message}")
+    failed = failed_jobs(jobs, lambda spec: spec.m + spec.n)
     assert not failed, "\n".join(failed)
 
 
 @pytest.mark.parametrize("epilogue", ["relu+add", "alpha+beta", "bias_row+gelu", "bias_col+relu"])
 def test_epilogues_on_odd_shapes(epilogue):
-    from gemmtune.evaluate import evaluate
-
-    arch = _hopper()
-    for shape, layout in (((127, 132, 100), "nn"), ((124, 132, 131), "tn"), ((132, 129, 100), "tt"),
-                          ((2048, 2048, 2048), "nn")):
-        spec = GemmSpec(*shape, layout, "tf32", epilogue)
-        kernel = gemmtune.build(spec, arch=arch)
-        assert kernel.family == "wgmma", spec.short()
-        result = evaluate(kernel.compiled, verify_only=True, rng=np.random.default_rng(5))
-        assert result.verify.ok, f"{spec.short()}: {result.verify.message}"
+    cases = (((127, 132, 100), "nn"), ((124, 132, 131), "tn"), ((132, 129, 100), "tt"), ((2048, 2048, 2048), "nn"))
+    check_picks([GemmSpec(*shape, layout, "tf32", epilogue) for shape, layout in cases], _hopper(), "wgmma", 5)
 
 
 def test_registry_pick_on_random_shapes():
@@ -95,17 +71,11 @@ def test_registry_pick_on_random_shapes():
 
 @pytest.mark.parametrize("layout", ["nn", "tn", "tt"])
 def test_named_candidates_right_on_edges(layout):
-    from gemmtune.evaluate import evaluate
     from gemmtune.kernels.wgmma.config import tf32_candidates
 
     arch = _hopper()
-    specs = [GemmSpec(*_fit(shape, layout), layout, "tf32") for shape in ((127, 132, 131), (1000, 1000, 1000),
-                                                                        (300, 4092, 516))]
+    specs = [GemmSpec(*tma_rows(shape, layout), layout, "tf32") for shape in ((127, 132, 131), (1000, 1000, 1000),
+                                                                            (300, 4092, 516))]
     jobs = [(spec, config, arch) for spec in specs for _, config in tf32_candidates(spec, arch)]
-    failed = []
-    for (spec, config, _), kernel in zip(jobs, compile_configs(jobs)):
-        assert not isinstance(kernel, Exception), f"{spec.short()} {config.describe()}: {kernel}"
-        result = evaluate(kernel, verify_only=True, rng=np.random.default_rng(spec.n))
-        if not result.verify.ok:
-            failed.append(f"{spec.short()} {config.describe()}: {result.verify.message}")
+    failed = failed_jobs(jobs, lambda spec: spec.n)
     assert not failed, "\n".join(failed)
