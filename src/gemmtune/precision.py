@@ -40,11 +40,11 @@ def auto_math(spec: GemmSpec, arch: str) -> str:
     least = FASTER_3XTF32.get(number)
     if least is None or spec.m * spec.n * spec.k < least:
         return "simt"
-    # Measured on sm_90's wgmma family only, which loads rows of A and B that start on 16-byte
-    # boundaries (TMA). (Imported here: the family's config imports this module.)
-    from .kernels.wgmma.config import stride_problem
-
-    if number == 90 and stride_problem(spec):
+    # Measured on sm_90's wgmma family only, which loads rows of A and B (of 4-byte values) that
+    # start on 16-byte boundaries (TMA); kernels.wgmma.config.stride_problem says the same, but
+    # importing it here, even inside this function, would close an import cycle
+    # (tests/test_import_cycles.py: the family's config imports this module).
+    if number == 90 and any(inner % 4 for _, inner in (spec.a_shape, spec.b_shape)):
         return "simt"
     return "3xtf32"
 
