@@ -5,17 +5,15 @@ and the chooser's pick."""
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
+from sass_dump import sass as dump_sass
 
 from gemmtune.chooser import choose
 from gemmtune.chooser.candidates import candidates
 from gemmtune.compiler import compile_kernel
 from gemmtune.errors import ConfigError
-from gemmtune.export.toolchain import wheel_tool_candidates
 from gemmtune.kernels import get_family
 from gemmtune.kernels.gemv.config import GemvConfig, tensor_core_rejection
 from gemmtune.spec import GemmSpec
@@ -193,12 +191,7 @@ def test_every_tensor_core_block_shape_compiles_without_spills(arch, untuned_ten
 
 
 def _sass(tmp_path, compiled) -> str:
-    tool = next((str(p) for p in wheel_tool_candidates("cuobjdump") if p.is_file()), None) or shutil.which("cuobjdump")
-    if tool is None:
-        pytest.skip("cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
-    cubin = tmp_path / "kernel.cubin"
-    cubin.write_bytes(compiled.cubin)
-    return subprocess.run([tool, "--dump-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    return dump_sass(tmp_path, compiled.cubin)
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])

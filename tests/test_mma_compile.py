@@ -1,14 +1,11 @@
 """The mma.sync family without a GPU: constraints, rendering, NVRTC for sm_75..sm_120, its SASS."""
 from __future__ import annotations
 
-import shutil
-import subprocess
-
 import pytest
+from sass_dump import sass as dump_sass
 
 from gemmtune.compiler import compile_kernel
 from gemmtune.errors import ConfigError
-from gemmtune.export.toolchain import wheel_tool_candidates
 from gemmtune.kernels import family_for, get_family
 from gemmtune.kernels.mma.render import operands
 from gemmtune.spec import GemmSpec
@@ -78,18 +75,8 @@ def test_copy_width_follows_the_stored_rows():
     assert not any(op.use_async for op in operands(GemmSpec(64, 64, 64, "nn", "fp16"), _step("sm_75", "tuned"), "sm_75"))
 
 
-def _cuobjdump() -> str | None:
-    found = next((str(p) for p in wheel_tool_candidates("cuobjdump") if p.is_file()), None)
-    return found or shutil.which("cuobjdump")
-
-
 def _sass(tmp_path, compiled) -> str:
-    tool = _cuobjdump()
-    if tool is None:
-        pytest.skip("cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
-    cubin = tmp_path / "kernel.cubin"
-    cubin.write_bytes(compiled.cubin)
-    return subprocess.run([tool, "--dump-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    return dump_sass(tmp_path, compiled.cubin)
 
 
 @pytest.mark.parametrize("step", STEPS)

@@ -3,9 +3,10 @@
     gemmtune bench M=512 N=512 K=16384 --accuracy
 
 For one shape it draws inputs of several classes (INPUT_CLASSES: plain uniform values, rows and
-columns scaled by 1e4 and 1e-4, values near fp32's largest and smallest normal numbers), runs every
-fp32 method gemmtune has for the GPU (simt, 3xtf32, tf32) and cuBLAS in fp32 (tf32 off) on the
-same inputs, and compares each D with A·B computed in float64. Two errors per run:
+columns scaled by 1e4 and 1e-4, values near fp32's largest and smallest normal numbers, a few such
+values among ordinary ones), runs every fp32 method gemmtune has for the GPU (simt, 3xtf32, tf32)
+and cuBLAS in fp32 (tf32 off) on the same inputs, and compares each D with A·B computed in float64.
+Two errors per run:
 
     relative    ‖D − D64‖_F / ‖D64‖_F          how far D is overall
     worst       max |D − D64| / (|A|·|B|)       per element, against the size of the terms summed
@@ -78,6 +79,22 @@ def _power_scaled(exp_a: int, exp_b: int) -> Draw:
     return draw
 
 
+def _scattered(target: str) -> Draw:
+    """Uniform values, with every 97th K index (target 'k': A's column ·2^124, B's row ·2^-124,
+    products near 1) or every 89th row of A (target 'rows': ·2^-120) scaled: a few values too small
+    for a tf32 split among ordinary ones, in some k-blocks and some tiles only."""
+    def draw(torch: Any, spec: GemmSpec, gen: Any) -> tuple[Any, Any]:
+        a = _uniform(torch, (spec.m, spec.k), gen)
+        b = _uniform(torch, (spec.k, spec.n), gen)
+        if target == "k":
+            a[:, 5::97] *= 2.0 ** 124
+            b[5::97, :] *= 2.0 ** -124
+        else:
+            a[3::89, :] *= 2.0 ** -120
+        return _stored(spec, a, b)
+    return draw
+
+
 INPUT_CLASSES: tuple[InputClass, ...] = (
     InputClass("uniform", "U(-1, 1)", _power_scaled(0, 0)),
     InputClass("rows 1e±4", "rows of A and columns of B scaled by 1e4, 1, 1e-4", _scaled("rows")),
@@ -86,6 +103,9 @@ INPUT_CLASSES: tuple[InputClass, ...] = (
     InputClass("huge×tiny", "A·2^120 (near fp32's largest), B·2^-124 (near its smallest normal)",
                _power_scaled(120, -124)),
     InputClass("tiny", "A·2^-60, B·2^-60: products near fp32's smallest normal (2^-126)", _power_scaled(-60, -60)),
+    InputClass("k huge×tiny", "every 97th K index: A's column ·2^124, B's row ·2^-124 (products near 1)",
+               _scattered("k")),
+    InputClass("rows tiny", "every 89th row of A ·2^-120", _scattered("rows")),
 )
 
 

@@ -238,6 +238,31 @@ __device__ __forceinline__ float tf32_round(float x) {
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(big) : "f"(x));
     return __uint_as_float(big);
 }
+
+// Whether a value of x is too small to split: 0 < |x| < 2^-103. A nonzero residual of such a value
+// can lie below fp32's smallest normal number (2^-126), and the tensor cores read it as zero, so
+// the split loses what SGEMM keeps (an operand of values near 2^-124 against one near 2^120 lost
+// 2^-11 of every product). |x| - 1 as an unsigned number puts zero above the limit.
+__device__ __forceinline__ bool tf32_unsplittable(float4 x) {
+    constexpr u32 LIMIT = (127u - 103u) << 23;  // the bits of 2^-103
+    const auto tiny = [](float v) { return (__float_as_uint(v) & 0x7fffffffu) - 1u < LIMIT - 1u; };
+    return tiny(x.x) | tiny(x.y) | tiny(x.z) | tiny(x.w);
+}
+
+// Shared memory by 32-bit address: the exact path keeps its addresses beside the sums in few registers.
+__device__ __forceinline__ float load_shared_float(u32 at) {
+    float v;
+    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(at));
+    return v;
+}
+
+// A named barrier that also ORs a predicate over the threads that meet there.
+__device__ __forceinline__ bool named_barrier_or(int id, int threads, bool value) {
+    u32 any;
+    asm volatile("{\n .reg .pred p, q;\n setp.ne.u32 p, %3, 0;\n bar.red.or.pred q, %1, %2, p;\n selp.u32 %0, 1, 0, q;\n}"
+                 : "=r"(any) : "r"(id), "r"(threads), "r"((u32)value) : "memory");
+    return any != 0;
+}
 """
 
 

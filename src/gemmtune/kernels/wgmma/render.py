@@ -245,6 +245,56 @@ def _share(tile: str) -> str:
     return f"reinterpret_cast<float4*>({tile}) + consumer * {tile[0].upper()}_PIECES"
 
 
+def exact_stage(round_big: bool) -> str:
+    """3xtf32's exact path: a k-block holding a value too small to split (tf32_unsplittable) is
+    multiplied with fp32 FMAs from its stage instead, as SGEMM would. With round_big the stage holds
+    big, and x is big + small (x itself and a zero residual, where a value is too small)."""
+    a_value, b_value = (f"load_shared_float({tile}_at + {offset}) + load_shared_float({tile}s_at + {offset})" if round_big
+                        else f"load_shared_float({tile}_at + {offset})"
+                        for tile, offset in (("a", "(mb * 64 + 8 * half) * 128 + a_unit"),
+                                             ("b", "(j * 8 + e) * 128 + b_unit[e]")))
+    small_at = ("""
+    const u32 as_at = smem_addr(a_small) + (a_at - smem_addr(a)), bs_at = smem_addr(b_small) + (b_at - smem_addr(b));"""
+                if round_big else "")
+    return f"""
+// 3xtf32's exact path, for a k-block that holds a value too small to split: each thread adds the
+// k-block's products to its own fragment of the running sum (rows 16·warp + lane/4 (+8), columns
+// 8·j + 2·(lane%4) (+1)) with fp32 FMAs, as SGEMM would; the tensor cores' partial sum for the
+// k-block is dropped. Slow (CUDA cores, a value per shared-memory load), and taken only for such
+// k-blocks. The tiles are K-major in the 128-byte swizzle: K value k of row r at byte
+// r·128 + ((k/4) ^ (r%8))·16 + (k%4)·4; this thread's rows of A are all lane/4 modulo 8, and its
+// columns of B 2·(lane%4) + e.
+__device__ __forceinline__ void mma_stage_exact(float (&acc)[M_BLOCKS][BN / 2], const in_t* a, const in_t* b,
+                                                const in_t* a_small, const in_t* b_small, int consumer) {{
+    const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+    const u32 a_at = smem_addr(a) + (consumer * CONSUMER_ROWS + warp * 16 + lane / 4) * 128;
+    const u32 b_at = smem_addr(b) + 2 * (lane % 4) * 128;{small_at}
+    #pragma unroll 1
+    for (int k = 0; k < BK; ++k) {{
+        const u32 a_unit = ((k / 4) ^ (lane / 4)) * 16 + (k % 4) * 4;
+        const u32 b_unit[2] = {{((k / 4) ^ (2 * (lane % 4))) * 16 + (k % 4) * 4,
+                               ((k / 4) ^ (2 * (lane % 4) + 1)) * 16 + (k % 4) * 4}};
+        float x[M_BLOCKS][2];  // A at this thread's rows
+        #pragma unroll
+        for (int mb = 0; mb < M_BLOCKS; ++mb)
+            #pragma unroll
+            for (int half = 0; half < 2; ++half) x[mb][half] = {a_value};
+        #pragma unroll
+        for (int j = 0; j < BN / 8; ++j)
+            #pragma unroll
+            for (int e = 0; e < 2; ++e) {{
+                const float y = {b_value};
+                #pragma unroll
+                for (int mb = 0; mb < M_BLOCKS; ++mb)
+                    #pragma unroll
+                    for (int half = 0; half < 2; ++half)
+                        acc[mb][4 * j + 2 * half + e] = fmaf(x[mb][half], y, acc[mb][4 * j + 2 * half + e]);
+            }}
+    }}
+}}
+"""
+
+
 def _split_stage(spec: GemmSpec, config: WgmmaConfig) -> str:
     """3xtf32: the residuals of one k-block, written beside its stage; each consumer splits its own
     rows of A and its share of B's rows (the other consumer reads those too: consumer_split waits
@@ -252,39 +302,54 @@ def _split_stage(spec: GemmSpec, config: WgmmaConfig) -> str:
     way (split_transposed): tf32 wgmma reads K-major tiles only."""
     if config.round_big:  # big rounded to nearest, written over x; the residual is x - big
         write = """
+    if (tf32_unsplittable(x)) {  // x kept whole, its residual zero: the exact path reads big + small
+        *big_at = x;
+        *small_at = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        return true;
+    }
     const float4 big = make_float4(tf32_round(x.x), tf32_round(x.y), tf32_round(x.z), tf32_round(x.w));
     *big_at = big;
     *small_at = make_float4(tf32_round(x.x - big.x), tf32_round(x.y - big.y), tf32_round(x.z - big.z),
-                            tf32_round(x.w - big.w));"""
+                            tf32_round(x.w - big.w));
+    return false;"""
     else:  # big is x itself, which the tensor cores truncate
         write = """
     if (MOVED) *big_at = x;
-    *small_at = make_float4(tf32_residual(x.x), tf32_residual(x.y), tf32_residual(x.z), tf32_residual(x.w));"""
+    *small_at = make_float4(tf32_residual(x.x), tf32_residual(x.y), tf32_residual(x.z), tf32_residual(x.w));
+    return tf32_unsplittable(x);"""
     a_split, b_split = (
         f"split_part({_share(name)}, {_share(name + '_small')}, {pieces});" if kmajor else
         f"split_transposed({_share(name)}, {_share(name + '_small')}, {rows} / MN_CHUNK);"
         for name, kmajor, (pieces, rows) in zip("ab", k_major(spec), CONSUMER_SHARES))
     transposed = "" if k_major(spec) == (True, True) else transpose_chunks(True)
+    exact = exact_stage(config.round_big)
     return f"""
 // 3xtf32: x = big + small, both tf32. The residual goes to the same place of the residual tile as x
 // has in its stage, so both read with the same descriptors; MOVED: x itself is written to big_at too
 // (a transposing split moves it). The swizzle moves 16-byte pieces only: a float4 at a time keeps it.
+// Returns whether x holds a value too small to split (tf32_unsplittable).
 template <bool MOVED>
-__device__ __forceinline__ void split_write(float4 x, float4* big_at, float4* small_at) {{{write}
+__device__ __forceinline__ bool split_write(float4 x, float4* big_at, float4* small_at) {{{write}
 }}
 
 // A K-major operand: every value of this consumer's part, split where it lies.
-__device__ __forceinline__ void split_part(float4* from, float4* to, int count) {{
+__device__ __forceinline__ bool split_part(float4* from, float4* to, int count) {{
+    bool unsplittable = false;
     #pragma unroll
-    for (int i = threadIdx.x % 128; i < count; i += 128) split_write<false>(from[i], from + i, to + i);
+    for (int i = threadIdx.x % 128; i < count; i += 128) unsplittable |= split_write<false>(from[i], from + i, to + i);
+    return unsplittable;
 }}
 {transposed}
-__device__ __forceinline__ void split_stage(in_t* a, in_t* b, in_t* a_small, in_t* b_small, int consumer) {{
+// This consumer's share of a k-block. Returns whether this thread found a value too small to
+// split: the consumers OR that at the named barrier before the k-block's products, and multiply
+// it exactly (mma_stage_exact) if any did.
+__device__ __forceinline__ bool split_stage(in_t* a, in_t* b, in_t* a_small, in_t* b_small, int consumer) {{
     constexpr int A_PIECES = ROWS_PER_CONSUMER * 128 / 16, B_PIECES = BN / CONSUMERS * 128 / 16;  // float4s
-    {a_split}
-    {b_split}
+    bool unsplittable = {a_split}
+    unsplittable |= {b_split}
+    return unsplittable;
 }}
-
+{exact}
 // 3xtf32: one k-block's three products, small·big + big·small + big·big, summed by the tensor cores
 // into a fresh partial (its first wgmma overwrites it): the running sum stays out of the tensor
 // cores' accumulation, which truncates (consumer_split adds the partial in fp32).
@@ -332,11 +397,13 @@ def transpose_chunks(split: bool) -> str:
     name, params = ("split_transposed", "float4* from, float4* to, int chunks") if split else \
         ("transpose_chunks", "float4* from, int chunks")
     small = "\n        float4* small_chunk = to + half / 2 * CHUNK_PIECES;" if split else ""
-    write = "split_write<true>(x, x_chunk + at, small_chunk + at);" if split else "x_chunk[at] = x;"
+    write = ("unsplittable |= split_write<true>(x, x_chunk + at, small_chunk + at);" if split else
+             "x_chunk[at] = x;")
+    result, begin, end = ("bool", "\n    bool unsplittable = false;", "\n    return unsplittable;") if split else ("void", "", "")
     return f"""{TRANSPOSE_NOTE}
-__device__ __forceinline__ void {name}({params}) {{
+__device__ __forceinline__ {result} {name}({params}) {{
     constexpr int CHUNK_PIECES = MN_CHUNK * BK / 4;  // float4s in a chunk (256)
-    const int lane = threadIdx.x % 32, mn4 = lane % 8;
+    const int lane = threadIdx.x % 32, mn4 = lane % 8;{begin}
     #pragma unroll 1  // one block's 16 values live at a time: registers are few beside the sums
     for (int half = (threadIdx.x % 128) / 32; half < 2 * chunks; half += 4) {{  // a warp takes one at a time
         float4* x_chunk = from + half / 2 * CHUNK_PIECES;{small}
@@ -356,7 +423,7 @@ __device__ __forceinline__ void {name}({params}) {{
             const int at = row * 8 + (k4 ^ (row % 8));
             {write}
         }}
-    }}
+    }}{end}
 }}
 """
 
