@@ -61,13 +61,13 @@ def test_named_configs_compile_without_spills_in_the_main_loop(tmp_path, epilogu
         assert "split_stage(" in code and "acc[mb][i] += part[mb][i]" in code
         assert ("tf32_round(x.x - big.x)" in code) == config.round_big
         assert ("split_transposed(" in code) == (layout != "nt")  # an MN-major operand is transposed
-        assert code.count("= named_barrier_or(") == 1 and "mma_stage_exact(acc," in code  # the exact path
+        assert "if (named_barrier_or(" in code and "exact_piece(acc, A, B," in code  # the exact path
         compiled = compile_kernel(source, "sm_90a")
         resources = compiled.resources
-        # ptxas sits at the edge of the consumers' 240 registers (two sets of sums): with the exact
-        # path it may park one tile coordinate in local memory for a tile's write-back (4 bytes,
-        # stored at the tile's start). Nothing may go there inside the main loop.
-        assert resources.spill_store_bytes <= 8, (name, config.describe(), resources)
+        # ptxas sits at the edge of the consumers' 232 registers (two sets of sums): with the exact
+        # path after the loop it may park a few tile values in local memory for a tile's write-back
+        # (up to 16 bytes, stored at the tile's start). Nothing may go there inside the main loop.
+        assert resources.spill_store_bytes <= 16, (name, config.describe(), resources)
         if resources.spill_store_bytes:
             assert _main_loop_local_accesses(tmp_path, compiled) == [], (name, config.describe())
 

@@ -307,6 +307,7 @@ def consumer_overlapped(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str
 
 # --- the 3xtf32 loop -------------------------------------------------------------------------------
 SPLIT_BARRIER = 4  # named barrier of the consumers' residual tiles (1 + consumer are the write-back's)
+UNSPLIT_BARRIER = 5  # named barrier that ORs, over a piece, whether a value was too small to split
 
 
 def consumer_split(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str:
@@ -315,11 +316,12 @@ def consumer_split(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str:
     a named barrier of all consumers at the top of each k-block says both shares of B's residual
     are written (each consumer splits half of B). Each k-block's three products go into a fresh
     partial sum, added to the running sum in fp32 once the group is done: the tensor cores'
-    accumulation truncates, and carried across all of K it loses bits with every k-block. A k-block
-    holding a value too small to split is added with fp32 FMAs instead (render.exact_stage): its
-    residual would fall below fp32's normal range, where the tensor cores read zero."""
+    accumulation truncates, and carried across all of K it loses bits with every k-block. A piece
+    whose operands hold a value too small to split is summed again with fp32 FMAs after its loop
+    (render.exact_piece): that value's residual would fall below fp32's normal range, where the
+    tensor cores read zero."""
     c, store, (epi_decl, _, epi_next) = _plain_write_back(spec, config)  # (no other consumer's pieces)
-    split_next = ("unsplittable = split_stage(a_tiles + ring.s * A_ELEMS, b_tiles + ring.s * B_ELEMS, "
+    split_next = ("unsplittable |= split_stage(a_tiles + ring.s * A_ELEMS, b_tiles + ring.s * B_ELEMS, "
                   f"a_small + (splits % {SPLIT_BUFFERS}) * A_ELEMS, b_small + (splits % {SPLIT_BUFFERS}) * B_ELEMS, consumer);")
     return f"""
         // Consumer warpgroups (3xtf32): split a stage into tf32 parts, multiply them into a fresh
@@ -330,17 +332,17 @@ def consumer_split(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str:
         {c.pending}
         Ring ring;  // the ring position, continued piece after piece as the producer fills it
         int splits = 0;  // k-blocks split so far: the next goes to residual tile splits % {SPLIT_BUFFERS}
-        bool unsplittable;  // the last split found a value too small to split (this thread's share){epi_decl}
+{epi_decl}
         for (int piece = 0; next_piece(worker, cursor, unit, kb_begin, kb_end); ++piece) {{
             const bool writes_d = kb_begin == 0;  // holds the tile's first k-block: finishes the tile
             {_piece_start(', part[M_BLOCKS][BN / 2]')}{c.release_at}
+            bool unsplittable = false;  // this thread found a value too small to split in the piece
             mbarrier_wait(&full[ring.s], ring.phase);
             {split_next}
             for (int kb = kb_begin; kb < kb_end; ++kb) {{
                 const int slot = ring.s, residual = splits % {SPLIT_BUFFERS};
                 fence_async_shared();  // the residuals written here are visible to wgmma (async proxy)
-                // and the other consumer's share of B's; exact: some thread found a value too small to split
-                const bool exact = named_barrier_or({SPLIT_BARRIER}, CONSUMERS * 128, unsplittable);
+                named_barrier({SPLIT_BARRIER}, CONSUMERS * 128);  // and the other consumer's share of B's
                 wgmma_fence();
                 mma_stage_split(part, a_tiles + slot * A_ELEMS, b_tiles + slot * B_ELEMS,
                                 a_small + residual * A_ELEMS, b_small + residual * B_ELEMS, consumer);
@@ -352,16 +354,16 @@ def consumer_split(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str:
                     {split_next}
                 }}
                 wgmma_wait<0>();
-                if (exact)  // the tensor cores' sum lost that value's residual: fp32 FMAs instead
-                    mma_stage_exact(acc, a_tiles + slot * A_ELEMS, b_tiles + slot * B_ELEMS,
-                                    a_small + residual * A_ELEMS, b_small + residual * B_ELEMS, consumer);
-                else
+                #pragma unroll
+                for (int mb = 0; mb < M_BLOCKS; ++mb)
                     #pragma unroll
-                    for (int mb = 0; mb < M_BLOCKS; ++mb)
-                        #pragma unroll
-                        for (int i = 0; i < BN / 2; ++i) acc[mb][i] += part[mb][i];{c.hand_back}
+                    for (int i = 0; i < BN / 2; ++i) acc[mb][i] += part[mb][i];{c.hand_back}
                 release_stage(slot);
-            }}{SPLIT_PARTIAL if split else ""}
+            }}
+            // A value too small to split in the piece, found by any thread of either consumer: the
+            // tensor cores lost its residual, so the piece is summed again on CUDA cores.
+            if (named_barrier_or({UNSPLIT_BARRIER}, CONSUMERS * 128, unsplittable))
+                exact_piece(acc, A, B, tile_m, tile_n, consumer, kb_begin, kb_end);{SPLIT_PARTIAL if split else ""}
             {store}{epi_next}
         }}"""
 

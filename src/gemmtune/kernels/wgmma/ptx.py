@@ -239,21 +239,16 @@ __device__ __forceinline__ float tf32_round(float x) {
     return __uint_as_float(big);
 }
 
-// Whether a value of x is too small to split: 0 < |x| < 2^-103. A nonzero residual of such a value
-// can lie below fp32's smallest normal number (2^-126), and the tensor cores read it as zero, so
-// the split loses what SGEMM keeps (an operand of values near 2^-124 against one near 2^120 lost
-// 2^-11 of every product). |x| - 1 as an unsigned number puts zero above the limit.
-__device__ __forceinline__ bool tf32_unsplittable(float4 x) {
-    constexpr u32 LIMIT = (127u - 103u) << 23;  // the bits of 2^-103
-    const auto tiny = [](float v) { return (__float_as_uint(v) & 0x7fffffffu) - 1u < LIMIT - 1u; };
-    return tiny(x.x) | tiny(x.y) | tiny(x.z) | tiny(x.w);
-}
-
-// Shared memory by 32-bit address: the exact path keeps its addresses beside the sums in few registers.
-__device__ __forceinline__ float load_shared_float(u32 at) {
-    float v;
-    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(at));
-    return v;
+// A value too small to split: 0 < |x| < 2^-103. A nonzero residual of such a value can lie below
+// fp32's smallest normal number (2^-126), which the tensor cores read as zero: the split loses what
+// SGEMM keeps (values near 2^-124 against ones near 2^120 lost 2^-11 of every product). Its key is
+// 2·bits - 1 (wrapping): the doubling drops the sign and zero wraps to the top, so a value is too
+// small exactly when its key is below UNSPLITTABLE_KEY, and the smallest key of many says whether
+// any is (two instructions a value).
+constexpr u32 UNSPLITTABLE_KEY = ((127u - 103u) << 24) - 1u;
+__device__ __forceinline__ u32 tf32_split_key(float4 x) {
+    const auto key = [](float v) { return 2u * __float_as_uint(v) - 1u; };
+    return min(min(key(x.x), key(x.y)), min(key(x.z), key(x.w)));
 }
 
 // A named barrier that also ORs a predicate over the threads that meet there.

@@ -245,51 +245,59 @@ def _share(tile: str) -> str:
     return f"reinterpret_cast<float4*>({tile}) + consumer * {tile[0].upper()}_PIECES"
 
 
-def exact_stage(round_big: bool) -> str:
-    """3xtf32's exact path: a k-block holding a value too small to split (tf32_unsplittable) is
-    multiplied with fp32 FMAs from its stage instead, as SGEMM would. With round_big the stage holds
-    big, and x is big + small (x itself and a zero residual, where a value is too small)."""
-    a_value, b_value = (f"load_shared_float({tile}_at + {offset}) + load_shared_float({tile}s_at + {offset})" if round_big
-                        else f"load_shared_float({tile}_at + {offset})"
-                        for tile, offset in (("a", "(mb * 64 + 8 * half) * 128 + a_unit"),
-                                             ("b", "(j * 8 + e) * 128 + b_unit[e]")))
-    small_at = ("""
-    const u32 as_at = smem_addr(a_small) + (a_at - smem_addr(a)), bs_at = smem_addr(b_small) + (b_at - smem_addr(b));"""
-                if round_big else "")
+def exact_piece(spec: GemmSpec) -> str:
+    """3xtf32's exact path: a piece whose k-blocks held a value too small to split (tf32_split_key)
+    is summed again with fp32 FMAs from A and B in global memory, as SGEMM would, over what the
+    tensor cores summed. Out of the main loop, so the loop keeps its registers and its speed."""
+    a_at = "(size_t)m * K + k" if k_major(spec)[0] else "(size_t)k * M + m"
+    b_at = "(size_t)n * K + k" if k_major(spec)[1] else "(size_t)k * N + n"
     return f"""
-// 3xtf32's exact path, for a k-block that holds a value too small to split: each thread adds the
-// k-block's products to its own fragment of the running sum (rows 16·warp + lane/4 (+8), columns
-// 8·j + 2·(lane%4) (+1)) with fp32 FMAs, as SGEMM would; the tensor cores' partial sum for the
-// k-block is dropped. Slow (CUDA cores, a value per shared-memory load), and taken only for such
-// k-blocks. The tiles are K-major in the 128-byte swizzle: K value k of row r at byte
-// r·128 + ((k/4) ^ (r%8))·16 + (k%4)·4; this thread's rows of A are all lane/4 modulo 8, and its
-// columns of B 2·(lane%4) + e.
-__device__ __forceinline__ void mma_stage_exact(float (&acc)[M_BLOCKS][BN / 2], const in_t* a, const in_t* b,
-                                                const in_t* a_small, const in_t* b_small, int consumer) {{
+// 3xtf32's exact path, for a piece (tile_m, tile_n, k-blocks kb_begin .. kb_end) whose operands hold
+// a value too small to split: each thread sums its own fragment (rows 16·warp + lane/4 (+8), columns
+// 8·j + 2·(lane%4) (+1)) again with fp32 FMAs from A and B in global memory, a k-block at a time into
+// a fresh partial added to the running sum, as the tensor-core path does. Slow (CUDA cores, values
+// from L2 and L1), and taken only for such pieces.
+__device__ __forceinline__ void exact_piece(float (&acc)[M_BLOCKS][BN / 2], const in_t* __restrict__ A,
+                                            const in_t* __restrict__ B, int tile_m, int tile_n, int consumer,
+                                            int kb_begin, int kb_end) {{
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-    const u32 a_at = smem_addr(a) + (consumer * CONSUMER_ROWS + warp * 16 + lane / 4) * 128;
-    const u32 b_at = smem_addr(b) + 2 * (lane % 4) * 128;{small_at}
+    const int row = tile_m * BM + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;  // + 64·mb + 8·half
+    const int col = tile_n * BN + 2 * (lane % 4);                                     // + 8·j + e
+    const int k_end = min(kb_end * BK, K);
+    #pragma unroll
+    for (int mb = 0; mb < M_BLOCKS; ++mb)
+        #pragma unroll
+        for (int i = 0; i < BN / 2; ++i) acc[mb][i] = 0.0f;
     #pragma unroll 1
-    for (int k = 0; k < BK; ++k) {{
-        const u32 a_unit = ((k / 4) ^ (lane / 4)) * 16 + (k % 4) * 4;
-        const u32 b_unit[2] = {{((k / 4) ^ (2 * (lane % 4))) * 16 + (k % 4) * 4,
-                               ((k / 4) ^ (2 * (lane % 4) + 1)) * 16 + (k % 4) * 4}};
-        float x[M_BLOCKS][2];  // A at this thread's rows
+    for (int k_block = kb_begin * BK; k_block < k_end; k_block += BK) {{
+        float part[M_BLOCKS][BN / 2] = {{}};
+        #pragma unroll 1
+        for (int k = k_block; k < min(k_block + BK, k_end); ++k) {{
+            float x[M_BLOCKS][2];  // A at this thread's rows
+            #pragma unroll
+            for (int mb = 0; mb < M_BLOCKS; ++mb)
+                #pragma unroll
+                for (int half = 0; half < 2; ++half) {{
+                    const int m = row + 64 * mb + 8 * half;
+                    x[mb][half] = m < M ? A[{a_at}] : 0.0f;
+                }}
+            #pragma unroll
+            for (int j = 0; j < BN / 8; ++j)
+                #pragma unroll
+                for (int e = 0; e < 2; ++e) {{
+                    const int n = col + 8 * j + e;
+                    const float y = n < N ? B[{b_at}] : 0.0f;
+                    #pragma unroll
+                    for (int mb = 0; mb < M_BLOCKS; ++mb)
+                        #pragma unroll
+                        for (int half = 0; half < 2; ++half)
+                            part[mb][4 * j + 2 * half + e] = fmaf(x[mb][half], y, part[mb][4 * j + 2 * half + e]);
+                }}
+        }}
         #pragma unroll
         for (int mb = 0; mb < M_BLOCKS; ++mb)
             #pragma unroll
-            for (int half = 0; half < 2; ++half) x[mb][half] = {a_value};
-        #pragma unroll
-        for (int j = 0; j < BN / 8; ++j)
-            #pragma unroll
-            for (int e = 0; e < 2; ++e) {{
-                const float y = {b_value};
-                #pragma unroll
-                for (int mb = 0; mb < M_BLOCKS; ++mb)
-                    #pragma unroll
-                    for (int half = 0; half < 2; ++half)
-                        acc[mb][4 * j + 2 * half + e] = fmaf(x[mb][half], y, acc[mb][4 * j + 2 * half + e]);
-            }}
+            for (int i = 0; i < BN / 2; ++i) acc[mb][i] += part[mb][i];
     }}
 }}
 """
@@ -302,54 +310,46 @@ def _split_stage(spec: GemmSpec, config: WgmmaConfig) -> str:
     way (split_transposed): tf32 wgmma reads K-major tiles only."""
     if config.round_big:  # big rounded to nearest, written over x; the residual is x - big
         write = """
-    if (tf32_unsplittable(x)) {  // x kept whole, its residual zero: the exact path reads big + small
-        *big_at = x;
-        *small_at = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        return true;
-    }
     const float4 big = make_float4(tf32_round(x.x), tf32_round(x.y), tf32_round(x.z), tf32_round(x.w));
     *big_at = big;
     *small_at = make_float4(tf32_round(x.x - big.x), tf32_round(x.y - big.y), tf32_round(x.z - big.z),
                             tf32_round(x.w - big.w));
-    return false;"""
+    return tf32_split_key(x);"""
     else:  # big is x itself, which the tensor cores truncate
         write = """
     if (MOVED) *big_at = x;
     *small_at = make_float4(tf32_residual(x.x), tf32_residual(x.y), tf32_residual(x.z), tf32_residual(x.w));
-    return tf32_unsplittable(x);"""
+    return tf32_split_key(x);"""
     a_split, b_split = (
         f"split_part({_share(name)}, {_share(name + '_small')}, {pieces});" if kmajor else
         f"split_transposed({_share(name)}, {_share(name + '_small')}, {rows} / MN_CHUNK);"
         for name, kmajor, (pieces, rows) in zip("ab", k_major(spec), CONSUMER_SHARES))
     transposed = "" if k_major(spec) == (True, True) else transpose_chunks(True)
-    exact = exact_stage(config.round_big)
     return f"""
 // 3xtf32: x = big + small, both tf32. The residual goes to the same place of the residual tile as x
 // has in its stage, so both read with the same descriptors; MOVED: x itself is written to big_at too
 // (a transposing split moves it). The swizzle moves 16-byte pieces only: a float4 at a time keeps it.
-// Returns whether x holds a value too small to split (tf32_unsplittable).
+// Returns x's split key (tf32_split_key: below UNSPLITTABLE_KEY, a value too small to split).
 template <bool MOVED>
-__device__ __forceinline__ bool split_write(float4 x, float4* big_at, float4* small_at) {{{write}
+__device__ __forceinline__ u32 split_write(float4 x, float4* big_at, float4* small_at) {{{write}
 }}
 
 // A K-major operand: every value of this consumer's part, split where it lies.
-__device__ __forceinline__ bool split_part(float4* from, float4* to, int count) {{
-    bool unsplittable = false;
+__device__ __forceinline__ u32 split_part(float4* from, float4* to, int count) {{
+    u32 key = ~0u;  // the smallest split key (tf32_split_key)
     #pragma unroll
-    for (int i = threadIdx.x % 128; i < count; i += 128) unsplittable |= split_write<false>(from[i], from + i, to + i);
-    return unsplittable;
+    for (int i = threadIdx.x % 128; i < count; i += 128) key = min(key, split_write<false>(from[i], from + i, to + i));
+    return key;
 }}
 {transposed}
 // This consumer's share of a k-block. Returns whether this thread found a value too small to
-// split: the consumers OR that at the named barrier before the k-block's products, and multiply
-// it exactly (mma_stage_exact) if any did.
+// split: the consumers OR that over a piece once its k-blocks are done, and sum the piece again
+// exactly (exact_piece) if any did.
 __device__ __forceinline__ bool split_stage(in_t* a, in_t* b, in_t* a_small, in_t* b_small, int consumer) {{
     constexpr int A_PIECES = ROWS_PER_CONSUMER * 128 / 16, B_PIECES = BN / CONSUMERS * 128 / 16;  // float4s
-    bool unsplittable = {a_split}
-    unsplittable |= {b_split}
-    return unsplittable;
+    return min({a_split[:-1]}, {b_split[:-1]}) < UNSPLITTABLE_KEY;
 }}
-{exact}
+{exact_piece(spec)}
 // 3xtf32: one k-block's three products, small·big + big·small + big·big, summed by the tensor cores
 // into a fresh partial (its first wgmma overwrites it): the running sum stays out of the tensor
 // cores' accumulation, which truncates (consumer_split adds the partial in fp32).
@@ -397,9 +397,10 @@ def transpose_chunks(split: bool) -> str:
     name, params = ("split_transposed", "float4* from, float4* to, int chunks") if split else \
         ("transpose_chunks", "float4* from, int chunks")
     small = "\n        float4* small_chunk = to + half / 2 * CHUNK_PIECES;" if split else ""
-    write = ("unsplittable |= split_write<true>(x, x_chunk + at, small_chunk + at);" if split else
+    write = ("key = min(key, split_write<true>(x, x_chunk + at, small_chunk + at));" if split else
              "x_chunk[at] = x;")
-    result, begin, end = ("bool", "\n    bool unsplittable = false;", "\n    return unsplittable;") if split else ("void", "", "")
+    result, begin, end = (("u32", "\n    u32 key = ~0u;  // the smallest split key (tf32_split_key)", "\n    return key;")
+                          if split else ("void", "", ""))
     return f"""{TRANSPOSE_NOTE}
 __device__ __forceinline__ {result} {name}({params}) {{
     constexpr int CHUNK_PIECES = MN_CHUNK * BK / 4;  // float4s in a chunk (256)
