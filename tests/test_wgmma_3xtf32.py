@@ -1,10 +1,7 @@
 """fp32 as 3xtf32 on the wgmma family, without a GPU: what it takes, its constraints, and that every
-named config compiles for sm_90a without spills in its main loop, with three wgmma per k-step into a
-fresh partial and the exact path for values too small to split."""
-import re
-
+named config compiles for sm_90a without spills, with three wgmma per k-step into a fresh partial
+and the exact path for values too small to split."""
 import pytest
-from sass_dump import sass
 
 from gemmtune.compiler import compile_kernel
 from gemmtune.errors import ConfigError
@@ -38,19 +35,9 @@ def test_constraints_name_the_reason():
         FAMILY.render(spec, WgmmaConfig(bm=128, bn=256), "sm_90a")
 
 
-def _main_loop_local_accesses(tmp_path, compiled) -> list[str]:
-    """Local-memory instructions (spills) in the SASS between the first wgmma and the last wait for
-    one: the main loop."""
-    text = sass(tmp_path, compiled.cubin)
-    lines = [line for line in text.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", line)]
-    first = next(i for i, line in enumerate(lines) if "HGMMA" in line)
-    last = max(i for i, line in enumerate(lines) if "WARPGROUP.DEPBAR" in line)
-    return [line.strip() for line in lines[first:last] if re.search(r"\b(LDL|STL)\b", line)]
-
-
 @pytest.mark.parametrize("epilogue,layout", [(None, "nt"), ("relu+add", "nt"), ("bias_row+gelu", "nt"),
                                              ("relu+add", "nn"), (None, "tn"), ("bias_col+relu", "tt")])
-def test_named_configs_compile_without_spills_in_the_main_loop(tmp_path, epilogue, layout):
+def test_named_configs_compile_without_spills(epilogue, layout):
     spec = _split(layout=layout, epilogue=epilogue)
     named = split_candidates(spec)
     assert default_config(spec) == named[0][1] and len(named) >= 5
@@ -62,14 +49,8 @@ def test_named_configs_compile_without_spills_in_the_main_loop(tmp_path, epilogu
         assert ("tf32_round(x.x - big.x)" in code) == config.round_big
         assert ("split_transposed(" in code) == (layout != "nt")  # an MN-major operand is transposed
         assert "if (named_barrier_or(" in code and "exact_piece(acc, A, B," in code  # the exact path
-        compiled = compile_kernel(source, "sm_90a")
-        resources = compiled.resources
-        # ptxas sits at the edge of the consumers' 232 registers (two sets of sums): with the exact
-        # path after the loop it may park a few tile values in local memory for a tile's write-back
-        # (up to 16 bytes, stored at the tile's start). Nothing may go there inside the main loop.
-        assert resources.spill_store_bytes <= 16, (name, config.describe(), resources)
-        if resources.spill_store_bytes:
-            assert _main_loop_local_accesses(tmp_path, compiled) == [], (name, config.describe())
+        resources = compile_kernel(source, "sm_90a").resources
+        assert resources.spill_store_bytes == 0, (name, config.describe(), resources)
 
 
 def test_transposed_operands_keep_to_128x128():

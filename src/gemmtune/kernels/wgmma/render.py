@@ -245,18 +245,22 @@ def _share(tile: str) -> str:
     return f"reinterpret_cast<float4*>({tile}) + consumer * {tile[0].upper()}_PIECES"
 
 
-def exact_piece(spec: GemmSpec) -> str:
+def exact_piece(spec: GemmSpec, config: WgmmaConfig) -> str:
     """3xtf32's exact path: a piece whose k-blocks held a value too small to split (tf32_split_key)
     is summed again with fp32 FMAs from A and B in global memory, as SGEMM would, over what the
-    tensor cores summed. Out of the main loop, so the loop keeps its registers and its speed."""
+    tensor cores summed. Out of the main loop, so the loop keeps its registers and its speed; a few
+    8-column groups at a time, so the partial stays small beside the running sum."""
     a_at = "(size_t)m * K + k" if k_major(spec)[0] else "(size_t)k * M + m"
     b_at = "(size_t)n * K + k" if k_major(spec)[1] else "(size_t)k * N + n"
+    groups = next(g for g in (4, 2, 1) if (config.bn // 8) % g == 0)
     return f"""
 // 3xtf32's exact path, for a piece (tile_m, tile_n, k-blocks kb_begin .. kb_end) whose operands hold
 // a value too small to split: each thread sums its own fragment (rows 16·warp + lane/4 (+8), columns
 // 8·j + 2·(lane%4) (+1)) again with fp32 FMAs from A and B in global memory, a k-block at a time into
-// a fresh partial added to the running sum, as the tensor-core path does. Slow (CUDA cores, values
-// from L2 and L1), and taken only for such pieces.
+// a fresh partial added to the running sum, as the tensor-core path does; EXACT_GROUPS 8-column
+// groups at a time (A read again for each). Slow (CUDA cores, values from L2 and L1), and taken only
+// for such pieces.
+constexpr int EXACT_GROUPS = {groups};
 __device__ __forceinline__ void exact_piece(float (&acc)[M_BLOCKS][BN / 2], const in_t* __restrict__ A,
                                             const in_t* __restrict__ B, int tile_m, int tile_n, int consumer,
                                             int kb_begin, int kb_end) {{
@@ -270,34 +274,39 @@ __device__ __forceinline__ void exact_piece(float (&acc)[M_BLOCKS][BN / 2], cons
         for (int i = 0; i < BN / 2; ++i) acc[mb][i] = 0.0f;
     #pragma unroll 1
     for (int k_block = kb_begin * BK; k_block < k_end; k_block += BK) {{
-        float part[M_BLOCKS][BN / 2] = {{}};
-        #pragma unroll 1
-        for (int k = k_block; k < min(k_block + BK, k_end); ++k) {{
-            float x[M_BLOCKS][2];  // A at this thread's rows
+        #pragma unroll
+        for (int j0 = 0; j0 < BN / 8; j0 += EXACT_GROUPS) {{
+            float part[M_BLOCKS][EXACT_GROUPS][4] = {{}};  // [mb][j - j0][2·half + e]
+            #pragma unroll 1
+            for (int k = k_block; k < min(k_block + BK, k_end); ++k) {{
+                float x[M_BLOCKS][2];  // A at this thread's rows
+                #pragma unroll
+                for (int mb = 0; mb < M_BLOCKS; ++mb)
+                    #pragma unroll
+                    for (int half = 0; half < 2; ++half) {{
+                        const int m = row + 64 * mb + 8 * half;
+                        x[mb][half] = m < M ? A[{a_at}] : 0.0f;
+                    }}
+                #pragma unroll
+                for (int j = 0; j < EXACT_GROUPS; ++j)
+                    #pragma unroll
+                    for (int e = 0; e < 2; ++e) {{
+                        const int n = col + 8 * (j0 + j) + e;
+                        const float y = n < N ? B[{b_at}] : 0.0f;
+                        #pragma unroll
+                        for (int mb = 0; mb < M_BLOCKS; ++mb)
+                            #pragma unroll
+                            for (int half = 0; half < 2; ++half)
+                                part[mb][j][2 * half + e] = fmaf(x[mb][half], y, part[mb][j][2 * half + e]);
+                    }}
+            }}
             #pragma unroll
             for (int mb = 0; mb < M_BLOCKS; ++mb)
                 #pragma unroll
-                for (int half = 0; half < 2; ++half) {{
-                    const int m = row + 64 * mb + 8 * half;
-                    x[mb][half] = m < M ? A[{a_at}] : 0.0f;
-                }}
-            #pragma unroll
-            for (int j = 0; j < BN / 8; ++j)
-                #pragma unroll
-                for (int e = 0; e < 2; ++e) {{
-                    const int n = col + 8 * j + e;
-                    const float y = n < N ? B[{b_at}] : 0.0f;
+                for (int j = 0; j < EXACT_GROUPS; ++j)
                     #pragma unroll
-                    for (int mb = 0; mb < M_BLOCKS; ++mb)
-                        #pragma unroll
-                        for (int half = 0; half < 2; ++half)
-                            part[mb][4 * j + 2 * half + e] = fmaf(x[mb][half], y, part[mb][4 * j + 2 * half + e]);
-                }}
+                    for (int i = 0; i < 4; ++i) acc[mb][4 * (j0 + j) + i] += part[mb][j][i];
         }}
-        #pragma unroll
-        for (int mb = 0; mb < M_BLOCKS; ++mb)
-            #pragma unroll
-            for (int i = 0; i < BN / 2; ++i) acc[mb][i] += part[mb][i];
     }}
 }}
 """
@@ -349,7 +358,7 @@ __device__ __forceinline__ bool split_stage(in_t* a, in_t* b, in_t* a_small, in_
     constexpr int A_PIECES = ROWS_PER_CONSUMER * 128 / 16, B_PIECES = BN / CONSUMERS * 128 / 16;  // float4s
     return min({a_split[:-1]}, {b_split[:-1]}) < UNSPLITTABLE_KEY;
 }}
-{exact_piece(spec)}
+{exact_piece(spec, config)}
 // 3xtf32: one k-block's three products, small·big + big·small + big·big, summed by the tensor cores
 // into a fresh partial (its first wgmma overwrites it): the running sum stays out of the tensor
 // cores' accumulation, which truncates (consumer_split adds the partial in fp32).
