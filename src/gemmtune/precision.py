@@ -18,7 +18,7 @@ SGEMM's on every class of the accuracy report in nt, nn and tn (1.53x on one cla
 below 2^-103 included: their tf32 residual would fall below fp32's normal range, so the kernel finds
 them while it splits and sums the tiles that hold them again on CUDA cores (kernels.wgmma.render.
 exact_piece; 2026-11-26-h100-3xtf32-exact-path.md: the check costs 2-5%, and a tile summed again
-runs about 9x slower than SGEMM). Rows that TMA refuses go through mma.sync (0.33-0.74x SGEMM on an
+runs about 10x slower than SGEMM). Rows that TMA refuses go through mma.sync (0.33-0.74x SGEMM on an
 H100, 2026-11-25), whose split has no such path, and every other arch is unmeasured: simt there.
 """
 from __future__ import annotations
