@@ -190,16 +190,12 @@ def test_every_tensor_core_block_shape_compiles_without_spills(arch, untuned_ten
             _compiled(spec, config, arch)
 
 
-def _sass(tmp_path, compiled) -> str:
-    return dump_sass(tmp_path, compiled.cubin)
-
-
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("dtype, hmma", [("bf16", "HMMA.16816.F32.BF16"), ("fp16", "HMMA.16816.F32 "),
                                          ("tf32", "HMMA.1688.F32.TF32")])
 def test_sass_holds_hmma_and_no_local_memory(tmp_path, arch, dtype, hmma):
     for m in (2, 16):
-        sass = _sass(tmp_path, _compiled(GemmSpec(m, 4096, 4096, "nt", dtype, "bias_col+relu"), TC, arch))
+        sass = dump_sass(tmp_path, _compiled(GemmSpec(m, 4096, 4096, "nt", dtype, "bias_col+relu"), TC, arch).cubin)
         assert hmma in sass
         assert "LDG.E.NA.128" in sass  # W streamed with ld.global.nc.L1::no_allocate, 16 bytes
         assert "LDL" not in sass and "STL" not in sass
@@ -208,7 +204,7 @@ def test_sass_holds_hmma_and_no_local_memory(tmp_path, arch, dtype, hmma):
 def test_sass_keeps_a_step_of_loads_in_flight(tmp_path):
     """In the main loop, every 16-byte load of W of one step comes before the step's first HMMA
     (sm_90): without __launch_bounds__(THREADS, 1) ptxas put about 3 between the mma."""
-    sass = _sass(tmp_path, _compiled(DECODE, TC, "sm_90"))
+    sass = dump_sass(tmp_path, _compiled(DECODE, TC, "sm_90").cubin)
     ops = "".join("W" if "LDG.E.NA.128" in line else "H" if "HMMA" in line else "B" if "BRA" in line else ""
                   for line in sass.splitlines())
     loop = ops[ops.index("W"):]

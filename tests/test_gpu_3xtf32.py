@@ -92,7 +92,7 @@ def test_error_within_sgemm_on_the_report_inputs():
     """3xtf32's worst per-element error stays within 1.5x cuBLAS SGEMM's on the accuracy report's
     classes away from fp32's smallest normal numbers (there the split's small part underflows, and
     auto does not pick 3xtf32); tf32's is far outside (the comparison can fail)."""
-    from gemmtune.accuracy import INPUT_CLASSES, run_report
+    from gemmtune.accuracy import INPUT_CLASSES, TOO_SMALL_TO_SPLIT, run_report
 
     arch = _arch()
     spec = GemmSpec(512, 384, 4096, "nt", "fp32", math="3xtf32")
@@ -102,6 +102,5 @@ def test_error_within_sgemm_on_the_report_inputs():
     split = {r.input_class: r.ratio for r in rows if r.method == "3xtf32"}
     tf32 = {r.input_class: r.ratio for r in rows if r.method == "tf32"}
     assert tf32["uniform"] > 20, tf32
-    too_small = ("huge×tiny", "k huge×tiny", "rows tiny")  # mma's split has no exact path for these
-    bad = {name: ratio for name, ratio in split.items() if not ratio <= 1.5 and name not in too_small}
+    bad = {name: ratio for name, ratio in split.items() if not ratio <= 1.5 and name not in TOO_SMALL_TO_SPLIT}
     assert not bad, bad

@@ -86,14 +86,14 @@ def test_error_within_sgemm_on_the_report_inputs(layout, round_big):
 @pytest.mark.parametrize("layout", ["nt", "nn", "tn", "tt"])
 def test_values_too_small_to_split_on_every_config_and_edge(layout):
     """Every named config, on shapes cut at every edge and one whose tail tiles are split along K:
-    a few values too small to split among ordinary ones (the report's scattered classes) stay
-    within 1.5x SGEMM's worst error on the same inputs. Without the exact path such a piece loses
+    the report's classes with values too small to split (all of B, or a few among ordinary ones)
+    stay within 1.5x SGEMM's worst error on the same inputs. Without the exact path such a piece loses
     2^-11 of its products (hundreds of times SGEMM's error)."""
     torch = pytest.importorskip("torch")
-    from gemmtune.accuracy import INPUT_CLASSES, Reference, cublas_fp32
+    from gemmtune.accuracy import INPUT_CLASSES, TOO_SMALL_TO_SPLIT, Reference, cublas_fp32
 
     arch = _arch()
-    classes = [c for c in INPUT_CLASSES if c.name in ("k huge×tiny", "rows tiny")]
+    classes = [c for c in INPUT_CLASSES if c.name in TOO_SMALL_TO_SPLIT]
     failed = []
     for shape in ((127, 129, 132), (1000, 776, 1028), (96, 96, 16384)):
         spec = _split(*tma_rows(shape, layout), layout=layout)

@@ -75,14 +75,10 @@ def test_copy_width_follows_the_stored_rows():
     assert not any(op.use_async for op in operands(GemmSpec(64, 64, 64, "nn", "fp16"), _step("sm_75", "tuned"), "sm_75"))
 
 
-def _sass(tmp_path, compiled) -> str:
-    return dump_sass(tmp_path, compiled.cubin)
-
-
 @pytest.mark.parametrize("step", STEPS)
 def test_sass_holds_hmma_ldsm_and_ldgsts(tmp_path, step):
     config = _step("sm_80", step)
-    sass = _sass(tmp_path, _check(GemmSpec(1024, 1024, 1024, "nn", "bf16"), config, "sm_80"))
+    sass = dump_sass(tmp_path, _check(GemmSpec(1024, 1024, 1024, "nn", "bf16"), config, "sm_80").cubin)
     assert "HMMA.16816.F32.BF16" in sass
     assert ("LDSM" in sass) == config.ldmatrix
     assert ("LDSM.16.MT88.4" in sass) == config.ldmatrix  # B is N-contiguous: ldmatrix.trans
@@ -91,9 +87,9 @@ def test_sass_holds_hmma_ldsm_and_ldgsts(tmp_path, step):
 
 
 def test_sass_of_tf32_and_sm_75(tmp_path):
-    sass = _sass(tmp_path, _check(GemmSpec(1024, 1024, 1024, "nt", "tf32"), _step("sm_90", "tuned"), "sm_90"))
+    sass = dump_sass(tmp_path, _check(GemmSpec(1024, 1024, 1024, "nt", "tf32"), _step("sm_90", "tuned"), "sm_90").cubin)
     assert "HMMA.1688.F32.TF32" in sass and "LDSM" in sass and "LDGSTS" in sass
-    sass = _sass(tmp_path, _check(GemmSpec(1024, 1024, 1024, "tn", "fp16"), _step("sm_75", "tuned"), "sm_75"))
+    sass = dump_sass(tmp_path, _check(GemmSpec(1024, 1024, 1024, "tn", "fp16"), _step("sm_75", "tuned"), "sm_75").cubin)
     assert "HMMA.1688.F32" in sass and "LDSM.16.MT88.4" in sass and "LDGSTS" not in sass
 
 

@@ -331,8 +331,7 @@ def consumer_split(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str:
         const int turn = 0;  // the epilogue buffer and C barriers (cooperative consumers: one)
         {c.pending}
         Ring ring;  // the ring position, continued piece after piece as the producer fills it
-        int splits = 0;  // k-blocks split so far: the next goes to residual tile splits % {SPLIT_BUFFERS}
-{epi_decl}
+        int splits = 0;  // k-blocks split so far: the next goes to residual tile splits % {SPLIT_BUFFERS}{epi_decl}
         for (int piece = 0; next_piece(worker, cursor, unit, kb_begin, kb_end); ++piece) {{
             const bool writes_d = kb_begin == 0;  // holds the tile's first k-block: finishes the tile
             {_piece_start(', part[M_BLOCKS][BN / 2]')}{c.release_at}

@@ -16,7 +16,7 @@ from ...kernel_source import KernelSource, TensorMapArg
 from ...spec import GemmSpec
 from . import ptx, schedule
 from .schedule import Schedule, schedule_for
-from .writeback import (FLOAT_VIEW, LOAD_C_TILE, epilogue_function, operand_decls, store_tile,
+from .writeback import (FLOAT_VIEW, FRAGMENT, LOAD_C_TILE, epilogue_function, operand_decls, store_tile,
                         store_tile_smem)
 from .consumer import consumer_overlapped, consumer_plain, consumer_split, consumer_transposing
 from .producer import producer
@@ -248,25 +248,23 @@ def _share(tile: str) -> str:
 def exact_piece(spec: GemmSpec, config: WgmmaConfig) -> str:
     """3xtf32's exact path: a piece whose k-blocks held a value too small to split (tf32_split_key)
     is summed again with fp32 FMAs from A and B in global memory, as SGEMM would, over what the
-    tensor cores summed. Out of the main loop, so the loop keeps its registers and its speed; a few
+    tensor cores summed; each thread its write-back fragment (writeback.FRAGMENT's rows and columns). Out of the main loop, so the loop keeps its registers and its speed; a few
     8-column groups at a time, so the partial stays small beside the running sum."""
     a_at = "(size_t)m * K + k" if k_major(spec)[0] else "(size_t)k * M + m"
     b_at = "(size_t)n * K + k" if k_major(spec)[1] else "(size_t)k * N + n"
     groups = next(g for g in (4, 2, 1) if (config.bn // 8) % g == 0)
     return f"""
 // 3xtf32's exact path, for a piece (tile_m, tile_n, k-blocks kb_begin .. kb_end) whose operands hold
-// a value too small to split: each thread sums its own fragment (rows 16·warp + lane/4 (+8), columns
-// 8·j + 2·(lane%4) (+1)) again with fp32 FMAs from A and B in global memory, a k-block at a time into
-// a fresh partial added to the running sum, as the tensor-core path does; EXACT_GROUPS 8-column
-// groups at a time (A read again for each). Slow (CUDA cores, values from L2 and L1), and taken only
+// a value too small to split: each thread sums its own fragment (rows m, columns n, as the write-back
+// stores it) again with fp32 FMAs from A and B in global memory, a k-block at a time into a fresh
+// partial added to the running sum, as the tensor-core path does; EXACT_GROUPS 8-column groups j at
+// a time (A read again for each). Slow (CUDA cores, values from L2 and L1), and taken only
 // for such pieces.
 constexpr int EXACT_GROUPS = {groups};
 __device__ __forceinline__ void exact_piece(float (&acc)[M_BLOCKS][BN / 2], const in_t* __restrict__ A,
                                             const in_t* __restrict__ B, int tile_m, int tile_n, int consumer,
                                             int kb_begin, int kb_end) {{
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-    const int row = tile_m * BM + consumer * CONSUMER_ROWS + warp * 16 + lane / 4;  // + 64·mb + 8·half
-    const int col = tile_n * BN + 2 * (lane % 4);                                     // + 8·j + e
     const int k_end = min(kb_end * BK, K);
     #pragma unroll
     for (int mb = 0; mb < M_BLOCKS; ++mb)
@@ -276,7 +274,7 @@ __device__ __forceinline__ void exact_piece(float (&acc)[M_BLOCKS][BN / 2], cons
     for (int k_block = kb_begin * BK; k_block < k_end; k_block += BK) {{
         #pragma unroll
         for (int j0 = 0; j0 < BN / 8; j0 += EXACT_GROUPS) {{
-            float part[M_BLOCKS][EXACT_GROUPS][4] = {{}};  // [mb][j - j0][2·half + e]
+            float part[M_BLOCKS][EXACT_GROUPS][4] = {{}};  // [mb][j - j0][2·half + e]: acc[mb][4·j + 2·half + e]
             #pragma unroll 1
             for (int k = k_block; k < min(k_block + BK, k_end); ++k) {{
                 float x[M_BLOCKS][2];  // A at this thread's rows
@@ -284,28 +282,28 @@ __device__ __forceinline__ void exact_piece(float (&acc)[M_BLOCKS][BN / 2], cons
                 for (int mb = 0; mb < M_BLOCKS; ++mb)
                     #pragma unroll
                     for (int half = 0; half < 2; ++half) {{
-                        const int m = row + 64 * mb + 8 * half;
+                        const int m = {FRAGMENT.row};
                         x[mb][half] = m < M ? A[{a_at}] : 0.0f;
                     }}
                 #pragma unroll
-                for (int j = 0; j < EXACT_GROUPS; ++j)
+                for (int jj = 0; jj < EXACT_GROUPS; ++jj)
                     #pragma unroll
                     for (int e = 0; e < 2; ++e) {{
-                        const int n = col + 8 * (j0 + j) + e;
+                        const int j = j0 + jj, n = {FRAGMENT.col} + e;
                         const float y = n < N ? B[{b_at}] : 0.0f;
                         #pragma unroll
                         for (int mb = 0; mb < M_BLOCKS; ++mb)
                             #pragma unroll
                             for (int half = 0; half < 2; ++half)
-                                part[mb][j][2 * half + e] = fmaf(x[mb][half], y, part[mb][j][2 * half + e]);
+                                part[mb][jj][2 * half + e] = fmaf(x[mb][half], y, part[mb][jj][2 * half + e]);
                     }}
             }}
             #pragma unroll
             for (int mb = 0; mb < M_BLOCKS; ++mb)
                 #pragma unroll
-                for (int j = 0; j < EXACT_GROUPS; ++j)
+                for (int jj = 0; jj < EXACT_GROUPS; ++jj)
                     #pragma unroll
-                    for (int i = 0; i < 4; ++i) acc[mb][4 * (j0 + j) + i] += part[mb][j][i];
+                    for (int i = 0; i < 4; ++i) acc[mb][4 * (j0 + jj) + i] += part[mb][jj][i];
         }}
     }}
 }}
@@ -329,9 +327,9 @@ def _split_stage(spec: GemmSpec, config: WgmmaConfig) -> str:
     if (MOVED) *big_at = x;
     *small_at = make_float4(tf32_residual(x.x), tf32_residual(x.y), tf32_residual(x.z), tf32_residual(x.w));
     return tf32_split_key(x);"""
-    a_split, b_split = (
-        f"split_part({_share(name)}, {_share(name + '_small')}, {pieces});" if kmajor else
-        f"split_transposed({_share(name)}, {_share(name + '_small')}, {rows} / MN_CHUNK);"
+    a_split, b_split = (  # each returns its operand's smallest split key
+        f"split_part({_share(name)}, {_share(name + '_small')}, {pieces})" if kmajor else
+        f"split_transposed({_share(name)}, {_share(name + '_small')}, {rows} / MN_CHUNK)"
         for name, kmajor, (pieces, rows) in zip("ab", k_major(spec), CONSUMER_SHARES))
     transposed = "" if k_major(spec) == (True, True) else transpose_chunks(True)
     return f"""
@@ -356,7 +354,7 @@ __device__ __forceinline__ u32 split_part(float4* from, float4* to, int count) {
 // exactly (exact_piece) if any did.
 __device__ __forceinline__ bool split_stage(in_t* a, in_t* b, in_t* a_small, in_t* b_small, int consumer) {{
     constexpr int A_PIECES = ROWS_PER_CONSUMER * 128 / 16, B_PIECES = BN / CONSUMERS * 128 / 16;  // float4s
-    return min({a_split[:-1]}, {b_split[:-1]}) < UNSPLITTABLE_KEY;
+    return min({a_split}, {b_split}) < UNSPLITTABLE_KEY;
 }}
 {exact_piece(spec, config)}
 // 3xtf32: one k-block's three products, small·big + big·small + big·big, summed by the tensor cores
