@@ -221,15 +221,17 @@ def wgmma_function(dtype: str, n: int, within: int | None = None, fresh: bool = 
 
 # 3xtf32 (fp32 specs): each fp32 value x is big + small. The tensor cores read a tf32 operand's top
 # 19 bits and ignore the low 13 (truncation), so with the raw value as big the residual is exact in
-# fp32; it is rounded to tf32 (cvt.rna) for its own product. With round_big, big is rounded to the
+# fp32; it is rounded to the nearest tf32 for its own product. With round_big, big is rounded to the
 # nearest tf32 instead and written over x (a smaller residual, one more store per value).
 TF32_SPLIT = r"""
-// x - trunc_tf32(x): what the tensor cores drop of x, exact in fp32, rounded to the nearest tf32.
+// x - trunc_tf32(x): what the tensor cores drop of x, exact in fp32, rounded to the nearest tf32
+// (ties away from zero, as cvt.rna). The rounding is an integer add of half a tf32 step to the bits,
+// carrying into the exponent where it must: for a finite x the residual is finite and far from the
+// largest fp32, so cvt.rna's test for infinity and NaN (two more instructions a value, emulated on
+// sm_90) is not needed. An infinite or NaN x is its own big part, which keeps the result infinite or NaN.
 __device__ __forceinline__ float tf32_residual(float x) {
     const float big = __uint_as_float(__float_as_uint(x) & 0xffffe000u);
-    u32 small;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(small) : "f"(x - big));
-    return __uint_as_float(small);
+    return __uint_as_float((__float_as_uint(x - big) + 0x1000u) & 0xffffe000u);
 }
 
 // x rounded to the nearest tf32 (low 13 bits zero).

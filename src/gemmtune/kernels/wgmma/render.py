@@ -341,11 +341,22 @@ template <bool MOVED>
 __device__ __forceinline__ u32 split_write(float4 x, float4* big_at, float4* small_at) {{{write}
 }}
 
-// A K-major operand: every value of this consumer's part, split where it lies.
+// A K-major operand: every value of this consumer's part, split where it lies. Each load is issued
+// one value ahead of its split (SPLIT_LOAD_AHEAD): with the wgmma reading the same shared memory, a
+// load's latency bounds this loop more than the split's arithmetic does. A second value ahead does
+// not fit beside the two partial sums' registers, nor does one beside round_big's rounded big part
+// (those splits load as they go).
+constexpr bool SPLIT_LOAD_AHEAD = {"false" if config.round_big else "true"};
 __device__ __forceinline__ u32 split_part(float4* from, float4* to, int count) {{
     u32 key = ~0u;  // the smallest split key (tf32_split_key)
+    int i = threadIdx.x % 128;
+    float4 next = SPLIT_LOAD_AHEAD ? from[i] : float4{{}};
     #pragma unroll
-    for (int i = threadIdx.x % 128; i < count; i += 128) key = min(key, split_write<false>(from[i], from + i, to + i));
+    for (; i < count; i += 128) {{
+        const float4 x = SPLIT_LOAD_AHEAD ? next : from[i];
+        if (SPLIT_LOAD_AHEAD && i + 128 < count) next = from[i + 128];
+        key = min(key, split_write<false>(x, from + i, to + i));
+    }}
     return key;
 }}
 {transposed}
