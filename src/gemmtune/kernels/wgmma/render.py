@@ -368,9 +368,13 @@ __device__ __forceinline__ bool split_stage(in_t* a, in_t* b, in_t* a_small, in_
     return min({a_split}, {b_split}) < UNSPLITTABLE_KEY;
 }}
 {exact_piece(spec, config)}
-// 3xtf32: one k-block's three products, small·big + big·small + big·big, summed by the tensor cores
-// into a fresh partial (its first wgmma overwrites it): the running sum stays out of the tensor
-// cores' accumulation, which truncates (consumer_split adds the partial in fp32).
+// 3xtf32: one k-block's three products, summed by the tensor cores into a fresh partial (its first
+// wgmma overwrites it): the running sum stays out of the tensor cores' accumulation, which truncates
+// (consumer_split adds the partial in fp32). The residual products of all k-steps come first and
+// big·big last: each wgmma truncates its sum to the partial's magnitude, so the residual products
+// are summed while the partial is still about 2^-10 of its final size, and only the last k-steps'
+// wgmma truncate at full size (4 of them a k-block, where small·big, big·small, big·big per k-step
+// gave 12).
 __device__ __forceinline__ void mma_stage_split(float (&part)[M_BLOCKS][BN / 2], const in_t* a, const in_t* b,
                                                 const in_t* a_small, const in_t* b_small, int consumer) {{
     const char* a_bytes = reinterpret_cast<const char*>(a) + consumer * CONSUMER_ROWS * 128;
@@ -387,7 +391,15 @@ __device__ __forceinline__ void mma_stage_split(float (&part)[M_BLOCKS][BN / 2],
             const u64 desc_as = smem_descriptor(as_bytes + mb * 64 * 128 + ks * K_STEP * 4, BK * 128, 1024);
             wgmma_m64n{config.bn}(part[mb], desc_as, desc_b, ks != 0);  // small·big (fresh at the first k-step)
             wgmma_m64n{config.bn}(part[mb], desc_a, desc_bs, 1);         // big·small
-            wgmma_m64n{config.bn}(part[mb], desc_a, desc_b, 1);          // big·big
+        }}
+    }}
+    #pragma unroll
+    for (int ks = 0; ks < BK / K_STEP; ++ks) {{
+        const u64 desc_b = smem_descriptor(b_bytes + ks * K_STEP * 4, BK * 128, 1024);
+        #pragma unroll
+        for (int mb = 0; mb < M_BLOCKS; ++mb) {{
+            const u64 desc_a = smem_descriptor(a_bytes + mb * 64 * 128 + ks * K_STEP * 4, BK * 128, 1024);
+            wgmma_m64n{config.bn}(part[mb], desc_a, desc_b, 1);  // big·big
         }}
     }}
 }}
