@@ -1,6 +1,7 @@
 """fp32 as 3xtf32 on the wgmma family, without a GPU: what it takes, its constraints, and that every
 named config compiles for sm_90a without spills, with three wgmma per k-step into a fresh partial
-and the exact path for values too small to split."""
+(the residual products of all k-steps before big·big) and the exact path for values too small to
+split."""
 import pytest
 
 from gemmtune.compiler import compile_kernel
@@ -45,6 +46,9 @@ def test_named_configs_compile_without_spills(epilogue, layout):
         source = FAMILY.render(spec, config, "sm_90a")
         code = source.code
         assert code.count("wgmma_m64n%d(part[mb]" % config.bn) == 3, name  # small·big, big·small, big·big
+        # every k-step's residual products before any big·big: 4 truncating sums at full size, not 12
+        loop = code[code.index("void mma_stage_split("):]
+        assert loop.index("// big·small") < loop.index("for (int ks", loop.index("// big·small")) < loop.index("// big·big")
         assert "split_stage(" in code and "acc[mb][i] += part[mb][i]" in code
         assert ("tf32_round(x.x - big.x)" in code) == config.round_big
         assert ("split_transposed(" in code) == (layout != "nt")  # an MN-major operand is transposed

@@ -18,8 +18,9 @@ on an H200 and 1.99x on an H100 (2026-11-26-3xtf32-split-loads-and-order.md). It
 0.26-1.16x SGEMM's on every class of the accuracy report in all four layouts, values below 2^-103
 included: their tf32 residual would fall below fp32's normal range, so the kernel finds them while
 it splits and sums the tiles that hold them again on CUDA cores (kernels.wgmma.render.exact_piece;
-2026-11-26-h100-3xtf32-exact-path.md: a tile summed again runs about 10x slower than SGEMM). Rows that TMA refuses go through mma.sync (0.33-0.74x SGEMM on an
-H100, 2026-11-25), whose split has no such path, and every other arch is unmeasured: simt there.
+2026-11-26-h100-3xtf32-exact-path.md: a tile summed again runs about 10x slower than SGEMM). Rows
+that TMA refuses go through mma.sync (0.33-0.74x SGEMM on an H100, 2026-11-25), whose split has no
+such path, and every other arch is unmeasured: simt there.
 """
 from __future__ import annotations
 
