@@ -248,8 +248,9 @@ def _share(tile: str) -> str:
 def exact_piece(spec: GemmSpec, config: WgmmaConfig) -> str:
     """3xtf32's exact path: a piece whose k-blocks held a value too small to split (tf32_split_key)
     is summed again with fp32 FMAs from A and B in global memory, as SGEMM would, over what the
-    tensor cores summed; each thread its write-back fragment (writeback.FRAGMENT's rows and columns). Out of the main loop, so the loop keeps its registers and its speed; a few
-    8-column groups at a time, so the partial stays small beside the running sum."""
+    tensor cores summed; each thread its write-back fragment (writeback.FRAGMENT's rows and
+    columns). Out of the main loop, so the loop keeps its registers and its speed; a few 8-column
+    groups at a time, so the partial stays small beside the running sum."""
     a_at = "(size_t)m * K + k" if k_major(spec)[0] else "(size_t)k * M + m"
     b_at = "(size_t)n * K + k" if k_major(spec)[1] else "(size_t)k * N + n"
     groups = next(g for g in (4, 2, 1) if (config.bn // 8) % g == 0)
@@ -381,27 +382,20 @@ __device__ __forceinline__ void mma_stage_split(float (&part)[M_BLOCKS][BN / 2],
     const char* as_bytes = reinterpret_cast<const char*>(a_small) + consumer * CONSUMER_ROWS * 128;
     const char* b_bytes = reinterpret_cast<const char*>(b);
     const char* bs_bytes = reinterpret_cast<const char*>(b_small);
+    // the descriptor of k-step ks of a K-major tile (or of one 64-row block of A)
+    const auto at = [](const char* tile, int ks) {{ return smem_descriptor(tile + ks * K_STEP * 4, BK * 128, 1024); }};
     #pragma unroll
-    for (int ks = 0; ks < BK / K_STEP; ++ks) {{
-        const u64 desc_b = smem_descriptor(b_bytes + ks * K_STEP * 4, BK * 128, 1024);
-        const u64 desc_bs = smem_descriptor(bs_bytes + ks * K_STEP * 4, BK * 128, 1024);
+    for (int ks = 0; ks < BK / K_STEP; ++ks)
         #pragma unroll
         for (int mb = 0; mb < M_BLOCKS; ++mb) {{
-            const u64 desc_a = smem_descriptor(a_bytes + mb * 64 * 128 + ks * K_STEP * 4, BK * 128, 1024);
-            const u64 desc_as = smem_descriptor(as_bytes + mb * 64 * 128 + ks * K_STEP * 4, BK * 128, 1024);
-            wgmma_m64n{config.bn}(part[mb], desc_as, desc_b, ks != 0);  // small·big (fresh at the first k-step)
-            wgmma_m64n{config.bn}(part[mb], desc_a, desc_bs, 1);         // big·small
+            wgmma_m64n{config.bn}(part[mb], at(as_bytes + mb * 64 * 128, ks), at(b_bytes, ks), ks != 0);  // small·big (fresh at the first k-step)
+            wgmma_m64n{config.bn}(part[mb], at(a_bytes + mb * 64 * 128, ks), at(bs_bytes, ks), 1);         // big·small
         }}
-    }}
     #pragma unroll
-    for (int ks = 0; ks < BK / K_STEP; ++ks) {{
-        const u64 desc_b = smem_descriptor(b_bytes + ks * K_STEP * 4, BK * 128, 1024);
+    for (int ks = 0; ks < BK / K_STEP; ++ks)
         #pragma unroll
-        for (int mb = 0; mb < M_BLOCKS; ++mb) {{
-            const u64 desc_a = smem_descriptor(a_bytes + mb * 64 * 128 + ks * K_STEP * 4, BK * 128, 1024);
-            wgmma_m64n{config.bn}(part[mb], desc_a, desc_b, 1);  // big·big
-        }}
-    }}
+        for (int mb = 0; mb < M_BLOCKS; ++mb)
+            wgmma_m64n{config.bn}(part[mb], at(a_bytes + mb * 64 * 128, ks), at(b_bytes, ks), 1);  // big·big
 }}
 """
 
