@@ -139,7 +139,37 @@ def _scores(spec: GemmSpec, configs: list[Any], sm_count: int, model: FamilyMode
         return np.array([estimate_s(spec, features(spec, c, sm_count)) for c in configs]), "roofline estimate"
     x, _ = feature_matrix([(spec, c, sm_count) for c in configs], model.feature_names)
     scored = f"model ({model.rows} measured rows, {model.shapes} shapes)"
-    return np.exp(model.predict_log_ratio(x)) * roofline_s(spec), scored
+    stretch = np.array([split_stretch(spec, c, sm_count) for c in configs])
+    return np.exp(model.predict_log_ratio(x)) * roofline_s(spec) * stretch, scored
+
+
+# k-blocks a split tail costs beyond its share and the partial tiles it gathers: each piece's own
+# pipeline fill and the flags (H100: 1000^3 in 128x256 tiles split in two 8-k-block halves ran 17.6 µs
+# against 17.0 whole, i.e. 8 + 8.6 k-blocks of time against 16, one 128x256 partial of them ~1.3).
+SPLIT_EXCHANGE_K_BLOCKS = 7
+
+
+def split_stretch(spec: GemmSpec, config: Any, sm_count: int) -> float:
+    """How much a split tail changes the time of the kernel the model predicted. The model was trained
+    without split-tail rows and describes the tiles unsplit, so its time is the unsplit schedule's; the
+    split schedule (kernels/wgmma/schedule.py) runs its rounds of whole tiles, then its longest share,
+    then the finisher gathers the other pieces' fp32 partial tiles one after the other (each costed
+    as the k-blocks that move as many bytes: bm·bn·4 against a k-block's (bm+bn)·128). 1.0 where
+    nothing is split."""
+    if not isinstance(config, WgmmaConfig) or not config.split_tail or spec.element_bytes < 4:
+        return 1.0
+    gpu = arch_geometry(None, "sm_90a", sm_count)
+    split = schedule_for(spec, config, gpu)
+    if not split.tail_workers:
+        return 1.0
+    whole = schedule_for(spec, config.with_(split_tail=False), gpu)
+    if whole.tile_times > 1:
+        return 1.0
+    gathered = math.ceil(split.tail_workers / split.split_units) - 1  # partial tiles a finisher adds
+    partial_k_blocks = config.bm * config.bn * 4 / config.stage_bytes()
+    split_k_blocks = (split.tile_times * split.k_blocks + SPLIT_EXCHANGE_K_BLOCKS
+                      + gathered * partial_k_blocks)
+    return split_k_blocks / (whole.tile_times * whole.k_blocks)
 
 
 def rank(spec: GemmSpec, arch: str, sm_count: int | None = None, family: str | None = None,
