@@ -289,3 +289,30 @@ def test_split_tail_leaves_other_families_alone():
     for spec, arch in ((GemmSpec(32, 4096, 8192, math="simt"), "sm_90"), (GemmSpec(16, 4096, 8192), "sm_90")):
         picks = rank(spec, arch)
         assert all(p.split is None for p in picks) and "split tail" not in explain(picks)
+
+
+# --- the split-tail stretch -----------------------------------------------------------------------
+def test_split_stretch_shortens_a_lone_partial_wave_of_4_byte_tiles_only():
+    from gemmtune.chooser import split_stretch
+
+    split = WgmmaConfig(bm=128, bn=256, persistent=True, group_m=8, split_tail=True)
+    few_tiles = GemmSpec(1024, 1024, 16384, "nt", "tf32")  # 32 tiles of 128x256 on 132 SMs: split 4 ways
+    assert split_stretch(few_tiles, split, 132) < 0.35
+    assert split_stretch(few_tiles, split.with_(split_tail=False), 132) == 1.0
+    assert split_stretch(GemmSpec(1024, 1024, 16384, "nt", "bf16"), split, 132) == 1.0  # 2-byte: the model's time
+    many_waves = GemmSpec(4096, 11008, 4096, "nt", "tf32")  # 1376 tiles: the model's wave features hold
+    assert split_stretch(many_waves, split, 132) == 1.0
+
+
+def test_split_stretch_charges_each_gathered_partial():
+    from gemmtune.chooser import split_stretch
+
+    spec = GemmSpec(96, 96, 65536, "nt", "tf32")  # one tile of 128x128 split 128 ways, or four of 64x64
+    big = WgmmaConfig(bm=128, bn=128, persistent=True, group_m=8, split_tail=True)
+    small = WgmmaConfig(bm=64, bn=64, consumers=1, persistent=True, group_m=8, split_tail=True)
+    assert split_stretch(spec, big, 132) > split_stretch(spec, small, 132)
+
+
+def test_a_few_long_tf32_tiles_get_a_split_tail_pick():
+    pick = choose(GemmSpec(1024, 1024, 16384, "nt", "tf32"), "sm_90a")
+    assert pick.config.split_tail and split_tail(GemmSpec(1024, 1024, 16384, "nt", "tf32"), pick.config, 132)
