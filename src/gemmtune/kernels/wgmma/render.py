@@ -235,9 +235,12 @@ __device__ __forceinline__ void mma_stage(float (&acc)[M_BLOCKS][BN / 2], const 
 """
 
 
-# A consumer's share of a stage, per operand: its float4s (A_PIECES, B_PIECES, declared where the
-# share is split or transposed) and its rows of M or N (its own rows of A, half of B's).
+# A consumer's share of a stage, per operand: its float4s (A_PIECES, B_PIECES) and its rows of M or N
+# (its own rows of A, half of B's). SHARE_PIECES declares the float4 counts (8 in a 128-byte row) in
+# the functions that split or transpose a share.
 CONSUMER_SHARES = (("A_PIECES", "ROWS_PER_CONSUMER"), ("B_PIECES", "BN / CONSUMERS"))
+SHARE_PIECES = ("    constexpr int " + ", ".join(f"{pieces} = {rows} * 128 / 16" for pieces, rows in CONSUMER_SHARES)
+                + ";  // float4s")
 
 
 def _share(tile: str) -> str:
@@ -365,7 +368,7 @@ __device__ __forceinline__ u32 split_part(float4* from, float4* to, int count) {
 // split: the consumers OR that over a piece once its k-blocks are done, and sum the piece again
 // exactly (exact_piece) if any did.
 __device__ __forceinline__ bool split_stage(in_t* a, in_t* b, in_t* a_small, in_t* b_small, int consumer) {{
-    constexpr int A_PIECES = ROWS_PER_CONSUMER * 128 / 16, B_PIECES = BN / CONSUMERS * 128 / 16;  // float4s
+{SHARE_PIECES}
     return min({a_split}, {b_split}) < UNSPLITTABLE_KEY;
 }}
 {exact_piece(spec, config)}
@@ -461,7 +464,7 @@ def _transpose_stage(spec: GemmSpec) -> str:
     return f"""{transpose_chunks(False)}
 // tf32 wgmma reads K-major tiles only: this consumer's MN-major rows of a stage, transposed in place.
 __device__ __forceinline__ void transpose_stage(in_t* a, in_t* b, int consumer) {{
-    constexpr int A_PIECES = ROWS_PER_CONSUMER * 128 / 16, B_PIECES = BN / CONSUMERS * 128 / 16;  // float4s{body}
+{SHARE_PIECES}{body}
 }}
 """
 
