@@ -162,6 +162,9 @@ SPLIT_CASES = [  # (shape, layout, dtype): each has split tiles without clusters
     # Tails over half the workers, shared in even runs of k-blocks that cross from unit to unit:
     ((500, 4344, 4600), "nt", "bf16"),     # 68 tiles (34 pairs): 132 (66) shares of 37.1 k-blocks, K tail
     ((1000, 6392, 4600), "tn", "fp16"),    # 200 tiles: a wave, then 68 in 132 shares (pairs: 34 in 66)
+    # Many-way splits, reduced in shares by the contributors (schedule.SCATTER_SPLITS):
+    ((96, 96, 65536), "nt", "bf16"),       # 1 tile of 1024 k-blocks in 64 pieces
+    ((33, 40, 139264), "nt", "fp16"),      # 1 tile in 132 pieces (66 in pairs): contributors past a thread each
 ]
 
 

@@ -26,8 +26,9 @@ HOLDOUT = ((768, 768, 8192), (1024, 2048, 8192), (256, 4096, 8192), (384, 1536, 
            (448, 7168, 2048))
 
 
-def moved_picks(dtypes: list[str], shapes) -> list[tuple]:
-    """(spec, old config, new config) where the stretch moves the chooser's wgmma pick."""
+def moved_picks(dtypes: list[str], shapes, min_bytes: int | None = None) -> list[tuple]:
+    """(spec, old config, new config) where the stretch moves the chooser's wgmma pick (min_bytes:
+    the new pick with the stretch on for inputs of that many bytes per element and more)."""
     import gemmtune.chooser as chooser
     from bench_untuned import LAYOUT
     from gemmtune.kernels import family_for
@@ -39,7 +40,12 @@ def moved_picks(dtypes: list[str], shapes) -> list[tuple]:
             spec = GemmSpec(m, n, k, LAYOUT[dtype], dtype)
             if family_for(spec, "sm_90a").name != "wgmma":
                 continue
-            new = chooser.choose(spec, "sm_90a").config
+            keep = chooser.STRETCH_MIN_ELEMENT_BYTES
+            chooser.STRETCH_MIN_ELEMENT_BYTES = min_bytes or keep
+            try:
+                new = chooser.choose(spec, "sm_90a").config
+            finally:
+                chooser.STRETCH_MIN_ELEMENT_BYTES = keep
             chooser.split_stretch = lambda *args: 1.0
             try:
                 old = chooser.choose(spec, "sm_90a").config
@@ -59,9 +65,11 @@ def main() -> int:
     parser.add_argument("--dtypes", default="bf16,tf32,fp32")
     parser.add_argument("--holdout", action="store_true", help="the held-out shapes instead of the eval set")
     parser.add_argument("--out", type=Path, help="write the rows as JSON here")
+    parser.add_argument("--min-bytes", type=int, help="the new arm stretches inputs of this many bytes per element "
+                        "and more (default chooser.STRETCH_MIN_ELEMENT_BYTES)")
     args = parser.parse_args()
     dtypes = args.dtypes.split(",")
-    cases = moved_picks(dtypes, HOLDOUT if args.holdout else EVAL_SHAPES)
+    cases = moved_picks(dtypes, HOLDOUT if args.holdout else EVAL_SHAPES, args.min_bytes)
     print(f"{len(cases)} moved picks", flush=True)
     compiled = compile_configs([(spec, c, "sm_90a") for spec, old, new in cases for c in (old, new)])
     protocol, rows = untuned_protocol(), []

@@ -30,6 +30,11 @@ run first) and the start of the next (which it finishes). Each worker stores at 
 one slot per block is enough, and a finisher waits only on later workers' first pieces, which wait
 on nothing.
 
+Where each split unit has SCATTER_SPLITS pieces or more (equal splits), the finisher does not add
+the partial tiles one after another: the contributors reduce them, each a share of the tile over
+every partial, and the finisher adds one tile of their sums (`reduce_share`). The contributors then
+wait on each other, which the grid's co-residency (checked at load) allows.
+
 This module is the Python twin of the CUDA scheduler (`next_piece` in the generated code): the
 tests walk it to check that every k-block of every tile is done exactly once.
 """
@@ -40,7 +45,7 @@ from dataclasses import dataclass
 from ...arch import Geometry, geometry
 from ...spec import GemmSpec
 from ..config_base import ceil_div
-from ..parts.flags import ACQUIRE_RELEASE
+from ..parts.flags import ACQUIRE_RELEASE, RELEASE_ADD
 from .config import IN_STEP_BLOCKS, WgmmaConfig
 
 # k-blocks a split piece must at least hold: fewer, and storing and gathering the partial tile
@@ -55,6 +60,17 @@ MIN_SHARE = 16
 # (H100, 128x256 pairs on 66 workers: 8192^3 bf16 saved 62 of 128 k-blocks and ran 1.9% faster;
 # 4096^3 would save 7 of 64 and ran 4.5% slower, tf32 4096^3 15 of 128 and 19% slower).
 SHARE_GAIN = 2 * MIN_SHARE
+
+
+# Equal splits into this many pieces or more reduce their partial tiles in parallel (each
+# contributor a share of the tile over all of them): a finisher adding them one by one reads each
+# through one SM, one L2 round trip and one flag after another (H100, 96x96x65536 bf16 in 64x64
+# tiles split 33 ways: 32 partial tiles, about half the kernel's 35 µs). With two pieces the lone
+# contributor's tile is read once either way.
+SCATTER_SPLITS = 3
+
+# Loads a contributor keeps in flight per element of its share while it sums the partial tiles.
+SCATTER_BATCH = 8
 
 
 @dataclass(frozen=True)
@@ -85,6 +101,22 @@ class Schedule:
         if not self.tail_workers:
             return 1
         return self.tail_workers // self.split_units if self.tail_workers % self.split_units == 0 else 0
+
+    @property
+    def scatter(self) -> bool:
+        """Whether the contributors reduce the partial tiles in shares (see SCATTER_SPLITS)."""
+        return self.splits >= SCATTER_SPLITS
+
+    @property
+    def gathered_tiles(self) -> int:
+        """Partial tiles read one after another on the way to a split unit's sums: the finisher's
+        serial adds, or (scattered) a contributor's share of every partial, then the finisher's tile
+        of sums, each about one tile's bytes."""
+        if not self.tail_workers:
+            return 0
+        if self.scatter:
+            return 2
+        return -(-self.tail_workers // self.split_units) - 1
 
     @property
     def share_k_blocks(self) -> float:
@@ -205,7 +237,7 @@ __device__ __forceinline__ bool next_piece(int worker, int& cursor, int& unit, i
 """
 
 
-PARTIALS = r"""
+PARTIAL_SLOTS = r"""
 // Partial sums of split units: one fp32 BM×BN slot per block (a block stores at most one: the
 // first piece of its tail share, where that does not start a unit), each consumer's part kept as its threads' accumulators in float4 groups, thread-
 // interleaved so a warp's store is 512 contiguous bytes. Module memory: no workspace to pass, and
@@ -218,10 +250,13 @@ __device__ __forceinline__ float4* partial_slot(int block, int consumer) {
     return partial_sums + ((size_t)block * BM * BN + (size_t)consumer * ROWS_PER_CONSUMER * BN) / 4
            + threadIdx.x % 128;
 }
+"""
 
+
+PARTIAL_STORE = """
 // A contributor: store this consumer's partial sums (L2 only: another SM reads them) and raise its
 // flag. The barrier orders every thread's stores before thread 0's release at GPU scope.
-__device__ __forceinline__ void store_partial(const float (&acc)[M_BLOCKS][BN / 2], int consumer) {
+__device__ __forceinline__ void store_partial(const float (&acc)[M_BLOCKS][BN / 2], int consumer) {{
     float4* slot = partial_slot(blockIdx.x, consumer);
     #pragma unroll
     for (int mb = 0; mb < M_BLOCKS; ++mb)
@@ -230,9 +265,12 @@ __device__ __forceinline__ void store_partial(const float (&acc)[M_BLOCKS][BN / 
             __stcg(slot + (mb * BN / 8 + q) * 128,
                    make_float4(acc[mb][4 * q], acc[mb][4 * q + 1], acc[mb][4 * q + 2], acc[mb][4 * q + 3]));
     named_barrier(1 + consumer, 128);
-    if (threadIdx.x % 128 == 0) store_release(&partial_ready[blockIdx.x * CONSUMERS + consumer], 1u);
-}
+    if (threadIdx.x % 128 == 0) store_release(&partial_ready[blockIdx.x * CONSUMERS + consumer], 1u);{after_store}
+}}
+"""
 
+
+SERIAL_ADD = r"""
 // The finisher (the piece holding a split unit's first k-block): add the partial sums of the unit's
 // other pieces, held by the next workers up to the one whose share ends the unit, in order (the same
 // order every run: deterministic).
@@ -265,6 +303,90 @@ __device__ __forceinline__ void add_partials(float (&acc)[M_BLOCKS][BN / 2], int
 """
 
 
+SCATTER = r"""
+// Equal splits of SPLITS pieces (SPLITS - 1 contributors after each finisher): a contributor, once
+// every partial tile of its unit is stored, sums its share of the tile over all of them and stores
+// the sums, so the finisher reads one tile instead of SPLITS - 1 one after another. Each element is
+// summed by one contributor, in contributor order: the same order every run.
+constexpr int SPLITS = {splits}, CONTRIBUTORS = SPLITS - 1, SCATTER_BATCH = {batch};
+constexpr int REDUCED_SLOTS = TAIL_WORKERS / SPLITS * CLUSTER_M;  // one per split unit (and cluster rank)
+constexpr int CONSUMER_FLOAT4S = ROWS_PER_CONSUMER * BN / 4;      // one consumer's part of a tile
+__device__ float4 reduced_sums[(size_t)REDUCED_SLOTS * BM * BN / 4];
+__device__ unsigned int reduced_count[REDUCED_SLOTS * CONSUMERS];  // contributors done; the finisher resets it
+
+__device__ __forceinline__ void reduce_share(int consumer) {{
+    const int worker = blockIdx.x / CLUSTER_M, rank = blockIdx.x % CLUSTER_M;
+    const int tail_unit = worker / SPLITS;  // tail worker w holds a share of tail unit w / SPLITS
+    const int first = tail_unit * SPLITS + 1;  // the unit's first contributor
+    for (int v = threadIdx.x % 128; v < CONTRIBUTORS; v += 128)  // thread v waits on contributor v
+        spin_until_equal(&partial_ready[((first + v) * CLUSTER_M + rank) * CONSUMERS + consumer], 1u);
+    named_barrier(1 + consumer, 128);
+    constexpr size_t STRIDE = (size_t)CLUSTER_M * BM * BN / 4;  // from one contributor's slot to the next's
+    const float4* parts = partial_sums + ((size_t)(first * CLUSTER_M + rank) * BM * BN
+                                          + (size_t)consumer * ROWS_PER_CONSUMER * BN) / 4;
+    float4* sums = reduced_sums + ((size_t)(tail_unit * CLUSTER_M + rank) * BM * BN
+                                   + (size_t)consumer * ROWS_PER_CONSUMER * BN) / 4;
+    const int me = worker - first;
+    const int lo = me * CONSUMER_FLOAT4S / CONTRIBUTORS, hi = (me + 1) * CONSUMER_FLOAT4S / CONTRIBUTORS;
+    for (int i = lo + threadIdx.x % 128; i < hi; i += 128) {{
+        float4 sum = __ldcg(parts + i);
+        #pragma unroll 1
+        for (int v0 = 1; v0 < CONTRIBUTORS; v0 += SCATTER_BATCH) {{
+            float4 p[SCATTER_BATCH];  // SCATTER_BATCH loads in flight, then added in order
+            #pragma unroll
+            for (int u = 0; u < SCATTER_BATCH; ++u)
+                if (v0 + u < CONTRIBUTORS) p[u] = __ldcg(parts + (v0 + u) * STRIDE + i);
+            #pragma unroll
+            for (int u = 0; u < SCATTER_BATCH; ++u)
+                if (v0 + u < CONTRIBUTORS) {{
+                    sum.x += p[u].x;
+                    sum.y += p[u].y;
+                    sum.z += p[u].z;
+                    sum.w += p[u].w;
+                }}
+        }}
+        __stcg(sums + i, sum);
+    }}
+    named_barrier(1 + consumer, 128);
+    if (threadIdx.x % 128 == 0) release_add(&reduced_count[(tail_unit * CLUSTER_M + rank) * CONSUMERS + consumer], 1u);
+}}
+
+// The finisher: once every contributor has counted, add the tile of their sums.
+__device__ __forceinline__ void add_partials(float (&acc)[M_BLOCKS][BN / 2], int worker, int rank, int consumer,
+                                             int unit) {{
+    const int slot = (unit - WHOLE_UNITS) * CLUSTER_M + rank;
+    if (threadIdx.x % 128 == 0) {{
+        unsigned int* count = &reduced_count[slot * CONSUMERS + consumer];
+        spin_until_equal(count, CONTRIBUTORS);  // acquire: every share's sums are visible
+        *count = 0u;  // ready for the next launch
+    }}
+    named_barrier(1 + consumer, 128);
+    // Every contributor read every flag before it counted: ready the flags for the next launch.
+    for (int v = threadIdx.x % 128; v < CONTRIBUTORS; v += 128)
+        partial_ready[((worker + 1 + v) * CLUSTER_M + rank) * CONSUMERS + consumer] = 0u;
+    const float4* sums = reduced_sums + ((size_t)slot * BM * BN + (size_t)consumer * ROWS_PER_CONSUMER * BN) / 4
+                         + threadIdx.x % 128;
+    #pragma unroll
+    for (int mb = 0; mb < M_BLOCKS; ++mb)
+        #pragma unroll
+        for (int q = 0; q < BN / 8; ++q) {{
+            const float4 p = __ldcg(sums + (mb * BN / 8 + q) * 128);
+            acc[mb][4 * q] += p.x;
+            acc[mb][4 * q + 1] += p.y;
+            acc[mb][4 * q + 2] += p.z;
+            acc[mb][4 * q + 3] += p.w;
+        }}
+}}
+"""
+
+
 def cuda(schedule: Schedule) -> str:
     """The scheduler's constants and cursor, and the partial-sum exchange when units are split."""
-    return constants(schedule) + CURSOR + (ACQUIRE_RELEASE + PARTIALS if schedule.tail_workers else "")
+    text = constants(schedule) + CURSOR
+    if not schedule.tail_workers:
+        return text
+    if not schedule.scatter:
+        return text + ACQUIRE_RELEASE + PARTIAL_SLOTS + PARTIAL_STORE.format(after_store="") + SERIAL_ADD
+    return (text + ACQUIRE_RELEASE + RELEASE_ADD + PARTIAL_SLOTS
+            + SCATTER.format(splits=schedule.splits, batch=SCATTER_BATCH)
+            + PARTIAL_STORE.format(after_store="\n    reduce_share(consumer);  // this contributor's share of the unit's sums"))
