@@ -156,9 +156,10 @@ def split_stretch(spec: GemmSpec, config: Any, sm_count: int) -> float:
     """How much a split tail changes the time of the kernel the model predicted. The model was trained
     without split-tail rows and describes the tiles unsplit, so its time is the unsplit schedule's; the
     split schedule (kernels/wgmma/schedule.py) runs its rounds of whole tiles, then its longest share,
-    then the partial tiles are gathered (`Schedule.gathered_tiles`: the finisher's serial adds, or a
-    contributor's share of every partial and the finisher's tile of sums; each tile costed as the
-    k-blocks that move as many bytes: bm·bn·4 against a k-block's (bm+bn)·128). 1.0 where
+    then the finisher gathers the other pieces' fp32 partial tiles one after the other (each costed
+    as the k-blocks that move as many bytes: bm·bn·4 against a k-block's (bm+bn)·128). Splits of
+    three pieces or more now reduce their partials in shares (`Schedule.scatter`), which costs less
+    than this charges; the charge stays as measured (see docs/tuning.md). 1.0 where
     nothing is split, and where the stretch measured worse than the model alone (H100, 2026-11-26,
     bench/results/2026-11-26-h100-chooser-split-stretch.md): 2-byte inputs, whose fixed part (launch,
     fill, write-back) a split does not shorten is a larger share of the time, and tiles that run more
@@ -172,9 +173,10 @@ def split_stretch(spec: GemmSpec, config: Any, sm_count: int) -> float:
     whole = schedule_for(spec, config.with_(split_tail=False), gpu)
     if whole.tile_times > 1:
         return 1.0
+    gathered = math.ceil(split.tail_workers / split.split_units) - 1  # partial tiles a finisher adds
     partial_k_blocks = config.bm * config.bn * 4 / config.stage_bytes()
     split_k_blocks = (split.tile_times * split.k_blocks + SPLIT_EXCHANGE_K_BLOCKS
-                      + split.gathered_tiles * partial_k_blocks)
+                      + gathered * partial_k_blocks)
     return split_k_blocks / (whole.tile_times * whole.k_blocks)
 
 

@@ -69,8 +69,17 @@ SHARE_GAIN = 2 * MIN_SHARE
 # contributor's tile is read once either way.
 SCATTER_SPLITS = 3
 
-# Loads a contributor keeps in flight per element of its share while it sums the partial tiles.
-SCATTER_BATCH = 8
+# How a contributor thread sums its share of the partial tiles: `chunk` elements at a time, with
+# `loads` float4 loads in flight (loads / chunk contributors' loads of each element). With few
+# accumulators a thread, (8, 2): 40 registers. Larger tiles and 3xtf32 kernels (whose 168 or 232
+# registers hold more sums) spilled with that (1024x1024x16384 fp16 in 128x256 tiles split 4 ways,
+# 4092^3 3xtf32 in 128x192 split 3 ways), so there (4, 1). The first version summed one element at
+# a time with 8 contributors' loads in flight, so a share of 4 elements per thread took 4 or more L2
+# round trips one after another, and at 5 pieces per tile it ran no faster than the finisher's
+# serial adds (H200, 257x1023x4104 tf32 in 128x128 tiles: 30.5 against 30.6 µs).
+SCATTER_WIDE = (8, 2)
+SCATTER_NARROW = (4, 1)
+SCATTER_WIDE_ACCUMULATORS = 64  # accumulators a thread, at most, for SCATTER_WIDE
 
 
 @dataclass(frozen=True)
@@ -106,17 +115,6 @@ class Schedule:
     def scatter(self) -> bool:
         """Whether the contributors reduce the partial tiles in shares (see SCATTER_SPLITS)."""
         return self.splits >= SCATTER_SPLITS
-
-    @property
-    def gathered_tiles(self) -> int:
-        """Partial tiles read one after another on the way to a split unit's sums: the finisher's
-        serial adds, or (scattered) a contributor's share of every partial, then the finisher's tile
-        of sums, each about one tile's bytes."""
-        if not self.tail_workers:
-            return 0
-        if self.scatter:
-            return 2
-        return -(-self.tail_workers // self.split_units) - 1
 
     @property
     def share_k_blocks(self) -> float:
@@ -308,7 +306,7 @@ SCATTER = r"""
 // every partial tile of its unit is stored, sums its share of the tile over all of them and stores
 // the sums, so the finisher reads one tile instead of SPLITS - 1 one after another. Each element is
 // summed by one contributor, in contributor order: the same order every run.
-constexpr int SPLITS = {splits}, CONTRIBUTORS = SPLITS - 1, SCATTER_BATCH = {batch};
+constexpr int SPLITS = {splits}, CONTRIBUTORS = SPLITS - 1, SCATTER_LOADS = {loads}, SCATTER_CHUNK = {chunk};
 constexpr int REDUCED_SLOTS = TAIL_WORKERS / SPLITS * CLUSTER_M;  // one per split unit (and cluster rank)
 constexpr int CONSUMER_FLOAT4S = ROWS_PER_CONSUMER * BN / 4;      // one consumer's part of a tile
 __device__ float4 reduced_sums[(size_t)REDUCED_SLOTS * BM * BN / 4];
@@ -328,24 +326,38 @@ __device__ __forceinline__ void reduce_share(int consumer) {{
                                    + (size_t)consumer * ROWS_PER_CONSUMER * BN) / 4;
     const int me = worker - first;
     const int lo = me * CONSUMER_FLOAT4S / CONTRIBUTORS, hi = (me + 1) * CONSUMER_FLOAT4S / CONTRIBUTORS;
-    for (int i = lo + threadIdx.x % 128; i < hi; i += 128) {{
-        float4 sum = __ldcg(parts + i);
+    // A thread's elements of the share (i = lo + thread + 128 e), CHUNK of them summed at once:
+    // BATCH contributors' loads of each in flight, then added in contributor order.
+    constexpr int PER_THREAD = ((CONSUMER_FLOAT4S + CONTRIBUTORS - 1) / CONTRIBUTORS + 127) / 128;
+    constexpr int CHUNK = PER_THREAD < SCATTER_CHUNK ? PER_THREAD : SCATTER_CHUNK;
+    constexpr int BATCH = SCATTER_LOADS / CHUNK;
+    #pragma unroll 1
+    for (int i0 = lo + threadIdx.x % 128; i0 < hi; i0 += 128 * CHUNK) {{
+        float4 sum[CHUNK];
+        #pragma unroll
+        for (int e = 0; e < CHUNK; ++e) sum[e] = make_float4(0.f, 0.f, 0.f, 0.f);
         #pragma unroll 1
-        for (int v0 = 1; v0 < CONTRIBUTORS; v0 += SCATTER_BATCH) {{
-            float4 p[SCATTER_BATCH];  // SCATTER_BATCH loads in flight, then added in order
+        for (int v0 = 0; v0 < CONTRIBUTORS; v0 += BATCH) {{
+            float4 p[BATCH][CHUNK];
             #pragma unroll
-            for (int u = 0; u < SCATTER_BATCH; ++u)
-                if (v0 + u < CONTRIBUTORS) p[u] = __ldcg(parts + (v0 + u) * STRIDE + i);
+            for (int u = 0; u < BATCH; ++u)
+                #pragma unroll
+                for (int e = 0; e < CHUNK; ++e)
+                    if (v0 + u < CONTRIBUTORS && i0 + 128 * e < hi) p[u][e] = __ldcg(parts + (v0 + u) * STRIDE + i0 + 128 * e);
             #pragma unroll
-            for (int u = 0; u < SCATTER_BATCH; ++u)
-                if (v0 + u < CONTRIBUTORS) {{
-                    sum.x += p[u].x;
-                    sum.y += p[u].y;
-                    sum.z += p[u].z;
-                    sum.w += p[u].w;
-                }}
+            for (int u = 0; u < BATCH; ++u)
+                #pragma unroll
+                for (int e = 0; e < CHUNK; ++e)
+                    if (v0 + u < CONTRIBUTORS && i0 + 128 * e < hi) {{
+                        sum[e].x += p[u][e].x;
+                        sum[e].y += p[u][e].y;
+                        sum[e].z += p[u][e].z;
+                        sum[e].w += p[u][e].w;
+                    }}
         }}
-        __stcg(sums + i, sum);
+        #pragma unroll
+        for (int e = 0; e < CHUNK; ++e)
+            if (i0 + 128 * e < hi) __stcg(sums + i0 + 128 * e, sum[e]);
     }}
     named_barrier(1 + consumer, 128);
     if (threadIdx.x % 128 == 0) release_add(&reduced_count[(tail_unit * CLUSTER_M + rank) * CONSUMERS + consumer], 1u);
@@ -380,13 +392,20 @@ __device__ __forceinline__ void add_partials(float (&acc)[M_BLOCKS][BN / 2], int
 """
 
 
-def cuda(schedule: Schedule) -> str:
-    """The scheduler's constants and cursor, and the partial-sum exchange when units are split."""
+def scatter_loads(spec: GemmSpec, config: WgmmaConfig) -> tuple[int, int]:
+    """(loads, chunk) of a contributor thread's sums (see SCATTER_WIDE)."""
+    sums = config.accumulators * (2 if spec.dtype == "fp32" else 1)  # 3xtf32 keeps a partial beside them
+    return SCATTER_WIDE if sums <= SCATTER_WIDE_ACCUMULATORS else SCATTER_NARROW
+
+
+def cuda(schedule: Schedule, loads: tuple[int, int] = SCATTER_NARROW) -> str:
+    """The scheduler's constants and cursor, and the partial-sum exchange when units are split
+    (`loads`: the contributors' (loads, chunk), `scatter_loads`)."""
     text = constants(schedule) + CURSOR
     if not schedule.tail_workers:
         return text
     if not schedule.scatter:
         return text + ACQUIRE_RELEASE + PARTIAL_SLOTS + PARTIAL_STORE.format(after_store="") + SERIAL_ADD
     return (text + ACQUIRE_RELEASE + RELEASE_ADD + PARTIAL_SLOTS
-            + SCATTER.format(splits=schedule.splits, batch=SCATTER_BATCH)
+            + SCATTER.format(splits=schedule.splits, loads=loads[0], chunk=loads[1])
             + PARTIAL_STORE.format(after_store="\n    reduce_share(consumer);  // this contributor's share of the unit's sums"))
