@@ -110,8 +110,9 @@ def test_many_way_splits_reduce_in_shares_and_few_gather_serially():
     assert "reduce_share" not in cuda(halves) and "add_partials" in cuda(halves)
     shares = plan(1024, 128, 66, split_tail=True)  # uneven shares: up to 3 pieces per unit, serial
     assert not shares.scatter and "reduce_share" not in cuda(shares)
-    assert plan(8, 3 * MIN_SHARE, 132, split_tail=True).splits == SCATTER_SPLITS  # the smallest scattered
-    assert plan(8, 3 * MIN_SHARE, 132, split_tail=True).scatter
+    fewest = plan(8, SCATTER_SPLITS * MIN_SHARE, 132, split_tail=True)  # the fewest pieces scattered
+    assert fewest.splits == SCATTER_SPLITS and fewest.scatter
+    assert not plan(8, (SCATTER_SPLITS - 1) * MIN_SHARE, 132, split_tail=True).scatter
     assert "partial_sums" not in cuda(plan(264, 64, 132, True))  # nothing split
 
 

@@ -65,9 +65,10 @@ SHARE_GAIN = 2 * MIN_SHARE
 # Equal splits into this many pieces or more reduce their partial tiles in parallel (each
 # contributor a share of the tile over all of them): a finisher adding them one by one reads each
 # through one SM, one L2 round trip and one flag after another (H100, 96x96x65536 bf16 in 64x64
-# tiles split 33 ways: 32 partial tiles, about half the kernel's 35 µs). With two pieces the lone
-# contributor's tile is read once either way.
-SCATTER_SPLITS = 3
+# tiles split 32 ways: 34.9 µs serial, 21.0 scattered). With few pieces the extra hop (contributors
+# wait on each other, then the finisher on them) costs more than it saves: serial ran 3-4% faster at
+# 3 and 4 pieces, the same at 5, 3-6% slower at 8 (bench/results/2026-11-26-h100-wgmma-scatter-reduce.md).
+SCATTER_SPLITS = 6
 
 # How a contributor thread sums its share of the partial tiles: `chunk` elements at a time, with
 # `loads` float4 loads in flight (loads / chunk contributors' loads of each element). With few
