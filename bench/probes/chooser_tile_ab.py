@@ -1,8 +1,10 @@
 """Probe: the chooser's wgmma picks with and without one tile among its candidates, timed side by side.
 
-    PYTHONPATH=src:bench python bench/probes/chooser_tile_ab.py --drop 128x192 [--dtypes bf16,fp16] [--out rows.json]
+    PYTHONPATH=src:bench python bench/probes/chooser_tile_ab.py --drop 128x192 [--dtypes bf16,fp16] [--holdout]
+        [--out rows.json]
 
-For every eval-set shape (bench_untuned --set eval) whose wgmma pick moves when the tile is taken out
+For every eval-set shape (bench_untuned --set eval; with --holdout the held-out shapes of
+chooser_split_stretch.py and MORE_HOLDOUT, in neither that set nor the bench set) whose wgmma pick moves when the tile is taken out
 of `chooser.candidates.wgmma_tiles` for 2-byte inputs, this times in one process: cuBLAS, the old
 pick, the new pick, twice each alternately, cuBLAS again (bench_untuned's protocol: L2 emptied by a
 read pass, median; every kernel verified against a float64 reference). Prints one line per moved
@@ -17,6 +19,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+# More held-out shapes (mid-sized, one to a few waves), chosen 2026-11-26 before their first run.
+MORE_HOLDOUT = ((768, 2304, 1536), (1280, 3840, 2048), (2560, 2560, 3072), (384, 6144, 2048), (3584, 1792, 1024),
+                (640, 5120, 4096), (1792, 1792, 7168), (896, 2688, 896), (1152, 4608, 2304), (2304, 3072, 1536))
 
 
 def moved_picks(dtypes: list[str], shapes, tile: tuple[int, int]) -> list[tuple]:
@@ -56,11 +62,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--drop", default="128x192", help="the tile taken out, BMxBN")
     parser.add_argument("--dtypes", default="bf16,fp16")
+    parser.add_argument("--holdout", action="store_true", help="the held-out shapes instead of the eval set")
     parser.add_argument("--out", type=Path, help="write the rows as JSON here")
     args = parser.parse_args()
     tile = tuple(int(x) for x in args.drop.split("x"))
     dtypes = args.dtypes.split(",")
-    cases = moved_picks(dtypes, EVAL_SHAPES, tile)
+    if args.holdout:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from chooser_split_stretch import HOLDOUT
+    cases = moved_picks(dtypes, HOLDOUT + MORE_HOLDOUT if args.holdout else EVAL_SHAPES, tile)
     print(f"{len(cases)} moved picks", flush=True)
     compiled = compile_configs([(spec, c, "sm_90a") for spec, old, new in cases for c in (old, new)])
     protocol, rows = untuned_protocol(), []
