@@ -13,12 +13,11 @@ protocol: L2 emptied by a read pass, median; every kernel verified against a flo
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # (m, n, k, layout, dtype, tile or None for the chooser's pick): few tiles and long K, where a unit
 # is split many ways.
@@ -61,38 +60,28 @@ def compile_both(spec, config):
 
 
 def main() -> int:
-    from bench_untuned import untuned_protocol
-    from gemmtune.bench import bench_compiled, bench_cublas
+    from ab_timing import time_alternately, write_rows
     from gemmtune.kernels.wgmma.schedule import schedule_for
     from gemmtune.spec import GemmSpec
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="write the rows as JSON here")
     args = parser.parse_args()
-    protocol, rows = untuned_protocol(), []
+    rows = []
     for m, n, k, layout, dtype, tile in CASES:
         spec = GemmSpec(m, n, k, layout, dtype)
         config = case_config(spec, tile)
         plan = schedule_for(spec, config)
         kernels = dict(zip(("serial", "scatter"), compile_both(spec, config)))
-        cublas = [bench_cublas(spec, protocol).median_s]
-        times: dict[str, list[float]] = {name: [] for name in kernels}
-        status = {}
-        for _ in range(2):
-            for name, kernel in kernels.items():
-                row = bench_compiled(name, "", kernel, protocol)
-                status[name] = row.status
-                times[name].append(row.median_s if row.status == "ok" and row.median_s else math.nan)
-        cublas.append(bench_cublas(spec, protocol).median_s)
-        c, s, p = min(cublas), min(times["serial"]), min(times["scatter"])
+        c, best, status = time_alternately(spec, kernels)
+        s, p = best["serial"], best["scatter"]
         rows.append(dict(spec=f"{m}x{n}x{k} {layout} {dtype}", config=config.describe(), splits=plan.splits,
                          split_units=plan.split_units, pick=tile is None, cublas_us=c * 1e6, serial_us=s * 1e6,
                          scatter_us=p * 1e6, serial_ratio=c / s, scatter_ratio=c / p, status=status))
         print(f"{rows[-1]['spec']:24s} {'pick' if tile is None else 'alt ':4s} {plan.split_units:3d} units x "
               f"{plan.splits:3d}  cuBLAS {c * 1e6:7.1f}  serial {s * 1e6:7.1f} x{c / s:.3f}  "
               f"scatter {p * 1e6:7.1f} x{c / p:.3f}  {status}  {config.describe()}", flush=True)
-    if args.out:
-        args.out.write_text(json.dumps(rows, indent=1))
+    write_rows(args.out, rows)
     return 0
 
 

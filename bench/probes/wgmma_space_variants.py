@@ -10,12 +10,11 @@ against a float64 reference with a poisoned D. Kernels that the family rejects a
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def fitted(config, spec):
@@ -49,8 +48,7 @@ SHAPES = ((96, 96, 65536), (512, 4096, 4096), (1000, 1000, 1000), (1536, 6144, 1
 
 
 def main() -> int:
-    from bench_untuned import untuned_protocol
-    from gemmtune.bench import bench_compiled, bench_cublas
+    from ab_timing import time_alternately, write_rows
     from gemmtune.build import compile_configs
     from gemmtune.chooser import choose
     from gemmtune.kernels.wgmma import FAMILY
@@ -71,26 +69,17 @@ def main() -> int:
             else:
                 cases.append((spec, label, config))
     compiled = compile_configs([(spec, config, "sm_90a") for spec, _, config in cases])
-    protocol, rows = untuned_protocol(), []
+    rows = []
     for spec in dict.fromkeys(s for s, _, _ in cases):
         mine = [(label, config, kernel) for (s, label, config), kernel in zip(cases, compiled) if s == spec]
-        cublas = [bench_cublas(spec, protocol).median_s]
-        times: dict[str, list[float]] = {label: [] for label, _, _ in mine}
-        for _ in range(2):
-            for label, _, kernel in mine:
-                row = None if isinstance(kernel, Exception) else bench_compiled(label, "", kernel, protocol)
-                ok = row is not None and row.status == "ok" and row.median_s
-                times[label].append(row.median_s if ok else math.nan)
-        cublas.append(bench_cublas(spec, protocol).median_s)
-        c = min(cublas)
+        c, best, _ = time_alternately(spec, {label: kernel for label, _, kernel in mine})
         for label, config, kernel in mine:
-            t = min(times[label])
+            t = best[label]
             rows.append(dict(spec=spec.short(), label=label, config=config.describe(), cublas_us=c * 1e6,
                              ours_us=t * 1e6, ratio=c / t, error=str(kernel) if isinstance(kernel, Exception) else ""))
             print(f"{spec.short():24s} {label:16s} {t * 1e6:8.1f} µs  x{c / t:.3f}  (cuBLAS {c * 1e6:.1f})  "
                   f"{config.describe()}{'  ' + str(kernel)[:80] if isinstance(kernel, Exception) else ''}", flush=True)
-    if args.out:
-        args.out.write_text(json.dumps(rows, indent=1))
+    write_rows(args.out, rows)
     return 0
 
 
