@@ -316,3 +316,14 @@ def test_split_stretch_charges_each_gathered_partial():
 def test_a_few_long_tf32_tiles_get_a_split_tail_pick():
     pick = choose(GemmSpec(1024, 1024, 16384, "nt", "tf32"), "sm_90a")
     assert pick.config.split_tail and split_tail(GemmSpec(1024, 1024, 16384, "nt", "tf32"), pick.config, 132)
+
+
+def test_explanation_names_the_split_stretch_in_the_predicted_time():
+    """A split-tail pick whose time the stretch scaled says so (1024x1024x16384 tf32: a lone partial
+    wave of 4-byte tiles split 4 ways); a bf16 pick (no stretch) does not."""
+    from gemmtune.chooser import choose
+
+    pick = choose(GemmSpec(1024, 1024, 16384, "nt", "tf32"), "sm_90a")
+    assert pick.stretch < 1.0 and f"×{pick.stretch:.2f} for the split schedule" in pick.why()
+    plain = choose(GemmSpec(1024, 1024, 16384, "nt", "bf16"), "sm_90a")
+    assert plain.stretch == 1.0 and "for the split schedule" not in plain.why()

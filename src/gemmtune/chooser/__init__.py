@@ -92,6 +92,7 @@ class Pick:
     scored_by: str  # "model (N rows, S shapes)" or "roofline estimate"
     features: tuple[tuple[str, float], ...]
     split: SplitTail | None = None  # the schedule's split tail (display only; not a model feature)
+    stretch: float = 1.0  # split_stretch's factor, included in predicted_s
 
     def feature(self, name: str) -> float:
         return dict(self.features)[name]
@@ -112,7 +113,9 @@ class Pick:
                 f"(last wave {100 * f['last_wave_full']:.0f}% full), {100 * f['tile_waste']:.1f}% of the tiles "
                 f"outside D, {f['blocks_per_sm']:.0f} block(s)/SM, {f['bytes_per_flop']:.3f} B/FLOP"
                 + (f", split-K {f['splits']:.0f}" if f["splits"] > 1 else "")
-                + (f"; {self.split.text()}" if self.split is not None else ""))
+                + (f"; {self.split.text()}" if self.split is not None else "")
+                + (f"; the time includes ×{self.stretch:.2f} for the split schedule against the unsplit one"
+                   if not math.isclose(self.stretch, 1.0) else ""))
 
 
 _MODEL_CACHE: dict[str, ChooserModel | None] = {}
@@ -134,13 +137,15 @@ def estimate_s(spec: GemmSpec, f: dict[str, float]) -> float:
 
 
 def _scores(spec: GemmSpec, configs: list[Any], sm_count: int, model: FamilyModel | None
-            ) -> tuple[np.ndarray, str]:
+            ) -> tuple[np.ndarray, str, np.ndarray]:
+    """Predicted seconds per config, what scored them, and the split stretch each includes."""
     if model is None:
-        return np.array([estimate_s(spec, features(spec, c, sm_count)) for c in configs]), "roofline estimate"
+        estimates = np.array([estimate_s(spec, features(spec, c, sm_count)) for c in configs])
+        return estimates, "roofline estimate", np.ones(len(configs))
     x, _ = feature_matrix([(spec, c, sm_count) for c in configs], model.feature_names)
     scored = f"model ({model.rows} measured rows, {model.shapes} shapes)"
     stretch = np.array([split_stretch(spec, c, sm_count) for c in configs])
-    return np.exp(model.predict_log_ratio(x)) * roofline_s(spec) * stretch, scored
+    return np.exp(model.predict_log_ratio(x)) * roofline_s(spec) * stretch, scored, stretch
 
 
 # k-blocks a split tail costs beyond its share and the partial tiles it gathers: each piece's own
@@ -198,13 +203,13 @@ def rank_configs(spec: GemmSpec, family: str, configs: list[Any], sm_count: int,
         return [Pick(family, c, math.nan, f"the {family} family's default (the chooser has no model of it)", ())
                 for c in configs]
     model = model if model is not None else shipped_model()
-    scores, scored_by = _scores(spec, configs, sm_count, model.for_family(family) if model else None)
+    scores, scored_by, stretch = _scores(spec, configs, sm_count, model.for_family(family) if model else None)
     order = sorted(range(len(configs)), key=lambda i: (scores[i], i))  # ties: the candidate list's order
     picks = []
     for i in order:
         f = features(spec, configs[i], sm_count)
         picks.append(Pick(family, configs[i], float(scores[i]), scored_by, tuple(f.items()),
-                          split_tail(spec, configs[i], sm_count, f["blocks_per_sm"])))
+                          split_tail(spec, configs[i], sm_count, f["blocks_per_sm"]), float(stretch[i])))
     return picks
 
 
