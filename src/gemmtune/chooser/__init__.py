@@ -163,8 +163,8 @@ def split_stretch(spec: GemmSpec, config: Any, sm_count: int) -> float:
     split schedule (kernels/wgmma/schedule.py) runs its rounds of whole tiles, then its longest share,
     then the finisher gathers the other pieces' fp32 partial tiles one after the other (each costed
     as the k-blocks that move as many bytes: bm·bn·4 against a k-block's (bm+bn)·128). Splits of
-    three pieces or more now reduce their partials in shares (`Schedule.scatter`), which costs less
-    than this charges; the charge stays as measured (see docs/tuning.md). 1.0 where
+    SCATTER_SPLITS pieces or more now reduce their partials in shares (`Schedule.scatter`), which
+    costs less than this charges; the charge stays as measured (see docs/tuning.md). 1.0 where
     nothing is split, and where the stretch measured worse than the model alone (H100, 2026-11-26,
     bench/results/2026-11-26-h100-chooser-split-stretch.md): 2-byte inputs, whose fixed part (launch,
     fill, write-back) a split does not shorten is a larger share of the time, and tiles that run more

@@ -46,7 +46,7 @@ from ...arch import Geometry, geometry
 from ...spec import GemmSpec
 from ..config_base import ceil_div
 from ..parts.flags import ACQUIRE_RELEASE, RELEASE_ADD
-from .config import IN_STEP_BLOCKS, WgmmaConfig
+from .config import IN_STEP_BLOCKS, WgmmaConfig, splits_fp32
 
 # k-blocks a split piece must at least hold: fewer, and storing and gathering the partial tile
 # (bm·bn·4 bytes through L2) costs more than the iterations it spreads (H100: 1000^3 in 128x256
@@ -245,9 +245,13 @@ constexpr int PARTIAL_SLOTS = WORKERS * CLUSTER_M;
 __device__ float4 partial_sums[(size_t)PARTIAL_SLOTS * BM * BN / 4];
 __device__ unsigned int partial_ready[PARTIAL_SLOTS * CONSUMERS];
 
+// One consumer's part of tile `slot` in an array of BM×BN fp32 tiles (partial or reduced sums).
+__device__ __forceinline__ float4* consumer_part(float4* tiles, int slot, int consumer) {
+    return tiles + ((size_t)slot * BM * BN + (size_t)consumer * ROWS_PER_CONSUMER * BN) / 4;
+}
+
 __device__ __forceinline__ float4* partial_slot(int block, int consumer) {
-    return partial_sums + ((size_t)block * BM * BN + (size_t)consumer * ROWS_PER_CONSUMER * BN) / 4
-           + threadIdx.x % 128;
+    return consumer_part(partial_sums, block, consumer) + threadIdx.x % 128;
 }
 """
 
@@ -321,10 +325,8 @@ __device__ __forceinline__ void reduce_share(int consumer) {{
         spin_until_equal(&partial_ready[((first + v) * CLUSTER_M + rank) * CONSUMERS + consumer], 1u);
     named_barrier(1 + consumer, 128);
     constexpr size_t STRIDE = (size_t)CLUSTER_M * BM * BN / 4;  // from one contributor's slot to the next's
-    const float4* parts = partial_sums + ((size_t)(first * CLUSTER_M + rank) * BM * BN
-                                          + (size_t)consumer * ROWS_PER_CONSUMER * BN) / 4;
-    float4* sums = reduced_sums + ((size_t)(tail_unit * CLUSTER_M + rank) * BM * BN
-                                   + (size_t)consumer * ROWS_PER_CONSUMER * BN) / 4;
+    const float4* parts = consumer_part(partial_sums, first * CLUSTER_M + rank, consumer);
+    float4* sums = consumer_part(reduced_sums, tail_unit * CLUSTER_M + rank, consumer);
     const int me = worker - first;
     const int lo = me * CONSUMER_FLOAT4S / CONTRIBUTORS, hi = (me + 1) * CONSUMER_FLOAT4S / CONTRIBUTORS;
     // A thread's elements of the share (i = lo + thread + 128 e), CHUNK of them summed at once:
@@ -377,8 +379,7 @@ __device__ __forceinline__ void add_partials(float (&acc)[M_BLOCKS][BN / 2], int
     // Every contributor read every flag before it counted: ready the flags for the next launch.
     for (int v = threadIdx.x % 128; v < CONTRIBUTORS; v += 128)
         partial_ready[((worker + 1 + v) * CLUSTER_M + rank) * CONSUMERS + consumer] = 0u;
-    const float4* sums = reduced_sums + ((size_t)slot * BM * BN + (size_t)consumer * ROWS_PER_CONSUMER * BN) / 4
-                         + threadIdx.x % 128;
+    const float4* sums = consumer_part(reduced_sums, slot, consumer) + threadIdx.x % 128;
     #pragma unroll
     for (int mb = 0; mb < M_BLOCKS; ++mb)
         #pragma unroll
@@ -395,7 +396,7 @@ __device__ __forceinline__ void add_partials(float (&acc)[M_BLOCKS][BN / 2], int
 
 def scatter_loads(spec: GemmSpec, config: WgmmaConfig) -> tuple[int, int]:
     """(loads, chunk) of a contributor thread's sums (see SCATTER_WIDE)."""
-    sums = config.accumulators * (2 if spec.dtype == "fp32" else 1)  # 3xtf32 keeps a partial beside them
+    sums = config.accumulators * (2 if splits_fp32(spec) else 1)  # 3xtf32 keeps a partial beside them
     return SCATTER_WIDE if sums <= SCATTER_WIDE_ACCUMULATORS else SCATTER_NARROW
 
 
