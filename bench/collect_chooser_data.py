@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import json
 import random
 import sys
@@ -35,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_untuned import EVAL_SHAPES as BENCH_SHAPES  # noqa: E402  (training must not see the measured shapes)
 
 PROTOCOL = TimingProtocol(warmup=2, min_reps=5, max_reps=30, min_time_s=0.015)
-CHECK_LIMIT = 1 << 22
+CHECK_LIMIT = 1 << 22  # outputs
+CHECK_MACS = 1 << 35  # and multiply-adds: the float64 reference runs on the host CPU
 FIELDS = ("family", "m", "n", "k", "layout", "dtype", "config", "median_s", "status", "gpu", "sm_count")
 
 
@@ -62,8 +64,57 @@ def extra_shapes() -> list[tuple[int, int, int]]:
 
 SMALL_TILE = 32  # the third round times only the simt candidates with a 32-wide tile side
 
+# The wgmma round: every candidate as the chooser now builds it (write-back options, split tails), in
+# the regimes the evaluation set showed mis-ranked (medium M with large N and K, ~1000-cubed, skinny N,
+# few tiles with a long K) and general ones; 2-byte, tf32 and fp32 (3xTF32) inputs in the evaluation
+# set's layouts. GFLOP caps keep one device call under ten minutes.
+WGMMA_REGIMES = (  # name, shapes, log2 ranges of M, N, K
+    ("general", 40, (8, 13.5), (8, 13.5), (8, 14)),
+    ("medium M", 20, (8, 10.5), (11, 14), (10, 14)),
+    ("near cube", 15, (9, 11.5), (9, 11.5), (9, 11.5)),
+    ("skinny N", 12, (11, 14), (6, 8.5), (10, 14)),
+    ("long K", 15, (6, 10), (6, 10), (13, 16)),
+    ("large", 12, (12, 14), (12, 14), (10, 13)),
+)
+# The second wgmma round: the regimes the first left out (M from 17, where gemv stops, to 512; few
+# tiles with a very long K), which the first round's model ranked worse than the old one on the
+# evaluation set's small-M shapes (bench/results/2026-11-26-h100-chooser-model-ab.md).
+WGMMA_SMALL_M_REGIMES = (
+    ("small M", 30, (4.1, 7), (11, 14.5), (10, 14)),
+    ("M 128-512", 15, (7, 9), (10, 14), (10, 14.5)),
+    ("few tiles, very long K", 10, (7, 10), (7, 10), (13, 16.5)),
+)
+WGMMA_DTYPES = (("bf16", "nt", 1.0, 400e9), ("tf32", "nt", 0.5, 150e9), ("fp32", "nn", 0.25, 60e9))  # share, FLOP cap
+
+
+def wgmma_shapes(dtype_share: float, flop_cap: float, seed: int, regimes=WGMMA_REGIMES) -> list[tuple[int, int, int]]:
+    """Seeded shapes of every regime (a share of each), dimensions multiples of 8, none an evaluation
+    shape, 2·M·N·K at most `flop_cap`."""
+    rng = random.Random(seed)
+    eight = lambda lo, hi: max(8, int(round(2 ** rng.uniform(lo, hi) / 8)) * 8)  # noqa: E731
+    bench = set(BENCH_SHAPES)
+    shapes = []
+    for _, count, m, n, k in regimes:
+        for _ in range(max(1, round(count * dtype_share))):
+            for _ in range(20):  # redraw until under the cap
+                shape = (eight(*m), eight(*n), eight(*k))
+                if 2 * shape[0] * shape[1] * shape[2] <= flop_cap and shape not in bench:
+                    shapes.append(shape)
+                    break
+    return shapes
+
+
+def wgmma_specs(small_m: bool = False) -> list[GemmSpec]:
+    """The wgmma round's specs (or the second round's), dtypes interleaved so a budget cut leaves each a share."""
+    regimes, first_seed = (WGMMA_SMALL_M_REGIMES, 21) if small_m else (WGMMA_REGIMES, 11)
+    per_dtype = [[GemmSpec(m, n, k, layout, dtype) for m, n, k in wgmma_shapes(share, cap, seed, regimes)]
+                 for seed, (dtype, layout, share, cap) in enumerate(WGMMA_DTYPES, start=first_seed)]
+    return [spec for group in itertools.zip_longest(*per_dtype) for spec in group if spec is not None]
+
 
 def specs(which: str = "first") -> list[GemmSpec]:
+    if which in ("wgmma", "wgmma-small-m"):
+        return wgmma_specs(which == "wgmma-small-m")
     if which == "small":  # fp32 shapes of the earlier rounds with at most 4M outputs
         return [GemmSpec(m, n, k) for m, n, k in training_shapes() + extra_shapes()
                 if m * n <= 1 << 22 and m > 16 and n > 1 and (m, n, k) not in set(BENCH_SHAPES)]
@@ -87,7 +138,7 @@ def time_shape(spec: GemmSpec, jobs: list, compiled: list, sm_count: int, gpu: s
     family = family_for(spec, jobs[0][2])
     configs = [config for _, config, _ in jobs]
     inputs = make_inputs(spec, np.random.default_rng(0))
-    expected = reference(spec, inputs) if spec.m * spec.n <= CHECK_LIMIT else None
+    expected = reference(spec, inputs) if spec.m * spec.n <= CHECK_LIMIT and spec.m * spec.n * spec.k <= CHECK_MACS else None
     buffers = {}
     bindings = upload_inputs(spec, inputs, buffers)
     info = query_device()
@@ -125,7 +176,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--budget", type=float, default=200.0, help="seconds; stops after the shape that passes it")
-    parser.add_argument("--set", dest="which", choices=("first", "extra", "small"), default="first", help="which shapes")
+    parser.add_argument("--set", dest="which", choices=("first", "extra", "small", "wgmma", "wgmma-small-m"), default="first", help="which shapes")
     parser.add_argument("--most", type=int, default=28, help="candidates per shape at most (thinned evenly)")
     args = parser.parse_args()
     info = query_device()

@@ -26,4 +26,4 @@ def test_the_evaluation_set_has_forty_shapes_and_no_training_shape():
     training = set(collect.training_shapes()) | set(collect.extra_shapes())
     assert training and not training & set(shapes)
     assert all(spec.m * spec.n * spec.k and (spec.m, spec.n, spec.k) not in set(shapes)
-               for which in ("first", "extra", "small") for spec in collect.specs(which))
+               for which in ("first", "extra", "small", "wgmma", "wgmma-small-m") for spec in collect.specs(which))

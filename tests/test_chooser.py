@@ -117,6 +117,51 @@ def test_training_csv_round_trip(tmp_path):
         rows_from_csv(path)
 
 
+def _timing_csv(path, family, config, spec, seconds):
+    cell = json.dumps(config.to_json()).replace(chr(34), chr(34) * 2)
+    path.write_text("family,m,n,k,layout,dtype,config,median_s,status,gpu,sm_count\n" + "".join(
+        f"{family},{spec.m},{spec.n},{k},{spec.layout},{spec.dtype},\"{cell}\",{t},ok,H100,132\n"
+        for k, t in zip(range(64, 64 * (len(seconds) + 1), 64), seconds)))
+    return path
+
+
+def test_only_latest_keeps_a_familys_rows_from_its_newest_csv(tmp_path):
+    """`db train --only-latest wgmma`: the wgmma rows of older CSVs and of the tables are left out,
+    the other families' rows stay; a family no CSV holds is one clear error."""
+    from gemmtune.chooser.training import only_latest
+
+    spec = GemmSpec(512, 512, 64, "nt", "bf16")
+    old = _timing_csv(tmp_path / "old.csv", "wgmma", WgmmaConfig(), spec, [1e-5] * 9)
+    simt = _timing_csv(tmp_path / "simt.csv", "simt", SimtConfig(), GemmSpec(512, 512, 64), [2e-5] * 9)
+    new = _timing_csv(tmp_path / "new.csv", "wgmma", WgmmaConfig(bm=64, bn=64, consumers=1), spec, [3e-5] * 9)
+    paths = [old, simt, new]
+    rows = [r for p in paths for r in rows_from_csv(p)] + rows_from_tables()
+    kept = only_latest(rows, paths, ("wgmma",))
+    assert {r.source for r in kept if r.family == "wgmma"} == {str(new)}
+    assert [r for r in kept if r.family != "wgmma"] == [r for r in rows if r.family != "wgmma"]
+    with pytest.raises(GemmtuneError, match="no --csv file holds gemv rows"):
+        only_latest(rows, paths, ("gemv",))
+
+
+def test_retraining_one_family_keeps_the_others(tmp_path):
+    from gemmtune.chooser.training import retrain
+
+    out = tmp_path / "model.json.gz"
+    out.write_bytes(MODEL_PATH.read_bytes())
+    spec = GemmSpec(512, 512, 64, "nt", "bf16")
+    rows = _timing_csv(tmp_path / "rows.csv", "wgmma", WgmmaConfig(), spec, [1e-5 * (1 + i) for i in range(9)])
+    model, report = retrain([rows], None, out, use_tables=False, families=("wgmma",))
+    shipped = load(MODEL_PATH)
+    assert report.per_family == {"wgmma": 9} and model.for_family("wgmma").rows == 9
+    for name in ("simt", "gemv"):
+        assert load(out).for_family(name).to_json() == shipped.for_family(name).to_json()
+    with pytest.raises(GemmtuneError, match="no training rows"):
+        retrain([rows], None, out, use_tables=False, families=("simt",))
+    few = _timing_csv(tmp_path / "few.csv", "wgmma", WgmmaConfig(), spec, [1e-5] * 5)
+    with pytest.raises(GemmtuneError, match="no model trained for wgmma: fewer than 8 rows"):
+        retrain([few], None, out, use_tables=False, families=("wgmma",))
+
+
 # --- split-K in simt -------------------------------------------------------------------------------
 def test_split_k_is_off_by_default_and_left_out_of_json():
     assert "split_k" not in SimtConfig().to_json() and SimtConfig(split_k=3).to_json()["split_k"] == 3
@@ -230,7 +275,7 @@ def _schedule(spec, config):
 
 def test_explain_tells_the_split_tail_the_kernel_runs():
     """1024x1024x16384: too few tiles for the GPU, so the split-tail pick cuts them along K; the why
-    line and the table say so (the model's features, which count the tiles unsplit, stay as they are)."""
+    line and the table say so, and the model's schedule features see the pieces."""
     spec = GemmSpec(1024, 1024, 16384, "nt", "bf16")
     picks = rank(spec, "sm_90a")
     pick = picks[0]
@@ -241,8 +286,8 @@ def test_explain_tells_the_split_tail_the_kernel_runs():
     which = f"all {tiles} tiles" if s.whole_units == 0 else f"the last {s.split_units * c} tiles"
     why = pick.why()
     assert f"split tail: {which} split along K into {s.splits} ranges, {pieces} pieces on {blocks} blocks" in why
-    assert "trained without split rows" in why
-    assert pick.feature("splits") == 1.0  # the model still sees the unsplit tiles
+    assert pick.feature("splits") == 1.0  # split-K (simt's workspace splits); the split tail is tail_ways
+    assert pick.feature("tail_ways") == s.splits and pick.feature("tile_times") == s.tile_times
     text = explain(picks)
     assert f"split along K into {s.splits}" in text
     first_row = next(line for line in text.splitlines() if line.startswith("  1 | "))
@@ -291,39 +336,27 @@ def test_split_tail_leaves_other_families_alone():
         assert all(p.split is None for p in picks) and "split tail" not in explain(picks)
 
 
-# --- the split-tail stretch -----------------------------------------------------------------------
-def test_split_stretch_shortens_a_lone_partial_wave_of_4_byte_tiles_only():
-    from gemmtune.chooser import split_stretch
+# --- the schedule features -----------------------------------------------------------------------
+def test_schedule_features_follow_the_kernels_schedule():
+    """tile_times and tail_ways are the schedule the kernel runs (schedule_for): a lone partial wave
+    split 4 ways takes a quarter of a tile-time plus nothing; one block per tile takes its waves."""
+    from gemmtune.chooser.features import schedule_features
 
-    split = WgmmaConfig(bm=128, bn=256, persistent=True, group_m=8, split_tail=True)
     few_tiles = GemmSpec(1024, 1024, 16384, "nt", "tf32")  # 32 tiles of 128x256 on 132 SMs: split 4 ways
-    assert split_stretch(few_tiles, split, 132) < 0.35
-    assert split_stretch(few_tiles, split.with_(split_tail=False), 132) == 1.0
-    assert split_stretch(GemmSpec(1024, 1024, 16384, "nt", "bf16"), split, 132) == 1.0  # 2-byte: the model's time
-    many_waves = GemmSpec(4096, 11008, 4096, "nt", "tf32")  # 1376 tiles: the model's wave features hold
-    assert split_stretch(many_waves, split, 132) == 1.0
-
-
-def test_split_stretch_charges_each_gathered_partial():
-    from gemmtune.chooser import split_stretch
-
-    spec = GemmSpec(96, 96, 65536, "nt", "tf32")  # one tile of 128x128 split 128 ways, or four of 64x64
-    big = WgmmaConfig(bm=128, bn=128, persistent=True, group_m=8, split_tail=True)
-    small = WgmmaConfig(bm=64, bn=64, consumers=1, persistent=True, group_m=8, split_tail=True)
-    assert split_stretch(spec, big, 132) > split_stretch(spec, small, 132)
+    split = WgmmaConfig(bm=128, bn=256, persistent=True, group_m=8, split_tail=True)
+    f = schedule_features(few_tiles, split, 132)
+    assert (f["tail_ways"], f["tile_times"], f["scatter"]) == (4.0, 0.25, 0.0)
+    assert f["log2_k_blocks"] == 9.0 and f["log2_critical_k_blocks"] == 7.0  # 512 k-blocks of 32; a quarter each
+    whole = schedule_features(few_tiles, split.with_(split_tail=False), 132)
+    assert (whole["tail_ways"], whole["tile_times"]) == (1.0, 1.0)
+    one_per_tile = schedule_features(GemmSpec(4096, 4096, 1024, "nt", "bf16"), WgmmaConfig(bm=128, bn=256), 132)
+    assert one_per_tile["tile_times"] == 4.0  # 512 tiles, one block per SM at a time: 3.9 waves
+    many = schedule_features(GemmSpec(96, 96, 65536, "nt", "bf16"),
+                             WgmmaConfig(bm=64, bn=64, consumers=1, persistent=True, group_m=8, split_tail=True), 132)
+    assert many["scatter"] == 1.0 and many["tail_ways"] >= 6
+    assert schedule_features(GemmSpec(64, 4096, 4096), SimtConfig(split_k=4), 132) == {}
 
 
 def test_a_few_long_tf32_tiles_get_a_split_tail_pick():
     pick = choose(GemmSpec(1024, 1024, 16384, "nt", "tf32"), "sm_90a")
     assert pick.config.split_tail and split_tail(GemmSpec(1024, 1024, 16384, "nt", "tf32"), pick.config, 132)
-
-
-def test_explanation_names_the_split_stretch_in_the_predicted_time():
-    """A split-tail pick whose time the stretch scaled says so (1024x1024x16384 tf32: a lone partial
-    wave of 4-byte tiles split 4 ways); a bf16 pick (no stretch) does not."""
-    from gemmtune.chooser import choose
-
-    pick = choose(GemmSpec(1024, 1024, 16384, "nt", "tf32"), "sm_90a")
-    assert pick.stretch < 1.0 and f"×{pick.stretch:.2f} for the split schedule" in pick.why()
-    plain = choose(GemmSpec(1024, 1024, 16384, "nt", "bf16"), "sm_90a")
-    assert plain.stretch == 1.0 and "for the split schedule" not in plain.why()

@@ -29,6 +29,7 @@ def time_alternately(spec, kernels: dict[str, Any], rounds: int = 2) -> tuple[fl
             status[name] = row.status
             times[name].append(row.median_s if row.status == "ok" and row.median_s else math.nan)
     cublas.append(bench_cublas(spec, protocol).median_s)
+    cublas = [t for t in cublas if t] or [math.nan]  # cuBLAS may refuse a shape (no time)
     return min(cublas), {name: min(t) for name, t in times.items()}, status
 
 

@@ -33,9 +33,10 @@ EXPLAINED = ("waves", "last_wave_full", "tile_waste", "blocks_per_sm", "warps_pe
 
 @dataclass(frozen=True)
 class SplitTail:
-    """How a split-tail config's schedule really runs (kernels/wgmma/schedule.py), for the explanation
-    only: the model's features describe the tiles unsplit (it was trained without split-tail rows), so
-    they neither see nor change this. Counts are blocks and tiles (a cluster's blocks each count)."""
+    """How a split-tail config's schedule runs (kernels/wgmma/schedule.py), for the explanation. The
+    model sees it through its schedule features (features.schedule_features: tile_times, tail_ways,
+    scatter); its wave features count the launched blocks. Counts are blocks and tiles (a cluster's
+    blocks each count)."""
 
     tiles: int  # output tiles
     whole_tiles: int  # run whole first, round robin (a whole number of rounds)
@@ -66,8 +67,7 @@ class SplitTail:
         tail = f"{self.pieces / self.slots:.2f} waves of {size}"
         if self.whole_tiles:
             tail = f"{self.whole_tiles / self.slots:.2f} waves of whole tiles, then {tail}"
-        return (f"split tail: {which} {how} on {self.blocks} blocks ({tail}); the model's wave features "
-                f"describe the unsplit tiles (it was trained without split rows)")
+        return f"split tail: {which} {how} on {self.blocks} blocks ({tail})"
 
 
 def split_tail(spec: GemmSpec, config: Any, sm_count: int, blocks_per_sm: float = 1.0) -> SplitTail | None:
@@ -91,8 +91,7 @@ class Pick:
     predicted_s: float
     scored_by: str  # "model (N rows, S shapes)" or "roofline estimate"
     features: tuple[tuple[str, float], ...]
-    split: SplitTail | None = None  # the schedule's split tail (display only; not a model feature)
-    stretch: float = 1.0  # split_stretch's factor, included in predicted_s
+    split: SplitTail | None = None  # the schedule's split tail, as the explanation tells it
 
     def feature(self, name: str) -> float:
         return dict(self.features)[name]
@@ -113,9 +112,7 @@ class Pick:
                 f"(last wave {100 * f['last_wave_full']:.0f}% full), {100 * f['tile_waste']:.1f}% of the tiles "
                 f"outside D, {f['blocks_per_sm']:.0f} block(s)/SM, {f['bytes_per_flop']:.3f} B/FLOP"
                 + (f", split-K {f['splits']:.0f}" if f["splits"] > 1 else "")
-                + (f"; {self.split.text()}" if self.split is not None else "")
-                + (f"; the time includes ×{self.stretch:.2f} for the split schedule against the unsplit one"
-                   if not math.isclose(self.stretch, 1.0) else ""))
+                + (f"; {self.split.text()}" if self.split is not None else ""))
 
 
 _MODEL_CACHE: dict[str, ChooserModel | None] = {}
@@ -136,53 +133,13 @@ def estimate_s(spec: GemmSpec, f: dict[str, float]) -> float:
     return max(compute, memory, roofline_s(spec))
 
 
-def _scores(spec: GemmSpec, configs: list[Any], sm_count: int, model: FamilyModel | None
-            ) -> tuple[np.ndarray, str, np.ndarray]:
-    """Predicted seconds per config, what scored them, and the split stretch each includes."""
+def _scores(spec: GemmSpec, configs: list[Any], sm_count: int, model: FamilyModel | None) -> tuple[np.ndarray, str]:
+    """Predicted seconds per config and what scored them."""
     if model is None:
         estimates = np.array([estimate_s(spec, features(spec, c, sm_count)) for c in configs])
-        return estimates, "roofline estimate", np.ones(len(configs))
+        return estimates, "roofline estimate"
     x, _ = feature_matrix([(spec, c, sm_count) for c in configs], model.feature_names)
-    scored = f"model ({model.rows} measured rows, {model.shapes} shapes)"
-    stretch = np.array([split_stretch(spec, c, sm_count) for c in configs])
-    return np.exp(model.predict_log_ratio(x)) * roofline_s(spec) * stretch, scored, stretch
-
-
-# k-blocks a split tail costs beyond its share and the partial tiles it gathers: each piece's own
-# pipeline fill and the flags (H100: 1000^3 in 128x256 tiles split in two 8-k-block halves ran 17.6 µs
-# against 17.0 whole, i.e. 8 + 8.6 k-blocks of time against 16, one 128x256 partial of them ~1.3).
-SPLIT_EXCHANGE_K_BLOCKS = 7
-
-# Inputs of fewer bytes per element keep the model's time unstretched (see split_stretch).
-STRETCH_MIN_ELEMENT_BYTES = 4
-
-
-def split_stretch(spec: GemmSpec, config: Any, sm_count: int) -> float:
-    """How much a split tail changes the time of the kernel the model predicted. The model was trained
-    without split-tail rows and describes the tiles unsplit, so its time is the unsplit schedule's; the
-    split schedule (kernels/wgmma/schedule.py) runs its rounds of whole tiles, then its longest share,
-    then the finisher gathers the other pieces' fp32 partial tiles one after the other (each costed
-    as the k-blocks that move as many bytes: bm·bn·4 against a k-block's (bm+bn)·128). Splits of
-    SCATTER_SPLITS pieces or more now reduce their partials in shares (`Schedule.scatter`), which
-    costs less than this charges; the charge stays as measured (see docs/tuning.md). 1.0 where
-    nothing is split, and where the stretch measured worse than the model alone (H100, 2026-11-26,
-    bench/results/2026-11-26-h100-chooser-split-stretch.md): 2-byte inputs, whose fixed part (launch,
-    fill, write-back) a split does not shorten is a larger share of the time, and tiles that run more
-    than one wave unsplit, where the model's own wave features rank them better."""
-    if not isinstance(config, WgmmaConfig) or not config.split_tail or spec.element_bytes < STRETCH_MIN_ELEMENT_BYTES:
-        return 1.0
-    gpu = arch_geometry(None, "sm_90a", sm_count)
-    split = schedule_for(spec, config, gpu)
-    if not split.tail_workers:
-        return 1.0
-    whole = schedule_for(spec, config.with_(split_tail=False), gpu)
-    if whole.tile_times > 1:
-        return 1.0
-    gathered = math.ceil(split.tail_workers / split.split_units) - 1  # partial tiles a finisher adds
-    partial_k_blocks = config.bm * config.bn * 4 / config.stage_bytes()
-    split_k_blocks = (split.tile_times * split.k_blocks + SPLIT_EXCHANGE_K_BLOCKS
-                      + gathered * partial_k_blocks)
-    return split_k_blocks / (whole.tile_times * whole.k_blocks)
+    return np.exp(model.predict_log_ratio(x)) * roofline_s(spec), f"model ({model.rows} measured rows, {model.shapes} shapes)"
 
 
 def rank(spec: GemmSpec, arch: str, sm_count: int | None = None, family: str | None = None,
@@ -203,13 +160,13 @@ def rank_configs(spec: GemmSpec, family: str, configs: list[Any], sm_count: int,
         return [Pick(family, c, math.nan, f"the {family} family's default (the chooser has no model of it)", ())
                 for c in configs]
     model = model if model is not None else shipped_model()
-    scores, scored_by, stretch = _scores(spec, configs, sm_count, model.for_family(family) if model else None)
+    scores, scored_by = _scores(spec, configs, sm_count, model.for_family(family) if model else None)
     order = sorted(range(len(configs)), key=lambda i: (scores[i], i))  # ties: the candidate list's order
     picks = []
     for i in order:
         f = features(spec, configs[i], sm_count)
         picks.append(Pick(family, configs[i], float(scores[i]), scored_by, tuple(f.items()),
-                          split_tail(spec, configs[i], sm_count, f["blocks_per_sm"]), float(stretch[i])))
+                          split_tail(spec, configs[i], sm_count, f["blocks_per_sm"])))
     return picks
 
 
@@ -231,6 +188,5 @@ def explain(picks: list[Pick], top: int = 5) -> str:
                  for n in EXPLAINED]
         lines.append("  " + " | ".join([str(i), f"{p.predicted_s * 1e6:.1f}", *cells, p.config.describe()]))
     if any(p.split is not None for p in picks[:top]):
-        lines.append("  (splits: the K ranges a split-tail schedule cuts its tail tiles into; waves and "
-                     "last_wave_full are the model's features, which count those tiles unsplit)")
+        lines.append("  (splits: the K ranges a split-tail schedule cuts its tail tiles into)")
     return "\n".join(lines)

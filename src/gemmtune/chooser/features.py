@@ -14,7 +14,7 @@ shared memory, registers); the features follow from it and the shape:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 from ..kernels.gemv.config import (GemvConfig, block_outputs, estimated_registers, outputs, stream_kind, streams_b,
@@ -139,25 +139,28 @@ def traffic_bytes(spec: GemmSpec, g: Geometry) -> float:
     return float(a + b + d + epilogue)
 
 
-def trained_geometry(spec: GemmSpec, config: Any, sm_count: int, registers: int | None = None) -> Geometry:
-    """The geometry as the shipped model (data/chooser_model.json.gz, trained 2026-11-23) saw it.
-
-    Identical to `geometry` except for persistent wgmma kernels, which that model was trained to see
-    as one block per SM (min(units, sm_count)), where the schedule launches fewer when fewer balance
-    the tiles (4096^3 in 128x256 tiles: 128, not 132). Fed the launched grid instead, the model moves
-    4 of the 48 picks the results table measured, 3 of them to slower configs (H100, 2026-11-24), so
-    the model keeps its training inputs until it is retrained on launched grids; everything that
-    reasons about the launch itself uses `geometry`."""
-    g = geometry(spec, config, sm_count, registers)
-    if isinstance(config, WgmmaConfig) and config.persistent:
-        units = math.ceil(math.ceil(spec.m / config.bm) / config.cluster_m) * math.ceil(spec.n / config.bn) * config.cluster_m
-        g = replace(g, blocks=min(units, sm_count))
-    return g
+def schedule_features(spec: GemmSpec, config: Any, sm_count: int) -> dict[str, float]:
+    """How a wgmma config's work schedule runs (kernels/wgmma/schedule.py), beyond the launch: the
+    critical path in whole-tile times (rounds of whole tiles plus the longest share of a split tail;
+    for one block per tile, its waves rounded up), k-blocks per tile, the pieces a split tile is cut
+    into, and whether their partial sums are reduced in parallel. Other families: none."""
+    if not isinstance(config, WgmmaConfig):
+        return {}
+    s = schedule_for(spec, config, arch.geometry(None, "sm_90a", sm_count))
+    if config.persistent:
+        tile_times = s.tile_times
+    else:
+        g = geometry(spec, config, sm_count)
+        tile_times = float(math.ceil(s.workers * config.cluster_m / (blocks_per_sm(g) * sm_count)))
+    ways = s.tail_workers / s.split_units if s.tail_workers else 1.0
+    return {"tile_times": tile_times, "log2_k_blocks": math.log2(s.k_blocks),
+            "log2_critical_k_blocks": math.log2(max(tile_times * s.k_blocks, 1.0)),
+            "tail_ways": ways, "scatter": float(s.scatter)}
 
 
 def features(spec: GemmSpec, config: Any, sm_count: int, registers: int | None = None) -> dict[str, float]:
-    """Named features, in a fixed order (the model's columns), from the model's `trained_geometry`."""
-    g = trained_geometry(spec, config, sm_count, registers)
+    """Named features, in a fixed order (the model's columns)."""
+    g = geometry(spec, config, sm_count, registers)
     per_sm = blocks_per_sm(g)
     slots = per_sm * sm_count
     waves = g.blocks / slots
@@ -176,6 +179,7 @@ def features(spec: GemmSpec, config: Any, sm_count: int, registers: int | None =
         "log2_threads": log2(g.threads), "smem_kib": g.smem_bytes / 1024, "registers": float(g.registers),
         "persistent": float(g.persistent),
         "split_workspace": float(getattr(config, "split_reduce", "") == "workspace"),
+        **schedule_features(spec, config, sm_count),
         **{f"cfg_{k}": float(v) for k, v in config_numbers(config).items()},
     }
 

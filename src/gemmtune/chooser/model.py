@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..spec import GemmSpec
 from ..tune.cost_model import BoostingParams, GradientBoostedTrees, Tree
-from .features import features, roofline_s
+from .features import features, has_geometry, roofline_s
 
 MODEL_PATH = Path(__file__).resolve().parent.parent / "data" / "chooser_model.json.gz"
 MODEL_VERSION = 1
@@ -119,9 +119,12 @@ def train_family(family: str, rows: list[TrainingRow], seed: int = 0) -> FamilyM
 
 
 def train(rows: list[TrainingRow], gpus: tuple[str, ...] = ()) -> ChooserModel:
+    """A model per family with 8 rows or more, of the families the chooser describes (features.GEOMETRY;
+    the others' rows, such as the shipped mma table's, are left out)."""
     by_family: dict[str, list[TrainingRow]] = {}
     for row in rows:
-        by_family.setdefault(row.family, []).append(row)
+        if has_geometry(row.config):
+            by_family.setdefault(row.family, []).append(row)
     return ChooserModel({f: train_family(f, rs) for f, rs in sorted(by_family.items()) if len(rs) >= 8},
                         tuple(sorted(set(gpus))))
 

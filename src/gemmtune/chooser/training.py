@@ -13,7 +13,7 @@ from ..errors import GemmtuneError
 from ..input_files import InputFileError, decode, read_bytes
 from ..kernels import get_family
 from ..spec import GemmSpec
-from .model import MODEL_PATH, ChooserModel, TrainingRow, save, train
+from .model import MODEL_PATH, ChooserModel, TrainingRow, load, save, train
 
 CSV_FIELDS = ("family", "m", "n", "k", "layout", "dtype", "config", "median_s", "status", "gpu", "sm_count")
 
@@ -89,15 +89,42 @@ class TrainingReport:
     path: Path
 
 
+def only_latest(rows: list[TrainingRow], csv_paths: list[Path], families: tuple[str, ...]) -> list[TrainingRow]:
+    """The CSV and table rows, less those of each of `families` that do not come from the last CSV
+    holding that family: a newer round that timed the family's candidates as they are now, where the
+    older rounds and the simulation tables timed kernels that have changed since."""
+    sources = [str(p) for p in csv_paths]
+    latest = {}
+    for family in families:
+        holding = [s for s in sources if any(r.family == family and r.source == s for r in rows)]
+        if not holding:
+            raise GemmtuneError(f"--only-latest {family}: no --csv file holds {family} rows")
+        latest[family] = holding[-1]
+    return [r for r in rows if latest.get(r.family, r.source) == r.source]
+
+
 def retrain(csv_paths: list[Path], db_path: Path | None, out: Path = MODEL_PATH,
-            use_tables: bool = True) -> tuple[ChooserModel, TrainingReport]:
-    """Train on every source given and write the model to `out`."""
+            use_tables: bool = True, latest_only: tuple[str, ...] = (),
+            families: tuple[str, ...] = ()) -> tuple[ChooserModel, TrainingReport]:
+    """Train on every source given and write the model to `out`; for the `latest_only` families, on the
+    last CSV holding their rows and the database's trials only. With `families`, only those are
+    refitted and the model at `out` keeps its others as they are."""
     rows = [r for p in csv_paths for r in rows_from_csv(p)]
     rows += rows_from_tables() if use_tables else []
+    rows = only_latest(rows, csv_paths, latest_only)
     rows += rows_from_db(db_path) if db_path is not None else []
+    if families:
+        rows = [r for r in rows if r.family in families]
     if not rows:
         raise GemmtuneError("no training rows: pass --csv files, keep the shipped tables, or tune something first")
     model = train(rows)
+    if families:
+        kept = load(out)
+        missing = [f for f in families if f not in model.families]
+        if missing:
+            raise GemmtuneError(f"no model trained for {', '.join(missing)}: fewer than 8 rows")
+        model = ChooserModel({**(kept.families if kept else {}), **model.families},
+                             tuple(sorted(set(kept.gpus if kept else ()) | set(model.gpus))))
     save(model, out)
     per_family, sources = {}, {}
     for r in rows:

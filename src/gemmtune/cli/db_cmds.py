@@ -54,6 +54,11 @@ def register(subparsers) -> None:
     train.add_argument("--csv", type=Path, action="append", default=[], metavar="FILE",
                        help="a timing CSV from bench/collect_chooser_data.py (repeatable)")
     train.add_argument("--no-tables", action="store_true", help="leave out the shipped simulation tables")
+    train.add_argument("--only-latest", action="append", default=[], metavar="FAMILY",
+                       help="train FAMILY on the last --csv file holding its rows (and the database) only: "
+                            "the older files and the tables timed kernels that have changed since (repeatable)")
+    train.add_argument("--family", action="append", default=[], metavar="FAMILY",
+                       help="refit FAMILY only; the model file keeps its other families as they are (repeatable)")
     train.add_argument("--out", type=Path, help="model file (default: the shipped gemmtune/data/chooser_model.json)")
     train.set_defaults(run=run_train)
 
@@ -174,7 +179,7 @@ def run_train(args: argparse.Namespace) -> int:
 
         check_readable(args.db)
     model, report = retrain(args.csv, args.db or default_db_path(), args.out or MODEL_PATH,
-                            use_tables=not args.no_tables)
+                            use_tables=not args.no_tables, latest_only=tuple(args.only_latest), families=tuple(args.family))
     families = ", ".join(f"{name}: {count} rows" for name, count in sorted(report.per_family.items()))
     print(f"trained the chooser on {report.rows} rows ({families}); wrote {report.path}")
     for name, fam in sorted(model.families.items()):
