@@ -3,7 +3,7 @@
     # with the old chooser checked out: write its picks
     PYTHONPATH=src:bench python bench/probes/chooser_model_ab.py --record old-picks.json
     # with the new one: time every moved pick against the recorded one
-    PYTHONPATH=src:bench python bench/probes/chooser_model_ab.py --old old-picks.json [--out rows.json]
+    PYTHONPATH=src:bench python bench/probes/chooser_model_ab.py --old old-picks.json [--only holdout] [--out rows.json]
 
 Shapes: the evaluation set (bench_untuned --set eval) and the held-out shapes of the earlier probes
 (chooser_tile_ab.HOLDOUT and MORE_HOLDOUT), in bf16, fp16, tf32 and fp32 with
@@ -58,6 +58,7 @@ def main() -> int:
     parser.add_argument("--record", type=Path, help="write the current chooser's picks here and stop")
     parser.add_argument("--old", type=Path, help="picks recorded with --record by the chooser to compare against")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--only", choices=("eval", "holdout"), help="time the moved picks of one shape set only")
     args = parser.parse_args()
     if args.record:
         args.record.write_text(json.dumps(current_picks(), indent=0, sort_keys=True))
@@ -72,7 +73,7 @@ def main() -> int:
     cases = []
     for name, new in sorted(current_picks().items(), key=lambda kv: kv[1]["set"]):
         before = old.get(name)
-        if before is not None and before["config"] != new["config"]:
+        if before is not None and before["config"] != new["config"] and args.only in (None, new["set"]):
             shape, layout, dtype = name.split()
             m, n, k = map(int, shape.split("x"))
             cases.append((GemmSpec(m, n, k, LAYOUT[dtype], dtype), family.config_from_json(before["config"]),
