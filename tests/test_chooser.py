@@ -143,6 +143,17 @@ def test_only_latest_keeps_a_familys_rows_from_its_newest_csv(tmp_path):
         only_latest(rows, paths, ("gemv",))
 
 
+def test_training_on_the_shipped_tables_leaves_out_families_without_features(tmp_path):
+    """The shipped mma table's rows have no chooser features: db train fits the others, and its report
+    counts only the rows a model was fitted on (it had crashed on that table)."""
+    from gemmtune.chooser.training import retrain
+
+    assert any(r.family == "mma" for r in rows_from_tables())
+    model, report = retrain([], None, tmp_path / "model.json.gz")
+    assert "mma" not in model.families and "mma" not in report.per_family and "simt" in model.families
+    assert report.rows == sum(report.per_family.values())
+
+
 def test_retraining_one_family_keeps_the_others(tmp_path):
     from gemmtune.chooser.training import retrain
 
@@ -338,23 +349,24 @@ def test_split_tail_leaves_other_families_alone():
 
 # --- the schedule features -----------------------------------------------------------------------
 def test_schedule_features_follow_the_kernels_schedule():
-    """tile_times and tail_ways are the schedule the kernel runs (schedule_for): a lone partial wave
-    split 4 ways takes a quarter of a tile-time plus nothing; one block per tile takes its waves."""
+    """tile_times and tail_ways (features.schedule_features, as `features` gives them) are the schedule
+    the kernel runs (schedule_for): a lone partial wave split 4 ways takes a quarter of a tile-time;
+    one block per tile takes its waves."""
     from gemmtune.chooser.features import schedule_features
 
     few_tiles = GemmSpec(1024, 1024, 16384, "nt", "tf32")  # 32 tiles of 128x256 on 132 SMs: split 4 ways
     split = WgmmaConfig(bm=128, bn=256, persistent=True, group_m=8, split_tail=True)
-    f = schedule_features(few_tiles, split, 132)
+    f = features(few_tiles, split, 132)
     assert (f["tail_ways"], f["tile_times"], f["scatter"]) == (4.0, 0.25, 0.0)
     assert f["log2_k_blocks"] == 9.0 and f["log2_critical_k_blocks"] == 7.0  # 512 k-blocks of 32; a quarter each
-    whole = schedule_features(few_tiles, split.with_(split_tail=False), 132)
+    whole = features(few_tiles, split.with_(split_tail=False), 132)
     assert (whole["tail_ways"], whole["tile_times"]) == (1.0, 1.0)
-    one_per_tile = schedule_features(GemmSpec(4096, 4096, 1024, "nt", "bf16"), WgmmaConfig(bm=128, bn=256), 132)
+    one_per_tile = features(GemmSpec(4096, 4096, 1024, "nt", "bf16"), WgmmaConfig(bm=128, bn=256), 132)
     assert one_per_tile["tile_times"] == 4.0  # 512 tiles, one block per SM at a time: 3.9 waves
-    many = schedule_features(GemmSpec(96, 96, 65536, "nt", "bf16"),
-                             WgmmaConfig(bm=64, bn=64, consumers=1, persistent=True, group_m=8, split_tail=True), 132)
+    many = features(GemmSpec(96, 96, 65536, "nt", "bf16"),
+                    WgmmaConfig(bm=64, bn=64, consumers=1, persistent=True, group_m=8, split_tail=True), 132)
     assert many["scatter"] == 1.0 and many["tail_ways"] >= 6
-    assert schedule_features(GemmSpec(64, 4096, 4096), SimtConfig(split_k=4), 132) == {}
+    assert schedule_features(GemmSpec(64, 4096, 4096), SimtConfig(split_k=4), 132, 1.0) == {}
 
 
 def test_a_few_long_tf32_tiles_get_a_split_tail_pick():

@@ -52,11 +52,7 @@ def fit(rows, args):
     params = chooser_model.PARAMS
     params = replace(params, trees=args.trees or params.trees, depth=args.depth or params.depth)
     if not args.per_shape:
-        saved, chooser_model.PARAMS = chooser_model.PARAMS, params
-        try:
-            return chooser_model.train_family("wgmma", rows)
-        finally:
-            chooser_model.PARAMS = saved
+        return chooser_model.train_family("wgmma", rows, params=params)
     x, names = chooser_model.feature_matrix([(r.spec, r.config, r.sm_count) for r in rows])
     y = np.array([math.log(r.median_s / roofline_s(r.spec)) for r in rows])
     mean = collections.defaultdict(list)

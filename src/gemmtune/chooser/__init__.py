@@ -133,13 +133,13 @@ def estimate_s(spec: GemmSpec, f: dict[str, float]) -> float:
     return max(compute, memory, roofline_s(spec))
 
 
-def _scores(spec: GemmSpec, configs: list[Any], sm_count: int, model: FamilyModel | None) -> tuple[np.ndarray, str]:
-    """Predicted seconds per config and what scored them."""
+def _scores(spec: GemmSpec, configs: list[Any], sm_count: int, model: FamilyModel | None
+            ) -> tuple[np.ndarray, str]:
     if model is None:
-        estimates = np.array([estimate_s(spec, features(spec, c, sm_count)) for c in configs])
-        return estimates, "roofline estimate"
+        return np.array([estimate_s(spec, features(spec, c, sm_count)) for c in configs]), "roofline estimate"
     x, _ = feature_matrix([(spec, c, sm_count) for c in configs], model.feature_names)
-    return np.exp(model.predict_log_ratio(x)) * roofline_s(spec), f"model ({model.rows} measured rows, {model.shapes} shapes)"
+    scored = f"model ({model.rows} measured rows, {model.shapes} shapes)"
+    return np.exp(model.predict_log_ratio(x)) * roofline_s(spec), scored
 
 
 def rank(spec: GemmSpec, arch: str, sm_count: int | None = None, family: str | None = None,

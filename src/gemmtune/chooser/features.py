@@ -139,19 +139,15 @@ def traffic_bytes(spec: GemmSpec, g: Geometry) -> float:
     return float(a + b + d + epilogue)
 
 
-def schedule_features(spec: GemmSpec, config: Any, sm_count: int) -> dict[str, float]:
+def schedule_features(spec: GemmSpec, config: Any, sm_count: int, waves: float) -> dict[str, float]:
     """How a wgmma config's work schedule runs (kernels/wgmma/schedule.py), beyond the launch: the
     critical path in whole-tile times (rounds of whole tiles plus the longest share of a split tail;
-    for one block per tile, its waves rounded up), k-blocks per tile, the pieces a split tile is cut
+    for one block per tile, its `waves` rounded up), k-blocks per tile, the pieces a split tile is cut
     into, and whether their partial sums are reduced in parallel. Other families: none."""
     if not isinstance(config, WgmmaConfig):
         return {}
     s = schedule_for(spec, config, arch.geometry(None, "sm_90a", sm_count))
-    if config.persistent:
-        tile_times = s.tile_times
-    else:
-        g = geometry(spec, config, sm_count)
-        tile_times = float(math.ceil(s.workers * config.cluster_m / (blocks_per_sm(g) * sm_count)))
+    tile_times = s.tile_times if config.persistent else float(math.ceil(waves))
     ways = s.tail_workers / s.split_units if s.tail_workers else 1.0
     return {"tile_times": tile_times, "log2_k_blocks": math.log2(s.k_blocks),
             "log2_critical_k_blocks": math.log2(max(tile_times * s.k_blocks, 1.0)),
@@ -179,7 +175,7 @@ def features(spec: GemmSpec, config: Any, sm_count: int, registers: int | None =
         "log2_threads": log2(g.threads), "smem_kib": g.smem_bytes / 1024, "registers": float(g.registers),
         "persistent": float(g.persistent),
         "split_workspace": float(getattr(config, "split_reduce", "") == "workspace"),
-        **schedule_features(spec, config, sm_count),
+        **schedule_features(spec, config, sm_count, waves),
         **{f"cfg_{k}": float(v) for k, v in config_numbers(config).items()},
     }
 

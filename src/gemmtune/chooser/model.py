@@ -109,11 +109,11 @@ def feature_matrix(rows: list[tuple[GemmSpec, Any, int]], names: tuple[str, ...]
     return np.array([[d.get(n, 0.0) for n in names] for d in dicts], dtype=float), names
 
 
-def train_family(family: str, rows: list[TrainingRow], seed: int = 0) -> FamilyModel:
+def train_family(family: str, rows: list[TrainingRow], seed: int = 0, params: BoostingParams = PARAMS) -> FamilyModel:
     """Fit log(time / roofline time) of the family's rows."""
     x, names = feature_matrix([(r.spec, r.config, r.sm_count) for r in rows])
     y = np.array([math.log(r.median_s / roofline_s(r.spec)) for r in rows])
-    fitted = GradientBoostedTrees(PARAMS, seed).fit(x, y)
+    fitted = GradientBoostedTrees(params, seed).fit(x, y)
     shapes = len({r.spec for r in rows})
     return FamilyModel(family, names, fitted.base, tuple(fitted.trees), len(rows), shapes)
 

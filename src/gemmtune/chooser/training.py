@@ -118,6 +118,7 @@ def retrain(csv_paths: list[Path], db_path: Path | None, out: Path = MODEL_PATH,
     if not rows:
         raise GemmtuneError("no training rows: pass --csv files, keep the shipped tables, or tune something first")
     model = train(rows)
+    rows = [r for r in rows if r.family in model.families]  # the report counts the rows a model was fitted on
     if families:
         kept = load(out)
         missing = [f for f in families if f not in model.families]
