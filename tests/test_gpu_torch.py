@@ -17,12 +17,22 @@ from gemmtune.verify import tolerance  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 TYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-# One spec per family the registry picks on an H100 (gemv: M ≤ 16; wgmma: 16-bit aligned; simt: fp32;
-# mma: 16-bit rows that are not 16-byte multiples).
+# One spec per kernel kind the registry picks on an H100 (gemv: M ≤ 16; wgmma: 16-bit aligned; simt:
+# fp32; wgmma with staged operands: 16-bit rows that are not 16-byte multiples, copied into aligned
+# rows before each launch) and the mma family, forced, on the same unaligned shape.
+UNALIGNED = GemmSpec(197, 301, 77, layout="nn", dtype="bf16", epilogue="bias_row+gelu")
 FAMILY_SPECS = {"gemv": GemmSpec(8, 1000, 512, layout="nt", dtype="bf16"),
                 "wgmma": GemmSpec(520, 1032, 264, layout="nt", dtype="bf16", epilogue="relu+add"),
                 "simt": GemmSpec(300, 200, 130, layout="nn", dtype="fp32", epilogue="bias_col"),
-                "mma": GemmSpec(197, 301, 77, layout="nn", dtype="bf16", epilogue="bias_row+gelu")}  # unaligned rows
+                "wgmma-staged": UNALIGNED, "mma": UNALIGNED}
+FORCED = {"mma": "mma"}
+
+
+def _build(kind: str):
+    kernel = gemmtune.build(FAMILY_SPECS[kind], family=FORCED.get(kind))
+    assert kernel.family == kind.split("-")[0]
+    assert kernel.compiled.source.staged if kind == "wgmma-staged" else not kernel.compiled.source.staged
+    return kernel
 
 
 def _operands(spec: GemmSpec, seed: int = 0) -> dict:
@@ -60,8 +70,7 @@ def _check(spec: GemmSpec, out: torch.Tensor, ref: torch.Tensor) -> None:
 @pytest.mark.parametrize("family", list(FAMILY_SPECS))
 def test_capture_and_replay_of_every_familys_kernel(family):
     spec = FAMILY_SPECS[family]
-    kernel = gemmtune.build(spec)
-    assert kernel.family == family
+    kernel = _build(family)
     values = _operands(spec)
     operands = {k: v for k, v in values.items() if k not in ("A", "B")}
     out = torch.full((spec.m, spec.n), float("nan"), device="cuda", dtype=TYPES[spec.out_dtype])
@@ -85,7 +94,7 @@ def test_capture_and_replay_of_every_familys_kernel(family):
 @pytest.mark.parametrize("family", list(FAMILY_SPECS))
 def test_a_side_stream_with_work_queued_before_the_call(family):
     spec = FAMILY_SPECS[family]
-    kernel = gemmtune.build(spec)
+    kernel = _build(family)
     values = _operands(spec)
     operands = {k: v for k, v in values.items() if k not in ("A", "B")}
     fresh = _operands(spec, seed=2)

@@ -20,8 +20,11 @@ def _split(m=1000, n=776, k=332, layout="nt", epilogue=None) -> GemmSpec:
 def test_what_the_family_takes():
     for layout in ("nt", "nn", "tn", "tt"):  # MN-major operands are transposed as they are split
         assert supports(_split(1000, 776, 332, layout), "sm_90a") is None, layout
-    assert "16" in supports(_split(k=333), "sm_90a")  # TMA: 16-byte rows
-    assert "rows of B" in supports(_split(1000, 777, 332, "nn"), "sm_90a")  # B stored K×N: rows of N
+    # TMA: 16-byte rows, else the operands are staged (copied into aligned rows first)
+    for spec, reason in ((_split(k=333), "16"), (_split(1000, 777, 332, "nn"), "rows of B")):  # B stored K×N: rows of N
+        assert supports(spec, "sm_90a") is None
+        assert reason in rejections(default_config(spec).with_(stage_operands=False), spec)["staging"]
+        assert not rejections(default_config(spec), spec) and default_config(spec).stage_operands
     assert "simt" in supports(GemmSpec(1000, 776, 332, "nt", math="simt"), "sm_90a")
     assert "Hopper" in supports(_split(), "sm_80")
 

@@ -70,17 +70,19 @@ def test_sass_holds_hgmma_and_tma(tmp_path):
 def test_family_choice_and_reasons():
     assert family_for(GemmSpec(64, 64, 64, "nt", "bf16"), "sm_90").name == "wgmma"
     assert family_for(GemmSpec(64, 64, 64, "nt", "fp32"), "sm_90").name == "simt"
-    # What wgmma refuses goes to the mma.sync family, and wgmma itself says why it refused.
+    # Off Hopper the mma.sync family; rows TMA cannot read in place are staged (copied into aligned
+    # rows first), and a config without staging says why it is refused.
     assert family_for(GemmSpec(64, 64, 64, "nt", "bf16"), "sm_80").name == "mma"
-    assert family_for(GemmSpec(77, 13, 5, "nn", "bf16"), "sm_90a").name == "mma"  # M > 16: not a GEMV either
+    assert family_for(GemmSpec(77, 13, 5, "nn", "bf16"), "sm_90a").name == "wgmma"  # M > 16: not a GEMV either
     assert family_for(GemmSpec(64, 64, 64, "nn", "tf32"), "sm_90a").name == "wgmma"  # B transposed in smem
-    assert family_for(GemmSpec(64, 63, 64, "nn", "tf32"), "sm_90a").name == "mma"  # rows of B: 252 bytes
+    assert family_for(GemmSpec(64, 63, 64, "nn", "tf32"), "sm_90a").name == "wgmma"  # rows of B: 252 bytes
     with pytest.raises(ConfigError, match="Hopper"):
         family_for(GemmSpec(64, 64, 64, "nt", "bf16"), "sm_80", "wgmma")
-    with pytest.raises(ConfigError, match="multiple of 16"):
-        family_for(GemmSpec(77, 13, 5, "nn", "bf16"), "sm_90a", "wgmma")
-    with pytest.raises(ConfigError, match="multiple of 16"):
-        family_for(GemmSpec(64, 63, 64, "nn", "tf32"), "sm_90a", "wgmma")
+    for spec in (GemmSpec(77, 13, 5, "nn", "bf16"), GemmSpec(64, 63, 64, "nn", "tf32")):
+        staged = FAMILY.default_config(spec, "sm_90a")
+        assert staged.stage_operands and not FAMILY.rejections(staged, spec, "sm_90a")
+        with pytest.raises(ConfigError, match="multiple of 16"):
+            FAMILY.render(spec, staged.with_(stage_operands=False), "sm_90a")
 
 
 def test_rejections_name_their_constraint():

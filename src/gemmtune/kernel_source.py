@@ -65,6 +65,40 @@ class TensorMapArg:
 
 
 @dataclass(frozen=True)
+class StagedOperand:
+    """An operand the launcher copies, before each launch, into a workspace whose rows start every
+    `pitch` bytes (a multiple of 128); the kernel's tensor maps of `operand` describe the workspace.
+
+    TMA needs rows that start on 16-byte boundaries, and loads at about half rate from rows that
+    start only 16 bytes off a 32-byte sector; the copy (one 2-D memcpy, read and write once) costs
+    less than either (docs/staging.md). The caller's array is stored as `rows` contiguous rows of
+    `row_bytes` bytes, as the spec's layout says; the workspace's padding is never read (the maps'
+    extents stop at the row's end).
+    """
+
+    operand: str  # "A" or "B"
+    rows: int
+    row_bytes: int
+    pitch: int
+
+    def __post_init__(self) -> None:
+        if self.operand not in ("A", "B") or self.pitch % 128 or self.pitch < self.row_bytes:
+            raise ValueError(f"staged {self.operand}: pitch {self.pitch} must be a multiple of 128 "
+                             f"holding a {self.row_bytes}-byte row")
+
+    @property
+    def workspace_bytes(self) -> int:
+        return self.rows * self.pitch
+
+    def to_json(self) -> dict:
+        return {"operand": self.operand, "rows": self.rows, "row_bytes": self.row_bytes, "pitch": self.pitch}
+
+    @staticmethod
+    def from_json(data: dict) -> "StagedOperand":
+        return StagedOperand(data["operand"], data["rows"], data["row_bytes"], data["pitch"])
+
+
+@dataclass(frozen=True)
 class KernelSource:
     code: str
     entry: str
@@ -85,6 +119,8 @@ class KernelSource:
     # Every block must be resident at once (blocks wait on each other's results): a persistent grid
     # sized for one GPU may hang on a smaller one, so the runtime checks occupancy before launching.
     co_resident: bool = False
+    # Operands copied into 128-byte-pitched workspaces before each launch (their tensor maps read those).
+    staged: tuple[StagedOperand, ...] = ()
 
     def __post_init__(self) -> None:
         names = POINTER_ARGS + SCALAR_ARGS + tuple(t.name for t in self.tensor_maps)
@@ -112,6 +148,7 @@ class KernelSource:
             "dynamic_smem": self.dynamic_smem, "options": list(self.options),
             "tensor_maps": [t.to_json() for t in self.tensor_maps], "arch_specific": self.arch_specific,
             "co_resident": self.co_resident,
+            **({"staged": [s.to_json() for s in self.staged]} if self.staged else {}),
         }
 
     @staticmethod
@@ -123,6 +160,7 @@ class KernelSource:
             dynamic_smem=data.get("dynamic_smem", 0), options=tuple(data.get("options", ())),
             tensor_maps=tuple(TensorMapArg.from_json(t) for t in data.get("tensor_maps", ())),
             arch_specific=data.get("arch_specific", False), co_resident=data.get("co_resident", False),
+            staged=tuple(StagedOperand.from_json(s) for s in data.get("staged", ())),
         )
 
     def tensor_map(self, name: str) -> TensorMapArg | None:

@@ -16,7 +16,7 @@ from .compiler import CompiledKernel
 from .device import DeviceInfo, checked, driver, ensure_context, query_device
 from .dtypes import NAN_BITS, storage_bytes
 from .errors import LaunchError, ResourceError, SpecError
-from .kernel_source import SCALAR_ARGS, KernelSource, TensorMapArg
+from .kernel_source import SCALAR_ARGS, KernelSource, StagedOperand, TensorMapArg
 from .tensor_map import encode_tensor_map
 
 NAN_F32_BITS = NAN_BITS["fp32"]  # a quiet float32 NaN: poisons outputs so unwritten elements show
@@ -300,16 +300,42 @@ def pack_arguments(names: tuple[str, ...], bindings: Mapping[str, Any], entry: s
 
 
 @dataclass(frozen=True)
+class StagingCopy:
+    """One staged operand's copy into its workspace (cuMemcpy2DAsync: the caller's contiguous rows to
+    rows `pitch` bytes apart), enqueued before the kernel on the launch's stream."""
+
+    params: Any  # CUDA_MEMCPY2D
+    what: str
+
+    def __call__(self, stream: Any) -> None:
+        checked(driver().cuMemcpy2DAsync(self.params, stream), self.what)
+
+
+def staging_copy(staged: StagedOperand, source: int, workspace: int) -> StagingCopy:
+    cu = driver()
+    p = cu.CUDA_MEMCPY2D()
+    p.srcMemoryType = p.dstMemoryType = cu.CUmemorytype.CU_MEMORYTYPE_DEVICE
+    p.srcDevice, p.srcPitch = source, staged.row_bytes
+    p.dstDevice, p.dstPitch = workspace, staged.pitch
+    p.WidthInBytes, p.Height = staged.row_bytes, staged.rows
+    return StagingCopy(p, f"staging {staged.operand} ({staged.rows} rows of {staged.row_bytes} B to a {staged.pitch}-B pitch)")
+
+
+@dataclass(frozen=True)
 class BoundLaunch:
-    """One kernel with its arguments packed once: calling it only enqueues the launch."""
+    """One kernel with its arguments packed once: calling it only enqueues the launch (after the
+    copies of its staged operands, when it has any)."""
 
     function: Any
     source: KernelSource
     arguments: KernelArguments
     stream: Any = 0
+    copies: tuple[StagingCopy, ...] = ()
 
     def __call__(self) -> None:
         src = self.source
+        for copy in self.copies:
+            copy(self.stream)
         result = driver().cuLaunchKernel(self.function, *src.grid, *src.block, src.dynamic_smem, self.stream,
                                          self.arguments.address, 0)
         checked(result, f"launching {src.entry}")
@@ -329,6 +355,7 @@ class LoadedKernel:
             raise ResourceError(f"{compiled.source.entry}: " + "; ".join(problems))
         self.compiled = compiled
         self.source = compiled.source
+        self._workspaces: dict[str, DeviceBuffer] = {}  # staged operand -> its workspace
         self.module = checked(driver().cuModuleLoadData(compiled.cubin), "cuModuleLoadData")
         try:
             self.function = self._get_function()
@@ -357,16 +384,37 @@ class LoadedKernel:
         return function
 
     def bind(self, bindings: Mapping[str, Any], stream: Any = 0) -> BoundLaunch:
-        """Pack `bindings` (name -> device pointer int / DeviceBuffer, or float) for repeated launches."""
+        """Pack `bindings` (name -> device pointer int / DeviceBuffer, or float) for repeated launches.
+        A staged operand's tensor maps describe this kernel's workspace for it, which each launch
+        fills first: launches of one loaded kernel share that workspace, so launches on different
+        streams must not overlap."""
+        copies = []
+        if self.source.staged:
+            bindings = dict(bindings)
+            for staged in self.source.staged:
+                if staged.operand not in bindings:
+                    raise SpecError(f"{self.source.entry} takes argument '{staged.operand}' but no value was bound")
+                workspace = self._workspace(staged)
+                copies.append(staging_copy(staged, int(bindings[staged.operand]), workspace.ptr))
+                bindings[staged.operand] = workspace.ptr
         args = pack_arguments(self.source.args, bindings, self.source.entry, self.source.tensor_maps)
-        return BoundLaunch(self.function, self.source, args,
-                           stream)
+        return BoundLaunch(self.function, self.source, args, stream, tuple(copies))
+
+    def _workspace(self, staged: StagedOperand) -> DeviceBuffer:
+        """The staged operand's workspace, allocated at the first bind (so not while a CUDA graph is
+        being captured, when the kernel was launched once before) and freed by unload()."""
+        if staged.operand not in self._workspaces:
+            self._workspaces[staged.operand] = DeviceBuffer.alloc(staged.workspace_bytes)
+        return self._workspaces[staged.operand]
 
     def launch(self, bindings: Mapping[str, Any], stream: Any = 0) -> None:
         """Enqueue one launch; faults surface at the next synchronize()."""
         self.bind(bindings, stream)()
 
     def unload(self) -> None:
+        workspaces, self._workspaces = self._workspaces, {}
+        for buffer in workspaces.values():
+            buffer.free()
         if self.module is not None:
             module, self.module = self.module, None
             checked(driver().cuModuleUnload(module), "cuModuleUnload")

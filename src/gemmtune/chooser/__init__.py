@@ -20,7 +20,7 @@ import numpy as np
 
 from ..arch import geometry as arch_geometry
 from ..kernels import family_for
-from ..kernels.wgmma.config import WgmmaConfig
+from ..kernels.wgmma.config import WgmmaConfig, staging_seconds
 from ..kernels.wgmma.schedule import schedule_for
 from ..spec import GemmSpec
 from .candidates import candidates
@@ -136,10 +136,18 @@ def estimate_s(spec: GemmSpec, f: dict[str, float]) -> float:
 def _scores(spec: GemmSpec, configs: list[Any], sm_count: int, model: FamilyModel | None
             ) -> tuple[np.ndarray, str]:
     if model is None:
-        return np.array([estimate_s(spec, features(spec, c, sm_count)) for c in configs]), "roofline estimate"
+        estimates = np.array([estimate_s(spec, features(spec, c, sm_count)) for c in configs])
+        return estimates + _staging_s(spec, configs), "roofline estimate"
     x, _ = feature_matrix([(spec, c, sm_count) for c in configs], model.feature_names)
     scored = f"model ({model.rows} measured rows, {model.shapes} shapes)"
-    return np.exp(model.predict_log_ratio(x)) * roofline_s(spec), scored
+    return np.exp(model.predict_log_ratio(x)) * roofline_s(spec) + _staging_s(spec, configs), scored
+
+
+def _staging_s(spec: GemmSpec, configs: list[Any]) -> np.ndarray:
+    """The estimated time of each config's staging copies (wgmma's stage_operands; the model times
+    the kernel alone)."""
+    copies = staging_seconds(spec)
+    return np.array([copies if getattr(c, "stage_operands", False) else 0.0 for c in configs])
 
 
 def rank(spec: GemmSpec, arch: str, sm_count: int | None = None, family: str | None = None,

@@ -10,6 +10,7 @@ constraints.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -17,7 +18,7 @@ from ..kernels import get_family
 from ..kernels.gemv.config import GemvConfig, stream_kind, tensor_core_rejection, vectors
 from ..kernels.simt.config import SimtConfig
 from ..kernels.wgmma.config import (OUT_BYTES, WgmmaConfig, direct_stores, k_major, out_dtype, split_shapes, splits_fp32,
-                                    transposes_tf32, with_c_path)
+                                    staging_choice, transposes_tf32, with_c_path)
 from ..spec import GemmSpec
 
 SERIAL_SPLITS = (2, 3, 4)  # turns through D: the chain grows with the splits, so only a few
@@ -96,12 +97,16 @@ def wgmma_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[WgmmaConf
     if splits_fp32(spec):
         return split_candidates_untuned(spec)
     found = []
-    for bm, bn in wgmma_tiles(spec):
+    # Staged operands (copied into 128-byte rows first) where TMA refuses the rows; both ways where
+    # they start 16 bytes off a sector (the model sees the rows' alignment, the chooser adds the
+    # copies' estimated time: chooser._scores).
+    for stage, (bm, bn) in itertools.product(staging_choice(spec), wgmma_tiles(spec)):
         # The tail split along K (split_tail) on every persistent candidate: the model was trained
         # without it and cannot see it, but where it splits it measured 1.1-2.6x faster (H100,
         # bench/results/2026-11-23-h100-wgmma-variants.md run 8), and elsewhere it changes nothing.
         base = WgmmaConfig(bm=bm, bn=bn, consumers=1 if bm == 64 else 2, stages=4, specialized=True,
-                           persistent=True, group_m=8, cluster_m=1, tma_store=True, split_tail=True)
+                           persistent=True, group_m=8, cluster_m=1, tma_store=True, split_tail=True,
+                           stage_operands=stage)
         stored = (with_write_back_options(base, spec) if not spec.epilogue.reads_c
                   else _c_through_ring(base, spec, sm_count))
         found.append(stored)

@@ -154,6 +154,18 @@ def schedule_features(spec: GemmSpec, config: Any, sm_count: int, waves: float) 
             "tail_ways": ways, "scatter": float(s.scatter)}
 
 
+def row_alignment(spec: GemmSpec, config: Any = None) -> tuple[int, int]:
+    """The byte alignment (up to 128, one cache line) that every row of A and B starts on, and that of
+    D's rows: where the operands' rows start only 16 bytes off a 32-byte sector, wgmma's TMA loads
+    run at about half rate (bf16 rows of the training shapes: at most 411 TFLOP/s, against 760 with
+    128-byte rows; bench/results/2026-11-26-h100-chooser-rows-wgmma.csv.gz). A wgmma config that
+    stages its operands reads rows 128 bytes apart."""
+    size = spec.element_bytes
+    staged = getattr(config, "stage_operands", False)
+    operands = 128 if staged else min(math.gcd(inner * size, 128) for _, inner in (spec.a_shape, spec.b_shape))
+    return operands, math.gcd(spec.n * spec.out_element_bytes, 128)
+
+
 def features(spec: GemmSpec, config: Any, sm_count: int, registers: int | None = None) -> dict[str, float]:
     """Named features, in a fixed order (the model's columns)."""
     g = geometry(spec, config, sm_count, registers)
@@ -161,6 +173,7 @@ def features(spec: GemmSpec, config: Any, sm_count: int, registers: int | None =
     slots = per_sm * sm_count
     waves = g.blocks / slots
     padded = math.ceil(spec.m / g.bm) * g.bm * math.ceil(spec.n / g.bn) * g.bn
+    rows_at = row_alignment(spec, config)
     log2 = math.log2
     return {
         "log2_m": log2(spec.m), "log2_n": log2(spec.n), "log2_k": log2(spec.k),
@@ -175,6 +188,7 @@ def features(spec: GemmSpec, config: Any, sm_count: int, registers: int | None =
         "log2_threads": log2(g.threads), "smem_kib": g.smem_bytes / 1024, "registers": float(g.registers),
         "persistent": float(g.persistent),
         "split_workspace": float(getattr(config, "split_reduce", "") == "workspace"),
+        "log2_row_align": log2(rows_at[0]), "log2_d_row_align": log2(rows_at[1]),
         **schedule_features(spec, config, sm_count, waves),
         **{f"cfg_{k}": float(v) for k, v in config_numbers(config).items()},
     }

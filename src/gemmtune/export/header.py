@@ -17,7 +17,7 @@ import json
 import re
 
 from ..errors import SpecError
-from ..kernel_source import KernelSource, TensorMapArg
+from ..kernel_source import KernelSource, StagedOperand, TensorMapArg
 from ..spec import GemmSpec
 from .element_types import type_includes
 from .reference import operand_params
@@ -63,9 +63,28 @@ def _dims(values: tuple[int, ...], c_type: str) -> str:
     return f"{{{', '.join(f'({c_type}){v}' for v in values)}}}"
 
 
-def _tensor_map_block(tmap: TensorMapArg) -> str:
-    """Build CUtensorMap `tmap.name` over the operand's pointer, exactly as the runtime does at bind time."""
+def _staging_block(staged: StagedOperand) -> str:
+    """Copy a staged operand into its workspace (allocated at the first call, kept for the program's
+    life), as the runtime does before each launch."""
+    name = f"staged_{staged.operand}"
+    return f"""    // {staged.operand}'s rows ({staged.row_bytes} B) do not start on 32-byte boundaries: TMA reads a copy
+    // whose rows start every {staged.pitch} B. One workspace per program: calls must not overlap.
+    static void* {name} = nullptr;
+    if ({name} == nullptr) {{
+        const cudaError_t got = cudaMalloc(&{name}, (size_t){staged.workspace_bytes});
+        if (got != cudaSuccess) return got;
+    }}
+    const cudaError_t copied_{staged.operand} = cudaMemcpy2DAsync({name}, {staged.pitch}, {staged.operand}, {staged.row_bytes},
+                                                 {staged.row_bytes}, {staged.rows}, cudaMemcpyDeviceToDevice, stream);
+    if (copied_{staged.operand} != cudaSuccess) return copied_{staged.operand};
+"""
+
+
+def _tensor_map_block(tmap: TensorMapArg, staged: tuple[str, ...] = ()) -> str:
+    """Build CUtensorMap `tmap.name` over the operand's pointer (its workspace, if staged), exactly as
+    the runtime does at bind time."""
     rank = len(tmap.dims)
+    pointer = f"staged_{tmap.operand}" if tmap.operand in staged else tmap.operand
     return f"""    // {tmap.name}: TMA descriptor of {tmap.operand} ({tmap.dtype}), dims {tmap.dims} innermost first, box {tmap.box}.
     CUtensorMap {tmap.name};
     {{
@@ -74,7 +93,7 @@ def _tensor_map_block(tmap: TensorMapArg) -> str:
         const cuuint32_t box[{rank}] = {_dims(tmap.box, "cuuint32_t")};
         const cuuint32_t element_strides[{rank}] = {_dims((1,) * rank, "cuuint32_t")};
         const CUresult made = cuTensorMapEncodeTiled(
-            &{tmap.name}, {TMA_DATA_TYPES[tmap.dtype]}, {rank}, const_cast<void*>(static_cast<const void*>({tmap.operand})),
+            &{tmap.name}, {TMA_DATA_TYPES[tmap.dtype]}, {rank}, const_cast<void*>(static_cast<const void*>({pointer})),
             dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, {TMA_SWIZZLES[tmap.swizzle]},
             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);  // out of bounds reads as 0
         if (made != CUDA_SUCCESS) return cudaErrorInvalidValue;
@@ -132,7 +151,9 @@ def _launcher(name: str, source: KernelSource) -> str:
     spec, kernel = source.spec, f"{name}_kernel::{source.entry}"
     slots = "".join(_argument_slot(arg, source) for arg in source.args)
     addresses = ", ".join(_argument_address(arg, source) for arg in source.args)
-    maps = "".join(_tensor_map_block(t) for t in source.tensor_maps)
+    staged = tuple(s.operand for s in source.staged)
+    maps = "".join(_staging_block(s) for s in source.staged)
+    maps += "".join(_tensor_map_block(t, staged) for t in source.tensor_maps)
     g, b = source.grid, source.block
     return f"""// D = {formula(spec)} for exactly M={spec.m}, N={spec.n}, K={spec.k} ({_layout_comment(spec)}).
 // Launches asynchronously on `stream`; returns cudaSuccess or the launch error. Pointers are

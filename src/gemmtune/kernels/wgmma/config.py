@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable
 
 from ...arch import geometry, known_arch
+from ...kernel_source import StagedOperand
 from ...spec import GemmSpec
 from ..config_base import FamilyConfig, arch_number, ceil_div, rejections_by, valid_named
 from .groups import CPath, EpilogueGroup, MainloopGroup, ScheduleGroup
@@ -131,6 +132,10 @@ class WgmmaConfig(FamilyConfig):
     round_big: (fp32 as 3xtf32) the big part of each value is x rounded to the nearest tf32, written
       over x in the stage, instead of x itself, which the tensor cores truncate: the residual is
       half as large, for one more shared-memory store per value.
+    stage_operands: the launcher first copies A and/or B, whichever has rows that do not start on
+      32-byte boundaries, into a workspace with 128-byte-aligned rows (kernel_source.StagedOperand)
+      and the TMA loads read that. Needed where rows are not 16-byte multiples (TMA refuses them);
+      a choice where they start 16 bytes off a 32-byte sector, which TMA loads at about half rate.
     """
 
     bm: int = 128
@@ -154,11 +159,12 @@ class WgmmaConfig(FamilyConfig):
     d_over_c: bool = False
     c_first_buffer: bool = False
     round_big: bool = False
+    stage_operands: bool = False
     FAMILY_LABEL = "wgmma"
 
     def to_json(self) -> dict:
         data = super().to_json()
-        for later in ("serpentine", "overlap_epilogue", "d_over_c", "c_first_buffer", "round_big"):  # configs (and database keys) from before
+        for later in ("serpentine", "overlap_epilogue", "d_over_c", "c_first_buffer", "round_big", "stage_operands"):  # configs (and database keys) from before
             if not data[later]:                               # these options stay unchanged
                 del data[later]
         return data
@@ -290,7 +296,8 @@ class WgmmaConfig(FamilyConfig):
         store += " D-over-C" if self.d_over_c else ""
         store += " C-first-buffer" if self.c_first_buffer else ""
         store += " round-big" if self.round_big else ""
-        return f"tile {self.bm}x{self.bn} stages{self.stages} {roles}{grid}{cluster}{store}"
+        staged = " staged" if self.stage_operands else ""
+        return f"tile {self.bm}x{self.bn} stages{self.stages} {roles}{grid}{cluster}{store}{staged}"
 
 
 
@@ -308,12 +315,67 @@ def transposes_tf32(spec: GemmSpec) -> bool:
 
 
 def stride_problem(spec: GemmSpec) -> str | None:
-    """TMA needs every row of A and B to start on a 16-byte boundary."""
+    """TMA needs every row of A and B to start on a 16-byte boundary (without staging)."""
     size = INPUT_BYTES.get(spec.dtype, 4)
     for name, (_, inner) in (("A", spec.a_shape), ("B", spec.b_shape)):
         if inner * size % 16:
             return (f"rows of {name} are {inner * size} bytes, not a multiple of 16, which TMA needs "
-                    f"(make the stored row length a multiple of {16 // size})")
+                    f"(stage_operands copies them into aligned rows first)")
+    return None
+
+
+STAGED_PITCH = 128  # bytes: a staged operand's rows start on cache-line boundaries
+SECTOR = 32  # bytes: rows that start off a sector boundary are staged
+
+
+def staged_operands(spec: GemmSpec) -> tuple[StagedOperand, ...]:
+    """What stage_operands copies: each of A and B whose stored rows do not start on 32-byte
+    boundaries, as (rows, row bytes) of its layout, into rows 128 bytes apart."""
+    size = INPUT_BYTES.get(spec.dtype, 4)
+    out = []
+    for name, (rows, inner) in (("A", spec.a_shape), ("B", spec.b_shape)):
+        if inner * size % SECTOR:
+            row = inner * size
+            out.append(StagedOperand(name, rows, row, ceil_div(row, STAGED_PITCH) * STAGED_PITCH))
+    return tuple(out)
+
+
+def staging_choice(spec: GemmSpec) -> tuple[bool, ...]:
+    """The stage_operands values a config may take for `spec`: (True,) where TMA refuses the rows,
+    (False,) where every row starts on a 32-byte boundary, both where rows start 16 bytes off one."""
+    if stride_problem(spec):
+        return (True,)
+    return (False, True) if staged_operands(spec) else (False,)
+
+
+# What a staging copy costs (cuMemcpy2DAsync device to device, H100, 2026-11-26: see docs/staging.md):
+# bytes read and written at STAGING_BYTES_PER_S, plus STAGING_LAUNCH_S a copy.
+STAGING_BYTES_PER_S = 2.4e12
+STAGING_LAUNCH_S = 3e-6
+# Rows 16 bytes off a 32-byte sector: the TMA loads' rate, against rows on 128-byte boundaries
+# (bf16 training shapes over 20 GFLOP, H100: at most 411 TFLOP/s against up to 760).
+MISALIGNED_RATE = 0.55
+
+
+def staging_seconds(spec: GemmSpec) -> float:
+    """The estimated time of stage_operands' copies for `spec` (0 when nothing would be staged)."""
+    return sum(2 * s.rows * s.row_bytes / STAGING_BYTES_PER_S + STAGING_LAUNCH_S for s in staged_operands(spec))
+
+
+def default_staging(spec: GemmSpec) -> bool:
+    """Stage where TMA refuses the rows, or where the rows start off 32-byte sectors and the copies
+    cost less than the half-rate loads would (at the H100's dense bf16 rate of ~650 TFLOP/s)."""
+    choice = staging_choice(spec)
+    if len(choice) == 1:
+        return choice[0]
+    aligned_s = spec.flops / (650e12 * (2 / INPUT_BYTES.get(spec.dtype, 4)))
+    return staging_seconds(spec) < aligned_s * (1 / MISALIGNED_RATE - 1)
+
+
+def _staging(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
+    if c.stage_operands not in staging_choice(s):
+        return (stride_problem(s) if not c.stage_operands else
+                "stage_operands copies rows that start off 32-byte boundaries; every row of A and B starts on one")
     return None
 
 
@@ -329,7 +391,7 @@ def supports(spec: GemmSpec, arch: str) -> str | None:
         problem = math_refusal(spec, arch, FAMILY)
         if problem:
             return problem
-    return stride_problem(spec)
+    return None
 
 
 # --- constraints --------------------------------------------------------------------------------
@@ -467,7 +529,7 @@ def _store(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
 
 
 CONSTRAINTS: dict[str, Constraint] = {
-    "dtype": _dtype, "tile": _tile, "registers": _registers, "shared_memory": _smem,
+    "dtype": _dtype, "staging": _staging, "tile": _tile, "registers": _registers, "shared_memory": _smem,
     "pipeline": _pipeline, "schedule": _schedule, "store": _store, "split": _split,
 }
 
@@ -541,6 +603,8 @@ def default_config(spec: GemmSpec | None, arch: str = "sm_90a") -> WgmmaConfig:
         return steps["sliced_store"]
     if splits_fp32(spec):
         return _split_default(spec, arch)
+    stage = default_staging(spec)
+    steps = {name: step.with_(stage_operands=stage) for name, step in steps.items()}
     # On the H100 at 4096^3: 2 slices 0.995x cuBLAS (bf16) against 0.973x for the whole-tile store;
     # fp32 output (tf32) needs 4 slices to fit 4 stages (0.971x against 0.956x with direct stores).
     slices = 4 if OUT_BYTES.get(out_dtype(spec)) == 4 else 2
@@ -571,7 +635,7 @@ def split_shapes(spec: GemmSpec) -> tuple[WgmmaConfig, WgmmaConfig, WgmmaConfig]
     one consumer in 6 stages (for grids of few tiles); 2 cooperative consumers on the others, C
     through the ring where the epilogue reads it, the tail split on all."""
     square = WgmmaConfig(bm=128, bn=128, stages=4, consumers=2, tma_store=True, store_slices=4,
-                         c_ring=spec.epilogue.reads_c, split_tail=True)
+                         c_ring=spec.epilogue.reads_c, split_tail=True, stage_operands=default_staging(spec))
     return (square.with_(bn=192, stages=3, store_slices=6), square,
             square.with_(bm=64, consumers=1, stages=6, serpentine=True))
 

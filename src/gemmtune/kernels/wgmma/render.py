@@ -23,7 +23,7 @@ from .producer import producer
 from ..parts.ring import RING
 from .groups import CPath
 from .config import (FAMILY, INPUT_BYTES, OUT_BYTES, SPLIT_BUFFERS, VERSION, WgmmaConfig, k_major, out_dtype,
-                     rejections, splits_fp32, transposes_tf32)
+                     rejections, splits_fp32, staged_operands, transposes_tf32)
 
 C_TYPES = {"bf16": "bf16_t", "fp16": "fp16_t", "tf32": "float", "fp32": "float"}
 TMA_TYPES = {"bf16": "bf16", "fp16": "fp16", "tf32": "fp32", "fp32": "fp32"}
@@ -46,11 +46,15 @@ def tensor_maps(spec: GemmSpec, config: WgmmaConfig) -> tuple[TensorMapArg, ...]
     a_kmajor, b_kmajor = k_major(spec)
     kind = TMA_TYPES[spec.dtype]
     m, n, k = spec.m, spec.n, spec.k
-    a = (TensorMapArg("tma_A", "A", kind, (k, m), (k * size,), (bk, config.bm)) if a_kmajor
-         else TensorMapArg("tma_A", "A", kind, (m, k), (m * size,), (mn_chunk(spec.dtype), bk)))
+    # A staged operand is read from its workspace, whose rows are `pitch` bytes apart.
+    pitch = {s.operand: s.pitch for s in (staged_operands(spec) if config.stage_operands else ())}
+    a_row, b_row = (k if a_kmajor else m) * size, (k if b_kmajor else n) * size
+    a_row, b_row = pitch.get("A", a_row), pitch.get("B", b_row)
+    a = (TensorMapArg("tma_A", "A", kind, (k, m), (a_row,), (bk, config.bm)) if a_kmajor
+         else TensorMapArg("tma_A", "A", kind, (m, k), (a_row,), (mn_chunk(spec.dtype), bk)))
     b_rows = config.bn // config.cluster_m  # each block of a cluster loads its share of B
-    b = (TensorMapArg("tma_B", "B", kind, (k, n), (k * size,), (bk, b_rows)) if b_kmajor
-         else TensorMapArg("tma_B", "B", kind, (n, k), (n * size,), (mn_chunk(spec.dtype), bk)))
+    b = (TensorMapArg("tma_B", "B", kind, (k, n), (b_row,), (bk, b_rows)) if b_kmajor
+         else TensorMapArg("tma_B", "B", kind, (n, k), (b_row,), (mn_chunk(spec.dtype), bk)))
     return (a, b, *epilogue_maps(spec, config))
 
 
@@ -680,4 +684,5 @@ def render(spec: GemmSpec, config: WgmmaConfig, arch: str = "sm_90a", gpu: Geome
         block=(config.threads, 1, 1), args=args, spec=spec, family=FAMILY, family_version=VERSION,
         config=config.to_json(), dynamic_smem=config.smem_bytes(spec), tensor_maps=maps, arch_specific=True,
         co_resident=plan.tail_workers > 0,  # split tiles' finishers spin on their contributors' partial sums
+        staged=staged_operands(spec) if config.stage_operands else (),
     )

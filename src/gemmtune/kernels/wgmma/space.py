@@ -14,12 +14,12 @@ WGMMA_DOMAINS: tuple[tuple[str, tuple], ...] = (
     ("pingpong", (False, True)), ("split_tail", (False, True)), ("c_spread", (False, True)),
     ("c_ring", (False, True)), ("c_l2_prefetch", (False, True)), ("stmatrix", (False, True)),
     ("serpentine", (False, True)), ("overlap_epilogue", (False, True)), ("d_over_c", (False, True)),
-    ("c_first_buffer", (False, True)),
+    ("c_first_buffer", (False, True)), ("stage_operands", (False, True)),
 )
 
 # The parameters each constraint reads (directly or through WgmmaConfig's derived properties).
 WGMMA_READS: dict[str, tuple[str, ...]] = {
-    "dtype": (), "tile": ("bm", "bn", "consumers", "pingpong", "specialized", "persistent"),
+    "dtype": (), "staging": ("stage_operands",), "tile": ("bm", "bn", "consumers", "pingpong", "specialized", "persistent"),
     "registers": ("bm", "bn", "consumers", "pingpong"),
     "shared_memory": ("bm", "bn", "stages", "tma_store", "store_slices", "consumers", "pingpong", "d_over_c",
                       "c_first_buffer"), "pipeline": ("stages", "specialized"),

@@ -1,0 +1,139 @@
+"""GPU (Hopper): wgmma with staged operands (stage_operands: A and/or B copied into rows 128 bytes
+apart before each launch, which the TMA loads read) computes the right product.
+
+- Rows TMA cannot read in place (not 16-byte multiples): the registry's pick on sm_90 is the wgmma
+  family, staged, in every layout and tensor-core dtype, on odd shapes including M or N = 1.
+- Rows 16 bytes off a 32-byte sector (bf16 K = 1000, say): staged and in place, same config.
+- Epilogues on odd shapes; a kernel launched twice with new inputs (the workspace is reused).
+Checked by the common verifier (float64 reference of the rounded inputs, NaN-poisoned D).
+"""
+import numpy as np
+import pytest
+
+from gemmtune.kernels import get_family
+from gemmtune.kernels.wgmma.config import WgmmaConfig, staging_choice
+from gemmtune.spec import GemmSpec
+
+from gpu_checks import check_picks, failed_jobs
+
+pytestmark = pytest.mark.gpu
+
+FAMILY = get_family("wgmma")
+LAYOUTS = ("nt", "nn", "tn", "tt")
+UNALIGNED = [(1, 1, 1), (7, 13, 5), (127, 129, 131), (1, 257, 131), (131, 1, 257), (17, 1000, 1003),
+             (1000, 1001, 1003)]
+
+
+def _hopper() -> str:
+    from gemmtune.device import query_device
+
+    arch = query_device().arch
+    if arch != "sm_90":
+        pytest.skip(f"the wgmma family needs a Hopper GPU, this one is {arch}")
+    return "sm_90a"
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "tf32"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_registry_picks_staged_wgmma_for_unaligned_rows(dtype, layout):
+    import gemmtune
+
+    arch = _hopper()
+    specs = [GemmSpec(*shape, layout=layout, dtype=dtype) for shape in UNALIGNED]
+    specs = [s for s in specs if staging_choice(s) == (True,) and min(s.m, s.n) > 16]  # gemv takes M, N ≤ 16
+    assert len(specs) >= 3
+    for spec in specs:
+        assert gemmtune.build(spec, arch=arch).compiled.source.staged, spec.short()
+    check_picks(specs, arch, "wgmma", seed=3)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "tf32"])
+def test_staged_configs_on_odd_shapes_every_layout(dtype):
+    """Tiles, write-back paths and split tails, staged, where gemv would otherwise take M or N = 1."""
+    arch = _hopper()
+    configs = [WgmmaConfig(bm=128, bn=256, stages=4, persistent=True, split_tail=True),
+               WgmmaConfig(bm=64, bn=128, consumers=1, stages=6, persistent=True, split_tail=True, serpentine=True),
+               WgmmaConfig(bm=128, bn=128, stages=4, persistent=False, group_m=1)]
+    jobs = []
+    for layout in LAYOUTS:
+        for shape in UNALIGNED + [(96, 96, 20003), (2, 3000, 999)]:
+            spec = GemmSpec(*shape, layout=layout, dtype=dtype)
+            for config in configs:
+                staged = config.with_(stage_operands=True)
+                if staging_choice(spec) != (False,) and not FAMILY.rejections(staged, spec, arch):
+                    jobs.append((spec, staged, arch))
+    assert len(jobs) >= 40
+    assert not failed_jobs(jobs, lambda spec: spec.m + spec.n)
+
+
+@pytest.mark.parametrize("dtype,layout", [("bf16", "nt"), ("fp16", "tn"), ("tf32", "nt"), ("bf16", "tt")])
+def test_rows_off_a_sector_staged_and_in_place(dtype, layout):
+    """Rows 16 bytes off a 32-byte boundary: either way, TMA store and direct stores."""
+    arch = _hopper()
+    size = 2 if dtype in ("bf16", "fp16") else 4
+    inner = 8 // size * 125  # 1000 bf16 values (2000 bytes), 250 tf32 values (1000 bytes)
+    jobs = []
+    for shape in [(1000, 1000, inner), (inner, 264, 4104), (264, inner, 520)]:
+        spec = GemmSpec(*shape, layout=layout, dtype=dtype)
+        if staging_choice(spec) != (False, True):
+            continue
+        for config in (WgmmaConfig(bm=128, bn=256, stages=4, persistent=True, split_tail=True, tma_store=True,
+                                   store_slices=2 if size == 2 else 4),
+                       WgmmaConfig(bm=128, bn=128, stages=6, persistent=True, split_tail=True)):
+            for stage in (False, True):
+                run = config.with_(stage_operands=stage)
+                if not FAMILY.rejections(run, spec, arch):
+                    jobs.append((spec, run, arch))
+    assert len(jobs) >= 4
+    assert not failed_jobs(jobs, lambda spec: spec.k)
+
+
+@pytest.mark.parametrize("epilogue", ["relu+add", "alpha+beta", "bias_row+gelu", "bias_col+relu"])
+def test_epilogues_with_staged_operands(epilogue):
+    arch = _hopper()
+    jobs = []
+    for shape, layout, dtype in [((127, 129, 131), "nt", "bf16"), ((1000, 1001, 1003), "nn", "fp16"),
+                                 ((300, 517, 77), "tt", "tf32"), ((520, 1032, 1000), "tn", "bf16")]:
+        spec = GemmSpec(*shape, layout=layout, dtype=dtype, epilogue=epilogue)
+        from gemmtune.chooser import choose
+
+        config = choose(spec, arch).config
+        assert config.stage_operands, spec.short()
+        jobs.append((spec, config, arch))
+    assert not failed_jobs(jobs, lambda spec: 5)
+
+
+def test_a_staged_kernel_launched_again_reads_the_new_inputs():
+    """The workspace is filled on every launch, from the operands bound then."""
+    from gemmtune.compiler import compile_kernel
+    from gemmtune.dtypes import to_storage
+    from gemmtune.evaluate import check_output, upload_inputs
+    from gemmtune.runtime import LoadedKernel, release, synchronize
+    from gemmtune.verify import make_inputs, reference
+
+    arch = _hopper()
+    spec = GemmSpec(333, 444, 555, layout="nt", dtype="bf16")
+    config = WgmmaConfig(bm=128, bn=128, stages=4, persistent=True, split_tail=True, stage_operands=True)
+    kernel = LoadedKernel(compile_kernel(FAMILY.render(spec, config, arch), arch))
+    buffers: dict = {}
+    try:
+        bindings = upload_inputs(spec, make_inputs(spec, np.random.default_rng(1)), buffers)
+        for seed in (1, 2):
+            inputs = make_inputs(spec, np.random.default_rng(seed))
+            for name in ("A", "B"):  # the same device buffers, new values
+                buffers[name].upload(to_storage(inputs[name], spec.storage_dtype(name)))
+            buffers["D"].fill_nan(spec.out_dtype)
+            kernel.launch(bindings)
+            synchronize()
+            assert check_output(buffers["D"], spec, reference(spec, inputs)).ok, seed
+    finally:
+        release([*(b.free for b in buffers.values()), kernel.unload], after_error=False)
+
+
+def test_fp32_as_3xtf32_with_staged_rows():
+    arch = _hopper()
+    specs = [GemmSpec(1000, 1001, 1003, "nt", "fp32", math="3xtf32"), GemmSpec(300, 517, 77, "nn", "fp32", math="3xtf32"),
+             GemmSpec(264, 999, 520, "tt", "fp32", "relu+add", math="3xtf32")]
+    for spec in specs:
+        assert staging_choice(spec) == (True,), spec.short()
+    check_picks(specs, arch, "wgmma", seed=4)
