@@ -73,9 +73,12 @@ def test_family_choice_and_reasons():
     # Off Hopper the mma.sync family; rows TMA cannot read in place are staged (copied into aligned
     # rows first), and a config without staging says why it is refused.
     assert family_for(GemmSpec(64, 64, 64, "nt", "bf16"), "sm_80").name == "mma"
-    assert family_for(GemmSpec(77, 13, 5, "nn", "bf16"), "sm_90a").name == "wgmma"  # M > 16: not a GEMV either
     assert family_for(GemmSpec(64, 64, 64, "nn", "tf32"), "sm_90a").name == "wgmma"  # B transposed in smem
-    assert family_for(GemmSpec(64, 63, 64, "nn", "tf32"), "sm_90a").name == "wgmma"  # rows of B: 252 bytes
+    assert family_for(GemmSpec(1000, 999, 1000, "nn", "tf32"), "sm_90a").name == "wgmma"  # rows of B: 3996 bytes
+    # too little work to repay the copies: mma reads the rows in place
+    assert family_for(GemmSpec(77, 13, 5, "nn", "bf16"), "sm_90a").name == "mma"  # M > 16: not a GEMV either
+    assert family_for(GemmSpec(64, 63, 64, "nn", "tf32"), "sm_90a").name == "mma"  # rows of B: 252 bytes
+    assert "mma family" in FAMILY.yields(GemmSpec(64, 63, 64, "nn", "tf32"), "sm_90a")
     with pytest.raises(ConfigError, match="Hopper"):
         family_for(GemmSpec(64, 64, 64, "nt", "bf16"), "sm_80", "wgmma")
     for spec in (GemmSpec(77, 13, 5, "nn", "bf16"), GemmSpec(64, 63, 64, "nn", "tf32")):

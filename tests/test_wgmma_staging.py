@@ -90,3 +90,13 @@ def test_the_chooser_stages_where_needed_and_weighs_the_choice_elsewhere():
     for p in picks:
         if p.config.stage_operands and p.config.with_(stage_operands=False) in same:
             assert p.predicted_s != same[p.config.with_(stage_operands=False)]
+
+
+def test_the_registry_passes_wgmma_over_where_the_copies_would_not_pay():
+    from gemmtune.kernels.wgmma.config import yields_to_mma
+
+    tiny, big = GemmSpec(127, 129, 131, "nn", "bf16"), GemmSpec(1001, 3001, 1003, "nt", "bf16")
+    assert "mma family" in yields_to_mma(tiny, "sm_90a") and family_for(tiny, "sm_90a").name == "mma"
+    assert yields_to_mma(big, "sm_90a") is None and family_for(big, "sm_90a").name == "wgmma"
+    assert family_for(tiny, "sm_90a", "wgmma").name == "wgmma"  # asked for by name, it runs it
+    assert yields_to_mma(GemmSpec(200, 300, 504, "nt", "bf16"), "sm_90a") is None  # staging optional there

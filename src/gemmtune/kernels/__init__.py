@@ -48,6 +48,9 @@ class Family:
     # What about a spec besides its size decides how its kernels run (mma: each operand's copy width,
     # from its row alignment); a shipped known config applies only to specs of its own class. None: size alone.
     shape_class: "Callable[[GemmSpec], Any] | None" = None
+    # Why family_for passes this family over for `spec` on `arch` though it supports it (a later
+    # family runs it faster), or None. Asked by name, the family still runs it.
+    yields: "Callable[[GemmSpec, str], str | None] | None" = None
 
     def config_from_json(self, data: dict) -> Any:
         return self.config_type.from_json(data)
@@ -86,8 +89,8 @@ def family_for(spec: "GemmSpec", arch: str, name: str | None = None) -> Family:
         return family
     reasons = []
     for family in families():
-        reason = family.supports(spec, arch)
-        if reason is None:
+        reason = family.supports(spec, arch) or (family.yields and family.yields(spec, arch))
+        if not reason:
             return family
         reasons.append(f"{family.name}: {reason}")
     raise ConfigError(f"no generator family supports {spec.short()} on {arch} ({'; '.join(reasons)})")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .. import Family
 from .config import FAMILY as NAME
-from .config import VERSION, WgmmaConfig, default_config, ladder, rejections, supports
+from .config import VERSION, WgmmaConfig, default_config, ladder, rejections, supports, yields_to_mma
 from .render import render
 
 
@@ -18,5 +18,5 @@ def _space():
 
 
 FAMILY = Family(name=NAME, version=VERSION, config_type=WgmmaConfig, supports=supports, render=render,
-                ladder=ladder, default_config=default_config, rejections=rejections, space=_space,
+                ladder=ladder, default_config=default_config, rejections=rejections, space=_space, yields=yields_to_mma,
                 description="Hopper tensor cores: TMA + mbarrier ring, wgmma, warp specialization, clusters")

@@ -348,10 +348,15 @@ def staging_choice(spec: GemmSpec) -> tuple[bool, ...]:
     return (False, True) if staged_operands(spec) else (False,)
 
 
-# What a staging copy costs (cuMemcpy2DAsync device to device, H100, 2026-11-26: see docs/staging.md):
-# bytes read and written at STAGING_BYTES_PER_S, plus STAGING_LAUNCH_S a copy.
-STAGING_BYTES_PER_S = 2.4e12
-STAGING_LAUNCH_S = 3e-6
+# What a staging copy costs (cuMemcpy2DAsync device to device, H100, 2026-11-26: 4-8 µs for two small
+# copies, 1.0-1.6 TB/s read + write for large ones; bench/results/2026-11-26-h100-staging.md): bytes
+# read and written at STAGING_BYTES_PER_S, plus STAGING_LAUNCH_S a copy.
+STAGING_BYTES_PER_S = 1.6e12
+STAGING_LAUNCH_S = 4e-6
+# The mma.sync family's rate on rows TMA cannot read in place, by input bytes (same table: 62-115
+# TFLOP/s with 2-byte inputs, 53-90 tf32), and wgmma's with 128-byte rows.
+UNALIGNED_MMA_RATE = {2: 100e12, 4: 60e12}
+WGMMA_RATE = {2: 650e12, 4: 325e12}
 # Rows 16 bytes off a 32-byte sector: the TMA loads' rate, against rows on 128-byte boundaries
 # (bf16 training shapes over 20 GFLOP, H100: at most 411 TFLOP/s against up to 760).
 MISALIGNED_RATE = 0.55
@@ -362,13 +367,28 @@ def staging_seconds(spec: GemmSpec) -> float:
     return sum(2 * s.rows * s.row_bytes / STAGING_BYTES_PER_S + STAGING_LAUNCH_S for s in staged_operands(spec))
 
 
+def yields_to_mma(spec: GemmSpec, arch: str) -> str | None:
+    """Why the registry passes this family over for `spec` though it could run it (None: it does
+    not): rows TMA cannot read in place, and too little work to repay the staging copies, where the
+    mma.sync family reads the rows as they are (127x129x131 bf16 on an H100: 11.2 µs against 14.6
+    staged, 8.3 of them copies)."""
+    size = INPUT_BYTES.get(spec.dtype, 4)
+    if splits_fp32(spec) or staging_choice(spec) != (True,):
+        return None
+    staged_s = staging_seconds(spec) + spec.flops / WGMMA_RATE[size]
+    if staged_s <= spec.flops / UNALIGNED_MMA_RATE[size]:
+        return None
+    return (f"its rows need staging copies (~{staging_seconds(spec) * 1e6:.0f} µs) that {spec.flops / 1e9:.2g} GFLOP "
+            f"do not repay; the mma family reads them in place")
+
+
 def default_staging(spec: GemmSpec) -> bool:
     """Stage where TMA refuses the rows, or where the rows start off 32-byte sectors and the copies
     cost less than the half-rate loads would (at the H100's dense bf16 rate of ~650 TFLOP/s)."""
     choice = staging_choice(spec)
     if len(choice) == 1:
         return choice[0]
-    aligned_s = spec.flops / (650e12 * (2 / INPUT_BYTES.get(spec.dtype, 4)))
+    aligned_s = spec.flops / WGMMA_RATE[INPUT_BYTES.get(spec.dtype, 4)]
     return staging_seconds(spec) < aligned_s * (1 / MISALIGNED_RATE - 1)
 
 
