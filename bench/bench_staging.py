@@ -114,7 +114,7 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 
 def table(rows: list[dict], device: str) -> str:
-    out = [f"# Staged operands (NVIDIA {device}, {datetime.date.today()})", "",
+    out = [f"# Staged operands ({device}, {datetime.date.today()})", "",
            "`python bench/bench_staging.py`; × cuBLAS = cuBLAS time / ours (higher is better); the pick's time "
            "includes its staging copies; `copies`: those copies alone; `other`: the pick's config without "
            "staging (rows 16 bytes off a sector) or the mma family's pick (rows TMA cannot read in place).", "",
