@@ -39,8 +39,8 @@ def test_auto_takes_3xtf32_where_measured_and_explicit_math_picks_the_family():
         assert auto_math(GemmSpec(512, 512, 512, layout), "sm_90") == "simt"  # simt measured faster
     nt = GemmSpec(4096, 4096, 4096, "nt")
     assert auto_math(nt, "sm_80") == "simt" and family_for(nt, "sm_80").name == "simt"
-    assert auto_math(GemmSpec(4096, 4096, 4094, "nt"), "sm_90") == "simt"  # rows of 8 bytes: not wgmma
-    assert auto_math(GemmSpec(4096, 4094, 4096, "nn"), "sm_90") == "simt"  # B's rows (N values) likewise
+    assert auto_math(GemmSpec(4096, 4096, 4094, "nt"), "sm_90") == "3xtf32"  # rows of 8 bytes: staged
+    assert auto_math(GemmSpec(4096, 4094, 4096, "nn"), "sm_90") == "3xtf32"  # B's rows (N values) likewise
     assert family_for(GemmSpec(4096, 4094, 4096, "nn", math="3xtf32"), "sm_90").name == "wgmma"  # B staged
     assert family_for(GemmSpec(4096, 4096, 4096, "nt", math="simt"), "sm_90").name == "simt"
     assert family_for(GemmSpec(1, 4096, 4096, math="3xtf32"), "sm_90").name == "wgmma"  # not gemv's fp32 FMA
