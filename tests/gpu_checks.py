@@ -9,6 +9,18 @@ import numpy as np
 from gemmtune.spec import GemmSpec
 
 
+def hopper_arch() -> str:
+    """sm_90a on a Hopper GPU; skips the test on any other (the wgmma family runs on Hopper only)."""
+    import pytest
+
+    from gemmtune.device import query_device
+
+    arch = query_device().arch
+    if arch != "sm_90":
+        pytest.skip(f"the wgmma family needs a Hopper GPU, this one is {arch}")
+    return "sm_90a"
+
+
 def tma_rows(shape: tuple[int, int, int], layout: str) -> tuple[int, int, int]:
     """The shape with each stored row of A and B a multiple of 4 values (TMA's 16 bytes for 4-byte
     types): M where A is stored K×M, N where B is stored K×N, K where either is K-major; the other

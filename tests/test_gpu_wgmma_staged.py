@@ -14,7 +14,7 @@ from gemmtune.kernels import get_family
 from gemmtune.kernels.wgmma.config import WgmmaConfig, staging_choice
 from gemmtune.spec import GemmSpec
 
-from gpu_checks import check_picks, failed_jobs
+from gpu_checks import check_picks, failed_jobs, hopper_arch
 
 pytestmark = pytest.mark.gpu
 
@@ -24,21 +24,12 @@ UNALIGNED = [(1, 1, 1), (7, 13, 5), (127, 129, 131), (1, 257, 131), (131, 1, 257
              (1000, 1001, 1003)]
 
 
-def _hopper() -> str:
-    from gemmtune.device import query_device
-
-    arch = query_device().arch
-    if arch != "sm_90":
-        pytest.skip(f"the wgmma family needs a Hopper GPU, this one is {arch}")
-    return "sm_90a"
-
-
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "tf32"])
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_registry_picks_staged_wgmma_for_unaligned_rows(dtype, layout):
     import gemmtune
 
-    arch = _hopper()
+    arch = hopper_arch()
     specs = [GemmSpec(*shape, layout=layout, dtype=dtype) for shape in UNALIGNED + [(3000, 5000, 1500), (2001, 1999, 2003)]]
     specs = [s for s in specs if staging_choice(s) == (True,) and min(s.m, s.n) > 16]  # gemv takes M, N ≤ 16
     small = [s for s in specs if FAMILY.yields(s, arch)]  # too little work to repay the copies
@@ -53,7 +44,7 @@ def test_registry_picks_staged_wgmma_for_unaligned_rows(dtype, layout):
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "tf32"])
 def test_staged_configs_on_odd_shapes_every_layout(dtype):
     """Tiles, write-back paths and split tails, staged, where gemv would otherwise take M or N = 1."""
-    arch = _hopper()
+    arch = hopper_arch()
     configs = [WgmmaConfig(bm=128, bn=256, stages=4, persistent=True, split_tail=True),
                WgmmaConfig(bm=64, bn=128, consumers=1, stages=6, persistent=True, split_tail=True, serpentine=True),
                WgmmaConfig(bm=128, bn=128, stages=4, persistent=False, group_m=1)]
@@ -72,7 +63,7 @@ def test_staged_configs_on_odd_shapes_every_layout(dtype):
 @pytest.mark.parametrize("dtype,layout", [("bf16", "nt"), ("fp16", "tn"), ("tf32", "nt"), ("bf16", "tt")])
 def test_rows_off_a_sector_staged_and_in_place(dtype, layout):
     """Rows 16 bytes off a 32-byte boundary: either way, TMA store and direct stores."""
-    arch = _hopper()
+    arch = hopper_arch()
     size = 2 if dtype in ("bf16", "fp16") else 4
     inner = 1000 if size == 2 else 1004  # rows of 2000 or 4016 bytes: 16 bytes off a 32-byte boundary
     jobs = []
@@ -93,7 +84,7 @@ def test_rows_off_a_sector_staged_and_in_place(dtype, layout):
 
 @pytest.mark.parametrize("epilogue", ["relu+add", "alpha+beta", "bias_row+gelu", "bias_col+relu"])
 def test_epilogues_with_staged_operands(epilogue):
-    arch = _hopper()
+    arch = hopper_arch()
     jobs = []
     for shape, layout, dtype in [((127, 129, 131), "nt", "bf16"), ((1000, 1001, 1003), "nn", "fp16"),
                                  ((300, 517, 77), "tt", "tf32"), ((521, 1031, 1001), "tn", "bf16")]:
@@ -114,7 +105,7 @@ def test_a_staged_kernel_launched_again_reads_the_new_inputs():
     from gemmtune.runtime import LoadedKernel, release, synchronize
     from gemmtune.verify import make_inputs, reference
 
-    arch = _hopper()
+    arch = hopper_arch()
     spec = GemmSpec(333, 444, 555, layout="nt", dtype="bf16")
     config = WgmmaConfig(bm=128, bn=128, stages=4, persistent=True, split_tail=True, stage_operands=True)
     kernel = LoadedKernel(compile_kernel(FAMILY.render(spec, config, arch), arch))
@@ -134,7 +125,7 @@ def test_a_staged_kernel_launched_again_reads_the_new_inputs():
 
 
 def test_fp32_as_3xtf32_with_staged_rows():
-    arch = _hopper()
+    arch = hopper_arch()
     specs = [GemmSpec(1000, 1001, 1003, "nt", "fp32", math="3xtf32"), GemmSpec(300, 517, 77, "nn", "fp32", math="3xtf32"),
              GemmSpec(264, 999, 521, "tt", "fp32", "relu+add", math="3xtf32")]
     for spec in specs:

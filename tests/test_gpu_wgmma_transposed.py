@@ -10,7 +10,7 @@ import pytest
 import gemmtune
 from gemmtune.kernels import get_family
 from gemmtune.spec import GemmSpec
-from gpu_checks import check_picks, failed_jobs, tma_rows
+from gpu_checks import check_picks, failed_jobs, hopper_arch, tma_rows
 
 pytestmark = pytest.mark.gpu
 
@@ -20,18 +20,9 @@ SHAPES = [(1, 4, 4), (7, 12, 5), (127, 132, 131), (128, 256, 32), (1000, 1000, 1
           (1, 4096, 4096), (3000, 5000, 704)]
 
 
-def _hopper() -> str:
-    from gemmtune.device import query_device
-
-    arch = query_device().arch
-    if arch != "sm_90":
-        pytest.skip(f"the wgmma family needs a Hopper GPU, this one is {arch}")
-    return "sm_90a"
-
-
 @pytest.mark.parametrize("layout", ["nn", "tn", "tt"])
 def test_cooperative_steps_right_on_edges(layout):
-    arch = _hopper()
+    arch = hopper_arch()
     steps = dict(FAMILY.ladder(arch))
     jobs = [(GemmSpec(*tma_rows(shape, layout), layout, "tf32"), steps[step], arch) for step in COOPERATIVE
             for shape in SHAPES]
@@ -44,7 +35,7 @@ def test_cooperative_steps_right_on_edges(layout):
 @pytest.mark.parametrize("epilogue", ["relu+add", "alpha+beta", "bias_row+gelu", "bias_col+relu"])
 def test_epilogues_on_odd_shapes(epilogue):
     cases = (((127, 132, 100), "nn"), ((124, 132, 131), "tn"), ((132, 129, 100), "tt"), ((2048, 2048, 2048), "nn"))
-    check_picks([GemmSpec(*shape, layout, "tf32", epilogue) for shape, layout in cases], _hopper(), "wgmma", 5)
+    check_picks([GemmSpec(*shape, layout, "tf32", epilogue) for shape, layout in cases], hopper_arch(), "wgmma", 5)
 
 
 def test_registry_pick_on_random_shapes():
@@ -52,7 +43,7 @@ def test_registry_pick_on_random_shapes():
     in every layout, aligned or not, verified."""
     from gemmtune.evaluate import evaluate
 
-    arch = _hopper()
+    arch = hopper_arch()
     rng = np.random.default_rng(2026)
     picked, failed = set(), []
     for i in range(40):
@@ -73,7 +64,7 @@ def test_registry_pick_on_random_shapes():
 def test_named_candidates_right_on_edges(layout):
     from gemmtune.kernels.wgmma.config import tf32_candidates
 
-    arch = _hopper()
+    arch = hopper_arch()
     specs = [GemmSpec(*tma_rows(shape, layout), layout, "tf32") for shape in ((127, 132, 131), (1000, 1000, 1000),
                                                                             (300, 4092, 516))]
     jobs = [(spec, config, arch) for spec in specs for _, config in tf32_candidates(spec, arch)]
