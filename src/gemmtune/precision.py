@@ -9,8 +9,8 @@ fp32 inputs can be multiplied three ways:
     tf32    one tf32 product: fastest, ~10 bits of mantissa (the tf32 dtype).
 
 `auto` (the default) keeps fp32 accuracy and picks the faster method where both were measured on the
-GPU. On sm_90 that is 3xtf32 on the wgmma family (any layout, rows of A and B in 16-byte multiples)
-from M·N·K = 2^29 up: on an H100 (2026-11-26, bench/results/2026-11-26-h100-3xtf32-wgmma.md and
+GPU. On sm_90 that is 3xtf32 on the wgmma family (any layout; rows of A and B that TMA cannot read
+in place are first copied into aligned ones, docs/staging.md) from M·N·K = 2^29 up: on an H100 (2026-11-26, bench/results/2026-11-26-h100-3xtf32-wgmma.md and
 2026-11-26-h100-transposed-wgmma.md) it ran 1.3-2.1x cuBLAS SGEMM from 1000^3 up in layout nt and
 1.3-1.9x in nn and tn (0.78-0.93x at 96x96x65536, where simt ran 0.33-0.41x) against simt's
 0.72-0.92x, and simt won at 256^3 and 512^3 in both layouts; since 74f3e4c 4096^3 nt runs 2.02x
@@ -18,9 +18,10 @@ on an H200 and 1.99x on an H100 (2026-11-26-3xtf32-split-loads-and-order.md). It
 0.26-1.16x SGEMM's on every class of the accuracy report in all four layouts, values below 2^-103
 included: their tf32 residual would fall below fp32's normal range, so the kernel finds them while
 it splits and sums the tiles that hold them again on CUDA cores (kernels.wgmma.render.exact_piece;
-2026-11-26-h100-3xtf32-exact-path.md: a tile summed again runs about 10x slower than SGEMM). Rows
-that TMA refuses go through mma.sync (0.33-0.74x SGEMM on an H100, 2026-11-25), whose split has no
-such path, and every other arch is unmeasured: simt there.
+2026-11-26-h100-3xtf32-exact-path.md: a tile summed again runs about 10x slower than SGEMM). With
+such copies the evaluation set's five unaligned fp32 shapes ran 0.94-1.73x SGEMM (H100, 2026-11-26),
+where simt ran 0.58-0.73x. Every other arch is unmeasured: simt there (mma.sync's 3xtf32 ran
+0.33-0.74x SGEMM on an H100, 2026-11-25, and its split has no exact path).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from .kernels.config_base import arch_number
 from .spec import GemmSpec
 
 # arch number -> smallest M·N·K at which 3xtf32 measured faster than simt there, for the specs the
-# arch's fast 3xtf32 family takes (on sm_90: wgmma, rows of A and B in 16-byte multiples).
+# arch's fast 3xtf32 family takes (on sm_90: wgmma, any rows).
 FASTER_3XTF32: dict[int, int] = {90: 1 << 29}
 AUTO_RULE_NOTE = ("auto runs fp32 as 3xtf32 only on sm_90 with M·N·K >= 2^29, where it measured faster "
                   "than simt; elsewhere it keeps simt")

@@ -101,9 +101,9 @@ def wgmma_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[WgmmaConf
     # they start 16 bytes off a sector (the model sees the rows' alignment, the chooser adds the
     # copies' estimated time: chooser._scores).
     for stage, (bm, bn) in itertools.product(staging_choice(spec), wgmma_tiles(spec)):
-        # The tail split along K (split_tail) on every persistent candidate: the model was trained
-        # without it and cannot see it, but where it splits it measured 1.1-2.6x faster (H100,
-        # bench/results/2026-11-23-h100-wgmma-variants.md run 8), and elsewhere it changes nothing.
+        # The tail split along K (split_tail) on every persistent candidate: where it splits it
+        # measured 1.1-2.6x faster (H100, bench/results/2026-11-23-h100-wgmma-variants.md run 8), and
+        # elsewhere it changes nothing (the model sees its schedule: features.schedule_features).
         base = WgmmaConfig(bm=bm, bn=bn, consumers=1 if bm == 64 else 2, stages=4, specialized=True,
                            persistent=True, group_m=8, cluster_m=1, tma_store=True, split_tail=True,
                            stage_operands=stage)

@@ -22,7 +22,7 @@ from ..kernels.gemv.config import (GemvConfig, block_outputs, estimated_register
 from ..kernels.gemv.config import vec as gemv_vec
 from ..kernels.simt.config import SimtConfig
 from .. import arch
-from ..kernels.wgmma.config import WgmmaConfig
+from ..kernels.wgmma.config import WgmmaConfig, operand_rows
 from ..kernels.wgmma.schedule import schedule_for
 from ..spec import GemmSpec
 
@@ -160,9 +160,8 @@ def row_alignment(spec: GemmSpec, config: Any = None) -> tuple[int, int]:
     run at about half rate (bf16 rows of the training shapes: at most 411 TFLOP/s, against 760 with
     128-byte rows; bench/results/2026-11-26-h100-chooser-rows-wgmma.csv.gz). A wgmma config that
     stages its operands reads rows 128 bytes apart."""
-    size = spec.element_bytes
     staged = getattr(config, "stage_operands", False)
-    operands = 128 if staged else min(math.gcd(inner * size, 128) for _, inner in (spec.a_shape, spec.b_shape))
+    operands = 128 if staged else min(math.gcd(row, 128) for _, _, row in operand_rows(spec))
     return operands, math.gcd(spec.n * spec.out_element_bytes, 128)
 
 

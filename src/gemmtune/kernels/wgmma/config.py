@@ -314,12 +314,17 @@ def transposes_tf32(spec: GemmSpec) -> bool:
     return spec.dtype == "tf32" and k_major(spec) != (True, True)
 
 
+def operand_rows(spec: GemmSpec) -> tuple[tuple[str, int, int], ...]:
+    """(name, rows, bytes of a row) of A and B as the spec's layout stores them."""
+    size = INPUT_BYTES.get(spec.dtype, 4)
+    return tuple((name, rows, inner * size) for name, (rows, inner) in (("A", spec.a_shape), ("B", spec.b_shape)))
+
+
 def stride_problem(spec: GemmSpec) -> str | None:
     """TMA needs every row of A and B to start on a 16-byte boundary (without staging)."""
-    size = INPUT_BYTES.get(spec.dtype, 4)
-    for name, (_, inner) in (("A", spec.a_shape), ("B", spec.b_shape)):
-        if inner * size % 16:
-            return (f"rows of {name} are {inner * size} bytes, not a multiple of 16, which TMA needs "
+    for name, _, row in operand_rows(spec):
+        if row % 16:
+            return (f"rows of {name} are {row} bytes, not a multiple of 16, which TMA needs "
                     f"(stage_operands copies them into aligned rows first)")
     return None
 
@@ -331,13 +336,8 @@ SECTOR = 32  # bytes: rows that start off a sector boundary are staged
 def staged_operands(spec: GemmSpec) -> tuple[StagedOperand, ...]:
     """What stage_operands copies: each of A and B whose stored rows do not start on 32-byte
     boundaries, as (rows, row bytes) of its layout, into rows 128 bytes apart."""
-    size = INPUT_BYTES.get(spec.dtype, 4)
-    out = []
-    for name, (rows, inner) in (("A", spec.a_shape), ("B", spec.b_shape)):
-        if inner * size % SECTOR:
-            row = inner * size
-            out.append(StagedOperand(name, rows, row, ceil_div(row, STAGED_PITCH) * STAGED_PITCH))
-    return tuple(out)
+    return tuple(StagedOperand(name, rows, row, ceil_div(row, STAGED_PITCH) * STAGED_PITCH)
+                 for name, rows, row in operand_rows(spec) if row % SECTOR)
 
 
 def staging_choice(spec: GemmSpec) -> tuple[bool, ...]:
@@ -375,10 +375,10 @@ def yields_to_mma(spec: GemmSpec, arch: str) -> str | None:
     size = INPUT_BYTES.get(spec.dtype, 4)
     if splits_fp32(spec) or staging_choice(spec) != (True,):
         return None
-    staged_s = staging_seconds(spec) + spec.flops / WGMMA_RATE[size]
-    if staged_s <= spec.flops / UNALIGNED_MMA_RATE[size]:
+    copies_s = staging_seconds(spec)
+    if copies_s + spec.flops / WGMMA_RATE[size] <= spec.flops / UNALIGNED_MMA_RATE[size]:
         return None
-    return (f"its rows need staging copies (~{staging_seconds(spec) * 1e6:.0f} µs) that {spec.flops / 1e9:.2g} GFLOP "
+    return (f"its rows need staging copies (~{copies_s * 1e6:.0f} µs) that {spec.flops / 1e9:.2g} GFLOP "
             f"do not repay; the mma family reads them in place")
 
 
