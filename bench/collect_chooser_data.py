@@ -84,14 +84,25 @@ WGMMA_SMALL_M_REGIMES = (
     ("M 128-512", 15, (7, 9), (10, 14), (10, 14.5)),
     ("few tiles, very long K", 10, (7, 10), (7, 10), (13, 16.5)),
 )
+# The third wgmma round: dimensions multiples of 128, as in the models people run (the first two
+# drew multiples of 8, so half their rows start 16 bytes off a sector), in the regimes whose eval
+# picks the space beat by 10-20% (2048x5120x5120 bf16 0.83x where 128x256 runs 0.98x, 1536x6144x1536
+# 0.81x where 64x256 runs 0.91x), and few tiles with a long K, where the candidates now include
+# clusters that multicast B (chooser/candidates.py: cluster_sizes).
+WGMMA_ALIGNED_REGIMES = (
+    ("large", 24, (10, 13), (11, 14), (10, 13)),
+    ("medium", 14, (9, 11.5), (10, 13.5), (9, 12)),
+    ("few tiles, long K", 14, (7.5, 10.5), (7.5, 10.5), (13, 16)),
+)
 WGMMA_DTYPES = (("bf16", "nt", 1.0, 400e9), ("tf32", "nt", 0.5, 150e9), ("fp32", "nn", 0.25, 60e9))  # share, FLOP cap
 
 
-def wgmma_shapes(dtype_share: float, flop_cap: float, seed: int, regimes=WGMMA_REGIMES) -> list[tuple[int, int, int]]:
-    """Seeded shapes of every regime (a share of each), dimensions multiples of 8, none an evaluation
-    shape, 2·M·N·K at most `flop_cap`."""
+def wgmma_shapes(dtype_share: float, flop_cap: float, seed: int, regimes=WGMMA_REGIMES,
+                 multiple: int = 8) -> list[tuple[int, int, int]]:
+    """Seeded shapes of every regime (a share of each), dimensions multiples of `multiple`, none an
+    evaluation shape, 2·M·N·K at most `flop_cap`."""
     rng = random.Random(seed)
-    eight = lambda lo, hi: max(8, int(round(2 ** rng.uniform(lo, hi) / 8)) * 8)  # noqa: E731
+    eight = lambda lo, hi: max(multiple, int(round(2 ** rng.uniform(lo, hi) / multiple)) * multiple)  # noqa: E731
     bench = set(BENCH_SHAPES)
     shapes = []
     for _, count, m, n, k in regimes:
@@ -104,17 +115,21 @@ def wgmma_shapes(dtype_share: float, flop_cap: float, seed: int, regimes=WGMMA_R
     return shapes
 
 
-def wgmma_specs(small_m: bool = False) -> list[GemmSpec]:
-    """The wgmma round's specs (or the second round's), dtypes interleaved so a budget cut leaves each a share."""
-    regimes, first_seed = (WGMMA_SMALL_M_REGIMES, 21) if small_m else (WGMMA_REGIMES, 11)
-    per_dtype = [[GemmSpec(m, n, k, layout, dtype) for m, n, k in wgmma_shapes(share, cap, seed, regimes)]
-                 for seed, (dtype, layout, share, cap) in enumerate(WGMMA_DTYPES, start=first_seed)]
+WGMMA_ROUNDS = {"wgmma": (WGMMA_REGIMES, 11, 8, WGMMA_DTYPES), "wgmma-small-m": (WGMMA_SMALL_M_REGIMES, 21, 8, WGMMA_DTYPES),
+                "wgmma-aligned": (WGMMA_ALIGNED_REGIMES, 31, 128, WGMMA_DTYPES[:2])}  # regimes, seed, multiple, dtypes
+
+
+def wgmma_specs(which: str = "wgmma") -> list[GemmSpec]:
+    """A wgmma round's specs, dtypes interleaved so a budget cut leaves each a share."""
+    regimes, first_seed, multiple, dtypes = WGMMA_ROUNDS[which]
+    per_dtype = [[GemmSpec(m, n, k, layout, dtype) for m, n, k in wgmma_shapes(share, cap, seed, regimes, multiple)]
+                 for seed, (dtype, layout, share, cap) in enumerate(dtypes, start=first_seed)]
     return [spec for group in itertools.zip_longest(*per_dtype) for spec in group if spec is not None]
 
 
 def specs(which: str = "first") -> list[GemmSpec]:
-    if which in ("wgmma", "wgmma-small-m"):
-        return wgmma_specs(which == "wgmma-small-m")
+    if which in WGMMA_ROUNDS:
+        return wgmma_specs(which)
     if which == "small":  # fp32 shapes of the earlier rounds with at most 4M outputs
         return [GemmSpec(m, n, k) for m, n, k in training_shapes() + extra_shapes()
                 if m * n <= 1 << 22 and m > 16 and n > 1 and (m, n, k) not in set(BENCH_SHAPES)]
@@ -176,15 +191,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--budget", type=float, default=200.0, help="seconds; stops after the shape that passes it")
-    parser.add_argument("--set", dest="which", choices=("first", "extra", "small", "wgmma", "wgmma-small-m"), default="first", help="which shapes")
+    parser.add_argument("--set", dest="which", choices=("first", "extra", "small", *WGMMA_ROUNDS), default="first", help="which shapes")
     parser.add_argument("--most", type=int, default=28, help="candidates per shape at most (thinned evenly)")
+    parser.add_argument("--part", default="1/1", help="i/n: time the i-th of n interleaved slices of the set's specs")
     args = parser.parse_args()
+    if args.which == "wgmma-aligned":
+        import importlib  # (the package's `candidates` attribute is the function of that name)
+
+        importlib.import_module("gemmtune.chooser.candidates").CLUSTER_CANDIDATES = True  # this round times the clusters the model has not seen
+    part, parts = (int(x) for x in args.part.split("/"))
     info = query_device()
     start = time.time()
     with open(args.out, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(FIELDS)
-        todo = specs(args.which)
+        todo = specs(args.which)[part - 1::parts]
         per_spec = [jobs_for(spec, info.arch, info.sm_count, args.most, args.which == "small") for spec in todo]
         flat = [job for jobs in per_spec for job in jobs]
         compiled = compile_configs(flat)  # one pool for everything: NVRTC is the slow part

@@ -143,6 +143,19 @@ def test_only_latest_keeps_a_familys_rows_from_its_newest_csv(tmp_path):
         only_latest(rows, paths, ("gemv",))
 
 
+def test_only_latest_keeps_every_csv_of_the_newest_date(tmp_path):
+    """Two rounds timed on one date (the file names' YYYY-MM-DD) both stay; an older date's go."""
+    from gemmtune.chooser.training import only_latest
+
+    spec = GemmSpec(512, 512, 64, "nt", "bf16")
+    older = _timing_csv(tmp_path / "2026-11-23-rows.csv", "wgmma", WgmmaConfig(), spec, [1e-5] * 9)
+    first = _timing_csv(tmp_path / "2026-11-26-rows.csv", "wgmma", WgmmaConfig(bm=64, bn=64, consumers=1), spec, [2e-5] * 9)
+    second = _timing_csv(tmp_path / "2026-11-26-rows-aligned.csv", "wgmma", WgmmaConfig(bn=128), spec, [3e-5] * 9)
+    paths = [older, first, second]
+    kept = only_latest([r for p in paths for r in rows_from_csv(p)], paths, ("wgmma",))
+    assert {r.source for r in kept} == {str(first), str(second)}
+
+
 def test_training_on_the_shipped_tables_leaves_out_families_without_features(tmp_path):
     """The shipped mma table's rows have no chooser features: db train fits the others, and its report
     counts only the rows a model was fitted on (it had crashed on that table)."""

@@ -2,8 +2,8 @@
 
     PYTHONPATH=src python bench/probes/chooser_retrain.py [--folds 6] [--without-old] [--shipped] [--per-shape]
 
-The wgmma round of bench/collect_chooser_data.py (`--set wgmma`: every candidate as the chooser builds
-it, timed on 195 shapes) is cut into folds by shape. For each fold a model is trained on every other
+The wgmma rounds of bench/collect_chooser_data.py (`--set wgmma`, `wgmma-small-m` and `wgmma-aligned`:
+every candidate as the chooser builds it) are cut into folds by shape. For each fold a model is trained on every other
 row (the earlier rounds' CSVs and the shipped simulation tables too, unless --without-old) and asked to
 rank the fold's candidates; a shape scores the best candidate's time over its pick's time (1.0: the
 model picked the fastest). Prints the geomean and the worst shapes per dtype, and the same score of the
@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-NEW = ROOT / "bench/results/2026-11-26-h100-chooser-rows-wgmma.csv.gz"
+NEW = (ROOT / "bench/results/2026-11-26-h100-chooser-rows-wgmma.csv.gz",  # the wgmma rounds
+       ROOT / "bench/results/2026-11-26-h100-chooser-rows-wgmma-aligned.csv.gz")
 OLD = sorted((ROOT / "bench/results").glob("2026-11-23-h100-chooser-rows*.csv.gz"))
 
 
@@ -78,7 +79,7 @@ def main() -> int:
     from gemmtune.chooser.model import feature_matrix
     from gemmtune.chooser.training import rows_from_csv, rows_from_tables
 
-    new = [r for r in rows_from_csv(NEW) if r.family == "wgmma"]
+    new = [r for p in NEW for r in rows_from_csv(p) if r.family == "wgmma"]
     old = [] if args.without_old else [r for p in OLD for r in rows_from_csv(p) if r.family == "wgmma"]
     old += [] if args.without_old else [r for r in rows_from_tables() if r.family == "wgmma"]
     groups: dict = collections.defaultdict(dict)

@@ -113,7 +113,29 @@ def wgmma_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[WgmmaConf
         for variant in (base.with_(tma_store=False),
                         base.with_(persistent=False, group_m=1, tma_store=False, split_tail=False)):
             found.append(with_write_back_options(variant, spec))
+        if CLUSTER_CANDIDATES:
+            found += [stored.with_(cluster_m=c) for c in cluster_sizes(spec, bm, bn, sm_count)]
     return found
+
+
+# Whether the wgmma candidates include clusters that multicast B (cluster_sizes). The model must have
+# timed such kernels to rank them: `collect_chooser_data.py --set wgmma-aligned` timed 194 of them
+# (bench/results/2026-11-26-h100-chooser-rows-wgmma-aligned.csv.gz).
+CLUSTER_CANDIDATES = True
+
+
+def cluster_sizes(spec: GemmSpec, bm: int, bn: int, sm_count: int) -> tuple[int, ...]:
+    """Clusters of blocks along M that share B (each loads a share and multicasts it), where the tiles
+    are fewer than the SMs, so the split tail cuts every tile along K and the blocks stream A and B out
+    of L2 with little reuse between them: there a pair's shared B cut the L2 reads of 512x512x65536
+    by a third, 84.8 -> 71-75 µs in bf16 and 155 -> 123-126 in tf32 (H100, 2026-11-26,
+    bench/results/2026-11-26-h100-wgmma-clusters.md), where at 4096^3, 1536x6144x1536 and
+    2560x7168x2048 every cluster ran 1-15% slower. Clusters of 2 on tiles 128 or 256 wide, of 4 on
+    256-wide ones; only where the tile rows fill every cluster."""
+    tiles_m = math.ceil(spec.m / bm)
+    if tiles_m * math.ceil(spec.n / bn) >= sm_count:
+        return ()
+    return tuple(c for c in (2, 4) if bn % (64 * c) == 0 and (c == 2 or bn == 256) and tiles_m >= c)
 
 
 def wgmma_tiles(spec: GemmSpec) -> tuple[tuple[int, int], ...]:

@@ -6,6 +6,7 @@ import csv
 import gzip
 import io
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,18 +90,27 @@ class TrainingReport:
     path: Path
 
 
+def collection_date(path: str) -> str:
+    """The date a timing CSV was recorded on, from its name (bench/results/YYYY-MM-DD-...); the path
+    itself where the name has none."""
+    found = re.match(r"\d{4}-\d{2}-\d{2}", Path(path).name)
+    return found.group(0) if found else path
+
+
 def only_latest(rows: list[TrainingRow], csv_paths: list[Path], families: tuple[str, ...]) -> list[TrainingRow]:
     """The CSV and table rows, less those of each of `families` that do not come from the last CSV
-    holding that family: a newer round that timed the family's candidates as they are now, where the
-    older rounds and the simulation tables timed kernels that have changed since."""
+    holding that family or another CSV of the same date (collection_date): the rounds that timed the
+    family's candidates as they are now, where older rounds and the simulation tables timed kernels
+    that have changed since."""
     sources = [str(p) for p in csv_paths]
-    latest = {}
+    latest: dict[str, set[str]] = {}
     for family in families:
         holding = [s for s in sources if any(r.family == family and r.source == s for r in rows)]
         if not holding:
             raise GemmtuneError(f"--only-latest {family}: no --csv file holds {family} rows")
-        latest[family] = holding[-1]
-    return [r for r in rows if latest.get(r.family, r.source) == r.source]
+        date = collection_date(holding[-1])
+        latest[family] = {s for s in holding if collection_date(s) == date}
+    return [r for r in rows if r.family not in latest or r.source in latest[r.family]]
 
 
 def retrain(csv_paths: list[Path], db_path: Path | None, out: Path = MODEL_PATH,
