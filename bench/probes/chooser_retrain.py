@@ -2,7 +2,7 @@
 
     PYTHONPATH=src python bench/probes/chooser_retrain.py [--folds 6] [--without-old] [--shipped] [--per-shape]
 
-The wgmma rounds of bench/collect_chooser_data.py (`--set wgmma`, `wgmma-small-m` and `wgmma-aligned`:
+The wgmma rounds of bench/collect_chooser_data.py (`--set wgmma`, `wgmma-small-m`, `wgmma-aligned`, `wgmma-aligned-2`:
 every candidate as the chooser builds it) are cut into folds by shape. For each fold a model is trained on every other
 row (the earlier rounds' CSVs and the shipped simulation tables too, unless --without-old) and asked to
 rank the fold's candidates; a shape scores the best candidate's time over its pick's time (1.0: the
@@ -20,7 +20,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 NEW = (ROOT / "bench/results/2026-11-26-h100-chooser-rows-wgmma.csv.gz",  # the wgmma rounds
-       ROOT / "bench/results/2026-11-26-h100-chooser-rows-wgmma-aligned.csv.gz")
+       ROOT / "bench/results/2026-11-26-h100-chooser-rows-wgmma-aligned.csv.gz",
+       ROOT / "bench/results/2026-11-26-h100-chooser-rows-wgmma-aligned-2.csv.gz")
 OLD = sorted((ROOT / "bench/results").glob("2026-11-23-h100-chooser-rows*.csv.gz"))
 
 
