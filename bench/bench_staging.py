@@ -7,7 +7,8 @@ For each case, in one process, under bench_untuned's protocol (L2 emptied by a r
   not 16-byte multiples or start 16 bytes off a 32-byte sector; its time includes the copies;
 - the same config without staging, where the rows allow it (16 bytes off a sector), else the mma
   family's pick (the kernel such shapes got before staging);
-- the staging copies alone (cuMemcpy2DAsync, as the runtime enqueues them);
+- the staging copies alone, as the runtime enqueues them (the staging kernel, one launch for both
+  operands), and the cuMemcpy2DAsync copies it replaced;
 - cuBLAS (torch.mm; fp32 with TF32 on for tf32).
 Every kernel is verified (float64 reference, poisoned D) before it is timed.
 """
@@ -47,27 +48,33 @@ def timed(compiled, protocol) -> tuple[float | None, str]:
     return (result.measurement.median_s, "ok") if result.ok else (None, f"WRONG: {result.verify.message}")
 
 
-def copies_alone(spec, protocol) -> float:
-    """The staging copies of `spec`, enqueued as a staged launch enqueues them, without the kernel."""
+def copies_alone(compiled, protocol) -> tuple[float, float]:
+    """The staging copies of a staged kernel, enqueued as its launch enqueues them but without the
+    GEMM: the staging kernel's one launch, then the cuMemcpy2DAsync copies it replaced."""
+    from dataclasses import replace
+
     from gemmtune.device import query_device
-    from gemmtune.kernels.wgmma.config import staged_operands
-    from gemmtune.runtime import DeviceBuffer, release, staging_copy
+    from gemmtune.runtime import DeviceBuffer, LoadedKernel, release
     from gemmtune.timing import measure
 
-    buffers = []
+    spec = compiled.source.spec
+    sizes = {"A": spec.m * spec.k * spec.element_bytes, "B": spec.k * spec.n * spec.element_bytes,
+             "D": spec.m * spec.n * spec.out_element_bytes}
+    buffers = {name: DeviceBuffer.alloc(size) for name, size in sizes.items()}
+    kernels = []
     try:
-        copies = []
-        for s in staged_operands(spec):
-            source, workspace = DeviceBuffer.alloc(s.rows * s.row_bytes), DeviceBuffer.alloc(s.workspace_bytes)
-            buffers += [source, workspace]
-            copies.append(staging_copy(s, source.ptr, workspace.ptr))
+        times = []
+        for source in (compiled.source, replace(compiled.source, stage_kernel=False)):
+            kernels.append(LoadedKernel(replace(compiled, source=source)))
+            copies = kernels[-1].bind({name: b.ptr for name, b in buffers.items()}).copies
 
-        def run() -> None:
-            for copy in copies:
-                copy(0)
-        return measure(run, protocol, query_device().l2_bytes).median_s
+            def run(copies=copies) -> None:
+                for copy in copies:
+                    copy(0)
+            times.append(measure(run, protocol, query_device().l2_bytes).median_s)
+        return times[0], times[1]
     finally:
-        release([b.free for b in buffers], after_error=False)
+        release([*(b.free for b in buffers.values()), *(k.unload for k in kernels)], after_error=False)
 
 
 def bench_case(text: str, protocol, db_path: Path) -> dict:
@@ -97,7 +104,11 @@ def bench_case(text: str, protocol, db_path: Path) -> dict:
             row["other"] = flipped.describe()
             row["other_s"], row["other_verified"] = timed(compile_kernel(family.render(spec, flipped, "sm_90a"), "sm_90a"),
                                                           protocol)
-    row["copies_s"] = copies_alone(spec, protocol) if staging_choice(spec) != (False,) else None
+    staged = pick.compiled if pick.compiled.source.staged else (
+        compile_kernel(get_family("wgmma").render(spec, pick.config.with_(stage_operands=True), "sm_90a"), "sm_90a")
+        if pick.family == "wgmma" and staging_choice(spec) != (False,) else None)
+    row["copies_s"], row["memcpy_s"] = copies_alone(staged, protocol) if staged is not None else (None, None)
+    row["copy_bytes"] = sum(2 * s.rows * s.row_bytes for s in staged.source.staged) if staged is not None else None
     try:
         row["cublas_s"] = cublas_measurement(spec, protocol).median_s
     except VerifyError as err:
@@ -109,6 +120,10 @@ def _us(x: float | None) -> str:
     return "-" if x is None else f"{x * 1e6:.1f}"
 
 
+def _rate(nbytes: int | None, seconds: float | None) -> str:
+    return "-" if not nbytes or not seconds else f"{nbytes / seconds / 1e9:.0f}"
+
+
 def _ratio(a: float | None, b: float | None) -> str:
     return "-" if not a or not b else f"{a / b:.2f}"
 
@@ -116,13 +131,15 @@ def _ratio(a: float | None, b: float | None) -> str:
 def table(rows: list[dict], device: str) -> str:
     out = [f"# Staged operands ({device}, {datetime.date.today()})", "",
            "`python bench/bench_staging.py`; × cuBLAS = cuBLAS time / ours (higher is better); the pick's time "
-           "includes its staging copies; `copies`: those copies alone; `other`: the pick's config without "
+           "includes its staging copies; `copies`: those copies alone (the staging kernel), `memcpy`: the cuMemcpy2DAsync "
+           "copies it replaced, alone; GB/s: the copies' bytes read and written over the kernel's time; `other`: the pick's config without "
            "staging (rows 16 bytes off a sector) or the mma family's pick (rows TMA cannot read in place).", "",
-           "| case | pick (chooser) | pick µs | copies µs | cuBLAS µs | pick × cuBLAS | other | other µs | other × cuBLAS | verified |",
-           "|---|---|---:|---:|---:|---:|---|---:|---:|---|"]
+           "| case | pick (chooser) | pick µs | copies µs | memcpy µs | copies GB/s | cuBLAS µs | pick × cuBLAS | other | other µs | other × cuBLAS | verified |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|"]
     for r in rows:
         verified = r.get("pick_verified", "-") + ("" if "other_verified" not in r else f" / {r['other_verified']}")
         out.append(f"| {r['spec']} | {r['family']} {r['config']} | {_us(r.get('pick_s'))} | {_us(r.get('copies_s'))} | "
+                   f"{_us(r.get('memcpy_s'))} | {_rate(r.get('copy_bytes'), r.get('copies_s'))} | "
                    f"{_us(r.get('cublas_s'))} | {_ratio(r.get('cublas_s'), r.get('pick_s'))} | {r.get('other', '-')} | "
                    f"{_us(r.get('other_s'))} | {_ratio(r.get('cublas_s'), r.get('other_s'))} | {verified} |")
     return "\n".join(out) + "\n"
@@ -143,7 +160,7 @@ def main() -> int:
         rows.append(bench_case(text, protocol, db_path))
         r = rows[-1]
         print(f"{r['spec']}: pick {_us(r.get('pick_s'))} µs ({r['config']}), other {_us(r.get('other_s'))}, "
-              f"copies {_us(r.get('copies_s'))}, cuBLAS {_us(r.get('cublas_s'))} {r.get('pick_verified')}", flush=True)
+              f"copies {_us(r.get('copies_s'))} (memcpy {_us(r.get('memcpy_s'))}), cuBLAS {_us(r.get('cublas_s'))} {r.get('pick_verified')}", flush=True)
     text = table(rows, query_device().name)
     if args.out:
         args.out.write_text(text)

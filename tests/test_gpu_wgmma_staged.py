@@ -131,3 +131,44 @@ def test_fp32_as_3xtf32_with_staged_rows():
     for spec in specs:
         assert staging_choice(spec) == (True,), spec.short()
     check_picks(specs, arch, "wgmma", seed=4)
+
+
+@pytest.mark.parametrize("dtype,offset", [("bf16", 2), ("bf16", 6), ("tf32", 4), ("fp16", 14)])
+def test_the_staging_kernel_reads_operands_that_start_anywhere(dtype, offset):
+    """A and B bound `offset` bytes into larger buffers (a view into a bigger tensor): the staging
+    kernel reads the caller's rows from any element boundary (its first and last 16 bytes byte by
+    byte), and the cuMemcpy2DAsync path of sources written before the kernel existed agrees."""
+    from dataclasses import replace
+
+    from gemmtune.compiler import compile_kernel
+    from gemmtune.dtypes import to_storage
+    from gemmtune.evaluate import check_output
+    from gemmtune.runtime import DeviceBuffer, LoadedKernel, release, synchronize
+    from gemmtune.verify import make_inputs, reference
+
+    arch = hopper_arch()
+    spec = GemmSpec(257, 383, 1003, layout="nt", dtype=dtype)
+    config = WgmmaConfig(bm=128, bn=128, stages=4, persistent=True, split_tail=True, stage_operands=True)
+    source = FAMILY.render(spec, config, arch)
+    assert source.stage_kernel and len(source.staged) == 2
+    inputs = make_inputs(spec, np.random.default_rng(5))
+    expected = reference(spec, inputs)
+    buffers: dict = {}
+    kernels = []
+    try:
+        bindings: dict = {}
+        for name in ("A", "B"):
+            data = to_storage(inputs[name], spec.storage_dtype(name)).tobytes()
+            poisoned = np.frombuffer(b"\xff" * offset + data + b"\xff" * 64, dtype=np.uint8)
+            buffers[name] = DeviceBuffer.from_numpy(poisoned.copy())
+            bindings[name] = buffers[name].ptr + offset
+        buffers["D"] = DeviceBuffer.alloc(spec.m * spec.n * spec.out_element_bytes)
+        bindings["D"] = buffers["D"].ptr
+        for variant in (source, replace(source, stage_kernel=False)):
+            kernels.append(LoadedKernel(compile_kernel(variant, arch)))
+            buffers["D"].fill_nan(spec.out_dtype)
+            kernels[-1].launch(bindings)
+            synchronize()
+            assert check_output(buffers["D"], spec, expected).ok, (dtype, offset, variant.stage_kernel)
+    finally:
+        release([*(b.free for b in buffers.values()), *(k.unload for k in kernels)], after_error=False)

@@ -2,6 +2,7 @@
 reasons, the tensor maps over the workspace, the artifact's description of the copies (JSON and the
 exported launcher), and the chooser's candidates and estimate."""
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -61,20 +62,47 @@ def test_tensor_maps_read_the_workspace_and_the_artifact_describes_the_copies():
 
 def test_the_exported_launcher_copies_into_its_workspace():
     spec = GemmSpec(127, 129, 131, "nt", "bf16")
-    text = header_text("staged_gemm", FAMILY.render(spec, default_config(spec), "sm_90a"), "sm_90a")
-    assert "cudaMemcpy2DAsync(staged_A, 384, A, 262," in text and "cudaMemcpy2DAsync(staged_B, 384, B, 262," in text
+    source = FAMILY.render(spec, default_config(spec), "sm_90a")
+    text = header_text("staged_gemm", source, "sm_90a")
+    assert "cudaMalloc(&staged_A, (size_t)48768)" in text and "cudaMalloc(&staged_B, (size_t)49536)" in text
+    # one launch of the staging kernel: 127 + 129 rows of 17 chunks, 256 threads a block
+    assert "cudaLaunchKernel(staged_gemm_kernel::wgmma_bf16_nt_127x129x131_stage" in text
+    assert "dim3(17), dim3(256)" in text and "cudaMemcpy2DAsync" not in text
     assert "static_cast<const void*>(staged_A)" in text and "static_cast<const void*>(A))" not in text
+    # a source from before the staging kernel: one cudaMemcpy2DAsync per operand
+    old = header_text("staged_gemm", replace(source, stage_kernel=False), "sm_90a")
+    assert "cudaMemcpy2DAsync(staged_A, 384, A, 262," in old and "cudaMemcpy2DAsync(staged_B, 384, B, 262," in old
+    assert "_stage" not in old.split("inline cudaError_t")[1]
+
+
+def test_the_staging_kernel_is_in_the_source_and_the_resource_report_is_the_gemms():
+    from gemmtune.compiler import parse_resource_report
+
+    spec = GemmSpec(1001, 3001, 1003, "nt", "bf16")
+    source = FAMILY.render(spec, default_config(spec), "sm_90a")
+    assert source.stage_kernel and f"void __launch_bounds__(256) {source.entry}_stage(" in source.code
+    assert KernelSource.from_json(json.loads(json.dumps(source.to_json()))).stage_kernel
+    assert not FAMILY.render(GemmSpec(512, 512, 512, "nt", "bf16"), default_config(GemmSpec(512, 512, 512, "nt", "bf16")),
+                             "sm_90a").stage_kernel
+    log = ("ptxas info    : Function properties for k_stage\nptxas info    : Used 29 registers, 0 bytes stack frame, "
+           "0 bytes spill stores, 0 bytes spill loads\nptxas info    : Function properties for k\n"
+           "ptxas info    : Used 168 registers, 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n")
+    assert parse_resource_report(log, "k").registers == 168
+    assert parse_resource_report(log, "k_stage").registers == 29
 
 
 def test_default_staging_stages_16_byte_off_rows_only_where_the_copies_are_a_small_share():
-    # H100 (bench/results/2026-11-26-h100-staging.md): staged 258 µs against 379 in place at
-    # 8192x8192x1032; in place faster at 4096x4096x4104 (209 against 269), 3001x2999x776, 200x300x504.
+    # H100 (bench/results/2026-11-26-h100-staging.md): staged 223 µs against 339 in place at
+    # 8192x8192x1032; in place faster at 4096x4096x4104 (209 against 223), 4096x4096x4100 tf32, 1000^3,
+    # 257x1023x4104, 200x300x504.
     wide = GemmSpec(8192, 8192, 1032, "nt", "bf16")
-    big, mid, small = (GemmSpec(4096, 4096, 4104, "nt", "bf16"), GemmSpec(3001, 2999, 776, "nt", "bf16"),
-                       GemmSpec(200, 300, 504, "nt", "bf16"))
-    assert staging_choice(wide) == staging_choice(big) == staging_choice(small) == (False, True)
+    in_place = [GemmSpec(4096, 4096, 4104, "nt", "bf16"), GemmSpec(4096, 4096, 4100, "nt", "tf32"),
+                GemmSpec(1000, 1000, 1000, "nt", "bf16"), GemmSpec(257, 1023, 4104, "nt", "bf16"),
+                GemmSpec(200, 300, 504, "nt", "bf16")]
+    assert all(staging_choice(s) == (False, True) for s in [wide, *in_place])
     assert default_staging(wide)
-    assert not any(default_staging(s) for s in (big, mid, small))
+    assert not any(default_staging(s) for s in in_place)
+    big = in_place[0]
     assert staging_seconds(GemmSpec(4096, 4096, 4096, "nt", "bf16")) == 0.0
     assert staging_seconds(big) > 2 * 2 * 4096 * 8208 / 3e12
 

@@ -71,9 +71,10 @@ _STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) b
 def parse_resource_report(log: str, entry: str) -> ResourceUsage:
     """Read the ptxas -v lines that belong to `entry` out of an NVRTC log."""
     lines = log.splitlines()
-    start = next((i for i, line in enumerate(lines) if "Function properties for" in line and entry in line), None)
+    names = lambda line: re.findall(r"[A-Za-z_][A-Za-z0-9_]*", line)  # noqa: E731  (whole names: not `<entry>_stage`)
+    start = next((i for i, line in enumerate(lines) if "Function properties for" in line and entry in names(line)), None)
     if start is None:
-        start = next((i for i, line in enumerate(lines) if "Compiling entry function" in line and entry in line), 0)
+        start = next((i for i, line in enumerate(lines) if "Compiling entry function" in line and entry in names(line)), 0)
     block = "\n".join(lines[start:start + 6])
     regs, stack = _REG.search(block), _STACK.search(block)
     if not regs or not stack:

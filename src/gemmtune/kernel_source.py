@@ -121,6 +121,10 @@ class KernelSource:
     co_resident: bool = False
     # Operands copied into 128-byte-pitched workspaces before each launch (their tensor maps read those).
     staged: tuple[StagedOperand, ...] = ()
+    # `code` also holds the kernel that makes those copies (kernels/parts/staging.py: `<entry>_stage`,
+    # each staged operand's source and workspace as its parameters); without it (sources written before
+    # it existed) the runtime copies with cuMemcpy2DAsync.
+    stage_kernel: bool = False
 
     def __post_init__(self) -> None:
         names = POINTER_ARGS + SCALAR_ARGS + tuple(t.name for t in self.tensor_maps)
@@ -149,6 +153,7 @@ class KernelSource:
             "tensor_maps": [t.to_json() for t in self.tensor_maps], "arch_specific": self.arch_specific,
             "co_resident": self.co_resident,
             **({"staged": [s.to_json() for s in self.staged]} if self.staged else {}),
+            **({"stage_kernel": True} if self.stage_kernel else {}),
         }
 
     @staticmethod
@@ -161,6 +166,7 @@ class KernelSource:
             tensor_maps=tuple(TensorMapArg.from_json(t) for t in data.get("tensor_maps", ())),
             arch_specific=data.get("arch_specific", False), co_resident=data.get("co_resident", False),
             staged=tuple(StagedOperand.from_json(s) for s in data.get("staged", ())),
+            stage_kernel=data.get("stage_kernel", False),
         )
 
     def tensor_map(self, name: str) -> TensorMapArg | None:

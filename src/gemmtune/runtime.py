@@ -17,6 +17,7 @@ from .device import DeviceInfo, checked, driver, ensure_context, query_device
 from .dtypes import NAN_BITS, storage_bytes
 from .errors import LaunchError, ResourceError, SpecError
 from .kernel_source import SCALAR_ARGS, KernelSource, StagedOperand, TensorMapArg
+from .kernels.parts import staging
 from .tensor_map import encode_tensor_map
 
 NAN_F32_BITS = NAN_BITS["fp32"]  # a quiet float32 NaN: poisons outputs so unwritten elements show
@@ -322,6 +323,28 @@ def staging_copy(staged: StagedOperand, source: int, workspace: int) -> StagingC
 
 
 @dataclass(frozen=True)
+class StageLaunch:
+    """The staging kernel's launch (kernels/parts/staging.py): every staged operand copied into its
+    workspace, enqueued before the GEMM on the launch's stream."""
+
+    function: Any
+    arguments: KernelArguments
+    grid: tuple[int, int, int]
+    what: str
+
+    def __call__(self, stream: Any) -> None:
+        result = driver().cuLaunchKernel(self.function, *self.grid, staging.THREADS, 1, 1, 0, stream,
+                                         self.arguments.address, 0)
+        checked(result, self.what)
+
+
+def pointer_arguments(pointers: list[int]) -> KernelArguments:
+    """cuLaunchKernel's parameters for a kernel that takes only pointers."""
+    values = tuple(ctypes.c_void_p(p) for p in pointers)
+    return KernelArguments(values, (ctypes.c_void_p * max(1, len(values)))(*[_address_of(v) for v in values]))
+
+
+@dataclass(frozen=True)
 class BoundLaunch:
     """One kernel with its arguments packed once: calling it only enqueues the launch (after the
     copies of its staged operands, when it has any)."""
@@ -330,7 +353,7 @@ class BoundLaunch:
     source: KernelSource
     arguments: KernelArguments
     stream: Any = 0
-    copies: tuple[StagingCopy, ...] = ()
+    copies: tuple[StagingCopy | StageLaunch, ...] = ()
 
     def __call__(self) -> None:
         src = self.source
@@ -388,17 +411,30 @@ class LoadedKernel:
         A staged operand's tensor maps describe this kernel's workspace for it, which each launch
         fills first: launches of one loaded kernel share that workspace, so launches on different
         streams must not overlap."""
-        copies = []
+        copies: list[StagingCopy | StageLaunch] = []
         if self.source.staged:
             bindings = dict(bindings)
+            pointers = []
             for staged in self.source.staged:
                 if staged.operand not in bindings:
                     raise SpecError(f"{self.source.entry} takes argument '{staged.operand}' but no value was bound")
-                workspace = self._workspace(staged)
-                copies.append(staging_copy(staged, int(bindings[staged.operand]), workspace.ptr))
-                bindings[staged.operand] = workspace.ptr
+                source, workspace = int(bindings[staged.operand]), self._workspace(staged).ptr
+                if source == 0:
+                    raise SpecError(f"{self.source.entry}: argument '{staged.operand}' is a null pointer")
+                pointers += [source, workspace]
+                if not self.source.stage_kernel:
+                    copies.append(staging_copy(staged, source, workspace))
+                bindings[staged.operand] = workspace
+            if self.source.stage_kernel:
+                copies.append(StageLaunch(self._stage_function(), pointer_arguments(pointers),
+                                          staging.stage_grid(self.source.staged),
+                                          f"launching {staging.stage_entry(self.source.entry)}"))
         args = pack_arguments(self.source.args, bindings, self.source.entry, self.source.tensor_maps)
         return BoundLaunch(self.function, self.source, args, stream, tuple(copies))
+
+    def _stage_function(self) -> Any:
+        name = staging.stage_entry(self.source.entry)
+        return checked(driver().cuModuleGetFunction(self.module, name.encode()), f"cuModuleGetFunction({name})")
 
     def _workspace(self, staged: StagedOperand) -> DeviceBuffer:
         """The staged operand's workspace, allocated at the first bind (so not while a CUDA graph is

@@ -18,6 +18,7 @@ import re
 
 from ..errors import SpecError
 from ..kernel_source import KernelSource, StagedOperand, TensorMapArg
+from ..kernels.parts.staging import THREADS, stage_entry, stage_grid
 from ..spec import GemmSpec
 from .element_types import type_includes
 from .reference import operand_params
@@ -63,20 +64,36 @@ def _dims(values: tuple[int, ...], c_type: str) -> str:
     return f"{{{', '.join(f'({c_type}){v}' for v in values)}}}"
 
 
-def _staging_block(staged: StagedOperand) -> str:
-    """Copy a staged operand into its workspace (allocated at the first call, kept for the program's
-    life), as the runtime does before each launch."""
+def _staging_block(staged: StagedOperand, memcpy: bool) -> str:
+    """A staged operand's workspace (allocated at the first call, kept for the program's life) and,
+    for a source without the staging kernel, its copy by cudaMemcpy2DAsync, as the runtime does."""
     name = f"staged_{staged.operand}"
-    return f"""    // {staged.operand}'s rows ({staged.row_bytes} B) do not start on 32-byte boundaries: TMA reads a copy
+    text = f"""    // {staged.operand}'s rows ({staged.row_bytes} B) do not start on 32-byte boundaries: TMA reads a copy
     // whose rows start every {staged.pitch} B. One workspace per program: calls must not overlap.
     static void* {name} = nullptr;
     if ({name} == nullptr) {{
         const cudaError_t got = cudaMalloc(&{name}, (size_t){staged.workspace_bytes});
         if (got != cudaSuccess) return got;
     }}
-    const cudaError_t copied_{staged.operand} = cudaMemcpy2DAsync({name}, {staged.pitch}, {staged.operand}, {staged.row_bytes},
+"""
+    if memcpy:
+        text += f"""    const cudaError_t copied_{staged.operand} = cudaMemcpy2DAsync({name}, {staged.pitch}, {staged.operand}, {staged.row_bytes},
                                                  {staged.row_bytes}, {staged.rows}, cudaMemcpyDeviceToDevice, stream);
     if (copied_{staged.operand} != cudaSuccess) return copied_{staged.operand};
+"""
+    return text
+
+
+def _stage_launch(name: str, source: KernelSource) -> str:
+    """One launch of the staging kernel (kernels/parts/staging.py) that fills every workspace."""
+    slots = "".join(f"    const void* stage_{s.operand}_src = {s.operand};\n    void* stage_{s.operand}_dst = staged_{s.operand};\n"
+                    for s in source.staged)
+    addresses = ", ".join(f"&stage_{s.operand}_src, &stage_{s.operand}_dst" for s in source.staged)
+    return f"""    // The staging kernel copies {' and '.join(s.operand for s in source.staged)} into the workspace(s), 16 bytes a thread.
+{slots}    void* stage_args[] = {{{addresses}}};
+    const cudaError_t stage_launched = cudaLaunchKernel({name}_kernel::{stage_entry(source.entry)}, dim3({stage_grid(source.staged)[0]}), dim3({THREADS}),
+                                                stage_args, 0, stream);
+    if (stage_launched != cudaSuccess) return stage_launched;
 """
 
 
@@ -152,7 +169,8 @@ def _launcher(name: str, source: KernelSource) -> str:
     slots = "".join(_argument_slot(arg, source) for arg in source.args)
     addresses = ", ".join(_argument_address(arg, source) for arg in source.args)
     staged = tuple(s.operand for s in source.staged)
-    maps = "".join(_staging_block(s) for s in source.staged)
+    maps = "".join(_staging_block(s, memcpy=not source.stage_kernel) for s in source.staged)
+    maps += _stage_launch(name, source) if source.stage_kernel else ""
     maps += "".join(_tensor_map_block(t, staged) for t in source.tensor_maps)
     g, b = source.grid, source.block
     return f"""// D = {formula(spec)} for exactly M={spec.m}, N={spec.n}, K={spec.k} ({_layout_comment(spec)}).

@@ -348,10 +348,11 @@ def staging_choice(spec: GemmSpec) -> tuple[bool, ...]:
     return (False, True) if staged_operands(spec) else (False,)
 
 
-# What a staging copy costs (cuMemcpy2DAsync device to device, H100, 2026-11-26: 4-8 µs for two small
-# copies, 1.0-1.6 TB/s read + write for large ones; bench/results/2026-11-26-h100-staging.md): bytes
-# read and written at STAGING_BYTES_PER_S, plus STAGING_LAUNCH_S a copy.
-STAGING_BYTES_PER_S = 1.6e12
+# What the staging copies cost (the staging kernel, kernels/parts/staging.py, one launch for A and B;
+# H100, 2026-11-26, bench/results/2026-11-26-h100-staging.md: 2.9-3.0 TB/s read + write on 30-130 MB,
+# 1.9-2.6 TB/s on 8-25 MB, ~5 µs alone for 1 MB): bytes read and written at STAGING_BYTES_PER_S, plus
+# STAGING_LAUNCH_S for the launch. (cuMemcpy2DAsync, one per operand, had run 1.0-1.6 TB/s.)
+STAGING_BYTES_PER_S = 3.0e12
 STAGING_LAUNCH_S = 4e-6
 # The mma.sync family's rate on rows TMA cannot read in place, by input bytes (same table: 62-115
 # TFLOP/s with 2-byte inputs, 53-90 tf32), and wgmma's with 128-byte rows.
@@ -359,17 +360,19 @@ UNALIGNED_MMA_RATE = {2: 100e12, 4: 60e12}
 WGMMA_RATE = {2: 650e12, 4: 325e12}
 # Rows 16 bytes off a 32-byte sector: what the family default assumes the kernel loses by reading
 # them in place, as a share of the time with 128-byte rows. Measured on an H100 (2026-11-26,
-# bench/results/2026-11-26-h100-staging.md) the in-place kernel ran 1.17x (4096x4096x4104 bf16, 209
-# against 178 µs staged without its copies) to 1.9x (8192x8192x1032, 379 against ~200) the staged
-# one's time; the default takes the low end, so it stages only where the copies are a small share of
-# the kernel (8192x8192x1032: copies ~0.24 of it, staged 258 µs against 379 in place), not where they
-# are not (4096x4096x4104: ~0.43, 269 against 209; 3001x2999x776: 94 against 82).
-MISALIGNED_PENALTY = 0.3
+# bench/results/2026-11-26-h100-staging.md) the in-place kernel ran 1.17x (4096x4096x4104 bf16,
+# 3001x2999x776) to 1.7x (8192x8192x1032, 2048x2048x2056) the staged kernel's own time, varying with the
+# config more than the shape; the default stages only where the estimated copies are under 0.2 of the
+# kernel, which the measurement agrees with at 8192x8192x1032 (staged), 4096x4096x4104, 4096x4096x4100
+# tf32, 1000^3, 257x1023x4104 and 200x300x504 (in place), not at 2048x2048x2056 (39 µs staged against
+# 45 in place) and 3001x2999x776 (77 against 79), which it runs in place.
+MISALIGNED_PENALTY = 0.2
 
 
 def staging_seconds(spec: GemmSpec) -> float:
     """The estimated time of stage_operands' copies for `spec` (0 when nothing would be staged)."""
-    return sum(2 * s.rows * s.row_bytes / STAGING_BYTES_PER_S + STAGING_LAUNCH_S for s in staged_operands(spec))
+    staged = staged_operands(spec)
+    return sum(2 * s.rows * s.row_bytes for s in staged) / STAGING_BYTES_PER_S + (STAGING_LAUNCH_S if staged else 0.0)
 
 
 def yields_to_mma(spec: GemmSpec, arch: str) -> str | None:

@@ -21,6 +21,7 @@ from .writeback import (FLOAT_VIEW, FRAGMENT, LOAD_C_TILE, epilogue_function, op
 from .consumer import consumer_overlapped, consumer_plain, consumer_split, consumer_transposing
 from .producer import producer
 from ..parts.ring import RING
+from ..parts.staging import stage_kernel
 from .groups import CPath
 from .config import (FAMILY, INPUT_BYTES, OUT_BYTES, SPLIT_BUFFERS, VERSION, WgmmaConfig, k_major, out_dtype,
                      rejections, splits_fp32, staged_operands, transposes_tf32)
@@ -679,10 +680,12 @@ def render(spec: GemmSpec, config: WgmmaConfig, arch: str = "sm_90a", gpu: Geome
     # Parameter order: the pointers (A, B, epilogue operands, D) as native kernels take them, then
     # the TMA descriptors the runtime builds from those pointers.
     args = ("A", "B", *(op.name for op in spec.epilogue.operands()), "D", *(t.name for t in maps))
+    staged = staged_operands(spec) if config.stage_operands else ()
+    code = _code(spec, config, plan, entry, maps) + (stage_kernel(entry, staged) if staged else "")
     return KernelSource(
-        code=_code(spec, config, plan, entry, maps), entry=entry, grid=(plan.workers * config.cluster_m, 1, 1),
+        code=code, entry=entry, grid=(plan.workers * config.cluster_m, 1, 1),
         block=(config.threads, 1, 1), args=args, spec=spec, family=FAMILY, family_version=VERSION,
         config=config.to_json(), dynamic_smem=config.smem_bytes(spec), tensor_maps=maps, arch_specific=True,
         co_resident=plan.tail_workers > 0,  # split tiles' finishers spin on their contributors' partial sums
-        staged=staged_operands(spec) if config.stage_operands else (),
+        staged=staged, stage_kernel=bool(staged),
     )
