@@ -76,6 +76,35 @@ def moved_wgmma_picks(dtypes: list[str], shapes, old_pick, new_pick) -> list[tup
     return moved
 
 
+def time_variants(cases: list[tuple], out=None) -> list[dict]:
+    """(spec, label, config) wgmma cases: those the family rejects listed, the others compiled and timed
+    spec by spec (time_alternately), a line each; the rows (written to `out` after each spec)."""
+    from gemmtune.build import compile_configs
+    from gemmtune.kernels.wgmma import FAMILY
+
+    valid = []
+    for spec, label, config in cases:
+        problems = FAMILY.rejections(config, spec, "sm_90a")
+        if problems:
+            print(f"{spec.short():24s} {label:16s} rejected: {'; '.join(problems.values())}")
+        else:
+            valid.append((spec, label, config))
+    compiled = compile_configs([(spec, config, "sm_90a") for spec, _, config in valid])
+    rows = []
+    for spec in dict.fromkeys(s for s, _, _ in valid):
+        mine = [(label, config, kernel) for (s, label, config), kernel in zip(valid, compiled) if s == spec]
+        c, best, _ = time_alternately(spec, {label: kernel for label, _, kernel in mine})
+        for label, config, kernel in mine:
+            t = best[label]
+            error = str(kernel) if isinstance(kernel, Exception) else ""
+            rows.append(dict(spec=spec.short(), label=label, config=config.describe(), cublas_us=c * 1e6,
+                             ours_us=t * 1e6, ratio=c / t, error=error))
+            print(f"{spec.short():24s} {label:16s} {t * 1e6:8.1f} µs  x{c / t:.3f}  (cuBLAS {c * 1e6:.1f})  "
+                  f"{config.describe()}{'  ' + error[:80] if error else ''}", flush=True)
+        write_rows(out, rows)
+    return rows
+
+
 def write_rows(path, rows: list[dict]) -> None:
     """The rows as JSON at `path` (nothing when it is None)."""
     import json

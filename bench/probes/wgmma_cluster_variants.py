@@ -30,7 +30,8 @@ def variants(spec, pick):
     """(label, config): the pick, every tile without and with clusters of 2 (4 for 256-wide tiles)."""
     from wgmma_space_variants import fitted
 
-    out = [("pick", pick)]
+    out, chosen = [("pick", pick)], pick
+    pick = pick.with_(cluster_m=1)  # the tiles' variants start without a cluster
     if not pick.persistent:  # clusters need the persistent kernel: its tiles from a persistent twin
         pick = pick.with_(persistent=True, group_m=8, split_tail=True)
         out.append(("persistent", pick))
@@ -38,7 +39,7 @@ def variants(spec, pick):
         tile = pick if (bm, bn) == (pick.bm, pick.bn) else fitted(pick.with_(bm=bm, bn=bn, consumers=1 if bm == 64 else 2), spec)
         if tile is None:
             continue
-        if tile is not pick:
+        if tile != chosen:
             out.append((f"{bm}x{bn}", tile))
         for cluster in (2, 4):
             if bn % (64 * cluster) == 0 and (cluster == 2 or bn == 256):
@@ -47,10 +48,8 @@ def variants(spec, pick):
 
 
 def main() -> int:
-    from ab_timing import time_alternately, write_rows
-    from gemmtune.build import compile_configs
+    from ab_timing import time_variants
     from gemmtune.chooser import choose
-    from gemmtune.kernels.wgmma import FAMILY
     from gemmtune.spec import GemmSpec
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -59,26 +58,8 @@ def main() -> int:
     cases = []
     for m, n, k, dtype in SHAPES:
         spec = GemmSpec(m, n, k, "nt", dtype)
-        pick = choose(spec, "sm_90a").config
-        for label, config in variants(spec, pick):
-            problems = FAMILY.rejections(config, spec, "sm_90a")
-            if problems:
-                print(f"{spec.short():24s} {label:16s} rejected: {'; '.join(problems.values())}")
-            else:
-                cases.append((spec, label, config))
-    compiled = compile_configs([(spec, config, "sm_90a") for spec, _, config in cases])
-    print(f"compiled {len(cases)} kernels", flush=True)
-    rows = []
-    for spec in dict.fromkeys(s for s, _, _ in cases):
-        mine = [(label, config, kernel) for (s, label, config), kernel in zip(cases, compiled) if s == spec]
-        c, best, _ = time_alternately(spec, {label: kernel for label, _, kernel in mine})
-        for label, config, kernel in mine:
-            t = best[label]
-            rows.append(dict(spec=spec.short(), label=label, config=config.describe(), cublas_us=c * 1e6,
-                             ours_us=t * 1e6, ratio=c / t, error=str(kernel) if isinstance(kernel, Exception) else ""))
-            print(f"{spec.short():24s} {label:14s} {t * 1e6:8.1f} µs  x{c / t:.3f}  (cuBLAS {c * 1e6:.1f})  "
-                  f"{config.describe()}{'  ' + str(kernel)[:80] if isinstance(kernel, Exception) else ''}", flush=True)
-        write_rows(args.out, rows)
+        cases += [(spec, label, config) for label, config in variants(spec, choose(spec, "sm_90a").config)]
+    time_variants(cases, args.out)
     return 0
 
 

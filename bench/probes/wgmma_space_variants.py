@@ -48,10 +48,8 @@ SHAPES = ((96, 96, 65536), (512, 4096, 4096), (1000, 1000, 1000), (1536, 6144, 1
 
 
 def main() -> int:
-    from ab_timing import time_alternately, write_rows
-    from gemmtune.build import compile_configs
+    from ab_timing import time_variants
     from gemmtune.chooser import choose
-    from gemmtune.kernels.wgmma import FAMILY
     from gemmtune.spec import GemmSpec
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -61,25 +59,8 @@ def main() -> int:
     cases = []
     for m, n, k in SHAPES:
         spec = GemmSpec(m, n, k, "nt", args.dtype)
-        pick = choose(spec, "sm_90a").config
-        for label, config in variants(spec, pick):
-            problems = FAMILY.rejections(config, spec, "sm_90a")
-            if problems:
-                print(f"{spec.short():24s} {label:16s} rejected: {'; '.join(problems.values())}")
-            else:
-                cases.append((spec, label, config))
-    compiled = compile_configs([(spec, config, "sm_90a") for spec, _, config in cases])
-    rows = []
-    for spec in dict.fromkeys(s for s, _, _ in cases):
-        mine = [(label, config, kernel) for (s, label, config), kernel in zip(cases, compiled) if s == spec]
-        c, best, _ = time_alternately(spec, {label: kernel for label, _, kernel in mine})
-        for label, config, kernel in mine:
-            t = best[label]
-            rows.append(dict(spec=spec.short(), label=label, config=config.describe(), cublas_us=c * 1e6,
-                             ours_us=t * 1e6, ratio=c / t, error=str(kernel) if isinstance(kernel, Exception) else ""))
-            print(f"{spec.short():24s} {label:16s} {t * 1e6:8.1f} µs  x{c / t:.3f}  (cuBLAS {c * 1e6:.1f})  "
-                  f"{config.describe()}{'  ' + str(kernel)[:80] if isinstance(kernel, Exception) else ''}", flush=True)
-    write_rows(args.out, rows)
+        cases += [(spec, label, config) for label, config in variants(spec, choose(spec, "sm_90a").config)]
+    time_variants(cases, args.out)
     return 0
 
 
