@@ -204,10 +204,6 @@ def main() -> int:
     parser.add_argument("--most", type=int, default=28, help="candidates per shape at most (thinned evenly)")
     parser.add_argument("--part", default="1/1", help="i/n: time the i-th of n interleaved slices of the set's specs")
     args = parser.parse_args()
-    if args.which == "wgmma-aligned":
-        import importlib  # (the package's `candidates` attribute is the function of that name)
-
-        importlib.import_module("gemmtune.chooser.candidates").CLUSTER_CANDIDATES = True  # this round times the clusters the model has not seen
     part, parts = (int(x) for x in args.part.split("/"))
     info = query_device()
     start = time.time()

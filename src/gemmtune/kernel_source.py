@@ -70,8 +70,9 @@ class StagedOperand:
     `pitch` bytes (a multiple of 128); the kernel's tensor maps of `operand` describe the workspace.
 
     TMA needs rows that start on 16-byte boundaries, and loads at about half rate from rows that
-    start only 16 bytes off a 32-byte sector; the copy (one 2-D memcpy, read and write once) costs
-    less than either (docs/staging.md). The caller's array is stored as `rows` contiguous rows of
+    start only 16 bytes off a 32-byte sector; the copy (each byte read and written once, by the
+    staging kernel where `KernelSource.stage_kernel`, else by cudaMemcpy2DAsync) can cost less than
+    either (docs/staging.md). The caller's array is stored as `rows` contiguous rows of
     `row_bytes` bytes, as the spec's layout says; the workspace's padding is never read (the maps'
     extents stop at the row's end).
     """

@@ -296,6 +296,11 @@ def pack_arguments(names: tuple[str, ...], bindings: Mapping[str, Any], entry: s
         if ptr == 0:
             raise SpecError(f"{entry}: argument '{name}' is a null pointer")
         values.append(encode_tensor_map(maps[name], ptr) if name in maps else ctypes.c_void_p(ptr))
+    return _packed(values)
+
+
+def _packed(values: list[Any]) -> KernelArguments:
+    """`values` in parameter order, with the array of their addresses cuLaunchKernel reads."""
     pointers = (ctypes.c_void_p * max(1, len(values)))(*[_address_of(v) for v in values])
     return KernelArguments(tuple(values), pointers)
 
@@ -340,8 +345,7 @@ class StageLaunch:
 
 def pointer_arguments(pointers: list[int]) -> KernelArguments:
     """cuLaunchKernel's parameters for a kernel that takes only pointers."""
-    values = tuple(ctypes.c_void_p(p) for p in pointers)
-    return KernelArguments(values, (ctypes.c_void_p * max(1, len(values)))(*[_address_of(v) for v in values]))
+    return _packed([ctypes.c_void_p(p) for p in pointers])
 
 
 @dataclass(frozen=True)
@@ -382,6 +386,8 @@ class LoadedKernel:
         self.module = checked(driver().cuModuleLoadData(compiled.cubin), "cuModuleLoadData")
         try:
             self.function = self._get_function()
+            # The staging kernel beside it (kernels/parts/staging.py), looked up once here, not per bind.
+            self.stage_function = self._get_stage_function() if self.source.stage_kernel else None
             if self.source.co_resident:
                 self._check_co_residency(info)
         except (LaunchError, ResourceError):
@@ -426,13 +432,13 @@ class LoadedKernel:
                     copies.append(staging_copy(staged, source, workspace))
                 bindings[staged.operand] = workspace
             if self.source.stage_kernel:
-                copies.append(StageLaunch(self._stage_function(), pointer_arguments(pointers),
+                copies.append(StageLaunch(self.stage_function, pointer_arguments(pointers),
                                           staging.stage_grid(self.source.staged),
                                           f"launching {staging.stage_entry(self.source.entry)}"))
         args = pack_arguments(self.source.args, bindings, self.source.entry, self.source.tensor_maps)
         return BoundLaunch(self.function, self.source, args, stream, tuple(copies))
 
-    def _stage_function(self) -> Any:
+    def _get_stage_function(self) -> Any:
         name = staging.stage_entry(self.source.entry)
         return checked(driver().cuModuleGetFunction(self.module, name.encode()), f"cuModuleGetFunction({name})")
 

@@ -113,15 +113,10 @@ def wgmma_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[WgmmaConf
         for variant in (base.with_(tma_store=False),
                         base.with_(persistent=False, group_m=1, tma_store=False, split_tail=False)):
             found.append(with_write_back_options(variant, spec))
-        if CLUSTER_CANDIDATES:
-            found += [stored.with_(cluster_m=c) for c in cluster_sizes(spec, bm, bn, sm_count)]
+        # Clusters that multicast B where the tiles are few (the model learned them from 194 timings:
+        # bench/results/2026-11-26-h100-chooser-rows-wgmma-aligned.csv.gz).
+        found += [stored.with_(cluster_m=c) for c in cluster_sizes(spec, bm, bn, sm_count)]
     return found
-
-
-# Whether the wgmma candidates include clusters that multicast B (cluster_sizes). The model must have
-# timed such kernels to rank them: `collect_chooser_data.py --set wgmma-aligned` timed 194 of them
-# (bench/results/2026-11-26-h100-chooser-rows-wgmma-aligned.csv.gz).
-CLUSTER_CANDIDATES = True
 
 
 def cluster_sizes(spec: GemmSpec, bm: int, bn: int, sm_count: int) -> tuple[int, ...]:

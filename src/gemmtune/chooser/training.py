@@ -117,7 +117,7 @@ def retrain(csv_paths: list[Path], db_path: Path | None, out: Path = MODEL_PATH,
             use_tables: bool = True, latest_only: tuple[str, ...] = (),
             families: tuple[str, ...] = ()) -> tuple[ChooserModel, TrainingReport]:
     """Train on every source given and write the model to `out`; for the `latest_only` families, on the
-    last CSV holding their rows and the database's trials only. With `families`, only those are
+    CSVs of the newest date holding their rows (only_latest) and the database's trials only. With `families`, only those are
     refitted and the model at `out` keeps its others as they are."""
     rows = [r for p in csv_paths for r in rows_from_csv(p)]
     rows += rows_from_tables() if use_tables else []

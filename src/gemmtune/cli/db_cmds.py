@@ -55,8 +55,9 @@ def register(subparsers) -> None:
                        help="a timing CSV from bench/collect_chooser_data.py (repeatable)")
     train.add_argument("--no-tables", action="store_true", help="leave out the shipped simulation tables")
     train.add_argument("--only-latest", action="append", default=[], metavar="FAMILY",
-                       help="train FAMILY on the last --csv file holding its rows (and the database) only: "
-                            "the older files and the tables timed kernels that have changed since (repeatable)")
+                       help="train FAMILY on the --csv files of the newest date (YYYY-MM-DD in the file name) "
+                            "holding its rows (and the database) only: the older files and the tables timed "
+                            "kernels that have changed since (repeatable)")
     train.add_argument("--family", action="append", default=[], metavar="FAMILY",
                        help="refit FAMILY only; the model file keeps its other families as they are (repeatable)")
     train.add_argument("--out", type=Path, help="model file (default: the shipped gemmtune/data/chooser_model.json)")

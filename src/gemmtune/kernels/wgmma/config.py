@@ -364,8 +364,8 @@ WGMMA_RATE = {2: 650e12, 4: 325e12}
 # 3001x2999x776) to 1.7x (8192x8192x1032, 2048x2048x2056) the staged kernel's own time, varying with the
 # config more than the shape; the default stages only where the estimated copies are under 0.2 of the
 # kernel, which the measurement agrees with at 8192x8192x1032 (staged), 4096x4096x4104, 4096x4096x4100
-# tf32, 1000^3, 257x1023x4104 and 200x300x504 (in place), not at 2048x2048x2056 (39 µs staged against
-# 45 in place) and 3001x2999x776 (77 against 79), which it runs in place.
+# tf32, 1000^3, 257x1023x4104 and 200x300x504 (in place), not at 2048x2048x2056 (41 µs staged against
+# 45 in place) and 3001x2999x776 (75 against 85 for 128x192 tiles), which it runs in place.
 MISALIGNED_PENALTY = 0.2
 
 
@@ -379,7 +379,7 @@ def yields_to_mma(spec: GemmSpec, arch: str) -> str | None:
     """Why the registry passes this family over for `spec` though it could run it (None: it does
     not): rows TMA cannot read in place, and too little work to repay the staging copies, where the
     mma.sync family reads the rows as they are (127x129x131 bf16 on an H100: 11.2 µs against 14.6
-    staged, 8.3 of them copies)."""
+    staged, 8.3 of them cuMemcpy2DAsync copies; the staging kernel's launch alone is ~4 µs)."""
     size = INPUT_BYTES.get(spec.dtype, 4)
     if splits_fp32(spec) or staging_choice(spec) != (True,):
         return None

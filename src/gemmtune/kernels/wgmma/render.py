@@ -24,7 +24,7 @@ from ..parts.ring import RING
 from ..parts.staging import stage_kernel
 from .groups import CPath
 from .config import (FAMILY, INPUT_BYTES, OUT_BYTES, SPLIT_BUFFERS, VERSION, WgmmaConfig, k_major, out_dtype,
-                     rejections, splits_fp32, staged_operands, transposes_tf32)
+                     operand_rows, rejections, splits_fp32, staged_operands, transposes_tf32)
 
 C_TYPES = {"bf16": "bf16_t", "fp16": "fp16_t", "tf32": "float", "fp32": "float"}
 TMA_TYPES = {"bf16": "bf16", "fp16": "fp16", "tf32": "fp32", "fp32": "fp32"}
@@ -43,14 +43,15 @@ def entry_name(spec: GemmSpec) -> str:
 def tensor_maps(spec: GemmSpec, config: WgmmaConfig) -> tuple[TensorMapArg, ...]:
     """TMA descriptors of A and B. A K-major operand is one box of bk × rows; an MN-major one is
     loaded as chunks one 128-byte row wide (a swizzled box row is at most 128 bytes)."""
-    size, bk = INPUT_BYTES[spec.dtype], config.bk(spec.dtype)
+    bk = config.bk(spec.dtype)
     a_kmajor, b_kmajor = k_major(spec)
     kind = TMA_TYPES[spec.dtype]
     m, n, k = spec.m, spec.n, spec.k
-    # A staged operand is read from its workspace, whose rows are `pitch` bytes apart.
-    pitch = {s.operand: s.pitch for s in (staged_operands(spec) if config.stage_operands else ())}
-    a_row, b_row = (k if a_kmajor else m) * size, (k if b_kmajor else n) * size
-    a_row, b_row = pitch.get("A", a_row), pitch.get("B", b_row)
+    # Each operand's rows as stored (operand_rows); a staged one is read from its workspace, whose rows
+    # are `pitch` bytes apart.
+    row = {name: row_bytes for name, _, row_bytes in operand_rows(spec)}
+    row |= {s.operand: s.pitch for s in (staged_operands(spec) if config.stage_operands else ())}
+    a_row, b_row = row["A"], row["B"]
     a = (TensorMapArg("tma_A", "A", kind, (k, m), (a_row,), (bk, config.bm)) if a_kmajor
          else TensorMapArg("tma_A", "A", kind, (m, k), (a_row,), (mn_chunk(spec.dtype), bk)))
     b_rows = config.bn // config.cluster_m  # each block of a cluster loads its share of B
