@@ -1,4 +1,4 @@
-"""M = 1 / N = 1 GEMVs under two protocols: one flushed launch, and back to back over rotating weights.
+"""GEMVs (M = 1 to 16, or N = 1) under two protocols: one flushed launch, and back to back over rotating weights.
 
     python bench/bench_m1_stream.py [--shapes 1x4096x4096,...] [--dtypes fp32,bf16] [--out m1.md] [--json m1.json]
 
@@ -10,7 +10,9 @@ least 3× L2 (every launch reads cold weights, launch latency overlaps the kerne
 decode step), and the same for cuBLAS (torch.mm into a preallocated D, fp32 with TF32 off, the
 operands as cublas_measurement lays them out) and for a device-to-device copy whose read + write
 bytes equal the GEMV's. GB/s counts A, B and D once (GemmSpec.min_bytes, as bench_untuned) and is
-compared with bench_untuned's 1 GiB copy bandwidth.
+compared with bench_untuned's 1 GiB copy bandwidth. A kernel that starts with the dependent-launch
+prologue (kernels/parts/dependent_launch.py, sm_90+) is streamed twice: launched so that it overlaps
+the launch before it (as gemmtune launches it), and launched plainly, the same binary.
 """
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ class StreamRow:
     launches: int  # launches per timed batch
     single_s: float | None  # ours: one launch, L2 flushed (bench_untuned's protocol)
     stream_s: float | None  # ours: back to back over rotating sets
+    plain_stream_s: float | None  # the same, launched without dependent launch (None: the kernel has none)
     cublas_stream_s: float | None
     copy_stream_s: float | None  # a copy of `copy_bytes` (read + write), back to back over rotating buffers
     copy_bytes: int
@@ -77,12 +80,13 @@ def check_outputs(sets: list[tuple], prepared, what: str) -> str:
     return ""
 
 
-def time_ours(kern, sets: list[tuple], stream: int):
+def time_ours(kern, sets: list[tuple], stream: int, dependent_launch: bool = True):
     from gemmtune.runtime import LoadedKernel
     from gemmtune.stream_timing import kernel_launches, reps_for, time_stream
 
     with LoadedKernel(kern.compiled) as loaded:
-        return time_stream(kernel_launches(loaded, sets, stream), len(sets), stream, reps=reps_for(len(sets)))
+        return time_stream(kernel_launches(loaded, sets, stream, dependent_launch), len(sets), stream,
+                           reps=reps_for(len(sets)))
 
 
 def time_cublas(torch, spec, sets: list[tuple], stream: int):
@@ -120,13 +124,19 @@ def bench_one(spec, protocol, db_path: Path, l2_bytes: int) -> StreamRow:
     config = f"{built.config} ({built.source})" if built.kernel is not None else "-"
     single, verified = built.seconds, built.verified
     prepared = prepare(spec)
-    ours, queued = None, True
+    ours, plain, queued = None, None, True
     if built.seconds is not None:  # built and verified
         sets = poisoned_sets(torch, prepared, count)
         timing = time_ours(built.kernel, sets, stream)
         ours, queued = timing.per_launch_s, timing.queued_ahead
         verified += check_outputs(sets, prepared, "ours")
         del sets  # before the next R sets exist
+        if built.kernel.compiled.source.dependent_launch:
+            sets = poisoned_sets(torch, prepared, count)
+            timing = time_ours(built.kernel, sets, stream, dependent_launch=False)
+            plain, queued = timing.per_launch_s, queued and timing.queued_ahead
+            verified += check_outputs(sets, prepared, "ours, plain launch")
+            del sets
     sets = poisoned_sets(torch, prepared, count)
     cublas = time_cublas(torch, spec, sets, stream)
     verified += check_outputs(sets, prepared, "cuBLAS")
@@ -135,13 +145,13 @@ def bench_one(spec, protocol, db_path: Path, l2_bytes: int) -> StreamRow:
     copy, copy_bytes = time_copy(torch, spec.min_bytes, l2_bytes, stream)
     torch.cuda.empty_cache()
     return StreamRow(spec.short(), spec.dtype, built.family, config, spec.min_bytes, count, count * reps_for(count),
-                     single, ours, cublas.per_launch_s, copy.per_launch_s, copy_bytes,
+                     single, ours, plain, cublas.per_launch_s, copy.per_launch_s, copy_bytes,
                      queued and cublas.queued_ahead and copy.queued_ahead, verified)
 
 
 def table(rows: list[StreamRow], copy_bw: float, floor: str, device: str) -> str:
     today = datetime.date.today().isoformat()
-    out = [f"# M = 1 / N = 1: single launch and back to back ({device}, {today})", "",
+    out = [f"# GEMVs: single launch and back to back ({device}, {today})", "",
            "`python bench/bench_m1_stream.py`: `gemmtune.build(spec)` with an empty tuning database, verified "
            "(float64 reference, poisoned D), then timed two ways in one process:",
            "- **single**: one launch between its CUDA events, L2 emptied by a read pass before it, median "
@@ -150,7 +160,8 @@ def table(rows: list[StreamRow], copy_bw: float, floor: str, device: str) -> str
            "- **stream**: R × reps launches back to back between one event pair, rotating over R operand sets "
            "that together hold ≥ 3× L2 (every launch reads cold from DRAM, no flush), queued behind a hold "
            "kernel so the GPU sets the pace; median over 5 batches of batch time / launches "
-           "(`gemmtune.stream_timing`).",
+           "(`gemmtune.stream_timing`); a kernel with the dependent-launch prologue (sm_90+) is launched so "
+           "that it overlaps the launch before it, and again plainly (the plain column; - where it has none).",
            "cuBLAS is torch.mm into a preallocated D (fp32 with TF32 off), streamed the same way; the copy "
            "moves the GEMV's bytes (read + write), streamed the same way. GB/s counts A, B and D once; "
            f"% is of the 1 GiB device-to-device copy (read + write, L2 flushed): **{copy_bw / 1e9:.0f} GB/s**. "
@@ -158,13 +169,15 @@ def table(rows: list[StreamRow], copy_bw: float, floor: str, device: str) -> str
     for dtype in sorted({r.dtype for r in rows}, key=lambda d: d != "fp32"):
         out += [f"## {dtype} (layout {LAYOUT[dtype]})", "",
                 "| shape | config (source) | single µs | single GB/s (% copy) | stream µs | stream GB/s (% copy) "
+                "| plain stream µs | plain GB/s (% copy) "
                 "| cuBLAS stream µs | ratio | same-size copy stream GB/s (% copy) | sets, launches/batch | verified |",
-                "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+                "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
         for r in (r for r in rows if r.dtype == dtype):
             ratio = f"{r.cublas_stream_s / r.stream_s:.3f}" if r.stream_s and r.cublas_stream_s else "-"
             queued = "" if r.queued_ahead else " (a batch was not queued ahead: host-bound)"
             out.append(f"| {r.spec} | {r.config} | {us(r.single_s)} | {gbs(r.bytes, r.single_s, copy_bw)} "
-                       f"| {us(r.stream_s)} | {gbs(r.bytes, r.stream_s, copy_bw)} | {us(r.cublas_stream_s)} | {ratio} "
+                       f"| {us(r.stream_s)} | {gbs(r.bytes, r.stream_s, copy_bw)} "
+                       f"| {us(r.plain_stream_s)} | {gbs(r.bytes, r.plain_stream_s, copy_bw)} | {us(r.cublas_stream_s)} | {ratio} "
                        f"| {gbs(r.copy_bytes, r.copy_stream_s, copy_bw)} | {r.sets}, {r.launches} "
                        f"| {r.verified}{queued} |")
         out.append("")
@@ -191,7 +204,7 @@ def main() -> int:
             m, n, k = (int(v) for v in shape.split("x"))
             rows.append(bench_one(GemmSpec(m, n, k, LAYOUT[dtype], dtype), protocol, db_path, info.l2_bytes))
             r = rows[-1]
-            print(f"{r.spec}: single {us(r.single_s)} µs, stream {us(r.stream_s)} µs, cuBLAS stream "
+            print(f"{r.spec}: single {us(r.single_s)} µs, stream {us(r.stream_s)} µs (plain {us(r.plain_stream_s)}), cuBLAS stream "
                   f"{us(r.cublas_stream_s)} µs, copy stream {us(r.copy_stream_s)} µs, {r.verified}", flush=True)
     copy_bw = copy_bandwidth(protocol)
     text = table(rows, copy_bw, launch_floor_text(protocol), info.name)

@@ -126,6 +126,9 @@ class KernelSource:
     # each staged operand's source and workspace as its parameters); without it (sources written before
     # it existed) the runtime copies with cuMemcpy2DAsync.
     stage_kernel: bool = False
+    # Starts with the dependent-launch prologue (kernels/parts/dependent_launch.py): the runtime
+    # launches it with programmatic stream serialization, so it overlaps the kernel before it.
+    dependent_launch: bool = False
 
     def __post_init__(self) -> None:
         names = POINTER_ARGS + SCALAR_ARGS + tuple(t.name for t in self.tensor_maps)
@@ -155,6 +158,7 @@ class KernelSource:
             "co_resident": self.co_resident,
             **({"staged": [s.to_json() for s in self.staged]} if self.staged else {}),
             **({"stage_kernel": True} if self.stage_kernel else {}),
+            **({"dependent_launch": True} if self.dependent_launch else {}),
         }
 
     @staticmethod
@@ -167,7 +171,7 @@ class KernelSource:
             tensor_maps=tuple(TensorMapArg.from_json(t) for t in data.get("tensor_maps", ())),
             arch_specific=data.get("arch_specific", False), co_resident=data.get("co_resident", False),
             staged=tuple(StagedOperand.from_json(s) for s in data.get("staged", ())),
-            stage_kernel=data.get("stage_kernel", False),
+            stage_kernel=data.get("stage_kernel", False), dependent_launch=data.get("dependent_launch", False),
         )
 
     def tensor_map(self, name: str) -> TensorMapArg | None:

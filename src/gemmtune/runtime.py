@@ -348,6 +348,24 @@ def pointer_arguments(pointers: list[int]) -> KernelArguments:
     return _packed([ctypes.c_void_p(p) for p in pointers])
 
 
+def dependent_launch_config(source: KernelSource, stream: Any) -> Any:
+    """cuLaunchKernelEx's configuration for `source` on `stream` with programmatic stream
+    serialization allowed: the kernel may start before the one ahead of it on the stream has finished
+    (it waits for it itself: kernels/parts/dependent_launch.py)."""
+    cu = driver()
+    config = cu.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = source.grid
+    config.blockDimX, config.blockDimY, config.blockDimZ = source.block
+    config.sharedMemBytes = source.dynamic_smem
+    config.hStream = stream
+    attribute = cu.CUlaunchAttribute()
+    attribute.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attribute.value.programmaticStreamSerializationAllowed = 1
+    config.attrs = [attribute]
+    config.numAttrs = 1
+    return config
+
+
 @dataclass(frozen=True)
 class BoundLaunch:
     """One kernel with its arguments packed once: calling it only enqueues the launch (after the
@@ -358,13 +376,17 @@ class BoundLaunch:
     arguments: KernelArguments
     stream: Any = 0
     copies: tuple[StagingCopy | StageLaunch, ...] = ()
+    dependent: Any = None  # dependent_launch_config's result: launched with cuLaunchKernelEx
 
     def __call__(self) -> None:
         src = self.source
         for copy in self.copies:
             copy(self.stream)
-        result = driver().cuLaunchKernel(self.function, *src.grid, *src.block, src.dynamic_smem, self.stream,
-                                         self.arguments.address, 0)
+        if self.dependent is not None:
+            result = driver().cuLaunchKernelEx(self.dependent, self.function, self.arguments.address, 0)
+        else:
+            result = driver().cuLaunchKernel(self.function, *src.grid, *src.block, src.dynamic_smem, self.stream,
+                                             self.arguments.address, 0)
         checked(result, f"launching {src.entry}")
 
 
@@ -412,11 +434,12 @@ class LoadedKernel:
                     f"opting {entry} in to {self.source.dynamic_smem} B of dynamic shared memory")
         return function
 
-    def bind(self, bindings: Mapping[str, Any], stream: Any = 0) -> BoundLaunch:
+    def bind(self, bindings: Mapping[str, Any], stream: Any = 0, dependent_launch: bool = True) -> BoundLaunch:
         """Pack `bindings` (name -> device pointer int / DeviceBuffer, or float) for repeated launches.
         A staged operand's tensor maps describe this kernel's workspace for it, which each launch
         fills first: launches of one loaded kernel share that workspace, so launches on different
-        streams must not overlap."""
+        streams must not overlap. A kernel with the dependent-launch prologue is launched so that it
+        overlaps the kernel before it, unless `dependent_launch` is False (then it runs as any other)."""
         copies: list[StagingCopy | StageLaunch] = []
         if self.source.staged:
             bindings = dict(bindings)
@@ -436,7 +459,9 @@ class LoadedKernel:
                                           staging.stage_grid(self.source.staged),
                                           f"launching {staging.stage_entry(self.source.entry)}"))
         args = pack_arguments(self.source.args, bindings, self.source.entry, self.source.tensor_maps)
-        return BoundLaunch(self.function, self.source, args, stream, tuple(copies))
+        dependent = (dependent_launch_config(self.source, stream)
+                     if dependent_launch and self.source.dependent_launch else None)
+        return BoundLaunch(self.function, self.source, args, stream, tuple(copies), dependent)
 
     def _get_stage_function(self) -> Any:
         name = staging.stage_entry(self.source.entry)

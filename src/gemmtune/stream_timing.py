@@ -228,10 +228,12 @@ class EventClock:
 OperandSet = tuple[Any, Any, Any]  # A, B, D as the spec stores them: torch CUDA tensors or DeviceBuffers
 
 
-def kernel_launches(kernel: LoadedKernel, operand_sets: Sequence[OperandSet], stream: Any = 0) -> Launch:
+def kernel_launches(kernel: LoadedKernel, operand_sets: Sequence[OperandSet], stream: Any = 0,
+                    dependent_launch: bool = True) -> Launch:
     """launch(i) for time_stream: `kernel` (a spec without epilogue operands) on operand set i. Every
-    set is checked against the spec (invoke.bind: shape, storage type, alignment) and packed once."""
+    set is checked against the spec (invoke.bind: shape, storage type, alignment) and packed once.
+    `dependent_launch`: as LoadedKernel.bind (False launches a dependent-launch kernel plainly)."""
     from .invoke import bind
 
-    bound = [kernel.bind(bind(kernel.source, a, b, {}, d), stream) for a, b, d in operand_sets]
+    bound = [kernel.bind(bind(kernel.source, a, b, {}, d), stream, dependent_launch) for a, b, d in operand_sets]
     return lambda i: bound[i]()

@@ -181,9 +181,29 @@ inline cudaError_t {name}({launcher_params(spec)}) {{
     const size_t smem = {source.dynamic_smem};  // dynamic shared memory in bytes
 {_smem_opt_in(source, kernel)}{maps}    // Arguments in the kernel's parameter order, each passed by the address of its value.
 {slots}    void* args[] = {{{addresses}}};
-    cudaError_t launched = cudaLaunchKernel({kernel}, grid, block, args, smem, stream);
-    return launched != cudaSuccess ? launched : cudaGetLastError();
+{_launch_call(source, kernel)}    return launched != cudaSuccess ? launched : cudaGetLastError();
 }}
+"""
+
+
+def _launch_call(source: KernelSource, kernel: str) -> str:
+    """The launch: plain, or for a kernel with the dependent-launch prologue (sm_90+) with programmatic
+    stream serialization, so that it overlaps the end of the kernel before it on `stream`."""
+    if not source.dependent_launch:
+        return "    cudaError_t launched = cudaLaunchKernel({kernel}, grid, block, args, smem, stream);\n".format(kernel=kernel)
+    return f"""    // The kernel waits for the one before it on `stream` itself (griddepcontrol.wait) after asking L2
+    // for its share of the streamed operand: allowed to start early, it overlaps that kernel's end.
+    cudaLaunchAttribute overlap[1];
+    overlap[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    overlap[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {{}};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    config.attrs = overlap;
+    config.numAttrs = 1;
+    cudaError_t launched = cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(&{kernel}), args);
 """
 
 

@@ -13,6 +13,7 @@ from ...spec import GemmSpec
 from ..config_base import ceil_div
 from ..parts.epilogue import CArg, Operands, VectorArg, epilogue_call, epilogue_function, pointer_params
 from ..parts.floats import FLOAT_VIEW, HALF_FLOATS, TO_OUT
+from ..parts import dependent_launch
 from . import tensor_cores
 from .config import NAME, VERSION, GemvConfig, block_outputs, outputs, rejections, stream_kind, streams_b, vec, vectors
 
@@ -123,6 +124,32 @@ def _operands(spec: GemmSpec) -> str:
             f"    const in_t* __restrict__ x = {vector};  // small: read through the caches\n")
 
 
+# Bytes of W a block asks L2 for before it waits for the kernel ahead (parts/dependent_launch.py).
+# H100, 2026-11-26 (bench/probes/gemv_dependent_launch.py, budgets 4-32 KB): the tensor-core kernel's
+# blocks (16 rows, all resident at once) streamed best near 16-32 KB and 32 KB cost 4% launched alone;
+# the CUDA-core rows kernel's (a few rows, several waves) best at 4-8 KB and worse from 16 KB.
+PREFETCH_BYTES = {"tensor_cores": 16384, "cuda_cores": 8192}
+
+
+def depends_on_launch(spec: GemmSpec, arch: str) -> bool:
+    """Whether the kernel starts with the dependent-launch prologue (parts/dependent_launch.py): on
+    sm_90 and later, for the rows kind, whose block streams one contiguous run of W's rows."""
+    return dependent_launch.supported(arch) and stream_kind(spec) == "rows"
+
+
+def _start(spec: GemmSpec, arch: str, kernel: str) -> str:
+    """The kernel's first statements: its operands, then (where it applies) the dependent-launch
+    prologue, which prefetches the first FIRST_K values of each of the block's rows of W (GROUPS
+    groups of NW outputs; what its first step loads), at most PREFETCH_BYTES[kernel] in all."""
+    if not depends_on_launch(spec, arch):
+        return _operands(spec)
+    rows = ("    const int block_first = blockIdx.x * GROUPS * NW;  // the block's first output (row of W)\n"
+            "    const int block_rows = min(block_first + GROUPS * NW, P) - block_first;\n")
+    return _operands(spec) + rows + dependent_launch.prologue(
+        "W + (size_t)block_first * K", "block_rows", "(size_t)K * sizeof(in_t)",
+        "(size_t)min(K, FIRST_K) * sizeof(in_t)", PREFETCH_BYTES[kernel])
+
+
 # --- the rows kernel: W is P rows of K contiguous values --------------------------------------------
 # rows: the lanes' sums of each output meet by a shuffle tree, the warps of a group in shared memory.
 ROWS_REDUCE = """    #pragma unroll
@@ -151,7 +178,7 @@ ROWS_REDUCE = """    #pragma unroll
 """
 
 
-def _rows_body(spec: GemmSpec, config: GemvConfig) -> str:
+def _rows_body(spec: GemmSpec, config: GemvConfig, arch: str) -> str:
     v = vec(spec)
     main = """        int k = (part * 32 + lane) * VEC;
         for (; k + (UNROLL - 1) * STEP < K_VEC; k += UNROLL * STEP) {
@@ -195,12 +222,13 @@ constexpr int WPO = {config.warps_per_output};  // warps sharing one group's K
 constexpr int NW = {config.outputs_per_warp};  // outputs of one group (a warp computes them together)
 constexpr int GROUPS = THREADS / 32 / WPO;  // groups per block
 constexpr int STEP = 32 * WPO * VEC;  // K covered by one load of every lane of a group
+constexpr int FIRST_K = UNROLL * STEP;  // K a group reads in its first step
 constexpr int K_VEC = VEC > 1 ? K - K % VEC : 0;  // K handled by 16-byte loads; the rest one value at a time
 
 // rows: the WPO warps of a group reduce NW rows of W against the R vectors; lanes stride along K with
 // 16-byte loads, then a shuffle tree (and shared memory across warps) sums the lanes.
 extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_params(spec)[1]}) {{
-{_operands(spec)}    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+{_start(spec, arch, "cuda_cores")}    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int group = warp / WPO, part = warp % WPO;  // part: which interleaved share of K
     const int p0 = (blockIdx.x * GROUPS + group) * NW;  // first output of the group
     float acc[NW][R] = {{}};
@@ -300,26 +328,30 @@ extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_param
 def _tensor_core_code(spec: GemmSpec, config: GemvConfig, arch: str) -> str:
     """The rows kernel on tensor cores (tensor_cores.py): no unpacking, A read 16 bytes at a time."""
     epilogue = epilogue_function(spec.epilogue, EPILOGUE_OPERANDS)
-    body = tensor_cores.body(spec, config, entry_name(spec), _params(spec)[1], _operands(spec))
-    return (_header(spec, config) + PRELUDE + _types(spec) + LOADS + tensor_cores.helpers(spec, arch) + "\n"
-            + (epilogue + "\n" if epilogue else "") + body)
+    body = tensor_cores.body(spec, config, entry_name(spec), _params(spec)[1], _start(spec, arch, "tensor_cores"))
+    return (_header(spec, config) + PRELUDE + _types(spec) + LOADS + _launch_helpers(spec, arch)
+            + tensor_cores.helpers(spec, arch) + "\n" + (epilogue + "\n" if epilogue else "") + body)
 
 
-def _cuda_core_code(spec: GemmSpec, config: GemvConfig) -> str:
+def _launch_helpers(spec: GemmSpec, arch: str) -> str:
+    return dependent_launch.HELPERS if depends_on_launch(spec, arch) else ""
+
+
+def _cuda_core_code(spec: GemmSpec, config: GemvConfig, arch: str) -> str:
     rows = stream_kind(spec) == "rows"
-    body = _rows_body(spec, config) if rows else _columns_body(spec, config)
+    body = _rows_body(spec, config, arch) if rows else _columns_body(spec, config)
     unpack = UNPACK[STORAGE_TYPES[spec.dtype]] if vec(spec) > 1 else ""
     epilogue = epilogue_function(spec.epilogue, EPILOGUE_OPERANDS)
-    return (_header(spec, config) + PRELUDE + _types(spec) + LOADS + unpack + _x_access(spec, rows) + "\n"
-            + (epilogue + "\n" if epilogue else "") + body)
+    return (_header(spec, config) + PRELUDE + _types(spec) + LOADS + _launch_helpers(spec, arch) + unpack
+            + _x_access(spec, rows) + "\n" + (epilogue + "\n" if epilogue else "") + body)
 
 
 def render(spec: GemmSpec, config: GemvConfig, arch: str = "sm_90") -> KernelSource:
     broken = rejections(config, spec, arch)
     if broken:
         raise ConfigError(f"config rejected for {spec.short()} on {arch}: " + "; ".join(broken.values()))
-    code = _tensor_core_code(spec, config, arch) if config.tensor_cores else _cuda_core_code(spec, config)
+    code = _tensor_core_code(spec, config, arch) if config.tensor_cores else _cuda_core_code(spec, config, arch)
     grid = (ceil_div(outputs(spec), block_outputs(config, spec)), 1, 1)
     return KernelSource(code=code, entry=entry_name(spec), grid=grid, block=(config.threads, 1, 1),
                         args=_params(spec)[0], spec=spec, family=NAME, family_version=VERSION,
-                        config=config.to_json())
+                        config=config.to_json(), dependent_launch=depends_on_launch(spec, arch))

@@ -89,6 +89,7 @@ constexpr int PIECE = {values_per_load(spec)};  // k in one lane's 16-byte load
 constexpr int CHUNK = 4 * PIECE;  // k of one chunk: the 4 lanes of a row group load PIECE neighbouring k each
 constexpr int SPAN = UNROLL * CHUNK;  // k a warp covers per step of its loop
 constexpr int STEP = WPO * SPAN;  // k a group covers per step: its WPO warps take neighbouring spans
+constexpr int FIRST_K = STEP;  // k a group reads in its first step
 """
 
 

@@ -1,0 +1,116 @@
+"""Probe: what does the gemv dependent-launch prologue (kernels/parts/dependent_launch.py) buy, and
+what does each part of it cost when launched alone?
+
+    PYTHONPATH=src:bench python bench/probes/gemv_dependent_launch.py [--out rows.md]
+
+For each shape, three builds of the chooser's pick (the same config, tuning database empty):
+- none: no prologue (the kernel as it was before the part existed);
+- wait: the early start and the wait, no prefetch;
+- prefetch-N: the early start, the L2 prefetch of each row's first step (at most N bytes a block), the
+  wait; default: what gemmtune builds (render.PREFETCH_BYTES per kernel).
+Each is timed by bench_m1_stream's protocols: single (one flushed launch) and stream (back to back
+over rotating operand sets), the stream both launched with programmatic stream serialization and
+plainly; cuBLAS and a same-size copy streamed once per shape. Every launch's D is verified.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+SHAPES = "16x4096x4096,8x4096x4096,1x4096x4096,16x14336x4096,1x1024x4096"
+
+
+def _variant(name: str):
+    """Patch the gemv renderer into variant `name`; returns the undo."""
+    import importlib
+
+    from gemmtune.kernels.parts import dependent_launch
+
+    render = importlib.import_module("gemmtune.kernels.gemv.render")  # the package re-exports a function of that name
+
+    saved = (render.depends_on_launch, dependent_launch.prologue, dict(render.PREFETCH_BYTES))
+    if name.startswith("prefetch-"):
+        render.PREFETCH_BYTES.update({kernel: int(name.split("-")[1]) for kernel in render.PREFETCH_BYTES})
+    if name == "none":
+        render.depends_on_launch = lambda spec, arch: False
+    elif name == "wait":
+        full = dependent_launch.prologue
+        dependent_launch.prologue = lambda *a: "\n".join(l for l in full(*a).splitlines() if "prefetch_rows_to_l2" not in l) + "\n"
+
+    def undo():
+        render.depends_on_launch, dependent_launch.prologue = saved[:2]
+        render.PREFETCH_BYTES.update(saved[2])
+    return undo
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", default=SHAPES)
+    parser.add_argument("--dtypes", default="bf16,tf32")
+    parser.add_argument("--variants", default="none,wait,default")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+
+    import torch
+    from bench_m1_stream import check_outputs, poisoned_sets, time_copy, time_cublas, time_ours, us
+    from bench_untuned import LAYOUT, build_and_time, copy_bandwidth, untuned_protocol
+
+    from gemmtune.baseline import prepare
+    from gemmtune.device import query_device
+    from gemmtune.spec import GemmSpec
+    from gemmtune.stream_timing import set_count
+
+    protocol, info = untuned_protocol(), query_device()
+    stream = torch.cuda.current_stream().cuda_stream
+    copy_bw = copy_bandwidth(protocol)
+    lines = [f"# gemv dependent launch, part by part ({info.name})", "",
+             "`bench/probes/gemv_dependent_launch.py`; GB/s counts A, B and D once, % of the 1 GiB copy "
+             f"({copy_bw / 1e9:.0f} GB/s). stream: launched to overlap the launch before it; plain: the same "
+             "binary launched plainly.", "",
+             "| shape | variant | single µs (% copy) | stream µs (% copy) | plain stream µs (% copy) | cuBLAS stream µs | copy stream µs | verified |",
+             "|---|---|---:|---:|---:|---:|---:|---|"]
+
+    def pct(spec, seconds):
+        return f"{us(seconds)} ({spec.min_bytes / seconds / copy_bw:.0%})" if seconds else "-"
+
+    for dtype in args.dtypes.split(","):
+        for shape in args.shapes.split(","):
+            m, n, k = (int(v) for v in shape.split("x"))
+            spec = GemmSpec(m, n, k, LAYOUT[dtype], dtype)
+            count = set_count(spec.min_bytes, info.l2_bytes)
+            prepared = prepare(spec)
+            sets = poisoned_sets(torch, prepared, count)
+            cublas = time_cublas(torch, spec, sets, stream).per_launch_s
+            del sets
+            copy, _ = time_copy(torch, spec.min_bytes, info.l2_bytes, stream)
+            for variant in args.variants.split(","):
+                undo = _variant(variant)
+                try:
+                    built = build_and_time(spec, protocol, Path(tempfile.mkdtemp()) / "empty.sqlite")
+                finally:
+                    undo()
+                verified, times = built.verified, []
+                for dependent in (True, False):
+                    sets = poisoned_sets(torch, prepared, count)
+                    times.append(time_ours(built.kernel, sets, stream, dependent).per_launch_s)
+                    verified += check_outputs(sets, prepared, f"{variant} stream")
+                    del sets
+                has = built.kernel.compiled.source.dependent_launch
+                row = (f"| {spec.short()} | {variant} | {pct(spec, built.seconds)} | {pct(spec, times[0])} "
+                       f"| {pct(spec, times[1]) if has else '-'} | {us(cublas)} | {us(copy.per_launch_s)} | {verified} |")
+                print(row, flush=True)
+                lines.append(row)
+            torch.cuda.empty_cache()
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,117 @@
+"""On the GPU: gemv kernels launched with dependent launch (kernels/parts/dependent_launch.py) start
+before the kernel ahead of them has finished, so they must wait for it before reading what it
+writes. A chain in which each GEMV reads the D that the one before it has just written (poisoned
+with NaN before every round) checks that, back to back and inside a captured CUDA graph; a GEMV
+launched after torch work on its input checks the case where the kernel ahead is not ours."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA GPU", allow_module_level=True)
+
+import gemmtune  # noqa: E402
+from gemmtune.kernels.config_base import arch_number  # noqa: E402
+from gemmtune.spec import GemmSpec  # noqa: E402
+from gemmtune.verify import tolerance  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+ROUNDS = 20
+# 16 vectors through three layers (tensor-core rows kernel), and one vector (CUDA-core rows kernel).
+CHAINS = {"rows-16": (16, (4096, 4096, 1000)), "rows-1": (1, (4096, 11008, 4096))}
+WIDTH = 4096  # the chain's input width
+
+
+def _chain(m: int, widths: tuple[int, ...]):
+    """The layers' kernels: layer i maps m×k vectors to m×n (B stored n×k, bf16, layout nt)."""
+    kernels, k = [], WIDTH
+    for n in widths:
+        kernel = gemmtune.build(GemmSpec(m, n, k, "nt", "bf16"))
+        assert kernel.family == "gemv"
+        if arch_number(kernel.arch) >= 90:
+            assert kernel.compiled.source.dependent_launch
+        kernels.append(kernel)
+        k = n
+    return kernels
+
+
+def _weights(widths: tuple[int, ...], seed: int) -> list:
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    shapes, k = [], WIDTH
+    for n in widths:
+        shapes.append((n, k))
+        k = n
+    # Scaled so the activations stay near 1 through the layers.
+    return [torch.rand(s, generator=g, device="cuda").mul_(2).sub_(1).mul_(s[1] ** -0.5).to(torch.bfloat16)
+            for s in shapes]
+
+
+def _check_layers(x, weights, outs) -> None:
+    """Each layer's D against float64 products of the input it should have read (the bf16 D before it)."""
+    inputs = [x] + outs[:-1]
+    for i, (a, w, d) in enumerate(zip(inputs, weights, outs)):
+        got = d.double().cpu()
+        assert not torch.isnan(got).any(), f"layer {i}: NaN in D (read a poisoned input, or not written)"
+        ref = a.double().cpu() @ w.double().cpu().t()
+        error = float(torch.linalg.norm(got - ref) / torch.linalg.norm(ref))
+        assert error <= tolerance("bf16", w.shape[1], "bf16"), f"layer {i}: relative error {error:.3g}"
+
+
+@pytest.mark.parametrize("chain", list(CHAINS))
+def test_back_to_back_chain_reads_what_the_kernel_before_wrote(chain):
+    m, widths = CHAINS[chain]
+    kernels = _chain(m, widths)
+    x = torch.rand((m, WIDTH), device="cuda").mul_(2).sub_(1).to(torch.bfloat16)
+    for round_ in range(ROUNDS):
+        weights = _weights(widths, seed=round_)
+        outs = [torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16) for n in widths]
+        a = x
+        for kernel, w, d in zip(kernels, weights, outs):  # queued back to back, no sync between
+            kernel(a, w, out=d)
+            a = d
+        torch.cuda.synchronize()
+        _check_layers(x, weights, outs)
+
+
+def test_chain_inside_a_cuda_graph():
+    m, widths = CHAINS["rows-16"]
+    kernels = _chain(m, widths)
+    x = torch.rand((m, WIDTH), device="cuda").mul_(2).sub_(1).to(torch.bfloat16)
+    weights = _weights(widths, seed=0)
+    outs = [torch.empty((m, n), device="cuda", dtype=torch.bfloat16) for n in widths]
+
+    def forward():
+        a = x
+        for kernel, w, d in zip(kernels, weights, outs):
+            d.fill_(float("nan"))  # a torch kernel between ours: the next GEMV waits for it too
+            kernel(a, w, out=d)
+            a = d
+
+    forward()  # load the kernels before capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        forward()
+    for round_ in range(5):
+        fresh = _weights(widths, seed=100 + round_)
+        for w, f in zip(weights, fresh):
+            w.copy_(f)
+        graph.replay()
+        torch.cuda.synchronize()
+        _check_layers(x, weights, outs)
+
+
+def test_gemv_after_torch_writes_its_input():
+    """The kernel ahead is torch's (it never lets ours start early): ours must still see its writes."""
+    m, widths = CHAINS["rows-16"]
+    kernel = _chain(m, widths[:1])[0]
+    w = _weights(widths[:1], seed=7)[0]
+    x = torch.empty((m, WIDTH), device="cuda", dtype=torch.bfloat16)
+    for round_ in range(ROUNDS):
+        out = torch.full((m, widths[0]), float("nan"), device="cuda", dtype=torch.bfloat16)
+        x.fill_(float("nan"))
+        x.copy_(torch.rand((m, WIDTH), device="cuda").mul_(2).sub_(1))  # the write ours must wait for
+        kernel(x, w, out=out)
+        torch.cuda.synchronize()
+        _check_layers(x, [w], [out])
