@@ -254,33 +254,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_param
 
 
 # --- the columns kernel: W is K rows of P contiguous values -----------------------------------------
-def _columns_reduce(spec: GemmSpec) -> str:
-    """The columns kernels' end: the TK partial sums of each output meet in shared memory (`partial`)
-    and the epilogue runs on the way to D."""
-    return ("""    #pragma unroll
-    for (int r = 0; r < R; ++r) {  // one vector at a time through the shared buffer
-        #pragma unroll
-        for (int i = 0; i < VEC; ++i) partial[tk][tx * VEC + i] = acc[r][i];
-        __syncthreads();
-        // Tree over the TK partial sums: log2(TK) rounds, every thread adding one pair per column.
-        for (int half = TK / 2; half > 0; half /= 2) {
-            for (int idx = threadIdx.x; idx < half * COLS; idx += THREADS)
-                partial[idx / COLS][idx % COLS] += partial[idx / COLS + half][idx % COLS];
-            __syncthreads();
-        }
-        for (int c = threadIdx.x; c < COLS; c += THREADS) {
-            const int p = blockIdx.x * COLS + c;
-            if (p < P) """ + _store(spec, "r", "p", "partial[0][c]") + """
-        }
-        __syncthreads();  // the buffer is reused by the next vector
-    }
-""")
-
-
 def _columns_body(spec: GemmSpec, config: GemvConfig) -> str:
     v = vec(spec)
-    if v > 1 and vectors(spec) >= STAGE_X_MIN_ROWS:
-        return _columns_staged_body(spec, config)
     if v > 1:  # P % VEC == 0: a thread's VEC outputs are all inside or all outside
         walk = """            uint4 w[UNROLL];
             #pragma unroll
@@ -329,81 +304,24 @@ extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_param
 {tail}
         }}
     }}
-{_columns_reduce(spec)}}}
-"""
-
-
-# The columns kernel with the vectors in shared memory: from this many vectors on, a block's reads of
-# x (R values at every k, all of K) outweigh its share of W unless they come from shared memory: at
-# 16×4096×4096 fp32 x is 256 KB, more than L1 holds, and every block read it again from L2 (H100,
-# 2026-11-26: 36% of copy bandwidth, 41% streamed).
-STAGE_X_MIN_ROWS = 4
-X_CHUNK = 256  # k of x a block holds in shared memory at a time
-
-
-def _columns_staged_body(spec: GemmSpec, config: GemvConfig) -> str:
-    """The columns kernel for R ≥ STAGE_X_MIN_ROWS (16-byte pieces of W): x goes through shared memory
-    X_CHUNK values of k at a time, stored k-major so that the R values a thread needs at one k are
-    R/4 broadcast 16-byte reads."""
-    return f"""constexpr int THREADS = {config.threads}, UNROLL = {config.unroll};
-constexpr int TX = {config.threads_x}, TK = THREADS / TX;  // threads across outputs × threads along K
-constexpr int COLS = TX * VEC;  // outputs per block
-constexpr int X_CHUNK = {X_CHUNK};
-constexpr int KC = (X_CHUNK + UNROLL * TK - 1) / (UNROLL * TK) * (UNROLL * TK);  // k of x in shared memory
-                                                             // at a time: whole steps of the block, ≥ X_CHUNK
-constexpr int R4 = (R + 3) / 4 * 4;  // x values read per k (16 bytes at a time; zeros past R)
-constexpr int XS = R4 + 4;  // floats between two k of x in shared memory: 4 more than read, so the
-                            // k of one warp's reads fall on different banks
-constexpr int SHARED = KC * XS > TK * COLS ? KC * XS : TK * COLS;  // floats: x's chunk, then the partial sums
-
-// columns: thread (tx, tk) owns VEC neighbouring outputs and sums rows k = tk, tk + TK, ... of W;
-// a warp reads 32/TX rows, TX·16 contiguous bytes each. The R vectors come from shared memory, KC
-// values of k at a time, so the block reads x once from L2 whatever R. The TK partial sums meet in
-// shared memory.
-extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_params(spec)[1]}) {{
-{_operands(spec)}    __shared__ __align__(16) float shared[SHARED];
-    float (*xs)[XS] = reinterpret_cast<float (*)[XS]>(shared);  // xs[k - k0][r] = x_r[k] for the chunk from k0
-    float (*partial)[COLS] = reinterpret_cast<float (*)[COLS]>(shared);  // after the last chunk
-    const int tx = threadIdx.x % TX, tk = threadIdx.x / TX;
-    const int p0 = blockIdx.x * COLS + tx * VEC;
-    float acc[R][VEC] = {{}};
-    // acc[r][i] += x_r[k] · W[k, p0 + i]: one 16-byte row piece of W serves all R vectors (kk = k - k0).
-    auto add_row = [&](uint4 w, int kk) {{
-        float f[VEC];
-        unpack(w, f);
+    #pragma unroll
+    for (int r = 0; r < R; ++r) {{  // one vector at a time through the shared buffer
         #pragma unroll
-        for (int q = 0; q < R4 / 4; ++q) {{
-            const float4 xq = *reinterpret_cast<const float4*>(&xs[kk][4 * q]);
-            const float xr[4] = {{xq.x, xq.y, xq.z, xq.w}};
-            #pragma unroll
-            for (int j = 0; j < 4; ++j)
-                if (4 * q + j < R)
-                    #pragma unroll
-                    for (int i = 0; i < VEC; ++i) acc[4 * q + j][i] = fmaf(xr[j], f[i], acc[4 * q + j][i]);
-        }}
-    }};
-    for (int k0 = 0; k0 < K; k0 += KC) {{
-        __syncthreads();  // every thread is done with the previous chunk
-        for (int idx = threadIdx.x; idx < R4 * KC; idx += THREADS) {{  // k fastest: x's rows read along K
-            const int r = idx / KC, kk = idx % KC;
-            xs[kk][r] = r < R && k0 + kk < K ? x_at(x, r, k0 + kk) : 0.0f;
-        }}
+        for (int i = 0; i < VEC; ++i) partial[tk][tx * VEC + i] = acc[r][i];
         __syncthreads();
-        if (p0 < P) {{
-            const int k_end = min(k0 + KC, K);
-            int k = k0 + tk;
-            for (; k + (UNROLL - 1) * TK < k_end; k += UNROLL * TK) {{
-                uint4 w[UNROLL];
-                #pragma unroll
-                for (int u = 0; u < UNROLL; ++u) w[u] = stream_load(W + (size_t)(k + u * TK) * P + p0);
-                #pragma unroll
-                for (int u = 0; u < UNROLL; ++u) add_row(w[u], k + u * TK - k0);
-            }}
-            for (; k < k_end; k += TK) add_row(stream_load(W + (size_t)k * P + p0), k - k0);
+        // Tree over the TK partial sums: log2(TK) rounds, every thread adding one pair per column.
+        for (int half = TK / 2; half > 0; half /= 2) {{
+            for (int idx = threadIdx.x; idx < half * COLS; idx += THREADS)
+                partial[idx / COLS][idx % COLS] += partial[idx / COLS + half][idx % COLS];
+            __syncthreads();
         }}
+        for (int c = threadIdx.x; c < COLS; c += THREADS) {{
+            const int p = blockIdx.x * COLS + c;
+            if (p < P) {_store(spec, "r", "p", "partial[0][c]")}
+        }}
+        __syncthreads();  // the buffer is reused by the next vector
     }}
-    __syncthreads();  // the last chunk of x is read: its memory takes the partial sums
-{_columns_reduce(spec)}}}
+}}
 """
 
 
