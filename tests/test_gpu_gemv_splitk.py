@@ -12,7 +12,8 @@ from gemmtune.spec import GemmSpec
 pytestmark = pytest.mark.gpu
 
 LAYOUTS = ("nn", "nt", "tn", "tt")
-GEMV_SHAPES = [(1, 1, 1), (1, 13, 7), (77, 1, 5), (4099, 1, 1003), (1, 4096, 4096), (5, 1001, 4104), (16, 999, 777)]
+GEMV_SHAPES = [(1, 1, 1), (1, 13, 7), (77, 1, 5), (4099, 1, 1003), (1, 4096, 4096), (5, 1001, 4104), (16, 999, 777),
+               (16, 1000, 4104), (3, 4096, 1000)]  # the last two: 4-byte columns kernels walk K in quads
 LONG_K = [(1, 1000, 65536), (8, 512, 65536), (3000, 1, 65536)]  # default config only: inputs are large
 GEMV_CONFIGS = [GemvConfig(), GemvConfig(threads=512, warps_per_output=4, threads_x=2, unroll=2),
                 GemvConfig(threads=128, warps_per_output=1, threads_x=32, unroll=1),

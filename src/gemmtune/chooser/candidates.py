@@ -15,7 +15,7 @@ import math
 from typing import Any
 
 from ..kernels import get_family
-from ..kernels.gemv.config import GemvConfig, stream_kind, tensor_core_rejection, vectors
+from ..kernels.gemv.config import GemvConfig, outputs, quads, stream_kind, tensor_core_rejection, vectors
 from ..kernels.simt.config import SimtConfig
 from ..kernels.wgmma.config import (OUT_BYTES, WgmmaConfig, direct_stores, k_major, out_dtype, split_shapes, splits_fp32,
                                     staging_choice, transposes_tf32, with_c_path)
@@ -234,9 +234,29 @@ GEMV_TENSOR_CORES_UNTUNED = True
 UNTUNED_TENSOR_CORE_CONFIG = GemvConfig(threads=256, warps_per_output=8, unroll=4, tensor_cores=True, mma_tiles=2)
 
 
+# The columns kernel walking K in quads (gemv render.quads: 4-byte values, several vectors stored
+# along K) wants few wide blocks: 512 threads, as many across the outputs as still give every SM
+# about one block, a short unroll at 16 vectors. In the probe (bench/probes/gemv_columns_quads.py,
+# H100, 2026-11-26) this shape was the fastest of 45 block shapes or within 4% of it on 5 shapes at
+# 2-16 vectors, while the model's pick (trained on the row-by-row kernel: 128 threads, 2 across) ran
+# 1.2-1.7x slower in quads than this one.
+QUAD_BLOCK_THREADS = 512
+QUAD_ACROSS = (32, 16, 8, 4, 2)  # threads across the outputs, widest first
+QUAD_SM_SHARE = 0.8  # the widest whose blocks number at least this share of the SMs
+QUAD_RULE_MIN_ROWS = 4  # below this the model's pick is kept (at 2 vectors quads and rows ran alike)
+
+
+def quad_config(spec: GemmSpec, sm_count: int) -> GemvConfig:
+    """The columns-in-quads block shape for `spec` on a GPU of `sm_count` SMs (see QUAD_BLOCK_THREADS)."""
+    width = next((x for x in QUAD_ACROSS if -(-outputs(spec) // (4 * x)) >= QUAD_SM_SHARE * sm_count), QUAD_ACROSS[-1])
+    return GemvConfig(threads=QUAD_BLOCK_THREADS, warps_per_output=1, threads_x=width,
+                      unroll=1 if vectors(spec) > 8 else 4)
+
+
 def gemv_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[GemvConfig]:
     """The measured tensor-core block shape where that kernel runs the spec on `arch` (while
-    GEMV_TENSOR_CORES_UNTUNED is on), else the CUDA-core kernels.
+    GEMV_TENSOR_CORES_UNTUNED is on), the measured quads block shape where the columns kernel walks K
+    in quads, else the CUDA-core kernels as the model ranks them.
 
     The tensor-core path is taken whenever it applies, without the model weighing it against the
     CUDA-core kernels: its reason to exist is that those are compute bound at 2-16 rows (0.51-0.72×
@@ -244,6 +264,8 @@ def gemv_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[GemvConfig
     two."""
     if GEMV_TENSOR_CORES_UNTUNED and tensor_core_rejection(spec, arch) is None:
         return [UNTUNED_TENSOR_CORE_CONFIG]
+    if quads(spec) and vectors(spec) >= QUAD_RULE_MIN_ROWS:
+        return [quad_config(spec, sm_count)]
     return gemv_stream_candidates(spec)
 
 

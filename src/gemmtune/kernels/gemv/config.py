@@ -129,6 +129,19 @@ def vec(spec: GemmSpec) -> int:
     return per_load if row % per_load == 0 else 1
 
 
+# From this many vectors on, a 4-byte columns kernel whose vectors are contiguous along K takes W's
+# rows four at a time (quads), so each vector's four values at those k are one 16-byte load:
+# a quarter of the loads of x that one row at a time needs (16 per row of W at R = 16).
+QUAD_MIN_ROWS = 2
+
+
+def quads(spec: GemmSpec) -> bool:
+    """Whether the columns kernel walks K in quads: the columns kind with 4-byte values (VEC = 4), x = A
+    stored M×K with K a multiple of 4 (16-byte aligned rows), at least QUAD_MIN_ROWS vectors."""
+    return (stream_kind(spec) == "columns" and vec(spec) == 4 and streams_b(spec) and not spec.a_trans
+            and spec.k % 4 == 0 and vectors(spec) >= QUAD_MIN_ROWS)
+
+
 def block_outputs(c: GemvConfig, s: GemmSpec) -> int:
     """Outputs one block of `c` computes for `s`: its groups' outputs on the rows kind, threads_x
     vectors of VEC outputs on the columns kind (the grid is the outputs over this)."""

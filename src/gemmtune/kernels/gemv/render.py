@@ -15,7 +15,7 @@ from ..parts.epilogue import CArg, Operands, VectorArg, epilogue_call, epilogue_
 from ..parts.floats import FLOAT_VIEW, HALF_FLOATS, TO_OUT
 from ..parts import dependent_launch
 from . import tensor_cores
-from .config import NAME, VERSION, GemvConfig, block_outputs, outputs, rejections, stream_kind, streams_b, vec, vectors
+from .config import NAME, VERSION, GemvConfig, block_outputs, outputs, quads, rejections, stream_kind, streams_b, vec, vectors
 
 STORAGE_TYPES = {"fp32": "float", "tf32": "float", "bf16": "bf16_t", "fp16": "fp16_t"}
 
@@ -256,6 +256,34 @@ extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_param
 # --- the columns kernel: W is K rows of P contiguous values -----------------------------------------
 def _columns_body(spec: GemmSpec, config: GemvConfig) -> str:
     v = vec(spec)
+    if quads(spec):
+        walk = """            uint4 w[UNROLL][4];
+            #pragma unroll
+            for (int u = 0; u < UNROLL; ++u)
+                #pragma unroll
+                for (int q = 0; q < 4; ++q) w[u][q] = stream_load(W + (size_t)(k + u * TK4 + q) * P + p0);
+            #pragma unroll
+            for (int u = 0; u < UNROLL; ++u) add_quad(w[u], k + u * TK4);"""
+        tail = """            uint4 w[4];
+            #pragma unroll
+            for (int q = 0; q < 4; ++q) w[q] = stream_load(W + (size_t)(k + q) * P + p0);
+            add_quad(w, k);"""
+        add_row = """        // acc[r][i] += Σ_q x_r[k + q] · W[k + q, p0 + i]: four rows of W, and each vector's four values
+        // at those k in one 16-byte load (through L1: every thread of the block reads the same x).
+        auto add_quad = [&](const uint4 (&w)[4], int k) {
+            float f[4][VEC];
+            #pragma unroll
+            for (int q = 0; q < 4; ++q) unpack(w[q], f[q]);
+            #pragma unroll
+            for (int r = 0; r < R; ++r) {
+                const float4 xq = __ldg(reinterpret_cast<const float4*>(&x_at_ref(x, r, k)));
+                #pragma unroll
+                for (int i = 0; i < VEC; ++i)
+                    acc[r][i] = fmaf(xq.w, f[3][i], fmaf(xq.z, f[2][i], fmaf(xq.y, f[1][i], fmaf(xq.x, f[0][i], acc[r][i]))));
+            }
+        };
+"""
+        return _columns_kernel(spec, config, add_row, walk, tail, quad=True)
     if v > 1:  # P % VEC == 0: a thread's VEC outputs are all inside or all outside
         walk = """            uint4 w[UNROLL];
             #pragma unroll
@@ -284,11 +312,21 @@ def _columns_body(spec: GemmSpec, config: GemvConfig) -> str:
             for (int r = 0; r < R; ++r) acc[r][0] = fmaf(x_at(x, r, k), to_float(w), acc[r][0]);
         };
 """
+    return _columns_kernel(spec, config, add_row, walk, tail)
+
+
+def _columns_kernel(spec: GemmSpec, config: GemvConfig, add_row: str, walk: str, tail: str,
+                    quad: bool = False) -> str:
+    """The columns kernel around its per-row (or per-quad) step: `add_row` defines it, `walk` is the
+    unrolled main loop's body, `tail` one step past it."""
+    step, first, note = (("TK4", "4 * tk", "sums rows k = 4tk .. 4tk + 3, then the next quad 4·TK on, ...")
+                         if quad else ("TK", "tk", "sums rows k = tk, tk + TK, ..."))
+    quad_step = "constexpr int TK4 = 4 * TK;  // k one quad step of the block covers\n" if quad else ""
     return f"""constexpr int THREADS = {config.threads}, UNROLL = {config.unroll};
 constexpr int TX = {config.threads_x}, TK = THREADS / TX;  // threads across outputs × threads along K
 constexpr int COLS = TX * VEC;  // outputs per block
-
-// columns: thread (tx, tk) owns VEC neighbouring outputs and sums rows k = tk, tk + TK, ... of W;
+{quad_step}
+// columns: thread (tx, tk) owns VEC neighbouring outputs and {note} of W;
 // a warp reads 32/TX rows, TX·16 contiguous bytes each. The TK partial sums meet in shared memory.
 extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_params(spec)[1]}) {{
 {_operands(spec)}    __shared__ float partial[TK][COLS];
@@ -296,11 +334,11 @@ extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_param
     const int p0 = blockIdx.x * COLS + tx * VEC;
     float acc[R][VEC] = {{}};
     if (p0 < P) {{
-{add_row}        int k = tk;
-        for (; k + (UNROLL - 1) * TK < K; k += UNROLL * TK) {{
+{add_row}        int k = {first};
+        for (; k + (UNROLL - 1) * {step} < K; k += UNROLL * {step}) {{
 {walk}
         }}
-        for (; k < K; k += TK) {{
+        for (; k < K; k += {step}) {{
 {tail}
         }}
     }}
