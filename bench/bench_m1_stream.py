@@ -80,13 +80,32 @@ def check_outputs(sets: list[tuple], prepared, what: str) -> str:
     return ""
 
 
-def time_ours(kern, sets: list[tuple], stream: int, dependent_launch: bool = True):
+def time_ours(compiled, sets: list[tuple], stream: int, dependent_launch: bool = True):
     from gemmtune.runtime import LoadedKernel
     from gemmtune.stream_timing import kernel_launches, reps_for, time_stream
 
-    with LoadedKernel(kern.compiled) as loaded:
+    with LoadedKernel(compiled) as loaded:
         return time_stream(kernel_launches(loaded, sets, stream, dependent_launch), len(sets), stream,
                            reps=reps_for(len(sets)))
+
+
+def write_lines(lines: list[str], out: Path | None, echo: bool = True) -> None:
+    """A probe's table: printed (unless `echo` is off) and written to `out` when given."""
+    text = "\n".join(lines)
+    if echo:
+        print(text)
+    if out:
+        out.write_text(text + "\n")
+
+
+def stream_checked(torch, compiled, prepared, count: int, stream: int, what: str, dependent_launch: bool = True):
+    """`compiled` streamed over `count` fresh poisoned operand sets, then every set's D checked:
+    (the timing, "" or "; <what> ... off tolerance")."""
+    sets = poisoned_sets(torch, prepared, count)
+    timing = time_ours(compiled, sets, stream, dependent_launch)
+    verdict = check_outputs(sets, prepared, what)
+    del sets  # before the caller's next sets exist
+    return timing, verdict
 
 
 def time_cublas(torch, spec, sets: list[tuple], stream: int):
@@ -126,17 +145,13 @@ def bench_one(spec, protocol, db_path: Path, l2_bytes: int) -> StreamRow:
     prepared = prepare(spec)
     ours, plain, queued = None, None, True
     if built.seconds is not None:  # built and verified
-        sets = poisoned_sets(torch, prepared, count)
-        timing = time_ours(built.kernel, sets, stream)
-        ours, queued = timing.per_launch_s, timing.queued_ahead
-        verified += check_outputs(sets, prepared, "ours")
-        del sets  # before the next R sets exist
-        if built.kernel.compiled.source.dependent_launch:
-            sets = poisoned_sets(torch, prepared, count)
-            timing = time_ours(built.kernel, sets, stream, dependent_launch=False)
-            plain, queued = timing.per_launch_s, queued and timing.queued_ahead
-            verified += check_outputs(sets, prepared, "ours, plain launch")
-            del sets
+        compiled = built.kernel.compiled
+        timing, verdict = stream_checked(torch, compiled, prepared, count, stream, "ours")
+        ours, queued, verified = timing.per_launch_s, timing.queued_ahead, verified + verdict
+        if compiled.source.dependent_launch:
+            timing, verdict = stream_checked(torch, compiled, prepared, count, stream, "ours, plain launch",
+                                             dependent_launch=False)
+            plain, queued, verified = timing.per_launch_s, queued and timing.queued_ahead, verified + verdict
     sets = poisoned_sets(torch, prepared, count)
     cublas = time_cublas(torch, spec, sets, stream)
     verified += check_outputs(sets, prepared, "cuBLAS")

@@ -29,7 +29,7 @@ def main() -> int:
     args = parser.parse_args()
 
     import torch
-    from bench_m1_stream import check_outputs, poisoned_sets, time_cublas, time_ours, us
+    from bench_m1_stream import poisoned_sets, stream_checked, write_lines, time_cublas, us
     from bench_untuned import copy_bandwidth, untuned_protocol
 
     from gemmtune.baseline import prepare
@@ -89,18 +89,14 @@ def main() -> int:
         for single, label, config, compiled, verified in timed[:2] + ranked[:4] + wrong:
             streamed = None
             if single is not None:
-                sets = poisoned_sets(torch, prepared, count)
-                streamed = time_ours(type("K", (), {"compiled": compiled})(), sets, stream).per_launch_s
-                verified += check_outputs(sets, prepared, "stream")
-                del sets
+                timing, verdict = stream_checked(torch, compiled, prepared, count, stream, "stream")
+                streamed, verified = timing.per_launch_s, verified + verdict
             row = (f"| {spec.short()} | {label} | {config.describe()} | {pct(spec, single)} | {pct(spec, streamed)} "
                    f"| {us(cublas)} | {verified} |")
             print(row, flush=True)
             lines.append(row)
         torch.cuda.empty_cache()
-    text = "\n".join(lines)
-    if args.out:
-        args.out.write_text(text + "\n")
+    write_lines(lines, args.out, echo=False)  # each row was printed as it came
     return 0
 
 

@@ -56,7 +56,7 @@ def main() -> int:
     args = parser.parse_args()
 
     import torch
-    from bench_m1_stream import check_outputs, poisoned_sets, time_copy, time_cublas, time_ours, us
+    from bench_m1_stream import poisoned_sets, stream_checked, write_lines, time_copy, time_cublas, us
     from bench_untuned import LAYOUT, build_and_time, copy_bandwidth, untuned_protocol
 
     from gemmtune.baseline import prepare
@@ -95,20 +95,17 @@ def main() -> int:
                     undo()
                 verified, times = built.verified, []
                 for dependent in (True, False):
-                    sets = poisoned_sets(torch, prepared, count)
-                    times.append(time_ours(built.kernel, sets, stream, dependent).per_launch_s)
-                    verified += check_outputs(sets, prepared, f"{variant} stream")
-                    del sets
+                    timing, verdict = stream_checked(torch, built.kernel.compiled, prepared, count, stream,
+                                                     f"{variant} stream", dependent)
+                    times.append(timing.per_launch_s)
+                    verified += verdict
                 has = built.kernel.compiled.source.dependent_launch
                 row = (f"| {spec.short()} | {variant} | {pct(spec, built.seconds)} | {pct(spec, times[0])} "
                        f"| {pct(spec, times[1]) if has else '-'} | {us(cublas)} | {us(copy.per_launch_s)} | {verified} |")
                 print(row, flush=True)
                 lines.append(row)
             torch.cuda.empty_cache()
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    write_lines(lines, args.out)
     return 0
 
 

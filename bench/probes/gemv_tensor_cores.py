@@ -99,7 +99,7 @@ def time_kernel(spec: GemmSpec, label: str, config: GemvConfig, arch: str, prepa
     """Build, verify and time one config both ways; a failure becomes the row's verdict."""
     import torch
 
-    from bench_m1_stream import check_outputs, poisoned_sets, time_ours
+    from bench_m1_stream import stream_checked
 
     import gemmtune
     from gemmtune.errors import GemmtuneError
@@ -114,12 +114,9 @@ def time_kernel(spec: GemmSpec, label: str, config: GemvConfig, arch: str, prepa
     if not result.ok:
         return ProbeRow(spec.short(), spec.dtype, label, config.describe(), spec.min_bytes, None, None,
                         kern.resources.registers, f"WRONG: {result.verify.message}")
-    sets = poisoned_sets(torch, prepared, count)
-    stream = time_ours(kern, sets, torch.cuda.current_stream().cuda_stream)
-    verified = "ok" + check_outputs(sets, prepared, "ours")
-    del sets
+    stream, verdict = stream_checked(torch, kern.compiled, prepared, count, torch.cuda.current_stream().cuda_stream, "ours")
     return ProbeRow(spec.short(), spec.dtype, label, config.describe(), spec.min_bytes,
-                    result.measurement.median_s, stream.per_launch_s, kern.resources.registers, verified)
+                    result.measurement.median_s, stream.per_launch_s, kern.resources.registers, "ok" + verdict)
 
 
 def time_cublas_both(spec: GemmSpec, prepared: Any, count: int, protocol: Any) -> ProbeRow:
