@@ -137,8 +137,9 @@ QUAD_MIN_ROWS = 2
 
 def quads(spec: GemmSpec) -> bool:
     """Whether the columns kernel walks K in quads: the columns kind with 4-byte values (VEC = 4), x = A
-    stored M×K with K a multiple of 4 (16-byte aligned rows), at least QUAD_MIN_ROWS vectors."""
-    return (stream_kind(spec) == "columns" and vec(spec) == 4 and streams_b(spec) and not spec.a_trans
+    stored M×K (A not transposed: then the columns kind streams B) with K a multiple of 4 (16-byte
+    aligned rows), at least QUAD_MIN_ROWS vectors."""
+    return (stream_kind(spec) == "columns" and not spec.a_trans and vec(spec) == 4
             and spec.k % 4 == 0 and vectors(spec) >= QUAD_MIN_ROWS)
 
 
