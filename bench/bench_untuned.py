@@ -222,10 +222,12 @@ def main() -> int:
     parser.add_argument("--case", action="append", default=[],
                         help="instead of the 24 shapes: MxNxK/layout/dtype, e.g. 4093x4091x4097/nt/bf16 (repeatable)")
     parser.add_argument("--family", help="force a generator family (e.g. mma) instead of the registry's choice")
+    parser.add_argument("--db", type=Path, help="read this tuning database (e.g. after `gemmtune tune ... t=4`) "
+                                                "instead of a fresh, empty one")
     args = parser.parse_args()
     wanted = set(args.shapes.split(",")) if args.shapes else None
     protocol = untuned_protocol()
-    db_path = Path(tempfile.mkdtemp()) / "empty.sqlite"  # no tuning: a fresh, empty database
+    db_path = args.db or Path(tempfile.mkdtemp()) / "empty.sqlite"  # untuned: a fresh, empty database
     rows = []
     specs = [_case_spec(text) for text in args.case] or [
         GemmSpec(m, n, k, LAYOUT[d], d) for d in args.dtypes.split(",")

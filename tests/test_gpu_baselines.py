@@ -58,3 +58,23 @@ def test_a_wrong_baseline_fails_verification():
     wrong = torch.mm(prepared.gpu["A"], prepared.gpu["B"]) * 1.01  # 1% off
     with pytest.raises(VerifyError, match="wrongmm baseline"):
         check_and_time(prepared, lambda: wrong, QUICK, "wrongmm", label="x1.01")
+
+
+@pytest.mark.parametrize("dtype, want", [("bf16", "torch.bfloat16"), ("fp16", "torch.float16"), ("tf32", "torch.float32")])
+def test_profiled_cublas_runs_the_specs_own_types(dtype, want, monkeypatch):
+    """`gemmtune profile --family cublas` launches torch.mm on the spec's types and layout (it used to
+    hand cuBLAS fp32 operands whatever the dtype, so a bf16 profile showed an SGEMM kernel)."""
+    torch = pytest.importorskip("torch")
+    from gemmtune.profile import Target, launch_once
+
+    seen = []
+    real_mm = torch.mm
+
+    def spy(a, b, *args, **kwargs):
+        seen.append((str(a.dtype), str(b.dtype), a.is_contiguous(), b.is_contiguous()))
+        return real_mm(a, b, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "mm", spy)
+    launch_once(Target(GemmSpec(96, 80, 64, "nt", dtype), "cublas"), repeats=2)
+    assert seen and all(s[:2] == (want, want) for s in seen)
+    assert all(s[2:] == (True, False) for s in seen)  # nt: B stored N x K, handed over transposed

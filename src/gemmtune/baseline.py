@@ -157,6 +157,18 @@ def cublas_launch(torch: Any, spec: GemmSpec, x: dict) -> Callable[[], Any]:
     return lambda: torch.mm(a, b, out=out)
 
 
+def run_cublas_unchecked(spec: GemmSpec, repeats: int, tf32: bool | None = None) -> None:
+    """cuBLAS on random operands of the spec's types and layout, `repeats` times, unverified (the
+    process a profiler watches: no float64 reference to wait for). tf32: None follows the spec."""
+    torch = _torch()
+    bare = spec.without_epilogue()
+    launch = cublas_launch(torch, bare, _on_gpu(torch, bare, make_inputs(bare, np.random.default_rng(0))))
+    with _fp32_precision(torch, tf32=bare.dtype == "tf32" if tf32 is None else tf32):
+        for _ in range(repeats):
+            launch()
+        torch.cuda.synchronize()
+
+
 def eager_launch(torch: Any, spec: GemmSpec, x: dict) -> Callable[[], Any]:
     """The GEMM, then each epilogue op as its own torch op (unfused), as an eager model runs it."""
     a, b = _operands(spec, x)

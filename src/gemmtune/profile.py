@@ -27,7 +27,7 @@ NCU_HINT = ("ncu (Nsight Compute) is not on PATH: install it (CUDA toolkit or "
 NCU_SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "Occupancy", "MemoryWorkloadAnalysis",
                 "MemoryWorkloadAnalysis_Tables", "WarpStateStats", "LaunchStats")
 NCU_TIMEOUT_S = 600.0
-CUBLAS_FAMILIES = ("cublas", "cublas-tf32")  # torch.mm: fp32 on CUDA cores / TF32 on tensor cores
+CUBLAS_FAMILIES = ("cublas", "cublas-tf32")  # torch.mm in the spec's types / fp32 with TF32 on
 CUBLAS_KERNELS = "regex:gemm|nvjet|cutlass|xmma|sm90|sm80"
 
 # label -> candidate raw metric names, first present wins (ncu renames between versions).
@@ -254,21 +254,10 @@ def launch_once(target: Target, repeats: int = 1) -> None:
 
 
 def _cublas_once(target: Target, repeats: int) -> None:
-    import numpy as np
-    import torch
+    """torch.mm on the spec's own types and layout (bf16 as bf16); cublas-tf32 turns TF32 on for fp32."""
+    from .baseline import run_cublas_unchecked
 
-    spec = target.spec
-    a = torch.from_numpy(np.ones(spec.a_shape, np.float32)).cuda()
-    b = torch.from_numpy(np.ones(spec.b_shape, np.float32)).cuda()
-    a, b = (a.t() if spec.a_trans else a), (b.t() if spec.b_trans else b)
-    tf32, matmul = target.family == "cublas-tf32", torch.backends.cuda.matmul
-    if hasattr(matmul, "fp32_precision"):  # torch >= 2.9
-        matmul.fp32_precision = "tf32" if tf32 else "ieee"
-    else:
-        matmul.allow_tf32 = tf32
-    for _ in range(repeats):
-        torch.mm(a, b)
-    torch.cuda.synchronize()
+    run_cublas_unchecked(target.spec, repeats, tf32=True if target.family == "cublas-tf32" else None)
 
 
 def torch_trace(target: Target, out: Path, repeats: int = 5) -> str:

@@ -477,9 +477,14 @@ def _smem(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
     return None
 
 
+# The ring's depth limit: shared memory decides before it for tiles of 128x128 and up; a 64x64 bf16
+# tile's 16 KB stages fit 13 deep.
+MAX_STAGES = 16
+
+
 def _pipeline(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
-    if not 1 <= c.stages <= 8:
-        return f"stages={c.stages}: 1 to 8 buffers"
+    if not 1 <= c.stages <= MAX_STAGES:
+        return f"stages={c.stages}: 1 to {MAX_STAGES} buffers"
     if c.specialized and c.stages < 2:
         return "a producer warpgroup needs at least 2 stages to run ahead of the consumers"
     return None
