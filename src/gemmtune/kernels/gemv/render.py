@@ -257,7 +257,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_param
 def _columns_body(spec: GemmSpec, config: GemvConfig) -> str:
     v = vec(spec)
     if quads(spec):
-        walk = """            uint4 w[UNROLL][4];
+        walk = _prefetch_walk(config) + """            uint4 w[UNROLL][4];
             #pragma unroll
             for (int u = 0; u < UNROLL; ++u)
                 #pragma unroll
@@ -315,6 +315,39 @@ def _columns_body(spec: GemmSpec, config: GemvConfig) -> str:
     return _columns_kernel(spec, config, add_row, walk, tail)
 
 
+# L2 prefetch of the quads walk (config.prefetch): each thread asks L2 for its 16 bytes of the four
+# rows of W that it loads PREFETCH loop iterations later, so those loads wait on an L2 hit instead of
+# an HBM round trip. A thread's loads stay few (the registers hold 16 vectors' sums); the prefetches
+# take no register and keep HBM busy between them.
+PREFETCH_HELPERS = r"""
+// Ask L2 for the 16-byte pieces of W rows kk .. kk + 3 at this thread's outputs (no register, no wait).
+__device__ __forceinline__ void prefetch_quad(const in_t* W, int kk, int p0) {
+    if (kk < K) {  // K % 4 == 0 and kk % 4 == 0: the whole quad is inside
+        #pragma unroll
+        for (int q = 0; q < 4; ++q)
+            asm volatile("prefetch.global.L2 [%0];" :: "l"(W + (size_t)(kk + q) * P + p0));
+    }
+}
+"""
+
+
+def _prefetch_prologue(config: GemvConfig) -> str:
+    """Before the walk: the quads of loop iterations 1 .. PREFETCH - 1 (iteration 0 loads at once)."""
+    if not config.prefetch:
+        return ""
+    return """        for (int s = UNROLL; s < PREFETCH * UNROLL; ++s) prefetch_quad(W, k + s * TK4, p0);
+"""
+
+
+def _prefetch_walk(config: GemvConfig) -> str:
+    """In each loop iteration: the quads PREFETCH iterations on."""
+    if not config.prefetch:
+        return ""
+    return """            #pragma unroll
+            for (int u = 0; u < UNROLL; ++u) prefetch_quad(W, k + (PREFETCH * UNROLL + u) * TK4, p0);
+"""
+
+
 def _columns_kernel(spec: GemmSpec, config: GemvConfig, add_row: str, walk: str, tail: str,
                     quad: bool = False) -> str:
     """The columns kernel around its per-row (or per-quad) step: `add_row` defines it, `walk` is the
@@ -322,42 +355,63 @@ def _columns_kernel(spec: GemmSpec, config: GemvConfig, add_row: str, walk: str,
     step, first, note = (("TK4", "4 * tk", "sums rows k = 4tk .. 4tk + 3, then the next quad 4·TK on, ...")
                          if quad else ("TK", "tk", "sums rows k = tk, tk + TK, ..."))
     quad_step = "constexpr int TK4 = 4 * TK;  // k one quad step of the block covers\n" if quad else ""
+    prefetch_step = (f"constexpr int PREFETCH = {config.prefetch};  // loop iterations between a quad's L2 "
+                     f"prefetch and its loads\n" if config.prefetch else "")
+    store = _store(spec, "r", "p", "sum")
     return f"""constexpr int THREADS = {config.threads}, UNROLL = {config.unroll};
 constexpr int TX = {config.threads_x}, TK = THREADS / TX;  // threads across outputs × threads along K
 constexpr int COLS = TX * VEC;  // outputs per block
-{quad_step}
+constexpr int WARPS = THREADS / 32;
+// Vectors whose warp sums share the buffer at once: as many as fit 16 KB (one at least).
+constexpr int GROUP_FIT = 16384 / (WARPS * COLS * 4);
+constexpr int GROUP = GROUP_FIT < 1 ? 1 : GROUP_FIT > R ? R : GROUP_FIT;
+{quad_step}{prefetch_step}
 // columns: thread (tx, tk) owns VEC neighbouring outputs and {note} of W;
 // a warp reads 32/TX rows, TX·16 contiguous bytes each. The TK partial sums meet in shared memory.
 extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_params(spec)[1]}) {{
-{_operands(spec)}    __shared__ float partial[TK][COLS];
+{_operands(spec)}    __shared__ float partial[WARPS][GROUP][COLS];
     const int tx = threadIdx.x % TX, tk = threadIdx.x / TX;
     const int p0 = blockIdx.x * COLS + tx * VEC;
     float acc[R][VEC] = {{}};
     if (p0 < P) {{
 {add_row}        int k = {first};
-        for (; k + (UNROLL - 1) * {step} < K; k += UNROLL * {step}) {{
+{_prefetch_prologue(config)}        for (; k + (UNROLL - 1) * {step} < K; k += UNROLL * {step}) {{
 {walk}
         }}
         for (; k < K; k += {step}) {{
 {tail}
         }}
     }}
+    // The block's TK partial sums of each output meet in two stages: the 32/TX K-shares inside a warp
+    // by shuffles (lanes tx, tx + TX, ... hold the same outputs), then the warps' sums in shared
+    // memory, GROUP vectors a pass, two barriers a pass (a tree per vector took ~2·log2(TK) each).
     #pragma unroll
-    for (int r = 0; r < R; ++r) {{  // one vector at a time through the shared buffer
+    for (int r = 0; r < R; ++r)
         #pragma unroll
-        for (int i = 0; i < VEC; ++i) partial[tk][tx * VEC + i] = acc[r][i];
+        for (int i = 0; i < VEC; ++i)
+            #pragma unroll
+            for (int lanes = TX; lanes < 32; lanes *= 2) acc[r][i] += __shfl_xor_sync(0xffffffffu, acc[r][i], lanes);
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    #pragma unroll
+    for (int r0 = 0; r0 < R; r0 += GROUP) {{
+        if (lane < TX) {{
+            #pragma unroll
+            for (int g = 0; g < GROUP; ++g)
+                #pragma unroll
+                for (int i = 0; i < VEC; ++i)
+                    if (r0 + g < R) partial[warp][g][tx * VEC + i] = acc[r0 + g < R ? r0 + g : 0][i];
+        }}
         __syncthreads();
-        // Tree over the TK partial sums: log2(TK) rounds, every thread adding one pair per column.
-        for (int half = TK / 2; half > 0; half /= 2) {{
-            for (int idx = threadIdx.x; idx < half * COLS; idx += THREADS)
-                partial[idx / COLS][idx % COLS] += partial[idx / COLS + half][idx % COLS];
-            __syncthreads();
+        for (int idx = threadIdx.x; idx < GROUP * COLS; idx += THREADS) {{
+            const int g = idx / COLS, c = idx % COLS, r = r0 + g, p = blockIdx.x * COLS + c;
+            if (r < R && p < P) {{
+                float sum = 0.0f;
+                #pragma unroll 8
+                for (int w = 0; w < WARPS; ++w) sum += partial[w][g][c];  // warp order: deterministic
+                {store}
+            }}
         }}
-        for (int c = threadIdx.x; c < COLS; c += THREADS) {{
-            const int p = blockIdx.x * COLS + c;
-            if (p < P) {_store(spec, "r", "p", "partial[0][c]")}
-        }}
-        __syncthreads();  // the buffer is reused by the next vector
+        __syncthreads();  // the buffer is reused by the next pass
     }}
 }}
 """
@@ -380,7 +434,8 @@ def _cuda_core_code(spec: GemmSpec, config: GemvConfig, arch: str) -> str:
     body = _rows_body(spec, config, arch) if rows else _columns_body(spec, config)
     unpack = UNPACK[STORAGE_TYPES[spec.dtype]] if vec(spec) > 1 else ""
     epilogue = epilogue_function(spec.epilogue, EPILOGUE_OPERANDS)
-    return (_header(spec, config) + PRELUDE + _types(spec) + LOADS + _launch_helpers(spec, arch) + unpack
+    prefetch = PREFETCH_HELPERS if config.prefetch else ""
+    return (_header(spec, config) + PRELUDE + _types(spec) + LOADS + prefetch + _launch_helpers(spec, arch) + unpack
             + _x_access(spec, rows) + "\n" + (epilogue + "\n" if epilogue else "") + body)
 
 
