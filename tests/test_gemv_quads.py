@@ -50,26 +50,3 @@ def test_quad_block_shapes_compile_without_spills(arch, m, n):
     resources = compile_kernel(render(spec, quad_config(spec, 132), arch), arch).resources
     assert resources.spill_store_bytes == 0 and resources.spill_load_bytes == 0, resources
 
-
-def test_prefetch_is_a_quads_option_left_out_of_the_json():
-    from gemmtune.kernels.gemv.config import rejections
-
-    quad_spec, row_spec = GemmSpec(16, 4096, 4096, "nn", "fp32"), GemmSpec(16, 4096, 4096, "nt", "fp32")
-    config = GemvConfig(threads=512, threads_x=8, unroll=1)
-    assert "prefetch" not in config.to_json()  # database keys from before the option stay as they were
-    assert config.with_(prefetch=4).to_json()["prefetch"] == 4
-    assert not rejections(config.with_(prefetch=4), quad_spec, "sm_90")
-    assert "prefetch" in rejections(config.with_(prefetch=4), row_spec, "sm_90")
-    assert "prefetch" in rejections(config.with_(prefetch=3), quad_spec, "sm_90")
-
-
-@pytest.mark.parametrize("prefetch, count", [(0, 0), (2, 8)])
-def test_prefetch_reaches_the_sass(prefetch, count, tmp_path):
-    """Four L2 prefetches (CCTL.E.PF2) per quad, in the prologue and the loop, and none without the option."""
-    from sass_dump import sass
-
-    spec = GemmSpec(16, 4096, 4096, "nn", "fp32")
-    config = GemvConfig(threads=512, threads_x=8, unroll=1, prefetch=prefetch)
-    kernel = compile_kernel(render(spec, config, "sm_90"), "sm_90")
-    assert kernel.resources.spill_store_bytes == 0
-    assert sass(tmp_path, kernel.cubin).count("CCTL.E.PF2") == count

@@ -128,20 +128,19 @@ def test_chooser_picks_are_right(spec, tmp_path):
 
 # The columns kernel's two-stage reduction (warp shuffles, then GROUP vectors a pass through shared
 # memory) across block shapes, including those where one vector's warp sums fill the buffer alone
-# (1024 threads, 32 across), and the quads walk with its L2 prefetch; outputs and K not multiples
-# of the block's.
+# (1024 threads, 32 across), on the quads walk and row by row; outputs and K not multiples of the
+# block's.
 COLUMN_BLOCKS = [GemvConfig(threads=t, threads_x=x, unroll=u)
                  for t, x, u in ((64, 2, 2), (128, 32, 1), (512, 8, 1), (1024, 32, 2), (1024, 4, 4))]
 COLUMN_SHAPES = [(16, 1000, 4104), (13, 999, 777), (5, 1004, 1000), (16, 2048, 1028), (1, 1001, 3000), (2, 8, 64)]
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
-def test_gemv_columns_reduction_and_prefetch(dtype):
+def test_gemv_columns_reduction(dtype):
     arch = _arch()
     family = get_family("gemv")
-    configs = COLUMN_BLOCKS + [c.with_(prefetch=p) for c in COLUMN_BLOCKS[:3] for p in (1, 4)]
-    jobs = [(GemmSpec(*shape, layout="nn", dtype=dtype), config, arch) for shape in COLUMN_SHAPES for config in configs
+    jobs = [(GemmSpec(*shape, layout="nn", dtype=dtype), config, arch) for shape in COLUMN_SHAPES for config in COLUMN_BLOCKS
             if not family.supports(GemmSpec(*shape, layout="nn", dtype=dtype), arch)
             and not family.rejections(config, GemmSpec(*shape, layout="nn", dtype=dtype), arch)]
-    assert sum(1 for _, c, _ in jobs if c.prefetch) >= (12 if dtype == "fp32" else 0)
+    assert len(jobs) >= 20
     assert _all_right(jobs) == []

@@ -57,9 +57,6 @@ class GemvConfig(FamilyConfig):
     mma_tiles (tensor_cores only): 8-output tiles one warp computes together, so each 16-byte load of
       A's rows serves that many tiles of B. tensor_cores=False and mma_tiles=1 are left out of the
       JSON, so configs (and database keys) from before the option stay as they were.
-    prefetch (columns kind walking K in quads): each thread asks L2 for the quad of W rows it loads
-      this many loop iterations later (prefetch.global.L2, no register), so its loads, few because
-      the registers hold the vectors' sums, find W in L2; 0 (left out of the JSON): none.
     """
 
     threads: int = 256
@@ -69,7 +66,6 @@ class GemvConfig(FamilyConfig):
     unroll: int = 4
     tensor_cores: bool = False
     mma_tiles: int = 1
-    prefetch: int = 0
     FAMILY_LABEL = "gemv"
 
     def to_json(self) -> dict:
@@ -78,17 +74,14 @@ class GemvConfig(FamilyConfig):
             del data["tensor_cores"]
         if data["mma_tiles"] == 1:
             del data["mma_tiles"]
-        if data["prefetch"] == 0:
-            del data["prefetch"]
         return data
 
     def describe(self) -> str:
         if self.tensor_cores:
             return (f"gemv tensor cores {self.threads} threads, {self.warps_per_output} warp(s) per "
                     f"{8 * self.mma_tiles} outputs, unroll{self.unroll}")
-        ahead = f" prefetch{self.prefetch}" if self.prefetch else ""
         return (f"gemv {self.threads} threads, {self.warps_per_output} warp(s) per {self.outputs_per_warp} "
-                f"output(s) (rows), {self.threads_x} across outputs (columns), unroll{self.unroll}{ahead}")
+                f"output(s) (rows), {self.threads_x} across outputs (columns), unroll{self.unroll}")
 
     def outputs_per_group(self) -> int:
         """Outputs the warps_per_output warps of one group compute (rows kind)."""
@@ -205,17 +198,6 @@ def _group(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
     return None
 
 
-PREFETCH_DISTANCES = (0, 1, 2, 4, 8)  # loop iterations
-
-
-def _prefetch(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
-    if c.prefetch not in PREFETCH_DISTANCES:
-        return f"prefetch={c.prefetch}: {', '.join(map(str, PREFETCH_DISTANCES))} loop iterations"
-    if c.prefetch and not quads(s):
-        return "prefetch is an option of the columns kernel walking K in quads (fp32/tf32 W stored K×N, 2-16 vectors)"
-    return None
-
-
 def _dtype(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
     return supports(s, arch)
 
@@ -282,7 +264,7 @@ def _registers(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
 
 CONSTRAINTS: dict[str, Constraint] = {
     "dtype": _dtype, "threads": _threads, "rows": _rows, "columns": _columns, "unroll": _unroll, "group": _group,
-    "tensor_cores": _tensor_cores, "registers": _registers, "prefetch": _prefetch,
+    "tensor_cores": _tensor_cores, "registers": _registers
 }
 
 

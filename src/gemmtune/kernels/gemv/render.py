@@ -257,7 +257,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_param
 def _columns_body(spec: GemmSpec, config: GemvConfig) -> str:
     v = vec(spec)
     if quads(spec):
-        walk = _prefetch_walk(config) + """            uint4 w[UNROLL][4];
+        walk = """            uint4 w[UNROLL][4];
             #pragma unroll
             for (int u = 0; u < UNROLL; ++u)
                 #pragma unroll
@@ -315,39 +315,6 @@ def _columns_body(spec: GemmSpec, config: GemvConfig) -> str:
     return _columns_kernel(spec, config, add_row, walk, tail)
 
 
-# L2 prefetch of the quads walk (config.prefetch): each thread asks L2 for its 16 bytes of the four
-# rows of W that it loads PREFETCH loop iterations later, so those loads wait on an L2 hit instead of
-# an HBM round trip. A thread's loads stay few (the registers hold 16 vectors' sums); the prefetches
-# take no register and keep HBM busy between them.
-PREFETCH_HELPERS = r"""
-// Ask L2 for the 16-byte pieces of W rows kk .. kk + 3 at this thread's outputs (no register, no wait).
-__device__ __forceinline__ void prefetch_quad(const in_t* W, int kk, int p0) {
-    if (kk < K) {  // K % 4 == 0 and kk % 4 == 0: the whole quad is inside
-        #pragma unroll
-        for (int q = 0; q < 4; ++q)
-            asm volatile("prefetch.global.L2 [%0];" :: "l"(W + (size_t)(kk + q) * P + p0));
-    }
-}
-"""
-
-
-def _prefetch_prologue(config: GemvConfig) -> str:
-    """Before the walk: the quads of loop iterations 1 .. PREFETCH - 1 (iteration 0 loads at once)."""
-    if not config.prefetch:
-        return ""
-    return """        for (int s = UNROLL; s < PREFETCH * UNROLL; ++s) prefetch_quad(W, k + s * TK4, p0);
-"""
-
-
-def _prefetch_walk(config: GemvConfig) -> str:
-    """In each loop iteration: the quads PREFETCH iterations on."""
-    if not config.prefetch:
-        return ""
-    return """            #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) prefetch_quad(W, k + (PREFETCH * UNROLL + u) * TK4, p0);
-"""
-
-
 def _columns_kernel(spec: GemmSpec, config: GemvConfig, add_row: str, walk: str, tail: str,
                     quad: bool = False) -> str:
     """The columns kernel around its per-row (or per-quad) step: `add_row` defines it, `walk` is the
@@ -355,8 +322,6 @@ def _columns_kernel(spec: GemmSpec, config: GemvConfig, add_row: str, walk: str,
     step, first, note = (("TK4", "4 * tk", "sums rows k = 4tk .. 4tk + 3, then the next quad 4·TK on, ...")
                          if quad else ("TK", "tk", "sums rows k = tk, tk + TK, ..."))
     quad_step = "constexpr int TK4 = 4 * TK;  // k one quad step of the block covers\n" if quad else ""
-    prefetch_step = (f"constexpr int PREFETCH = {config.prefetch};  // loop iterations between a quad's L2 "
-                     f"prefetch and its loads\n" if config.prefetch else "")
     store = _store(spec, "r", "p", "sum")
     return f"""constexpr int THREADS = {config.threads}, UNROLL = {config.unroll};
 constexpr int TX = {config.threads_x}, TK = THREADS / TX;  // threads across outputs × threads along K
@@ -365,7 +330,7 @@ constexpr int WARPS = THREADS / 32;
 // Vectors whose warp sums share the buffer at once: as many as fit 16 KB (one at least).
 constexpr int GROUP_FIT = 16384 / (WARPS * COLS * 4);
 constexpr int GROUP = GROUP_FIT < 1 ? 1 : GROUP_FIT > R ? R : GROUP_FIT;
-{quad_step}{prefetch_step}
+{quad_step}
 // columns: thread (tx, tk) owns VEC neighbouring outputs and {note} of W;
 // a warp reads 32/TX rows, TX·16 contiguous bytes each. The TK partial sums meet in shared memory.
 extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_params(spec)[1]}) {{
@@ -375,7 +340,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_param
     float acc[R][VEC] = {{}};
     if (p0 < P) {{
 {add_row}        int k = {first};
-{_prefetch_prologue(config)}        for (; k + (UNROLL - 1) * {step} < K; k += UNROLL * {step}) {{
+        for (; k + (UNROLL - 1) * {step} < K; k += UNROLL * {step}) {{
 {walk}
         }}
         for (; k < K; k += {step}) {{
@@ -434,8 +399,7 @@ def _cuda_core_code(spec: GemmSpec, config: GemvConfig, arch: str) -> str:
     body = _rows_body(spec, config, arch) if rows else _columns_body(spec, config)
     unpack = UNPACK[STORAGE_TYPES[spec.dtype]] if vec(spec) > 1 else ""
     epilogue = epilogue_function(spec.epilogue, EPILOGUE_OPERANDS)
-    prefetch = PREFETCH_HELPERS if config.prefetch else ""
-    return (_header(spec, config) + PRELUDE + _types(spec) + LOADS + prefetch + _launch_helpers(spec, arch) + unpack
+    return (_header(spec, config) + PRELUDE + _types(spec) + LOADS + _launch_helpers(spec, arch) + unpack
             + _x_access(spec, rows) + "\n" + (epilogue + "\n" if epilogue else "") + body)
 
 

@@ -8,7 +8,7 @@ from .config import CONSTRAINTS, NAME, VERSION, GemvConfig
 GEMV_DOMAINS: tuple[tuple[str, tuple], ...] = (
     ("threads", (64, 128, 256, 512, 1024)), ("warps_per_output", (1, 2, 4, 8)),
     ("threads_x", (2, 4, 8, 16, 32)), ("unroll", (1, 2, 4, 8)), ("outputs_per_warp", (1, 2, 4, 8)),
-    ("tensor_cores", (False, True)), ("mma_tiles", (1, 2, 4)), ("prefetch", (0, 2, 4, 8)),
+    ("tensor_cores", (False, True)), ("mma_tiles", (1, 2, 4)),
 )
 
 GEMV_READS: dict[str, tuple[str, ...]] = {
@@ -16,7 +16,6 @@ GEMV_READS: dict[str, tuple[str, ...]] = {
     "columns": ("threads_x",), "unroll": ("unroll",), "group": ("outputs_per_warp", "unroll"),
     "tensor_cores": ("tensor_cores", "mma_tiles", "outputs_per_warp", "unroll"),
     "registers": ("threads", "outputs_per_warp", "unroll", "tensor_cores", "mma_tiles"),
-    "prefetch": ("prefetch",),
 }
 
 
