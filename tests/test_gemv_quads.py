@@ -28,12 +28,13 @@ def test_which_specs_walk_k_in_quads(spec, expected):
     assert ("add_quad" in render(spec, GemvConfig(threads=256, threads_x=4, unroll=2), "sm_90").code) is expected
 
 
-@pytest.mark.parametrize("m, n, across, unroll", [
-    (16, 4096, 8, 1), (16, 14336, 32, 1), (8, 4096, 8, 4), (4, 11008, 16, 4), (16, 1000, 2, 1)])
-def test_quad_block_shape_on_an_h100(m, n, across, unroll):
+@pytest.mark.parametrize("m, n, threads, across, unroll", [
+    (16, 4096, 512, 8, 1), (16, 14336, 512, 32, 1), (8, 4096, 256, 4, 2), (8, 14336, 256, 16, 2),
+    (5, 4096, 256, 4, 2), (4, 11008, 512, 16, 4), (12, 4096, 512, 8, 1), (16, 1000, 512, 2, 1)])
+def test_quad_block_shape_on_an_h100(m, n, threads, across, unroll):
     spec = GemmSpec(m, n, 4096, "nn", "fp32")
     config = quad_config(spec, 132)
-    assert (config.threads, config.threads_x, config.unroll) == (512, across, unroll)
+    assert (config.threads, config.threads_x, config.unroll) == (threads, across, unroll)
     assert choose(spec, "sm_90", 132).config == config
 
 

@@ -5,9 +5,9 @@ values at those k in one 16-byte load), across block shapes.
     PYTHONPATH=src:bench python bench/probes/gemv_columns_quads.py [--out rows.md]
 
 For each shape: the chooser's pick built row by row and in quads, then every block shape of a small
-grid (threads × threads_x × unroll) in quads; each verified (float64
+grid (threads × threads_x × unroll, 128-1024 threads) in quads; each verified (float64
 reference, poisoned D) and timed by bench_untuned's protocol (one flushed launch, median); the best
-four and both picks are then streamed back to back (bench_m1_stream's protocol) beside cuBLAS.
+six (--stream) and both picks are then streamed back to back (bench_m1_stream's protocol) beside cuBLAS.
 """
 from __future__ import annotations
 
@@ -19,13 +19,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 SHAPES = "16x4096x4096,8x4096x4096,2x4096x4096,16x14336x4096,16x4096x14336"
-GRID = [(t, tx, u) for t in (128, 256, 512) for tx in (2, 4, 8, 16, 32) for u in (1, 2, 4)]
+GRID = [(t, tx, u) for t in (128, 256, 512, 1024) for tx in (2, 4, 8, 16, 32) for u in (1, 2, 4)]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", default=SHAPES)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--stream", type=int, default=6, help="stream this many of the fastest single launches")
     args = parser.parse_args()
 
     import torch
@@ -86,7 +87,7 @@ def main() -> int:
         sets = poisoned_sets(torch, prepared, count)
         cublas = time_cublas(torch, spec, sets, stream).per_launch_s
         del sets
-        for single, label, config, compiled, verified in timed[:2] + ranked[:4] + wrong:
+        for single, label, config, compiled, verified in timed[:2] + ranked[:args.stream] + wrong:
             streamed = None
             if single is not None:
                 timing, verdict = stream_checked(torch, compiled, prepared, count, stream, "stream")
