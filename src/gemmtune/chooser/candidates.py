@@ -249,7 +249,8 @@ QUAD_RULE_MIN_ROWS = 4  # below this the model's pick is kept (at 2 vectors quad
 # reduction.md), 8x4096x4096 streamed 26.0 µs in 256-thread blocks 4 across against 29.1 at the
 # 512-thread shape, and 8x14336x4096 85.4 against 104.8; at 4 and 12 vectors the 512-thread shape
 # stayed the faster (bench/results/2026-11-26-h100-gemv-columns-quads-2.md). 5-7 vectors are unmeasured.
-# Unroll 2 there: at unroll 4 ptxas spills 8 bytes at 8 vectors (unroll 1 and 4 streamed 26.3 and 26.0 µs).
+# Unroll 1 there: at unroll 4 ptxas spills 8 bytes at 8 vectors (unroll 1 and 4 streamed 26.3 and 26.0
+# µs; unroll 2, tried untested first, streamed 32.6: bench/results/2026-11-26-h100-gemv-stream.md's notes).
 QUAD_PAIR_ROWS = (5, 8)  # vectors, inclusive
 QUAD_PAIR_THREADS = 256
 QUAD_PAIR_SM_SHARE = 1.6  # blocks for about two per SM
@@ -260,7 +261,7 @@ def quad_config(spec: GemmSpec, sm_count: int) -> GemvConfig:
     paired = QUAD_PAIR_ROWS[0] <= vectors(spec) <= QUAD_PAIR_ROWS[1]
     threads, share = (QUAD_PAIR_THREADS, QUAD_PAIR_SM_SHARE) if paired else (QUAD_BLOCK_THREADS, QUAD_SM_SHARE)
     width = next((x for x in QUAD_ACROSS if -(-outputs(spec) // (4 * x)) >= share * sm_count), QUAD_ACROSS[-1])
-    unroll = 1 if vectors(spec) > 8 else 2 if paired else 4
+    unroll = 1 if vectors(spec) > 8 or paired else 4
     return GemvConfig(threads=threads, warps_per_output=1, threads_x=width, unroll=unroll)
 
 
