@@ -111,3 +111,16 @@ def write_rows(path, rows: list[dict]) -> None:
 
     if path:
         path.write_text(json.dumps(rows, indent=1))
+
+
+def variants_main(description: str, cases_of) -> int:
+    """A variants probe's command line: --out FILE, then `cases_of()` ((spec, label, config) cases) timed
+    by time_variants."""
+    import argparse
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--out", type=Path, help="write the rows as JSON here")
+    args = parser.parse_args()
+    time_variants(cases_of(), args.out)
+    return 0

@@ -11,7 +11,6 @@ cluster_m 2 (and 4 where bn allows), and a few tile variants without clusters; b
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -47,21 +46,21 @@ def variants(spec, pick):
     return out
 
 
-def main() -> int:
-    from ab_timing import time_variants
+def cases() -> list[tuple]:
     from gemmtune.chooser import choose
     from gemmtune.spec import GemmSpec
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, help="write the rows as JSON here")
-    args = parser.parse_args()
-    cases = []
+    found = []
     for m, n, k, dtype in SHAPES:
         spec = GemmSpec(m, n, k, "nt", dtype)
-        cases += [(spec, label, config) for label, config in variants(spec, choose(spec, "sm_90a").config)]
-    time_variants(cases, args.out)
-    return 0
+        found += [(spec, label, config) for label, config in variants(spec, choose(spec, "sm_90a").config)]
+    return found
 
+
+def main() -> int:
+    from ab_timing import variants_main
+
+    return variants_main(__doc__.splitlines()[0], cases)
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -11,7 +11,6 @@ the other probes (ab_timing: cuBLAS before and after, L2 emptied, every kernel v
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -49,20 +48,17 @@ def variants(spec):
     return out
 
 
-def main() -> int:
-    from ab_timing import time_variants
+def cases() -> list[tuple]:
     from gemmtune.spec import GemmSpec
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, help="write the rows as JSON here")
-    args = parser.parse_args()
-    cases = []
-    for m, n, k, dtype in SHAPES:
-        spec = GemmSpec(m, n, k, "nt", dtype)
-        cases += [(spec, label, config) for label, config in variants(spec)]
-    time_variants(cases, args.out)
-    return 0
+    return [(GemmSpec(m, n, k, "nt", dtype), label, config) for m, n, k, dtype in SHAPES
+            for label, config in variants(GemmSpec(m, n, k, "nt", dtype))]
 
+
+def main() -> int:
+    from ab_timing import variants_main
+
+    return variants_main(__doc__.splitlines()[0], cases)
 
 if __name__ == "__main__":
     raise SystemExit(main())
