@@ -50,4 +50,3 @@ def test_quad_block_shapes_compile_without_spills(arch, m, n):
     spec = GemmSpec(m, n, 4096, "nn", "fp32", "bias_col+relu")
     resources = compile_kernel(render(spec, quad_config(spec, 132), arch), arch).resources
     assert resources.spill_store_bytes == 0 and resources.spill_load_bytes == 0, resources
-

@@ -139,8 +139,8 @@ COLUMN_SHAPES = [(16, 1000, 4104), (13, 999, 777), (5, 1004, 1000), (16, 2048, 1
 def test_gemv_columns_reduction(dtype):
     arch = _arch()
     family = get_family("gemv")
-    jobs = [(GemmSpec(*shape, layout="nn", dtype=dtype), config, arch) for shape in COLUMN_SHAPES for config in COLUMN_BLOCKS
-            if not family.supports(GemmSpec(*shape, layout="nn", dtype=dtype), arch)
-            and not family.rejections(config, GemmSpec(*shape, layout="nn", dtype=dtype), arch)]
+    specs = [GemmSpec(*shape, layout="nn", dtype=dtype) for shape in COLUMN_SHAPES]
+    jobs = [(spec, config, arch) for spec in specs if not family.supports(spec, arch)
+            for config in COLUMN_BLOCKS if not family.rejections(config, spec, arch)]
     assert len(jobs) >= 20
     assert _all_right(jobs) == []

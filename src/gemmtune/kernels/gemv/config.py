@@ -264,7 +264,7 @@ def _registers(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
 
 CONSTRAINTS: dict[str, Constraint] = {
     "dtype": _dtype, "threads": _threads, "rows": _rows, "columns": _columns, "unroll": _unroll, "group": _group,
-    "tensor_cores": _tensor_cores, "registers": _registers
+    "tensor_cores": _tensor_cores, "registers": _registers,
 }
 
 

@@ -332,7 +332,7 @@ constexpr int GROUP_FIT = 16384 / (WARPS * COLS * 4);
 constexpr int GROUP = GROUP_FIT < 1 ? 1 : GROUP_FIT > R ? R : GROUP_FIT;
 {quad_step}
 // columns: thread (tx, tk) owns VEC neighbouring outputs and {note} of W;
-// a warp reads 32/TX rows, TX·16 contiguous bytes each. The TK partial sums meet in shared memory.
+// a warp reads 32/TX rows, TX·16 contiguous bytes each. The TK partial sums meet at the end (below).
 extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_params(spec)[1]}) {{
 {_operands(spec)}    __shared__ float partial[WARPS][GROUP][COLS];
     const int tx = threadIdx.x % TX, tk = threadIdx.x / TX;
