@@ -242,6 +242,32 @@ def _verify_launches(spec: GemmSpec, config, arch: str, seeds: tuple[int, ...], 
         assert result.verify.ok, f"{label} {spec.short()} {config.describe()}: {result.verify.message}"
 
 
+SHARE_SUM_CASES = [  # (spec, the spec whose chooser pick it runs, or its pick with this tile): every ShareSum regime
+    (GemmSpec(96, 96, 65536, "nt", "bf16"), None),                                 # 64x64: 2 lanes an element
+    (GemmSpec(72, 88, 90000, "tn", "fp16"), (128, 128)),                           # 1 tile, 87 pieces: 4 lanes
+    (GemmSpec(504, 504, 65544, "nt", "bf16"), GemmSpec(512, 512, 65536, "nt", "bf16")),  # clusters of 4: passes
+    (GemmSpec(96, 96, 65536, "nn", "fp32"), None),                                 # 3xtf32: 8 loads in flight
+    (GemmSpec(200, 168, 40000, "tt", "tf32", "bias_row+gelu+add"), None),
+]
+
+
+@pytest.mark.parametrize("case", range(len(SHARE_SUM_CASES)))
+def test_share_sums_of_many_way_splits(case):
+    """The contributors' sums (ShareSum: lanes that shuffle, several elements and contributors in
+    flight) right in every regime, launch after launch (the counters and flags reset themselves)."""
+    from gemmtune.chooser import choose
+    from gemmtune.kernels.wgmma.schedule import schedule_for
+
+    arch = _hopper()
+    spec, like = SHARE_SUM_CASES[case]
+    if isinstance(like, tuple):
+        config = choose(spec, arch).config.with_(bm=like[0], bn=like[1], consumers=like[0] // 64)
+    else:
+        config = choose(like or spec, arch).config
+    assert schedule_for(spec, config).scatter, config.describe()
+    _verify_launches(spec, config, arch, (31, 32, 33), "share sums")
+
+
 @pytest.mark.parametrize("slices", [2, 4])
 @pytest.mark.parametrize("cluster_m", [1, 2])
 def test_c_ring_on_odd_shapes(slices, cluster_m):

@@ -7,7 +7,8 @@ import itertools
 import pytest
 
 from gemmtune.kernels.wgmma.config import WgmmaConfig
-from gemmtune.kernels.wgmma.schedule import MIN_SHARE, SCATTER_SPLITS, Schedule, cuda, plan, schedule_for
+from gemmtune.kernels.wgmma.schedule import (MIN_SHARE, SCATTER_SPLITS, THREADS, Schedule, ShareSum, cuda, plan,
+                                            schedule_for, share_sum)
 from gemmtune.spec import GemmSpec
 
 
@@ -95,10 +96,14 @@ def test_plan_splits_few_tiles_over_workers_with_enough_k():
     assert plan(8, 2 * MIN_SHARE - 1, 132, split_tail=True).splits == 1  # too little K to split
 
 
+TILE_64 = WgmmaConfig(bm=64, bn=64, stages=6, consumers=1, persistent=True, split_tail=True)
+
+
 def test_many_way_splits_reduce_in_shares_and_few_gather_serially():
+    cuda_of = lambda schedule: cuda(schedule, TILE_64)  # noqa: E731
     many = plan(4, 1024, 132, split_tail=True)  # 96x96x65536 bf16 in 64x64 tiles: 33 pieces per tile
     assert (many.splits, many.scatter) == (33, True)
-    assert "reduce_share(consumer);" in cuda(many) and "constexpr int SPLITS = 33" in cuda(many)
+    assert "reduce_share(consumer);" in cuda_of(many) and "constexpr int SPLITS = 33" in cuda_of(many)
     # Workers t * SPLITS finish tail unit t; the SPLITS - 1 after it contribute (reduce_share's indexing).
     for worker in range(many.tail_workers):
         unit = many.pieces(worker)[-1][0]
@@ -107,13 +112,13 @@ def test_many_way_splits_reduce_in_shares_and_few_gather_serially():
         assert many.contributors(finisher) == list(range(finisher + 1, finisher + many.splits))
     halves = plan(320, 80, 132, split_tail=True)  # two pieces per tile: the lone partial added directly
     assert (halves.splits, halves.scatter) == (2, False)
-    assert "reduce_share" not in cuda(halves) and "add_partials" in cuda(halves)
+    assert "reduce_share" not in cuda_of(halves) and "add_partials" in cuda_of(halves)
     shares = plan(1024, 128, 66, split_tail=True)  # uneven shares: up to 3 pieces per unit, serial
-    assert not shares.scatter and "reduce_share" not in cuda(shares)
+    assert not shares.scatter and "reduce_share" not in cuda_of(shares)
     fewest = plan(8, SCATTER_SPLITS * MIN_SHARE, 132, split_tail=True)  # the fewest pieces scattered
     assert fewest.splits == SCATTER_SPLITS and fewest.scatter
     assert not plan(8, (SCATTER_SPLITS - 1) * MIN_SHARE, 132, split_tail=True).scatter
-    assert "partial_sums" not in cuda(plan(264, 64, 132, True))  # nothing split
+    assert "partial_sums" not in cuda_of(plan(264, 64, 132, True))  # nothing split
 
 
 def test_schedule_for_a_config():
@@ -141,3 +146,53 @@ def test_recorded_wgmma_table_replays_in_the_current_space():
     family = get_family("wgmma")
     assert all(not family.rejections(config, table.spec, "sm_90a") for config in table.rows)
     assert 150e-6 < table.best_s < 250e-6  # cuBLAS took 174.8 µs in that run
+
+
+def _share_sum_walk(plan_: ShareSum, share: int, contributors: int) -> None:
+    """reduce_share's indexing, thread by thread: every element of the share gets every
+    contributor's load exactly once, and one store; the lanes that shuffle see the same passes."""
+    loads: dict[int, list[int]] = {}
+    stores: dict[int, int] = {}
+    slots = THREADS // plan_.lanes
+    passes = -(-share // (slots * plan_.chunk))
+    mine = -(-contributors // plan_.lanes)
+    for thread in range(THREADS):
+        lane_group, slot = thread % plan_.lanes, thread // plan_.lanes
+        for p in range(passes):
+            i0 = p * slots * plan_.chunk + slot
+            for u0 in range(0, mine, plan_.batch):
+                for u in range(plan_.batch):
+                    for e in range(plan_.chunk):
+                        v, i = lane_group + plan_.lanes * (u0 + u), i0 + slots * e
+                        if v < contributors and i < share:
+                            loads.setdefault(i, []).append(v)
+            for e in range(plan_.chunk):
+                if lane_group == 0 and i0 + slots * e < share:
+                    stores[i0 + slots * e] = stores.get(i0 + slots * e, 0) + 1
+    assert sorted(loads) == list(range(share)) and all(sorted(v) == list(range(contributors)) for v in loads.values())
+    assert stores == {i: 1 for i in range(share)}
+    assert 32 % plan_.lanes == 0  # the lanes of an element are in one warp
+
+
+@pytest.mark.parametrize("share, contributors, loads", [(34, 31, 16), (293, 14, 16), (293, 14, 8), (66, 63, 16),
+                                                       (1, 5, 8), (205, 5, 8), (147, 7, 16), (20, 127, 16)])
+def test_share_sum_covers_every_element_and_contributor_once(share, contributors, loads):
+    plan_ = share_sum(share, contributors, loads)
+    assert plan_.chunk * plan_.batch <= loads
+    _share_sum_walk(plan_, share, contributors)
+    # No plan within the loads takes fewer round trips one after another.
+    for lanes in (1, 2, 4, 8, 16, 32):
+        for chunk in range(1, loads + 1):
+            other = ShareSum(lanes, chunk, max(1, loads // chunk))
+            assert other.round_trips(share, contributors) >= plan_.round_trips(share, contributors)
+
+
+def test_share_sum_of_the_long_k_picks():
+    # 96x96x65536 in 64x64 tiles: 31 contributors, 34 float4s a share, 16 loads: two lanes, one round trip
+    # (the plan before ShareSum: one lane, 8 loads in flight, 4 round trips).
+    assert share_sum(34, 31, 16) == ShareSum(2, 1, 16) and ShareSum(2, 1, 16).round_trips(34, 31) == 1
+    assert ShareSum(1, 1, 8).round_trips(34, 31) == 4
+    # 512x512x65536 in 128x256 tiles, clusters of 4: 14 contributors, 293 float4s: 3 with 16 loads, 5 with
+    # the 8 its 128 accumulators a thread get (before: 12).
+    assert share_sum(293, 14, 16).round_trips(293, 14) == 3 and ShareSum(1, 1, 4).round_trips(293, 14) == 12
+    assert share_sum(293, 14, 8).round_trips(293, 14) == 5

@@ -70,17 +70,50 @@ SHARE_GAIN = 2 * MIN_SHARE
 # 3 and 4 pieces, the same at 5, 3-6% slower at 8 (bench/results/2026-11-26-h100-wgmma-scatter-reduce.md).
 SCATTER_SPLITS = 6
 
-# How a contributor thread sums its share of the partial tiles: `chunk` elements at a time, with
-# `loads` float4 loads in flight (loads / chunk contributors' loads of each element). With few
-# accumulators a thread, (8, 2): 40 registers. Larger tiles and 3xtf32 kernels (whose 168 or 232
-# registers hold more sums) spilled with that (1024x1024x16384 fp16 in 128x256 tiles split 4 ways,
-# 4092^3 3xtf32 in 128x192 split 3 ways), so there (4, 1). The first version summed one element at
-# a time with 8 contributors' loads in flight, so a share of 4 elements per thread took 4 or more L2
-# round trips one after another, and at 5 pieces per tile it ran no faster than the finisher's
-# serial adds (H200, 257x1023x4104 tf32 in 128x128 tiles: 30.5 against 30.6 µs).
-SCATTER_WIDE = (8, 2)
-SCATTER_NARROW = (4, 1)
-SCATTER_WIDE_ACCUMULATORS = 64  # accumulators a thread, at most, for SCATTER_WIDE
+# How many float4 loads a contributor thread may keep in flight while it sums its share of the
+# partial tiles (ShareSum): 16 (64 registers) with at most 64 accumulators a thread, 8 with more
+# and in 3xtf32 kernels, whose 232 registers hold a partial beside the sums. (16 everywhere: 9 of
+# the 123 split-tail candidates of five long-K shapes spilled a few bytes, 128x192 and 64x256 tiles
+# among them; this rule: 3, the rule before: 5.) The first two versions kept 4 or 8 loads in flight
+# for one or two elements at a time, so a 128x256 tile's 3 elements a thread over 14 contributors
+# took 12 L2 round trips one after another (now 5), and 96x96x65536's 31 contributors in 64x64
+# tiles 4 (now 1).
+SUM_LOADS = 16
+SUM_LOADS_LARGE_TILE = 8  # with more than SUM_LOADS_ACCUMULATORS, and in 3xtf32 kernels
+SUM_LOADS_ACCUMULATORS = 64
+THREADS = 128  # a consumer warpgroup: the threads that sum a contributor's share
+
+
+@dataclass(frozen=True)
+class ShareSum:
+    """How a contributor's THREADS sum their share of `contributors` partial tiles: `lanes` adjacent
+    lanes sum one element together (lane g over contributors g, g + lanes, ...) and meet by
+    shuffles; each thread `chunk` elements at a time, with `batch` contributors' loads of each in flight."""
+
+    lanes: int
+    chunk: int
+    batch: int
+
+    def round_trips(self, share: int, contributors: int) -> int:
+        """L2 round trips one after another to sum a share of `share` float4s."""
+        passes = ceil_div(share, THREADS // self.lanes * self.chunk)
+        return passes * ceil_div(ceil_div(contributors, self.lanes), self.batch)
+
+
+def share_sum(share: int, contributors: int, loads: int) -> ShareSum:
+    """The fewest round trips with at most `loads` loads in flight a thread; on a tie fewer lanes
+    (fewer shuffles), then fewer loads."""
+    options = []
+    for lanes in (1, 2, 4, 8, 16, 32):
+        if lanes > 1 and lanes // 2 >= contributors:
+            break
+        mine = ceil_div(contributors, lanes)
+        elements = ceil_div(share, THREADS // lanes)  # a thread's elements of the share
+        for chunk in range(1, min(elements, loads) + 1):
+            batch = min(mine, loads // chunk)
+            plan = ShareSum(lanes, chunk, batch)
+            options.append((plan.round_trips(share, contributors), lanes, chunk * batch, plan))
+    return min(options, key=lambda o: o[:3])[3]
 
 
 @dataclass(frozen=True)
@@ -309,13 +342,21 @@ __device__ __forceinline__ void add_partials(float (&acc)[M_BLOCKS][BN / 2], int
 SCATTER = r"""
 // Equal splits of SPLITS pieces (SPLITS - 1 contributors after each finisher): a contributor, once
 // every partial tile of its unit is stored, sums its share of the tile over all of them and stores
-// the sums, so the finisher reads one tile instead of SPLITS - 1 one after another. Each element is
-// summed by one contributor, in contributor order: the same order every run.
-constexpr int SPLITS = {splits}, CONTRIBUTORS = SPLITS - 1, SCATTER_LOADS = {loads}, SCATTER_CHUNK = {chunk};
+// the sums, so the finisher reads one tile instead of SPLITS - 1 one after another.
+constexpr int SPLITS = {splits}, CONTRIBUTORS = SPLITS - 1;
 constexpr int REDUCED_SLOTS = TAIL_WORKERS / SPLITS * CLUSTER_M;  // one per split unit (and cluster rank)
 constexpr int CONSUMER_FLOAT4S = ROWS_PER_CONSUMER * BN / 4;      // one consumer's part of a tile
 __device__ float4 reduced_sums[(size_t)REDUCED_SLOTS * BM * BN / 4];
 __device__ unsigned int reduced_count[REDUCED_SLOTS * CONSUMERS];  // contributors done; the finisher resets it
+
+// How a contributor's threads sum (schedule.ShareSum, chosen so the share takes as few L2 round
+// trips one after another as the registers allow): SUM_LANES adjacent lanes sum one element
+// together, lane g over contributors g, g + SUM_LANES, ... in order, and meet by shuffles (the
+// same order every run: deterministic); each thread SUM_CHUNK elements at a time, with SUM_BATCH
+// contributors' loads of each in flight.
+constexpr int SUM_LANES = {lanes}, SUM_CHUNK = {chunk}, SUM_BATCH = {batch};
+constexpr int SUM_SLOTS = 128 / SUM_LANES;  // elements a pass sums side by side
+constexpr int SUM_MINE = (CONTRIBUTORS + SUM_LANES - 1) / SUM_LANES;  // contributors a lane reads, at most
 
 __device__ __forceinline__ void reduce_share(int consumer) {{
     const int worker = blockIdx.x / CLUSTER_M, rank = blockIdx.x % CLUSTER_M;
@@ -329,29 +370,30 @@ __device__ __forceinline__ void reduce_share(int consumer) {{
     float4* sums = consumer_part(reduced_sums, tail_unit * CLUSTER_M + rank, consumer);
     const int me = worker - first;
     const int lo = me * CONSUMER_FLOAT4S / CONTRIBUTORS, hi = (me + 1) * CONSUMER_FLOAT4S / CONTRIBUTORS;
-    // A thread's elements of the share (i = lo + thread + 128 e), CHUNK of them summed at once:
-    // BATCH contributors' loads of each in flight, then added in contributor order.
-    constexpr int PER_THREAD = ((CONSUMER_FLOAT4S + CONTRIBUTORS - 1) / CONTRIBUTORS + 127) / 128;
-    constexpr int CHUNK = PER_THREAD < SCATTER_CHUNK ? PER_THREAD : SCATTER_CHUNK;
-    constexpr int BATCH = SCATTER_LOADS / CHUNK;
+    const int lane_group = threadIdx.x % SUM_LANES, slot = threadIdx.x % 128 / SUM_LANES;
+    // The same pass count for every thread, so every lane reaches the shuffles.
+    const int passes = (hi - lo + SUM_SLOTS * SUM_CHUNK - 1) / (SUM_SLOTS * SUM_CHUNK);
     #pragma unroll 1
-    for (int i0 = lo + threadIdx.x % 128; i0 < hi; i0 += 128 * CHUNK) {{
-        float4 sum[CHUNK];
+    for (int pass = 0; pass < passes; ++pass) {{
+        const int i0 = lo + pass * SUM_SLOTS * SUM_CHUNK + slot;  // elements i0 + SUM_SLOTS e
+        float4 sum[SUM_CHUNK];
         #pragma unroll
-        for (int e = 0; e < CHUNK; ++e) sum[e] = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int e = 0; e < SUM_CHUNK; ++e) sum[e] = make_float4(0.f, 0.f, 0.f, 0.f);
         #pragma unroll 1
-        for (int v0 = 0; v0 < CONTRIBUTORS; v0 += BATCH) {{
-            float4 p[BATCH][CHUNK];
+        for (int u0 = 0; u0 < SUM_MINE; u0 += SUM_BATCH) {{
+            float4 p[SUM_BATCH][SUM_CHUNK];
             #pragma unroll
-            for (int u = 0; u < BATCH; ++u)
+            for (int u = 0; u < SUM_BATCH; ++u)
                 #pragma unroll
-                for (int e = 0; e < CHUNK; ++e)
-                    if (v0 + u < CONTRIBUTORS && i0 + 128 * e < hi) p[u][e] = __ldcg(parts + (v0 + u) * STRIDE + i0 + 128 * e);
+                for (int e = 0; e < SUM_CHUNK; ++e) {{
+                    const int v = lane_group + SUM_LANES * (u0 + u), i = i0 + SUM_SLOTS * e;
+                    if (v < CONTRIBUTORS && i < hi) p[u][e] = __ldcg(parts + v * STRIDE + i);
+                }}
             #pragma unroll
-            for (int u = 0; u < BATCH; ++u)
+            for (int u = 0; u < SUM_BATCH; ++u)
                 #pragma unroll
-                for (int e = 0; e < CHUNK; ++e)
-                    if (v0 + u < CONTRIBUTORS && i0 + 128 * e < hi) {{
+                for (int e = 0; e < SUM_CHUNK; ++e)
+                    if (lane_group + SUM_LANES * (u0 + u) < CONTRIBUTORS && i0 + SUM_SLOTS * e < hi) {{
                         sum[e].x += p[u][e].x;
                         sum[e].y += p[u][e].y;
                         sum[e].z += p[u][e].z;
@@ -359,8 +401,17 @@ __device__ __forceinline__ void reduce_share(int consumer) {{
                     }}
         }}
         #pragma unroll
-        for (int e = 0; e < CHUNK; ++e)
-            if (i0 + 128 * e < hi) __stcg(sums + i0 + 128 * e, sum[e]);
+        for (int offset = 1; offset < SUM_LANES; offset *= 2)
+            #pragma unroll
+            for (int e = 0; e < SUM_CHUNK; ++e) {{
+                sum[e].x += __shfl_xor_sync(0xffffffffu, sum[e].x, offset);
+                sum[e].y += __shfl_xor_sync(0xffffffffu, sum[e].y, offset);
+                sum[e].z += __shfl_xor_sync(0xffffffffu, sum[e].z, offset);
+                sum[e].w += __shfl_xor_sync(0xffffffffu, sum[e].w, offset);
+            }}
+        #pragma unroll
+        for (int e = 0; e < SUM_CHUNK; ++e)
+            if (lane_group == 0 && i0 + SUM_SLOTS * e < hi) __stcg(sums + i0 + SUM_SLOTS * e, sum[e]);
     }}
     named_barrier(1 + consumer, 128);
     if (threadIdx.x % 128 == 0) release_add(&reduced_count[(tail_unit * CLUSTER_M + rank) * CONSUMERS + consumer], 1u);
@@ -394,20 +445,27 @@ __device__ __forceinline__ void add_partials(float (&acc)[M_BLOCKS][BN / 2], int
 """
 
 
-def scatter_loads(spec: GemmSpec, config: WgmmaConfig) -> tuple[int, int]:
-    """(loads, chunk) of a contributor thread's sums (see SCATTER_WIDE)."""
-    sums = config.accumulators * (2 if splits_fp32(spec) else 1)  # 3xtf32 keeps a partial beside them
-    return SCATTER_WIDE if sums <= SCATTER_WIDE_ACCUMULATORS else SCATTER_NARROW
+def scatter_loads(spec: GemmSpec, config: WgmmaConfig) -> int:
+    """Float4 loads a contributor thread may keep in flight (see SUM_LOADS)."""
+    small = config.accumulators <= SUM_LOADS_ACCUMULATORS and not splits_fp32(spec)
+    return SUM_LOADS if small else SUM_LOADS_LARGE_TILE
 
 
-def cuda(schedule: Schedule, loads: tuple[int, int] = SCATTER_NARROW) -> str:
+def reduce_plan(schedule: Schedule, config: WgmmaConfig, loads: int) -> ShareSum:
+    """How the contributors of `schedule`'s split units sum their shares (one consumer's part of a
+    tile: THREADS * accumulators / 4 float4s, cut into splits - 1 shares)."""
+    contributors = schedule.splits - 1
+    return share_sum(ceil_div(THREADS * config.accumulators // 4, contributors), contributors, loads)
+
+
+def cuda(schedule: Schedule, config: WgmmaConfig, loads: int = SUM_LOADS) -> str:
     """The scheduler's constants and cursor, and the partial-sum exchange when units are split
-    (`loads`: the contributors' (loads, chunk), `scatter_loads`)."""
+    (`loads`: float4 loads a contributor thread may keep in flight, `scatter_loads`)."""
     text = constants(schedule) + CURSOR
     if not schedule.tail_workers:
         return text
     if not schedule.scatter:
         return text + ACQUIRE_RELEASE + PARTIAL_SLOTS + PARTIAL_STORE.format(after_store="") + SERIAL_ADD
     return (text + ACQUIRE_RELEASE + RELEASE_ADD + PARTIAL_SLOTS
-            + SCATTER.format(splits=schedule.splits, loads=loads[0], chunk=loads[1])
+            + SCATTER.format(splits=schedule.splits, **vars(reduce_plan(schedule, config, loads)))
             + PARTIAL_STORE.format(after_store="\n    reduce_share(consumer);  // this contributor's share of the unit's sums"))
