@@ -1,6 +1,7 @@
 """The config chooser without a GPU: deterministic, loads from its file, explains itself, and every
 pick compiles; split-K and gemv configs are judged by their constraints; training learns."""
 import json
+import math
 
 import numpy as np
 import pytest
@@ -380,7 +381,22 @@ def test_schedule_features_follow_the_kernels_schedule():
     many = features(GemmSpec(96, 96, 65536, "nt", "bf16"),
                     WgmmaConfig(bm=64, bn=64, consumers=1, persistent=True, group_m=8, split_tail=True), 132)
     assert many["scatter"] == 1.0 and many["tail_ways"] >= 6
-    assert schedule_features(GemmSpec(64, 4096, 4096), SimtConfig(split_k=4), 132, 1.0) == {}
+    assert schedule_features(GemmSpec(64, 4096, 4096), SimtConfig(split_k=4), 132, 1.0, 132) == {}
+
+
+def test_schedule_fill_sees_the_last_rounds_idle_blocks():
+    """schedule_fill: 1536x6144x1536 in 128x256 tiles is 288 tiles on 128 blocks, 3 rounds with the
+    last a quarter full (0.75); in 128x192 tiles 384, 3 full rounds (1.0). The critical path at one
+    SM's share of the peak is then a third longer for 128x256."""
+    spec = GemmSpec(1536, 6144, 1536, "nt", "bf16")
+    wide = WgmmaConfig(bm=128, bn=256, persistent=True, group_m=8, split_tail=True)
+    f256, f192 = features(spec, wide, 132), features(spec, wide.with_(bn=192), 132)
+    assert f256["tile_times"] == f192["tile_times"] == 3.0
+    assert f256["schedule_fill"] == pytest.approx(0.75) and f192["schedule_fill"] == pytest.approx(1.0)
+    assert f256["log_critical_over_roofline"] - f192["log_critical_over_roofline"] == pytest.approx(math.log(256 / 192))
+    # One block per tile: 64x64 tiles of 96x96x65536 fill 96*96 of 128*128 (the edge tiles' waste).
+    plain = features(GemmSpec(96, 96, 65536, "nt", "bf16"), WgmmaConfig(bm=64, bn=64, consumers=1), 132)
+    assert plain["schedule_fill"] == pytest.approx(96 * 96 / (128 * 128))
 
 
 def test_a_few_long_tf32_tiles_get_a_split_tail_pick():

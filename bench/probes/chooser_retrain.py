@@ -1,6 +1,7 @@
 """Probe: how well a retrained wgmma chooser model picks on shapes it never saw (CPU only).
 
     PYTHONPATH=src python bench/probes/chooser_retrain.py [--folds 6] [--without-old] [--shipped] [--per-shape]
+        [--drop FEATURE,...]
 
 The wgmma rounds of bench/collect_chooser_data.py (`--set wgmma`, `wgmma-small-m`, `wgmma-aligned`, `wgmma-aligned-2`:
 every candidate as the chooser builds it) are cut into folds by shape. For each fold a model is trained on every other
@@ -53,10 +54,16 @@ def fit(rows, args):
 
     params = chooser_model.PARAMS
     params = replace(params, trees=args.trees or params.trees, depth=args.depth or params.depth)
-    if not args.per_shape:
+    if not args.per_shape and not args.drop:
         return chooser_model.train_family("wgmma", rows, params=params)
     x, names = chooser_model.feature_matrix([(r.spec, r.config, r.sm_count) for r in rows])
+    keep = [i for i, name in enumerate(names) if name not in args.drop.split(",")]
+    x, names = x[:, keep], tuple(names[i] for i in keep)
     y = np.array([math.log(r.median_s / roofline_s(r.spec)) for r in rows])
+    if not args.per_shape:
+        fitted = GradientBoostedTrees(params, 0).fit(x, y)
+        return chooser_model.FamilyModel("wgmma", names, fitted.base, tuple(fitted.trees), len(rows),
+                                         len({r.spec for r in rows}))
     mean = collections.defaultdict(list)
     for r, v in zip(rows, y):
         mean[r.spec].append(v)
@@ -72,6 +79,7 @@ def main() -> int:
     parser.add_argument("--shipped", action="store_true", help="score the shipped model too")
     parser.add_argument("--trees", type=int, default=None, help="boosted trees (default: the model's PARAMS)")
     parser.add_argument("--depth", type=int, default=None)
+    parser.add_argument("--drop", default="", help="features left out of the fit, comma-separated")
     parser.add_argument("--per-shape", action="store_true",
                         help="fit log time less the shape's mean log time (ranking only) instead of log(time / roofline)")
     args = parser.parse_args()

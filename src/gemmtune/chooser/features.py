@@ -139,19 +139,29 @@ def traffic_bytes(spec: GemmSpec, g: Geometry) -> float:
     return float(a + b + d + epilogue)
 
 
-def schedule_features(spec: GemmSpec, config: Any, sm_count: int, waves: float) -> dict[str, float]:
+def schedule_features(spec: GemmSpec, config: Any, sm_count: int, waves: float, slots: int) -> dict[str, float]:
     """How a wgmma config's work schedule runs (kernels/wgmma/schedule.py), beyond the launch: the
     critical path in whole-tile times (rounds of whole tiles plus the longest share of a split tail;
     for one block per tile, its `waves` rounded up), k-blocks per tile, the pieces a split tile is cut
-    into, and whether their partial sums are reduced in parallel. Other families: none."""
+    into, and whether their partial sums are reduced in parallel. Then what the critical path costs:
+    `schedule_fill`, the share of the tile work its blocks could do in that time that is D's
+    (1.0: every block busy on real output all the way; 1536x6144x1536 in 128x256 tiles: 288 tiles on
+    128 blocks take 3 rounds, the last a quarter full, 0.75; in 128x192 tiles 384 take 3 full rounds,
+    1.0), and `log_critical_over_roofline`, that path at one SM's share of the peak over the
+    shape's roofline time. Other families: none."""
     if not isinstance(config, WgmmaConfig):
         return {}
     s = schedule_for(spec, config, arch.geometry(None, "sm_90a", sm_count))
     tile_times = s.tile_times if config.persistent else float(math.ceil(waves))
     ways = s.tail_workers / s.split_units if s.tail_workers else 1.0
+    parallel = s.workers * config.cluster_m if config.persistent else min(s.workers, slots)
+    tile_macs = config.bm * config.bn * s.k_blocks * config.bk(spec.dtype)
+    critical_s = tile_times * 2 * tile_macs / (PEAK_FLOPS[spec.dtype] / sm_count)
     return {"tile_times": tile_times, "log2_k_blocks": math.log2(s.k_blocks),
             "log2_critical_k_blocks": math.log2(max(tile_times * s.k_blocks, 1.0)),
-            "tail_ways": ways, "scatter": float(s.scatter)}
+            "tail_ways": ways, "scatter": float(s.scatter),
+            "schedule_fill": spec.m * spec.n * spec.k / (parallel * tile_times * tile_macs),
+            "log_critical_over_roofline": math.log(critical_s / roofline_s(spec))}
 
 
 def row_alignment(spec: GemmSpec, config: Any = None) -> tuple[int, int]:
@@ -188,7 +198,7 @@ def features(spec: GemmSpec, config: Any, sm_count: int, registers: int | None =
         "persistent": float(g.persistent),
         "split_workspace": float(getattr(config, "split_reduce", "") == "workspace"),
         "log2_row_align": log2(rows_at[0]), "log2_d_row_align": log2(rows_at[1]),
-        **schedule_features(spec, config, sm_count, waves),
+        **schedule_features(spec, config, sm_count, waves, slots),
         **{f"cfg_{k}": float(v) for k, v in config_numbers(config).items()},
     }
 
