@@ -30,7 +30,8 @@ def test_which_specs_walk_k_in_quads(spec, expected):
 
 @pytest.mark.parametrize("m, n, threads, across, unroll", [
     (16, 4096, 512, 8, 1), (16, 14336, 512, 32, 1), (8, 4096, 256, 4, 1), (8, 14336, 256, 16, 1),
-    (5, 4096, 256, 4, 1), (4, 11008, 512, 16, 4), (12, 4096, 512, 8, 1), (16, 1000, 512, 2, 1)])
+    (5, 4096, 256, 4, 1), (4, 11008, 512, 16, 4), (6, 11008, 256, 8, 1), (12, 4096, 512, 8, 1), (16, 1000, 512, 2, 1),
+    (16, 11008, 512, 8, 1), (16, 5120, 512, 4, 1)])  # 16 across would leave 172 and 160 blocks on 132 SMs
 def test_quad_block_shape_on_an_h100(m, n, threads, across, unroll):
     spec = GemmSpec(m, n, 4096, "nn", "fp32")
     config = quad_config(spec, 132)

@@ -254,13 +254,30 @@ QUAD_RULE_MIN_ROWS = 4  # below this the model's pick is kept (at 2 vectors quad
 QUAD_PAIR_ROWS = (5, 8)  # vectors, inclusive
 QUAD_PAIR_THREADS = 256
 QUAD_PAIR_SM_SHARE = 1.6  # blocks for about two per SM
+# Above 8 vectors (128 registers a thread: one 512-thread block per SM) blocks past one per SM run
+# in rounds: 172 blocks on 132 SMs leave 40 SMs a second block while the rest idle, so the widest
+# width must also keep the last round this full (whole rounds over the blocks' rounds, at most
+# QUAD_IMBALANCE). H100, 2026-11-26, back to back (bench/results/2026-11-26-h100-gemv-quads-rounds.md):
+# 16x11008x4096 16 across (172 blocks) 63% of copy, 8 across (344, 3 rounds of 2.6) 74%;
+# 16x5120x4096 8 across (160) 55%, 4 across (320) 57%. At 4 vectors (68 registers) and in the paired
+# shape the same rule lost (4x11008x4096: 16 across 99%, 8 across 91%; 6x11008x4096: 8 across 97%,
+# 4 across 85%), so it stops at QUAD_PAIR_ROWS.
+QUAD_IMBALANCE = 1.25
 
 
 def quad_config(spec: GemmSpec, sm_count: int) -> GemvConfig:
     """The columns-in-quads block shape for `spec` on a GPU of `sm_count` SMs (see QUAD_BLOCK_THREADS)."""
     paired = QUAD_PAIR_ROWS[0] <= vectors(spec) <= QUAD_PAIR_ROWS[1]
     threads, share = (QUAD_PAIR_THREADS, QUAD_PAIR_SM_SHARE) if paired else (QUAD_BLOCK_THREADS, QUAD_SM_SHARE)
-    width = next((x for x in QUAD_ACROSS if -(-outputs(spec) // (4 * x)) >= share * sm_count), QUAD_ACROSS[-1])
+    in_rounds = vectors(spec) > QUAD_PAIR_ROWS[1]
+
+    def fits(width: int) -> bool:
+        blocks = -(-outputs(spec) // (4 * width))
+        rounds = blocks / sm_count
+        balanced = not in_rounds or rounds <= 1 or math.ceil(rounds) / rounds <= QUAD_IMBALANCE
+        return blocks >= share * sm_count and balanced
+
+    width = next((x for x in QUAD_ACROSS if fits(x)), QUAD_ACROSS[-1])
     unroll = 1 if vectors(spec) > 8 or paired else 4
     return GemvConfig(threads=threads, warps_per_output=1, threads_x=width, unroll=unroll)
 
