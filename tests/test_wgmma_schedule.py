@@ -100,7 +100,7 @@ TILE_64 = WgmmaConfig(bm=64, bn=64, stages=6, consumers=1, persistent=True, spli
 
 
 def test_many_way_splits_reduce_in_shares_and_few_gather_serially():
-    cuda_of = lambda schedule: cuda(schedule, TILE_64)  # noqa: E731
+    cuda_of = lambda schedule: cuda(schedule, GemmSpec(96, 96, 65536, "nt", "bf16"), TILE_64)  # noqa: E731
     many = plan(4, 1024, 132, split_tail=True)  # 96x96x65536 bf16 in 64x64 tiles: 33 pieces per tile
     assert (many.splits, many.scatter) == (33, True)
     assert "reduce_share(consumer);" in cuda_of(many) and "constexpr int SPLITS = 33" in cuda_of(many)

@@ -60,17 +60,14 @@ def fit(rows, args):
     keep = [i for i, name in enumerate(names) if name not in args.drop.split(",")]
     x, names = x[:, keep], tuple(names[i] for i in keep)
     y = np.array([math.log(r.median_s / roofline_s(r.spec)) for r in rows])
-    if not args.per_shape:
-        fitted = GradientBoostedTrees(params, 0).fit(x, y)
-        return chooser_model.FamilyModel("wgmma", names, fitted.base, tuple(fitted.trees), len(rows),
-                                         len({r.spec for r in rows}))
-    mean = collections.defaultdict(list)
-    for r, v in zip(rows, y):
-        mean[r.spec].append(v)
-    y = y - np.array([np.mean(mean[r.spec]) for r in rows])
+    if args.per_shape:
+        mean = collections.defaultdict(list)
+        for r, v in zip(rows, y):
+            mean[r.spec].append(v)
+        y = y - np.array([np.mean(mean[r.spec]) for r in rows])
     fitted = GradientBoostedTrees(params, 0).fit(x, y)
-    return chooser_model.FamilyModel("wgmma", names, fitted.base, tuple(fitted.trees), len(rows), len(mean))
-
+    return chooser_model.FamilyModel("wgmma", names, fitted.base, tuple(fitted.trees), len(rows),
+                                     len({r.spec for r in rows}))
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

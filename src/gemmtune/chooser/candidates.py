@@ -278,7 +278,7 @@ def quad_config(spec: GemmSpec, sm_count: int) -> GemvConfig:
         return blocks >= share * sm_count and balanced
 
     width = next((x for x in QUAD_ACROSS if fits(x)), QUAD_ACROSS[-1])
-    unroll = 1 if vectors(spec) > 8 or paired else 4
+    unroll = 1 if in_rounds or paired else 4
     return GemvConfig(threads=threads, warps_per_output=1, threads_x=width, unroll=unroll)
 
 

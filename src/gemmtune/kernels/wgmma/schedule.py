@@ -458,14 +458,14 @@ def reduce_plan(schedule: Schedule, config: WgmmaConfig, loads: int) -> ShareSum
     return share_sum(ceil_div(THREADS * config.accumulators // 4, contributors), contributors, loads)
 
 
-def cuda(schedule: Schedule, config: WgmmaConfig, loads: int = SUM_LOADS) -> str:
-    """The scheduler's constants and cursor, and the partial-sum exchange when units are split
-    (`loads`: float4 loads a contributor thread may keep in flight, `scatter_loads`)."""
+def cuda(schedule: Schedule, spec: GemmSpec, config: WgmmaConfig) -> str:
+    """The scheduler's constants and cursor, and the partial-sum exchange when units are split (its
+    contributors' sums as `reduce_plan` gives them for `config`'s tile, `scatter_loads`)."""
     text = constants(schedule) + CURSOR
     if not schedule.tail_workers:
         return text
     if not schedule.scatter:
         return text + ACQUIRE_RELEASE + PARTIAL_SLOTS + PARTIAL_STORE.format(after_store="") + SERIAL_ADD
     return (text + ACQUIRE_RELEASE + RELEASE_ADD + PARTIAL_SLOTS
-            + SCATTER.format(splits=schedule.splits, **vars(reduce_plan(schedule, config, loads)))
+            + SCATTER.format(splits=schedule.splits, **vars(reduce_plan(schedule, config, scatter_loads(spec, config))))
             + PARTIAL_STORE.format(after_store="\n    reduce_share(consumer);  // this contributor's share of the unit's sums"))
