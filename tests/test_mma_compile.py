@@ -167,7 +167,7 @@ def test_candidates_and_defaults_compile_without_spills(arch):
     from gemmtune.kernels.mma.config import candidates
 
     big = GemmSpec(4096, 4096, 4096, "nt", "bf16")
-    assert FAMILY.default_config(big, arch) == _step(arch, "tuned")  # 128x256: faster than 2x 128x128 (H100)
+    assert FAMILY.default_config(big, arch) == _step(arch, "tuned")  # 256x128, 128-byte slices (H100, 2026-11-26)
     for spec in (big, GemmSpec(4093, 4091, 4097, "nt", "bf16"), GemmSpec(3000, 5000, 1500, "nn", "fp16"),
                  GemmSpec(4096, 4096, 4096, "nn", "tf32")):
         found = candidates(spec, arch)

@@ -247,15 +247,36 @@ def ladder(arch: str = "sm_80") -> list[tuple[str, MmaConfig]]:
     multistage = with_ldmatrix.with_(stages=3, async_copy=has_cp_async)
     swizzled = multistage.with_(swizzle=True)
     warp_tiles = swizzled.with_(bm=128, bn=128, wm=64, wn=64)
-    tuned = warp_tiles.with_(bn=256, group_m=8)
     return [
         ("smem_mma", plain),
         ("ldmatrix", with_ldmatrix),
         ("multistage", multistage),
         ("swizzle", swizzled),
         ("warp_tiles", warp_tiles),
-        ("tuned", tuned.with_(stages=_fitting_stages(tuned, arch, 4))),
+        ("tuned", _deep_tile(arch)),
     ]
+
+
+def _wide_tile(arch: str) -> MmaConfig:
+    """128x256 tiles of 8 warps (64x64), 64-byte slices, 4 stages (fewer where shared memory is
+    short): the tuned step until 2026-11-26, and still the default where an operand's rows take
+    copies narrower than 16 bytes (3000x5000x1500 nn bf16, A's rows 8-byte aligned: 142.8 us against
+    151.9 for 128-byte slices and 170.3 for 256x128, H100)."""
+    wide = MmaConfig(bm=128, bn=256, k_bytes=64, wm=64, wn=64, stages=4, group_m=8, async_copy=arch_number(arch) >= 80)
+    return wide.with_(stages=_fitting_stages(wide, arch, 4))
+
+
+def _deep_tile(arch: str) -> MmaConfig:
+    """256x128 tiles of 8 warps (64x64), 128-byte slices, 4 stages (192 KiB): one barrier per four
+    k-steps instead of two, and the strided 16-byte copies leave each slice one pointer add of address
+    work. Forced bf16 4096^3 nt on an H100 (2026-11-26, staged write-back): 286.7 us against 292.6 for
+    128x256 with the same slices and 321.1 for 128x256 with 64-byte slices. Where three 128-byte
+    stages do not fit (sm_86, sm_89: 99 KiB a block) it keeps 64-byte slices, not measured there."""
+    deep = MmaConfig(bm=256, bn=128, k_bytes=128, wm=64, wn=64, stages=4, group_m=8, async_copy=arch_number(arch) >= 80)
+    if _fitting_stages(deep, arch, 4) >= 3:
+        return deep.with_(stages=_fitting_stages(deep, arch, 4))
+    shallow = deep.with_(k_bytes=64)
+    return shallow.with_(stages=_fitting_stages(shallow, arch, 4))
 
 
 def copy_width(stored_row: int, elem: int) -> int:
@@ -274,6 +295,14 @@ def shape_class(spec: GemmSpec) -> tuple[int, int]:
     a_row = spec.k if not spec.a_trans else spec.m
     b_row = spec.k if spec.b_trans else spec.n
     return copy_width(a_row, elem), copy_width(b_row, elem)
+
+
+def ldmatrix_rows(spec: GemmSpec) -> bool:
+    """Whether both operands' stored rows take 16-byte copies (the strided cp.async path) and both
+    tiles are read by ldmatrix (16-bit types, or tf32 with K-major A and B): the tuned step's 128-byte
+    slices were measured only there."""
+    k_major = not spec.a_trans and spec.b_trans
+    return shape_class(spec) == (16, 16) and (tensor_dtype(spec) != "tf32" or k_major)
 
 
 def register_copied(spec: GemmSpec) -> bool:
@@ -300,16 +329,17 @@ def _register_copied_tile(arch: str) -> MmaConfig:
     The only shape measured to keep the register-copied next slice in registers across the mma work
     (render.staged_in_registers) with a full tile: 4093x4091x4097 bf16 nt on an H100 (2026-11-25)
     1177 us against 2534 us for two 128x128 blocks per SM, whose copies wait on their loads."""
-    tuned = dict(ladder(arch))["tuned"].with_(k_bytes=32)
+    tuned = _wide_tile(arch).with_(k_bytes=32)
     return tuned.with_(stages=_fitting_stages(tuned, arch, 5))
 
 
 def default_config(spec: GemmSpec | None, arch: str = "sm_80") -> MmaConfig:
-    """The tuned step's 128x256 tiles (8 warps of 64x64, one block per SM) where they fill half the SMs,
-    else 128x128, then 64x64 tiles; rows of odd length take 128x256 tiles with 32-byte slices
-    (_register_copied_tile). Measured on an H100 (2026-11-25, bench/results/2026-11-25-h100-mma.md):
-    128x256 ran 4096^3 bf16 nt in 342-347 us against 371-396 for two 128x128 blocks per SM, and
-    3000x5000x1500 nn in 161 against 196 us."""
+    """Where they fill half the SMs: the tuned step's 256x128 tiles with 128-byte slices when both
+    operands' rows take 16-byte copies, else 128x256 tiles with 64-byte slices (_wide_tile), and for
+    rows of odd length 128x256 with 32-byte slices (_register_copied_tile); then 128x128, then 64x64
+    tiles. Measured on an H100: 2026-11-25 (bench/results/2026-11-25-h100-mma.md; 128x256 ran 4096^3
+    bf16 nt in 342-347 us against 371-396 for two 128x128 blocks per SM) and 2026-11-26
+    (bench/results/2026-11-26-h100-mma-deep-slices.md; the tuned step 287 us)."""
     tuned = dict(ladder(arch))["tuned"]
     if spec is None:
         return tuned
@@ -321,7 +351,8 @@ def default_config(spec: GemmSpec | None, arch: str = "sm_80") -> MmaConfig:
     if register_copied(spec) and supports(spec, arch) is None and not rejections(wide, spec, arch) \
             and tiles(wide) >= sms // 2:
         return wide
-    for candidate in (tuned, tuned.with_(bn=128), tuned.with_(bm=64, bn=64, wm=32, wn=32)):
+    wide = _wide_tile(arch)
+    for candidate in (tuned if ldmatrix_rows(spec) else wide, wide.with_(bn=128), wide.with_(bm=64, bn=64, wm=32, wn=32)):
         candidate = candidate.with_(stages=_fitting_stages(candidate, arch, 4))
         if tiles(candidate) >= sms // 2:
             return candidate
@@ -358,12 +389,15 @@ def candidates(spec: GemmSpec, arch: str = "sm_80") -> list[tuple[str, MmaConfig
     named = [("default", default_config(spec, arch))] + _split_candidates(arch) if splits_fp32(spec) else [
         ("default", default_config(spec, arch)),
         ("tuned", tuned),
+        ("128x256_k64", _wide_tile(arch)),
+        ("128x256_k128", tuned.with_(bm=128, bn=256)),
+        ("128x128_k128_2sm", two.with_(k_bytes=128, stages=3)),
         ("128x128_2sm", two),
         ("128x128_k32_2sm", two.with_(k_bytes=32, stages=5)),
         ("128x128_8warps_2sm", two.with_(wn=32, blocks_per_sm=2)),
-        ("128x256_s3", tuned.with_(stages=_fitting_stages(tuned, arch, 3))),
-        ("128x256_k32_s5", tuned.with_(k_bytes=32, stages=_fitting_stages(tuned.with_(k_bytes=32), arch, 5))),
-        ("256x128_s3", tuned.with_(bm=256, bn=128, stages=_fitting_stages(tuned, arch, 3))),
+        ("128x256_s3", _wide_tile(arch).with_(stages=_fitting_stages(_wide_tile(arch), arch, 3))),
+        ("128x256_k32_s5", _register_copied_tile(arch)),
+        ("256x128_s3", tuned.with_(stages=_fitting_stages(tuned, arch, 3))),
         ("128x128_1sm", two.with_(blocks_per_sm=1, stages=_fitting_stages(two, arch, 4))),
     ]
     return valid_named(named, rejections, spec, arch)

@@ -92,6 +92,11 @@ CP_ASYNC = r"""
 __device__ __forceinline__ void cp_async_16(u32 dst, const void* src, bool valid) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(src), "r"(valid ? 16 : 0));
 }
+// The same copy from src + BYTES, a compile-time offset: ptxas folds it into the instruction, so one
+// pointer serves all of a thread's units. With valid false nothing is read (src-size 0): zeros land.
+template <int BYTES> __device__ __forceinline__ void cp_async_16_at(u32 dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1+%3], 16, %2;" :: "r"(dst), "l"(src), "r"(valid ? 16 : 0), "n"(BYTES));
+}
 // cp.async 8 B (.ca; .cg takes only 16); src-size 0 writes zeros.
 __device__ __forceinline__ void cp_async_8(u32 dst, const void* src, bool valid) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" :: "r"(dst), "l"(src), "r"(valid ? 8 : 0));

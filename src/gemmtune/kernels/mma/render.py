@@ -16,7 +16,7 @@ from ...errors import ConfigError
 from ...kernel_source import KernelSource
 from ...spec import GemmSpec
 from ..config_base import arch_number
-from ..parts.epilogue import CArg, Operands, VectorArg, epilogue_function, pointer_params
+from ..parts.epilogue import CArg, Operands, VectorArg, epilogue_call, epilogue_function, pointer_params
 from ..parts.floats import FLOAT_VIEW, HALF_FLOATS, PACK_PAIR, TO_OUT
 from ..parts.ring import SLICE_RING
 from ..parts.writeback import CRead, PairFragment, PairOutput, pair_io, pair_stores
@@ -175,10 +175,66 @@ def _global_at(op: Operand) -> str:
     return "(unsigned)gx * K + gk" if op.k_major and not op.transposed else f"(unsigned)gk * {op.extent} + gx"
 
 
-def _async_copy(op: Operand, threads: int) -> str:
+def _swizzle_period(op: Operand) -> int:
+    """Rows after which the shared layout's swizzle repeats (offset(row + p, c) = offset(row, c) + p rows)."""
+    term = _swizzle_term(op)
+    return 1 if not term else 4 if term == "((row & 3) << 1)" else 8
+
+
+def _strided_units(spec: GemmSpec, op: Operand, threads: int) -> bool:
+    """Whether a thread's 16-byte copy units all sit in one chunk column, STEP rows apart, with the
+    swizzle repeating every STEP rows (and every unit's offset from the first fits an int): one global
+    pointer and one shared address a thread then cover every unit, the others at compile-time offsets."""
+    per_row = op.row_bytes // 16
+    if op.copy_bytes != 16 or threads % per_row:
+        return False
+    step = threads // per_row
+    stride = spec.k if op.k_major else (spec.m if op.name == "A" else spec.n)
+    return op.rows % step == 0 and step % _swizzle_period(op) == 0 and op.rows * stride * op.elem < 2**31
+
+
+def _strided_async_copy(spec: GemmSpec, op: Operand, threads: int) -> str:
+    """cp.async of 16-byte units from one per-thread pointer: thread t copies chunk column t % PER_ROW
+    of rows t / PER_ROW + l * STEP, each unit at a compile-time byte offset from the first (written
+    into the instruction; as a C++ offset NVVM split it into one 64-bit pointer a unit, and 128x128
+    tiles spilled). A slice's address work is one pointer add, and the bounds checks are only those
+    the shape needs: an operand whose extent is a multiple of its tile, or a K that is a multiple of
+    BK, drops them; a unit that fails one reads nothing (src-size 0) and lands as zeros.
+    Measured on an H100 (forced bf16 4096^3 nt, 128x256 tile): 342 -> 329 us at 64-byte slices, and
+    128-byte slices went from slower (377 us) to faster (309 us) than 64-byte ones."""
+    extent = spec.m if op.name == "A" else spec.n
+    full_x, full_k = extent % op.tile == 0, spec.k % op.bk == 0
+    per_row, step = op.row_bytes // 16, threads // (op.row_bytes // 16)
+    if op.k_major:  # rows are x (M or N), the chunk column runs along K
+        stride, x_ok, k_ok = spec.k, f"x0 + row0 + {{l}} * STEP < {op.extent}", "k0 + col < K"
+        start = "(size_t)(x0 + row0) * K + (k0 + col)"
+    else:  # rows are k, the chunk column runs along x
+        stride, x_ok, k_ok = extent, f"x0 + col < {op.extent}", "k0 + row0 + {l} * STEP < K"
+        start = f"(size_t)(k0 + row0) * {op.extent} + (x0 + col)"
+    checks = [c for c, needed in ((x_ok, not full_x), (k_ok, not full_k)) if needed]
+    copies = "\n".join(
+        f"    cp_async_16_at<{l * step * stride * op.elem}>(dst + {l * step * op.row_bytes}, src, "
+        f"{' && '.join(checks).format(l=l) or 'true'});" for l in range(op.rows // step))
+    return f"""// {op.name}: global -> shared (cp.async, 16 B each); thread t copies chunk column t % PER_ROW of rows
+// t / PER_ROW + l * STEP: one pointer and one shared address (the swizzle repeats every STEP rows) with
+// compile-time offsets. {"Units outside the matrix read nothing and land as zeros, so edge tiles need no branches later." if checks else "The shape is whole tiles of this operand: no bounds checks."}
+__device__ __forceinline__ void load_{op.lower}(unsigned char* stage, const in_t* __restrict__ {op.name}, int x0, int k0) {{
+    constexpr int PER_ROW = {per_row}, STEP = THREADS / PER_ROW;
+    const int row0 = threadIdx.x / PER_ROW, col = (threadIdx.x % PER_ROW) * {16 // op.elem};
+    const in_t* src = {op.name} + {start};
+    const u32 dst = smem_addr(stage + {op.lower}_offset(row0, col));
+    (void)STEP;
+{copies}
+}}
+"""
+
+
+def _async_copy(spec: GemmSpec, op: Operand, threads: int) -> str:
     """cp.async straight into shared memory. Narrow copies are many per thread: unrolled whole, ptxas
     hoists every one's address out of the k-loop and spills (64x64 warp tiles of tf32 at odd sizes);
     a partial unroll keeps them in the loop."""
+    if _strided_units(spec, op, threads):
+        return _strided_async_copy(spec, op, threads)
     narrow = op.rows * (op.row_bytes // _unit_bytes(op)) > 4 * threads
     return f"""// {op.name}: global -> shared (cp.async, {op.copy_bytes} B each); zeros outside the matrix, so edge tiles need no branches later.
 __device__ __forceinline__ void load_{op.lower}(unsigned char* stage, const in_t* __restrict__ {op.name}, int x0, int k0) {{
@@ -303,7 +359,7 @@ def _transposed_register_copy(op: Operand) -> RegisterCopy:
 
 def _copy_function(spec: GemmSpec, op: Operand, threads: int) -> str:
     if op.use_async:
-        return _async_copy(op, threads)
+        return _async_copy(spec, op, threads)
     if op.transposed:
         copy = _transposed_register_copy(op)
     else:
@@ -431,6 +487,72 @@ def _output(arch: str) -> PairOutput:
     of D's type; offsets fit 32 bits (the spec caps each matrix's elements)."""
     return PairOutput(EPILOGUE_OPERANDS, CRead.POINTER, bias="FloatView<out_t>{bias}", index="unsigned",
                       cvt_pairs=arch_number(arch) >= 80)
+
+
+def staged_write_back(spec: GemmSpec, config: MmaConfig) -> bool:
+    """Whether D goes out through shared memory in 16-byte rows (else each thread stores its pairs
+    straight from registers): where D's rows are whole 16-byte units (so every chunk store is aligned)
+    and the padded output tile fits in the ring it reuses."""
+    out = spec.out_element_bytes
+    return spec.n * out % 16 == 0 and config.bm * (config.bn * out + _OUT_PAD[out]) <= config.smem_bytes()
+
+
+# Bytes after each output row in shared memory: a warp's pair writes (rows g = 0..7, 4 or 8 bytes at
+# column 2t) then land on 32 distinct banks (16-bit pairs) or, per half-warp, 16 (fp32 pairs).
+_OUT_PAD = {2: 16, 4: 32}
+
+
+def _staged_stores(spec: GemmSpec, config: MmaConfig, output: PairOutput, uses_async: bool) -> str:
+    """The write-back through shared memory: every thread applies the epilogue to its pairs and writes
+    them into a [BM][BN] tile of D's type (the ring's bytes, free once every warp is past the main
+    loop), then the block copies the tile out in 16-byte row chunks, so each store instruction fills
+    whole 32-byte sectors (the pairs' 4-byte stores fill half a sector each and leave the rest to
+    another instruction)."""
+    out = spec.out_element_bytes
+    e = 16 // out
+    c0 = c1 = None
+    read_c = []
+    if spec.epilogue.reads_c:
+        read_c = ["float c0 = 0.0f, c1 = 0.0f;",
+                  "if (row < M && col < N) read_pair(C + (unsigned)row * N + col, c0, c1);  // C's pair (N is even)"]
+        c0, c1 = "c0", "c1"
+    first = epilogue_call(spec.epilogue, output.operands, "acc[i][j][2 * h]", "row", "col", c=c0, bias=output.bias)
+    second = epilogue_call(spec.epilogue, output.operands, "acc[i][j][2 * h + 1]", "row", "col + 1", c=c1, bias=output.bias)
+    body = "\n".join("                " + line for line in read_c + [
+        f"write_pair(tile + r * PITCH + c, {first}, {second});"])
+    return f"""    // Write-back through shared memory (16-byte row chunks). Thread (g, t) holds rows g and g + 8,
+    // columns 2t and 2t + 1 of each 16x8 tile; the tile's rows are padded so those writes miss each other's banks.
+    constexpr int PITCH = BN + {_OUT_PAD[out] // out};  // elements per output row in shared memory
+    constexpr int E = {e}, CHUNKS = BN / E;  // elements per 16-byte chunk, chunks per row
+    out_t* tile = reinterpret_cast<out_t*>(smem);
+    {"cp_async_wait<0>();" if uses_async else ""}
+    __syncthreads();  // every warp is done with the ring (and no copy is in flight): it holds D's tile now
+    #pragma unroll
+    for (int i = 0; i < MT; ++i)
+        #pragma unroll
+        for (int j = 0; j < NT; ++j)
+            #pragma unroll
+            for (int h = 0; h < 2; ++h) {{
+                const int r = wrow + i * 16 + g + h * 8, c = wcol + j * 8 + 2 * t;
+                const int row = m0 + r, col = n0 + c;
+                (void)row; (void)col;
+{body}
+            }}
+    __syncthreads();
+    #pragma unroll 4
+    for (int idx = threadIdx.x; idx < BM * CHUNKS; idx += THREADS) {{
+        const int r = idx / CHUNKS, c = (idx % CHUNKS) * E, row = m0 + r, col = n0 + c;
+        // N is a multiple of E, so a chunk is wholly inside D or wholly past it.
+        if (row < M && col < N)
+            *reinterpret_cast<uint4*>(D + (unsigned)row * N + col) = *reinterpret_cast<const uint4*>(tile + r * PITCH + c);
+    }}
+"""
+
+
+def _write_back(spec: GemmSpec, config: MmaConfig, arch: str, uses_async: bool) -> str:
+    if staged_write_back(spec, config):
+        return _staged_stores(spec, config, _output(arch), uses_async)
+    return pair_stores(spec, FRAGMENT, _output(arch))
 
 
 # --- the kernel ---------------------------------------------------------------------------------
@@ -687,7 +809,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) {entry_name(sp
 {_multiply(spec)}    (void)g; (void)t;
 
 {_main_loop(config, uses_async, has_regs, double_buffered(a, b))}
-{pair_stores(spec, FRAGMENT, _output(arch))}}}
+{_write_back(spec, config, arch, uses_async)}}}
 """
 
 
