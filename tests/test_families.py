@@ -156,11 +156,11 @@ def test_show_names_the_family(capsys):
 
 
 def test_an_mma_known_config_applies_only_to_rows_of_its_copy_width():
-    """The 4096^3 entry (64-byte slices, 16-byte copies) must not reach a nearby shape whose rows are
+    """The 4096^3 entry (128-byte slices, 16-byte copies) must not reach a nearby shape whose rows are
     copied 2 bytes at a time, and the odd-row entry must not reach an aligned one."""
     aligned = config_source.from_known_configs(GemmSpec(4000, 4000, 4000, "nt", "bf16"), "sm_90", family="mma")
     odd = config_source.from_known_configs(GemmSpec(4095, 4095, 4095, "nt", "bf16"), "sm_90", family="mma")
-    assert aligned is not None and aligned.config.k_bytes == 64 and "4096x4096x4096" in aligned.provenance.detail
+    assert aligned is not None and aligned.config.k_bytes == 128 and "4096x4096x4096" in aligned.provenance.detail
     assert odd is not None and odd.config.k_bytes == 32 and "4093x4091x4097" in odd.provenance.detail
     # 8-byte rows (K = 1500 bf16) find the 3000x5000x1500 entry, never the 16-byte or 2-byte ones.
     eight = config_source.from_known_configs(GemmSpec(2900, 5000, 1500, "nn", "bf16"), "sm_90", family="mma")
