@@ -110,23 +110,24 @@ def operands(spec: GemmSpec, config: MmaConfig, arch: str) -> tuple[Operand, Ope
 
 
 # --- shared-memory layout ------------------------------------------------------------------------
-def _swizzle_term(op: Operand) -> str:
-    """The row's XOR mask over 16-byte chunks: the 8 rows one ldmatrix phase reads land on 8
-    distinct chunk positions of a 128-byte bank line (rows of 32 or 64 bytes share a line)."""
+def _swizzle(op: Operand) -> tuple[str, int]:
+    """The row's XOR mask over 16-byte chunks, and the rows after which it repeats (offset(row + p, c)
+    = offset(row, c) + p rows): the 8 rows one ldmatrix phase reads land on 8 distinct chunk positions
+    of a 128-byte bank line (rows of 32 or 64 bytes share a line). ("", 1): rows stored plainly."""
     if not op.swizzle or op.row_bytes < 32:
-        return ""
+        return "", 1
     if op.elem == 4 and not op.use_ldmatrix and op.row_bytes >= 128:
         # Plain 32-bit fragment loads of an MN-major tf32 tile: one load reads rows k+t (t = 0..3) at 8
         # consecutive words (two chunks); shifting each row's chunk pair by 2t puts the four rows on
         # four distinct 32-byte bank groups.
-        return "((row & 3) << 1)"
+        return "((row & 3) << 1)", 4
     if op.row_bytes >= 128:
-        return "(row & 7)"
-    return "((row >> 1) & 3)" if op.row_bytes == 64 else "((row >> 2) & 1)"
+        return "(row & 7)", 8
+    return ("((row >> 1) & 3)" if op.row_bytes == 64 else "((row >> 2) & 1)"), 8
 
 
 def _offset_function(op: Operand) -> str:
-    term = _swizzle_term(op)
+    term = _swizzle(op)[0]
     layout = f"[{op.rows}][{op.cols}]"
     if term:
         body = (f"    const int byte = col * {op.elem};\n"
@@ -175,10 +176,14 @@ def _global_at(op: Operand) -> str:
     return "(unsigned)gx * K + gk" if op.k_major and not op.transposed else f"(unsigned)gk * {op.extent} + gx"
 
 
-def _swizzle_period(op: Operand) -> int:
-    """Rows after which the shared layout's swizzle repeats (offset(row + p, c) = offset(row, c) + p rows)."""
-    term = _swizzle_term(op)
-    return 1 if not term else 4 if term == "((row & 3) << 1)" else 8
+def _extent(spec: GemmSpec, op: Operand) -> int:
+    """The operand's dimension that is not K: M for A, N for B."""
+    return spec.m if op.name == "A" else spec.n
+
+
+def _stored_row(spec: GemmSpec, op: Operand) -> int:
+    """Elements per stored row of the operand's matrix: K where it is K-major, else its extent."""
+    return spec.k if op.k_major else _extent(spec, op)
 
 
 def _strided_units(spec: GemmSpec, op: Operand, threads: int) -> bool:
@@ -189,8 +194,7 @@ def _strided_units(spec: GemmSpec, op: Operand, threads: int) -> bool:
     if op.copy_bytes != 16 or threads % per_row:
         return False
     step = threads // per_row
-    stride = spec.k if op.k_major else (spec.m if op.name == "A" else spec.n)
-    return op.rows % step == 0 and step % _swizzle_period(op) == 0 and op.rows * stride * op.elem < 2**31
+    return op.rows % step == 0 and step % _swizzle(op)[1] == 0 and op.rows * _stored_row(spec, op) * op.elem < 2**31
 
 
 def _strided_async_copy(spec: GemmSpec, op: Operand, threads: int) -> str:
@@ -202,14 +206,13 @@ def _strided_async_copy(spec: GemmSpec, op: Operand, threads: int) -> str:
     BK, drops them; a unit that fails one reads nothing (src-size 0) and lands as zeros.
     Measured on an H100 (forced bf16 4096^3 nt, 128x256 tile): 342 -> 329 us at 64-byte slices, and
     128-byte slices went from slower (377 us) to faster (309 us) than 64-byte ones."""
-    extent = spec.m if op.name == "A" else spec.n
-    full_x, full_k = extent % op.tile == 0, spec.k % op.bk == 0
-    per_row, step = op.row_bytes // 16, threads // (op.row_bytes // 16)
+    full_x, full_k = _extent(spec, op) % op.tile == 0, spec.k % op.bk == 0
+    per_row, step, stride = op.row_bytes // 16, threads // (op.row_bytes // 16), _stored_row(spec, op)
     if op.k_major:  # rows are x (M or N), the chunk column runs along K
-        stride, x_ok, k_ok = spec.k, f"x0 + row0 + {{l}} * STEP < {op.extent}", "k0 + col < K"
+        x_ok, k_ok = f"x0 + row0 + {{l}} * STEP < {op.extent}", "k0 + col < K"
         start = "(size_t)(x0 + row0) * K + (k0 + col)"
     else:  # rows are k, the chunk column runs along x
-        stride, x_ok, k_ok = extent, f"x0 + col < {op.extent}", "k0 + row0 + {l} * STEP < K"
+        x_ok, k_ok = f"x0 + col < {op.extent}", "k0 + row0 + {l} * STEP < K"
         start = f"(size_t)(k0 + row0) * {op.extent} + (x0 + col)"
     checks = [c for c, needed in ((x_ok, not full_x), (k_ok, not full_k)) if needed]
     copies = "\n".join(
@@ -276,7 +279,7 @@ def _odd_row_register_copy(spec: GemmSpec, op: Operand) -> RegisterCopy:
     how = ("2-byte elements, below cp.async's 4-byte minimum: each unit is 8 elements of a stored row, read\n"
            "// as the five aligned 32-bit words covering them (addresses clamped to the row's last word, so no\n"
            "// read leaves the row) and funnel-shifted into place at the store")
-    total = spec.k * (spec.m if op.name == "A" else spec.n)
+    total = spec.k * _extent(spec, op)
     # An odd element count leaves the matrix's last element alone in the low half of a word whose
     # high half lies past the end: that word is read as one 2-byte element.
     word = (f"(w_at < {total // 2}u ? words[w_at] : (u32)reinterpret_cast<const unsigned short*>({op.name})[2 * w_at])"
