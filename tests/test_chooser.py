@@ -9,7 +9,7 @@ import pytest
 from gemmtune.chooser import EXPLAINED, choose, explain, rank, split_tail
 from gemmtune.chooser.candidates import candidates
 from gemmtune.chooser.features import blocks_per_sm, features, geometry
-from gemmtune.chooser.model import MODEL_PATH, TrainingRow, feature_matrix, load, save, train
+from gemmtune.chooser.model import MODEL_PATH, TrainingRow, feature_matrix, load, save, train, train_family
 from gemmtune.chooser.training import rows_from_csv, rows_from_tables
 from gemmtune.compiler import compile_kernel
 from gemmtune.errors import GemmtuneError
@@ -103,6 +103,16 @@ def test_training_learns_the_recorded_table_order():
     assert rank_corr > 0.7
     top = np.argsort(predicted)[:10]
     assert measured[top].min() <= np.quantile(measured, 0.05)  # the predicted top 10 hold a top-5% config
+
+
+def test_a_model_of_several_seeds_predicts_their_average():
+    rows = [r for r in rows_from_tables() if (r.spec.m, r.spec.n, r.spec.k) == (1024, 1024, 1024)]
+    x, _ = feature_matrix([(r.spec, r.config, r.sm_count) for r in rows])
+    singles = [train_family("simt", rows, seed=s).predict_log_ratio(x) for s in (3, 4, 5)]
+    averaged = train_family("simt", rows, seed=3, seeds=3)
+    assert len(averaged.trees) == 3 * len(train_family("simt", rows).trees)
+    assert np.allclose(averaged.predict_log_ratio(x), np.mean(singles, axis=0))
+    assert not np.allclose(singles[0], singles[1])  # the seeds do differ
 
 
 def test_training_csv_round_trip(tmp_path):

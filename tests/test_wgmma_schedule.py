@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 
+from gemmtune.kernels.wgmma import FAMILY
 from gemmtune.kernels.wgmma.config import WgmmaConfig
 from gemmtune.kernels.wgmma.schedule import (MIN_SHARE, SCATTER_SPLITS, THREADS, Schedule, ShareSum, cuda, plan,
                                             schedule_for, share_sum)
@@ -119,6 +120,21 @@ def test_many_way_splits_reduce_in_shares_and_few_gather_serially():
     assert fewest.splits == SCATTER_SPLITS and fewest.scatter
     assert not plan(8, (SCATTER_SPLITS - 1) * MIN_SHARE, 132, split_tail=True).scatter
     assert "partial_sums" not in cuda_of(plan(264, 64, 132, True))  # nothing split
+
+
+def test_split_cap_limits_the_pieces_a_tile_is_cut_into():
+    spec = GemmSpec(96, 96, 65536, "nt", "bf16")  # 4 tiles of 64x64, 32 pieces each uncapped
+    assert schedule_for(spec, TILE_64).splits == 32
+    for cap, workers in ((4, 16), (8, 32), (24, 96)):
+        capped = schedule_for(spec, TILE_64.with_(split_cap=cap))
+        assert (capped.splits, capped.workers, capped.tail_workers) == (cap, workers, workers)
+        runs = [sum(end - begin for _, begin, end in capped.pieces(w)) for w in range(capped.tail_workers)]
+        assert sum(runs) == 4 * 1024 and set(runs) <= {1024 // cap, -(-1024 // cap)}  # even pieces, all of K
+    assert schedule_for(spec, TILE_64.with_(split_cap=64)).splits == 32  # a cap above the split changes nothing
+    assert "split_cap" not in TILE_64.to_json() and TILE_64.with_(split_cap=8).to_json()["split_cap"] == 8
+    assert "max8" in TILE_64.with_(split_cap=8).describe()
+    assert FAMILY.rejections(TILE_64.with_(split_cap=8, split_tail=False), spec, "sm_90a")
+    assert FAMILY.rejections(TILE_64.with_(split_cap=1), spec, "sm_90a")
 
 
 def test_schedule_for_a_config():

@@ -1,9 +1,9 @@
 """Probe: how well a retrained wgmma chooser model picks on shapes it never saw (CPU only).
 
     PYTHONPATH=src python bench/probes/chooser_retrain.py [--folds 6] [--without-old] [--shipped] [--per-shape]
-        [--drop FEATURE,...]
+        [--drop FEATURE,...] [--seeds N]
 
-The wgmma rounds of bench/collect_chooser_data.py (`--set wgmma`, `wgmma-small-m`, `wgmma-aligned`, `wgmma-aligned-2`:
+The wgmma rounds of bench/collect_chooser_data.py (`--set wgmma`, `wgmma-small-m`, `wgmma-aligned`, `wgmma-aligned-2`, `wgmma-misranked`:
 every candidate as the chooser builds it) are cut into folds by shape. For each fold a model is trained on every other
 row (the earlier rounds' CSVs and the shipped simulation tables too, unless --without-old) and asked to
 rank the fold's candidates; a shape scores the best candidate's time over its pick's time (1.0: the
@@ -22,7 +22,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent.parent
 NEW = (ROOT / "bench/results/2026-11-26-h100-chooser-rows-wgmma.csv.gz",  # the wgmma rounds
        ROOT / "bench/results/2026-11-26-h100-chooser-rows-wgmma-aligned.csv.gz",
-       ROOT / "bench/results/2026-11-26-h100-chooser-rows-wgmma-aligned-2.csv.gz")
+       ROOT / "bench/results/2026-11-26-h100-chooser-rows-wgmma-aligned-2.csv.gz",
+       ROOT / "bench/results/2026-11-26-h100-chooser-rows-wgmma-misranked.csv.gz")
 OLD = sorted((ROOT / "bench/results").glob("2026-11-23-h100-chooser-rows*.csv.gz"))
 
 
@@ -55,7 +56,7 @@ def fit(rows, args):
     params = chooser_model.PARAMS
     params = replace(params, trees=args.trees or params.trees, depth=args.depth or params.depth)
     if not args.per_shape and not args.drop:
-        return chooser_model.train_family("wgmma", rows, params=params)
+        return chooser_model.train_family("wgmma", rows, params=params, seeds=args.seeds)
     x, names = chooser_model.feature_matrix([(r.spec, r.config, r.sm_count) for r in rows])
     keep = [i for i, name in enumerate(names) if name not in args.drop.split(",")]
     x, names = x[:, keep], tuple(names[i] for i in keep)
@@ -76,6 +77,7 @@ def main() -> int:
     parser.add_argument("--shipped", action="store_true", help="score the shipped model too")
     parser.add_argument("--trees", type=int, default=None, help="boosted trees (default: the model's PARAMS)")
     parser.add_argument("--depth", type=int, default=None)
+    parser.add_argument("--seeds", type=int, default=1, help="average this many boosted models (subsampling seeds 0, 1, ...)")
     parser.add_argument("--drop", default="", help="features left out of the fit, comma-separated")
     parser.add_argument("--per-shape", action="store_true",
                         help="fit log time less the shape's mean log time (ranking only) instead of log(time / roofline)")

@@ -109,13 +109,22 @@ def feature_matrix(rows: list[tuple[GemmSpec, Any, int]], names: tuple[str, ...]
     return np.array([[d.get(n, 0.0) for n in names] for d in dicts], dtype=float), names
 
 
-def train_family(family: str, rows: list[TrainingRow], seed: int = 0, params: BoostingParams = PARAMS) -> FamilyModel:
-    """Fit log(time / roofline time) of the family's rows."""
+def train_family(family: str, rows: list[TrainingRow], seed: int = 0, params: BoostingParams = PARAMS,
+                 seeds: int = 1) -> FamilyModel:
+    """Fit log(time / roofline time) of the family's rows: the average of `seeds` boosted models
+    (subsampling seeds seed, seed + 1, ...), kept as one sum of trees whose leaves are scaled by 1/seeds.
+
+    One model's picks turn on its seed: refitting the 2026-11-26 wgmma rows with seeds 1-3 instead of
+    0 moved 43-56 of the 235 picks of the evaluation and held-out shapes; two averages of 4 seeds
+    each disagree on 26. The average of 4 ranked better in folds by shape (bench/probes/
+    chooser_retrain.py --seeds) but lost on the GPU against the single model (docs/journal.md,
+    2026-11-26), so the shipped model is one seed's."""
     x, names = feature_matrix([(r.spec, r.config, r.sm_count) for r in rows])
     y = np.array([math.log(r.median_s / roofline_s(r.spec)) for r in rows])
-    fitted = GradientBoostedTrees(params, seed).fit(x, y)
+    fits = [GradientBoostedTrees(params, seed + i).fit(x, y) for i in range(seeds)]
+    trees = tuple(Tree(t.feature, t.threshold, t.left, t.right, t.value / seeds) for f in fits for t in f.trees)
     shapes = len({r.spec for r in rows})
-    return FamilyModel(family, names, fitted.base, tuple(fitted.trees), len(rows), shapes)
+    return FamilyModel(family, names, float(np.mean([f.base for f in fits])), trees, len(rows), shapes)
 
 
 def train(rows: list[TrainingRow], gpus: tuple[str, ...] = ()) -> ChooserModel:

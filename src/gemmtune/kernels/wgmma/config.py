@@ -136,6 +136,9 @@ class WgmmaConfig(FamilyConfig):
       32-byte boundaries, into a workspace with 128-byte-aligned rows (kernel_source.StagedOperand)
       and the TMA loads read that. Needed where rows are not 16-byte multiples (TMA refuses them);
       a choice where they start 16 bytes off a 32-byte sector, which TMA loads at about half rate.
+    split_cap: (split_tail, equal splits) cut each tile of the tail into at most this many K ranges
+      (0: as many as fill the GPU, MIN_SHARE k-blocks each at least). Fewer pieces launch fewer
+      blocks, and each sums fewer partial tiles after its main loop.
     """
 
     bm: int = 128
@@ -160,11 +163,13 @@ class WgmmaConfig(FamilyConfig):
     c_first_buffer: bool = False
     round_big: bool = False
     stage_operands: bool = False
+    split_cap: int = 0
     FAMILY_LABEL = "wgmma"
 
     def to_json(self) -> dict:
         data = super().to_json()
-        for later in ("serpentine", "overlap_epilogue", "d_over_c", "c_first_buffer", "round_big", "stage_operands"):  # configs (and database keys) from before
+        for later in ("serpentine", "overlap_epilogue", "d_over_c", "c_first_buffer", "round_big", "stage_operands",
+                      "split_cap"):  # configs (and database keys) from before
             if not data[later]:                               # these options stay unchanged
                 del data[later]
         return data
@@ -287,6 +292,7 @@ class WgmmaConfig(FamilyConfig):
         slices = f"/{self.store_slices}" if self.store_slices > 1 else ""
         store = f" tma-store{slices}" if self.tma_store else ""
         grid += " split-tail" if self.split_tail else ""
+        grid += f" max{self.split_cap}" if self.split_cap else ""
         store += " C-spread" if self.c_spread else ""
         store += " C-in-ring" if self.c_ring else ""
         store += " C-L2-prefetch" if self.c_l2_prefetch else ""
@@ -501,6 +507,8 @@ def _schedule(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
         return "serpentine K order is for the persistent warp-specialized kernel (blocks that run many tiles)"
     if c.split_tail and not (c.specialized and c.persistent and not c.pingpong):
         return "split_tail runs in the persistent warp-specialized kernel with cooperative consumers"
+    if c.split_cap and (not c.split_tail or c.split_cap < 2):
+        return f"split_cap={c.split_cap}: a cap of 2 or more K ranges a tile, with split_tail"
     if c.bn % (64 * c.cluster_m):
         return f"bn={c.bn} does not split into {c.cluster_m} multicast halves of whole 64-column chunks"
     return None
