@@ -113,6 +113,15 @@ def write_rows(path, rows: list[dict]) -> None:
         path.write_text(json.dumps(rows, indent=1))
 
 
+def nt_cases(shapes, variants) -> list[tuple]:
+    """(spec, label, config) for every (m, n, k, dtype) of `shapes` in the nt layout and every
+    (label, config) that `variants(spec)` gives."""
+    from gemmtune.spec import GemmSpec
+
+    specs = [GemmSpec(m, n, k, "nt", dtype) for m, n, k, dtype in shapes]
+    return [(spec, label, config) for spec in specs for label, config in variants(spec)]
+
+
 def variants_main(description: str, cases_of) -> int:
     """A variants probe's command line: --out FILE, then `cases_of()` ((spec, label, config) cases) timed
     by time_variants."""

@@ -48,17 +48,11 @@ def variants(spec):
     return out
 
 
-def cases() -> list[tuple]:
-    from gemmtune.spec import GemmSpec
-
-    return [(GemmSpec(m, n, k, "nt", dtype), label, config) for m, n, k, dtype in SHAPES
-            for label, config in variants(GemmSpec(m, n, k, "nt", dtype))]
-
-
 def main() -> int:
-    from ab_timing import variants_main
+    from ab_timing import nt_cases, variants_main
 
-    return variants_main(__doc__.splitlines()[0], cases)
+    return variants_main(__doc__.splitlines()[0], lambda: nt_cases(SHAPES, variants))
+
 
 if __name__ == "__main__":
     raise SystemExit(main())
