@@ -51,7 +51,6 @@ def fit(rows, args):
 
     from gemmtune.chooser import model as chooser_model
     from gemmtune.chooser.features import roofline_s
-    from gemmtune.tune.cost_model import GradientBoostedTrees
 
     params = chooser_model.PARAMS
     params = replace(params, trees=args.trees or params.trees, depth=args.depth or params.depth)
@@ -66,9 +65,7 @@ def fit(rows, args):
         for r, v in zip(rows, y):
             mean[r.spec].append(v)
         y = y - np.array([np.mean(mean[r.spec]) for r in rows])
-    fitted = GradientBoostedTrees(params, 0).fit(x, y)
-    return chooser_model.FamilyModel("wgmma", names, fitted.base, tuple(fitted.trees), len(rows),
-                                     len({r.spec for r in rows}))
+    return chooser_model.fit_family("wgmma", names, x, y, rows, params=params, seeds=args.seeds)
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

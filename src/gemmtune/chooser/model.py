@@ -111,8 +111,7 @@ def feature_matrix(rows: list[tuple[GemmSpec, Any, int]], names: tuple[str, ...]
 
 def train_family(family: str, rows: list[TrainingRow], seed: int = 0, params: BoostingParams = PARAMS,
                  seeds: int = 1) -> FamilyModel:
-    """Fit log(time / roofline time) of the family's rows: the average of `seeds` boosted models
-    (subsampling seeds seed, seed + 1, ...), kept as one sum of trees whose leaves are scaled by 1/seeds.
+    """Fit log(time / roofline time) of the family's rows (fit_family).
 
     One model's picks turn on its seed: refitting the 2026-11-26 wgmma rows with seeds 1-3 instead of
     0 moved 43-56 of the 235 picks of the evaluation and held-out shapes; two averages of 4 seeds
@@ -121,10 +120,17 @@ def train_family(family: str, rows: list[TrainingRow], seed: int = 0, params: Bo
     2026-11-26), so the shipped model is one seed's."""
     x, names = feature_matrix([(r.spec, r.config, r.sm_count) for r in rows])
     y = np.array([math.log(r.median_s / roofline_s(r.spec)) for r in rows])
+    return fit_family(family, names, x, y, rows, seed, params, seeds)
+
+
+def fit_family(family: str, names: tuple[str, ...], x: np.ndarray, y: np.ndarray, rows: list[TrainingRow],
+               seed: int = 0, params: BoostingParams = PARAMS, seeds: int = 1) -> FamilyModel:
+    """The average of `seeds` boosted models of y over x (subsampling seeds seed, seed + 1, ...), kept
+    as one sum of trees whose leaves are scaled by 1/seeds; `rows` are the training rows, counted."""
     fits = [GradientBoostedTrees(params, seed + i).fit(x, y) for i in range(seeds)]
     trees = tuple(Tree(t.feature, t.threshold, t.left, t.right, t.value / seeds) for f in fits for t in f.trees)
-    shapes = len({r.spec for r in rows})
-    return FamilyModel(family, names, float(np.mean([f.base for f in fits])), trees, len(rows), shapes)
+    return FamilyModel(family, names, float(np.mean([f.base for f in fits])), trees, len(rows),
+                       len({r.spec for r in rows}))
 
 
 def train(rows: list[TrainingRow], gpus: tuple[str, ...] = ()) -> ChooserModel:

@@ -287,22 +287,35 @@ def copy_width(stored_row: int, elem: int) -> int:
     return elem
 
 
+def operand_extent(spec: GemmSpec, name: str) -> int:
+    """Operand `name`'s dimension that is not K: M for A, N for B."""
+    return spec.m if name == "A" else spec.n
+
+
+def stored_row(spec: GemmSpec, name: str, k_major: bool) -> int:
+    """Elements per stored row of operand `name` ("A" or "B"): K where it is K-major, else its extent."""
+    return spec.k if k_major else operand_extent(spec, name)
+
+
+def ldmatrix_reads(spec: GemmSpec, k_major: bool) -> bool:
+    """Whether ldmatrix can read an operand's tile: it moves 16-bit units, so a K-major tf32 tile reads
+    right and an MN-major one would need a 32-bit transpose (it keeps plain loads)."""
+    return INPUT_BYTES[tensor_dtype(spec)] == 2 or k_major
+
+
 def shape_class(spec: GemmSpec) -> tuple[int, int]:
     """The copy widths of A and B (16, 8, 4 or 2 bytes), which the stored rows' lengths decide: a
     config measured on one width says little about another (128x256 with 64-byte slices ran
     4096^3 in 349 us and 4093x4091x4097, whose rows are copied 2 bytes at a time, in 2028)."""
     elem = INPUT_BYTES[tensor_dtype(spec)]
-    a_row = spec.k if not spec.a_trans else spec.m
-    b_row = spec.k if spec.b_trans else spec.n
-    return copy_width(a_row, elem), copy_width(b_row, elem)
+    return copy_width(stored_row(spec, "A", not spec.a_trans), elem), copy_width(stored_row(spec, "B", spec.b_trans), elem)
 
 
 def ldmatrix_rows(spec: GemmSpec) -> bool:
     """Whether both operands' stored rows take 16-byte copies (the strided cp.async path) and both
-    tiles are read by ldmatrix (16-bit types, or tf32 with K-major A and B): the tuned step's 128-byte
+    tiles are read by ldmatrix (ldmatrix_reads: 16-bit types, or tf32 with K-major A and B): the tuned step's 128-byte
     slices were measured only there."""
-    k_major = not spec.a_trans and spec.b_trans
-    return shape_class(spec) == (16, 16) and (tensor_dtype(spec) != "tf32" or k_major)
+    return shape_class(spec) == (16, 16) and ldmatrix_reads(spec, not spec.a_trans) and ldmatrix_reads(spec, spec.b_trans)
 
 
 def register_copied(spec: GemmSpec) -> bool:

@@ -16,10 +16,10 @@ from ...errors import ConfigError
 from ...kernel_source import KernelSource
 from ...spec import GemmSpec
 from ..config_base import arch_number
-from ..parts.epilogue import CArg, Operands, VectorArg, epilogue_call, epilogue_function, pointer_params
+from ..parts.epilogue import CArg, Operands, VectorArg, epilogue_function, pointer_params
 from ..parts.floats import FLOAT_VIEW, HALF_FLOATS, PACK_PAIR, TO_OUT
 from ..parts.ring import SLICE_RING
-from ..parts.writeback import CRead, PairFragment, PairOutput, pair_io, pair_stores
+from ..parts.writeback import CRead, PairFragment, PairOutput, pair_epilogue, pair_io, pair_stores
 from .config import (
     INPUT_BYTES,
     KSTEP_BYTES,
@@ -27,8 +27,11 @@ from .config import (
     VERSION,
     MmaConfig,
     copy_width,
+    ldmatrix_reads,
+    operand_extent,
     rejections,
     splits_fp32,
+    stored_row,
     tensor_dtype,
 )
 from .ptx import CP_ASYNC, LDMATRIX, SMEM_ADDR, SPLIT_TF32, mma_helper
@@ -97,14 +100,11 @@ def operands(spec: GemmSpec, config: MmaConfig, arch: str) -> tuple[Operand, Ope
     cp_async = config.async_copy and arch_number(arch) >= 80
     found = []
     for name, extent, tile, k_major in (("A", "M", config.bm, not spec.a_trans), ("B", "N", config.bn, spec.b_trans)):
-        stored_row = spec.k if k_major else (spec.m if name == "A" else spec.n)
-        width = copy_width(stored_row, elem)
-        # ldmatrix moves 16-bit units: a K-major tf32 tile reads right, an MN-major one would need
-        # a 32-bit transpose, so it keeps plain loads.
+        width = copy_width(stored_row(spec, name, k_major), elem)
         if config.transpose_copy and not k_major:  # through registers, K-major in shared memory
             found.append(Operand(name, extent, tile, bk, True, elem, width, False, config.ldmatrix, config.swizzle, True))
             continue
-        ldm = config.ldmatrix and (elem == 2 or k_major)
+        ldm = config.ldmatrix and ldmatrix_reads(spec, k_major)
         found.append(Operand(name, extent, tile, bk, k_major, elem, width, cp_async and width >= 4, ldm, config.swizzle))
     return found[0], found[1]
 
@@ -176,16 +176,6 @@ def _global_at(op: Operand) -> str:
     return "(unsigned)gx * K + gk" if op.k_major and not op.transposed else f"(unsigned)gk * {op.extent} + gx"
 
 
-def _extent(spec: GemmSpec, op: Operand) -> int:
-    """The operand's dimension that is not K: M for A, N for B."""
-    return spec.m if op.name == "A" else spec.n
-
-
-def _stored_row(spec: GemmSpec, op: Operand) -> int:
-    """Elements per stored row of the operand's matrix: K where it is K-major, else its extent."""
-    return spec.k if op.k_major else _extent(spec, op)
-
-
 def _strided_units(spec: GemmSpec, op: Operand, threads: int) -> bool:
     """Whether a thread's 16-byte copy units all sit in one chunk column, STEP rows apart, with the
     swizzle repeating every STEP rows (and every unit's offset from the first fits an int): one global
@@ -194,7 +184,7 @@ def _strided_units(spec: GemmSpec, op: Operand, threads: int) -> bool:
     if op.copy_bytes != 16 or threads % per_row:
         return False
     step = threads // per_row
-    return op.rows % step == 0 and step % _swizzle(op)[1] == 0 and op.rows * _stored_row(spec, op) * op.elem < 2**31
+    return op.rows % step == 0 and step % _swizzle(op)[1] == 0 and op.rows * stored_row(spec, op.name, op.k_major) * op.elem < 2**31
 
 
 def _strided_async_copy(spec: GemmSpec, op: Operand, threads: int) -> str:
@@ -206,8 +196,8 @@ def _strided_async_copy(spec: GemmSpec, op: Operand, threads: int) -> str:
     BK, drops them; a unit that fails one reads nothing (src-size 0) and lands as zeros.
     Measured on an H100 (forced bf16 4096^3 nt, 128x256 tile): 342 -> 329 us at 64-byte slices, and
     128-byte slices went from slower (377 us) to faster (309 us) than 64-byte ones."""
-    full_x, full_k = _extent(spec, op) % op.tile == 0, spec.k % op.bk == 0
-    per_row, step, stride = op.row_bytes // 16, threads // (op.row_bytes // 16), _stored_row(spec, op)
+    full_x, full_k = operand_extent(spec, op.name) % op.tile == 0, spec.k % op.bk == 0
+    per_row, step, stride = op.row_bytes // 16, threads // (op.row_bytes // 16), stored_row(spec, op.name, op.k_major)
     if op.k_major:  # rows are x (M or N), the chunk column runs along K
         x_ok, k_ok = f"x0 + row0 + {{l}} * STEP < {op.extent}", "k0 + col < K"
         start = "(size_t)(x0 + row0) * K + (k0 + col)"
@@ -279,7 +269,7 @@ def _odd_row_register_copy(spec: GemmSpec, op: Operand) -> RegisterCopy:
     how = ("2-byte elements, below cp.async's 4-byte minimum: each unit is 8 elements of a stored row, read\n"
            "// as the five aligned 32-bit words covering them (addresses clamped to the row's last word, so no\n"
            "// read leaves the row) and funnel-shifted into place at the store")
-    total = spec.k * _extent(spec, op)
+    total = spec.k * operand_extent(spec, op.name)
     # An odd element count leaves the matrix's last element alone in the low half of a word whose
     # high half lies past the end: that word is read as one 2-byte element.
     word = (f"(w_at < {total // 2}u ? words[w_at] : (u32)reinterpret_cast<const unsigned short*>({op.name})[2 * w_at])"
@@ -519,8 +509,7 @@ def _staged_stores(spec: GemmSpec, config: MmaConfig, output: PairOutput, uses_a
         read_c = ["float c0 = 0.0f, c1 = 0.0f;",
                   "if (row < M && col < N) read_pair(C + (unsigned)row * N + col, c0, c1);  // C's pair (N is even)"]
         c0, c1 = "c0", "c1"
-    first = epilogue_call(spec.epilogue, output.operands, "acc[i][j][2 * h]", "row", "col", c=c0, bias=output.bias)
-    second = epilogue_call(spec.epilogue, output.operands, "acc[i][j][2 * h + 1]", "row", "col + 1", c=c1, bias=output.bias)
+    first, second = pair_epilogue(spec, output, FRAGMENT.values, (c0, c1))
     body = "\n".join("                " + line for line in read_c + [
         f"write_pair(tile + r * PITCH + c, {first}, {second});"])
     return f"""    // Write-back through shared memory (16-byte row chunks). Thread (g, t) holds rows g and g + 8,

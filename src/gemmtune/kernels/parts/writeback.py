@@ -106,6 +106,13 @@ def _apply(spec: GemmSpec, output: PairOutput, value: str, col: str, c: str | No
     return epilogue_call(spec.epilogue, output.operands, value, "row", col, c=c, bias=output.bias)
 
 
+def pair_epilogue(spec: GemmSpec, output: PairOutput, values: tuple[str, str],
+                  c: tuple[str | None, str | None] = (None, None)) -> tuple[str, str]:
+    """The epilogue applied to a pair's two values at (row, col) and (row, col + 1), with C's values
+    `c` where it reads C: the expressions a store writes (names `row` and `col` in scope)."""
+    return _apply(spec, output, values[0], "col", c[0]), _apply(spec, output, values[1], "col + 1", c[1])
+
+
 def _c_element(spec: GemmSpec, output: PairOutput, at: str) -> str | None:
     if not spec.epilogue.reads_c:
         return None
@@ -118,8 +125,8 @@ def _odd_stores(spec: GemmSpec, output: PairOutput) -> list[str]:
     # EACH shares the offset `at`; PAIR_OR_FIRST spells it at each access, as wgmma always has
     # (sharing it there changes ptxas's address arithmetic).
     at = "at" if each else f"({output.index})row * N + col"
-    first = _apply(spec, output, "v0", "col", _c_element(spec, output, at))
-    second = _apply(spec, output, "v1", "col + 1", _c_element(spec, output, f"{at} + 1"))
+    first, second = pair_epilogue(spec, output, ("v0", "v1"),
+                                  (_c_element(spec, output, at), _c_element(spec, output, f"{at} + 1")))
     if each:
         return [f"if (col < N) D[at] = to_out({first});", f"if (col + 1 < N) D[at + 1] = to_out({second});"]
     return ["if (col + 1 < N) {  // both columns inside: both values before either store",
@@ -143,7 +150,7 @@ def _pair_body(spec: GemmSpec, output: PairOutput, row_check: bool) -> list[str]
         c0, c1 = "c0", "c1"
     elif spec.epilogue.reads_c:
         c0, c1 = _c_element(spec, output, "at"), _c_element(spec, output, "at + 1")
-    store = f"    write_pair(D + at, {_apply(spec, output, 'v0', 'col', c0)}, {_apply(spec, output, 'v1', 'col + 1', c1)});"
+    store = "    write_pair(D + at, {}, {});".format(*pair_epilogue(spec, output, ("v0", "v1"), (c0, c1)))
     guard = "row < M && col < N" if row_check else "col < N"
     return [f"if ({guard}) {{  // N is even, so col + 1 < N too: the pair is one aligned store", f"    {at}", *body, store, "}"]
 
