@@ -81,3 +81,57 @@ def test_chooser_picks_are_right_and_repeatable(spec, tmp_path):
     assert kern.config.tensor_cores, kern
     result = evaluate(kern.compiled)
     assert result.ok and result.measurement is not None, kern
+
+
+# Layout nn (B stored K×N): the columns kernel on tensor cores, fp32 as 3xtf32 and tf32. N = 127
+# takes only one-tile groups (a lane loads mma_tiles neighbouring outputs, aligned).
+NN_CONFIGS = (GemvConfig(threads=256, warps_per_output=8, unroll=4, tensor_cores=True, mma_tiles=4),
+              GemvConfig(threads=128, warps_per_output=1, unroll=2, tensor_cores=True, mma_tiles=2),
+              GemvConfig(threads=512, warps_per_output=4, unroll=1, tensor_cores=True, mma_tiles=1),
+              GemvConfig(threads=256, warps_per_output=2, unroll=4, tensor_cores=True, mma_tiles=4))
+NN_OUTPUTS = (8, 127, 1000, 4096)
+NN_DEPTHS = (4, 64, 1000, 4100)  # 1000 and 4100: the last span is partly outside K
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "tf32"])
+def test_columns_tensor_core_kernels_are_right(dtype):
+    arch = _arch()
+    family = get_family("gemv")
+    jobs, index = [], 0
+    for m in ROWS:
+        for n in NN_OUTPUTS:
+            for k in NN_DEPTHS:
+                spec = GemmSpec(m, n, k, "nn", dtype, EPILOGUES[index % len(EPILOGUES)])
+                index += 1
+                jobs += [(spec, c, arch) for c in NN_CONFIGS if not family.rejections(c, spec, arch)]
+    assert len(jobs) > 150
+    assert _all_right(jobs) == []
+
+
+def test_columns_tensor_cores_keep_fp32_accuracy():
+    """3xtf32 on the columns kernel is within 1.5x cuBLAS SGEMM's worst per-element error on every class
+    of the accuracy report, the values too small to split included (their chunks are summed on CUDA
+    cores); tf32 on the same kernel is far outside it (the comparison can fail)."""
+    import gemmtune
+    from gemmtune.accuracy import INPUT_CLASSES, run_report
+
+    arch = _arch()
+    spec = GemmSpec(16, 1000, 4096, "nn", "fp32")
+    config = NN_CONFIGS[0]
+    kernels = [("3xtf32", gemmtune.build(spec, arch=arch, family="gemv", config=config)),
+               ("tf32", gemmtune.build(GemmSpec(16, 1000, 4096, "nn", "tf32"), arch=arch, family="gemv", config=config))]
+    rows = run_report(spec, kernels, INPUT_CLASSES)
+    split = {r.input_class: r.ratio for r in rows if r.method == "3xtf32"}
+    tf32 = {r.input_class: r.ratio for r in rows if r.method == "tf32"}
+    print(split, tf32)
+    assert tf32["uniform"] > 20, tf32
+    bad = {name: ratio for name, ratio in split.items() if not ratio <= 1.5}
+    assert not bad, bad
+
+
+def test_math_simt_keeps_cuda_cores(tmp_path):
+    spec = GemmSpec(16, 1000, 4096, "nn", "fp32", math="simt")
+    assert "math simt" in " ".join(get_family("gemv").rejections(NN_CONFIGS[0], spec, _arch()).values())
+    kern = build(spec, db_path=tmp_path / "empty.sqlite")
+    assert kern.family == "gemv" and not kern.config.tensor_cores
+    assert evaluate(kern.compiled, verify_only=True).ok, kern

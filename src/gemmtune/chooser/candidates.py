@@ -233,6 +233,12 @@ GEMV_TENSOR_CORES_UNTUNED = True
 # tuner's space keeps every block shape.
 UNTUNED_TENSOR_CORE_CONFIG = GemvConfig(threads=256, warps_per_output=8, unroll=4, tensor_cores=True, mma_tiles=2)
 
+# The columns kernel on tensor cores (layout nn: fp32 as 3xtf32, tf32 as one product): the vectors
+# from which untuned shapes get it, and its block shape. None: not handed out (unmeasured).
+COLUMNS_TENSOR_CORE_MIN_ROWS: int | None = None
+UNTUNED_COLUMNS_TENSOR_CORE_CONFIG = GemvConfig(threads=256, warps_per_output=8, unroll=4, tensor_cores=True,
+                                                mma_tiles=4)
+
 
 # The columns kernel walking K in quads (gemv render.quads: 4-byte values, several vectors stored
 # along K) wants few wide blocks: 512 threads, as many across the outputs as still give every SM
@@ -292,7 +298,11 @@ def gemv_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[GemvConfig
     cuBLAS on an H100), and the shipped model was trained before it existed, so it cannot compare the
     two."""
     if GEMV_TENSOR_CORES_UNTUNED and tensor_core_rejection(spec, arch) is None:
-        return [UNTUNED_TENSOR_CORE_CONFIG]
+        if stream_kind(spec) == "rows":
+            return [UNTUNED_TENSOR_CORE_CONFIG]
+        least = COLUMNS_TENSOR_CORE_MIN_ROWS
+        if least is not None and vectors(spec) >= least and spec.n % UNTUNED_COLUMNS_TENSOR_CORE_CONFIG.mma_tiles == 0:
+            return [UNTUNED_COLUMNS_TENSOR_CORE_CONFIG]
     if quads(spec) and vectors(spec) >= QUAD_RULE_MIN_ROWS:
         return [quad_config(spec, sm_count)]
     return gemv_stream_candidates(spec)

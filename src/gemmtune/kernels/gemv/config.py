@@ -14,7 +14,9 @@ With 2-16 rows of 16-bit or tf32 A against a K-contiguous B (layout nt: decode w
 the R FMAs per loaded weight (plus the conversions) make the CUDA-core ``rows`` kernel compute bound;
 ``tensor_cores`` multiplies there with mma.sync m16n8k16 (m16n8k8 for tf32) instead (the rows of A
 are its zero-padded 16-row A operand, B is already its ``.col`` B operand), still streaming B with
-16-byte loads.
+16-byte loads. With 2-16 rows of fp32 or tf32 A (stored M×K) against B stored K×N (layout nn),
+the columns kernel is as compute bound; ``tensor_cores`` there takes B's rows as the mma's B
+operand (columns_tensor_cores.py), fp32 as 3xtf32 (fp32 accuracy; math simt keeps CUDA cores).
 """
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ MAX_ROWS = 16  # rows of A the family takes (each a vector the streamed B meets)
 MAX_ACCUMULATORS = 64  # fp32 sums per thread: more spills once the loads in flight are counted
 INPUT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
 LOAD_BYTES = 16  # one vector load: 4 fp32 or 8 16-bit values
-TENSOR_CORE_DTYPES = ("bf16", "fp16", "tf32")  # mma.sync m16n8k16 (m16n8k8 for tf32), fp32 accumulators
+TENSOR_CORE_DTYPES = ("bf16", "fp16", "tf32")  # layout nt: mma.sync m16n8k16 (m16n8k8 for tf32), fp32 accumulators
+COLUMNS_TENSOR_CORE_DTYPES = ("fp32", "tf32")  # layout nn: mma.sync m16n8k8 (fp32 as 3xtf32)
 MIN_TENSOR_CORE_ROWS = 2  # one row of A would leave 15 of the mma's 16 rows empty: the rows kernel is better
 MMA_TILES = (1, 2, 4)  # 8-output tiles per warp on the tensor-core path
 MAX_TENSOR_CORE_LOADS = 16  # 16-byte loads of B per thread per step (4 registers each)
@@ -144,9 +147,10 @@ def quads(spec: GemmSpec) -> bool:
 
 
 def block_outputs(c: GemvConfig, s: GemmSpec) -> int:
-    """Outputs one block of `c` computes for `s`: its groups' outputs on the rows kind, threads_x
-    vectors of VEC outputs on the columns kind (the grid is the outputs over this)."""
-    return c.outputs_per_block() if stream_kind(s) == "rows" else c.threads_x * vec(s)
+    """Outputs one block of `c` computes for `s`: its groups' outputs on the rows kind and on tensor
+    cores, threads_x vectors of VEC outputs on the CUDA-core columns kind (the grid is the outputs
+    over this)."""
+    return c.outputs_per_block() if stream_kind(s) == "rows" or c.tensor_cores else c.threads_x * vec(s)
 
 
 def supports(spec: GemmSpec, arch: str) -> str | None:
@@ -154,8 +158,9 @@ def supports(spec: GemmSpec, arch: str) -> str | None:
         return f"gemv runs N = 1 or M ≤ {MAX_ROWS}, not {spec.m}x{spec.n}"
     if spec.dtype not in DTYPES:
         return f"gemv reads {', '.join(DTYPES)}, not {spec.dtype}"
-    if spec.math == "3xtf32":
-        return "gemv multiplies fp32 on CUDA cores, not as 3xtf32 (memory bound: fp32 products cost nothing)"
+    if spec.math == "3xtf32" and tensor_core_rejection(spec, arch) is not None:
+        return ("gemv runs 3xtf32 only on its tensor-core path, which does not take this spec: "
+                + str(tensor_core_rejection(spec, arch)))
     if stream_kind(spec) == "columns" and vectors(spec) * vec(spec) > MAX_ACCUMULATORS:
         return (f"{vectors(spec)} rows × {vec(spec)} outputs per thread exceed {MAX_ACCUMULATORS} sums "
                 f"(output-contiguous {spec.dtype} B takes M ≤ {MAX_ACCUMULATORS // vec(spec)})")
@@ -203,12 +208,20 @@ def _dtype(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
 
 
 def tensor_core_rejection(s: GemmSpec, arch: str) -> str | None:
-    """Why the tensor-core path cannot run `s` on `arch` (None: it can)."""
-    if s.layout != "nt":
-        return (f"tensor_cores needs layout nt (A M×K and B N×K, both K-contiguous: 16-byte loads feed the "
-                f"mma fragments), not {s.layout}")
-    if s.dtype not in TENSOR_CORE_DTYPES:
-        return f"tensor_cores multiplies {' or '.join(TENSOR_CORE_DTYPES)}, not {s.dtype}"
+    """Why the tensor-core path cannot run `s` on `arch` (None: it can): layout nt in bf16, fp16 or
+    tf32 (the rows kernel), layout nn in fp32 or tf32 (the columns kernel)."""
+    if s.layout == "nn":
+        if s.dtype not in COLUMNS_TENSOR_CORE_DTYPES:
+            return (f"tensor_cores in layout nn multiplies {' or '.join(COLUMNS_TENSOR_CORE_DTYPES)}, not {s.dtype} "
+                    f"(16-bit values pair along K in a register: layout nt)")
+        if s.math == "simt":
+            return "math simt multiplies fp32 on CUDA cores (tensor_cores runs fp32 as 3xtf32)"
+    elif s.layout != "nt":
+        return (f"tensor_cores needs layout nt (bf16, fp16, tf32) or nn (fp32, tf32): A stored M×K, so 16-byte "
+                f"loads of its rows feed the mma fragments; not {s.layout}")
+    elif s.dtype not in TENSOR_CORE_DTYPES:
+        return (f"tensor_cores in layout nt multiplies {' or '.join(TENSOR_CORE_DTYPES)}, not {s.dtype} "
+                f"(fp32: layout nn)")
     if not MIN_TENSOR_CORE_ROWS <= vectors(s) <= MAX_ROWS:
         return (f"tensor_cores takes {MIN_TENSOR_CORE_ROWS}-{MAX_ROWS} rows of A (the mma's 16 rows), "
                 f"not {vectors(s)}")
@@ -222,15 +235,21 @@ def tensor_core_rejection(s: GemmSpec, arch: str) -> str | None:
 
 def _tensor_cores(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
     if not c.tensor_cores:
+        if s.math == "3xtf32":
+            return "math 3xtf32 runs on the tensor-core path (tensor_cores=True)"
         return None if c.mma_tiles == 1 else f"mma_tiles={c.mma_tiles} is a tensor_cores option (1 without it)"
     if c.mma_tiles not in MMA_TILES:
         return f"mma_tiles={c.mma_tiles}: {', '.join(map(str, MMA_TILES))}"
     if c.outputs_per_warp != 1:
         return f"outputs_per_warp={c.outputs_per_warp}: the tensor-core path groups outputs by mma_tiles (leave it 1)"
-    if c.mma_tiles * c.unroll > MAX_TENSOR_CORE_LOADS:
+    if c.mma_tiles * c.unroll > MAX_TENSOR_CORE_LOADS:  # in layout nn: 4·unroll loads of mma_tiles words, as many registers
         return (f"{c.mma_tiles} mma tiles × unroll {c.unroll} exceed {MAX_TENSOR_CORE_LOADS} loads of B in "
                 f"flight per thread (registers)")
-    return tensor_core_rejection(s, arch)
+    rejected = tensor_core_rejection(s, arch)
+    if rejected is None and s.layout == "nn" and s.n % c.mma_tiles:
+        return (f"mma_tiles={c.mma_tiles}: a lane loads that many neighbouring outputs of a row of B (aligned), "
+                f"and N = {s.n} is not a multiple of it")
+    return rejected
 
 
 def a_fragment_rows(s: GemmSpec) -> int:
@@ -248,7 +267,8 @@ def estimated_registers(c: GemvConfig, s: GemmSpec) -> int:
     """Live 32-bit values per thread: sums, 16-byte loads in flight, unpacked values, ~24 for addresses."""
     v = vec(s)
     if c.tensor_cores:  # fp32 sums of each 16x8 tile, B and A loads in flight, a pointer per row of B
-        return c.mma_tiles * (4 + 4 * c.unroll + 2) + 4 * c.unroll * a_fragment_rows(s) + 24
+        split = 4 * c.mma_tiles + 8 if s.dtype == "fp32" else 0  # 3xtf32: a chunk's tile sums, the residuals
+        return c.mma_tiles * (4 + 4 * c.unroll + 2) + 4 * c.unroll * a_fragment_rows(s) + 24 + split
     if stream_kind(s) == "rows":
         return c.outputs_per_warp * (vectors(s) + 4 * c.unroll + v) + v + 24
     return vectors(s) * v + 4 * c.unroll + v + 24

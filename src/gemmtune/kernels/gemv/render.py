@@ -14,7 +14,7 @@ from ..config_base import ceil_div
 from ..parts.epilogue import CArg, Operands, VectorArg, epilogue_call, epilogue_function, pointer_params
 from ..parts.floats import FLOAT_VIEW, HALF_FLOATS, TO_OUT
 from ..parts import dependent_launch
-from . import tensor_cores
+from . import columns_tensor_cores, tensor_cores
 from .config import NAME, VERSION, GemvConfig, block_outputs, outputs, quads, rejections, stream_kind, streams_b, vec, vectors
 
 STORAGE_TYPES = {"fp32": "float", "tf32": "float", "bf16": "bf16_t", "fp16": "fp16_t"}
@@ -383,11 +383,13 @@ extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_param
 
 
 def _tensor_core_code(spec: GemmSpec, config: GemvConfig, arch: str) -> str:
-    """The rows kernel on tensor cores (tensor_cores.py): no unpacking, A read 16 bytes at a time."""
+    """The rows (tensor_cores.py) or columns (columns_tensor_cores.py) kernel on tensor cores: no
+    unpacking, A read 16 bytes at a time."""
+    kernel = tensor_cores if stream_kind(spec) == "rows" else columns_tensor_cores
     epilogue = epilogue_function(spec.epilogue, EPILOGUE_OPERANDS)
-    body = tensor_cores.body(spec, config, entry_name(spec), _params(spec)[1], _start(spec, arch, "tensor_cores"))
+    body = kernel.body(spec, config, entry_name(spec), _params(spec)[1], _start(spec, arch, "tensor_cores"))
     return (_header(spec, config) + PRELUDE + _types(spec) + LOADS + _launch_helpers(spec, arch)
-            + tensor_cores.helpers(spec, arch) + "\n" + (epilogue + "\n" if epilogue else "") + body)
+            + kernel.helpers(spec, arch) + "\n" + (epilogue + "\n" if epilogue else "") + body)
 
 
 def _launch_helpers(spec: GemmSpec, arch: str) -> str:

@@ -7,6 +7,7 @@ Shared-memory operands are 32-bit shared-window addresses (``smem_addr``), as th
 from __future__ import annotations
 
 from ..parts.floats import HALF_FLOATS, PACK_PAIR
+from ..parts.tf32_split import TF32_PARTS
 
 # Types and small helpers that need no PTX. NVRTC has no <cuda.h>: a TMA descriptor is 128 opaque
 # bytes, aligned to 64, that the host fills with cuTensorMapEncodeTiled and passes by value.
@@ -219,41 +220,10 @@ def wgmma_function(dtype: str, n: int, within: int | None = None, fresh: bool = 
     )
 
 
-# 3xtf32 (fp32 specs): each fp32 value x is big + small. The tensor cores read a tf32 operand's top
-# 19 bits and ignore the low 13 (truncation), so with the raw value as big the residual is exact in
-# fp32; it is rounded to the nearest tf32 for its own product. With round_big, big is rounded to the
-# nearest tf32 instead and written over x (a smaller residual, one more store per value).
-TF32_SPLIT = r"""
-// x - trunc_tf32(x): what the tensor cores drop of x, exact in fp32, rounded to the nearest tf32
-// (ties away from zero, as cvt.rna). The rounding is an integer add of half a tf32 step to the bits,
-// carrying into the exponent where it must: for a finite x the residual is finite and far from the
-// largest fp32, so cvt.rna's test for infinity and NaN (two more instructions a value, emulated on
-// sm_90) is not needed. An infinite or NaN x is its own big part, which keeps the result infinite or NaN.
-__device__ __forceinline__ float tf32_residual(float x) {
-    const float big = __uint_as_float(__float_as_uint(x) & 0xffffe000u);
-    return __uint_as_float((__float_as_uint(x - big) + 0x1000u) & 0xffffe000u);
-}
-
-// x rounded to the nearest tf32 (low 13 bits zero).
-__device__ __forceinline__ float tf32_round(float x) {
-    u32 big;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(big) : "f"(x));
-    return __uint_as_float(big);
-}
-
-// A value too small to split: 0 < |x| < 2^-103. A nonzero residual of such a value can lie below
-// fp32's smallest normal number (2^-126), which the tensor cores read as zero: the split loses what
-// SGEMM keeps (values near 2^-124 against ones near 2^120 lost 2^-11 of every product). Its key is
-// 2·bits - 1 (wrapping): the doubling drops the sign and zero wraps to the top, so a value is too
-// small exactly when its key is below UNSPLITTABLE_KEY, and the smallest key of many says whether
-// any is (two instructions a value).
-constexpr u32 UNSPLITTABLE_KEY = ((127u - 103u) << 24) - 1u;
-__device__ __forceinline__ u32 tf32_split_key(float4 x) {
-    const auto key = [](float v) { return 2u * __float_as_uint(v) - 1u; };
-    return min(min(key(x.x), key(x.y)), min(key(x.z), key(x.w)));
-}
-
-// A named barrier that also ORs a predicate over the threads that meet there.
+# 3xtf32 (fp32 specs): the split (parts/tf32_split.py) and the barrier that ORs the exact path's
+# predicate over a warpgroup. With round_big, big is rounded to the nearest tf32 instead and written
+# over x (a smaller residual, one more store per value).
+NAMED_BARRIER_OR = r"""// A named barrier that also ORs a predicate over the threads that meet there.
 __device__ __forceinline__ bool named_barrier_or(int id, int threads, bool value) {
     u32 any;
     asm volatile("{\n .reg .pred p, q;\n setp.ne.u32 p, %3, 0;\n bar.red.or.pred q, %1, %2, p;\n selp.u32 %0, 1, 0, q;\n}"
@@ -261,6 +231,8 @@ __device__ __forceinline__ bool named_barrier_or(int id, int threads, bool value
     return any != 0;
 }
 """
+
+TF32_SPLIT = TF32_PARTS + NAMED_BARRIER_OR
 
 
 def helpers(dtype: str, n: int, halves: bool = False) -> str:

@@ -1,0 +1,99 @@
+"""Probe: the gemv columns kernel on tensor cores (W = B stored K×N, layout nn; fp32 as 3xtf32, tf32
+as one product) against the CUDA-core columns kernel the chooser gives 2-16 rows today.
+
+    PYTHONPATH=src:bench python bench/probes/gemv_columns_tensor_cores.py [--out rows.md] [--stream 6]
+
+For each shape and dtype: the chooser's pick (the CUDA-core kernel, or the tensor-core one once the
+chooser hands it out), then every tensor-core block shape of a small grid (threads × warps per group
+× mma tiles × unroll); each verified (float64 reference, poisoned D) and timed by bench_untuned's
+protocol (one flushed launch, median); the fastest --stream of them and the pick are then streamed
+back to back (bench_m1_stream's protocol) beside cuBLAS and a same-size copy.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+SHAPES = "16x4096x4096,12x4096x4096,8x4096x4096,5x4096x4096,4x4096x4096,2x4096x4096,16x14336x4096,16x4096x14336"
+GRID = [(t, w, q, u) for t in (128, 256, 512) for w in (1, 2, 4, 8) for q in (1, 2, 4) for u in (1, 2, 4)]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", default=SHAPES)
+    parser.add_argument("--dtypes", default="fp32,tf32")
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--stream", type=int, default=6, help="stream this many of the fastest single launches")
+    args = parser.parse_args()
+
+    import torch
+    from bench_m1_stream import poisoned_sets, stream_checked, time_cublas, us, write_lines
+    from bench_untuned import copy_bandwidth, untuned_protocol
+
+    from gemmtune.baseline import prepare
+    from gemmtune.build import build, compile_configs
+    from gemmtune.chooser import choose
+    from gemmtune.device import query_device
+    from gemmtune.evaluate import evaluate
+    from gemmtune.kernels import get_family
+    from gemmtune.kernels.gemv.config import GemvConfig
+    from gemmtune.spec import GemmSpec
+    from gemmtune.stream_timing import set_count
+
+    protocol, info = untuned_protocol(), query_device()
+    stream = torch.cuda.current_stream().cuda_stream
+    copy_bw = copy_bandwidth(protocol)
+    family = get_family("gemv")
+    lines = [f"# gemv columns kernel on tensor cores ({info.name})", "",
+             "`bench/probes/gemv_columns_tensor_cores.py`; % of the 1 GiB copy "
+             f"({copy_bw / 1e9:.0f} GB/s), A + B + D once.", "",
+             "| shape | kernel | config | single µs (% copy) | stream µs (% copy) | cuBLAS stream µs | verified |",
+             "|---|---|---|---:|---:|---:|---|"]
+
+    def pct(spec, seconds):
+        return f"{us(seconds)} ({spec.min_bytes / seconds / copy_bw:.0%})" if seconds else "-"
+
+    for dtype in args.dtypes.split(","):
+        for shape in args.shapes.split(","):
+            m, n, k = (int(v) for v in shape.split("x"))
+            spec = GemmSpec(m, n, k, "nn", dtype)
+            pick = choose(spec, info.arch).config
+            configs = [pick] + [c for c in (GemvConfig(threads=t, warps_per_output=w, unroll=u, tensor_cores=True,
+                                                       mma_tiles=q) for t, w, q, u in GRID)
+                                if c != pick and not family.rejections(c, spec, info.arch)]
+            timed = []  # (single s, label, config, compiled, verdict)
+            for config, compiled in zip(configs, compile_configs([(spec, c, info.arch) for c in configs])):
+                if isinstance(compiled, Exception):
+                    timed.append((None, "compile", config, None, str(compiled).splitlines()[0]))
+                    continue
+                result = evaluate(compiled, protocol)
+                label = "pick" if config == pick else "tensor cores"
+                timed.append((result.measurement.median_s if result.ok else None, label, config, compiled,
+                              "ok" if result.ok else result.verify.message))
+            wrong = [t for t in timed if t[0] is None]
+            ranked = sorted((t for t in timed[1:] if t[0] is not None), key=lambda t: t[0])
+            count = set_count(spec.min_bytes, info.l2_bytes)
+            prepared = prepare(spec)
+            sets = poisoned_sets(torch, prepared, count)
+            cublas = time_cublas(torch, spec, sets, stream).per_launch_s
+            del sets
+            for single, label, config, compiled, verified in timed[:1] + ranked[:args.stream] + wrong:
+                streamed = None
+                if single is not None:
+                    timing, verdict = stream_checked(torch, compiled, prepared, count, stream, "stream")
+                    streamed, verified = timing.per_launch_s, verified + verdict
+                row = (f"| {spec.short()} | {label} | {config.describe()} | {pct(spec, single)} | {pct(spec, streamed)} "
+                       f"| {us(cublas)} | {verified} |")
+                print(row, flush=True)
+                lines.append(row)
+            print(f"{spec.short()}: {len(timed)} configs, {len(wrong)} wrong", flush=True)
+            torch.cuda.empty_cache()
+    write_lines(lines, args.out, echo=False)  # each row was printed as it came
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
