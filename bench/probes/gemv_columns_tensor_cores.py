@@ -34,7 +34,7 @@ def main() -> int:
     from bench_untuned import copy_bandwidth, untuned_protocol
 
     from gemmtune.baseline import prepare
-    from gemmtune.build import build, compile_configs
+    from gemmtune.build import compile_configs
     from gemmtune.chooser import choose
     from gemmtune.device import query_device
     from gemmtune.evaluate import evaluate
