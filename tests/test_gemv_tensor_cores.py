@@ -246,3 +246,60 @@ def test_chooser_keeps_the_cuda_core_kernels_elsewhere(spec, arch, untuned_tenso
     pick = choose(spec, arch)
     assert pick.family == "gemv" and not pick.config.tensor_cores
     assert not any(c.tensor_cores for c in candidates("gemv", spec, arch, 132))
+
+
+# --- layout nn: the columns kernel on tensor cores ----------------------------------------------------
+NN = GemvConfig(threads=256, warps_per_output=8, unroll=4, tensor_cores=True, mma_tiles=4)
+
+
+@pytest.mark.parametrize("spec, reason", [
+    (GemmSpec(16, 4096, 4096, "nn", "bf16"), "fp32 or tf32, not bf16"),
+    (GemmSpec(16, 4096, 4096, "nn", "fp32", math="simt"), "math simt"),
+    (GemmSpec(16, 4096, 4098, "nn", "fp32"), "K = 4098 is not a multiple of 4"),
+    (GemmSpec(16, 4098, 4096, "nn", "tf32"), "N = 4098 is not a multiple of it"),
+    (GemmSpec(1, 4096, 4096, "nn", "fp32"), "2-16 rows of A"),
+    (GemmSpec(16, 4096, 4096, "tn", "fp32"), "layout nt (bf16, fp16, tf32) or nn (fp32, tf32)"),
+], ids=lambda v: v.short() if isinstance(v, GemmSpec) else str(v))
+def test_columns_path_rejected_with_a_reason(spec, reason):
+    assert reason in _reasons(NN, spec)
+
+
+def test_columns_path_valid_for_fp32_and_tf32_in_layout_nn():
+    for m in (2, 7, 8, 16):
+        for dtype in ("fp32", "tf32"):
+            assert FAMILY.rejections(NN, GemmSpec(m, 1000, 1000, "nn", dtype), "sm_90") == {}, (m, dtype)
+    assert FAMILY.rejections(NN.with_(mma_tiles=1), GemmSpec(16, 127, 1000, "nn", "fp32"), "sm_80") == {}
+    # math 3xtf32 runs only on the tensor-core path
+    split = GemmSpec(16, 4096, 4096, "nn", "fp32", math="3xtf32")
+    assert FAMILY.rejections(NN, split, "sm_90") == {}
+    assert "tensor-core path" in _reasons(GemvConfig(threads=512, threads_x=8, unroll=1), split)
+    assert "tensor-core path" in FAMILY.supports(GemmSpec(1, 4096, 4096, "nn", "fp32", math="3xtf32"), "sm_90")
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "tf32"])
+def test_columns_path_compiles_without_local_memory(dtype, tmp_path):
+    """NVRTC for sm_80 and sm_90: HMMA (three per product in fp32), the split's exact path only in fp32,
+    no local memory, most of a step's W loads in flight before the first mma."""
+    for arch in ("sm_80", "sm_90"):
+        for spec, config in ((GemmSpec(16, 4096, 4096, "nn", dtype, "bias_col+relu"), NN),
+                             (GemmSpec(5, 1000, 1004, "nn", dtype, "add"), NN.with_(mma_tiles=2, unroll=2)),
+                             (GemmSpec(16, 127, 1000, "nn", dtype), NN.with_(mma_tiles=1, warps_per_output=2))):
+            kern = compile_kernel(FAMILY.render(spec, config, arch), arch)
+            assert kern.resources.spill_store_bytes == 0 and kern.resources.stack_bytes == 0, (spec.short(), kern.resources)
+            text = dump_sass(tmp_path, kern.cubin)
+            assert "LDL" not in text and "STL" not in text
+            mma = len(re.findall(r"HMMA\.1688\.F32\.TF32", text))
+            per_step = config.unroll * config.mma_tiles * 2 * (3 if dtype == "fp32" else 1)
+            assert mma == 2 * per_step, (spec.short(), mma, per_step)  # the whole-span loop and the tail span
+            assert ("VOTE.ANY" in text) == (dtype == "fp32")
+            first_mma = text.index("HMMA")
+            loads = [m.start() for m in re.finditer(r"LDG\.E\.NA", text)]
+            # (ptxas for sm_80 moves two of the sixteen past the first mma in tf32)
+            assert len([p for p in loads if p < first_mma]) >= 3 * config.unroll, spec.short()
+
+
+def test_chooser_gives_tf32_nn_from_8_rows_the_columns_tensor_cores():
+    for m, expected in ((16, True), (8, True), (4, False), (2, False)):
+        assert choose(GemmSpec(m, 4096, 4096, "nn", "tf32"), "sm_90").config.tensor_cores is expected, m
+        assert not choose(GemmSpec(m, 4096, 4096, "nn", "fp32"), "sm_90").config.tensor_cores, m
+    assert not choose(GemmSpec(16, 4098, 4096, "nn", "tf32"), "sm_90").config.tensor_cores  # N % 4

@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 SHAPES = "16x4096x4096,12x4096x4096,8x4096x4096,5x4096x4096,4x4096x4096,2x4096x4096,16x14336x4096,16x4096x14336"
 GRID = [(t, w, q, u) for t in (128, 256, 512) for w in (1, 2, 4, 8) for q in (1, 2, 4) for u in (1, 2, 4)]
+SMALL_GRID = [(t, w, q, u) for t, w, q, u in GRID if w > 1 and q > 1]  # --small-grid: the corner that won in tf32
 
 
 def main() -> int:
@@ -27,6 +28,7 @@ def main() -> int:
     parser.add_argument("--dtypes", default="fp32,tf32")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--stream", type=int, default=6, help="stream this many of the fastest single launches")
+    parser.add_argument("--small-grid", action="store_true", help="only groups of 2-8 warps and 2-4 tiles")
     args = parser.parse_args()
 
     import torch
@@ -62,7 +64,7 @@ def main() -> int:
             spec = GemmSpec(m, n, k, "nn", dtype)
             pick = choose(spec, info.arch).config
             configs = [pick] + [c for c in (GemvConfig(threads=t, warps_per_output=w, unroll=u, tensor_cores=True,
-                                                       mma_tiles=q) for t, w, q, u in GRID)
+                                                       mma_tiles=q) for t, w, q, u in (SMALL_GRID if args.small_grid else GRID))
                                 if c != pick and not family.rejections(c, spec, info.arch)]
             timed = []  # (single s, label, config, compiled, verdict)
             for config, compiled in zip(configs, compile_configs([(spec, c, info.arch) for c in configs])):

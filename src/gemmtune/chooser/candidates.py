@@ -233,9 +233,14 @@ GEMV_TENSOR_CORES_UNTUNED = True
 # tuner's space keeps every block shape.
 UNTUNED_TENSOR_CORE_CONFIG = GemvConfig(threads=256, warps_per_output=8, unroll=4, tensor_cores=True, mma_tiles=2)
 
-# The columns kernel on tensor cores (layout nn: fp32 as 3xtf32, tf32 as one product): the vectors
-# from which untuned shapes get it, and its block shape. None: not handed out (unmeasured).
-COLUMNS_TENSOR_CORE_MIN_ROWS: int | None = None
+# The columns kernel on tensor cores (layout nn: fp32 as 3xtf32, tf32 as one product): per dtype, the
+# vectors from which untuned shapes get it (a dtype left out: never), and its block shape. H100,
+# 2026-11-26 (bench/results/2026-11-26-h100-gemv-columns-tensor-cores.md, back to back): tf32 at 16
+# and 8 vectors streamed 88% and 89% of copy against the CUDA-core kernel's 77% and 85%, at 4 vectors
+# 89% against 90%. fp32 (three products and the split) streamed 73-77% against 77-90% at 4-16 vectors
+# on 4096x4096 and level at 16x14336x4096 and 16x4096x14336 (faster only in single launches at 16
+# vectors), so the CUDA-core kernel keeps fp32; the tuner's space has both.
+COLUMNS_TENSOR_CORE_MIN_ROWS: dict[str, int] = {"tf32": 8}
 UNTUNED_COLUMNS_TENSOR_CORE_CONFIG = GemvConfig(threads=256, warps_per_output=8, unroll=4, tensor_cores=True,
                                                 mma_tiles=4)
 
@@ -293,14 +298,14 @@ def gemv_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[GemvConfig
     GEMV_TENSOR_CORES_UNTUNED is on), the measured quads block shape where the columns kernel walks K
     in quads, else the CUDA-core kernels as the model ranks them.
 
-    The tensor-core path is taken whenever it applies, without the model weighing it against the
-    CUDA-core kernels: its reason to exist is that those are compute bound at 2-16 rows (0.51-0.72×
+    The rows kernel on tensor cores is taken whenever it applies, without the model weighing it against
+    the CUDA-core kernels: its reason to exist is that those are compute bound at 2-16 rows (0.51-0.72×
     cuBLAS on an H100), and the shipped model was trained before it existed, so it cannot compare the
-    two."""
+    two. The columns kernel on tensor cores (layout nn) only where COLUMNS_TENSOR_CORE_MIN_ROWS says."""
     if GEMV_TENSOR_CORES_UNTUNED and tensor_core_rejection(spec, arch) is None:
         if stream_kind(spec) == "rows":
             return [UNTUNED_TENSOR_CORE_CONFIG]
-        least = COLUMNS_TENSOR_CORE_MIN_ROWS
+        least = COLUMNS_TENSOR_CORE_MIN_ROWS.get(spec.dtype)
         if least is not None and vectors(spec) >= least and spec.n % UNTUNED_COLUMNS_TENSOR_CORE_CONFIG.mma_tiles == 0:
             return [UNTUNED_COLUMNS_TENSOR_CORE_CONFIG]
     if quads(spec) and vectors(spec) >= QUAD_RULE_MIN_ROWS:

@@ -8,7 +8,9 @@ weight it streams, and stops near 78% of copy bandwidth on an H100 (bench/result
 is its B operand: a lane's load of W holds one value of each of the warp's TILES 8-output tiles, so
 no value moves between lanes. fp32 runs each product as three (big·big + big·small + small·big, the
 split of parts/tf32_split.py): fp32 accuracy. A chunk holding a value too small to split is summed
-on CUDA cores instead (rare: values below 2^-103).
+on CUDA cores instead (rare: values below 2^-103). On an H100 this made tf32 at 8-16 vectors stream
+88-89% of copy; fp32, with three times the mma, was no faster back to back than the CUDA-core kernel
+(bench/results/2026-11-26-h100-gemv-columns-tensor-cores.md).
 """
 from __future__ import annotations
 
@@ -59,9 +61,10 @@ PERMUTATION_W = """// W's side of the same permutation: lane (g, t) loads rows k
 
 # 3xtf32's three products of one tile, small terms first (they are the smallest: summed before the
 # big product, less of them is lost to rounding). Each chunk's 16 k are summed on the tensor cores
-# from zero and added to the fp32 sums with an FADD: the tensor cores' own accumulation is not an
-# IEEE fp32 add, and over all of K it would cost about 2-3x SGEMM's worst error (the mma family's
-# 3xtf32, which accumulates there, measured 2.2-3.3x: tests/test_gpu_3xtf32.py).
+# from zero and added to the fp32 sums with an FADD, as the wgmma family sums each k-block: the
+# tensor cores' own accumulation is not an IEEE fp32 add (the mma family's 3xtf32 accumulates there
+# over all of K and measured 2.2-3.3x SGEMM's worst error, tests/test_gpu_3xtf32.py; this kernel
+# 0.87-1.5x, tests/test_gpu_gemv_tensor_cores.py).
 SPLIT_MMA = """// acc += a·b in fp32 accuracy: a = a_big + a_small and b = b_big + b_small, each part an exact tf32
 // value (a_big is a itself: the tensor cores drop its low 13 bits); small·small is under 2^-22 of it.
 __device__ __forceinline__ void mma_3xtf32(float (&acc)[4], const u32 (&a)[4], const u32 (&a_small)[4],
@@ -153,10 +156,10 @@ EXACT = """        // A chunk holding a value below 2^-103 (tf32_split_key): its
                     for (int e = 0; e < 2; ++e) {
                         const int n = n0 + TILES * (2 * t + e) + q;
                         if (v >= R || n >= P) continue;
-                        float sum = acc[q][2 * h + e];
+                        float sum = 0.0f;  // the chunk's own sum, then one add: as short a chain as the tensor-core path's
                         for (int kk = k0; kk < min(k0 + CHUNK, K); ++kk)
                             sum = fmaf(x[(size_t)v * K + kk], W[(size_t)kk * P + n], sum);
-                        acc[q][2 * h + e] = sum;
+                        acc[q][2 * h + e] += sum;
                     }
             }
         };
