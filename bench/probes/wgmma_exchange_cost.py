@@ -1,0 +1,117 @@
+"""Probe: what does the split-tail exchange (partial sums through L2, flags, the contributors' shares,
+the finisher's add) cost on the long-K shapes still under 0.85x cuBLAS?
+
+    PYTHONPATH=src:bench python bench/probes/wgmma_exchange_cost.py [--out rows.md]
+
+For each shape, the chooser's pick three ways, from the same generated CUDA:
+- full: as gemmtune builds it (verified: float64 reference, poisoned D);
+- stores only: the contributors store their partial tiles and raise their flags, but nobody sums
+  them (no shares, no finisher add): D is wrong, only the time counts;
+- no exchange: nothing stored or added, every piece but the finisher's is thrown away (D wrong).
+Each is launched alone after an L2 flush (a write pass over 256 MB), timed by CUDA events, median of
+--reps; cuBLAS the same way. full minus no exchange is what the exchange costs: what a cheaper
+reduction (through distributed shared memory, or each contributor writing its share of D) could save
+at most.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+SHAPES = ((96, 96, 65536, "bf16"), (96, 96, 65536, "fp16"), (512, 512, 65536, "bf16"), (512, 512, 65536, "fp16"),
+          (1024, 1024, 16384, "bf16"))
+
+# The call sites the variants remove (text of the generated kernel; each must be found).
+ADD = "add_partials(acc, worker, rank, consumer, unit);"
+SHARE = "reduce_share(consumer);"
+STORE = "store_partial(acc, consumer);"
+
+
+def variant(code: str, name: str) -> str:
+    """The generated code with the exchange's calls removed as `name` says."""
+    removed = {"full": (), "stores only": (ADD, SHARE), "no exchange": (ADD, SHARE, STORE)}[name]
+    for call in removed:
+        if call not in code:
+            if call == SHARE:  # the serial exchange (few pieces) has no shares
+                continue
+            raise SystemExit(f"the generated code has no '{call}': the probe is out of date")
+        code = code.replace(call, ";  // removed by the probe")
+    return code
+
+
+def time_launches(torch, launch, reps: int) -> float:
+    """Median seconds of `launch()` alone after a 256 MB write pass (L2 emptied)."""
+    flush = torch.empty(64 << 20, dtype=torch.float32, device="cuda")
+    times = []
+    for _ in range(reps + 3):
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        launch()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times[3:])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--reps", type=int, default=50)
+    args = parser.parse_args()
+
+    import torch
+
+    from gemmtune.build import Kernel
+    from gemmtune.chooser import choose
+    from gemmtune.compiler import compile_kernel
+    from gemmtune.device import query_device
+    from gemmtune.evaluate import evaluate
+    from gemmtune.kernels import get_family
+    from gemmtune.spec import GemmSpec
+
+    info = query_device()
+    arch = "sm_90a"
+    family = get_family("wgmma")
+    lines = [f"# The split-tail exchange's cost ({info.name})", "",
+             "`bench/probes/wgmma_exchange_cost.py`: the chooser's pick with the exchange's calls removed "
+             f"(D then wrong: time only); one launch after an L2 flush, CUDA events, median of {args.reps}.", "",
+             "| shape | pick | cuBLAS µs | full µs | stores only µs | no exchange µs | exchange µs (share of full) | full verified |",
+             "|---|---|---:|---:|---:|---:|---:|---|"]
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    for m, n, k, dtype in SHAPES:
+        spec = GemmSpec(m, n, k, "nt", dtype)
+        pick = choose(spec, arch).config
+        source = family.render(spec, pick, arch)
+        a = torch.randn(m, k, device="cuda", dtype=dtypes[dtype])
+        b = torch.randn(n, k, device="cuda", dtype=dtypes[dtype])  # nt: B stored N×K
+        d = torch.empty(m, n, device="cuda", dtype=dtypes[dtype])
+        cublas = time_launches(torch, lambda: torch.matmul(a, b.t(), out=d), args.reps)
+        times, verified = {}, ""
+        for name in ("full", "stores only", "no exchange"):
+            compiled = compile_kernel(dataclasses.replace(source, code=variant(source.code, name)), arch)
+            if name == "full":
+                result = evaluate(compiled, verify_only=True)
+                verified = "ok" if result.ok else result.verify.message
+            kernel = Kernel(compiled, pick, "probe")
+            kernel(a, b, out=d)  # load it before timing
+            times[name] = time_launches(torch, lambda: kernel(a, b, out=d), args.reps)
+        cost = times["full"] - times["no exchange"]
+        row = (f"| {spec.short()} | {pick.describe()} | {cublas * 1e6:.1f} | {times['full'] * 1e6:.1f} "
+               f"| {times['stores only'] * 1e6:.1f} | {times['no exchange'] * 1e6:.1f} "
+               f"| {cost * 1e6:.1f} ({cost / times['full']:.0%}) | {verified} |")
+        print(row, flush=True)
+        lines.append(row)
+    text = "\n".join(lines) + "\n"
+    if args.out:
+        args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
