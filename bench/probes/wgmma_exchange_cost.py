@@ -8,8 +8,8 @@ For each shape, the chooser's pick three ways, from the same generated CUDA:
 - stores only: the contributors store their partial tiles and raise their flags, but nobody sums
   them (no shares, no finisher add): D is wrong, only the time counts;
 - no exchange: nothing stored or added, every piece but the finisher's is thrown away (D wrong).
-Each is launched alone after an L2 flush (a write pass over 256 MB), timed by CUDA events, median of
---reps; cuBLAS the same way. full minus no exchange is what the exchange costs: what a cheaper
+Each is launched alone after an L2 flush (a write pass over 256 MB) and a GPU spin that hides the
+host's launch path, timed by CUDA events, median of --reps; cuBLAS the same way. full minus no exchange is what the exchange costs: what a cheaper
 reduction (through distributed shared memory, or each contributor writing its share of D) could save
 at most.
 """
@@ -45,11 +45,14 @@ def variant(code: str, name: str) -> str:
 
 
 def time_launches(torch, launch, reps: int) -> float:
-    """Median seconds of `launch()` alone after a 256 MB write pass (L2 emptied)."""
+    """Median seconds of `launch()` alone after a 256 MB write pass (L2 emptied) and a spin of about
+    0.25 ms, which keeps the GPU busy while the host prepares the launch (gemmtune's Python call
+    path takes tens of µs: without the spin the events would time it too)."""
     flush = torch.empty(64 << 20, dtype=torch.float32, device="cuda")
     times = []
     for _ in range(reps + 3):
         flush.zero_()
+        torch.cuda._sleep(500_000)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         launch()
