@@ -9,7 +9,7 @@ import pytest
 from gemmtune.kernels.wgmma import FAMILY
 from gemmtune.kernels.wgmma.config import WgmmaConfig
 from gemmtune.kernels.wgmma.schedule import (MIN_SHARE, SCATTER_SPLITS, THREADS, Schedule, ShareSum, cuda, plan,
-                                            schedule_for, share_sum)
+                                            schedule_for, share_call, share_sum, shares_to_d)
 from gemmtune.spec import GemmSpec
 
 
@@ -103,9 +103,15 @@ TILE_64 = WgmmaConfig(bm=64, bn=64, stages=6, consumers=1, persistent=True, spli
 def test_many_way_splits_reduce_in_shares_and_few_gather_serially():
     cuda_of = lambda schedule: cuda(schedule, GemmSpec(96, 96, 65536, "nt", "bf16"), TILE_64)  # noqa: E731
     many = plan(4, 1024, 132, split_tail=True)  # 96x96x65536 bf16 in 64x64 tiles: 33 pieces per tile
-    assert (many.splits, many.scatter) == (33, True)
-    assert "reduce_share(consumer);" in cuda_of(many) and "constexpr int SPLITS = 33" in cuda_of(many)
-    # Workers t * SPLITS finish tail unit t; the SPLITS - 1 after it contribute (reduce_share's indexing).
+    assert (many.splits, many.scatter, many.shares_write_d) == (33, True, True)
+    # Every piece writes its share of D: no finisher reads sums back (sum_share_to_d, after the epilogue).
+    spec = GemmSpec(96, 96, 65536, "nt", "bf16", "bias_col+add")
+    shares = shares_to_d(many, spec, TILE_64)
+    assert "constexpr int SPLITS = 33" in shares and "FloatView<out_t> C, FloatView<out_t> bias" in shares
+    assert "write_pair(D + at" in shares and "acq_rel_add(done, 1u) == SPLITS - 1" in shares
+    assert "reduced_sums" not in cuda_of(many) + shares and "bool piece_writes_d" in cuda_of(many)
+    assert share_call(many, spec).strip().startswith("sum_share_to_d(consumer, tile_m, tile_n, D, C, bias);")
+    # Workers t * SPLITS hold tail unit t's first piece; the SPLITS - 1 after it the others (the indexing).
     for worker in range(many.tail_workers):
         unit = many.pieces(worker)[-1][0]
         assert unit == many.whole_units + worker // many.splits
@@ -114,6 +120,7 @@ def test_many_way_splits_reduce_in_shares_and_few_gather_serially():
     halves = plan(320, 80, 132, split_tail=True)  # two pieces per tile: the lone partial added directly
     assert (halves.splits, halves.scatter) == (2, False)
     assert "reduce_share" not in cuda_of(halves) and "add_partials" in cuda_of(halves)
+    assert not halves.shares_write_d and shares_to_d(halves, spec, TILE_64) == "" and share_call(halves, spec) == ""
     shares = plan(1024, 128, 66, split_tail=True)  # uneven shares: up to 3 pieces per unit, serial
     assert not shares.scatter and "reduce_share" not in cuda_of(shares)
     fewest = plan(8, SCATTER_SPLITS * MIN_SHARE, 132, split_tail=True)  # the fewest pieces scattered
@@ -212,3 +219,15 @@ def test_share_sum_of_the_long_k_picks():
     # the 8 its 128 accumulators a thread get (before: 12).
     assert share_sum(293, 14, 16).round_trips(293, 14) == 3 and ShareSum(1, 1, 4).round_trips(293, 14) == 12
     assert share_sum(293, 14, 8).round_trips(293, 14) == 5
+
+
+def test_finisher_exchange_still_builds(monkeypatch):
+    """SHARES_WRITE_D off: the contributors' sums and the finisher's add (the exchange before), for A/B."""
+    import importlib
+
+    module = importlib.import_module("gemmtune.kernels.wgmma.schedule")
+    monkeypatch.setattr(module, "SHARES_WRITE_D", False)
+    many = plan(4, 1024, 132, split_tail=True)
+    text = cuda(many, GemmSpec(96, 96, 65536, "nt", "bf16"), TILE_64)
+    assert not many.shares_write_d and "reduce_share(consumer);" in text and "SHARES_WRITE_D = false" in text
+    assert shares_to_d(many, GemmSpec(96, 96, 65536, "nt", "bf16"), TILE_64) == ""

@@ -1,17 +1,20 @@
-"""Probe: what does the split-tail exchange (partial sums through L2, flags, the contributors' shares,
-the finisher's add) cost on the long-K shapes still under 0.85x cuBLAS?
+"""Probe: what does the split-tail exchange (partial sums through L2, flags, shares, the write of D)
+cost on the long-K shapes still under 0.85x cuBLAS, and how much of it do the pieces writing their
+shares of D themselves save?
 
     PYTHONPATH=src:bench python bench/probes/wgmma_exchange_cost.py [--out rows.md]
 
-For each shape, the chooser's pick three ways, from the same generated CUDA:
-- full: as gemmtune builds it (verified: float64 reference, poisoned D);
-- stores only: the contributors store their partial tiles and raise their flags, but nobody sums
-  them (no shares, no finisher add): D is wrong, only the time counts;
-- no exchange: nothing stored or added, every piece but the finisher's is thrown away (D wrong).
+For each shape, the chooser's pick built four ways:
+- finisher: the exchange as it was (schedule.SHARES_WRITE_D off): contributors sum shares and store
+  them, a finisher waits, reads them back and writes D (verified: float64 reference, poisoned D);
+- shares: every piece sums its share of the tile and writes it to D (SHARES_WRITE_D on; verified);
+- stores only: the finisher build with nobody summing (contributors store their partial tiles and
+  raise their flags): D is wrong, only the time counts;
+- no exchange: the finisher build with nothing stored or added (only the finisher's own K range
+  reaches D): D wrong.
 Each is launched alone after an L2 flush (a write pass over 256 MB) and a GPU spin that hides the
-host's launch path, timed by CUDA events, median of --reps; cuBLAS the same way. full minus no exchange is what the exchange costs: what a cheaper
-reduction (through distributed shared memory, or each contributor writing its share of D) could save
-at most.
+host's launch path, timed by CUDA events, median of --reps; cuBLAS the same way. finisher minus no
+exchange is what the exchange cost before.
 """
 from __future__ import annotations
 
@@ -76,38 +79,47 @@ def main() -> int:
     from gemmtune.device import query_device
     from gemmtune.evaluate import evaluate
     from gemmtune.kernels import get_family
+    from gemmtune.kernels.wgmma import schedule
     from gemmtune.spec import GemmSpec
+
+    shares_write_d = schedule.SHARES_WRITE_D
 
     info = query_device()
     arch = "sm_90a"
     family = get_family("wgmma")
     lines = [f"# The split-tail exchange's cost ({info.name})", "",
-             "`bench/probes/wgmma_exchange_cost.py`: the chooser's pick with the exchange's calls removed "
-             f"(D then wrong: time only); one launch after an L2 flush, CUDA events, median of {args.reps}.", "",
-             "| shape | pick | cuBLAS µs | full µs | stores only µs | no exchange µs | exchange µs (share of full) | full verified |",
-             "|---|---|---:|---:|---:|---:|---:|---|"]
+             "`bench/probes/wgmma_exchange_cost.py`: the chooser's pick with the exchange as it was (finisher), "
+             "with every piece writing its share of D (shares), and with the exchange's calls removed (D then "
+             f"wrong: time only); one launch after an L2 flush, CUDA events, median of {args.reps}.", "",
+             "| shape | pick | cuBLAS µs | finisher µs | shares µs | stores only µs | no exchange µs | exchange before µs (share) | verified (finisher, shares) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
     for m, n, k, dtype in SHAPES:
         spec = GemmSpec(m, n, k, "nt", dtype)
         pick = choose(spec, arch).config
-        source = family.render(spec, pick, arch)
         a = torch.randn(m, k, device="cuda", dtype=dtypes[dtype])
         b = torch.randn(n, k, device="cuda", dtype=dtypes[dtype])  # nt: B stored N×K
         d = torch.empty(m, n, device="cuda", dtype=dtypes[dtype])
         cublas = time_launches(torch, lambda: torch.matmul(a, b.t(), out=d), args.reps)
-        times, verified = {}, ""
-        for name in ("full", "stores only", "no exchange"):
-            compiled = compile_kernel(dataclasses.replace(source, code=variant(source.code, name)), arch)
-            if name == "full":
+        times, verified = {}, []
+        for name in ("finisher", "shares", "stores only", "no exchange"):
+            schedule.SHARES_WRITE_D = name == "shares"
+            try:
+                source = family.render(spec, pick, arch)
+            finally:
+                schedule.SHARES_WRITE_D = shares_write_d
+            code = source.code if name in ("finisher", "shares") else variant(source.code, name)
+            compiled = compile_kernel(dataclasses.replace(source, code=code), arch)
+            if name in ("finisher", "shares"):
                 result = evaluate(compiled, verify_only=True)
-                verified = "ok" if result.ok else result.verify.message
+                verified.append("ok" if result.ok else result.verify.message)
             kernel = Kernel(compiled, pick, "probe")
             kernel(a, b, out=d)  # load it before timing
             times[name] = time_launches(torch, lambda: kernel(a, b, out=d), args.reps)
-        cost = times["full"] - times["no exchange"]
-        row = (f"| {spec.short()} | {pick.describe()} | {cublas * 1e6:.1f} | {times['full'] * 1e6:.1f} "
-               f"| {times['stores only'] * 1e6:.1f} | {times['no exchange'] * 1e6:.1f} "
-               f"| {cost * 1e6:.1f} ({cost / times['full']:.0%}) | {verified} |")
+        cost = times["finisher"] - times["no exchange"]
+        row = (f"| {spec.short()} | {pick.describe()} | {cublas * 1e6:.1f} | {times['finisher'] * 1e6:.1f} "
+               f"| {times['shares'] * 1e6:.1f} | {times['stores only'] * 1e6:.1f} | {times['no exchange'] * 1e6:.1f} "
+               f"| {cost * 1e6:.1f} ({cost / times['finisher']:.0%}) | {', '.join(verified)} |")
         print(row, flush=True)
         lines.append(row)
     text = "\n".join(lines) + "\n"

@@ -3,7 +3,9 @@
 The writer makes its data visible and sets a flag with a release store; the reader spins on the
 flag with acquire loads, after which the data is visible to it. Used by simt's serial split-K
 (`wait_turn` / `pass_turn`) and the wgmma split tail's partial sums (kernels/wgmma/schedule.py),
-whose contributors also count their reduced shares with a release add.
+whose contributors also count their reduced shares with a release add (or, where every piece
+writes its share of D, count themselves out with an acquire-release add whose last caller resets
+the flags).
 """
 from __future__ import annotations
 
@@ -27,5 +29,14 @@ __device__ __forceinline__ void spin_until_equal(const unsigned int* flag, unsig
 RELEASE_ADD = r"""// red.release.gpu: add to a counter once this thread's earlier writes are visible to the whole GPU.
 __device__ __forceinline__ void release_add(unsigned int* counter, unsigned int value) {
     asm volatile("red.release.gpu.global.add.u32 [%0], %1;" :: "l"(counter), "r"(value) : "memory");
+}
+"""
+
+ACQ_REL_ADD = r"""// atom.acq_rel.gpu: add to a counter and return its old value; this thread's earlier writes (and
+// reads) are ordered before it, and what the callers before it released is visible after it.
+__device__ __forceinline__ unsigned int acq_rel_add(unsigned int* counter, unsigned int value) {
+    unsigned int old;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(counter), "r"(value) : "memory");
+    return old;
 }
 """

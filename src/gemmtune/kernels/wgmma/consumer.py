@@ -114,11 +114,14 @@ PINGPONG_WAIT = """
             if (piece > 0) mbarrier_wait(&mainloop_done[1 - turn], ((piece - 1) / TILE_TURNS) & 1);"""
 PINGPONG_END = """
             if (threadIdx.x % 128 == 0) mbarrier_arrive(&mainloop_done[turn]);  // the other consumer's turn"""
-SPLIT_PARTIAL = """
-            if (!writes_d) {  // a later K range of a split tile: its finisher adds these sums
-                store_partial(acc, consumer);
+def split_partial(share: str = "") -> str:
+    """A split tile's piece that does not write D: store its partial sums (and, with `share`, sum and
+    write its share of the tile: schedule.share_call); the finisher adds the others'."""
+    return f"""
+            if (!writes_d) {{  // a later K range of a split tile: its finisher adds these sums
+                store_partial(acc, consumer);{share}
                 continue;
-            }
+            }}
             if (kb_end < K_BLOCKS) add_partials(acc, worker, rank, consumer, unit);  // the tile's other K ranges"""
 
 
@@ -147,7 +150,7 @@ def _piece_start(more_sums: str = "") -> str:
                 for (int i = 0; i < BN / 2; ++i) acc[mb][i] = 0.0f;"""
 
 
-def consumer_plain(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str:
+def consumer_plain(spec: GemmSpec, config: WgmmaConfig, split: bool, share: str = "") -> str:
     """Wait for a stage, multiply it, release the one before (one wgmma group stays in flight so the
     tensor cores never wait on the release); after the tile's k-blocks, write it back."""
     c, store, (epi_decl, epi_skip, epi_next) = _plain_write_back(spec, config)
@@ -161,7 +164,7 @@ def consumer_plain(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str:
         {c.pending}
         Ring ring;  // the ring position, continued piece after piece as the producer fills it{epi_decl}
         for (int piece = 0; next_piece(worker, cursor, unit, kb_begin, kb_end); ++piece) {{
-            const bool writes_d = kb_begin == 0;  // holds the tile's first k-block: finishes the tile
+            const bool writes_d = piece_writes_d(unit, kb_begin);  // finishes the tile (schedule.py)
             if (piece % TILE_TURNS != turn) {{  // the other ping-pong consumer's tile: skip its k-blocks
                 ring.skip(kb_end - kb_begin);{epi_skip}
                 continue;
@@ -180,7 +183,7 @@ def consumer_plain(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str:
             }}
 {PINGPONG_END if pingpong else ""}
             wgmma_wait<0>();
-            release_stage(previous);{SPLIT_PARTIAL if split else ""}
+            release_stage(previous);{split_partial(share) if split else ""}
             {store}{epi_next}
         }}"""
 
@@ -201,21 +204,22 @@ def _first_k_block(indent: str, between: list[str] = ()) -> str:
     return f"\n{indent}".join(lines)
 
 
-def _finish_split(finish: str) -> str:
+def _finish_split(finish: str, share: str = "") -> str:
     """A piece of a split tile that may end with a partial sum (no `continue`: the iteration must still
     start the next piece's first k-block)."""
-    return f"""if (!writes_d) store_partial(acc, consumer);  // a later K range of a split tile: its finisher adds these sums
-                else {{
+    return f"""if (!writes_d) {{  // a later K range of a split tile: its finisher adds these sums
+                    store_partial(acc, consumer);{share.replace(chr(10), chr(10) + "    ")}
+                }} else {{
                     if (kb_end < K_BLOCKS) add_partials(acc, worker, rank, consumer, unit);  // the tile's other K ranges
                     {finish}
                 }}"""
 
 
-def _overlapped_loop_body(store: StoreCall, ring_c: bool, split: bool) -> str:
+def _overlapped_loop_body(store: StoreCall, ring_c: bool, split: bool, share: str = "") -> str:
     """One piece of the overlapped loop, from its second k-block to the next piece's first."""
     upper = store.call("STORE_SLICES / 2", "STORE_SLICES", "upper_c")
     finish = store.call("0", "STORE_SLICES", "ring")
-    finish = _finish_split(finish) if split else finish
+    finish = _finish_split(finish, share) if split else finish
     skip_c_slot = """
                 upper_c = ring;  // the upper half's C slices wait in the next slots
                 for (int slice = 0; slice < STORE_SLICES / 2; ++slice)
@@ -226,7 +230,7 @@ def _overlapped_loop_body(store: StoreCall, ring_c: bool, split: bool) -> str:
                          "wgmma_fence();"]
     return f"""
         while (more) {{  // the piece's first k-block is in flight
-            const bool writes_d = kb_begin == 0;  // holds the tile's first k-block: finishes the tile
+            const bool writes_d = piece_writes_d(unit, kb_begin);  // finishes the tile (schedule.py)
             const bool whole = writes_d && kb_end == K_BLOCKS;  // a whole tile: its write-back overlaps
             int unit_m, tile_n;
             unit_coords(unit, unit_m, tile_n);
@@ -273,7 +277,7 @@ def _overlapped_loop_body(store: StoreCall, ring_c: bool, split: bool) -> str:
         }}"""
 
 
-def consumer_overlapped(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str:
+def consumer_overlapped(spec: GemmSpec, config: WgmmaConfig, split: bool, share: str = "") -> str:
     """The consumers' loop with overlap_epilogue: every wgmma is half the tile wide, and a whole tile's
     write-back runs while the tensor cores work on the other half. The tile's last k-block is two
     groups (lower, then upper): the lower half is written back while the upper group runs, and the
@@ -302,7 +306,7 @@ def consumer_overlapped(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str
         bool more = next_piece(worker, cursor, unit, kb_begin, kb_end);
         if (more) {{  // the first piece's first k-block: the lower half's group, then the upper half's
             {_first_k_block(" " * 12)}
-        }}{_overlapped_loop_body(store, ring_c, split)}"""
+        }}{_overlapped_loop_body(store, ring_c, split, share)}"""
 
 
 # --- the 3xtf32 loop -------------------------------------------------------------------------------
@@ -310,7 +314,7 @@ SPLIT_BARRIER = 4  # named barrier of the consumers' residual tiles (1 + consume
 UNSPLIT_BARRIER = 5  # named barrier that ORs, over a piece, whether a value was too small to split
 
 
-def consumer_split(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str:
+def consumer_split(spec: GemmSpec, config: WgmmaConfig, split: bool, share: str = "") -> str:
     """fp32 as 3xtf32: the plain loop, with each k-block split into tf32 parts first. The residuals
     of k-block kb + 1 are written while kb's wgmma run (into the other of SPLIT_BUFFERS tiles), and
     a named barrier of all consumers at the top of each k-block says both shares of B's residual
@@ -333,7 +337,7 @@ def consumer_split(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str:
         Ring ring;  // the ring position, continued piece after piece as the producer fills it
         int splits = 0;  // k-blocks split so far: the next goes to residual tile splits % {SPLIT_BUFFERS}{epi_decl}
         for (int piece = 0; next_piece(worker, cursor, unit, kb_begin, kb_end); ++piece) {{
-            const bool writes_d = kb_begin == 0;  // holds the tile's first k-block: finishes the tile
+            const bool writes_d = piece_writes_d(unit, kb_begin);  // finishes the tile (schedule.py)
             {_piece_start(', part[M_BLOCKS][BN / 2]')}{c.release_at}
             bool unsplittable = false;  // this thread found a value too small to split in the piece
             mbarrier_wait(&full[ring.s], ring.phase);
@@ -362,13 +366,13 @@ def consumer_split(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str:
             // A value too small to split in the piece, found by any thread of either consumer: the
             // tensor cores lost its residual, so the piece is summed again on CUDA cores.
             if (named_barrier_or({UNSPLIT_BARRIER}, CONSUMERS * 128, unsplittable))
-                exact_piece(acc, A, B, tile_m, tile_n, consumer, kb_begin, kb_end);{SPLIT_PARTIAL if split else ""}
+                exact_piece(acc, A, B, tile_m, tile_n, consumer, kb_begin, kb_end);{split_partial(share) if split else ""}
             {store}{epi_next}
         }}"""
 
 
 # --- tf32 stored MN-major: the transposing loop ------------------------------------------------------
-def consumer_transposing(spec: GemmSpec, config: WgmmaConfig, split: bool) -> str:
+def consumer_transposing(spec: GemmSpec, config: WgmmaConfig, split: bool, share: str = "") -> str:
     """tf32 with an MN-major operand: the plain loop, with each stage's MN-major rows transposed in
     place first (render.transpose_stage). The next stage is transposed while this one's wgmma run;
     a named barrier of all consumers at the top of each k-block says both shares of B are done (each
@@ -384,7 +388,7 @@ def consumer_transposing(spec: GemmSpec, config: WgmmaConfig, split: bool) -> st
         {c.pending}
         Ring ring;  // the ring position, continued piece after piece as the producer fills it{epi_decl}
         for (int piece = 0; next_piece(worker, cursor, unit, kb_begin, kb_end); ++piece) {{
-            const bool writes_d = kb_begin == 0;  // holds the tile's first k-block: finishes the tile
+            const bool writes_d = piece_writes_d(unit, kb_begin);  // finishes the tile (schedule.py)
             {_piece_start()}
             int previous = -1;{c.release_at}
             mbarrier_wait(&full[ring.s], ring.phase);
@@ -406,6 +410,6 @@ def consumer_transposing(spec: GemmSpec, config: WgmmaConfig, split: bool) -> st
                 previous = slot;
             }}
             wgmma_wait<0>();
-            release_stage(previous);{SPLIT_PARTIAL if split else ""}
+            release_stage(previous);{split_partial(share) if split else ""}
             {store}{epi_next}
         }}"""

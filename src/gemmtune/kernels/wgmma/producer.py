@@ -28,8 +28,8 @@ class ProducerC:
 def _tile_loads() -> ProducerC:
     """CPath.TILE: the C tile into the store buffer from k-block c_at on, C_BOXES_PER_KB boxes a k-block."""
     before = """
-            // Only a piece that writes D (it holds the tile's first k-block) needs C.
-            const int c_at = kb_begin == 0 ? min(C_LOAD_KB, kb_end - 1) : K_BLOCKS;
+            // Only a piece that writes D (it holds the tile's first k-block; schedule.py) needs C.
+            const int c_at = piece_writes_d(unit, kb_begin) ? min(C_LOAD_KB, kb_end - 1) : K_BLOCKS;
             int c_box = 0;  // C boxes issued for this piece"""
     each_last = """
                 if (kb == c_at) {  // C lands early under this tile's main loop
@@ -51,7 +51,7 @@ def _tile_loads() -> ProducerC:
 # L2 through the whole tile, pushing out A and B lines that other blocks still read. (Written from
 # kb and kb_end alone: the producer has 40 registers, and two more spilled.)
 L2_PREFETCH = """
-                    if (kb_begin == 0 && (kb_end - kb) % 2 == 0 && (kb_end - kb) / 2 <= C_TILE_BOXES)
+                    if (piece_writes_d(unit, kb_begin) && (kb_end - kb) % 2 == 0 && (kb_end - kb) / 2 <= C_TILE_BOXES)
                         prefetch_c_box(tma_C, tile_m, tile_n, C_TILE_BOXES - (kb_end - kb) / 2);"""
 
 
@@ -66,7 +66,7 @@ def _ring_loads(c: CPath, l2_prefetch: bool) -> ProducerC:
                     ++epi;""" if own else "")
     others = "the first slice into its own buffer, the others " if own else ""
     after = f"""
-                if (kb_begin == 0) {{  // the tile's C, {others}a slice per slot, a ring's depth ahead of its epilogue{own_load}
+                if (piece_writes_d(unit, kb_begin)) {{  // the tile's C, {others}a slice per slot, a ring's depth ahead of its epilogue{own_load}
                     for (int slice = {1 if own else 0}; slice < STORE_SLICES; ++slice) {{
                         mbarrier_wait(&empty[ring.s], ring.phase ^ 1);
                         mbarrier_arrive_expect_tx(&full[ring.s], C_SLICE_BYTES);

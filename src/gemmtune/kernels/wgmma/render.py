@@ -603,7 +603,7 @@ def _body_specialized(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> st
     loop = (consumer_split if splits_fp32(spec) else consumer_transposing if transposes_tf32(spec)
             else consumer_overlapped if config.overlap_epilogue
             else consumer_plain)
-    consumers = loop(spec, config, split)
+    consumers = loop(spec, config, split, schedule.share_call(plan, spec))
     drain = ("\n        if (threadIdx.x % 128 == 0) tma_store_wait_all();  // the last stores have left shared memory"
              if config.tma_store else "")
     cluster_end = "cluster_sync();  // no block leaves while its pair may still arrive on its barriers"
@@ -663,7 +663,7 @@ def _code(spec: GemmSpec, config: WgmmaConfig, plan: Schedule, entry: str, maps:
         schedule.cuda(plan, spec, config),
         _load_stage(config.cluster_m > 1), _split_stage(spec, config) if splits_fp32(spec) else _mma_stage(spec, config),
         _transpose_stage(spec) if transposes_tf32(spec) else "",
-        epilogue, store_tile(spec),
+        epilogue, store_tile(spec), schedule.shares_to_d(plan, spec, config),
         (store_tile_smem(spec, config) + (LOAD_C_TILE if spec.epilogue.reads_c else ""))
         if config.tma_store else "",
         _shared_storage(spec, config), _signature(spec, config, entry, maps) + " {", body, "}",

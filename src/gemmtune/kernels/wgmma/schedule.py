@@ -31,9 +31,12 @@ one slot per block is enough, and a finisher waits only on later workers' first 
 on nothing.
 
 Where each split unit has SCATTER_SPLITS pieces or more (equal splits), the finisher does not add
-the partial tiles one after another: the contributors reduce them, each a share of the tile over
-every partial, and the finisher adds one tile of their sums (`reduce_share`). The contributors then
-wait on each other, which the grid's co-residency (checked at load) allows.
+the partial tiles one after another: every piece of the unit, the one holding its first k-block
+included, stores its partial tile, then sums a share of the tile over all of them, runs the
+epilogue on that share and stores it to D (`sum_share_to_d`; SHARES_WRITE_D). The pieces then wait
+on each other, which the grid's co-residency (checked at load) allows. (Before, the contributors
+stored their sums and a finisher waited for them, read them back and wrote D: two more L2 round
+trips one after another; `SHARES_WRITE_D = False` still builds that.)
 
 This module is the Python twin of the CUDA scheduler (`next_piece` in the generated code): the
 tests walk it to check that every k-block of every tile is done exactly once.
@@ -45,8 +48,10 @@ from dataclasses import dataclass
 from ...arch import Geometry, geometry
 from ...spec import GemmSpec
 from ..config_base import ceil_div
-from ..parts.flags import ACQUIRE_RELEASE, RELEASE_ADD
+from ..parts.flags import ACQ_REL_ADD, ACQUIRE_RELEASE, RELEASE_ADD
+from ..parts.writeback import PairFragment, pair_stores
 from .config import IN_STEP_BLOCKS, WgmmaConfig, splits_fp32
+from .writeback import OUTPUT, operand_decls
 
 # k-blocks a split piece must at least hold: fewer, and storing and gathering the partial tile
 # (bm·bn·4 bytes through L2) costs more than the iterations it spreads (H100: 1000^3 in 128x256
@@ -69,6 +74,12 @@ SHARE_GAIN = 2 * MIN_SHARE
 # wait on each other, then the finisher on them) costs more than it saves: serial ran 3-4% faster at
 # 3 and 4 pieces, the same at 5, 3-6% slower at 8 (bench/results/2026-11-26-h100-wgmma-scatter-reduce.md).
 SCATTER_SPLITS = 6
+
+# Whether the pieces of a scattered unit write D themselves, each its share (sum_share_to_d), rather
+# than a finisher adding the contributors' sums and writing the tile. H100, 2026-11-26
+# (bench/results/2026-11-26-h100-wgmma-exchange-cost.md): the finisher's exchange cost 4.8 µs of 22.6 at
+# 96x96x65536 and 11.2 of 77.3 at 512x512x65536, storing the partials only 0.4 and 3.2 of that.
+SHARES_WRITE_D = True
 
 # How many float4 loads a contributor thread may keep in flight while it sums its share of the
 # partial tiles (ShareSum): 16 (64 registers) with at most 64 accumulators a thread, 8 with more
@@ -149,6 +160,11 @@ class Schedule:
     def scatter(self) -> bool:
         """Whether the contributors reduce the partial tiles in shares (see SCATTER_SPLITS)."""
         return self.splits >= SCATTER_SPLITS
+
+    @property
+    def shares_write_d(self) -> bool:
+        """Whether every piece of a split unit writes its share of D (no finisher; SHARES_WRITE_D)."""
+        return self.scatter and SHARES_WRITE_D
 
     @property
     def share_k_blocks(self) -> float:
@@ -237,6 +253,13 @@ def constants(schedule: Schedule) -> str:
 // unit after unit, are cut into TAIL_WORKERS even shares, one per worker, all running at once.
 constexpr int WORKERS = {schedule.workers}, WHOLE_UNITS = {schedule.whole_units}, TAIL_WORKERS = {schedule.tail_workers};
 constexpr int TAIL_K_BLOCKS = {schedule.tail_k_blocks};
+constexpr bool SHARES_WRITE_D = {"true" if schedule.shares_write_d else "false"};  // the tail's pieces write their shares of D
+
+// Whether a piece writes D through the epilogue: it holds its tile's first k-block (the finisher),
+// unless its tile is a tail unit whose pieces each write their own share of D.
+__device__ __forceinline__ bool piece_writes_d(int unit, int kb_begin) {{
+    return kb_begin == 0 && !(SHARES_WRITE_D && unit >= WHOLE_UNITS);
+}}
 """
 
 
@@ -446,6 +469,128 @@ __device__ __forceinline__ void add_partials(float (&acc)[M_BLOCKS][BN / 2], int
 """
 
 
+SHARES_TO_D = r"""
+// Equal splits of SPLITS pieces, each of which writes D (SHARES_WRITE_D): a piece, once every partial
+// tile of its unit is stored (its own included), sums its share of the tile over all SPLITS of them,
+// runs the epilogue on it and stores it to D. The unit's last piece past its reads readies the flags
+// for the next launch.
+constexpr int SPLITS = {splits};
+constexpr int CONSUMER_FLOAT4S = ROWS_PER_CONSUMER * BN / 4;  // one consumer's part of a tile
+__device__ unsigned int shares_done[TAIL_WORKERS / SPLITS * CLUSTER_M * CONSUMERS];  // pieces past their reads
+
+// How a piece's threads sum (schedule.ShareSum, chosen so the share takes as few L2 round trips one
+// after another as the registers allow): SUM_LANES adjacent lanes sum one element together, lane g
+// over pieces g, g + SUM_LANES, ... in order, and meet by shuffles (the same order every run:
+// deterministic); each thread SUM_CHUNK elements at a time, with SUM_BATCH pieces' loads of each in flight.
+constexpr int SUM_LANES = {lanes}, SUM_CHUNK = {chunk}, SUM_BATCH = {batch};
+constexpr int SUM_SLOTS = 128 / SUM_LANES;  // elements a pass sums side by side
+constexpr int SUM_MINE = (SPLITS + SUM_LANES - 1) / SUM_LANES;  // pieces a lane reads, at most
+
+// Element i of a consumer's part (float4s, thread-interleaved: store_partial) is thread i % 128's
+// accumulators 4q .. 4q + 3 of its 64-row block mb, (mb, q) = divmod(i / 128, BN / 8): rows r and r + 8,
+// columns c and c + 1 of the wgmma fragment.
+__device__ __forceinline__ void sum_share_to_d(int consumer, int tile_m, int tile_n, out_t* __restrict__ D{params}) {{
+    const int worker = blockIdx.x / CLUSTER_M, rank = blockIdx.x % CLUSTER_M;
+    const int tail_unit = worker / SPLITS;  // tail worker w holds a piece of tail unit w / SPLITS
+    const int first = tail_unit * SPLITS;  // the worker holding the unit's first piece
+    for (int v = threadIdx.x % 128; v < SPLITS; v += 128)  // thread v waits on piece v
+        spin_until_equal(&partial_ready[((first + v) * CLUSTER_M + rank) * CONSUMERS + consumer], 1u);
+    named_barrier(1 + consumer, 128);
+    constexpr size_t STRIDE = (size_t)CLUSTER_M * BM * BN / 4;  // from one piece's slot to the next's
+    const float4* parts = consumer_part(partial_sums, first * CLUSTER_M + rank, consumer);
+    const int me = worker - first;
+    const int lo = me * CONSUMER_FLOAT4S / SPLITS, hi = (me + 1) * CONSUMER_FLOAT4S / SPLITS;
+    const int lane_group = threadIdx.x % SUM_LANES, slot = threadIdx.x % 128 / SUM_LANES;
+    // The same pass count for every thread, so every lane reaches the shuffles.
+    const int passes = (hi - lo + SUM_SLOTS * SUM_CHUNK - 1) / (SUM_SLOTS * SUM_CHUNK);
+    #pragma unroll 1
+    for (int pass = 0; pass < passes; ++pass) {{
+        const int i0 = lo + pass * SUM_SLOTS * SUM_CHUNK + slot;  // elements i0 + SUM_SLOTS e
+        float4 sum[SUM_CHUNK];
+        #pragma unroll
+        for (int e = 0; e < SUM_CHUNK; ++e) sum[e] = make_float4(0.f, 0.f, 0.f, 0.f);
+        #pragma unroll 1
+        for (int u0 = 0; u0 < SUM_MINE; u0 += SUM_BATCH) {{
+            float4 p[SUM_BATCH][SUM_CHUNK];
+            #pragma unroll
+            for (int u = 0; u < SUM_BATCH; ++u)
+                #pragma unroll
+                for (int e = 0; e < SUM_CHUNK; ++e) {{
+                    const int v = lane_group + SUM_LANES * (u0 + u), i = i0 + SUM_SLOTS * e;
+                    if (v < SPLITS && i < hi) p[u][e] = __ldcg(parts + v * STRIDE + i);
+                }}
+            #pragma unroll
+            for (int u = 0; u < SUM_BATCH; ++u)
+                #pragma unroll
+                for (int e = 0; e < SUM_CHUNK; ++e)
+                    if (lane_group + SUM_LANES * (u0 + u) < SPLITS && i0 + SUM_SLOTS * e < hi) {{
+                        sum[e].x += p[u][e].x;
+                        sum[e].y += p[u][e].y;
+                        sum[e].z += p[u][e].z;
+                        sum[e].w += p[u][e].w;
+                    }}
+        }}
+        #pragma unroll
+        for (int offset = 1; offset < SUM_LANES; offset *= 2)
+            #pragma unroll
+            for (int e = 0; e < SUM_CHUNK; ++e) {{
+                sum[e].x += __shfl_xor_sync(0xffffffffu, sum[e].x, offset);
+                sum[e].y += __shfl_xor_sync(0xffffffffu, sum[e].y, offset);
+                sum[e].z += __shfl_xor_sync(0xffffffffu, sum[e].z, offset);
+                sum[e].w += __shfl_xor_sync(0xffffffffu, sum[e].w, offset);
+            }}
+        #pragma unroll
+        for (int e = 0; e < SUM_CHUNK; ++e) {{
+            const int i = i0 + SUM_SLOTS * e;
+            if (lane_group != 0 || i >= hi) continue;
+            const float4 s = sum[e];
+            const int owner = i % 128, block = i / 128, mb = block / (BN / 8), q = block % (BN / 8);
+            const int row0 = tile_m * BM + consumer * CONSUMER_ROWS + mb * 64 + owner / 32 * 16 + owner % 32 / 4;
+            const int col0 = tile_n * BN + q * 8 + 2 * (owner % 4);
+{stores}        }}
+    }}
+    named_barrier(1 + consumer, 128);  // every thread's reads of the partial tiles are done
+    if (threadIdx.x % 128 == 0) {{
+        unsigned int* done = &shares_done[(tail_unit * CLUSTER_M + rank) * CONSUMERS + consumer];
+        if (acq_rel_add(done, 1u) == SPLITS - 1) {{  // the unit's last piece: every piece has read every flag
+            for (int v = 0; v < SPLITS; ++v) partial_ready[((first + v) * CLUSTER_M + rank) * CONSUMERS + consumer] = 0u;
+            *done = 0u;
+        }}
+    }}
+}}
+
+// A piece of a scattered unit never adds partial sums (it writes its share of D instead); whole units
+// have nothing to add.
+__device__ __forceinline__ void add_partials(float (&acc)[M_BLOCKS][BN / 2], int worker, int rank, int consumer,
+                                             int unit) {{}}
+"""
+
+# A float4 of sums: the pairs (row0, col0) and (row0 + 8, col0), through the epilogue to D.
+SHARE_PAIRS = PairFragment(loops=(("half", "2"),), row="row0 + 8 * half", col="col0",
+                           values=("half ? s.z : s.x", "half ? s.w : s.y"), row_depth=1,
+                           note="A float4 of sums holds rows row0 and row0 + 8 of columns col0 and col0 + 1.")
+
+
+def shares_to_d(schedule: Schedule, spec: GemmSpec, config: WgmmaConfig) -> str:
+    """sum_share_to_d (after the epilogue and store_tile's pair helpers in the kernel text) where the
+    schedule's pieces write their shares of D, else nothing."""
+    if not schedule.shares_write_d:
+        return ""
+    plan = share_sum(ceil_div(THREADS * config.accumulators // 4, schedule.splits), schedule.splits,
+                     scatter_loads(spec, config))
+    params = "".join(f", {p}" for p in operand_decls(spec.epilogue))
+    return SHARES_TO_D.format(splits=schedule.splits, params=params, stores=pair_stores(spec, SHARE_PAIRS, OUTPUT, "            "),
+                              **vars(plan))
+
+
+def share_call(schedule: Schedule, spec: GemmSpec) -> str:
+    """The consumer's call after store_partial where the pieces write their shares of D."""
+    if not schedule.shares_write_d:
+        return ""
+    operands = "".join(f", {op.name}" for op in spec.epilogue.operands())
+    return f"\n                sum_share_to_d(consumer, tile_m, tile_n, D{operands});  // this piece's share of the tile, to D"
+
+
 def scatter_loads(spec: GemmSpec, config: WgmmaConfig) -> int:
     """Float4 loads a contributor thread may keep in flight (see SUM_LOADS)."""
     small = config.accumulators <= SUM_LOADS_ACCUMULATORS and not splits_fp32(spec)
@@ -467,6 +612,8 @@ def cuda(schedule: Schedule, spec: GemmSpec, config: WgmmaConfig) -> str:
         return text
     if not schedule.scatter:
         return text + ACQUIRE_RELEASE + PARTIAL_SLOTS + PARTIAL_STORE.format(after_store="") + SERIAL_ADD
+    if schedule.shares_write_d:  # sum_share_to_d comes later (shares_to_d): it needs the epilogue
+        return text + ACQUIRE_RELEASE + ACQ_REL_ADD + PARTIAL_SLOTS + PARTIAL_STORE.format(after_store="")
     return (text + ACQUIRE_RELEASE + RELEASE_ADD + PARTIAL_SLOTS
             + SCATTER.format(splits=schedule.splits, **vars(reduce_plan(schedule, config, scatter_loads(spec, config))))
             + PARTIAL_STORE.format(after_store="\n    reduce_share(consumer);  // this contributor's share of the unit's sums"))
