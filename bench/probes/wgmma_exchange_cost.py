@@ -8,6 +8,8 @@ For each shape, the chooser's pick built four ways:
 - finisher: the exchange as it was (schedule.SHARES_WRITE_D off): contributors sum shares and store
   them, a finisher waits, reads them back and writes D (verified: float64 reference, poisoned D);
 - shares: every piece sums its share of the tile and writes it to D (SHARES_WRITE_D on; verified);
+- shares, no wait: the shares build without its wait for the other pieces' flags (it reads whatever
+  the partial slots hold: D wrong; what the reads and writes cost without the wait for the slowest);
 - stores only: the finisher build with nobody summing (contributors store their partial tiles and
   raise their flags): D is wrong, only the time counts;
 - no exchange: the finisher build with nothing stored or added (only the finisher's own K range
@@ -33,11 +35,14 @@ SHAPES = ((96, 96, 65536, "bf16"), (96, 96, 65536, "fp16"), (512, 512, 65536, "b
 ADD = "add_partials(acc, worker, rank, consumer, unit);"
 SHARE = "reduce_share(consumer);"
 STORE = "store_partial(acc, consumer);"
+# The shares build's wait for every piece's flag (sum_share_to_d): removed in "shares, no wait".
+WAIT = "spin_until_equal(&partial_ready[((first + v) * CLUSTER_M + rank) * CONSUMERS + consumer], 1u);"
 
 
 def variant(code: str, name: str) -> str:
     """The generated code with the exchange's calls removed as `name` says."""
-    removed = {"full": (), "stores only": (ADD, SHARE), "no exchange": (ADD, SHARE, STORE)}[name]
+    removed = {"full": (), "stores only": (ADD, SHARE), "no exchange": (ADD, SHARE, STORE),
+               "shares, no wait": (WAIT,)}[name]
     for call in removed:
         if call not in code:
             if call == SHARE:  # the serial exchange (few pieces) has no shares
@@ -91,8 +96,8 @@ def main() -> int:
              "`bench/probes/wgmma_exchange_cost.py`: the chooser's pick with the exchange as it was (finisher), "
              "with every piece writing its share of D (shares), and with the exchange's calls removed (D then "
              f"wrong: time only); one launch after an L2 flush, CUDA events, median of {args.reps}.", "",
-             "| shape | pick | cuBLAS µs | finisher µs | shares µs | stores only µs | no exchange µs | exchange before µs (share) | verified (finisher, shares) |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+             "| shape | pick | cuBLAS µs | finisher µs | shares µs | shares, no wait µs | stores only µs | no exchange µs | exchange before µs (share) | verified (finisher, shares) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
     for m, n, k, dtype in SHAPES:
         spec = GemmSpec(m, n, k, "nt", dtype)
@@ -102,13 +107,15 @@ def main() -> int:
         d = torch.empty(m, n, device="cuda", dtype=dtypes[dtype])
         cublas = time_launches(torch, lambda: torch.matmul(a, b.t(), out=d), args.reps)
         times, verified = {}, []
-        for name in ("finisher", "shares", "stores only", "no exchange"):
-            schedule.SHARES_WRITE_D = name == "shares"
+        for name in ("finisher", "shares", "shares, no wait", "stores only", "no exchange"):
+            schedule.SHARES_WRITE_D = name.startswith("shares")
             try:
                 source = family.render(spec, pick, arch)
             finally:
                 schedule.SHARES_WRITE_D = shares_write_d
             code = source.code if name in ("finisher", "shares") else variant(source.code, name)
+            if name == "shares, no wait" and WAIT not in source.code:
+                continue  # no shares in this build (few pieces: the finisher adds them)
             compiled = compile_kernel(dataclasses.replace(source, code=code), arch)
             if name in ("finisher", "shares"):
                 result = evaluate(compiled, verify_only=True)
@@ -117,8 +124,9 @@ def main() -> int:
             kernel(a, b, out=d)  # load it before timing
             times[name] = time_launches(torch, lambda: kernel(a, b, out=d), args.reps)
         cost = times["finisher"] - times["no exchange"]
+        no_wait = f"{times['shares, no wait'] * 1e6:.1f}" if "shares, no wait" in times else "-"
         row = (f"| {spec.short()} | {pick.describe()} | {cublas * 1e6:.1f} | {times['finisher'] * 1e6:.1f} "
-               f"| {times['shares'] * 1e6:.1f} | {times['stores only'] * 1e6:.1f} | {times['no exchange'] * 1e6:.1f} "
+               f"| {times['shares'] * 1e6:.1f} | {no_wait} | {times['stores only'] * 1e6:.1f} | {times['no exchange'] * 1e6:.1f} "
                f"| {cost * 1e6:.1f} ({cost / times['finisher']:.0%}) | {', '.join(verified)} |")
         print(row, flush=True)
         lines.append(row)
