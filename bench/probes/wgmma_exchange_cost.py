@@ -113,9 +113,9 @@ def main() -> int:
                 source = family.render(spec, pick, arch)
             finally:
                 schedule.SHARES_WRITE_D = shares_write_d
-            code = source.code if name in ("finisher", "shares") else variant(source.code, name)
             if name == "shares, no wait" and WAIT not in source.code:
                 continue  # no shares in this build (few pieces: the finisher adds them)
+            code = source.code if name in ("finisher", "shares") else variant(source.code, name)
             compiled = compile_kernel(dataclasses.replace(source, code=code), arch)
             if name in ("finisher", "shares"):
                 result = evaluate(compiled, verify_only=True)

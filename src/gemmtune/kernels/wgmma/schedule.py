@@ -577,7 +577,7 @@ def shares_to_d(schedule: Schedule, spec: GemmSpec, config: WgmmaConfig) -> str:
     if not schedule.shares_write_d:
         return ""
     plan = share_sum(ceil_div(THREADS * config.accumulators // 4, schedule.splits), schedule.splits,
-                     scatter_loads(spec, config))
+                     share_loads(spec, config))
     params = "".join(f", {p}" for p in operand_decls(spec.epilogue))
     return SHARES_TO_D.format(splits=schedule.splits, params=params, stores=pair_stores(spec, SHARE_PAIRS, OUTPUT, "            "),
                               **vars(plan))
@@ -589,6 +589,17 @@ def share_call(schedule: Schedule, spec: GemmSpec) -> str:
         return ""
     operands = "".join(f", {op.name}" for op in spec.epilogue.operands())
     return f"\n                sum_share_to_d(consumer, tile_m, tile_n, D{operands});  // this piece's share of the tile, to D"
+
+
+def share_loads(spec: GemmSpec, config: WgmmaConfig) -> int:
+    """Float4 loads a piece's thread may keep in flight in sum_share_to_d: its accumulators are stored
+    and dead by then, so SUM_LOADS (16) even on the large two-consumer tiles (512x512x65536 in
+    128x256 tiles: 3 L2 round trips one after another instead of 5); scatter_loads' budget for 3xtf32
+    kernels and one-consumer tiles above SUM_LOADS_ACCUMULATORS, which spilled at 16 (NVRTC 13, the
+    split-tail candidates of six long-K shapes, 2026-11-26: 64x256 4-24 bytes, 3xtf32 128x192 ~900)."""
+    if splits_fp32(spec) or (config.consumers == 1 and config.accumulators > SUM_LOADS_ACCUMULATORS):
+        return scatter_loads(spec, config)
+    return SUM_LOADS
 
 
 def scatter_loads(spec: GemmSpec, config: WgmmaConfig) -> int:
