@@ -80,7 +80,6 @@ SCATTER_SPLITS = 6
 # (bench/results/2026-11-26-h100-wgmma-exchange-cost.md): the finisher's exchange cost 4.8 µs of 22.6 at
 # 96x96x65536 and 11.2 of 77.3 at 512x512x65536, storing the partials only 0.4 and 3.2 of that.
 SHARES_WRITE_D = True
-SHARES_BARRIER = 6  # named barrier of both consumers before the ring holds the shares (consumer.py has 1-5)
 
 # How many float4 loads a contributor thread may keep in flight while it sums its share of the
 # partial tiles (ShareSum): 16 (64 registers) with at most 64 accumulators a thread, 8 with more
@@ -472,68 +471,85 @@ __device__ __forceinline__ void add_partials(float (&acc)[M_BLOCKS][BN / 2], int
 
 SHARES_TO_D = r"""
 // Equal splits of SPLITS pieces, each of which writes D (SHARES_WRITE_D): a piece, once every partial
-// tile of its unit is stored (its own included), copies its share of each of them into the ring's
-// shared memory (idle by now) with bulk copies, sums them there in piece order (the same order
-// every run: deterministic), runs the epilogue and stores its share to D. Bulk copies keep the whole
-// share in flight at once (a consumer's threads holding float4 loads kept 8-16 a thread: 3-5 L2
-// round trips one after another at 512x512x65536). The unit's last piece past its copies readies the
-// flags for the next launch.
-constexpr int SPLITS = {splits}, SHARES_BARRIER = {barrier};
+// tile of its unit is stored (its own included), sums its share of the tile over all SPLITS of them,
+// runs the epilogue on it and stores it to D. The unit's last piece past its reads readies the flags
+// for the next launch.
+constexpr int SPLITS = {splits};
 constexpr int CONSUMER_FLOAT4S = ROWS_PER_CONSUMER * BN / 4;  // one consumer's part of a tile
-constexpr int SHARE_MOST = (CONSUMER_FLOAT4S + SPLITS - 1) / SPLITS;  // float4s in a piece's share, at most
-constexpr int RING_BYTES = STAGES * (A_TILE_BYTES + B_TILE_BYTES);
-constexpr int SHARE_REGION = SPLITS * SHARE_MOST * 16;  // one consumer's copies: its share of every partial tile
-static_assert(CONSUMERS * SHARE_REGION + 16 <= RING_BYTES, "the shares and their barriers fit in the ring");
-__device__ unsigned int shares_done[TAIL_WORKERS / SPLITS * CLUSTER_M * CONSUMERS];  // pieces past their copies
+__device__ unsigned int shares_done[TAIL_WORKERS / SPLITS * CLUSTER_M * CONSUMERS];  // pieces past their reads
 
-// cp.async.bulk: `bytes` (a multiple of 16) from global to shared memory, counted on `bar`.
-__device__ __forceinline__ void bulk_copy_to_shared(void* dst, const void* src, u32 bytes, u64* bar) {{
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 :: "r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
-}}
+// How a piece's threads sum (schedule.ShareSum, chosen so the share takes as few L2 round trips one
+// after another as the registers allow): SUM_LANES adjacent lanes sum one element together, lane g
+// over pieces g, g + SUM_LANES, ... in order, and meet by shuffles (the same order every run:
+// deterministic); each thread SUM_CHUNK elements at a time, with SUM_BATCH pieces' loads of each in flight.
+constexpr int SUM_LANES = {lanes}, SUM_CHUNK = {chunk}, SUM_BATCH = {batch};
+constexpr int SUM_SLOTS = 128 / SUM_LANES;  // elements a pass sums side by side
+constexpr int SUM_MINE = (SPLITS + SUM_LANES - 1) / SUM_LANES;  // pieces a lane reads, at most
 
 // Element i of a consumer's part (float4s, thread-interleaved: store_partial) is thread i % 128's
 // accumulators 4q .. 4q + 3 of its 64-row block mb, (mb, q) = divmod(i / 128, BN / 8): rows r and r + 8,
 // columns c and c + 1 of the wgmma fragment.
-__device__ __forceinline__ void sum_share_to_d(int consumer, int tile_m, int tile_n, unsigned char* ring,
-                                               out_t* __restrict__ D{params}) {{
+__device__ __forceinline__ void sum_share_to_d(int consumer, int tile_m, int tile_n, out_t* __restrict__ D{params}) {{
     const int worker = blockIdx.x / CLUSTER_M, rank = blockIdx.x % CLUSTER_M;
     const int tail_unit = worker / SPLITS;  // tail worker w holds a piece of tail unit w / SPLITS
     const int first = tail_unit * SPLITS;  // the worker holding the unit's first piece
-    const int me = worker - first;
-    const int lo = me * CONSUMER_FLOAT4S / SPLITS, hi = (me + 1) * CONSUMER_FLOAT4S / SPLITS;
-    float4* shares = reinterpret_cast<float4*>(ring + consumer * SHARE_REGION);  // [SPLITS][SHARE_MOST]
-    u64* landed = reinterpret_cast<u64*>(ring + RING_BYTES - 16) + consumer;
-    // Both consumers are past their last wgmma (nothing reads the ring any more) before either writes it.
-    named_barrier(SHARES_BARRIER, 128 * CONSUMERS);
-    if (threadIdx.x % 128 == 0) {{
-        mbarrier_init(landed, 1);
-        fence_barrier_init();
-        mbarrier_arrive_expect_tx(landed, (u32)(SPLITS * (hi - lo) * 16));
-    }}
+    for (int v = threadIdx.x % 128; v < SPLITS; v += 128)  // thread v waits on piece v
+        spin_until_equal(&partial_ready[((first + v) * CLUSTER_M + rank) * CONSUMERS + consumer], 1u);
     named_barrier(1 + consumer, 128);
     constexpr size_t STRIDE = (size_t)CLUSTER_M * BM * BN / 4;  // from one piece's slot to the next's
     const float4* parts = consumer_part(partial_sums, first * CLUSTER_M + rank, consumer);
-    for (int v = threadIdx.x % 128; v < SPLITS; v += 128) {{  // thread v waits on piece v, then copies its share
-        spin_until_equal(&partial_ready[((first + v) * CLUSTER_M + rank) * CONSUMERS + consumer], 1u);
-        asm volatile("fence.proxy.async.global;" ::: "memory");  // the acquired partial sums, to the bulk copy
-        bulk_copy_to_shared(shares + v * SHARE_MOST, parts + v * STRIDE + lo, (u32)((hi - lo) * 16), landed);
-    }}
-    mbarrier_wait(landed, 0);
-    for (int i = lo + threadIdx.x % 128; i < hi; i += 128) {{
-        float4 s = shares[i - lo];
-        #pragma unroll 4
-        for (int v = 1; v < SPLITS; ++v) {{  // piece order: the same sum every run
-            const float4 p = shares[v * SHARE_MOST + i - lo];
-            s.x += p.x;
-            s.y += p.y;
-            s.z += p.z;
-            s.w += p.w;
+    const int me = worker - first;
+    const int lo = me * CONSUMER_FLOAT4S / SPLITS, hi = (me + 1) * CONSUMER_FLOAT4S / SPLITS;
+    const int lane_group = threadIdx.x % SUM_LANES, slot = threadIdx.x % 128 / SUM_LANES;
+    // The same pass count for every thread, so every lane reaches the shuffles.
+    const int passes = (hi - lo + SUM_SLOTS * SUM_CHUNK - 1) / (SUM_SLOTS * SUM_CHUNK);
+    #pragma unroll 1
+    for (int pass = 0; pass < passes; ++pass) {{
+        const int i0 = lo + pass * SUM_SLOTS * SUM_CHUNK + slot;  // elements i0 + SUM_SLOTS e
+        float4 sum[SUM_CHUNK];
+        #pragma unroll
+        for (int e = 0; e < SUM_CHUNK; ++e) sum[e] = make_float4(0.f, 0.f, 0.f, 0.f);
+        #pragma unroll 1
+        for (int u0 = 0; u0 < SUM_MINE; u0 += SUM_BATCH) {{
+            float4 p[SUM_BATCH][SUM_CHUNK];
+            #pragma unroll
+            for (int u = 0; u < SUM_BATCH; ++u)
+                #pragma unroll
+                for (int e = 0; e < SUM_CHUNK; ++e) {{
+                    const int v = lane_group + SUM_LANES * (u0 + u), i = i0 + SUM_SLOTS * e;
+                    if (v < SPLITS && i < hi) p[u][e] = __ldcg(parts + v * STRIDE + i);
+                }}
+            #pragma unroll
+            for (int u = 0; u < SUM_BATCH; ++u)
+                #pragma unroll
+                for (int e = 0; e < SUM_CHUNK; ++e)
+                    if (lane_group + SUM_LANES * (u0 + u) < SPLITS && i0 + SUM_SLOTS * e < hi) {{
+                        sum[e].x += p[u][e].x;
+                        sum[e].y += p[u][e].y;
+                        sum[e].z += p[u][e].z;
+                        sum[e].w += p[u][e].w;
+                    }}
         }}
-        const int owner = i % 128, block = i / 128, mb = block / (BN / 8), q = block % (BN / 8);
-        const int row0 = tile_m * BM + consumer * CONSUMER_ROWS + mb * 64 + owner / 32 * 16 + owner % 32 / 4;
-        const int col0 = tile_n * BN + q * 8 + 2 * (owner % 4);
-{stores}    }}
+        #pragma unroll
+        for (int offset = 1; offset < SUM_LANES; offset *= 2)
+            #pragma unroll
+            for (int e = 0; e < SUM_CHUNK; ++e) {{
+                sum[e].x += __shfl_xor_sync(0xffffffffu, sum[e].x, offset);
+                sum[e].y += __shfl_xor_sync(0xffffffffu, sum[e].y, offset);
+                sum[e].z += __shfl_xor_sync(0xffffffffu, sum[e].z, offset);
+                sum[e].w += __shfl_xor_sync(0xffffffffu, sum[e].w, offset);
+            }}
+        #pragma unroll
+        for (int e = 0; e < SUM_CHUNK; ++e) {{
+            const int i = i0 + SUM_SLOTS * e;
+            if (lane_group != 0 || i >= hi) continue;
+            const float4 s = sum[e];
+            const int owner = i % 128, block = i / 128, mb = block / (BN / 8), q = block % (BN / 8);
+            const int row0 = tile_m * BM + consumer * CONSUMER_ROWS + mb * 64 + owner / 32 * 16 + owner % 32 / 4;
+            const int col0 = tile_n * BN + q * 8 + 2 * (owner % 4);
+{stores}        }}
+    }}
+    named_barrier(1 + consumer, 128);  // every thread's reads of the partial tiles are done
     if (threadIdx.x % 128 == 0) {{
         unsigned int* done = &shares_done[(tail_unit * CLUSTER_M + rank) * CONSUMERS + consumer];
         if (acq_rel_add(done, 1u) == SPLITS - 1) {{  // the unit's last piece: every piece has read every flag
@@ -560,9 +576,11 @@ def shares_to_d(schedule: Schedule, spec: GemmSpec, config: WgmmaConfig) -> str:
     schedule's pieces write their shares of D, else nothing."""
     if not schedule.shares_write_d:
         return ""
+    plan = share_sum(ceil_div(THREADS * config.accumulators // 4, schedule.splits), schedule.splits,
+                     share_loads(spec, config))
     params = "".join(f", {p}" for p in operand_decls(spec.epilogue))
-    return SHARES_TO_D.format(splits=schedule.splits, params=params, barrier=SHARES_BARRIER,
-                              stores=pair_stores(spec, SHARE_PAIRS, OUTPUT, "        "))
+    return SHARES_TO_D.format(splits=schedule.splits, params=params, stores=pair_stores(spec, SHARE_PAIRS, OUTPUT, "            "),
+                              **vars(plan))
 
 
 def share_call(schedule: Schedule, spec: GemmSpec) -> str:
@@ -570,8 +588,18 @@ def share_call(schedule: Schedule, spec: GemmSpec) -> str:
     if not schedule.shares_write_d:
         return ""
     operands = "".join(f", {op.name}" for op in spec.epilogue.operands())
-    return (f"\n                sum_share_to_d(consumer, tile_m, tile_n, reinterpret_cast<unsigned char*>(a_tiles), D{operands});"
-            "  // this piece's share of the tile, to D")
+    return f"\n                sum_share_to_d(consumer, tile_m, tile_n, D{operands});  // this piece's share of the tile, to D"
+
+
+def share_loads(spec: GemmSpec, config: WgmmaConfig) -> int:
+    """Float4 loads a piece's thread may keep in flight in sum_share_to_d: its accumulators are stored
+    and dead by then, so SUM_LOADS (16) even on the large two-consumer tiles (512x512x65536 in
+    128x256 tiles: 3 L2 round trips one after another instead of 5); scatter_loads' budget for 3xtf32
+    kernels and one-consumer tiles above SUM_LOADS_ACCUMULATORS, which spilled at 16 (NVRTC 13, the
+    split-tail candidates of six long-K shapes, 2026-11-26: 64x256 4-24 bytes, 3xtf32 128x192 ~900)."""
+    if splits_fp32(spec) or (config.consumers == 1 and config.accumulators > SUM_LOADS_ACCUMULATORS):
+        return scatter_loads(spec, config)
+    return SUM_LOADS
 
 
 def scatter_loads(spec: GemmSpec, config: WgmmaConfig) -> int:
