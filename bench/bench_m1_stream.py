@@ -119,6 +119,64 @@ def time_cublas(torch, spec, sets: list[tuple], stream: int):
                            reps=reps_for(len(calls)))
 
 
+@dataclass(frozen=True)
+class ProbeContext:
+    """What the gemv probes share: bench_untuned's protocol, the GPU, the current stream, the 1 GiB copy's
+    bandwidth."""
+
+    protocol: object
+    info: object
+    stream: int
+    copy_bw: float
+
+    def head(self, title: str, script: str, columns: list[str], numeric: int) -> list[str]:
+        """A probe's markdown head: title, what ran, the table's header; columns 2 .. 1 + numeric are numbers."""
+        align = ["---"] * len(columns)
+        align[-1 - numeric:-1] = ["---:"] * numeric
+        return [f"# {title} ({self.info.name})", "", f"`{script}`; % of the 1 GiB copy ({self.copy_bw / 1e9:.0f} GB/s), "
+                "A + B + D once.", "", "| " + " | ".join(columns) + " |", "|" + "|".join(align) + "|"]
+
+    def kernels_head(self, title: str, script: str, label: str) -> list[str]:
+        """The head of a table of kernels timed alone and streamed (stream_rows); `label`: the second column."""
+        return self.head(title, script, ["shape", label, "config", "single µs (% copy)", "stream µs (% copy)",
+                                         "cuBLAS stream µs", "verified"], numeric=3)
+
+    def pct(self, spec, seconds: float | None) -> str:
+        """`seconds` in µs with the share of the copy's bandwidth it moves A, B and D at ("-": none)."""
+        return f"{us(seconds)} ({spec.min_bytes / seconds / self.copy_bw:.0%})" if seconds else "-"
+
+
+def probe_context(torch) -> ProbeContext:
+    from gemmtune.device import query_device
+
+    protocol = untuned_protocol()
+    return ProbeContext(protocol, query_device(), torch.cuda.current_stream().cuda_stream, copy_bandwidth(protocol))
+
+
+def stream_rows(torch, spec, shown: list[tuple], stream: int, l2_bytes: int, pct) -> list[str]:
+    """The probes' table rows for `spec`: each (single s, label, config, compiled, verdict) of `shown`
+    streamed back to back (those with a single time) beside cuBLAS streamed once; `pct(spec, s)` formats a
+    time. Each row is printed as it comes."""
+    from gemmtune.baseline import prepare
+    from gemmtune.stream_timing import set_count
+
+    count = set_count(spec.min_bytes, l2_bytes)
+    prepared = prepare(spec)
+    sets = poisoned_sets(torch, prepared, count)
+    cublas = time_cublas(torch, spec, sets, stream).per_launch_s
+    del sets
+    rows = []
+    for single, label, config, compiled, verified in shown:
+        streamed = None
+        if single is not None:
+            timing, verdict = stream_checked(torch, compiled, prepared, count, stream, "stream")
+            streamed, verified = timing.per_launch_s, verified + verdict
+        rows.append(f"| {spec.short()} | {label} | {config.describe()} | {pct(spec, single)} | {pct(spec, streamed)} "
+                    f"| {us(cublas)} | {verified} |")
+        print(rows[-1], flush=True)
+    return rows
+
+
 def time_copy(torch, nbytes: int, l2_bytes: int, stream: int):
     """A device-to-device copy moving `nbytes` (half read, half written), back to back over rotating
     buffers; returns the timing and the bytes it actually moves (16-byte rounding)."""

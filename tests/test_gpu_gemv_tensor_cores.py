@@ -36,20 +36,22 @@ CONFIGS = (GemvConfig(threads=128, warps_per_output=1, unroll=4, tensor_cores=Tr
            GemvConfig(threads=256, warps_per_output=8, unroll=4, tensor_cores=True, mma_tiles=2))
 
 
+def _specs(layout: str, dtype: str, outputs, depths):
+    """Every row count × output count × depth, the epilogues taken in turn."""
+    shapes = [(m, n, k) for m in ROWS for n in outputs for k in depths]
+    return [GemmSpec(m, n, k, layout, dtype, EPILOGUES[i % len(EPILOGUES)]) for i, (m, n, k) in enumerate(shapes)]
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "tf32"])
 def test_tensor_core_kernels_are_right(dtype):
     arch = _arch()
     family = get_family("gemv")
-    jobs, index = [], 0
-    for m in ROWS:
-        for n in OUTPUTS:
-            for k in DEPTHS:
-                spec = GemmSpec(m, n, k, "nt", dtype, EPILOGUES[index % len(EPILOGUES)])
-                index += 1
-                pick = choose(spec, arch).config
-                assert pick.tensor_cores, spec.short()
-                configs = [pick] + ([c for c in CONFIGS if not family.rejections(c, spec, arch)] if n < 14336 else [])
-                jobs += [(spec, c, arch) for c in dict.fromkeys(configs)]
+    jobs = []
+    for spec in _specs("nt", dtype, OUTPUTS, DEPTHS):
+        pick = choose(spec, arch).config
+        assert pick.tensor_cores, spec.short()
+        configs = [pick] + ([c for c in CONFIGS if not family.rejections(c, spec, arch)] if spec.n < 14336 else [])
+        jobs += [(spec, c, arch) for c in dict.fromkeys(configs)]
     assert len(jobs) > 150
     assert _all_right(jobs) == []
 
@@ -97,13 +99,8 @@ NN_DEPTHS = (4, 64, 1000, 4100)  # 1000 and 4100: the last span is partly outsid
 def test_columns_tensor_core_kernels_are_right(dtype):
     arch = _arch()
     family = get_family("gemv")
-    jobs, index = [], 0
-    for m in ROWS:
-        for n in NN_OUTPUTS:
-            for k in NN_DEPTHS:
-                spec = GemmSpec(m, n, k, "nn", dtype, EPILOGUES[index % len(EPILOGUES)])
-                index += 1
-                jobs += [(spec, c, arch) for c in NN_CONFIGS if not family.rejections(c, spec, arch)]
+    jobs = [(spec, c, arch) for spec in _specs("nn", dtype, NN_OUTPUTS, NN_DEPTHS)
+            for c in NN_CONFIGS if not family.rejections(c, spec, arch)]
     assert len(jobs) > 150
     assert _all_right(jobs) == []
 

@@ -30,33 +30,21 @@ def main() -> int:
     args = parser.parse_args()
 
     import torch
-    from bench_m1_stream import poisoned_sets, stream_checked, write_lines, time_cublas, us
-    from bench_untuned import copy_bandwidth, untuned_protocol
+    from bench_m1_stream import probe_context, stream_rows, write_lines
 
-    from gemmtune.baseline import prepare
     from gemmtune.build import build, compile_configs
     from gemmtune.chooser import choose
-    from gemmtune.device import query_device
     from gemmtune.evaluate import evaluate
     from gemmtune.kernels import get_family
     from gemmtune.kernels.gemv.config import GemvConfig
     from gemmtune.spec import GemmSpec
-    from gemmtune.stream_timing import set_count
 
     config_module = importlib.import_module("gemmtune.kernels.gemv.config")  # quads() reads QUAD_MIN_ROWS there
     quads_from = config_module.QUAD_MIN_ROWS
-    protocol, info = untuned_protocol(), query_device()
-    stream = torch.cuda.current_stream().cuda_stream
-    copy_bw = copy_bandwidth(protocol)
+    context = probe_context(torch)
+    protocol, info, stream, pct = context.protocol, context.info, context.stream, context.pct
     family = get_family("gemv")
-    lines = [f"# gemv columns kernel: K row by row or in quads ({info.name})", "",
-             "`bench/probes/gemv_columns_quads.py`; % of the 1 GiB copy "
-             f"({copy_bw / 1e9:.0f} GB/s), A + B + D once.", "",
-             "| shape | K walk | config | single µs (% copy) | stream µs (% copy) | cuBLAS stream µs | verified |",
-             "|---|---|---|---:|---:|---:|---|"]
-
-    def pct(spec, seconds):
-        return f"{us(seconds)} ({spec.min_bytes / seconds / copy_bw:.0%})" if seconds else "-"
+    lines = context.kernels_head("gemv columns kernel: K row by row or in quads", "bench/probes/gemv_columns_quads.py", "K walk")
 
     for shape in args.shapes.split(","):
         m, n, k = (int(v) for v in shape.split("x"))
@@ -82,20 +70,7 @@ def main() -> int:
                           "ok" if result.ok else result.verify.message))
         wrong = [t for t in timed if t[0] is None]
         ranked = sorted((t for t in timed[2:] if t[0] is not None), key=lambda t: t[0])
-        count = set_count(spec.min_bytes, info.l2_bytes)
-        prepared = prepare(spec)
-        sets = poisoned_sets(torch, prepared, count)
-        cublas = time_cublas(torch, spec, sets, stream).per_launch_s
-        del sets
-        for single, label, config, compiled, verified in timed[:2] + ranked[:args.stream] + wrong:
-            streamed = None
-            if single is not None:
-                timing, verdict = stream_checked(torch, compiled, prepared, count, stream, "stream")
-                streamed, verified = timing.per_launch_s, verified + verdict
-            row = (f"| {spec.short()} | {label} | {config.describe()} | {pct(spec, single)} | {pct(spec, streamed)} "
-                   f"| {us(cublas)} | {verified} |")
-            print(row, flush=True)
-            lines.append(row)
+        lines += stream_rows(torch, spec, timed[:2] + ranked[:args.stream] + wrong, stream, info.l2_bytes, pct)
         torch.cuda.empty_cache()
     write_lines(lines, args.out, echo=False)  # each row was printed as it came
     return 0

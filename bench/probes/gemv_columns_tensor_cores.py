@@ -32,31 +32,19 @@ def main() -> int:
     args = parser.parse_args()
 
     import torch
-    from bench_m1_stream import poisoned_sets, stream_checked, time_cublas, us, write_lines
-    from bench_untuned import copy_bandwidth, untuned_protocol
+    from bench_m1_stream import probe_context, stream_rows, write_lines
 
-    from gemmtune.baseline import prepare
     from gemmtune.build import compile_configs
     from gemmtune.chooser import choose
-    from gemmtune.device import query_device
     from gemmtune.evaluate import evaluate
     from gemmtune.kernels import get_family
     from gemmtune.kernels.gemv.config import GemvConfig
     from gemmtune.spec import GemmSpec
-    from gemmtune.stream_timing import set_count
 
-    protocol, info = untuned_protocol(), query_device()
-    stream = torch.cuda.current_stream().cuda_stream
-    copy_bw = copy_bandwidth(protocol)
+    context = probe_context(torch)
+    protocol, info, stream, pct = context.protocol, context.info, context.stream, context.pct
     family = get_family("gemv")
-    lines = [f"# gemv columns kernel on tensor cores ({info.name})", "",
-             "`bench/probes/gemv_columns_tensor_cores.py`; % of the 1 GiB copy "
-             f"({copy_bw / 1e9:.0f} GB/s), A + B + D once.", "",
-             "| shape | kernel | config | single µs (% copy) | stream µs (% copy) | cuBLAS stream µs | verified |",
-             "|---|---|---|---:|---:|---:|---|"]
-
-    def pct(spec, seconds):
-        return f"{us(seconds)} ({spec.min_bytes / seconds / copy_bw:.0%})" if seconds else "-"
+    lines = context.kernels_head("gemv columns kernel on tensor cores", "bench/probes/gemv_columns_tensor_cores.py", "kernel")
 
     for dtype in args.dtypes.split(","):
         for shape in args.shapes.split(","):
@@ -77,20 +65,7 @@ def main() -> int:
                               "ok" if result.ok else result.verify.message))
             wrong = [t for t in timed if t[0] is None]
             ranked = sorted((t for t in timed[1:] if t[0] is not None), key=lambda t: t[0])
-            count = set_count(spec.min_bytes, info.l2_bytes)
-            prepared = prepare(spec)
-            sets = poisoned_sets(torch, prepared, count)
-            cublas = time_cublas(torch, spec, sets, stream).per_launch_s
-            del sets
-            for single, label, config, compiled, verified in timed[:1] + ranked[:args.stream] + wrong:
-                streamed = None
-                if single is not None:
-                    timing, verdict = stream_checked(torch, compiled, prepared, count, stream, "stream")
-                    streamed, verified = timing.per_launch_s, verified + verdict
-                row = (f"| {spec.short()} | {label} | {config.describe()} | {pct(spec, single)} | {pct(spec, streamed)} "
-                       f"| {us(cublas)} | {verified} |")
-                print(row, flush=True)
-                lines.append(row)
+            lines += stream_rows(torch, spec, timed[:1] + ranked[:args.stream] + wrong, stream, info.l2_bytes, pct)
             print(f"{spec.short()}: {len(timed)} configs, {len(wrong)} wrong", flush=True)
             torch.cuda.empty_cache()
     write_lines(lines, args.out, echo=False)  # each row was printed as it came

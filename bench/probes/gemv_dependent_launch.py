@@ -56,26 +56,21 @@ def main() -> int:
     args = parser.parse_args()
 
     import torch
-    from bench_m1_stream import poisoned_sets, stream_checked, write_lines, time_copy, time_cublas, us
-    from bench_untuned import LAYOUT, build_and_time, copy_bandwidth, untuned_protocol
+    from bench_m1_stream import poisoned_sets, probe_context, stream_checked, time_copy, time_cublas, us, write_lines
+    from bench_untuned import LAYOUT, build_and_time
 
     from gemmtune.baseline import prepare
-    from gemmtune.device import query_device
     from gemmtune.spec import GemmSpec
     from gemmtune.stream_timing import set_count
 
-    protocol, info = untuned_protocol(), query_device()
-    stream = torch.cuda.current_stream().cuda_stream
-    copy_bw = copy_bandwidth(protocol)
+    context = probe_context(torch)
+    protocol, info, stream, copy_bw, pct = context.protocol, context.info, context.stream, context.copy_bw, context.pct
     lines = [f"# gemv dependent launch, part by part ({info.name})", "",
              "`bench/probes/gemv_dependent_launch.py`; GB/s counts A, B and D once, % of the 1 GiB copy "
              f"({copy_bw / 1e9:.0f} GB/s). stream: launched to overlap the launch before it; plain: the same "
              "binary launched plainly.", "",
              "| shape | variant | single µs (% copy) | stream µs (% copy) | plain stream µs (% copy) | cuBLAS stream µs | copy stream µs | verified |",
              "|---|---|---:|---:|---:|---:|---:|---|"]
-
-    def pct(spec, seconds):
-        return f"{us(seconds)} ({spec.min_bytes / seconds / copy_bw:.0%})" if seconds else "-"
 
     for dtype in args.dtypes.split(","):
         for shape in args.shapes.split(","):

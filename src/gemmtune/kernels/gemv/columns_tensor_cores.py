@@ -20,7 +20,7 @@ from ..parts.floats import PACK_PAIR
 from ..parts.tf32_split import TF32_PARTS
 from ..parts.writeback import PairFragment, pair_io, pair_stores
 from .config import GemvConfig, a_fragment_rows
-from .tensor_cores import OUTPUT, PERMUTATION_TF32, REDUCE, VECTOR_LOAD
+from .tensor_cores import GROUP_SETUP, OUTPUT, PERMUTATION_TF32, REDUCE, VECTOR_LOAD, VECTOR_ROWS
 
 
 def fragment(tiles: int) -> PairFragment:
@@ -229,27 +229,13 @@ __device__ __forceinline__ void zero(u32 (&w)[TILES]) {{
 // share with mma.sync ({how}), the R vectors as the mma's A (zeros past R) and W's rows as its B,
 // TILES 8-output tiles a warp; the partial sums meet in shared memory and the epilogue runs on the way to D.
 extern "C" __global__ void __launch_bounds__(THREADS, 1) {entry}({params}) {{
-{operands}    const uint4 ZERO = make_uint4(0u, 0u, 0u, 0u);
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int group = warp / WPO, part = warp % WPO;  // part: which span of each step of K
-    const int g = lane / 4, t = lane % 4;  // the mma fragments' row group and thread in group
-    const int n0 = (blockIdx.x * GROUPS + group) * NW;  // first output of the group
-    float acc[TILES][4] = {{}};  // the 16x8 tile q of D (transposed: vectors x outputs), fp32
+{operands}{GROUP_SETUP}    float acc[TILES][4] = {{}};  // the 16x8 tile q of D (transposed: vectors x outputs), fp32
     if (n0 < P) {{
         // Lane (g, t) streams rows 4t .. 4t + 3 of each chunk of W at outputs n0 + TILES·g ..; outputs past
         // P load zeros (P % TILES == 0: a lane's outputs are all inside or all past it; never stored).
         const bool n_inside = n0 + TILES * g < P;
         const in_t* w_at = W + (size_t)(PIECE * t) * P + n0 + TILES * g;
-        // ... and reads vectors g and g + 8 at the same k: the mma's A rows. Rows past the R vectors read
-        // vector R - 1 and mask it to zeros: no branch between the loads, so all of them stay in flight.
-        const in_t* x_row[A_ROWS];
-        u32 x_mask[A_ROWS];
-        #pragma unroll
-        for (int h = 0; h < A_ROWS; ++h) {{
-            x_mask[h] = g + 8 * h < R ? 0xFFFFFFFFu : 0u;
-            x_row[h] = x + (size_t)min(g + 8 * h, R - 1) * K + PIECE * t;
-        }}
-{_multiply(spec)}{exact}        int k = part * SPAN;  // this warp's first span
+{VECTOR_ROWS}{_multiply(spec)}{exact}        int k = part * SPAN;  // this warp's first span
         for (; k + SPAN <= K; k += STEP) {{  // whole spans: no k guard
 {_loads(spec, False)}        }}
         if (k < K) {{  // the span that K ends in

@@ -132,6 +132,27 @@ def _loads(guarded: bool) -> str:
 """
 
 
+# The kernels' first statements after their operands (here and columns_tensor_cores.py): each warp's
+# group and span of K, each lane's place in the mma fragments, the group's first output.
+GROUP_SETUP = """    const uint4 ZERO = make_uint4(0u, 0u, 0u, 0u);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int group = warp / WPO, part = warp % WPO;  // part: which span of each step of K
+    const int g = lane / 4, t = lane % 4;  // the mma fragments' row group and thread in group
+    const int n0 = (blockIdx.x * GROUPS + group) * NW;  // first output of the group
+"""
+
+# Each lane's rows of the vectors (the mma's A rows g and g + 8), masked past R.
+VECTOR_ROWS = """        // ... and reads vectors g and g + 8 at the same k: the mma's A rows. Rows past the R vectors read
+        // vector R - 1 and mask it to zeros: no branch between the loads, so all of them stay in flight.
+        const in_t* x_row[A_ROWS];
+        u32 x_mask[A_ROWS];
+        #pragma unroll
+        for (int h = 0; h < A_ROWS; ++h) {
+            x_mask[h] = g + 8 * h < R ? 0xFFFFFFFFu : 0u;
+            x_row[h] = x + (size_t)min(g + 8 * h, R - 1) * K + PIECE * t;
+        }
+"""
+
 REDUCE = """    // The group's WPO partial sums meet in shared memory; its part-0 warp adds them in part order
     // (the same sum every run) and writes D.
     if (WPO > 1) {
@@ -161,28 +182,14 @@ def body(spec: GemmSpec, config: GemvConfig, entry: str, params: str, operands: 
 // (THREADS, 1): ptxas may then spend registers on keeping all of a step's loads in flight; with
 // (THREADS) alone it moved them between the mma (about 3 in flight) to save registers (sm_90, NVRTC 13).
 extern "C" __global__ void __launch_bounds__(THREADS, 1) {entry}({params}) {{
-{operands}    const uint4 ZERO = make_uint4(0u, 0u, 0u, 0u);
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int group = warp / WPO, part = warp % WPO;  // part: which span of each step of K
-    const int g = lane / 4, t = lane % 4;  // the mma fragments' row group and thread in group
-    const int n0 = (blockIdx.x * GROUPS + group) * NW;  // first output of the group
-    float acc[TILES][4] = {{}};  // the 16x8 tile j of D (transposed: vectors x outputs), fp32
+{operands}{GROUP_SETUP}    float acc[TILES][4] = {{}};  // the 16x8 tile j of D (transposed: vectors x outputs), fp32
     if (n0 < P) {{
         // Lane (g, t) streams row n0 + 8j + g of W for tile j, PIECE k per chunk from PIECE·t on. Outputs past P
         // read row P - 1 instead (in bounds; never stored), so the loop needs no output guard.
         const in_t* w_row[TILES];
         #pragma unroll
         for (int j = 0; j < TILES; ++j) w_row[j] = W + (size_t)min(n0 + 8 * j + g, P - 1) * K + PIECE * t;
-        // ... and reads vectors g and g + 8 at the same k: the mma's A rows. Rows past the R vectors read
-        // vector R - 1 and mask it to zeros: no branch between the loads, so all of them stay in flight.
-        const in_t* x_row[A_ROWS];
-        u32 x_mask[A_ROWS];
-        #pragma unroll
-        for (int h = 0; h < A_ROWS; ++h) {{
-            x_mask[h] = g + 8 * h < R ? 0xFFFFFFFFu : 0u;
-            x_row[h] = x + (size_t)min(g + 8 * h, R - 1) * K + PIECE * t;
-        }}
-{_multiply(spec)}        int k = part * SPAN;  // this warp's first span
+{VECTOR_ROWS}{_multiply(spec)}        int k = part * SPAN;  // this warp's first span
         for (; k + SPAN <= K; k += STEP) {{  // whole spans: no k guard
 {_loads(False)}        }}
         if (k < K) {{  // the span that K ends in

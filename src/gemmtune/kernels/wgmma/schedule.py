@@ -363,6 +363,56 @@ __device__ __forceinline__ void add_partials(float (&acc)[M_BLOCKS][BN / 2], int
 """
 
 
+# The share sum's passes (CUDA text; `@COUNT@`: how many partial tiles are summed): the share's float4s
+# SUM_SLOTS * SUM_CHUNK at a time, each lane group over its partials, then the lanes by shuffles. What a
+# pass does with its sums follows the text (stores them, or writes D).
+SUM_PASSES = r"""    const int lane_group = threadIdx.x % SUM_LANES, slot = threadIdx.x % 128 / SUM_LANES;
+    // The same pass count for every thread, so every lane reaches the shuffles.
+    const int passes = (hi - lo + SUM_SLOTS * SUM_CHUNK - 1) / (SUM_SLOTS * SUM_CHUNK);
+    #pragma unroll 1
+    for (int pass = 0; pass < passes; ++pass) {
+        const int i0 = lo + pass * SUM_SLOTS * SUM_CHUNK + slot;  // elements i0 + SUM_SLOTS e
+        float4 sum[SUM_CHUNK];
+        #pragma unroll
+        for (int e = 0; e < SUM_CHUNK; ++e) sum[e] = make_float4(0.f, 0.f, 0.f, 0.f);
+        #pragma unroll 1
+        for (int u0 = 0; u0 < SUM_MINE; u0 += SUM_BATCH) {
+            float4 p[SUM_BATCH][SUM_CHUNK];
+            #pragma unroll
+            for (int u = 0; u < SUM_BATCH; ++u)
+                #pragma unroll
+                for (int e = 0; e < SUM_CHUNK; ++e) {
+                    const int v = lane_group + SUM_LANES * (u0 + u), i = i0 + SUM_SLOTS * e;
+                    if (v < @COUNT@ && i < hi) p[u][e] = __ldcg(parts + v * STRIDE + i);
+                }
+            #pragma unroll
+            for (int u = 0; u < SUM_BATCH; ++u)
+                #pragma unroll
+                for (int e = 0; e < SUM_CHUNK; ++e)
+                    if (lane_group + SUM_LANES * (u0 + u) < @COUNT@ && i0 + SUM_SLOTS * e < hi) {
+                        sum[e].x += p[u][e].x;
+                        sum[e].y += p[u][e].y;
+                        sum[e].z += p[u][e].z;
+                        sum[e].w += p[u][e].w;
+                    }
+        }
+        #pragma unroll
+        for (int offset = 1; offset < SUM_LANES; offset *= 2)
+            #pragma unroll
+            for (int e = 0; e < SUM_CHUNK; ++e) {
+                sum[e].x += __shfl_xor_sync(0xffffffffu, sum[e].x, offset);
+                sum[e].y += __shfl_xor_sync(0xffffffffu, sum[e].y, offset);
+                sum[e].z += __shfl_xor_sync(0xffffffffu, sum[e].z, offset);
+                sum[e].w += __shfl_xor_sync(0xffffffffu, sum[e].w, offset);
+            }
+"""
+
+
+def sum_passes(count: str) -> str:
+    """SUM_PASSES over `count` partial tiles."""
+    return SUM_PASSES.replace("@COUNT@", count)
+
+
 SCATTER = r"""
 // Equal splits of SPLITS pieces (SPLITS - 1 contributors after each finisher): a contributor, once
 // every partial tile of its unit is stored, sums its share of the tile over all of them and stores
@@ -394,46 +444,7 @@ __device__ __forceinline__ void reduce_share(int consumer) {{
     float4* sums = consumer_part(reduced_sums, tail_unit * CLUSTER_M + rank, consumer);
     const int me = worker - first;
     const int lo = me * CONSUMER_FLOAT4S / CONTRIBUTORS, hi = (me + 1) * CONSUMER_FLOAT4S / CONTRIBUTORS;
-    const int lane_group = threadIdx.x % SUM_LANES, slot = threadIdx.x % 128 / SUM_LANES;
-    // The same pass count for every thread, so every lane reaches the shuffles.
-    const int passes = (hi - lo + SUM_SLOTS * SUM_CHUNK - 1) / (SUM_SLOTS * SUM_CHUNK);
-    #pragma unroll 1
-    for (int pass = 0; pass < passes; ++pass) {{
-        const int i0 = lo + pass * SUM_SLOTS * SUM_CHUNK + slot;  // elements i0 + SUM_SLOTS e
-        float4 sum[SUM_CHUNK];
-        #pragma unroll
-        for (int e = 0; e < SUM_CHUNK; ++e) sum[e] = make_float4(0.f, 0.f, 0.f, 0.f);
-        #pragma unroll 1
-        for (int u0 = 0; u0 < SUM_MINE; u0 += SUM_BATCH) {{
-            float4 p[SUM_BATCH][SUM_CHUNK];
-            #pragma unroll
-            for (int u = 0; u < SUM_BATCH; ++u)
-                #pragma unroll
-                for (int e = 0; e < SUM_CHUNK; ++e) {{
-                    const int v = lane_group + SUM_LANES * (u0 + u), i = i0 + SUM_SLOTS * e;
-                    if (v < CONTRIBUTORS && i < hi) p[u][e] = __ldcg(parts + v * STRIDE + i);
-                }}
-            #pragma unroll
-            for (int u = 0; u < SUM_BATCH; ++u)
-                #pragma unroll
-                for (int e = 0; e < SUM_CHUNK; ++e)
-                    if (lane_group + SUM_LANES * (u0 + u) < CONTRIBUTORS && i0 + SUM_SLOTS * e < hi) {{
-                        sum[e].x += p[u][e].x;
-                        sum[e].y += p[u][e].y;
-                        sum[e].z += p[u][e].z;
-                        sum[e].w += p[u][e].w;
-                    }}
-        }}
-        #pragma unroll
-        for (int offset = 1; offset < SUM_LANES; offset *= 2)
-            #pragma unroll
-            for (int e = 0; e < SUM_CHUNK; ++e) {{
-                sum[e].x += __shfl_xor_sync(0xffffffffu, sum[e].x, offset);
-                sum[e].y += __shfl_xor_sync(0xffffffffu, sum[e].y, offset);
-                sum[e].z += __shfl_xor_sync(0xffffffffu, sum[e].z, offset);
-                sum[e].w += __shfl_xor_sync(0xffffffffu, sum[e].w, offset);
-            }}
-        #pragma unroll
+{passes}        #pragma unroll
         for (int e = 0; e < SUM_CHUNK; ++e)
             if (lane_group == 0 && i0 + SUM_SLOTS * e < hi) __stcg(sums + i0 + SUM_SLOTS * e, sum[e]);
     }}
@@ -500,46 +511,7 @@ __device__ __forceinline__ void sum_share_to_d(int consumer, int tile_m, int til
     const float4* parts = consumer_part(partial_sums, first * CLUSTER_M + rank, consumer);
     const int me = worker - first;
     const int lo = me * CONSUMER_FLOAT4S / SPLITS, hi = (me + 1) * CONSUMER_FLOAT4S / SPLITS;
-    const int lane_group = threadIdx.x % SUM_LANES, slot = threadIdx.x % 128 / SUM_LANES;
-    // The same pass count for every thread, so every lane reaches the shuffles.
-    const int passes = (hi - lo + SUM_SLOTS * SUM_CHUNK - 1) / (SUM_SLOTS * SUM_CHUNK);
-    #pragma unroll 1
-    for (int pass = 0; pass < passes; ++pass) {{
-        const int i0 = lo + pass * SUM_SLOTS * SUM_CHUNK + slot;  // elements i0 + SUM_SLOTS e
-        float4 sum[SUM_CHUNK];
-        #pragma unroll
-        for (int e = 0; e < SUM_CHUNK; ++e) sum[e] = make_float4(0.f, 0.f, 0.f, 0.f);
-        #pragma unroll 1
-        for (int u0 = 0; u0 < SUM_MINE; u0 += SUM_BATCH) {{
-            float4 p[SUM_BATCH][SUM_CHUNK];
-            #pragma unroll
-            for (int u = 0; u < SUM_BATCH; ++u)
-                #pragma unroll
-                for (int e = 0; e < SUM_CHUNK; ++e) {{
-                    const int v = lane_group + SUM_LANES * (u0 + u), i = i0 + SUM_SLOTS * e;
-                    if (v < SPLITS && i < hi) p[u][e] = __ldcg(parts + v * STRIDE + i);
-                }}
-            #pragma unroll
-            for (int u = 0; u < SUM_BATCH; ++u)
-                #pragma unroll
-                for (int e = 0; e < SUM_CHUNK; ++e)
-                    if (lane_group + SUM_LANES * (u0 + u) < SPLITS && i0 + SUM_SLOTS * e < hi) {{
-                        sum[e].x += p[u][e].x;
-                        sum[e].y += p[u][e].y;
-                        sum[e].z += p[u][e].z;
-                        sum[e].w += p[u][e].w;
-                    }}
-        }}
-        #pragma unroll
-        for (int offset = 1; offset < SUM_LANES; offset *= 2)
-            #pragma unroll
-            for (int e = 0; e < SUM_CHUNK; ++e) {{
-                sum[e].x += __shfl_xor_sync(0xffffffffu, sum[e].x, offset);
-                sum[e].y += __shfl_xor_sync(0xffffffffu, sum[e].y, offset);
-                sum[e].z += __shfl_xor_sync(0xffffffffu, sum[e].z, offset);
-                sum[e].w += __shfl_xor_sync(0xffffffffu, sum[e].w, offset);
-            }}
-        #pragma unroll
+{passes}        #pragma unroll
         for (int e = 0; e < SUM_CHUNK; ++e) {{
             const int i = i0 + SUM_SLOTS * e;
             if (lane_group != 0 || i >= hi) continue;
@@ -579,8 +551,8 @@ def shares_to_d(schedule: Schedule, spec: GemmSpec, config: WgmmaConfig) -> str:
     plan = share_sum(ceil_div(THREADS * config.accumulators // 4, schedule.splits), schedule.splits,
                      share_loads(spec, config))
     params = "".join(f", {p}" for p in operand_decls(spec.epilogue))
-    return SHARES_TO_D.format(splits=schedule.splits, params=params, stores=pair_stores(spec, SHARE_PAIRS, OUTPUT, "            "),
-                              **vars(plan))
+    return SHARES_TO_D.format(splits=schedule.splits, params=params, passes=sum_passes("SPLITS"),
+                              stores=pair_stores(spec, SHARE_PAIRS, OUTPUT, "            "), **vars(plan))
 
 
 def share_call(schedule: Schedule, spec: GemmSpec) -> str:
@@ -626,5 +598,6 @@ def cuda(schedule: Schedule, spec: GemmSpec, config: WgmmaConfig) -> str:
     if schedule.shares_write_d:  # sum_share_to_d comes later (shares_to_d): it needs the epilogue
         return text + ACQUIRE_RELEASE + ACQ_REL_ADD + PARTIAL_SLOTS + PARTIAL_STORE.format(after_store="")
     return (text + ACQUIRE_RELEASE + RELEASE_ADD + PARTIAL_SLOTS
-            + SCATTER.format(splits=schedule.splits, **vars(reduce_plan(schedule, config, scatter_loads(spec, config))))
+            + SCATTER.format(splits=schedule.splits, passes=sum_passes("CONTRIBUTORS"),
+                             **vars(reduce_plan(schedule, config, scatter_loads(spec, config))))
             + PARTIAL_STORE.format(after_store="\n    reduce_share(consumer);  // this contributor's share of the unit's sums"))
