@@ -19,13 +19,14 @@ each N in --trials, picked by the times the search measured. --replay-traces FIL
 verifies and times those schedules in the same run as every other row: the search is earlier, the
 measurement is not.
 
-    python bench/bench_tvm.py --save-traces bench/results/2026-11-22-h200-tvm-traces.json \
+    python bench/bench_tvm.py --save-traces bench/results/2026-11-22-h200-tvm-traces.json.gz \
         --db 4096=.tvm-db/4096 --db 1024=.tvm-db/1024 --trials 64,512
-    python bench/bench_tvm.py --trials 64,512 --replay-traces bench/results/2026-11-22-h200-tvm-traces.json
+    python bench/bench_tvm.py --trials 64,512 --replay-traces bench/results/2026-11-22-h200-tvm-traces.json.gz
 """
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import sys
 import time
@@ -52,7 +53,8 @@ TRACES_FORMAT = "gemmtune-tvm-traces-1"
 def load_traces(path: Path) -> dict:
     """{shape key: {"trials": {"64": trace text, ...}, "records": n, "database": dir}} from `path`."""
     try:
-        data = json.loads(path.read_text())
+        raw = path.read_bytes()
+        data = json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
     except (OSError, ValueError) as err:
         raise GemmtuneError(f"cannot read the traces file {path}: {err}") from err
     if data.get("format") != TRACES_FORMAT:
@@ -79,7 +81,8 @@ def save_traces(out: Path, databases: list[str], trials: tuple[int, ...], arch: 
         shapes[key] = extract_traces(key, Path(directory), trials, arch)
         _log(f"{key}: {shapes[key]['records']} records in {directory}; kept the best of the first "
              f"{', '.join(map(str, trials))}")
-    out.write_text(json.dumps({"format": TRACES_FORMAT, "arch": arch, "shapes": shapes}, indent=1) + "\n")
+    text = json.dumps({"format": TRACES_FORMAT, "arch": arch, "shapes": shapes}, indent=1) + "\n"
+    out.write_bytes(gzip.compress(text.encode(), 9) if out.suffix == ".gz" else text.encode())  # .gz: compressed
 
 
 @dataclass(frozen=True)

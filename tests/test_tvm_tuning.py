@@ -127,10 +127,12 @@ def test_runner_without_gpu_reports_an_error_per_candidate(tmp_path: Path) -> No
 def test_committed_benchmark_traces_rebuild_and_compile(tmp_path: Path) -> None:
     """The traces behind the README's MetaSchedule rows (bench/bench_tvm.py --save-traces) still re-apply to the
     workloads and compile: a TVM or workload change that breaks the replay shows up here, not on the GPU."""
+    import gzip
     import json
 
-    path = sorted((Path(__file__).parent.parent / "bench" / "results").glob("*-tvm-traces.json"))[-1]
-    data = json.loads(path.read_text())
+    path = sorted((Path(__file__).parent.parent / "bench" / "results").glob("*-tvm-traces.json*"))[-1]
+    raw = path.read_bytes()
+    data = json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
     assert data["format"] == "gemmtune-tvm-traces-1" and data["shapes"]
     for key, saved in data["shapes"].items():
         spec = GemmSpec.from_json(saved["spec"])
