@@ -306,8 +306,9 @@ def gemv_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[GemvConfig
         if stream_kind(spec) == "rows":
             return [UNTUNED_TENSOR_CORE_CONFIG]
         least = COLUMNS_TENSOR_CORE_MIN_ROWS.get(spec.dtype)
-        if least is not None and vectors(spec) >= least and spec.n % UNTUNED_COLUMNS_TENSOR_CORE_CONFIG.mma_tiles == 0:
-            return [UNTUNED_COLUMNS_TENSOR_CORE_CONFIG]
+        config = UNTUNED_COLUMNS_TENSOR_CORE_CONFIG
+        if least is not None and vectors(spec) >= least and not get_family("gemv").rejections(config, spec, arch):
+            return [config]
     if quads(spec) and vectors(spec) >= QUAD_RULE_MIN_ROWS:
         return [quad_config(spec, sm_count)]
     return gemv_stream_candidates(spec)

@@ -15,12 +15,13 @@ on CUDA cores instead (rare: values below 2^-103). On an H100 this made tf32 at 
 from __future__ import annotations
 
 from ...spec import GemmSpec
+from ..config_base import arch_number
 from ..mma.ptx import mma_helper
 from ..parts.floats import PACK_PAIR
 from ..parts.tf32_split import TF32_PARTS
 from ..parts.writeback import PairFragment, pair_io, pair_stores
 from .config import GemvConfig, a_fragment_rows
-from .tensor_cores import GROUP_SETUP, OUTPUT, PERMUTATION_TF32, REDUCE, VECTOR_LOAD, VECTOR_ROWS
+from .tensor_cores import GROUP_SETUP, OUTPUT, PERMUTATION_TF32, REDUCE, VECTOR_LOAD, VECTOR_ROWS, constants
 
 
 def fragment(tiles: int) -> PairFragment:
@@ -86,23 +87,13 @@ def splits(spec: GemmSpec) -> bool:
 def helpers(spec: GemmSpec, arch: str) -> str:
     """Device functions the kernel calls: the mma (and the split), the loads, D's pair stores."""
     split = TF32_PARTS + SPLIT_MMA if splits(spec) else ""
-    return mma_helper("tf32", 90) + split + PACK_PAIR + VECTOR_LOAD + pair_io(spec, OUTPUT)
+    return mma_helper("tf32", arch_number(arch)) + split + PACK_PAIR + VECTOR_LOAD + pair_io(spec, OUTPUT)
 
 
 def _constants(spec: GemmSpec, config: GemvConfig) -> str:
-    rows = a_fragment_rows(spec)
-    why = "rows g and g + 8 of the mma's A" if rows == 2 else "row g of the mma's A (rows 8-15 are zeros: M ≤ 8)"
-    return f"""constexpr int THREADS = {config.threads}, UNROLL = {config.unroll};  // UNROLL chunks of k per step of a warp
-constexpr int WPO = {config.warps_per_output};  // warps sharing one group's K
-constexpr int TILES = {config.mma_tiles};  // 8-output mma tiles of a group: one value of each in a lane's load of a row of W
-constexpr int NW = 8 * TILES;  // outputs of one group
-constexpr int GROUPS = THREADS / 32 / WPO;  // groups per block
-constexpr int A_ROWS = {rows};  // 16-byte loads of A per chunk: {why}
-constexpr int PIECE = 4;  // k in one lane's 16-byte load of A (and rows of W it loads per chunk)
-constexpr int CHUNK = 4 * PIECE;  // k of one chunk: the 4 lanes of a row group take PIECE neighbouring k each
-constexpr int SPAN = UNROLL * CHUNK;  // k a warp covers per step of its loop
-constexpr int STEP = WPO * SPAN;  // k a group covers per step: its WPO warps take neighbouring spans
-"""
+    return constants(spec, config, tiles_note="8-output mma tiles of a group: one value of each in a lane's load of a row of W",
+                     piece_note="k in one lane's 16-byte load of A (and rows of W it loads per chunk)",
+                     chunk_note="k of one chunk: the 4 lanes of a row group take PIECE neighbouring k each")
 
 
 def _multiply(spec: GemmSpec) -> str:

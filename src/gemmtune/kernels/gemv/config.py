@@ -158,9 +158,10 @@ def supports(spec: GemmSpec, arch: str) -> str | None:
         return f"gemv runs N = 1 or M ≤ {MAX_ROWS}, not {spec.m}x{spec.n}"
     if spec.dtype not in DTYPES:
         return f"gemv reads {', '.join(DTYPES)}, not {spec.dtype}"
-    if spec.math == "3xtf32" and tensor_core_rejection(spec, arch) is not None:
-        return ("gemv runs 3xtf32 only on its tensor-core path, which does not take this spec: "
-                + str(tensor_core_rejection(spec, arch)))
+    if spec.math == "3xtf32":
+        refused = tensor_core_rejection(spec, arch)
+        if refused is not None:
+            return f"gemv runs 3xtf32 only on its tensor-core path, which does not take this spec: {refused}"
     if stream_kind(spec) == "columns" and vectors(spec) * vec(spec) > MAX_ACCUMULATORS:
         return (f"{vectors(spec)} rows × {vec(spec)} outputs per thread exceed {MAX_ACCUMULATORS} sums "
                 f"(output-contiguous {spec.dtype} B takes M ≤ {MAX_ACCUMULATORS // vec(spec)})")

@@ -76,17 +76,21 @@ def helpers(spec: GemmSpec, arch: str) -> str:
     return mma_helper(spec.dtype, arch_number(arch)) + PACK_PAIR + VECTOR_LOAD + pair_io(spec, OUTPUT)
 
 
-def _constants(spec: GemmSpec, config: GemvConfig) -> str:
+def constants(spec: GemmSpec, config: GemvConfig,
+              tiles_note: str = "8-output mma tiles of a group (each warp of it multiplies all of them)",
+              piece_note: str = "k in one lane's 16-byte load",
+              chunk_note: str = "k of one chunk: the 4 lanes of a row group load PIECE neighbouring k each") -> str:
+    """The kernel's block shape and k walk as constants (the columns kernel passes its own notes)."""
     rows = a_fragment_rows(spec)
     why = "rows g and g + 8 of the mma's A" if rows == 2 else "row g of the mma's A (rows 8-15 are zeros: M ≤ 8)"
     return f"""constexpr int THREADS = {config.threads}, UNROLL = {config.unroll};  // UNROLL chunks of k per step of a warp
 constexpr int WPO = {config.warps_per_output};  // warps sharing one group's K
-constexpr int TILES = {config.mma_tiles};  // 8-output mma tiles of a group (each warp of it multiplies all of them)
+constexpr int TILES = {config.mma_tiles};  // {tiles_note}
 constexpr int NW = 8 * TILES;  // outputs of one group
 constexpr int GROUPS = THREADS / 32 / WPO;  // groups per block
 constexpr int A_ROWS = {rows};  // 16-byte loads of A per chunk: {why}
-constexpr int PIECE = {values_per_load(spec)};  // k in one lane's 16-byte load
-constexpr int CHUNK = 4 * PIECE;  // k of one chunk: the 4 lanes of a row group load PIECE neighbouring k each
+constexpr int PIECE = {values_per_load(spec)};  // {piece_note}
+constexpr int CHUNK = 4 * PIECE;  // {chunk_note}
 constexpr int SPAN = UNROLL * CHUNK;  // k a warp covers per step of its loop
 constexpr int STEP = WPO * SPAN;  // k a group covers per step: its WPO warps take neighbouring spans
 constexpr int FIRST_K = STEP;  // k a group reads in its first step
@@ -175,7 +179,7 @@ REDUCE = """    // The group's WPO partial sums meet in shared memory; its part-
 
 def body(spec: GemmSpec, config: GemvConfig, entry: str, params: str, operands: str) -> str:
     """Constants, the permutation's comment and the kernel (`operands`: the W and x declarations)."""
-    return _constants(spec, config) + "\n" + permutation(spec) + f"""
+    return constants(spec, config) + "\n" + permutation(spec) + f"""
 // rows on tensor cores: the WPO warps of a group split K into neighbouring spans and multiply their
 // share with mma.sync, the R vectors as the mma's A (zeros past R) and TILES 8-output tiles of W as
 // its B; the partial sums meet in shared memory and the epilogue runs on the way to D.

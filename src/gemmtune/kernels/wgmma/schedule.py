@@ -548,8 +548,7 @@ def shares_to_d(schedule: Schedule, spec: GemmSpec, config: WgmmaConfig) -> str:
     schedule's pieces write their shares of D, else nothing."""
     if not schedule.shares_write_d:
         return ""
-    plan = share_sum(ceil_div(THREADS * config.accumulators // 4, schedule.splits), schedule.splits,
-                     share_loads(spec, config))
+    plan = reduce_plan(schedule, config, share_loads(spec, config), partials=schedule.splits)
     params = "".join(f", {p}" for p in operand_decls(spec.epilogue))
     return SHARES_TO_D.format(splits=schedule.splits, params=params, passes=sum_passes("SPLITS"),
                               stores=pair_stores(spec, SHARE_PAIRS, OUTPUT, "            "), **vars(plan))
@@ -580,11 +579,12 @@ def scatter_loads(spec: GemmSpec, config: WgmmaConfig) -> int:
     return SUM_LOADS if small else SUM_LOADS_LARGE_TILE
 
 
-def reduce_plan(schedule: Schedule, config: WgmmaConfig, loads: int) -> ShareSum:
-    """How the contributors of `schedule`'s split units sum their shares (one consumer's part of a
-    tile: THREADS * accumulators / 4 float4s, cut into splits - 1 shares)."""
-    contributors = schedule.splits - 1
-    return share_sum(ceil_div(THREADS * config.accumulators // 4, contributors), contributors, loads)
+def reduce_plan(schedule: Schedule, config: WgmmaConfig, loads: int, partials: int | None = None) -> ShareSum:
+    """How the pieces of `schedule`'s split units sum their shares (one consumer's part of a tile:
+    THREADS * accumulators / 4 float4s, cut into `partials` shares, each over `partials` partial tiles;
+    default splits - 1, the contributors of the finisher exchange)."""
+    partials = schedule.splits - 1 if partials is None else partials
+    return share_sum(ceil_div(THREADS * config.accumulators // 4, partials), partials, loads)
 
 
 def cuda(schedule: Schedule, spec: GemmSpec, config: WgmmaConfig) -> str:
