@@ -162,24 +162,24 @@ def test_a_shape_without_a_table_is_reported_not_fatal(tables, tmp_path, capsys)
     assert "no simulation table for 999x999x999" in capsys.readouterr().out
 
 
-def test_shapes_at_once_keep_every_worker_equally_busy(tables, workload, client, tmp_path):
-    """4 shapes at a time on 4 workers, trials of 50 ms: each worker's busy time within 15% of the
-    busiest's (one shape at a time leaves workers idle between batches: 17-29% apart measured), and
-    the database a serial run without transfer seeds leaves (transfer is off when shapes overlap)."""
-    import distributed
-
+def test_shapes_at_once_keep_the_workers_busy(tables, workload, client, tmp_path):
+    """4 workers, trials of 50 ms, the same workload one shape at a time and 4 at a time: 4 at a time
+    takes under 3/4 of the wall time (0.56-0.60 measured on a 2-core machine; one shape leaves the
+    workers idle while its strategy picks the next batch), and the database equals a serial run's
+    without transfer seeds (transfer is off when shapes overlap). Both runs share the machine's load,
+    so the ratio holds where an absolute balance bar did not (workers' busy times 3-16% apart either way)."""
+    no_transfer = OPTIONS.__class__(**{**OPTIONS.__dict__, "transfer": False})
     serial = tmp_path / "serial.sqlite"
-    _tune(serial, workload, _serial(tables), OPTIONS.__class__(**{**OPTIONS.__dict__, "transfer": False}))
-    with distributed.get_task_stream(client) as stream:
-        outcomes = _tune(tmp_path / "dask.sqlite", workload, _on_cluster(client, tables, delay_s=0.05), at_once=4)
-    busy: dict[str, float] = {}
-    for task in stream.data:
-        for part in task["startstops"]:
-            if part["action"] == "compute":
-                busy[task["worker"]] = busy.get(task["worker"], 0.0) + part["stop"] - part["start"]
-    assert all(o.outcome is not None for o in outcomes) and len(busy) == 4
-    assert (max(busy.values()) - min(busy.values())) / max(busy.values()) < 0.15, busy
-    assert _trials(serial) == _trials(tmp_path / "dask.sqlite")
+    _tune(serial, workload, _serial(tables), no_transfer)
+    walls = {}
+    for at_once in (1, 4):
+        started = time.monotonic()
+        outcomes = _tune(tmp_path / f"dask{at_once}.sqlite", workload, _on_cluster(client, tables, delay_s=0.05),
+                         no_transfer, at_once=at_once)
+        walls[at_once] = time.monotonic() - started
+        assert all(o.outcome is not None for o in outcomes)
+    assert walls[4] < 0.75 * walls[1], walls
+    assert _trials(serial) == _trials(tmp_path / "dask4.sqlite") == _trials(tmp_path / "dask1.sqlite")
 
 
 def test_a_cluster_without_the_dask_extra_is_one_line_and_exit_2(tables, workload, tmp_path, capsys, monkeypatch):
