@@ -167,16 +167,16 @@ SPLIT_CASES = [  # (shape, layout, dtype): each has split tiles without clusters
     # Tails over half the workers, shared in even runs of k-blocks that cross from unit to unit:
     ((500, 4344, 4600), "nt", "bf16"),     # 68 tiles (34 pairs): 132 (66) shares of 37.1 k-blocks, K tail
     ((1000, 6392, 4600), "tn", "fp16"),    # 200 tiles: a wave, then 68 in 132 shares (pairs: 34 in 66)
-    # Many-way splits, reduced in shares by the contributors (schedule.SCATTER_SPLITS):
+    # Many-way splits, reduced in shares, each piece writing its share of D (schedule.SCATTER_SPLITS):
     ((96, 96, 65536), "nt", "bf16"),       # 1 tile of 1024 k-blocks in 64 pieces
-    ((33, 40, 139264), "nt", "fp16"),      # 1 tile in 132 pieces (66 in pairs): contributors past a thread each
+    ((33, 40, 139264), "nt", "fp16"),      # 1 tile in 132 pieces (66 in pairs): more pieces than a warpgroup's threads
 ]
 
 
 @pytest.mark.parametrize("epilogue", ["none", "relu+add", "bias_row+gelu+add"])
 @pytest.mark.parametrize("cluster_m", [1, 2])
 def test_split_tail_on_odd_shapes(epilogue, cluster_m):
-    """Tiles split along K and summed by their finisher: right on shapes cut at every edge, in all
+    """Tiles split along K and summed (by a finisher, or in shares): right on shapes cut at every edge, in all
     four layouts, with C, and still right after many launches (the ready flags reset themselves)."""
     from gemmtune.compiler import compile_kernel
     from gemmtune.evaluate import evaluate
@@ -253,7 +253,7 @@ SHARE_SUM_CASES = [  # (spec, the spec whose chooser pick it runs, or its pick w
 
 @pytest.mark.parametrize("case", range(len(SHARE_SUM_CASES)))
 def test_share_sums_of_many_way_splits(case):
-    """The contributors' sums (ShareSum: lanes that shuffle, several elements and contributors in
+    """The pieces' share sums (ShareSum: lanes that shuffle, several elements and partial tiles in
     flight) right in every regime, launch after launch (the counters and flags reset themselves)."""
     from gemmtune.chooser import choose
     from gemmtune.kernels.wgmma.schedule import schedule_for

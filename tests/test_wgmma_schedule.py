@@ -103,13 +103,13 @@ TILE_64 = WgmmaConfig(bm=64, bn=64, stages=6, consumers=1, persistent=True, spli
 def test_many_way_splits_reduce_in_shares_and_few_gather_serially():
     cuda_of = lambda schedule: cuda(schedule, GemmSpec(96, 96, 65536, "nt", "bf16"), TILE_64)  # noqa: E731
     many = plan(4, 1024, 132, split_tail=True)  # 96x96x65536 bf16 in 64x64 tiles: 33 pieces per tile
-    assert (many.splits, many.scatter, many.shares_write_d) == (33, True, True)
+    assert (many.splits, many.scatter) == (33, True)
     # Every piece writes its share of D: no finisher reads sums back (sum_share_to_d, after the epilogue).
     spec = GemmSpec(96, 96, 65536, "nt", "bf16", "bias_col+add")
     shares = shares_to_d(many, spec, TILE_64)
     assert "constexpr int SPLITS = 33" in shares and "FloatView<out_t> C, FloatView<out_t> bias" in shares
     assert "write_pair(D + at" in shares and "acq_rel_add(done, 1u) == SPLITS - 1" in shares
-    assert "reduced_sums" not in cuda_of(many) + shares and "bool piece_writes_d" in cuda_of(many)
+    assert "bool piece_writes_d" in cuda_of(many) and "SHARES_WRITE_D = true" in cuda_of(many)
     assert share_call(many, spec).strip().startswith("sum_share_to_d(consumer, tile_m, tile_n, D, C, bias);")
     # Workers t * SPLITS hold tail unit t's first piece; the SPLITS - 1 after it the others (the indexing).
     for worker in range(many.tail_workers):
@@ -119,10 +119,10 @@ def test_many_way_splits_reduce_in_shares_and_few_gather_serially():
         assert many.contributors(finisher) == list(range(finisher + 1, finisher + many.splits))
     halves = plan(320, 80, 132, split_tail=True)  # two pieces per tile: the lone partial added directly
     assert (halves.splits, halves.scatter) == (2, False)
-    assert "reduce_share" not in cuda_of(halves) and "add_partials" in cuda_of(halves)
-    assert not halves.shares_write_d and shares_to_d(halves, spec, TILE_64) == "" and share_call(halves, spec) == ""
+    assert "void add_partials" in cuda_of(halves) and "SHARES_WRITE_D = false" in cuda_of(halves)
+    assert shares_to_d(halves, spec, TILE_64) == "" and share_call(halves, spec) == ""
     shares = plan(1024, 128, 66, split_tail=True)  # uneven shares: up to 3 pieces per unit, serial
-    assert not shares.scatter and "reduce_share" not in cuda_of(shares)
+    assert not shares.scatter and "void add_partials" in cuda_of(shares) and shares_to_d(shares, spec, TILE_64) == ""
     fewest = plan(8, SCATTER_SPLITS * MIN_SHARE, 132, split_tail=True)  # the fewest pieces scattered
     assert fewest.splits == SCATTER_SPLITS and fewest.scatter
     assert not plan(8, (SCATTER_SPLITS - 1) * MIN_SHARE, 132, split_tail=True).scatter
@@ -172,8 +172,8 @@ def test_recorded_wgmma_table_replays_in_the_current_space():
 
 
 def _share_sum_walk(plan_: ShareSum, share: int, contributors: int) -> None:
-    """reduce_share's indexing, thread by thread: every element of the share gets every
-    contributor's load exactly once, and one store; the lanes that shuffle see the same passes."""
+    """sum_share_to_d's indexing (SUM_PASSES), thread by thread: every element of the share gets
+    every partial tile's load exactly once, and one store; the lanes that shuffle see the same passes."""
     loads: dict[int, list[int]] = {}
     stores: dict[int, int] = {}
     slots = THREADS // plan_.lanes
@@ -211,23 +211,22 @@ def test_share_sum_covers_every_element_and_contributor_once(share, contributors
 
 
 def test_share_sum_of_the_long_k_picks():
-    # 96x96x65536 in 64x64 tiles: 31 contributors, 34 float4s a share, 16 loads: two lanes, one round trip
-    # (the plan before ShareSum: one lane, 8 loads in flight, 4 round trips).
-    assert share_sum(34, 31, 16) == ShareSum(2, 1, 16) and ShareSum(2, 1, 16).round_trips(34, 31) == 1
-    assert ShareSum(1, 1, 8).round_trips(34, 31) == 4
-    # 512x512x65536 in 128x256 tiles, clusters of 4: 14 contributors, 293 float4s: 3 with 16 loads, 5 with
-    # the 8 its 128 accumulators a thread get (before: 12).
-    assert share_sum(293, 14, 16).round_trips(293, 14) == 3 and ShareSum(1, 1, 4).round_trips(293, 14) == 12
-    assert share_sum(293, 14, 8).round_trips(293, 14) == 5
+    from gemmtune.chooser import choose
+    from gemmtune.kernels.wgmma.schedule import reduce_plan, share_loads
 
+    def shipped(spec: GemmSpec) -> tuple[int, int, ShareSum]:
+        config = choose(spec, "sm_90a").config
+        schedule = schedule_for(spec, config)
+        share = -(-THREADS * config.accumulators // 4 // schedule.splits)
+        return share, schedule.splits, reduce_plan(schedule, config, share_loads(spec, config))
 
-def test_finisher_exchange_still_builds(monkeypatch):
-    """SHARES_WRITE_D off: the contributors' sums and the finisher's add (the exchange before), for A/B."""
-    import importlib
-
-    module = importlib.import_module("gemmtune.kernels.wgmma.schedule")
-    monkeypatch.setattr(module, "SHARES_WRITE_D", False)
-    many = plan(4, 1024, 132, split_tail=True)
-    text = cuda(many, GemmSpec(96, 96, 65536, "nt", "bf16"), TILE_64)
-    assert not many.shares_write_d and "reduce_share(consumer);" in text and "SHARES_WRITE_D = false" in text
-    assert shares_to_d(many, GemmSpec(96, 96, 65536, "nt", "bf16"), TILE_64) == ""
+    # 96x96x65536 in 128x64 tiles, 64 pieces: 16 float4s a share, four lanes an element, one round trip
+    # (one lane with 8 loads in flight, as the first version: 8).
+    share, pieces, plan_ = shipped(GemmSpec(96, 96, 65536, "nt", "bf16"))
+    assert (share, pieces, plan_) == (16, 64, ShareSum(4, 1, 16)) and plan_.round_trips(share, pieces) == 1
+    assert ShareSum(1, 1, 8).round_trips(share, pieces) == 8
+    # 512x512x65536 in 128x256 tiles, clusters of 4 (30 fit: 15 pieces a unit): 274 float4s, 3 round trips
+    # with the 16 loads its dead accumulators leave room for, 5 with 8.
+    share, pieces, plan_ = shipped(GemmSpec(512, 512, 65536, "nt", "bf16"))
+    assert (share, pieces) == (274, 15) and plan_.round_trips(share, pieces) == 3
+    assert share_sum(share, pieces, 8).round_trips(share, pieces) == 5

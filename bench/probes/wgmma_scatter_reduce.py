@@ -2,10 +2,10 @@
 
     PYTHONPATH=src:bench python bench/probes/wgmma_scatter_reduce.py [--out rows.json]
 
-With equal splits of SCATTER_SPLITS pieces or more, the wgmma kernel's contributors each sum a share
-of the tile over every partial tile and the finisher adds one tile of their sums
-(kernels/wgmma/schedule.py, `reduce_share`); before, the finisher added the partial tiles one after
-another. For each case (a spec and a wgmma config: the chooser's pick, and others where named) this
+With equal splits of SCATTER_SPLITS pieces or more, every piece of a wgmma split tile sums a share
+of the tile over every partial tile and writes that share to D (kernels/wgmma/schedule.py,
+`sum_share_to_d`; when this probe's table was taken, the contributors stored their shares' sums and
+the finisher added them); below it, the finisher adds the partial tiles one after another. For each case (a spec and a wgmma config: the chooser's pick, and others where named) this
 compiles the config both ways in this process (serial: SCATTER_SPLITS raised out of reach) and times,
 in one process: cuBLAS, serial, scattered, twice each alternately, cuBLAS again (bench_untuned's
 protocol: L2 emptied by a read pass, median; every kernel verified against a float64 reference).

@@ -3,9 +3,8 @@
 The writer makes its data visible and sets a flag with a release store; the reader spins on the
 flag with acquire loads, after which the data is visible to it. Used by simt's serial split-K
 (`wait_turn` / `pass_turn`) and the wgmma split tail's partial sums (kernels/wgmma/schedule.py),
-whose contributors also count their reduced shares with a release add (or, where every piece
-writes its share of D, count themselves out with an acquire-release add whose last caller resets
-the flags).
+whose pieces, where each writes its share of D, count themselves out with an acquire-release add
+whose last caller resets the flags.
 """
 from __future__ import annotations
 
@@ -23,12 +22,6 @@ __device__ __forceinline__ void store_release(unsigned int* flag, unsigned int v
 // Spin (one thread) until the flag reads `value`.
 __device__ __forceinline__ void spin_until_equal(const unsigned int* flag, unsigned int value) {
     while (load_acquire(flag) != value) {}
-}
-"""
-
-RELEASE_ADD = r"""// red.release.gpu: add to a counter once this thread's earlier writes are visible to the whole GPU.
-__device__ __forceinline__ void release_add(unsigned int* counter, unsigned int value) {
-    asm volatile("red.release.gpu.global.add.u32 [%0], %1;" :: "l"(counter), "r"(value) : "memory");
 }
 """
 

@@ -23,20 +23,20 @@ then read disjoint k-slabs of A and B, L2 stops holding them, and it was 30-85% 
 shapes (bench/results/2026-11-23-h100-wgmma-variants.md, run 7). Confined to the last wave, the
 scattered slabs are those of the few units left.
 
-The worker whose share holds a unit's first k-block is its finisher: it adds the fp32 partial sums
-of the unit's other pieces, which the next workers store with a flag, and runs the epilogue. A share
-is at most one unit long, so it holds at most two pieces: the end of one unit (stored as a partial,
-run first) and the start of the next (which it finishes). Each worker stores at most one partial, so
-one slot per block is enough, and a finisher waits only on later workers' first pieces, which wait
-on nothing.
+Where a split unit has fewer than SCATTER_SPLITS pieces, the worker whose share holds its first
+k-block is its finisher: it adds the fp32 partial sums of the unit's other pieces, which the next
+workers store with a flag, and runs the epilogue. A share is at most one unit long, so it holds at
+most two pieces: the end of one unit (stored as a partial, run first) and the start of the next
+(which it finishes). Each worker stores at most one partial, so one slot per block is enough, and a
+finisher waits only on later workers' first pieces, which wait on nothing.
 
-Where each split unit has SCATTER_SPLITS pieces or more (equal splits), the finisher does not add
-the partial tiles one after another: every piece of the unit, the one holding its first k-block
-included, stores its partial tile, then sums a share of the tile over all of them, runs the
-epilogue on that share and stores it to D (`sum_share_to_d`; SHARES_WRITE_D). The pieces then wait
-on each other, which the grid's co-residency (checked at load) allows. (Before, the contributors
-stored their sums and a finisher waited for them, read them back and wrote D: two more L2 round
-trips one after another; `SHARES_WRITE_D = False` still builds that.)
+Where each split unit has SCATTER_SPLITS pieces or more (equal splits), no piece finishes it alone:
+every piece, the one holding its first k-block included, stores its partial tile, then sums a share
+of the tile over all of them, runs the epilogue on that share and stores it to D (`sum_share_to_d`).
+The pieces then wait on each other, which the grid's co-residency (checked at load) allows. (Until
+2026-11-26 the contributors stored their sums and a finisher waited for them, read them back and
+wrote D: two more L2 round trips one after another; measured side by side in
+bench/results/2026-11-26-h100-wgmma-exchange-cost.md; that code: `git show 751506f:src/gemmtune/kernels/wgmma/schedule.py`.)
 
 This module is the Python twin of the CUDA scheduler (`next_piece` in the generated code): the
 tests walk it to check that every k-block of every tile is done exactly once.
@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from ...arch import Geometry, geometry
 from ...spec import GemmSpec
 from ..config_base import ceil_div
-from ..parts.flags import ACQ_REL_ADD, ACQUIRE_RELEASE, RELEASE_ADD
+from ..parts.flags import ACQ_REL_ADD, ACQUIRE_RELEASE
 from ..parts.writeback import PairFragment, pair_stores
 from .config import IN_STEP_BLOCKS, WgmmaConfig, splits_fp32
 from .writeback import OUTPUT, operand_decls
@@ -67,39 +67,35 @@ MIN_SHARE = 16
 SHARE_GAIN = 2 * MIN_SHARE
 
 
-# Equal splits into this many pieces or more reduce their partial tiles in parallel (each
-# contributor a share of the tile over all of them): a finisher adding them one by one reads each
-# through one SM, one L2 round trip and one flag after another (H100, 96x96x65536 bf16 in 64x64
-# tiles split 32 ways: 34.9 µs serial, 21.0 scattered). With few pieces the extra hop (contributors
-# wait on each other, then the finisher on them) costs more than it saves: serial ran 3-4% faster at
-# 3 and 4 pieces, the same at 5, 3-6% slower at 8 (bench/results/2026-11-26-h100-wgmma-scatter-reduce.md).
+# Equal splits into this many pieces or more reduce their partial tiles in parallel (each piece a
+# share of the tile over all of them): a finisher adding them one by one reads each through one SM,
+# one L2 round trip and one flag after another (H100, 96x96x65536 bf16 in 64x64 tiles split 32
+# ways: 34.9 µs serial, 21.0 in shares). With few pieces the extra hop (the pieces wait on each
+# other) costs more than it saves: serial ran 3-4% faster at 3 and 4 pieces, the same at 5, 3-6%
+# slower at 8 (bench/results/2026-11-26-h100-wgmma-scatter-reduce.md, measured with the shares then
+# summed for a finisher; writing D from the shares since saved 1 µs more at 64 pieces).
 SCATTER_SPLITS = 6
 
-# Whether the pieces of a scattered unit write D themselves, each its share (sum_share_to_d), rather
-# than a finisher adding the contributors' sums and writing the tile. H100, 2026-11-26
-# (bench/results/2026-11-26-h100-wgmma-exchange-cost.md): the finisher's exchange cost 4.8 µs of 22.6 at
-# 96x96x65536 and 11.2 of 77.3 at 512x512x65536, storing the partials only 0.4 and 3.2 of that.
-SHARES_WRITE_D = True
-
-# How many float4 loads a contributor thread may keep in flight while it sums its share of the
-# partial tiles (ShareSum): 16 (64 registers) with at most 64 accumulators a thread, 8 with more
-# and in 3xtf32 kernels, whose 232 registers hold a partial beside the sums. (16 everywhere: 9 of
-# the 123 split-tail candidates of five long-K shapes spilled a few bytes, 128x192 and 64x256 tiles
-# among them; this rule: 3, the rule before: 5.) The first two versions kept 4 or 8 loads in flight
-# for one or two elements at a time, so a 128x256 tile's 3 elements a thread over 14 contributors
-# took 12 L2 round trips one after another (now 5), and 96x96x65536's 31 contributors in 64x64
-# tiles 4 (now 1).
+# How many float4 loads a piece's thread may keep in flight while it sums its share of the partial
+# tiles (ShareSum). Its accumulators are stored and dead by then, so 16 (64 registers) even on the
+# large two-consumer tiles (512x512x65536 in 128x256 tiles: 3 L2 round trips one after another
+# instead of 5; 0.4-0.8 µs); 8 in 3xtf32 kernels, whose 232 registers hold a partial beside the
+# sums, and in one-consumer tiles of more than SUM_LOADS_ACCUMULATORS (NVRTC 13, the split-tail
+# candidates of six long-K shapes, 2026-11-26: at 16, 64x256 spilled 4-24 bytes, 3xtf32 128x192
+# ~900). The first versions kept 4 or 8 loads in flight for one or two elements at a time, so a
+# 128x256 tile's 3 elements a thread over 14 partials took 12 L2 round trips one after another,
+# and 96x96x65536's 31 in 64x64 tiles 4 (now 1).
 SUM_LOADS = 16
-SUM_LOADS_LARGE_TILE = 8  # with more than SUM_LOADS_ACCUMULATORS, and in 3xtf32 kernels
+SUM_LOADS_LARGE_TILE = 8
 SUM_LOADS_ACCUMULATORS = 64
-THREADS = 128  # a consumer warpgroup: the threads that sum a contributor's share
+THREADS = 128  # a consumer warpgroup: the threads that sum a piece's share
 
 
 @dataclass(frozen=True)
 class ShareSum:
-    """How a contributor's THREADS sum their share of `contributors` partial tiles: `lanes` adjacent
-    lanes sum one element together (lane g over contributors g, g + lanes, ...) and meet by
-    shuffles; each thread `chunk` elements at a time, with `batch` contributors' loads of each in flight."""
+    """How a piece's THREADS sum their share of `contributors` partial tiles: `lanes` adjacent lanes
+    sum one element together (lane g over partial tiles g, g + lanes, ...) and meet by shuffles; each
+    thread `chunk` elements at a time, with `batch` partial tiles' loads of each in flight."""
 
     lanes: int
     chunk: int
@@ -158,13 +154,9 @@ class Schedule:
 
     @property
     def scatter(self) -> bool:
-        """Whether the contributors reduce the partial tiles in shares (see SCATTER_SPLITS)."""
+        """Whether the pieces reduce the partial tiles in shares, each writing its share of D (see
+        SCATTER_SPLITS); else a finisher adds them."""
         return self.splits >= SCATTER_SPLITS
-
-    @property
-    def shares_write_d(self) -> bool:
-        """Whether every piece of a split unit writes its share of D (no finisher; SHARES_WRITE_D)."""
-        return self.scatter and SHARES_WRITE_D
 
     @property
     def share_k_blocks(self) -> float:
@@ -253,7 +245,7 @@ def constants(schedule: Schedule) -> str:
 // unit after unit, are cut into TAIL_WORKERS even shares, one per worker, all running at once.
 constexpr int WORKERS = {schedule.workers}, WHOLE_UNITS = {schedule.whole_units}, TAIL_WORKERS = {schedule.tail_workers};
 constexpr int TAIL_K_BLOCKS = {schedule.tail_k_blocks};
-constexpr bool SHARES_WRITE_D = {"true" if schedule.shares_write_d else "false"};  // the tail's pieces write their shares of D
+constexpr bool SHARES_WRITE_D = {"true" if schedule.scatter else "false"};  // the tail's pieces write their shares of D
 
 // Whether a piece writes D through the epilogue: it holds its tile's first k-block (the finisher),
 // unless its tile is a tail unit whose pieces each write their own share of D.
@@ -313,10 +305,10 @@ __device__ __forceinline__ float4* partial_slot(int block, int consumer) {
 """
 
 
-PARTIAL_STORE = """
+PARTIAL_STORE = r"""
 // A contributor: store this consumer's partial sums (L2 only: another SM reads them) and raise its
 // flag. The barrier orders every thread's stores before thread 0's release at GPU scope.
-__device__ __forceinline__ void store_partial(const float (&acc)[M_BLOCKS][BN / 2], int consumer) {{
+__device__ __forceinline__ void store_partial(const float (&acc)[M_BLOCKS][BN / 2], int consumer) {
     float4* slot = partial_slot(blockIdx.x, consumer);
     #pragma unroll
     for (int mb = 0; mb < M_BLOCKS; ++mb)
@@ -325,8 +317,8 @@ __device__ __forceinline__ void store_partial(const float (&acc)[M_BLOCKS][BN / 
             __stcg(slot + (mb * BN / 8 + q) * 128,
                    make_float4(acc[mb][4 * q], acc[mb][4 * q + 1], acc[mb][4 * q + 2], acc[mb][4 * q + 3]));
     named_barrier(1 + consumer, 128);
-    if (threadIdx.x % 128 == 0) store_release(&partial_ready[blockIdx.x * CONSUMERS + consumer], 1u);{after_store}
-}}
+    if (threadIdx.x % 128 == 0) store_release(&partial_ready[blockIdx.x * CONSUMERS + consumer], 1u);
+}
 """
 
 
@@ -413,73 +405,6 @@ def sum_passes(count: str) -> str:
     return SUM_PASSES.replace("@COUNT@", count)
 
 
-SCATTER = r"""
-// Equal splits of SPLITS pieces (SPLITS - 1 contributors after each finisher): a contributor, once
-// every partial tile of its unit is stored, sums its share of the tile over all of them and stores
-// the sums, so the finisher reads one tile instead of SPLITS - 1 one after another.
-constexpr int SPLITS = {splits}, CONTRIBUTORS = SPLITS - 1;
-constexpr int REDUCED_SLOTS = TAIL_WORKERS / SPLITS * CLUSTER_M;  // one per split unit (and cluster rank)
-constexpr int CONSUMER_FLOAT4S = ROWS_PER_CONSUMER * BN / 4;      // one consumer's part of a tile
-__device__ float4 reduced_sums[(size_t)REDUCED_SLOTS * BM * BN / 4];
-__device__ unsigned int reduced_count[REDUCED_SLOTS * CONSUMERS];  // contributors done; the finisher resets it
-
-// How a contributor's threads sum (schedule.ShareSum, chosen so the share takes as few L2 round
-// trips one after another as the registers allow): SUM_LANES adjacent lanes sum one element
-// together, lane g over contributors g, g + SUM_LANES, ... in order, and meet by shuffles (the
-// same order every run: deterministic); each thread SUM_CHUNK elements at a time, with SUM_BATCH
-// contributors' loads of each in flight.
-constexpr int SUM_LANES = {lanes}, SUM_CHUNK = {chunk}, SUM_BATCH = {batch};
-constexpr int SUM_SLOTS = 128 / SUM_LANES;  // elements a pass sums side by side
-constexpr int SUM_MINE = (CONTRIBUTORS + SUM_LANES - 1) / SUM_LANES;  // contributors a lane reads, at most
-
-__device__ __forceinline__ void reduce_share(int consumer) {{
-    const int worker = blockIdx.x / CLUSTER_M, rank = blockIdx.x % CLUSTER_M;
-    const int tail_unit = worker / SPLITS;  // tail worker w holds a share of tail unit w / SPLITS
-    const int first = tail_unit * SPLITS + 1;  // the unit's first contributor
-    for (int v = threadIdx.x % 128; v < CONTRIBUTORS; v += 128)  // thread v waits on contributor v
-        spin_until_equal(&partial_ready[((first + v) * CLUSTER_M + rank) * CONSUMERS + consumer], 1u);
-    named_barrier(1 + consumer, 128);
-    constexpr size_t STRIDE = (size_t)CLUSTER_M * BM * BN / 4;  // from one contributor's slot to the next's
-    const float4* parts = consumer_part(partial_sums, first * CLUSTER_M + rank, consumer);
-    float4* sums = consumer_part(reduced_sums, tail_unit * CLUSTER_M + rank, consumer);
-    const int me = worker - first;
-    const int lo = me * CONSUMER_FLOAT4S / CONTRIBUTORS, hi = (me + 1) * CONSUMER_FLOAT4S / CONTRIBUTORS;
-{passes}        #pragma unroll
-        for (int e = 0; e < SUM_CHUNK; ++e)
-            if (lane_group == 0 && i0 + SUM_SLOTS * e < hi) __stcg(sums + i0 + SUM_SLOTS * e, sum[e]);
-    }}
-    named_barrier(1 + consumer, 128);
-    if (threadIdx.x % 128 == 0) release_add(&reduced_count[(tail_unit * CLUSTER_M + rank) * CONSUMERS + consumer], 1u);
-}}
-
-// The finisher: once every contributor has counted, add the tile of their sums.
-__device__ __forceinline__ void add_partials(float (&acc)[M_BLOCKS][BN / 2], int worker, int rank, int consumer,
-                                             int unit) {{
-    const int slot = (unit - WHOLE_UNITS) * CLUSTER_M + rank;
-    if (threadIdx.x % 128 == 0) {{
-        unsigned int* count = &reduced_count[slot * CONSUMERS + consumer];
-        spin_until_equal(count, CONTRIBUTORS);  // acquire: every share's sums are visible
-        *count = 0u;  // ready for the next launch
-    }}
-    named_barrier(1 + consumer, 128);
-    // Every contributor read every flag before it counted: ready the flags for the next launch.
-    for (int v = threadIdx.x % 128; v < CONTRIBUTORS; v += 128)
-        partial_ready[((worker + 1 + v) * CLUSTER_M + rank) * CONSUMERS + consumer] = 0u;
-    const float4* sums = consumer_part(reduced_sums, slot, consumer) + threadIdx.x % 128;
-    #pragma unroll
-    for (int mb = 0; mb < M_BLOCKS; ++mb)
-        #pragma unroll
-        for (int q = 0; q < BN / 8; ++q) {{
-            const float4 p = __ldcg(sums + (mb * BN / 8 + q) * 128);
-            acc[mb][4 * q] += p.x;
-            acc[mb][4 * q + 1] += p.y;
-            acc[mb][4 * q + 2] += p.z;
-            acc[mb][4 * q + 3] += p.w;
-        }}
-}}
-"""
-
-
 SHARES_TO_D = r"""
 // Equal splits of SPLITS pieces, each of which writes D (SHARES_WRITE_D): a piece, once every partial
 // tile of its unit is stored (its own included), sums its share of the tile over all SPLITS of them,
@@ -546,9 +471,9 @@ SHARE_PAIRS = PairFragment(loops=(("half", "2"),), row="row0 + 8 * half", col="c
 def shares_to_d(schedule: Schedule, spec: GemmSpec, config: WgmmaConfig) -> str:
     """sum_share_to_d (after the epilogue and store_tile's pair helpers in the kernel text) where the
     schedule's pieces write their shares of D, else nothing."""
-    if not schedule.shares_write_d:
+    if not schedule.scatter:
         return ""
-    plan = reduce_plan(schedule, config, share_loads(spec, config), partials=schedule.splits)
+    plan = reduce_plan(schedule, config, share_loads(spec, config))
     params = "".join(f", {p}" for p in operand_decls(spec.epilogue))
     return SHARES_TO_D.format(splits=schedule.splits, params=params, passes=sum_passes("SPLITS"),
                               stores=pair_stores(spec, SHARE_PAIRS, OUTPUT, "            "), **vars(plan))
@@ -556,48 +481,32 @@ def shares_to_d(schedule: Schedule, spec: GemmSpec, config: WgmmaConfig) -> str:
 
 def share_call(schedule: Schedule, spec: GemmSpec) -> str:
     """The consumer's call after store_partial where the pieces write their shares of D."""
-    if not schedule.shares_write_d:
+    if not schedule.scatter:
         return ""
     operands = "".join(f", {op.name}" for op in spec.epilogue.operands())
     return f"\n                sum_share_to_d(consumer, tile_m, tile_n, D{operands});  // this piece's share of the tile, to D"
 
 
 def share_loads(spec: GemmSpec, config: WgmmaConfig) -> int:
-    """Float4 loads a piece's thread may keep in flight in sum_share_to_d: its accumulators are stored
-    and dead by then, so SUM_LOADS (16) even on the large two-consumer tiles (512x512x65536 in
-    128x256 tiles: 3 L2 round trips one after another instead of 5); scatter_loads' budget for 3xtf32
-    kernels and one-consumer tiles above SUM_LOADS_ACCUMULATORS, which spilled at 16 (NVRTC 13, the
-    split-tail candidates of six long-K shapes, 2026-11-26: 64x256 4-24 bytes, 3xtf32 128x192 ~900)."""
+    """Float4 loads a piece's thread may keep in flight in sum_share_to_d (see SUM_LOADS)."""
     if splits_fp32(spec) or (config.consumers == 1 and config.accumulators > SUM_LOADS_ACCUMULATORS):
-        return scatter_loads(spec, config)
+        return SUM_LOADS_LARGE_TILE
     return SUM_LOADS
 
 
-def scatter_loads(spec: GemmSpec, config: WgmmaConfig) -> int:
-    """Float4 loads a contributor thread may keep in flight (see SUM_LOADS)."""
-    small = config.accumulators <= SUM_LOADS_ACCUMULATORS and not splits_fp32(spec)
-    return SUM_LOADS if small else SUM_LOADS_LARGE_TILE
-
-
-def reduce_plan(schedule: Schedule, config: WgmmaConfig, loads: int, partials: int | None = None) -> ShareSum:
-    """How the pieces of `schedule`'s split units sum their shares (one consumer's part of a tile:
-    THREADS * accumulators / 4 float4s, cut into `partials` shares, each over `partials` partial tiles;
-    default splits - 1, the contributors of the finisher exchange)."""
-    partials = schedule.splits - 1 if partials is None else partials
-    return share_sum(ceil_div(THREADS * config.accumulators // 4, partials), partials, loads)
+def reduce_plan(schedule: Schedule, config: WgmmaConfig, loads: int) -> ShareSum:
+    """How the pieces of `schedule`'s split units sum their shares: one consumer's part of a tile
+    (THREADS * accumulators / 4 float4s) cut into `splits` shares, each over the `splits` partial tiles."""
+    return share_sum(ceil_div(THREADS * config.accumulators // 4, schedule.splits), schedule.splits, loads)
 
 
 def cuda(schedule: Schedule, spec: GemmSpec, config: WgmmaConfig) -> str:
-    """The scheduler's constants and cursor, and the partial-sum exchange when units are split (its
-    contributors' sums as `reduce_plan` gives them for `config`'s tile, `scatter_loads`)."""
+    """The scheduler's constants and cursor, and the partial tiles' slots, store and (serial) add when
+    units are split; the shares' sum_share_to_d comes later in the kernel text (shares_to_d), after
+    the epilogue it runs."""
     text = constants(schedule) + CURSOR
     if not schedule.tail_workers:
         return text
     if not schedule.scatter:
-        return text + ACQUIRE_RELEASE + PARTIAL_SLOTS + PARTIAL_STORE.format(after_store="") + SERIAL_ADD
-    if schedule.shares_write_d:  # sum_share_to_d comes later (shares_to_d): it needs the epilogue
-        return text + ACQUIRE_RELEASE + ACQ_REL_ADD + PARTIAL_SLOTS + PARTIAL_STORE.format(after_store="")
-    return (text + ACQUIRE_RELEASE + RELEASE_ADD + PARTIAL_SLOTS
-            + SCATTER.format(splits=schedule.splits, passes=sum_passes("CONTRIBUTORS"),
-                             **vars(reduce_plan(schedule, config, scatter_loads(spec, config))))
-            + PARTIAL_STORE.format(after_store="\n    reduce_share(consumer);  // this contributor's share of the unit's sums"))
+        return text + ACQUIRE_RELEASE + PARTIAL_SLOTS + PARTIAL_STORE + SERIAL_ADD
+    return text + ACQUIRE_RELEASE + ACQ_REL_ADD + PARTIAL_SLOTS + PARTIAL_STORE
