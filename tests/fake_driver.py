@@ -81,6 +81,7 @@ class FakeDriver:
         self.calls: list[str] = []
         self.pending_error: CUresult | None = None  # reported at the next synchronize, like a fault
         self.events_alive = 0
+        self.recorded_on: list[int] = []  # the stream of every cuEventRecord
         self.context = 0
         self.modules_alive = 0
         self._ids = itertools.count(1)
@@ -194,7 +195,21 @@ class FakeDriver:
 
     def cuEventRecord(self, event, stream):
         self.calls.append("record")
+        self.recorded_on.append(int(stream or 0))
         event[0] = time.perf_counter()
+        return (OK,)
+
+    # streams: `capturing` holds the handles of the streams being captured into a graph now
+    CUstreamCaptureStatus = real.CUstreamCaptureStatus
+    capturing: frozenset = frozenset()
+
+    def cuStreamIsCapturing(self, stream):
+        status = self.CUstreamCaptureStatus
+        return (OK, status.CU_STREAM_CAPTURE_STATUS_ACTIVE if int(stream) in self.capturing
+                else status.CU_STREAM_CAPTURE_STATUS_NONE)
+
+    def cuStreamWaitEvent(self, stream, event, flags):
+        self.calls.append(f"{int(stream)} waits")
         return (OK,)
 
     def cuEventSynchronize(self, event): return self._sync()

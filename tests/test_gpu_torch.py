@@ -1,7 +1,8 @@
 """On the GPU: gemmtune kernels inside PyTorch. CUDA-graph capture and replay of every family's kernel
 gives the right D; a side stream with work queued before the call gives the right D; gemmtune.torch's
 custom operator passes torch.library.opcheck, runs under torch.compile(fullgraph=True) and CUDA
-graphs, and differentiates. References are float64 products of the same (rounded) inputs."""
+graphs, and differentiates; a kernel with state of its own runs right on two streams at once. References
+are float64 products of the same (rounded) inputs."""
 from __future__ import annotations
 
 import pytest
@@ -109,6 +110,38 @@ def test_a_side_stream_with_work_queued_before_the_call(family):
         kernel(values["A"], values["B"], out=out, **operands)
     side.synchronize()
     _check(spec, out, _reference(spec, {**values}))
+
+
+STATEFUL_SPECS = {"split-tail": GemmSpec(96, 96, 65536, layout="nt", dtype="bf16"), "staged": UNALIGNED}
+
+
+@pytest.mark.parametrize("kind", list(STATEFUL_SPECS))
+def test_a_stateful_kernel_on_two_streams_at_once(kind):
+    """A kernel that keeps state between launches (a split tail's partial tiles and flags in module
+    memory; a staged operand's workspace), launched alternately on two streams whose queues start
+    together: each launch waits for the last one on the other stream (stream_order.py), so both Ds
+    are right. Run at once, the two would add each other's partial sums (or read each other's
+    staged copy)."""
+    spec = STATEFUL_SPECS[kind]
+    kernel = gemmtune.build(spec)
+    source = kernel.compiled.source
+    assert source.module_state if kind == "split-tail" else source.staged, kind
+    values = [_operands(spec, seed=seed) for seed in (3, 4)]
+    outs = [torch.full((spec.m, spec.n), float("nan"), device="cuda", dtype=TYPES[spec.out_dtype]) for _ in values]
+    kernel(values[0]["A"], values[0]["B"], out=outs[0], **{k: v for k, v in values[0].items() if k not in ("A", "B")})
+    torch.cuda.synchronize()
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    for stream in streams:
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            torch.cuda._sleep(20_000_000)  # both queues held until every launch below is enqueued
+    for _ in range(8):
+        for stream, value, out in zip(streams, values, outs):
+            with torch.cuda.stream(stream):
+                kernel(value["A"], value["B"], out=out, **{k: v for k, v in value.items() if k not in ("A", "B")})
+    torch.cuda.synchronize()
+    for value, out in zip(values, outs):
+        _check(spec, out, _reference(spec, value))
 
 
 def test_explicit_stream_argument_wins():

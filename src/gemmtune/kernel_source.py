@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 
 from .spec import GemmSpec
@@ -99,6 +100,16 @@ class StagedOperand:
         return StagedOperand(data["operand"], data["rows"], data["row_bytes"], data["pitch"])
 
 
+def _declares_module_memory(line: str) -> bool:
+    """`__device__ float4 partial_sums[...];` yes; `__device__ __forceinline__ void f(...)` and
+    `__device__ float twice(float x) {` no: a declaration at the line's start that ends in `;` with
+    no parenthesis outside its brackets."""
+    if not line.startswith("__device__ "):
+        return False
+    head = line.split("//")[0].strip()
+    return head.endswith(";") and "(" not in re.sub(r"\[[^\]]*\]", "", head)
+
+
 @dataclass(frozen=True)
 class KernelSource:
     code: str
@@ -141,6 +152,13 @@ class KernelSource:
     @property
     def threads(self) -> int:
         return self.block[0] * self.block[1] * self.block[2]
+
+    @property
+    def module_state(self) -> bool:
+        """Whether the code declares memory of its own at module scope (`__device__` arrays: split-K
+        partial tiles and the flags blocks wait on, left zeroed by every launch for the next). Two
+        launches of one loaded module must then not run at once (stream_order.py)."""
+        return any(_declares_module_memory(line) for line in self.code.splitlines())
 
     def content_hash(self) -> str:
         """Hash of everything that changes the compiled binary."""

@@ -18,6 +18,7 @@ from .dtypes import NAN_BITS, storage_bytes
 from .errors import LaunchError, ResourceError, SpecError
 from .kernel_source import SCALAR_ARGS, KernelSource, StagedOperand, TensorMapArg
 from .kernels.parts import staging
+from .stream_order import StreamOrder
 from .tensor_map import encode_tensor_map
 
 NAN_F32_BITS = NAN_BITS["fp32"]  # a quiet float32 NaN: poisons outputs so unwritten elements show
@@ -369,7 +370,8 @@ def dependent_launch_config(source: KernelSource, stream: Any) -> Any:
 @dataclass(frozen=True)
 class BoundLaunch:
     """One kernel with its arguments packed once: calling it only enqueues the launch (after the
-    copies of its staged operands, when it has any)."""
+    copies of its staged operands, when it has any; after the kernel's last launch, when that was on
+    another stream and the kernel keeps state between launches: `order`)."""
 
     function: Any
     source: KernelSource
@@ -377,9 +379,12 @@ class BoundLaunch:
     stream: Any = 0
     copies: tuple[StagingCopy | StageLaunch, ...] = ()
     dependent: Any = None  # dependent_launch_config's result: launched with cuLaunchKernelEx
+    order: StreamOrder | None = None  # the loaded kernel's, where it keeps state (stream_order.py)
 
     def __call__(self) -> None:
         src = self.source
+        if self.order is not None:
+            self.order.before(self.stream)
         for copy in self.copies:
             copy(self.stream)
         if self.dependent is not None:
@@ -406,6 +411,9 @@ class LoadedKernel:
         self.source = compiled.source
         self._workspaces: dict[str, DeviceBuffer] = {}  # staged operand -> its workspace
         self._dependent_configs: dict[int, Any] = {}  # stream handle -> dependent_launch_config's result
+        # Module memory (split-K partials, flags) or staging workspaces that every launch uses: a launch on
+        # another stream than the last waits for it (stream_order.py).
+        self._order = StreamOrder() if compiled.source.module_state or compiled.source.staged else None
         self.module = checked(driver().cuModuleLoadData(compiled.cubin), "cuModuleLoadData")
         try:
             self.function = self._get_function()
@@ -438,8 +446,9 @@ class LoadedKernel:
     def bind(self, bindings: Mapping[str, Any], stream: Any = 0, dependent_launch: bool = True) -> BoundLaunch:
         """Pack `bindings` (name -> device pointer int / DeviceBuffer, or float) for repeated launches.
         A staged operand's tensor maps describe this kernel's workspace for it, which each launch
-        fills first: launches of one loaded kernel share that workspace, so launches on different
-        streams must not overlap. A kernel with the dependent-launch prologue is launched so that it
+        fills first. Launches of one loaded kernel share that workspace and the kernel's module memory
+        (split-K partials and flags), so a launch on another stream than the last waits for it
+        (stream_order.py). A kernel with the dependent-launch prologue is launched so that it
         overlaps the kernel before it, unless `dependent_launch` is False (then it runs as any other)."""
         copies: list[StagingCopy | StageLaunch] = []
         if self.source.staged:
@@ -461,7 +470,7 @@ class LoadedKernel:
                                           f"launching {staging.stage_entry(self.source.entry)}"))
         args = pack_arguments(self.source.args, bindings, self.source.entry, self.source.tensor_maps)
         dependent = self._dependent_config(stream) if dependent_launch and self.source.dependent_launch else None
-        return BoundLaunch(self.function, self.source, args, stream, tuple(copies), dependent)
+        return BoundLaunch(self.function, self.source, args, stream, tuple(copies), dependent, self._order)
 
     def _dependent_config(self, stream: Any) -> Any:
         """dependent_launch_config for `stream`, built once per stream: the torch path binds at every
@@ -490,6 +499,8 @@ class LoadedKernel:
         workspaces, self._workspaces = self._workspaces, {}
         for buffer in workspaces.values():
             buffer.free()
+        if self._order is not None:
+            self._order.close()
         if self.module is not None:
             module, self.module = self.module, None
             checked(driver().cuModuleUnload(module), "cuModuleUnload")

@@ -10,7 +10,8 @@
 Every call goes through one custom operator, ``gemmtune::gemm`` (torch.library.custom_op, with a fake
 implementation for shapes), so ``torch.compile(fullgraph=True)`` traces through it without a graph
 break. Kernels are enqueued on torch's current stream, so CUDA-graph capture and side streams see
-them. A kernel is built (NVRTC) once per (spec, device) and kept. Autograd works: the backward is two
+them (a kernel with state of its own, such as a split tail's partial tiles, runs one launch at a time
+across streams: stream_order.py). A kernel is built (NVRTC) once per (spec, device) and kept. Autograd works: the backward is two
 more gemmtune GEMMs (plus one that recomputes the pre-activation when the epilogue has relu or gelu).
 """
 from __future__ import annotations

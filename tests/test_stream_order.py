@@ -1,0 +1,100 @@
+"""Kernels that keep state between launches (module memory, staging workspaces) are launched one
+after another across streams (stream_order.py), against the fake driver: no GPU needed."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from fake_driver import FakeDriver, installed
+from gemmtune.compiler import CompiledKernel, ResourceUsage
+from gemmtune.kernel_source import KernelSource
+from gemmtune.kernels import get_family
+from gemmtune.runtime import LoadedKernel
+from gemmtune.spec import GemmSpec
+from test_fake_device import SPEC, python_gemm
+
+SPLIT_STATE = "__device__ unsigned int split_turn[4];  // whose turn it is, per tile\n"
+
+
+def compiled(code: str = "// python") -> CompiledKernel:
+    source = KernelSource(code, "gemm", (1, 1, 1), (128, 1, 1), ("A", "B", "alpha", "D"), SPEC, "fake", "1")
+    return CompiledKernel(source, "sm_90", b"cubin", "", ResourceUsage(32, 0, 0, 0, 0), "", 0.0, "13.0")
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeDriver:
+    with installed(monkeypatch, FakeDriver({"gemm": python_gemm()})) as driver:
+        yield driver
+
+
+def _launch(kernel: LoadedKernel, buffers: dict, stream: int) -> None:
+    kernel.launch({"A": buffers["A"], "B": buffers["B"], "alpha": 1.0, "D": buffers["D"]}, stream)
+
+
+@pytest.fixture
+def buffers(fake: FakeDriver) -> dict:
+    shapes = {"A": (SPEC.m, SPEC.k), "B": (SPEC.k, SPEC.n), "D": (SPEC.m, SPEC.n)}
+    return {name: fake.cuMemAlloc(int(np.prod(shape)) * 4)[1] for name, shape in shapes.items()}
+
+
+def test_a_stateful_kernel_waits_for_its_last_launch_on_another_stream(fake, buffers):
+    kernel = LoadedKernel(compiled(SPLIT_STATE))
+    for stream in (7, 7, 9, 9, 7):
+        _launch(kernel, buffers, stream)
+    # The first change (7 -> 9): an event on 7, 9 waits on it; the second (9 -> 7) the other way round.
+    orders = [c for c in fake.calls if c == "record" or c.endswith("waits")]
+    assert orders == ["record", "9 waits", "record", "7 waits"] and fake.recorded_on == [7, 9]
+    assert fake.calls.count("launch") == 5 and fake.events_alive == 1
+    kernel.unload()
+    assert fake.events_alive == 0
+
+
+def test_a_stateless_kernel_runs_on_any_stream_unordered(fake, buffers):
+    kernel = LoadedKernel(compiled())
+    for stream in (7, 9, 7):
+        _launch(kernel, buffers, stream)
+    assert fake.calls.count("launch") == 3 and "record" not in fake.calls
+    assert not any(c.endswith("waits") for c in fake.calls) and fake.events_alive == 0
+    kernel.unload()
+
+
+def test_a_launch_under_graph_capture_is_left_to_the_graph(fake, buffers):
+    """Capturing stream 9: its launch neither records nor waits (an outside event cannot join a
+    capture), and the next launch outside it orders after the last launch outside it (stream 7)."""
+    kernel = LoadedKernel(compiled(SPLIT_STATE))
+    _launch(kernel, buffers, 7)
+    fake.capturing = frozenset({9})
+    _launch(kernel, buffers, 9)
+    assert "record" not in fake.calls
+    fake.capturing = frozenset()
+    _launch(kernel, buffers, 7)  # the same stream as the last launch outside the capture: nothing
+    assert "record" not in fake.calls
+    fake.capturing = frozenset({7})  # 7 now captures: a launch on 11 cannot wait on it
+    _launch(kernel, buffers, 11)
+    assert "record" not in fake.calls and not any(c.endswith("waits") for c in fake.calls)
+    fake.capturing = frozenset()
+    _launch(kernel, buffers, 7)  # 11 was the last launch outside a capture
+    assert fake.recorded_on == [11] and "7 waits" in fake.calls
+    kernel.unload()
+
+
+def test_module_memory_is_read_from_the_generated_code():
+    """Split tails and split-K keep partial tiles and flags in module memory; plain tiles and GEMVs do not."""
+    from gemmtune.kernels.simt.config import SimtConfig
+    from gemmtune.kernels.wgmma.config import WgmmaConfig
+
+    wgmma, simt, gemv = get_family("wgmma"), get_family("simt"), get_family("gemv")
+    long_k = GemmSpec(512, 512, 65536, "nt", "bf16")
+    assert wgmma.render(long_k, WgmmaConfig(bm=128, bn=256, split_tail=True), "sm_90a").module_state
+    assert not wgmma.render(long_k, WgmmaConfig(bm=128, bn=256), "sm_90a").module_state
+    square = GemmSpec(1024, 1024, 1024)
+    assert not simt.render(square, SimtConfig(), "sm_90").module_state
+    for reduce in ("serial", "workspace"):
+        assert simt.render(square, SimtConfig(split_k=2, split_reduce=reduce), "sm_90").module_state
+    decode = GemmSpec(1, 4096, 4096, "nt", "bf16")
+    assert not gemv.render(decode, gemv.default_config(decode, "sm_90"), "sm_90").module_state
+    # A helper function declared at module scope is not memory.
+    helper = dataclasses.replace(compiled().source, code="__device__ float twice(float x) { return 2 * x; }\n")
+    assert not helper.module_state
