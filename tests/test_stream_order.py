@@ -18,13 +18,17 @@ from test_fake_device import SPEC, python_gemm
 SPLIT_STATE = "__device__ unsigned int split_turn[4];  // whose turn it is, per tile\n"
 
 
-def compiled(code: str = "// python") -> CompiledKernel:
-    source = KernelSource(code, "gemm", (1, 1, 1), (128, 1, 1), ("A", "B", "alpha", "D"), SPEC, "fake", "1")
+def compiled(code: str = "// python", co_resident: bool = False) -> CompiledKernel:
+    source = KernelSource(code, "gemm", (1, 1, 1), (128, 1, 1), ("A", "B", "alpha", "D"), SPEC, "fake", "1",
+                          co_resident=co_resident)
     return CompiledKernel(source, "sm_90", b"cubin", "", ResourceUsage(32, 0, 0, 0, 0), "", 0.0, "13.0")
 
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> FakeDriver:
+    from gemmtune import stream_order
+
+    monkeypatch.setattr(stream_order, "_shared", {})  # each test starts with no shared order
     with installed(monkeypatch, FakeDriver({"gemm": python_gemm()})) as driver:
         yield driver
 
@@ -58,6 +62,21 @@ def test_a_stateless_kernel_runs_on_any_stream_unordered(fake, buffers):
     assert fake.calls.count("launch") == 3 and "record" not in fake.calls
     assert not any(c.endswith("waits") for c in fake.calls) and fake.events_alive == 0
     kernel.unload()
+
+
+def test_kernels_whose_blocks_wait_on_each_other_share_one_order_per_gpu(fake, buffers):
+    """Two different co-resident kernels (split tails) on two streams run one after another: started
+    together, each could hold part of the GPU with its blocks waiting for blocks that cannot start."""
+    first = LoadedKernel(compiled(SPLIT_STATE, co_resident=True))
+    second = LoadedKernel(compiled(SPLIT_STATE + "// another kernel\n", co_resident=True))
+    _launch(first, buffers, 7)
+    _launch(second, buffers, 9)
+    _launch(second, buffers, 9)
+    _launch(first, buffers, 7)
+    assert fake.recorded_on == [7, 9] and [c for c in fake.calls if c.endswith("waits")] == ["9 waits", "7 waits"]
+    first.unload()
+    second.unload()
+    assert fake.events_alive == 1  # the GPU's shared order keeps its event for the next kernels
 
 
 def test_a_launch_under_graph_capture_is_left_to_the_graph(fake, buffers):

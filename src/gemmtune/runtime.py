@@ -18,7 +18,7 @@ from .dtypes import NAN_BITS, storage_bytes
 from .errors import LaunchError, ResourceError, SpecError
 from .kernel_source import SCALAR_ARGS, KernelSource, StagedOperand, TensorMapArg
 from .kernels.parts import staging
-from .stream_order import StreamOrder
+from .stream_order import StreamOrder, shared_order
 from .tensor_map import encode_tensor_map
 
 NAN_F32_BITS = NAN_BITS["fp32"]  # a quiet float32 NaN: poisons outputs so unwritten elements show
@@ -412,8 +412,10 @@ class LoadedKernel:
         self._workspaces: dict[str, DeviceBuffer] = {}  # staged operand -> its workspace
         self._dependent_configs: dict[int, Any] = {}  # stream handle -> dependent_launch_config's result
         # Module memory (split-K partials, flags) or staging workspaces that every launch uses: a launch on
-        # another stream than the last waits for it (stream_order.py).
-        self._order = StreamOrder() if compiled.source.module_state or compiled.source.staged else None
+        # another stream than the last waits for it (stream_order.py); kernels whose blocks wait on each
+        # other share one order per GPU, so that two of them never split the SMs between their grids.
+        self._order = (shared_order(ordinal) if compiled.source.co_resident
+                       else StreamOrder() if compiled.source.module_state or compiled.source.staged else None)
         self.module = checked(driver().cuModuleLoadData(compiled.cubin), "cuModuleLoadData")
         try:
             self.function = self._get_function()
@@ -499,7 +501,7 @@ class LoadedKernel:
         workspaces, self._workspaces = self._workspaces, {}
         for buffer in workspaces.values():
             buffer.free()
-        if self._order is not None:
+        if self._order is not None and not self.source.co_resident:  # a shared order outlives its kernels
             self._order.close()
         if self.module is not None:
             module, self.module = self.module, None

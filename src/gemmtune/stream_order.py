@@ -7,6 +7,12 @@ operands are copied into a workspace that belongs to the loaded kernel (runtime.
 launches of one loaded kernel that run at once would share that memory: partial sums of one would
 be added into the other's tile, or a block would wait on a flag the other reset, and hang.
 
+Kernels whose blocks wait on each other (a split tail's pieces spin on the flags of the other pieces
+of their tile: KernelSource.co_resident) need their whole grid resident at once, which the runtime
+checks for each alone. Two such grids started together on two streams could each hold part of the
+GPU, their resident blocks waiting for blocks that cannot start: so all of them on one GPU share one
+order (`shared_order`), and run one after another across streams, different kernels included.
+
 On one stream launches run in order, so nothing is needed. When a launch comes on another stream
 than the kernel's last one, `StreamOrder.before` makes the new stream wait for everything enqueued
 so far on the old one (an event recorded there, cuStreamWaitEvent): the two launches then run one
@@ -69,3 +75,13 @@ class StreamOrder:
             event, self._event, self._last = self._event, None, None
         if event is not None:
             checked(driver().cuEventDestroy(event), "cuEventDestroy")
+
+
+_shared: dict[int, StreamOrder] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_order(ordinal: int) -> StreamOrder:
+    """The order of GPU `ordinal`'s kernels whose blocks wait on each other (kept for the process)."""
+    with _shared_lock:
+        return _shared.setdefault(ordinal, StreamOrder())
