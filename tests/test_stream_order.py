@@ -117,3 +117,14 @@ def test_module_memory_is_read_from_the_generated_code():
     # A helper function declared at module scope is not memory.
     helper = dataclasses.replace(compiled().source, code="__device__ float twice(float x) { return 2 * x; }\n")
     assert not helper.module_state
+
+
+def test_the_exported_launcher_says_when_calls_must_be_ordered():
+    from gemmtune.export.header import _launcher
+    from gemmtune.kernels.wgmma.config import WgmmaConfig
+
+    long_k = GemmSpec(512, 512, 65536, "nt", "bf16")
+    wgmma = get_family("wgmma")
+    split = _launcher("gemm", wgmma.render(long_k, WgmmaConfig(bm=128, bn=256, split_tail=True), "sm_90a"))
+    whole = _launcher("gemm", wgmma.render(long_k, WgmmaConfig(bm=128, bn=256), "sm_90a"))
+    assert "two calls must not run\n// at once" in split and "module memory" not in whole

@@ -173,9 +173,12 @@ def _launcher(name: str, source: KernelSource) -> str:
     maps += _stage_launch(name, source) if source.stage_kernel else ""
     maps += "".join(_tensor_map_block(t, staged) for t in source.tensor_maps)
     g, b = source.grid, source.block
+    state = ("\n// The kernel keeps its split tiles' partial sums and flags in module memory: two calls must not run\n"
+             "// at once (on two streams), nor beside another kernel whose blocks wait on each other; order them\n"
+             "// (one stream, or an event)." if source.module_state else "")
     return f"""// D = {formula(spec)} for exactly M={spec.m}, N={spec.n}, K={spec.k} ({_layout_comment(spec)}).
 // Launches asynchronously on `stream`; returns cudaSuccess or the launch error. Pointers are
-// device pointers ({_types_comment(spec)}), 16-byte aligned (cudaMalloc's are).
+// device pointers ({_types_comment(spec)}), 16-byte aligned (cudaMalloc's are).{state}
 inline cudaError_t {name}({launcher_params(spec)}) {{
     const dim3 grid({g[0]}, {g[1]}, {g[2]}), block({b[0]}, {b[1]}, {b[2]});
     const size_t smem = {source.dynamic_smem};  // dynamic shared memory in bytes
