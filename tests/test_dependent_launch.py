@@ -1,5 +1,5 @@
 """Dependent launch without a GPU (kernels/parts/dependent_launch.py): which gemv kernels start with
-its prologue (sm_90+, the rows kind), the SASS it gives (the early start, the L2 prefetch, the wait
+its prologue (sm_90+, all but the columns kernel on tensor cores), the SASS it gives (the early start, the L2 prefetch, the wait
 before any other memory access), the flag's JSON round trip, the runtime's launch configuration and
 the exported launcher's cudaLaunchKernelExC."""
 from __future__ import annotations
@@ -19,6 +19,9 @@ DECODE = GemmSpec(16, 4096, 4096, "nt", "bf16")
 ROWS_1 = GemmSpec(1, 4096, 4096, "nt", "bf16")  # B stored N×K: the CUDA-core rows kernel
 COLUMNS_1 = GemmSpec(1, 4096, 4096, "nn", "fp32")  # B stored K×N: the columns kernel
 CUDA_CORE = GemvConfig(threads=256, warps_per_output=8, outputs_per_warp=1, threads_x=8, unroll=2)
+COLUMNS_16 = GemmSpec(16, 4096, 4096, "nn", "fp32")  # 16 vectors: the columns kernel in quads
+QUADS = GemvConfig(threads=512, threads_x=8, unroll=1)
+TENSOR_COLUMNS = GemmSpec(16, 4096, 4096, "nn", "tf32")
 
 
 @pytest.mark.parametrize("spec, config, arch, expected", [
@@ -26,17 +29,22 @@ CUDA_CORE = GemvConfig(threads=256, warps_per_output=8, outputs_per_warp=1, thre
     (DECODE, UNTUNED_TENSOR_CORE_CONFIG, "sm_100", True),
     (DECODE, UNTUNED_TENSOR_CORE_CONFIG, "sm_80", False),  # griddepcontrol needs sm_90
     (ROWS_1, CUDA_CORE, "sm_90", True),
-    (COLUMNS_1, GemvConfig(threads=256, threads_x=32, unroll=2), "sm_90", False),  # no contiguous run of W per block
+    (COLUMNS_1, GemvConfig(threads=256, threads_x=32, unroll=2), "sm_90", True),  # a strip of W's first rows
+    (COLUMNS_16, QUADS, "sm_90", True),
+    (COLUMNS_16, QUADS, "sm_80", False),
+    # The columns kernel on tensor cores: its warps start at spans far apart along K.
+    (TENSOR_COLUMNS, GemvConfig(threads=256, warps_per_output=8, tensor_cores=True, mma_tiles=4), "sm_90", False),
 ])
 def test_which_kernels_start_with_the_prologue(spec, config, arch, expected):
     source = render(spec, config, arch)
-    assert depends_on_launch(spec, arch) is expected
+    assert depends_on_launch(spec, arch, config) is expected
     assert source.dependent_launch is expected
     assert ("griddepcontrol.wait" in source.code) is expected
     assert ("griddepcontrol.launch_dependents" in source.code) is expected
 
 
-@pytest.mark.parametrize("spec, config", [(DECODE, UNTUNED_TENSOR_CORE_CONFIG), (ROWS_1, CUDA_CORE)])
+@pytest.mark.parametrize("spec, config", [(DECODE, UNTUNED_TENSOR_CORE_CONFIG), (ROWS_1, CUDA_CORE),
+                                          (COLUMNS_16, QUADS), (COLUMNS_1, GemvConfig(threads=256, threads_x=32, unroll=2))])
 def test_sass_starts_early_prefetches_then_waits_before_any_load(tmp_path, spec, config):
     """PREEXIT (let the next kernel start), CCTL.E.PF2 (the L2 prefetches), then ACQBULK (the wait)
     before the first global load or store: nothing the previous kernel writes is touched before it."""
@@ -80,3 +88,28 @@ def test_exported_launcher_launches_with_the_attribute():
     assert "cudaLaunchAttributeProgrammaticStreamSerialization" in dependent
     plain = _launcher("decode", render(DECODE, UNTUNED_TENSOR_CORE_CONFIG, "sm_80"))
     assert "cudaLaunchKernelExC" not in plain and "cudaLaunchKernel(" in plain
+
+
+@pytest.mark.parametrize("p, k, cols, first_rows, size", [(4096, 4096, 32, 256, 4), (1000, 4096, 32, 256, 4),
+                                                           (1030, 10, 512, 64, 2), (8, 4096, 8, 2048, 4)])
+def test_the_columns_prefetch_stays_inside_the_blocks_strip(p, k, cols, first_rows, size):
+    """_columns_start's arithmetic and prefetch_rows_to_l2's addresses, in Python: every line asked for
+    lies in a row the first step reads and inside the block's strip of outputs (the last block's is
+    narrower), and the lines stay within the budget (at least one row)."""
+    from gemmtune.kernels.gemv.render import PREFETCH_BYTES
+
+    budget = PREFETCH_BYTES["columns"]
+    assert f"(size_t){budget} / strip_lines" in render(COLUMNS_16, QUADS, "sm_90").code
+    for block in range(-(-p // cols)):
+        first = block * cols
+        strip = min(cols, p - first) * size
+        rows = min(first_rows, k, max(1, budget // (-(-strip // 128) * 128)))
+        head = min(strip, budget // rows)  # dependent_launch.prologue's prefetch_head
+        lines = -(-head // 128)
+        asked = set()
+        for i in range(rows * lines):
+            row, line = divmod(i, lines)
+            at = first * size + row * p * size + min(line * 128, head - 1)
+            asked.add(at)
+            assert row < min(first_rows, k) and first * size <= at - row * p * size < first * size + strip
+        assert len(asked) * 128 <= max(budget, 128 * lines)

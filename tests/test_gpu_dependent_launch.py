@@ -1,7 +1,7 @@
 """On the GPU: gemv kernels launched with dependent launch (kernels/parts/dependent_launch.py) start
 before the kernel ahead of them has finished, so they must wait for it before reading what it
 writes. A chain in which each GEMV reads the D that the one before it has just written (poisoned
-with NaN before every round) checks that, back to back and inside a captured CUDA graph; a GEMV
+with NaN before every round; rows kernels in bf16, the columns kernel in fp32) checks that, back to back and inside a captured CUDA graph; a GEMV
 launched after torch work on its input checks the case where the kernel ahead is not ours."""
 from __future__ import annotations
 
@@ -18,16 +18,19 @@ from gemmtune.verify import tolerance  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 ROUNDS = 20
-# 16 vectors through three layers (tensor-core rows kernel), and one vector (CUDA-core rows kernel).
-CHAINS = {"rows-16": (16, (4096, 4096, 1000)), "rows-1": (1, (4096, 11008, 4096))}
+# (vectors, layer widths, layout, dtype): 16 vectors through three layers (tensor-core rows kernel), one
+# vector (CUDA-core rows kernel); fp32 with B stored K×N (the CUDA-core columns kernel), 16 vectors and one.
+CHAINS = {"rows-16": (16, (4096, 4096, 1000), "nt", "bf16"), "rows-1": (1, (4096, 11008, 4096), "nt", "bf16"),
+          "columns-16": (16, (4096, 4096, 1000), "nn", "fp32"), "columns-1": (1, (4096, 11008, 4096), "nn", "fp32")}
+TYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 WIDTH = 4096  # the chain's input width
 
 
-def _chain(m: int, widths: tuple[int, ...]):
-    """The layers' kernels: layer i maps m×k vectors to m×n (B stored n×k, bf16, layout nt)."""
+def _chain(m: int, widths: tuple[int, ...], layout: str, dtype: str):
+    """The layers' kernels: layer i maps m×k vectors to m×n (B stored n×k for nt, k×n for nn)."""
     kernels, k = [], WIDTH
     for n in widths:
-        kernel = gemmtune.build(GemmSpec(m, n, k, "nt", "bf16"))
+        kernel = gemmtune.build(GemmSpec(m, n, k, layout, dtype))
         assert kernel.family == "gemv"
         if arch_number(kernel.arch) >= 90:
             assert kernel.compiled.source.dependent_launch
@@ -36,47 +39,53 @@ def _chain(m: int, widths: tuple[int, ...]):
     return kernels
 
 
-def _weights(widths: tuple[int, ...], seed: int) -> list:
+def _weights(widths: tuple[int, ...], seed: int, layout: str = "nt", dtype: str = "bf16") -> list:
     g = torch.Generator(device="cuda").manual_seed(seed)
     shapes, k = [], WIDTH
     for n in widths:
-        shapes.append((n, k))
+        shapes.append((n, k) if layout == "nt" else (k, n))
         k = n
     # Scaled so the activations stay near 1 through the layers.
-    return [torch.rand(s, generator=g, device="cuda").mul_(2).sub_(1).mul_(s[1] ** -0.5).to(torch.bfloat16)
+    return [torch.rand(s, generator=g, device="cuda").mul_(2).sub_(1).mul_(k_of(s, layout) ** -0.5).to(TYPES[dtype])
             for s in shapes]
 
 
-def _check_layers(x, weights, outs) -> None:
-    """Each layer's D against float64 products of the input it should have read (the bf16 D before it)."""
+def k_of(shape: tuple[int, int], layout: str) -> int:
+    return shape[1] if layout == "nt" else shape[0]
+
+
+def _check_layers(x, weights, outs, layout: str = "nt", dtype: str = "bf16") -> None:
+    """Each layer's D against float64 products of the input it should have read (the D before it)."""
     inputs = [x] + outs[:-1]
     for i, (a, w, d) in enumerate(zip(inputs, weights, outs)):
         got = d.double().cpu()
         assert not torch.isnan(got).any(), f"layer {i}: NaN in D (read a poisoned input, or not written)"
-        ref = a.double().cpu() @ w.double().cpu().t()
+        stored = w.double().cpu()
+        ref = a.double().cpu() @ (stored.t() if layout == "nt" else stored)
         error = float(torch.linalg.norm(got - ref) / torch.linalg.norm(ref))
-        assert error <= tolerance("bf16", w.shape[1], "bf16"), f"layer {i}: relative error {error:.3g}"
+        k = k_of(tuple(w.shape), layout)
+        assert error <= tolerance(dtype, k, dtype), f"layer {i}: relative error {error:.3g}"
 
 
 @pytest.mark.parametrize("chain", list(CHAINS))
 def test_back_to_back_chain_reads_what_the_kernel_before_wrote(chain):
-    m, widths = CHAINS[chain]
-    kernels = _chain(m, widths)
-    x = torch.rand((m, WIDTH), device="cuda").mul_(2).sub_(1).to(torch.bfloat16)
+    m, widths, layout, dtype = CHAINS[chain]
+    kernels = _chain(m, widths, layout, dtype)
+    x = torch.rand((m, WIDTH), device="cuda").mul_(2).sub_(1).to(TYPES[dtype])
     for round_ in range(ROUNDS):
-        weights = _weights(widths, seed=round_)
-        outs = [torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16) for n in widths]
+        weights = _weights(widths, round_, layout, dtype)
+        outs = [torch.full((m, n), float("nan"), device="cuda", dtype=TYPES[dtype]) for n in widths]
         a = x
         for kernel, w, d in zip(kernels, weights, outs):  # queued back to back, no sync between
             kernel(a, w, out=d)
             a = d
         torch.cuda.synchronize()
-        _check_layers(x, weights, outs)
+        _check_layers(x, weights, outs, layout, dtype)
 
 
 def test_chain_inside_a_cuda_graph():
-    m, widths = CHAINS["rows-16"]
-    kernels = _chain(m, widths)
+    m, widths, layout, dtype = CHAINS["rows-16"]
+    kernels = _chain(m, widths, layout, dtype)
     x = torch.rand((m, WIDTH), device="cuda").mul_(2).sub_(1).to(torch.bfloat16)
     weights = _weights(widths, seed=0)
     outs = [torch.empty((m, n), device="cuda", dtype=torch.bfloat16) for n in widths]
@@ -104,8 +113,8 @@ def test_chain_inside_a_cuda_graph():
 
 def test_gemv_after_torch_writes_its_input():
     """The kernel ahead is torch's (it never lets ours start early): ours must still see its writes."""
-    m, widths = CHAINS["rows-16"]
-    kernel = _chain(m, widths[:1])[0]
+    m, widths, layout, dtype = CHAINS["rows-16"]
+    kernel = _chain(m, widths[:1], layout, dtype)[0]
     w = _weights(widths[:1], seed=7)[0]
     x = torch.empty((m, WIDTH), device="cuda", dtype=torch.bfloat16)
     for round_ in range(ROUNDS):

@@ -36,7 +36,7 @@ def _variant(name: str):
     if name.startswith("prefetch-"):
         render.PREFETCH_BYTES.update({kernel: int(name.split("-")[1]) for kernel in render.PREFETCH_BYTES})
     if name == "none":
-        render.depends_on_launch = lambda spec, arch: False
+        render.depends_on_launch = lambda spec, arch, config: False
     elif name == "wait":
         full = dependent_launch.prologue
         dependent_launch.prologue = lambda *a: "\n".join(l for l in full(*a).splitlines() if "prefetch_rows_to_l2" not in l) + "\n"

@@ -127,22 +127,41 @@ def _operands(spec: GemmSpec) -> str:
 # Bytes of W a block asks L2 for before it waits for the kernel ahead (parts/dependent_launch.py).
 # H100, 2026-11-26 (bench/probes/gemv_dependent_launch.py, budgets 4-32 KB): the tensor-core kernel's
 # blocks (16 rows, all resident at once) streamed best near 16-32 KB and 32 KB cost 4% launched alone;
-# the CUDA-core rows kernel's (a few rows, several waves) best at 4-8 KB and worse from 16 KB.
-PREFETCH_BYTES = {"tensor_cores": 16384, "cuda_cores": 8192}
+# the CUDA-core rows kernel's (a few rows, several waves) best at 4-8 KB and worse from 16 KB. The
+# columns kernel's budget is the rows kernel's, not yet measured for it (its first step is the first
+# rows of the block's strip of outputs: 256 rows of 128 bytes at 16x4096x4096 fp32).
+PREFETCH_BYTES = {"tensor_cores": 16384, "cuda_cores": 8192, "columns": 8192}
 
 
-def depends_on_launch(spec: GemmSpec, arch: str) -> bool:
+def depends_on_launch(spec: GemmSpec, arch: str, config: GemvConfig) -> bool:
     """Whether the kernel starts with the dependent-launch prologue (parts/dependent_launch.py): on
-    sm_90 and later, for the rows kind, whose block streams one contiguous run of W's rows."""
-    return dependent_launch.supported(arch) and stream_kind(spec) == "rows"
+    sm_90 and later, but for the columns kernel on tensor cores (its warps start at spans far apart
+    along K, so its first bytes are no single run to prefetch)."""
+    return dependent_launch.supported(arch) and not (config.tensor_cores and stream_kind(spec) == "columns")
 
 
-def _start(spec: GemmSpec, arch: str, kernel: str) -> str:
+def _columns_start(spec: GemmSpec) -> str:
+    """The columns kernel's prologue: its block streams a strip of COLS outputs down all of K, and its
+    first step reads the strip's first FIRST_ROWS rows; it asks L2 for as many of those as fit
+    PREFETCH_BYTES["columns"]."""
+    budget = PREFETCH_BYTES["columns"]
+    rows = (f"    const int block_first = blockIdx.x * COLS;  // the block's first output (column of W)\n"
+            f"    const size_t strip_bytes = (size_t)min(COLS, P - block_first) * sizeof(in_t);  // of each row\n"
+            f"    const size_t strip_lines = (strip_bytes + 127) / 128 * 128;  // what L2 fetches of each row\n"
+            f"    const int prefetch_rows = (int)min((size_t)min(FIRST_ROWS, K), max((size_t)1, (size_t){budget} / strip_lines));\n")
+    return _operands(spec) + rows + dependent_launch.prologue(
+        "W + block_first", "prefetch_rows", "(size_t)P * sizeof(in_t)", "strip_bytes", budget)
+
+
+def _start(spec: GemmSpec, arch: str, kernel: str, config: GemvConfig) -> str:
     """The kernel's first statements: its operands, then (where it applies) the dependent-launch
     prologue, which prefetches the first FIRST_K values of each of the block's rows of W (GROUPS
-    groups of NW outputs; what its first step loads), at most PREFETCH_BYTES[kernel] in all."""
-    if not depends_on_launch(spec, arch):
+    groups of NW outputs; what its first step loads), at most PREFETCH_BYTES[kernel] in all; the
+    columns kernel the first rows of its strip (_columns_start)."""
+    if not depends_on_launch(spec, arch, config):
         return _operands(spec)
+    if stream_kind(spec) == "columns":
+        return _columns_start(spec)
     rows = ("    const int block_first = blockIdx.x * GROUPS * NW;  // the block's first output (row of W)\n"
             "    const int block_rows = min(block_first + GROUPS * NW, P) - block_first;\n")
     return _operands(spec) + rows + dependent_launch.prologue(
@@ -228,7 +247,7 @@ constexpr int K_VEC = VEC > 1 ? K - K % VEC : 0;  // K handled by 16-byte loads;
 // rows: the WPO warps of a group reduce NW rows of W against the R vectors; lanes stride along K with
 // 16-byte loads, then a shuffle tree (and shared memory across warps) sums the lanes.
 extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_params(spec)[1]}) {{
-{_start(spec, arch, "cuda_cores")}    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+{_start(spec, arch, "cuda_cores", config)}    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int group = warp / WPO, part = warp % WPO;  // part: which interleaved share of K
     const int p0 = (blockIdx.x * GROUPS + group) * NW;  // first output of the group
     float acc[NW][R] = {{}};
@@ -254,7 +273,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_param
 
 
 # --- the columns kernel: W is K rows of P contiguous values -----------------------------------------
-def _columns_body(spec: GemmSpec, config: GemvConfig) -> str:
+def _columns_body(spec: GemmSpec, config: GemvConfig, arch: str) -> str:
     v = vec(spec)
     if quads(spec):
         walk = """            uint4 w[UNROLL][4];
@@ -283,7 +302,7 @@ def _columns_body(spec: GemmSpec, config: GemvConfig) -> str:
             }
         };
 """
-        return _columns_kernel(spec, config, add_row, walk, tail, quad=True)
+        return _columns_kernel(spec, config, arch, add_row, walk, tail, quad=True)
     if v > 1:  # P % VEC == 0: a thread's VEC outputs are all inside or all outside
         walk = """            uint4 w[UNROLL];
             #pragma unroll
@@ -312,16 +331,18 @@ def _columns_body(spec: GemmSpec, config: GemvConfig) -> str:
             for (int r = 0; r < R; ++r) acc[r][0] = fmaf(x_at(x, r, k), to_float(w), acc[r][0]);
         };
 """
-    return _columns_kernel(spec, config, add_row, walk, tail)
+    return _columns_kernel(spec, config, arch, add_row, walk, tail)
 
 
-def _columns_kernel(spec: GemmSpec, config: GemvConfig, add_row: str, walk: str, tail: str,
+def _columns_kernel(spec: GemmSpec, config: GemvConfig, arch: str, add_row: str, walk: str, tail: str,
                     quad: bool = False) -> str:
     """The columns kernel around its per-row (or per-quad) step: `add_row` defines it, `walk` is the
     unrolled main loop's body, `tail` one step past it."""
     step, first, note = (("TK4", "4 * tk", "sums rows k = 4tk .. 4tk + 3, then the next quad 4·TK on, ...")
                          if quad else ("TK", "tk", "sums rows k = tk, tk + TK, ..."))
     quad_step = "constexpr int TK4 = 4 * TK;  // k one quad step of the block covers\n" if quad else ""
+    first_rows = (f"constexpr int FIRST_ROWS = UNROLL * {step};  // rows of W the block's first step reads (0 ..)\n"
+                  if depends_on_launch(spec, arch, config) else "")
     store = _store(spec, "r", "p", "sum")
     return f"""constexpr int THREADS = {config.threads}, UNROLL = {config.unroll};
 constexpr int TX = {config.threads_x}, TK = THREADS / TX;  // threads across outputs × threads along K
@@ -330,11 +351,11 @@ constexpr int WARPS = THREADS / 32;
 // Vectors whose warp sums share the buffer at once: as many as fit 16 KB (one at least).
 constexpr int GROUP_FIT = 16384 / (WARPS * COLS * 4);
 constexpr int GROUP = GROUP_FIT < 1 ? 1 : GROUP_FIT > R ? R : GROUP_FIT;
-{quad_step}
+{quad_step}{first_rows}
 // columns: thread (tx, tk) owns VEC neighbouring outputs and {note} of W;
 // a warp reads 32/TX rows, TX·16 contiguous bytes each. The TK partial sums meet at the end (below).
 extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_params(spec)[1]}) {{
-{_operands(spec)}    __shared__ float partial[WARPS][GROUP][COLS];
+{_start(spec, arch, "columns", config)}    __shared__ float partial[WARPS][GROUP][COLS];
     const int tx = threadIdx.x % TX, tk = threadIdx.x / TX;
     const int p0 = blockIdx.x * COLS + tx * VEC;
     float acc[R][VEC] = {{}};
@@ -387,21 +408,21 @@ def _tensor_core_code(spec: GemmSpec, config: GemvConfig, arch: str) -> str:
     unpacking, A read 16 bytes at a time."""
     kernel = tensor_cores if stream_kind(spec) == "rows" else columns_tensor_cores
     epilogue = epilogue_function(spec.epilogue, EPILOGUE_OPERANDS)
-    body = kernel.body(spec, config, entry_name(spec), _params(spec)[1], _start(spec, arch, "tensor_cores"))
-    return (_header(spec, config) + PRELUDE + _types(spec) + LOADS + _launch_helpers(spec, arch)
+    body = kernel.body(spec, config, entry_name(spec), _params(spec)[1], _start(spec, arch, "tensor_cores", config))
+    return (_header(spec, config) + PRELUDE + _types(spec) + LOADS + _launch_helpers(spec, arch, config)
             + kernel.helpers(spec, arch) + "\n" + (epilogue + "\n" if epilogue else "") + body)
 
 
-def _launch_helpers(spec: GemmSpec, arch: str) -> str:
-    return dependent_launch.HELPERS if depends_on_launch(spec, arch) else ""
+def _launch_helpers(spec: GemmSpec, arch: str, config: GemvConfig) -> str:
+    return dependent_launch.HELPERS if depends_on_launch(spec, arch, config) else ""
 
 
 def _cuda_core_code(spec: GemmSpec, config: GemvConfig, arch: str) -> str:
     rows = stream_kind(spec) == "rows"
-    body = _rows_body(spec, config, arch) if rows else _columns_body(spec, config)
+    body = _rows_body(spec, config, arch) if rows else _columns_body(spec, config, arch)
     unpack = UNPACK[STORAGE_TYPES[spec.dtype]] if vec(spec) > 1 else ""
     epilogue = epilogue_function(spec.epilogue, EPILOGUE_OPERANDS)
-    return (_header(spec, config) + PRELUDE + _types(spec) + LOADS + _launch_helpers(spec, arch) + unpack
+    return (_header(spec, config) + PRELUDE + _types(spec) + LOADS + _launch_helpers(spec, arch, config) + unpack
             + _x_access(spec, rows) + "\n" + (epilogue + "\n" if epilogue else "") + body)
 
 
@@ -413,4 +434,4 @@ def render(spec: GemmSpec, config: GemvConfig, arch: str = "sm_90") -> KernelSou
     grid = (ceil_div(outputs(spec), block_outputs(config, spec)), 1, 1)
     return KernelSource(code=code, entry=entry_name(spec), grid=grid, block=(config.threads, 1, 1),
                         args=_params(spec)[0], spec=spec, family=NAME, family_version=VERSION,
-                        config=config.to_json(), dependent_launch=depends_on_launch(spec, arch))
+                        config=config.to_json(), dependent_launch=depends_on_launch(spec, arch, config))
