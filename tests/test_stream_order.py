@@ -47,9 +47,12 @@ def test_a_stateful_kernel_waits_for_its_last_launch_on_another_stream(fake, buf
     kernel = LoadedKernel(compiled(SPLIT_STATE))
     for stream in (7, 7, 9, 9, 7):
         _launch(kernel, buffers, stream)
-    # The first change (7 -> 9): an event on 7, 9 waits on it; the second (9 -> 7) the other way round.
-    orders = [c for c in fake.calls if c == "record" or c.endswith("waits")]
-    assert orders == ["record", "9 waits", "record", "7 waits"] and fake.recorded_on == [7, 9]
+    # An event after every launch, on its stream; the first change (7 -> 9) makes 9 wait on the one
+    # after the last launch on 7, the second (9 -> 7) the other way round.
+    orders = [c for c in fake.calls if c in ("launch", "record") or c.endswith("waits")]
+    assert orders == ["launch", "record", "launch", "record", "9 waits", "launch", "record", "launch", "record",
+                      "7 waits", "launch", "record"]
+    assert fake.recorded_on == [7, 7, 9, 9, 7]
     assert fake.calls.count("launch") == 5 and fake.events_alive == 1
     kernel.unload()
     assert fake.events_alive == 0
@@ -73,7 +76,7 @@ def test_kernels_whose_blocks_wait_on_each_other_share_one_order_per_gpu(fake, b
     _launch(second, buffers, 9)
     _launch(second, buffers, 9)
     _launch(first, buffers, 7)
-    assert fake.recorded_on == [7, 9] and [c for c in fake.calls if c.endswith("waits")] == ["9 waits", "7 waits"]
+    assert fake.recorded_on == [7, 9, 9, 7] and [c for c in fake.calls if c.endswith("waits")] == ["9 waits", "7 waits"]
     first.unload()
     second.unload()
     assert fake.events_alive == 1  # the GPU's shared order keeps its event for the next kernels
@@ -83,19 +86,34 @@ def test_a_launch_under_graph_capture_is_left_to_the_graph(fake, buffers):
     """Capturing stream 9: its launch neither records nor waits (an outside event cannot join a
     capture), and the next launch outside it orders after the last launch outside it (stream 7)."""
     kernel = LoadedKernel(compiled(SPLIT_STATE))
+    waits = lambda: [c for c in fake.calls if c.endswith("waits")]  # noqa: E731
     _launch(kernel, buffers, 7)
     fake.capturing = frozenset({9})
     _launch(kernel, buffers, 9)
-    assert "record" not in fake.calls
+    assert fake.recorded_on == [7] and not waits()
     fake.capturing = frozenset()
-    _launch(kernel, buffers, 7)  # the same stream as the last launch outside the capture: nothing
-    assert "record" not in fake.calls
-    fake.capturing = frozenset({7})  # 7 now captures: a launch on 11 cannot wait on it
+    _launch(kernel, buffers, 7)  # the same stream as the last launch outside the capture: no wait
+    assert fake.recorded_on == [7, 7] and not waits()
+    fake.capturing = frozenset({7})  # 7 captures now; the event was recorded before: 11 may wait on it
     _launch(kernel, buffers, 11)
-    assert "record" not in fake.calls and not any(c.endswith("waits") for c in fake.calls)
+    assert fake.recorded_on == [7, 7, 11] and waits() == ["11 waits"]
     fake.capturing = frozenset()
-    _launch(kernel, buffers, 7)  # 11 was the last launch outside a capture
-    assert fake.recorded_on == [11] and "7 waits" in fake.calls
+    _launch(kernel, buffers, 7)  # after the launch on 11
+    assert fake.recorded_on == [7, 7, 11, 7] and waits() == ["11 waits", "7 waits"]
+    kernel.unload()
+
+
+def test_a_failed_launch_records_nothing_and_frees_the_order(fake, buffers):
+    from gemmtune.errors import LaunchError
+
+    kernel = LoadedKernel(compiled(SPLIT_STATE))
+    _launch(kernel, buffers, 7)
+    fake.kernels["gemm"] = None  # the next launch raises inside the order
+    with pytest.raises((LaunchError, TypeError)):
+        _launch(kernel, buffers, 9)
+    fake.kernels["gemm"] = python_gemm()
+    _launch(kernel, buffers, 9)  # the lock was released; 9 still waits for the launch on 7
+    assert fake.recorded_on == [7, 9] and [c for c in fake.calls if c.endswith("waits")] == ["9 waits", "9 waits"]
     kernel.unload()
 
 

@@ -382,9 +382,14 @@ class BoundLaunch:
     order: StreamOrder | None = None  # the loaded kernel's, where it keeps state (stream_order.py)
 
     def __call__(self) -> None:
+        if self.order is None:
+            self._enqueue()
+            return
+        with self.order.launching(self.stream):
+            self._enqueue()
+
+    def _enqueue(self) -> None:
         src = self.source
-        if self.order is not None:
-            self.order.before(self.stream)
         for copy in self.copies:
             copy(self.stream)
         if self.dependent is not None:

@@ -13,21 +13,24 @@ checks for each alone. Two such grids started together on two streams could each
 GPU, their resident blocks waiting for blocks that cannot start: so all of them on one GPU share one
 order (`shared_order`), and run one after another across streams, different kernels included.
 
-On one stream launches run in order, so nothing is needed. When a launch comes on another stream
-than the kernel's last one, `StreamOrder.before` makes the new stream wait for everything enqueued
-so far on the old one (an event recorded there, cuStreamWaitEvent): the two launches then run one
-after the other. Launches on one stream pay an integer comparison; a change of stream two driver
-calls more (a few µs of host time, no GPU time unless the launches would have overlapped).
+Every launch outside a graph capture records the order's event on its stream right after it is
+enqueued; a launch on another stream than the last first makes its stream wait on that event, so it
+runs after the last launch and nothing else of the other stream (which may be gone by then: only the
+event is kept). Launching holds the order's lock, so two host threads launching at once take turns.
+The cost is two driver calls a launch (cuStreamIsCapturing, cuEventRecord: about 1 µs of host time)
+and one more on a change of stream; no GPU time unless the launches would have overlapped.
 
 Under CUDA-graph capture nothing is recorded or waited on (an event from outside a capture cannot
-join it): a captured launch is ordered as its graph is. A graph's replays still share the kernel's
-memory with the same kernel's launches outside the graph, so replaying it on one stream while the
-kernel runs on another is not protected (docs/interfaces.md).
+join it, nor one recorded inside it be waited on outside): a captured launch is ordered as its graph
+is. A graph's replays still share the kernel's memory with the same kernel's launches outside the
+graph, so replaying it on one stream while the kernel runs on another is not protected
+(docs/interfaces.md).
 """
 from __future__ import annotations
 
 import threading
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from .device import checked, driver
 
@@ -44,31 +47,31 @@ def is_capturing(stream: Any) -> bool:
 
 
 class StreamOrder:
-    """The stream of a stateful kernel's last launch, and the event that orders the next launch on
-    another stream after it. Thread-safe; `close()` destroys the event."""
+    """The event recorded after a stateful kernel's last launch outside a capture, and that launch's
+    stream. Thread-safe; `close()` destroys the event."""
 
     def __init__(self) -> None:
-        self._last: Any = None  # the stream of the last launch outside a capture
-        self._event: Any = None  # created at the first change of stream
+        self._last: int | None = None  # the stream handle of the last launch outside a capture
+        self._event: Any = None  # recorded after that launch
         self._lock = threading.Lock()
 
-    def before(self, stream: Any) -> None:
-        """Call before enqueuing a launch on `stream`: where the last launch was on another stream,
-        `stream` first waits for the work enqueued there."""
+    @contextmanager
+    def launching(self, stream: Any) -> Iterator[None]:
+        """Around enqueuing a launch on `stream`: before it, where the last launch was on another
+        stream, `stream` waits for that launch; after it, the event marks this launch."""
         with self._lock:
-            last = self._last
-            if last is not None and int(last) == int(stream):
-                return
             if is_capturing(stream):
-                return  # the graph orders it; the stream of the launches outside the capture stays
-            if last is not None and not is_capturing(last):
-                cu = driver()
-                if self._event is None:
-                    flags = cu.CUevent_flags.CU_EVENT_DISABLE_TIMING
-                    self._event = checked(cu.cuEventCreate(flags), "cuEventCreate")
-                checked(cu.cuEventRecord(self._event, last), "cuEventRecord (the last launch's stream)")
-                checked(cu.cuStreamWaitEvent(stream, self._event, 0), "cuStreamWaitEvent (a launch on another stream)")
-            self._last = stream
+                yield  # the graph orders it
+                return
+            cu = driver()
+            key = int(stream)
+            if self._last is not None and self._last != key:
+                checked(cu.cuStreamWaitEvent(stream, self._event, 0), "cuStreamWaitEvent (the last launch, on another stream)")
+            yield
+            if self._event is None:
+                self._event = checked(cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+            checked(cu.cuEventRecord(self._event, stream), "cuEventRecord (after a launch)")
+            self._last = key
 
     def close(self) -> None:
         with self._lock:
