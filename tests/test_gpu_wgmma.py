@@ -419,3 +419,31 @@ def test_d_over_c_on_odd_shapes(first_buffer, case):
     spec = GemmSpec(*shape, layout=layout, dtype=dtype, epilogue=epilogue)
     assert not FAMILY.rejections(config, spec, arch), FAMILY.rejections(config, spec, arch)
     _verify_launches(spec, config, arch, (41, 42), "d_over_c")
+
+
+# Tile widths fitted to N (multiples of 8 other than 64/128/192/256; config.MEASURED_BN): they build for
+# B stored K-major; not in the space or the chooser until measured.
+FITTED_CASES = [  # (spec, config)
+    (GemmSpec(5000, 300, 2048, "nt", "tf32"), dict(bm=128, bn=104, stages=6, persistent=False)),
+    (GemmSpec(5000, 300, 2048, "nt", "tf32"), dict(bm=128, bn=104, stages=6, persistent=True, split_tail=True)),
+    (GemmSpec(1000, 300, 1000, "nt", "bf16", "relu+add"), dict(bm=128, bn=152, stages=4)),
+    (GemmSpec(776, 150, 4096, "tt", "bf16", "bias_row"), dict(bm=128, bn=152, stages=4, persistent=True,
+                                                               split_tail=True, serpentine=True)),
+    (GemmSpec(640, 72, 8192, "nt", "fp32", math="3xtf32"), dict(bm=128, bn=72, stages=4, persistent=True, split_tail=True)),
+    (GemmSpec(100, 200, 65536, "nt", "bf16", "alpha+beta"), dict(bm=64, bn=200, stages=5, consumers=1,
+                                                                  persistent=True, split_tail=True)),
+]
+
+
+@pytest.mark.parametrize("case", range(len(FITTED_CASES)))
+def test_fitted_widths(case):
+    """A tile width fitted to N (104, 152, 72, 200): right on edge-cut shapes, tf32, bf16 with C and
+    bias, A stored M-contiguous, 3xtf32, a split tail cut many ways; launched twice (the split tails'
+    flags reset themselves)."""
+    from gemmtune.kernels.wgmma.config import WgmmaConfig
+
+    arch = _hopper()
+    spec, fields = FITTED_CASES[case]
+    config = WgmmaConfig(consumers=fields.pop("consumers", 2), tma_store=False, store_slices=1, **fields)
+    assert not FAMILY.rejections(config, spec, arch), FAMILY.rejections(config, spec, arch)
+    _verify_launches(spec, config, arch, (41, 42), "fitted width")

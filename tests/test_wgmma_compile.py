@@ -393,3 +393,26 @@ def test_with_c_path_only_where_blocks_run_several_tiles_of_a_fused_epilogue():
     tf32 = GemmSpec(3072, 4096, 768, "nt", "tf32", "relu+add")
     assert default_config(tf32).c_ring and not default_config(tf32).stmatrix
     _compile(many, config)
+
+
+def test_fitted_widths_build_for_k_major_b_and_stay_out_of_the_space():
+    """Any multiple of 8 from 64 to 256 is a tile width for B stored K-major (nt, tt): it renders,
+    compiles without spills, and stores D directly; B stored N-contiguous (nn, tn) keeps multiples of
+    64 (its boxes); the space and the chooser keep the measured widths."""
+    from gemmtune.kernels.wgmma.config import MEASURED_BN, WgmmaConfig
+    from gemmtune.kernels.wgmma.space import WGMMA_DOMAINS
+
+    fitted = WgmmaConfig(bm=128, bn=104, stages=6, tma_store=False, store_slices=1, split_tail=True)
+    for layout, dtype in (("nt", "tf32"), ("nt", "bf16"), ("tt", "fp16")):
+        spec = GemmSpec(5000, 300, 2048, layout, dtype, "bias_col")
+        assert not FAMILY.rejections(fitted, spec, "sm_90a")
+        compiled = _compile(spec, fitted)
+        assert compiled.resources.spills == 0 and "wgmma.mma_async.sync.aligned.m64n104k" in compiled.source.code
+    nn = GemmSpec(5000, 304, 2048, "nn", "bf16")
+    assert "boxes of 64 columns" in " ".join(FAMILY.rejections(fitted, nn, "sm_90a").values())
+    for bn in (60, 264, 100):
+        assert "multiple of 8 from 64 to 256" in " ".join(
+            FAMILY.rejections(fitted.with_(bn=bn), GemmSpec(5000, 300, 2048, "nt", "bf16"), "sm_90a").values())
+    assert "clusters" not in " ".join(FAMILY.rejections(fitted, GemmSpec(5000, 300, 2048, "nt", "bf16"), "sm_90a"))
+    assert FAMILY.rejections(fitted.with_(cluster_m=2), GemmSpec(5000, 300, 2048, "nt", "bf16"), "sm_90a")
+    assert dict(WGMMA_DOMAINS)["bn"] == MEASURED_BN == (64, 128, 192, 256)

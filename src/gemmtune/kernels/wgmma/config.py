@@ -21,6 +21,11 @@ VERSION = "1"
 DTYPES = ("bf16", "fp16", "tf32", "fp32")  # fp32: as 3xtf32 (split_fp32)
 SWIZZLE_BYTES = 128  # every tile row in shared memory is one 128-byte swizzle span
 SMEM_SLACK = 1024  # the tiles are realigned to 1024 bytes (the swizzle atom) inside dynamic smem
+# The tile widths the space and the chooser use. Any multiple of 8 from 64 to 256 is a wgmma N and
+# builds (a width fitted to N: 5000x300 in 128x104 tiles leaves 4% of the tiles outside D where 128x128
+# leaves 22%), but only these four have been measured; fitted widths are for explicit configs until
+# they are (bench/probes/wgmma_fitted_width.py, tests/test_gpu_wgmma.py::test_fitted_widths).
+MEASURED_BN = (64, 128, 192, 256)
 MAX_ACCUMULATORS = 128  # fp32 accumulators per consumer thread; more leaves no room to address
 # The SM count, the shared memory a block may opt in to and the persistent grid of clusters come from
 # the GPU's geometry (gemmtune.arch: the device's, or the arch table's H100 SXM for sm_90). Any grid
@@ -67,7 +72,8 @@ class WgmmaConfig(FamilyConfig):
     """Parameters of one wgmma + TMA kernel.
 
     bm×bn: the block's output tile; bk is fixed by the dtype (128 bytes of K per row: 64 16-bit
-      values, 32 tf32), the width of one 128-byte swizzled row.
+      values, 32 tf32), the width of one 128-byte swizzled row. bn is 64, 128, 192 or 256 in the
+      space (MEASURED_BN); other multiples of 8 build, for B stored K-major (fitted widths, unmeasured).
     consumers: warpgroups (128 threads each) that issue wgmma; each owns bm/consumers rows.
     stages: shared-memory buffers in the TMA → wgmma ring (1 = load, wait, compute, repeat).
     specialized: one extra producer warpgroup issues every TMA copy (and gives its registers to the
@@ -438,8 +444,12 @@ Constraint = Callable[[WgmmaConfig, GemmSpec, str], "str | None"]
 
 
 def _tile(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
-    if c.bm not in (64, 128, 192, 256) or c.bn not in (64, 128, 192, 256):
-        return f"tile {c.bm}x{c.bn}: bm and bn must be 64, 128, 192 or 256 (one TMA box is at most 256)"
+    if c.bm not in (64, 128, 192, 256):
+        return f"tile {c.bm}x{c.bn}: bm must be 64, 128, 192 or 256 (64-row wgmma blocks; one TMA box is at most 256)"
+    if not (64 <= c.bn <= 256 and c.bn % 8 == 0):
+        return f"tile {c.bm}x{c.bn}: bn must be a multiple of 8 from 64 to 256 (a wgmma N; one TMA box is at most 256)"
+    if c.bn % 64 and not k_major(s)[1]:
+        return f"bn={c.bn}: B stored N-contiguous is loaded in boxes of 64 columns (bn a multiple of 64)"
     if c.consumers not in (1, 2) or c.rows_per_consumer % 64 or c.bm % c.rows_per_consumer:
         return f"bm={c.bm} does not split into {c.consumers} consumer warpgroup(s) of 64-row wgmma blocks"
     if c.pingpong and not (c.consumers == 2 and c.specialized and c.persistent):
@@ -511,7 +521,7 @@ def _schedule(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
         return "split_tail runs in the persistent warp-specialized kernel with cooperative consumers"
     if c.split_cap and (not c.split_tail or c.split_cap < 2):
         return f"split_cap={c.split_cap}: a cap of 2 or more K ranges a tile, with split_tail"
-    if c.bn % (64 * c.cluster_m):
+    if c.cluster_m > 1 and c.bn % (64 * c.cluster_m):
         return f"bn={c.bn} does not split into {c.cluster_m} multicast halves of whole 64-column chunks"
     return None
 
