@@ -137,12 +137,39 @@ def test_module_memory_is_read_from_the_generated_code():
     assert not helper.module_state
 
 
-def test_the_exported_launcher_says_when_calls_must_be_ordered():
-    from gemmtune.export.header import _launcher
+def test_exported_launchers_order_their_launches_and_compile(tmp_path):
+    """The exported header's twin of StreamOrder: a split tail's launcher (co-resident: the program's
+    shared order) and a staged one (its own order) lock, wait when the stream changes and record after
+    the launch; a plain kernel's launcher has none of it. All three headers in one program compile
+    with nvcc (where it is installed)."""
+    import shutil
+    import subprocess
+
+    from gemmtune.export.header import header_text
     from gemmtune.kernels.wgmma.config import WgmmaConfig
 
-    long_k = GemmSpec(512, 512, 65536, "nt", "bf16")
     wgmma = get_family("wgmma")
-    split = _launcher("gemm", wgmma.render(long_k, WgmmaConfig(bm=128, bn=256, split_tail=True), "sm_90a"))
-    whole = _launcher("gemm", wgmma.render(long_k, WgmmaConfig(bm=128, bn=256), "sm_90a"))
-    assert "two calls must not run\n// at once" in split and "module memory" not in whole
+    staged_spec = GemmSpec(1000, 1001, 1003, "nn", "bf16")
+    sources = {"split_gemm": wgmma.render(GemmSpec(512, 512, 65536, "nt", "bf16"), WgmmaConfig(bm=128, bn=256, split_tail=True), "sm_90a"),
+               "plain_gemm": wgmma.render(GemmSpec(512, 512, 4096, "nt", "bf16"), WgmmaConfig(bm=128, bn=256), "sm_90a"),
+               "staged_gemm": wgmma.render(staged_spec, wgmma.default_config(staged_spec, "sm_90a"), "sm_90a")}
+    headers = {name: header_text(name, source, "sm_90a") for name, source in sources.items()}
+    assert "gemmtune_co_resident_order(device)" in headers["split_gemm"]
+    assert "staged_gemm_order(device)" in headers["staged_gemm"] and sources["staged_gemm"].staged
+    assert "gemmtune_order_state" not in headers["plain_gemm"] and "<mutex>" not in headers["plain_gemm"]
+    for name in ("split_gemm", "staged_gemm"):
+        text = headers[name]
+        lock, wait = text.index("std::lock_guard<std::mutex> hold(order.lock);"), text.index("cudaStreamWaitEvent(stream, order.done, 0)")
+        launch, record = text.index("cudaError_t launched = "), text.index("cudaEventRecord(order.done, stream)")
+        assert lock < wait < launch < record
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("no nvcc: the headers were checked as text only")
+    for name, text in headers.items():
+        (tmp_path / f"{name}.cuh").write_text(text)
+    calls = " + ".join(f"(int){name}(a, b, d, s)" for name in headers)
+    (tmp_path / "main.cu").write_text("".join(f'#include "{name}.cuh"\n' for name in headers)
+                                      + f"int main() {{ cudaStream_t s = 0; __nv_bfloat16 *a = nullptr, *b = nullptr, *d = nullptr; return {calls}; }}\n")
+    built = subprocess.run([nvcc, "-std=c++17", "-gencode", "arch=compute_90a,code=sm_90a", "-c", "main.cu", "-o", "main.o"],
+                           cwd=tmp_path, capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr[-2000:]

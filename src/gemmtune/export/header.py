@@ -69,7 +69,7 @@ def _staging_block(staged: StagedOperand, memcpy: bool) -> str:
     for a source without the staging kernel, its copy by cudaMemcpy2DAsync, as the runtime does."""
     name = f"staged_{staged.operand}"
     text = f"""    // {staged.operand}'s rows ({staged.row_bytes} B) do not start on 32-byte boundaries: TMA reads a copy
-    // whose rows start every {staged.pitch} B. One workspace per program: calls must not overlap.
+    // whose rows start every {staged.pitch} B. One workspace per program (calls take turns across streams).
     static void* {name} = nullptr;
     if ({name} == nullptr) {{
         const cudaError_t got = cudaMalloc(&{name}, (size_t){staged.workspace_bytes});
@@ -164,6 +164,90 @@ def _types_comment(spec: GemmSpec) -> str:
     return f"A, B {spec.dtype}, D (and C/bias) {spec.out_dtype}, accumulated in fp32"
 
 
+# One launch at a time across streams for kernels that keep state of their own (the C++ twin of
+# stream_order.py): every header that needs it defines this once per program.
+ORDER_STATE = r"""#ifndef GEMMTUNE_ORDER_STATE
+#define GEMMTUNE_ORDER_STATE
+// A kernel that keeps state of its own between launches (a split tile's partial sums and the flags
+// its blocks wait on, in module memory; a staged operand's workspace) must not run twice at once:
+// its launcher records this event after every launch outside a CUDA-graph capture, and a launch on
+// another stream than the last waits on it first. Inside a capture the graph orders the launch; do
+// not replay such a graph while the same launcher runs on another stream.
+struct gemmtune_order_state {
+    std::mutex lock;
+    cudaEvent_t done = nullptr;   // recorded after the last launch outside a capture
+    cudaStream_t last = nullptr;  // that launch's stream
+    bool launched = false;
+};
+constexpr int GEMMTUNE_MAX_DEVICES = 64;
+// Kernels whose blocks wait on each other (split tails) need the whole GPU: every such launcher of the
+// program shares one order a device, so that two of their grids never split the SMs between them.
+inline gemmtune_order_state& gemmtune_co_resident_order(int device) {
+    static gemmtune_order_state states[GEMMTUNE_MAX_DEVICES];
+    return states[device % GEMMTUNE_MAX_DEVICES];
+}
+#endif
+"""
+
+
+def _orders_launches(source: KernelSource) -> bool:
+    """Whether the launcher orders its launches across streams (the kernel keeps state of its own)."""
+    return source.module_state or bool(source.staged)
+
+
+def _order_state(name: str, source: KernelSource) -> str:
+    """ORDER_STATE and this launcher's own order (or none: co-resident kernels share one)."""
+    if not _orders_launches(source):
+        return ""
+    own = "" if source.co_resident else f"""inline gemmtune_order_state& {name}_order(int device) {{
+    static gemmtune_order_state states[GEMMTUNE_MAX_DEVICES];
+    return states[device % GEMMTUNE_MAX_DEVICES];
+}}
+"""
+    return ORDER_STATE + own + "\n"
+
+
+def _order_before(name: str, source: KernelSource) -> str:
+    """The launcher's first statements where it orders launches: the lock, then the wait."""
+    if not _orders_launches(source):
+        return ""
+    getter = "gemmtune_co_resident_order" if source.co_resident else f"{name}_order"
+    return f"""    // One launch at a time across streams (gemmtune_order_state, above).
+    int device = 0;
+    const cudaError_t got_device = cudaGetDevice(&device);
+    if (got_device != cudaSuccess) return got_device;
+    gemmtune_order_state& order = {getter}(device);
+    std::lock_guard<std::mutex> hold(order.lock);
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {{
+        (void)cudaGetLastError();  // the legacy stream while another stream captures: left to the graph
+        capture = cudaStreamCaptureStatusActive;
+    }}
+    const bool ordered = capture == cudaStreamCaptureStatusNone;
+    if (ordered && order.launched && order.last != stream) {{
+        const cudaError_t waited = cudaStreamWaitEvent(stream, order.done, 0);
+        if (waited != cudaSuccess) return waited;
+    }}
+"""
+
+
+def _order_after(source: KernelSource) -> str:
+    """After a launch that the launcher orders: the event marks it."""
+    if not _orders_launches(source):
+        return ""
+    return """    if (launched == cudaSuccess && ordered) {
+        if (order.done == nullptr) {
+            const cudaError_t created = cudaEventCreateWithFlags(&order.done, cudaEventDisableTiming);
+            if (created != cudaSuccess) return created;
+        }
+        const cudaError_t recorded = cudaEventRecord(order.done, stream);
+        if (recorded != cudaSuccess) return recorded;
+        order.last = stream;
+        order.launched = true;
+    }
+"""
+
+
 def _launcher(name: str, source: KernelSource) -> str:
     spec, kernel = source.spec, f"{name}_kernel::{source.entry}"
     slots = "".join(_argument_slot(arg, source) for arg in source.args)
@@ -173,18 +257,17 @@ def _launcher(name: str, source: KernelSource) -> str:
     maps += _stage_launch(name, source) if source.stage_kernel else ""
     maps += "".join(_tensor_map_block(t, staged) for t in source.tensor_maps)
     g, b = source.grid, source.block
-    state = ("\n// The kernel keeps its split tiles' partial sums and flags in module memory: two calls must not run\n"
-             "// at once (on two streams), nor beside another kernel whose blocks wait on each other; order them\n"
-             "// (one stream, or an event)." if source.module_state else "")
-    return f"""// D = {formula(spec)} for exactly M={spec.m}, N={spec.n}, K={spec.k} ({_layout_comment(spec)}).
+    state = ("\n// The kernel keeps state of its own between launches: a call on another stream than the last\n"
+             "// waits for the last call's launch (gemmtune_order_state)." if _orders_launches(source) else "")
+    return f"""{_order_state(name, source)}// D = {formula(spec)} for exactly M={spec.m}, N={spec.n}, K={spec.k} ({_layout_comment(spec)}).
 // Launches asynchronously on `stream`; returns cudaSuccess or the launch error. Pointers are
 // device pointers ({_types_comment(spec)}), 16-byte aligned (cudaMalloc's are).{state}
 inline cudaError_t {name}({launcher_params(spec)}) {{
     const dim3 grid({g[0]}, {g[1]}, {g[2]}), block({b[0]}, {b[1]}, {b[2]});
     const size_t smem = {source.dynamic_smem};  // dynamic shared memory in bytes
-{_smem_opt_in(source, kernel)}{maps}    // Arguments in the kernel's parameter order, each passed by the address of its value.
+{_order_before(name, source)}{_smem_opt_in(source, kernel)}{maps}    // Arguments in the kernel's parameter order, each passed by the address of its value.
 {slots}    void* args[] = {{{addresses}}};
-{_launch_call(source, kernel)}    return launched != cudaSuccess ? launched : cudaGetLastError();
+{_launch_call(source, kernel)}{_order_after(source)}    return launched != cudaSuccess ? launched : cudaGetLastError();
 }}
 """
 
@@ -229,7 +312,8 @@ def header_text(name: str, source: KernelSource, arch: str) -> str:
     includes, body = split_includes(source.code)
     host = ["#include <cuda.h>  // cuTensorMapEncodeTiled: link the driver (CUDA::cuda_driver, -lcuda)"] \
         if source.tensor_maps else []
-    hoisted = "".join(f"{line}\n" for line in dict.fromkeys([*host, *type_includes(source.spec), *includes]))
+    order = ["#include <mutex>  // launches of a kernel with state of its own take turns"] if _orders_launches(source) else []
+    hoisted = "".join(f"{line}\n" for line in dict.fromkeys([*host, *order, *type_includes(source.spec), *includes]))
     return f"""// {name}.cuh — written by gemmtune ({source.family} v{source.family_version}) for {arch}.
 // D = {formula(source.spec)}, {source.spec.short()}.
 // Include this header in exactly one .cu file: it defines the kernel.
