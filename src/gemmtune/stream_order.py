@@ -17,7 +17,7 @@ Every launch outside a graph capture records the order's event on its stream rig
 enqueued; a launch on another stream than the last first makes its stream wait on that event, so it
 runs after the last launch and nothing else of the other stream (which may be gone by then: only the
 event is kept). Launching holds the order's lock, so two host threads launching at once take turns.
-The cost is two driver calls a launch (cuStreamIsCapturing, cuEventRecord: about 1 µs of host time)
+The cost is two driver calls a launch (cuStreamIsCapturing, cuEventRecord; host time, not yet measured)
 and one more on a change of stream; no GPU time unless the launches would have overlapped.
 
 Under CUDA-graph capture nothing is recorded or waited on (an event from outside a capture cannot
