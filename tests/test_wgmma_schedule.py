@@ -101,7 +101,6 @@ TILE_64 = WgmmaConfig(bm=64, bn=64, stages=6, consumers=1, persistent=True, spli
 
 
 def test_many_way_splits_reduce_in_shares_and_few_gather_serially():
-    cuda_of = lambda schedule: cuda(schedule, GemmSpec(96, 96, 65536, "nt", "bf16"), TILE_64)  # noqa: E731
     many = plan(4, 1024, 132, split_tail=True)  # 96x96x65536 bf16 in 64x64 tiles: 33 pieces per tile
     assert (many.splits, many.scatter) == (33, True)
     # Every piece writes its share of D: no finisher reads sums back (sum_share_to_d, after the epilogue).
@@ -109,7 +108,7 @@ def test_many_way_splits_reduce_in_shares_and_few_gather_serially():
     shares = shares_to_d(many, spec, TILE_64)
     assert "constexpr int SPLITS = 33" in shares and "FloatView<out_t> C, FloatView<out_t> bias" in shares
     assert "write_pair(D + at" in shares and "acq_rel_add(done, 1u) == SPLITS - 1" in shares
-    assert "bool piece_writes_d" in cuda_of(many) and "SHARES_WRITE_D = true" in cuda_of(many)
+    assert "bool piece_writes_d" in cuda(many) and "SHARES_WRITE_D = true" in cuda(many)
     assert share_call(many, spec).strip().startswith("sum_share_to_d(consumer, tile_m, tile_n, D, C, bias);")
     # Workers t * SPLITS hold tail unit t's first piece; the SPLITS - 1 after it the others (the indexing).
     for worker in range(many.tail_workers):
@@ -119,14 +118,14 @@ def test_many_way_splits_reduce_in_shares_and_few_gather_serially():
         assert many.contributors(finisher) == list(range(finisher + 1, finisher + many.splits))
     halves = plan(320, 80, 132, split_tail=True)  # two pieces per tile: the lone partial added directly
     assert (halves.splits, halves.scatter) == (2, False)
-    assert "void add_partials" in cuda_of(halves) and "SHARES_WRITE_D = false" in cuda_of(halves)
+    assert "void add_partials" in cuda(halves) and "SHARES_WRITE_D = false" in cuda(halves)
     assert shares_to_d(halves, spec, TILE_64) == "" and share_call(halves, spec) == ""
     shares = plan(1024, 128, 66, split_tail=True)  # uneven shares: up to 3 pieces per unit, serial
-    assert not shares.scatter and "void add_partials" in cuda_of(shares) and shares_to_d(shares, spec, TILE_64) == ""
+    assert not shares.scatter and "void add_partials" in cuda(shares) and shares_to_d(shares, spec, TILE_64) == ""
     fewest = plan(8, SCATTER_SPLITS * MIN_SHARE, 132, split_tail=True)  # the fewest pieces scattered
     assert fewest.splits == SCATTER_SPLITS and fewest.scatter
     assert not plan(8, (SCATTER_SPLITS - 1) * MIN_SHARE, 132, split_tail=True).scatter
-    assert "partial_sums" not in cuda_of(plan(264, 64, 132, True))  # nothing split
+    assert "partial_sums" not in cuda(plan(264, 64, 132, True))  # nothing split
 
 
 def test_split_cap_limits_the_pieces_a_tile_is_cut_into():

@@ -160,6 +160,13 @@ class KernelSource:
         launches of one loaded module must then not run at once (stream_order.py)."""
         return any(_declares_module_memory(line) for line in self.code.splitlines())
 
+    @property
+    def keeps_state(self) -> bool:
+        """Whether launches share memory of the kernel's own: module memory, or a staged operand's
+        workspace (which belongs to the loaded kernel). Its launches then take turns across streams
+        (stream_order.py, and the exported launcher's twin)."""
+        return self.module_state or bool(self.staged)
+
     def content_hash(self) -> str:
         """Hash of everything that changes the compiled binary."""
         payload = json.dumps({"code": self.code, "entry": self.entry, "options": list(self.options)},

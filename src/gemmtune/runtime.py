@@ -420,7 +420,7 @@ class LoadedKernel:
         # another stream than the last waits for it (stream_order.py); kernels whose blocks wait on each
         # other share one order per GPU, so that two of them never split the SMs between their grids.
         self._order = (shared_order(ordinal) if compiled.source.co_resident
-                       else StreamOrder() if compiled.source.module_state or compiled.source.staged else None)
+                       else StreamOrder() if compiled.source.keeps_state else None)
         self.module = checked(driver().cuModuleLoadData(compiled.cubin), "cuModuleLoadData")
         try:
             self.function = self._get_function()

@@ -190,14 +190,9 @@ inline gemmtune_order_state& gemmtune_co_resident_order(int device) {
 """
 
 
-def _orders_launches(source: KernelSource) -> bool:
-    """Whether the launcher orders its launches across streams (the kernel keeps state of its own)."""
-    return source.module_state or bool(source.staged)
-
-
 def _order_state(name: str, source: KernelSource) -> str:
     """ORDER_STATE and this launcher's own order (or none: co-resident kernels share one)."""
-    if not _orders_launches(source):
+    if not source.keeps_state:
         return ""
     own = "" if source.co_resident else f"""inline gemmtune_order_state& {name}_order(int device) {{
     static gemmtune_order_state states[GEMMTUNE_MAX_DEVICES];
@@ -209,7 +204,7 @@ def _order_state(name: str, source: KernelSource) -> str:
 
 def _order_before(name: str, source: KernelSource) -> str:
     """The launcher's first statements where it orders launches: the lock, then the wait."""
-    if not _orders_launches(source):
+    if not source.keeps_state:
         return ""
     getter = "gemmtune_co_resident_order" if source.co_resident else f"{name}_order"
     return f"""    // One launch at a time across streams (gemmtune_order_state, above).
@@ -233,7 +228,7 @@ def _order_before(name: str, source: KernelSource) -> str:
 
 def _order_after(source: KernelSource) -> str:
     """After a launch that the launcher orders: the event marks it."""
-    if not _orders_launches(source):
+    if not source.keeps_state:
         return ""
     return """    if (launched == cudaSuccess && ordered) {
         if (order.done == nullptr) {
@@ -258,7 +253,7 @@ def _launcher(name: str, source: KernelSource) -> str:
     maps += "".join(_tensor_map_block(t, staged) for t in source.tensor_maps)
     g, b = source.grid, source.block
     state = ("\n// The kernel keeps state of its own between launches: a call on another stream than the last\n"
-             "// waits for the last call's launch (gemmtune_order_state)." if _orders_launches(source) else "")
+             "// waits for the last call's launch (gemmtune_order_state)." if source.keeps_state else "")
     return f"""{_order_state(name, source)}// D = {formula(spec)} for exactly M={spec.m}, N={spec.n}, K={spec.k} ({_layout_comment(spec)}).
 // Launches asynchronously on `stream`; returns cudaSuccess or the launch error. Pointers are
 // device pointers ({_types_comment(spec)}), 16-byte aligned (cudaMalloc's are).{state}
@@ -312,7 +307,7 @@ def header_text(name: str, source: KernelSource, arch: str) -> str:
     includes, body = split_includes(source.code)
     host = ["#include <cuda.h>  // cuTensorMapEncodeTiled: link the driver (CUDA::cuda_driver, -lcuda)"] \
         if source.tensor_maps else []
-    order = ["#include <mutex>  // launches of a kernel with state of its own take turns"] if _orders_launches(source) else []
+    order = ["#include <mutex>  // launches of a kernel with state of its own take turns"] if source.keeps_state else []
     hoisted = "".join(f"{line}\n" for line in dict.fromkeys([*host, *order, *type_includes(source.spec), *includes]))
     return f"""// {name}.cuh — written by gemmtune ({source.family} v{source.family_version}) for {arch}.
 // D = {formula(source.spec)}, {source.spec.short()}.

@@ -140,11 +140,10 @@ def depends_on_launch(spec: GemmSpec, arch: str, config: GemvConfig) -> bool:
     return dependent_launch.supported(arch) and not (config.tensor_cores and stream_kind(spec) == "columns")
 
 
-def _columns_start(spec: GemmSpec) -> str:
+def _columns_start(spec: GemmSpec, budget: int) -> str:
     """The columns kernel's prologue: its block streams a strip of COLS outputs down all of K, and its
-    first step reads the strip's first FIRST_ROWS rows; it asks L2 for as many of those as fit
-    PREFETCH_BYTES["columns"]."""
-    budget = PREFETCH_BYTES["columns"]
+    first step reads the strip's first FIRST_ROWS rows; it asks L2 for as many of those as fit `budget`
+    bytes."""
     rows = (f"    const int block_first = blockIdx.x * COLS;  // the block's first output (column of W)\n"
             f"    const size_t strip_bytes = (size_t)min(COLS, P - block_first) * sizeof(in_t);  // of each row\n"
             f"    const size_t strip_lines = (strip_bytes + 127) / 128 * 128;  // what L2 fetches of each row\n"
@@ -161,7 +160,7 @@ def _start(spec: GemmSpec, arch: str, kernel: str, config: GemvConfig) -> str:
     if not depends_on_launch(spec, arch, config):
         return _operands(spec)
     if stream_kind(spec) == "columns":
-        return _columns_start(spec)
+        return _columns_start(spec, PREFETCH_BYTES[kernel])
     rows = ("    const int block_first = blockIdx.x * GROUPS * NW;  // the block's first output (row of W)\n"
             "    const int block_rows = min(block_first + GROUPS * NW, P) - block_first;\n")
     return _operands(spec) + rows + dependent_launch.prologue(

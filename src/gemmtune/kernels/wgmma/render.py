@@ -660,7 +660,7 @@ def _code(spec: GemmSpec, config: WgmmaConfig, plan: Schedule, entry: str, maps:
         "// into fp32 registers, the epilogue applied in registers and stored to D.",
         ptx.helpers(spec.dtype, config.bn, halves=config.overlap_epilogue), FLOAT_VIEW, _constants(spec, config), RING,
         SCHEDULER,
-        schedule.cuda(plan, spec, config),
+        schedule.cuda(plan),
         _load_stage(config.cluster_m > 1), _split_stage(spec, config) if splits_fp32(spec) else _mma_stage(spec, config),
         _transpose_stage(spec) if transposes_tf32(spec) else "",
         epilogue, store_tile(spec), schedule.shares_to_d(plan, spec, config),

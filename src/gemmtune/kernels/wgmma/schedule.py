@@ -355,9 +355,9 @@ __device__ __forceinline__ void add_partials(float (&acc)[M_BLOCKS][BN / 2], int
 """
 
 
-# The share sum's passes (CUDA text; `@COUNT@`: how many partial tiles are summed): the share's float4s
-# SUM_SLOTS * SUM_CHUNK at a time, each lane group over its partials, then the lanes by shuffles. What a
-# pass does with its sums follows the text (stores them, or writes D).
+# The share sum's passes (CUDA text, spliced into SHARES_TO_D, a format template, so that its own braces
+# stay single): the share's float4s SUM_SLOTS * SUM_CHUNK at a time, each lane group over its SPLITS
+# partial tiles, then the lanes by shuffles; SHARES_TO_D's text after it writes each pass's sums to D.
 SUM_PASSES = r"""    const int lane_group = threadIdx.x % SUM_LANES, slot = threadIdx.x % 128 / SUM_LANES;
     // The same pass count for every thread, so every lane reaches the shuffles.
     const int passes = (hi - lo + SUM_SLOTS * SUM_CHUNK - 1) / (SUM_SLOTS * SUM_CHUNK);
@@ -375,13 +375,13 @@ SUM_PASSES = r"""    const int lane_group = threadIdx.x % SUM_LANES, slot = thre
                 #pragma unroll
                 for (int e = 0; e < SUM_CHUNK; ++e) {
                     const int v = lane_group + SUM_LANES * (u0 + u), i = i0 + SUM_SLOTS * e;
-                    if (v < @COUNT@ && i < hi) p[u][e] = __ldcg(parts + v * STRIDE + i);
+                    if (v < SPLITS && i < hi) p[u][e] = __ldcg(parts + v * STRIDE + i);
                 }
             #pragma unroll
             for (int u = 0; u < SUM_BATCH; ++u)
                 #pragma unroll
                 for (int e = 0; e < SUM_CHUNK; ++e)
-                    if (lane_group + SUM_LANES * (u0 + u) < @COUNT@ && i0 + SUM_SLOTS * e < hi) {
+                    if (lane_group + SUM_LANES * (u0 + u) < SPLITS && i0 + SUM_SLOTS * e < hi) {
                         sum[e].x += p[u][e].x;
                         sum[e].y += p[u][e].y;
                         sum[e].z += p[u][e].z;
@@ -398,11 +398,6 @@ SUM_PASSES = r"""    const int lane_group = threadIdx.x % SUM_LANES, slot = thre
                 sum[e].w += __shfl_xor_sync(0xffffffffu, sum[e].w, offset);
             }
 """
-
-
-def sum_passes(count: str) -> str:
-    """SUM_PASSES over `count` partial tiles."""
-    return SUM_PASSES.replace("@COUNT@", count)
 
 
 SHARES_TO_D = r"""
@@ -475,7 +470,7 @@ def shares_to_d(schedule: Schedule, spec: GemmSpec, config: WgmmaConfig) -> str:
         return ""
     plan = reduce_plan(schedule, config, share_loads(spec, config))
     params = "".join(f", {p}" for p in operand_decls(spec.epilogue))
-    return SHARES_TO_D.format(splits=schedule.splits, params=params, passes=sum_passes("SPLITS"),
+    return SHARES_TO_D.format(splits=schedule.splits, params=params, passes=SUM_PASSES,
                               stores=pair_stores(spec, SHARE_PAIRS, OUTPUT, "            "), **vars(plan))
 
 
@@ -500,7 +495,7 @@ def reduce_plan(schedule: Schedule, config: WgmmaConfig, loads: int) -> ShareSum
     return share_sum(ceil_div(THREADS * config.accumulators // 4, schedule.splits), schedule.splits, loads)
 
 
-def cuda(schedule: Schedule, spec: GemmSpec, config: WgmmaConfig) -> str:
+def cuda(schedule: Schedule) -> str:
     """The scheduler's constants and cursor, and the partial tiles' slots, store and (serial) add when
     units are split; the shares' sum_share_to_d comes later in the kernel text (shares_to_d), after
     the epilogue it runs."""
