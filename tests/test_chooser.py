@@ -412,3 +412,51 @@ def test_schedule_fill_sees_the_last_rounds_idle_blocks():
 def test_a_few_long_tf32_tiles_get_a_split_tail_pick():
     pick = choose(GemmSpec(1024, 1024, 16384, "nt", "tf32"), "sm_90a")
     assert pick.config.split_tail and split_tail(GemmSpec(1024, 1024, 16384, "nt", "tf32"), pick.config, 132)
+
+
+# --- tile widths fitted to N --------------------------------------------------------------------------
+
+def test_a_pick_whose_width_pads_n_takes_its_fitted_twin():
+    """5000x300 in 128x128 tiles computes 384 columns for 300; the twin covers them in three 104-wide
+    tiles (312), at its parent's prediction, and says so."""
+    from gemmtune.chooser.candidates import fitted_twin
+
+    spec = GemmSpec(5000, 300, 2048, "nt", "tf32")
+    pick = choose(spec, "sm_90a")
+    assert (pick.config.bm, pick.config.bn, pick.fitted_from) == (128, 104, 128)
+    assert not pick.config.tma_store and pick.config.cluster_m == 1
+    assert not get_family("wgmma").rejections(pick.config, spec, "sm_90a")
+    assert "fitted to N: 104 columns for 128" in pick.why()
+    parent = pick.config.with_(bn=128)
+    assert fitted_twin(spec, parent) == pick.config
+    assert dict(pick.features)["tile_waste"] < 0.07 < 0.2 < features(spec, parent, 132)["tile_waste"]
+    configs = [p.config for p in rank(spec, "sm_90a")]
+    assert len(configs) == len(set(configs))
+
+
+@pytest.mark.parametrize("spec, bn, expected", [
+    (GemmSpec(5000, 300, 2048, "nn", "bf16"), 128, None),  # B N-contiguous: boxes of 64 columns
+    (GemmSpec(5000, 300, 2048, "nt", "fp32"), 128, None),  # 3xtf32: unmeasured
+    (GemmSpec(4096, 4096, 4096, "nt", "bf16"), 128, None),  # N already a multiple of the width
+    (GemmSpec(2048, 1000, 4096, "nt", "bf16"), 256, None),  # 1024 -> 1000: 2% is under the threshold
+    (GemmSpec(2048, 600, 4096, "nt", "tf32"), 128, 120),  # 640 -> 600: 6.25%
+    (GemmSpec(2048, 300, 4096, "tt", "bf16"), 256, 152),
+])
+def test_fitted_twin_only_where_b_is_k_major_and_the_saving_is_worth_it(spec, bn, expected):
+    from gemmtune.chooser.candidates import fitted_twin
+
+    config = WgmmaConfig(bm=128, bn=bn, consumers=2, stages=4, persistent=True, split_tail=True)
+    twin = fitted_twin(spec, config)
+    assert (twin.bn if twin else None) == expected
+
+
+def test_a_parent_storing_through_tma_needs_the_larger_saving():
+    from gemmtune.chooser.candidates import FIT_MIN_SAVING_TMA_STORE, fitted_twin
+
+    spec = GemmSpec(2048, 600, 4096, "nt", "tf32")  # 128 -> 120 saves 6.25%
+    direct = WgmmaConfig(bm=128, bn=128, consumers=2, stages=4, persistent=True, split_tail=True)
+    stored = direct.with_(tma_store=True, store_slices=4)
+    assert fitted_twin(spec, direct) is not None and 1 - 120 / 128 < FIT_MIN_SAVING_TMA_STORE
+    assert fitted_twin(spec, stored) is None
+    wide = GemmSpec(8192, 200, 2048, "nt", "bf16")  # 256 -> 208 columns in two 104-wide tiles: 19%
+    assert fitted_twin(wide, stored.with_(store_slices=2)).bn == 104

@@ -447,3 +447,30 @@ def test_fitted_widths(case):
     config = WgmmaConfig(consumers=fields.pop("consumers", 2), tma_store=False, store_slices=1, **fields)
     assert not FAMILY.rejections(config, spec, arch), FAMILY.rejections(config, spec, arch)
     _verify_launches(spec, config, arch, (41, 42), "fitted width")
+
+
+# The chooser's fitted twins (chooser.candidates.fitted_twin): the pick of each spec is one.
+FITTED_PICK_CASES = [
+    GemmSpec(5000, 300, 2048, "nt", "tf32"),
+    GemmSpec(8192, 200, 2048, "nt", "bf16"),          # persistent, split tail, serpentine K
+    GemmSpec(100, 300, 65536, "nt", "bf16"),          # 64-row tiles, one tile row cut many ways
+    GemmSpec(4999, 301, 1000, "tt", "fp16", "bias_row+relu"),
+    GemmSpec(1000, 300, 1000, "nt", "bf16", "relu+add"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(FITTED_PICK_CASES)))
+def test_chooser_fitted_twins(case):
+    """Every spec here gets a fitted twin from the chooser (or, where the chooser prefers another
+    tile, the fitted twin of the 128x128 pick); right on random data, launched twice."""
+    from gemmtune.chooser import choose
+    from gemmtune.chooser.candidates import fitted_twin
+    from gemmtune.kernels.wgmma.config import WgmmaConfig
+
+    arch = _hopper()
+    spec = FITTED_PICK_CASES[case]
+    pick = choose(spec, arch)
+    config = pick.config if pick.fitted_from else fitted_twin(
+        spec, WgmmaConfig(bm=128, bn=128, consumers=2, stages=4, persistent=True, split_tail=True))
+    assert config is not None and config.bn % 64, config
+    _verify_launches(spec, config, arch, (41, 42), "fitted twin")

@@ -6,6 +6,9 @@ what does each part of it cost when launched alone?
 For each shape, three builds of the chooser's pick (the same config, tuning database empty):
 - none: no prologue (the kernel as it was before the part existed);
 - wait: the early start and the wait, no prefetch;
+- prologue: the prologue wherever the arch has it (whatever render.depends_on_launch decides);
+- across-N: the columns-in-quads block shape with at most N threads across the outputs;
+  parts join with '+' (prefetch-16384+across-4);
 - prefetch-N: the early start, the L2 prefetch of each row's first step (at most N bytes a block), the
   wait; default: what gemmtune builds (render.PREFETCH_BYTES per kernel).
 Each is timed by bench_m1_stream's protocols: single (one flushed launch) and stream (back to back
@@ -25,25 +28,45 @@ SHAPES = "16x4096x4096,8x4096x4096,1x4096x4096,16x14336x4096,1x1024x4096"
 
 
 def _variant(name: str):
-    """Patch the gemv renderer into variant `name`; returns the undo."""
+    """Patch the gemv renderer (and chooser) into variant `name`, parts joined by '+' (e.g.
+    prefetch-16384+across-4); returns the undo."""
+    undos = [_part(part) for part in name.split("+")]
+
+    def undo():
+        for u in reversed(undos):
+            u()
+    return undo
+
+
+def _part(name: str):
     import importlib
 
+    from gemmtune.chooser import candidates
     from gemmtune.kernels.parts import dependent_launch
 
     render = importlib.import_module("gemmtune.kernels.gemv.render")  # the package re-exports a function of that name
 
-    saved = (render.depends_on_launch, dependent_launch.prologue, dict(render.PREFETCH_BYTES))
+    saved = (render.depends_on_launch, dependent_launch.prologue, dict(render.PREFETCH_BYTES), candidates.QUAD_ACROSS)
     if name.startswith("prefetch-"):
         render.PREFETCH_BYTES.update({kernel: int(name.split("-")[1]) for kernel in render.PREFETCH_BYTES})
-    if name == "none":
+    elif name.startswith("across-"):  # the quads block shape's threads across the outputs, at most this many
+        widest = int(name.split("-")[1])
+        candidates.QUAD_ACROSS = tuple(x for x in saved[3] if x <= widest)
+    elif name == "none":
         render.depends_on_launch = lambda spec, arch, config: False
+    elif name == "prologue":  # the prologue wherever the arch has it (whatever depends_on_launch says)
+        render.depends_on_launch = lambda spec, arch, config: dependent_launch.supported(arch) and not (
+            config.tensor_cores and render.stream_kind(spec) == "columns")
     elif name == "wait":
         full = dependent_launch.prologue
         dependent_launch.prologue = lambda *a: "\n".join(l for l in full(*a).splitlines() if "prefetch_rows_to_l2" not in l) + "\n"
+    elif name != "default":
+        raise SystemExit(f"unknown variant {name!r}")
 
     def undo():
         render.depends_on_launch, dependent_launch.prologue = saved[:2]
         render.PREFETCH_BYTES.update(saved[2])
+        candidates.QUAD_ACROSS = saved[3]
     return undo
 
 

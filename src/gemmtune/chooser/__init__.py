@@ -23,7 +23,7 @@ from ..kernels import family_for
 from ..kernels.wgmma.config import WgmmaConfig, staging_seconds
 from ..kernels.wgmma.schedule import schedule_for
 from ..spec import GemmSpec
-from .candidates import candidates
+from .candidates import candidates, fitted_twin
 from .features import HBM_BYTES_PER_S, PEAK_FLOPS, features, has_geometry, roofline_s
 from .model import ChooserModel, FamilyModel, feature_matrix, load
 
@@ -92,6 +92,7 @@ class Pick:
     scored_by: str  # "model (N rows, S shapes)" or "roofline estimate"
     features: tuple[tuple[str, float], ...]
     split: SplitTail | None = None  # the schedule's split tail, as the explanation tells it
+    fitted_from: int = 0  # the measured tile width this config's width was fitted from (0: not fitted)
 
     def feature(self, name: str) -> float:
         return dict(self.features)[name]
@@ -112,7 +113,9 @@ class Pick:
                 f"(last wave {100 * f['last_wave_full']:.0f}% full), {100 * f['tile_waste']:.1f}% of the tiles "
                 f"outside D, {f['blocks_per_sm']:.0f} block(s)/SM, {f['bytes_per_flop']:.3f} B/FLOP"
                 + (f", split-K {f['splits']:.0f}" if f["splits"] > 1 else "")
-                + (f"; {self.split.text()}" if self.split is not None else ""))
+                + (f"; {self.split.text()}" if self.split is not None else "")
+                + (f"; tile width fitted to N: {self.config.bn} columns for {self.fitted_from}, predicted as "
+                   f"{self.fitted_from} (candidates.FIT_MIN_SAVING)" if self.fitted_from else ""))
 
 
 _MODEL_CACHE: dict[str, ChooserModel | None] = {}
@@ -157,7 +160,25 @@ def rank(spec: GemmSpec, arch: str, sm_count: int | None = None, family: str | N
     chosen = family_for(spec, arch, family)
     if sm_count is None:
         sm_count = arch_geometry(None, arch).sm_count
-    return rank_configs(spec, chosen.name, candidates(chosen.name, spec, arch, sm_count), sm_count, model)
+    picks = rank_configs(spec, chosen.name, candidates(chosen.name, spec, arch, sm_count), sm_count, model)
+    return fitted(spec, picks, sm_count)
+
+
+def fitted(spec: GemmSpec, picks: list[Pick], sm_count: int) -> list[Pick]:
+    """The ranked picks with each wgmma config replaced by its twin of fitted width where it has one
+    (candidates.fitted_twin), at its parent's place and prediction; a twin already in the list
+    stays where it first appears."""
+    seen, out = set(), []
+    for pick in picks:
+        twin = fitted_twin(spec, pick.config)
+        if twin is not None:
+            f = features(spec, twin, sm_count)
+            pick = Pick(pick.family, twin, pick.predicted_s, pick.scored_by, tuple(f.items()),
+                        split_tail(spec, twin, sm_count, f["blocks_per_sm"]), fitted_from=pick.config.bn)
+        if pick.config not in seen:
+            seen.add(pick.config)
+            out.append(pick)
+    return out
 
 
 def rank_configs(spec: GemmSpec, family: str, configs: list[Any], sm_count: int,
