@@ -30,8 +30,12 @@ TENSOR_COLUMNS = GemmSpec(16, 4096, 4096, "nn", "tf32")
     (DECODE, UNTUNED_TENSOR_CORE_CONFIG, "sm_80", False),  # griddepcontrol needs sm_90
     (ROWS_1, CUDA_CORE, "sm_90", True),
     (COLUMNS_1, GemvConfig(threads=256, threads_x=32, unroll=2), "sm_90", True),  # a strip of W's first rows
-    (COLUMNS_16, QUADS, "sm_90", True),
-    (COLUMNS_16, QUADS, "sm_80", False),
+    (COLUMNS_1, GemvConfig(threads=256, threads_x=32, unroll=2), "sm_80", False),
+    # Columns on CUDA cores start early only for one vector and 4096 outputs or more (measured).
+    (COLUMNS_16, QUADS, "sm_90", False),
+    (GemmSpec(8, 4096, 4096, "nn", "fp32"), GemvConfig(threads=256, threads_x=4, unroll=1), "sm_90", False),
+    (GemmSpec(1, 1024, 4096, "nn", "fp32"), GemvConfig(threads=1024, threads_x=2, unroll=8), "sm_90", False),
+    (GemmSpec(1, 32000, 4096, "nn", "fp32"), GemvConfig(threads=512, threads_x=32, unroll=2), "sm_90", True),
     # The columns kernel on tensor cores: its warps start at spans far apart along K.
     (TENSOR_COLUMNS, GemvConfig(threads=256, warps_per_output=8, tensor_cores=True, mma_tiles=4), "sm_90", False),
 ])
@@ -44,7 +48,7 @@ def test_which_kernels_start_with_the_prologue(spec, config, arch, expected):
 
 
 @pytest.mark.parametrize("spec, config", [(DECODE, UNTUNED_TENSOR_CORE_CONFIG), (ROWS_1, CUDA_CORE),
-                                          (COLUMNS_16, QUADS), (COLUMNS_1, GemvConfig(threads=256, threads_x=32, unroll=2))])
+                                          (COLUMNS_1, GemvConfig(threads=256, threads_x=32, unroll=2))])
 def test_sass_starts_early_prefetches_then_waits_before_any_load(tmp_path, spec, config):
     """PREEXIT (let the next kernel start), CCTL.E.PF2 (the L2 prefetches), then ACQBULK (the wait)
     before the first global load or store: nothing the previous kernel writes is touched before it."""
@@ -99,7 +103,8 @@ def test_the_columns_prefetch_stays_inside_the_blocks_strip(p, k, cols, first_ro
     from gemmtune.kernels.gemv.render import PREFETCH_BYTES
 
     budget = PREFETCH_BYTES["columns"]
-    assert f"(size_t){budget} / strip_lines" in render(COLUMNS_16, QUADS, "sm_90").code
+    assert f"(size_t){budget} / strip_lines" in render(COLUMNS_1, GemvConfig(threads=256, threads_x=32, unroll=2),
+                                                      "sm_90").code
     for block in range(-(-p // cols)):
         first = block * cols
         strip = min(cols, p - first) * size

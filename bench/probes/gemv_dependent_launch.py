@@ -41,10 +41,10 @@ def _variant(name: str):
 def _part(name: str):
     import importlib
 
-    from gemmtune.chooser import candidates
     from gemmtune.kernels.parts import dependent_launch
 
     render = importlib.import_module("gemmtune.kernels.gemv.render")  # the package re-exports a function of that name
+    candidates = importlib.import_module("gemmtune.chooser.candidates")  # (likewise)
 
     saved = (render.depends_on_launch, dependent_launch.prologue, dict(render.PREFETCH_BYTES), candidates.QUAD_ACROSS)
     if name.startswith("prefetch-"):

@@ -133,11 +133,25 @@ def _operands(spec: GemmSpec) -> str:
 PREFETCH_BYTES = {"tensor_cores": 16384, "cuda_cores": 8192, "columns": 8192}
 
 
+# The CUDA-core columns kernel starts early only for one vector and at least this many outputs. H100,
+# 2026-11-26, fp32 nn, streamed, back to back with and without the prologue (bench/results/
+# 2026-11-26-h100-gemv-columns-dependent-launch.md): one vector and 4096-32000 outputs 92 -> 95%,
+# 97 -> 98%, 94 -> 95%, 93 -> 94%, 101 -> 100% of copy; but 1x1024x4096 61 -> 48%, and 2 and 8 vectors
+# 87 -> 82% and 84 -> 78% (the same with no prefetch: the early start itself costs there); 16 vectors
+# within a point (77 -> 78%, 87 -> 86%).
+COLUMNS_EARLY_MIN_OUTPUTS = 4096
+
+
 def depends_on_launch(spec: GemmSpec, arch: str, config: GemvConfig) -> bool:
     """Whether the kernel starts with the dependent-launch prologue (parts/dependent_launch.py): on
-    sm_90 and later, but for the columns kernel on tensor cores (its warps start at spans far apart
-    along K, so its first bytes are no single run to prefetch)."""
-    return dependent_launch.supported(arch) and not (config.tensor_cores and stream_kind(spec) == "columns")
+    sm_90 and later for the rows kernels; the columns kernel on CUDA cores only for one vector and
+    COLUMNS_EARLY_MIN_OUTPUTS outputs or more, on tensor cores never (its warps start at spans far
+    apart along K, so its first bytes are no single run to prefetch)."""
+    if not dependent_launch.supported(arch):
+        return False
+    if stream_kind(spec) == "columns":
+        return not config.tensor_cores and vectors(spec) == 1 and outputs(spec) >= COLUMNS_EARLY_MIN_OUTPUTS
+    return True
 
 
 def _columns_start(spec: GemmSpec, budget: int) -> str:
