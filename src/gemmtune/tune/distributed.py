@@ -272,6 +272,10 @@ class DaskRunner:
     def restrict(self, candidates: CandidateSet) -> CandidateSet:
         return self.prototype.restrict(candidates) if self.prototype is not None else candidates
 
+    def measurable(self, config: Any) -> bool:
+        """The prototype's answer where it has one (a replay knows only its table's configs)."""
+        return getattr(self.prototype, "measurable", lambda c: True)(config)
+
     def run(self, configs: Sequence[Any]) -> Iterator[TrialResult]:
         return self._gather(configs, remeasure=False)
 

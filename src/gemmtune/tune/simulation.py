@@ -160,6 +160,10 @@ class SimulationRunner:
     def restrict(self, candidates: CandidateSet) -> CandidateSet:
         return candidates.subset(list(self.table.rows))
 
+    def measurable(self, config: Any) -> bool:
+        """Whether the table has the config (the tuner asks before measuring seeds outside its space)."""
+        return config in self.table.rows
+
     def run(self, configs: Sequence[Any]) -> Iterator[TrialResult]:
         for config in configs:
             if self.delay_s:

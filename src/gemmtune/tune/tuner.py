@@ -15,6 +15,7 @@ from ..spec import GemmSpec
 from .db import TuningDB
 from .space import CandidateSet, candidate_set, space_for
 from .strategies import Strategy, make_strategy
+from .strategies.outside import with_outside_seeds
 from .transfer import transfer_seeds
 from .trial import Environment, TrialResult, TuneContext
 
@@ -105,12 +106,17 @@ def chooser_seeds(spec: GemmSpec, environment, family: str, count: int) -> list:
 def tune(spec: GemmSpec, runner: Runner, db: TuningDB, options: TuneOptions = TuneOptions(),
          on_trial: Callable[[TuneProgress], None] | None = None) -> TuneOutcome:
     space = space_for(options.family)
-    candidates = runner.restrict(candidate_set(space, spec, runner.environment.arch))
+    space_set = candidate_set(space, spec, runner.environment.arch)
+    candidates = runner.restrict(space_set)
     context = TuneContext(spec, runner.environment, space.family, space.version)
     previous = db.results(context)
     seeds = chooser_seeds(spec, runner.environment, space.family, options.chooser_seeds)
     seeds += transfer_seeds(db, context, candidates) if options.transfer else []
     strategy = make_strategy(options.strategy, candidates, options.seed, seeds, runner.environment.sm_count)
+    # The chooser's picks the space cannot hold (widths fitted to N, split-K forms) are measured first
+    # all the same, where the runner can measure them (a replay only knows its table's configs).
+    measurable = getattr(runner, "measurable", lambda config: True)
+    strategy = with_outside_seeds(strategy, [c for c in seeds if space_set.position_of(c) is None and measurable(c)])
     strategy.tell(previous)
     tally = Tally(previous, options.trials)
     reason = search(strategy, runner, db, context, options, tally, on_trial)
