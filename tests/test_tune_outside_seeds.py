@@ -50,6 +50,16 @@ def test_a_seed_told_before_it_is_asked_is_not_asked():
     assert with_outside_seeds(strategy.inner, []) is strategy.inner
 
 
+def test_each_new_leader_queues_its_twin_next():
+    inner = ListStrategy(["a", "b", "c", "d"])
+    strategy = OutsideSeeds(inner, [], follow=lambda c: c.upper() if c in "ab" else None)
+    assert strategy.ask(2) == ["a", "b"]
+    strategy.tell([result("a", 2e-3), result("b", 3e-3)])  # b is no leader: its twin is not asked
+    assert strategy.ask(2) == ["A", "c"]
+    strategy.tell([result("A", 1e-3), result("c", 1e-3)])  # c ties A: no new leader
+    assert strategy.ask(4) == ["d"]
+
+
 class RecordingRunner:
     """Measures nothing: every config 'runs' in a time that favours narrow tiles."""
 
@@ -83,6 +93,7 @@ def test_tune_measures_the_fitted_pick_first_and_not_again_on_resume(tmp_path: P
         runner = RecordingRunner()
         tune(SPEC, runner, db, options)
         assert runner.measured[0] == pick.config
+        assert pick.config.bn == 104  # and the 128x128 leaders' twins were measured as they led
         again = RecordingRunner()
         tune(SPEC, again, db, TuneOptions(trials=12, remeasure_top=0, strategy="random", family="wgmma"))
         assert pick.config not in again.measured and len(again.measured) == 6

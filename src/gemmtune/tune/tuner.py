@@ -43,6 +43,7 @@ class TuneOptions:
     remeasure_top: int = 5
     transfer: bool = True
     chooser_seeds: int = 4  # the chooser's top picks measured first (0: none)
+    twins: bool = True  # each new leader's twin of tile width fitted to N measured next (wgmma)
     # Ask the next batch before the current one is measured, so a runner that compiles (the GPU
     # pipeline's `prefetch`) compiles it while the GPU measures: the strategy then learns one
     # batch later. Off by default for one shape (the single-GPU pipeline's gain is unmeasured);
@@ -103,6 +104,17 @@ def chooser_seeds(spec: GemmSpec, environment, family: str, count: int) -> list:
     return [p.config for p in rank(spec, environment.arch, environment.sm_count, family)[:count]]
 
 
+def _twin_follower(spec: GemmSpec, measurable: Callable[[Any], bool]) -> Callable[[Any], Any]:
+    """config -> its twin of tile width fitted to N (chooser.candidates.fitted_twin) where the runner
+    can measure it, else None."""
+    from ..chooser.candidates import fitted_twin
+
+    def follow(config: Any) -> Any:
+        twin = fitted_twin(spec, config)
+        return twin if twin is not None and measurable(twin) else None
+    return follow
+
+
 def tune(spec: GemmSpec, runner: Runner, db: TuningDB, options: TuneOptions = TuneOptions(),
          on_trial: Callable[[TuneProgress], None] | None = None) -> TuneOutcome:
     space = space_for(options.family)
@@ -114,9 +126,11 @@ def tune(spec: GemmSpec, runner: Runner, db: TuningDB, options: TuneOptions = Tu
     seeds += transfer_seeds(db, context, candidates) if options.transfer else []
     strategy = make_strategy(options.strategy, candidates, options.seed, seeds, runner.environment.sm_count)
     # The chooser's picks the space cannot hold (widths fitted to N, split-K forms) are measured first
-    # all the same, where the runner can measure them (a replay only knows its table's configs).
+    # all the same, and each new leader's fitted twin next, where the runner can measure them (a
+    # replay only knows its table's configs).
     measurable = getattr(runner, "measurable", lambda config: True)
-    strategy = with_outside_seeds(strategy, [c for c in seeds if space_set.position_of(c) is None and measurable(c)])
+    outside = [c for c in seeds if space_set.position_of(c) is None and measurable(c)]
+    strategy = with_outside_seeds(strategy, outside, _twin_follower(spec, measurable) if options.twins else None)
     strategy.tell(previous)
     tally = Tally(previous, options.trials)
     reason = search(strategy, runner, db, context, options, tally, on_trial)
