@@ -116,13 +116,20 @@ PINGPONG_END = """
             if (threadIdx.x % 128 == 0) mbarrier_arrive(&mainloop_done[turn]);  // the other consumer's turn"""
 def split_partial(share: str = "") -> str:
     """A split tile's piece that does not write D: store its partial sums (and, with `share`, sum and
-    write its share of the tile: schedule.share_call); the finisher adds the others'."""
+    write its share of the tile: schedule.share_call); else the finisher adds the others'."""
     return f"""
-            if (!writes_d) {{  // a later K range of a split tile: its finisher adds these sums
+            if (!writes_d) {{  // {_partial_note(share)}
                 store_partial(acc, consumer);{share}
                 continue;
             }}
             if (kb_end < K_BLOCKS) add_partials(acc, worker, rank, consumer, unit);  // the tile's other K ranges"""
+
+
+def _partial_note(share: str) -> str:
+    """The comment on a piece that stores partial sums: who adds them."""
+    if share:
+        return "a piece of a tile summed in shares: store these sums, then sum and write this piece's share"
+    return "a later K range of a split tile: its finisher adds these sums"
 
 
 def _plain_write_back(spec: GemmSpec, config: WgmmaConfig) -> tuple[ConsumerC, str, tuple[str, str, str]]:
@@ -207,7 +214,7 @@ def _first_k_block(indent: str, between: list[str] = ()) -> str:
 def _finish_split(finish: str, share: str = "") -> str:
     """A piece of a split tile that may end with a partial sum (no `continue`: the iteration must still
     start the next piece's first k-block)."""
-    return f"""if (!writes_d) {{  // a later K range of a split tile: its finisher adds these sums
+    return f"""if (!writes_d) {{  // {_partial_note(share)}
                     store_partial(acc, consumer);{share.replace(chr(10), chr(10) + "    ")}
                 }} else {{
                     if (kb_end < K_BLOCKS) add_partials(acc, worker, rank, consumer, unit);  // the tile's other K ranges
