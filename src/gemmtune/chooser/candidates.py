@@ -138,29 +138,30 @@ def cluster_sizes(spec: GemmSpec, bm: int, bn: int, sm_count: int) -> tuple[int,
 # measured up to 25% slower (H100, 2026-11-26, bench/results/2026-11-26-h100-wgmma-fitted-width.md). So
 # the model ranks the measured widths and each pick then takes its fitted twin: the same tiles across
 # N, each as narrow as covers N in them (bn = 8*ceil(N / 8t)), where that cuts the columns computed by
-# at least this share. The twin stores D directly (a TMA store needs 128-byte rows in every slice) and
-# runs no cluster. Measured: 19% fewer columns, 0.79 -> 1.20x cuBLAS (5000x300x2048 tf32, 128x104
-# for 128x128), 1.99 -> 2.44x and 2.54 -> 2.93x (bf16 5000x300x2048, 4096x300x4096), 0.78 -> 0.87x
-# (8192x200x2048 bf16, a parent that stored through TMA); 6% fewer, 1.10 -> 1.15x (2048x600x4096 tf32,
-# 256x120 for 256x128, a parent storing directly). A parent storing through TMA keeps its width below
-# the larger share: no twin was measured against one there.
+# at least FIT_MIN_SAVING. The twin stores D directly (a TMA store needs 128-byte rows in every slice)
+# and runs no cluster, so a parent that stores through TMA keeps its width. Measured (H100, 2026-11-26,
+# that table and bench/results/2026-11-26-h100-wgmma-fitted-twins.md), parents storing directly: every
+# twin faster, 5-52% (5000x300x2048 tf32 0.79 -> 1.20x cuBLAS in 128x104 for 128x128; 6-8% savings
+# gained 5-8%: 2048x900x2048 fp16, 2048x600x4096 tf32, 3000x300x3000 tf32 tt); parents storing through
+# TMA: the twin faster once (8192x200x2048 bf16, 19% saved) and slower three times (16384x200x1024
+# fp16, 22% saved, 12% slower; 4096x168x8192 bf16 and 6000x232x2048 bf16 tt).
 FIT_MIN_SAVING = 0.06
-FIT_MIN_SAVING_TMA_STORE = 0.15
 
 
 def fitted_twin(spec: GemmSpec, config: Any) -> WgmmaConfig | None:
     """The config's twin with its tile width fitted to N (see FIT_MIN_SAVING), or None where it has none:
-    fp32 (3xtf32), B stored N-contiguous (boxes of 64 columns), a saving under the threshold, or a twin
-    the family rejects."""
-    if not isinstance(config, WgmmaConfig) or splits_fp32(spec) or not k_major(spec)[1]:
+    fp32 (3xtf32), B stored N-contiguous (boxes of 64 columns), a parent storing through TMA or running
+    clusters (3000x1000x1000 bf16: the cluster pick 0.89x, fitted variants without 0.49-0.62x), a saving
+    under the threshold, or a twin the family rejects."""
+    if (not isinstance(config, WgmmaConfig) or splits_fp32(spec) or not k_major(spec)[1] or config.tma_store
+            or config.cluster_m > 1):
         return None
     across = math.ceil(spec.n / config.bn)
     width = 8 * math.ceil(spec.n / (8 * across))
-    least = FIT_MIN_SAVING_TMA_STORE if config.tma_store else FIT_MIN_SAVING
-    if width < 64 or 1 - width / config.bn < least:
+    if width < 64 or 1 - width / config.bn < FIT_MIN_SAVING:
         return None
-    twin = _deepest(config.with_(bn=width, tma_store=False, store_slices=1, stmatrix=False, overlap_epilogue=False,
-                                 cluster_m=1, c_ring=False, c_spread=False, c_l2_prefetch=False, d_over_c=False,
+    twin = _deepest(config.with_(bn=width, store_slices=1, stmatrix=False, overlap_epilogue=False,
+                                 c_ring=False, c_spread=False, c_l2_prefetch=False, d_over_c=False,
                                  c_first_buffer=False), spec)
     return None if get_family("wgmma").rejections(twin, spec, "sm_90a") else twin
 
