@@ -63,26 +63,6 @@ def test_gemv_fp32_output_from_bf16():
     assert _all_right(jobs) == []
 
 
-# vector_groups: blocks sharing a strip of outputs, each with a share of the vectors (columns kernel).
-GROUP_CASES = [((16, 4096, 4096), "nn", "fp32", "none", GemvConfig(threads=512, threads_x=8, unroll=1, vector_groups=2)),
-               ((16, 4096, 4096), "nn", "fp32", "none", GemvConfig(threads=256, threads_x=4, unroll=1, vector_groups=2)),
-               ((12, 1001, 777), "nn", "fp32", "bias_row+gelu+add", GemvConfig(threads=256, threads_x=8, unroll=2,
-                                                                               vector_groups=4)),
-               ((16, 999, 4104), "tn", "fp32", "alpha+beta+bias_col+relu", GemvConfig(threads=128, threads_x=4,
-                                                                                       unroll=4, vector_groups=2)),
-               ((8, 1000, 1000), "nn", "bf16", "bias_row", GemvConfig(threads=256, threads_x=8, unroll=4, vector_groups=2)),
-               ((6, 4096, 14336), "nn", "tf32", "none", GemvConfig(threads=512, threads_x=16, unroll=1, vector_groups=2))]
-
-
-def test_vector_groups_are_right_on_odd_shapes_and_epilogues():
-    arch = _arch()
-    jobs = [(GemmSpec(*shape, layout=layout, dtype=dtype, epilogue=epilogue, math="simt" if dtype == "fp32" else "auto"),
-             config, arch) for shape, layout, dtype, epilogue, config in GROUP_CASES]
-    for spec, config, _ in jobs:
-        assert not get_family("gemv").rejections(config, spec, arch), (spec.short(), config)
-    assert _all_right(jobs) == []
-
-
 SPLIT_SHAPES = [(1, 1, 1), (7, 13, 5), (127, 129, 131), (64, 4096, 4096), (100, 300, 65536), (3000, 500, 7000)]
 
 

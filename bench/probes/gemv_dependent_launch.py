@@ -8,7 +8,6 @@ For each shape, three builds of the chooser's pick (the same config, tuning data
 - wait: the early start and the wait, no prefetch;
 - prologue: the prologue wherever the arch has it (whatever render.depends_on_launch decides);
 - across-N: the columns-in-quads block shape with at most N threads across the outputs;
-- groups-G: that block shape with vector_groups G; shape-T-X-U: with T threads, X across, unroll U;
   parts join with '+' (prefetch-16384+across-4);
 - prefetch-N: the early start, the L2 prefetch of each row's first step (at most N bytes a block), the
   wait; default: what gemmtune builds (render.PREFETCH_BYTES per kernel).
@@ -50,18 +49,6 @@ def _part(name: str):
     saved = (render.depends_on_launch, dependent_launch.prologue, dict(render.PREFETCH_BYTES), candidates.QUAD_ACROSS)
     if name.startswith("prefetch-"):
         render.PREFETCH_BYTES.update({kernel: int(name.split("-")[1]) for kernel in render.PREFETCH_BYTES})
-    elif name.startswith("groups-") or name.startswith("shape-"):  # the quads block shape, changed
-        quad_config = candidates.quad_config
-        if name.startswith("groups-"):  # groups-G: vector_groups
-            change = {"vector_groups": int(name.split("-")[1])}
-        else:  # shape-THREADS-ACROSS-UNROLL
-            threads, across, unroll = (int(v) for v in name.split("-")[1:])
-            change = {"threads": threads, "threads_x": across, "unroll": unroll}
-        candidates.quad_config = lambda spec, sm_count: quad_config(spec, sm_count).with_(**change)
-
-        def undo():
-            candidates.quad_config = quad_config
-        return undo
     elif name.startswith("across-"):  # the quads block shape's threads across the outputs, at most this many
         widest = int(name.split("-")[1])
         candidates.QUAD_ACROSS = tuple(x for x in saved[3] if x <= widest)

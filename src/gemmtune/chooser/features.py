@@ -17,8 +17,8 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ..kernels.gemv.config import (GemvConfig, block_outputs, block_vectors, estimated_registers, grid_blocks,
-                                   stream_kind, streams_b, tensor_core_smem_bytes)
+from ..kernels.gemv.config import (GemvConfig, block_outputs, estimated_registers, outputs, stream_kind, streams_b,
+                                   tensor_core_smem_bytes)
 from ..kernels.gemv.config import vec as gemv_vec
 from ..kernels.simt.config import SimtConfig
 from .. import arch
@@ -98,8 +98,8 @@ def wgmma_geometry(spec: GemmSpec, c: WgmmaConfig, sm_count: int, registers: int
 def gemv_geometry(spec: GemmSpec, c: GemvConfig, sm_count: int, registers: int | None) -> Geometry:
     rows = stream_kind(spec) == "rows"
     per_block = block_outputs(c, spec)
-    blocks = grid_blocks(c, spec)
-    tile = (block_vectors(c, spec), per_block) if streams_b(spec) else (per_block, 1)
+    blocks = math.ceil(outputs(spec) / per_block)
+    tile = (spec.m, per_block) if streams_b(spec) else (per_block, 1)
     smem = (tensor_core_smem_bytes(c, spec) if c.tensor_cores else 0) if rows else 4 * c.threads * gemv_vec(spec)
     return Geometry(tile[0], tile[1], 1, blocks, c.threads, smem, registers or estimated_registers(c, spec))
 

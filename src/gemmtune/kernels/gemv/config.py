@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ...spec import GemmSpec
-from ..config_base import FamilyConfig, arch_number, ceil_div, rejections_by
+from ..config_base import FamilyConfig, arch_number, rejections_by
 
 NAME = "gemv"
 VERSION = "1"
@@ -60,11 +60,6 @@ class GemvConfig(FamilyConfig):
     mma_tiles (tensor_cores only): 8-output tiles one warp computes together, so each 16-byte load of
       A's rows serves that many tiles of B. tensor_cores=False and mma_tiles=1 are left out of the
       JSON, so configs (and database keys) from before the option stay as they were.
-    vector_groups (columns kind, CUDA cores): blocks that share one strip of outputs, each multiplying
-      its 1/vector_groups of the vectors. Neighbouring blocks (blockIdx.x = strip · groups + group)
-      read the same rows of W at about the same time, so DRAM serves each once and L2 the rest, while
-      each block holds 1/groups of the sums: more blocks and warps an SM for 9-16 vectors, whose sums
-      otherwise leave one 512-thread block an SM. Left out of the JSON when 1.
     """
 
     threads: int = 256
@@ -74,7 +69,6 @@ class GemvConfig(FamilyConfig):
     unroll: int = 4
     tensor_cores: bool = False
     mma_tiles: int = 1
-    vector_groups: int = 1
     FAMILY_LABEL = "gemv"
 
     def to_json(self) -> dict:
@@ -83,17 +77,14 @@ class GemvConfig(FamilyConfig):
             del data["tensor_cores"]
         if data["mma_tiles"] == 1:
             del data["mma_tiles"]
-        if data["vector_groups"] == 1:
-            del data["vector_groups"]
         return data
 
     def describe(self) -> str:
         if self.tensor_cores:
             return (f"gemv tensor cores {self.threads} threads, {self.warps_per_output} warp(s) per "
                     f"{8 * self.mma_tiles} outputs, unroll{self.unroll}")
-        groups = f", vectors in {self.vector_groups} groups" if self.vector_groups > 1 else ""
         return (f"gemv {self.threads} threads, {self.warps_per_output} warp(s) per {self.outputs_per_warp} "
-                f"output(s) (rows), {self.threads_x} across outputs (columns), unroll{self.unroll}{groups}")
+                f"output(s) (rows), {self.threads_x} across outputs (columns), unroll{self.unroll}")
 
     def outputs_per_group(self) -> int:
         """Outputs the warps_per_output warps of one group compute (rows kind)."""
@@ -162,16 +153,6 @@ def block_outputs(c: GemvConfig, s: GemmSpec) -> int:
     return c.outputs_per_block() if stream_kind(s) == "rows" or c.tensor_cores else c.threads_x * vec(s)
 
 
-def grid_blocks(c: GemvConfig, s: GemmSpec) -> int:
-    """Blocks of `c` for `s`: one per block_outputs outputs, times vector_groups on the columns kind."""
-    return ceil_div(outputs(s), block_outputs(c, s)) * c.vector_groups
-
-
-def block_vectors(c: GemvConfig, s: GemmSpec) -> int:
-    """Vectors one block multiplies: all of them, or one group's share (vector_groups)."""
-    return vectors(s) // c.vector_groups
-
-
 def supports(spec: GemmSpec, arch: str) -> str | None:
     if spec.m > MAX_ROWS and spec.n != 1:
         return f"gemv runs N = 1 or M ≤ {MAX_ROWS}, not {spec.m}x{spec.n}"
@@ -206,18 +187,6 @@ def _rows(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
 def _columns(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
     if c.threads_x not in (2, 4, 8, 16, 32):
         return f"threads_x={c.threads_x}: 2, 4, 8, 16 or 32 (whole 32-byte sectors per matrix row)"
-    return None
-
-
-def _vector_groups(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
-    if c.vector_groups == 1:
-        return None
-    if c.vector_groups not in (2, 4):
-        return f"vector_groups={c.vector_groups}: 1, 2 or 4"
-    if stream_kind(s) != "columns" or c.tensor_cores:
-        return "vector_groups splits the vectors of the CUDA-core columns kernel (W stored output-contiguous)"
-    if vectors(s) % c.vector_groups:
-        return f"vector_groups={c.vector_groups} must divide the {vectors(s)} vectors"
     return None
 
 
@@ -303,7 +272,7 @@ def estimated_registers(c: GemvConfig, s: GemmSpec) -> int:
         return c.mma_tiles * (4 + 4 * c.unroll + 2) + 4 * c.unroll * a_fragment_rows(s) + 24 + split
     if stream_kind(s) == "rows":
         return c.outputs_per_warp * (vectors(s) + 4 * c.unroll + v) + v + 24
-    return vectors(s) // max(1, c.vector_groups) * v + 4 * c.unroll + v + 24
+    return vectors(s) * v + 4 * c.unroll + v + 24
 
 
 def _registers(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
@@ -316,7 +285,7 @@ def _registers(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
 
 CONSTRAINTS: dict[str, Constraint] = {
     "dtype": _dtype, "threads": _threads, "rows": _rows, "columns": _columns, "unroll": _unroll, "group": _group,
-    "tensor_cores": _tensor_cores, "vector_groups": _vector_groups, "registers": _registers,
+    "tensor_cores": _tensor_cores, "registers": _registers,
 }
 
 

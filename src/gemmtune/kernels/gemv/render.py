@@ -10,11 +10,12 @@ from __future__ import annotations
 from ...errors import ConfigError
 from ...kernel_source import KernelSource
 from ...spec import GemmSpec
+from ..config_base import ceil_div
 from ..parts.epilogue import CArg, Operands, VectorArg, epilogue_call, epilogue_function, pointer_params
 from ..parts.floats import FLOAT_VIEW, HALF_FLOATS, TO_OUT
 from ..parts import dependent_launch
 from . import columns_tensor_cores, tensor_cores
-from .config import NAME, VERSION, GemvConfig, grid_blocks, outputs, quads, rejections, stream_kind, streams_b, vec, vectors
+from .config import NAME, VERSION, GemvConfig, block_outputs, outputs, quads, rejections, stream_kind, streams_b, vec, vectors
 
 STORAGE_TYPES = {"fp32": "float", "tf32": "float", "bf16": "bf16_t", "fp16": "fp16_t"}
 
@@ -306,8 +307,8 @@ def _columns_body(spec: GemmSpec, config: GemvConfig, arch: str) -> str:
             #pragma unroll
             for (int q = 0; q < 4; ++q) unpack(w[q], f[q]);
             #pragma unroll
-            for (int r = 0; r < RB; ++r) {
-                const float4 xq = __ldg(reinterpret_cast<const float4*>(&x_at_ref(x, r_base + r, k)));
+            for (int r = 0; r < R; ++r) {
+                const float4 xq = __ldg(reinterpret_cast<const float4*>(&x_at_ref(x, r, k)));
                 #pragma unroll
                 for (int i = 0; i < VEC; ++i)
                     acc[r][i] = fmaf(xq.w, f[3][i], fmaf(xq.z, f[2][i], fmaf(xq.y, f[1][i], fmaf(xq.x, f[0][i], acc[r][i]))));
@@ -322,13 +323,13 @@ def _columns_body(spec: GemmSpec, config: GemvConfig, arch: str) -> str:
             #pragma unroll
             for (int u = 0; u < UNROLL; ++u) add_row(w[u], k + u * TK);"""
         tail = "            add_row(stream_load(W + (size_t)k * P + p0), k);"
-        add_row = """        // acc[r][i] += x_r[k] · W[k, p0 + i]: one 16-byte row piece of W serves all RB vectors.
+        add_row = """        // acc[r][i] += x_r[k] · W[k, p0 + i]: one 16-byte row piece of W serves all R vectors.
         auto add_row = [&](uint4 w, int k) {
             float f[VEC];
             unpack(w, f);
             #pragma unroll
-            for (int r = 0; r < RB; ++r) {
-                const float xk = x_at(x, r_base + r, k);
+            for (int r = 0; r < R; ++r) {
+                const float xk = x_at(x, r, k);
                 #pragma unroll
                 for (int i = 0; i < VEC; ++i) acc[r][i] = fmaf(xk, f[i], acc[r][i]);
             }
@@ -340,7 +341,7 @@ def _columns_body(spec: GemmSpec, config: GemvConfig, arch: str) -> str:
         tail = "            add_one(W[(size_t)k * P + p0], k);"
         add_row = """        auto add_one = [&](in_t w, int k) {
             #pragma unroll
-            for (int r = 0; r < RB; ++r) acc[r][0] = fmaf(x_at(x, r_base + r, k), to_float(w), acc[r][0]);
+            for (int r = 0; r < R; ++r) acc[r][0] = fmaf(x_at(x, r, k), to_float(w), acc[r][0]);
         };
 """
     return _columns_kernel(spec, config, arch, add_row, walk, tail)
@@ -355,26 +356,22 @@ def _columns_kernel(spec: GemmSpec, config: GemvConfig, arch: str, add_row: str,
     quad_step = "constexpr int TK4 = 4 * TK;  // k one quad step of the block covers\n" if quad else ""
     first_rows = (f"constexpr int FIRST_ROWS = UNROLL * {step};  // rows of W the block's first step reads (0 ..)\n"
                   if depends_on_launch(spec, arch, config) else "")
-    store = _store(spec, "r_base + r", "p", "sum")
+    store = _store(spec, "r", "p", "sum")
     return f"""constexpr int THREADS = {config.threads}, UNROLL = {config.unroll};
 constexpr int TX = {config.threads_x}, TK = THREADS / TX;  // threads across outputs × threads along K
 constexpr int COLS = TX * VEC;  // outputs per block
 constexpr int WARPS = THREADS / 32;
-// Blocks that share a strip of COLS outputs, each multiplying RB of the R vectors (neighbours in
-// blockIdx.x: they read the same rows of W at about the same time, so DRAM serves them once).
-constexpr int VECTOR_GROUPS = {config.vector_groups}, RB = R / VECTOR_GROUPS;
 // Vectors whose warp sums share the buffer at once: as many as fit 16 KB (one at least).
 constexpr int GROUP_FIT = 16384 / (WARPS * COLS * 4);
-constexpr int GROUP = GROUP_FIT < 1 ? 1 : GROUP_FIT > RB ? RB : GROUP_FIT;
+constexpr int GROUP = GROUP_FIT < 1 ? 1 : GROUP_FIT > R ? R : GROUP_FIT;
 {quad_step}{first_rows}
 // columns: thread (tx, tk) owns VEC neighbouring outputs and {note} of W;
 // a warp reads 32/TX rows, TX·16 contiguous bytes each. The TK partial sums meet at the end (below).
 extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_params(spec)[1]}) {{
 {_start(spec, arch, "columns", config)}    __shared__ float partial[WARPS][GROUP][COLS];
     const int tx = threadIdx.x % TX, tk = threadIdx.x / TX;
-    const int strip = blockIdx.x / VECTOR_GROUPS, r_base = blockIdx.x % VECTOR_GROUPS * RB;  // outputs, vectors
-    const int p0 = strip * COLS + tx * VEC;
-    float acc[RB][VEC] = {{}};
+    const int p0 = blockIdx.x * COLS + tx * VEC;
+    float acc[R][VEC] = {{}};
     if (p0 < P) {{
 {add_row}        int k = {first};
         for (; k + (UNROLL - 1) * {step} < K; k += UNROLL * {step}) {{
@@ -388,25 +385,25 @@ extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_param
     // by shuffles (lanes tx, tx + TX, ... hold the same outputs), then the warps' sums in shared
     // memory, GROUP vectors a pass, two barriers a pass (a tree per vector took ~2·log2(TK) each).
     #pragma unroll
-    for (int r = 0; r < RB; ++r)
+    for (int r = 0; r < R; ++r)
         #pragma unroll
         for (int i = 0; i < VEC; ++i)
             #pragma unroll
             for (int lanes = TX; lanes < 32; lanes *= 2) acc[r][i] += __shfl_xor_sync(0xffffffffu, acc[r][i], lanes);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     #pragma unroll
-    for (int r0 = 0; r0 < RB; r0 += GROUP) {{
+    for (int r0 = 0; r0 < R; r0 += GROUP) {{
         if (lane < TX) {{
             #pragma unroll
             for (int g = 0; g < GROUP; ++g)
                 #pragma unroll
                 for (int i = 0; i < VEC; ++i)
-                    if (r0 + g < RB) partial[warp][g][tx * VEC + i] = acc[r0 + g < RB ? r0 + g : 0][i];
+                    if (r0 + g < R) partial[warp][g][tx * VEC + i] = acc[r0 + g < R ? r0 + g : 0][i];
         }}
         __syncthreads();
         for (int idx = threadIdx.x; idx < GROUP * COLS; idx += THREADS) {{
-            const int g = idx / COLS, c = idx % COLS, r = r0 + g, p = strip * COLS + c;
-            if (r < RB && p < P) {{
+            const int g = idx / COLS, c = idx % COLS, r = r0 + g, p = blockIdx.x * COLS + c;
+            if (r < R && p < P) {{
                 float sum = 0.0f;
                 #pragma unroll 8
                 for (int w = 0; w < WARPS; ++w) sum += partial[w][g][c];  // warp order: deterministic
@@ -447,7 +444,7 @@ def render(spec: GemmSpec, config: GemvConfig, arch: str = "sm_90") -> KernelSou
     if broken:
         raise ConfigError(f"config rejected for {spec.short()} on {arch}: " + "; ".join(broken.values()))
     code = _tensor_core_code(spec, config, arch) if config.tensor_cores else _cuda_core_code(spec, config, arch)
-    grid = (grid_blocks(config, spec), 1, 1)
+    grid = (ceil_div(outputs(spec), block_outputs(config, spec)), 1, 1)
     return KernelSource(code=code, entry=entry_name(spec), grid=grid, block=(config.threads, 1, 1),
                         args=_params(spec)[0], spec=spec, family=NAME, family_version=VERSION,
                         config=config.to_json(), dependent_launch=depends_on_launch(spec, arch, config))
