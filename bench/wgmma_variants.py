@@ -13,7 +13,8 @@ Also prints cuOccupancyMaxActiveClusters for the cluster kernels: how many pairs
 Lists of cases (--set): `bars` (the shipped H100 configs at the bf16/fp16/tf32 4096^3 and bf16/fp16
 8192^3 bars), `c_path` (the fused relu+add 4096^3 kernel without and with each step of its C path,
 and the same config's GEMM alone), and one list per experiment of the dated results journal
-(docs/journal.md: `fused`, `bf16`, `h200`, `c4`, s8 ... s13e, each named by the comment above it).
+(docs/journal.md: `fused`, `bf16`, `h200`, `stmatrix`, `c4`, `pairs66` ... `c_prefetch_policy`, each named by
+the comment above it).
 Here they are timed one after another (--rounds N interleaves N rounds); bench_paired.py times the
 same lists in alternating rounds, the protocol the journal's late tables use.
 
@@ -202,7 +203,7 @@ H200_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] =
         ("s4 slices2 C-in-ring", RING2, None), ("cluster2 s4 slices2 C-in-ring", RING2.with_(cluster_m=2), None)]),
 ]
 
-# Set s8: the epilogue with stmatrix/ldmatrix (four words per instruction) and C asked
+# Set stmatrix: the epilogue with stmatrix/ldmatrix (four words per instruction) and C asked
 # of L2 across the main loop (c_l2_prefetch), against the bests of sets fused and bf16.
 RING2C = S4H2.with_(cluster_m=2, c_ring=True)
 S8_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
@@ -262,9 +263,9 @@ class GridOf:
         return replace(table, cluster_blocks=tuple(sorted(blocks.items())))
 
 
-# Set s9: pairs launched 66 at a time (all 132 SMs) with the last wave shared out in
+# Set pairs66: pairs launched 66 at a time (all 132 SMs) with the last wave shared out in
 # even runs of k-blocks (split_tail), and K walked backwards every other tile (serpentine), against
-# the 64 pairs of set s8.
+# the 64 pairs of set stmatrix.
 PAIRS64 = GridOf(2, 128)
 C2S_RING = RING2C.with_(c_l2_prefetch=True, stmatrix=True)
 S9_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
@@ -287,12 +288,12 @@ S9_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
         ("66 pairs + split-tail + serpentine", S4H4.with_(cluster_m=2, split_tail=True, serpentine=True), None)]),
 ]
 
-# Set s9final: the bests after the s9 runs. The grid is now the schedule's choice (64
+# Set pairs66_final: the bests after the pairs66 runs. The grid is now the schedule's choice (64
 # pairs unless all 66 take fewer tile-times: at 8192^3 with the split tail's shares).
 S9_BEST = C2S.with_(split_tail=True, serpentine=True)
 S9_FINAL_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
     *[(GemmSpec(8192, 8192, 8192, "nt", dtype), [
-        ("cluster2 s4 slices2 stmatrix (s8 best)", C2S, None),
+        ("cluster2 s4 slices2 stmatrix (best at bb1ef35)", C2S, None),
         ("+ split-tail + serpentine", S9_BEST, None),
         ("+ split-tail + serpentine g16", S9_BEST.with_(group_m=16), None)]) for dtype in ("bf16", "fp16")],
     (GemmSpec(4096, 4096, 4096, "nt", "fp16", "relu+add"), [
@@ -307,7 +308,7 @@ S9_FINAL_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]
         ("+ serpentine", S4H4.with_(cluster_m=2, serpentine=True), None)]),
 ]
 
-# Set s10probe: where the fused kernel's extra time goes. Each probe removes one
+# Set fused_probes: where the fused kernel's extra time goes. Each probe removes one
 # part of what the fused epilogue adds to the GEMM alone; the probes write wrong results on purpose,
 # so they are timed only (Unverified), never verified and never kept.
 @dataclass(frozen=True)
@@ -364,12 +365,12 @@ S10_PROBE_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]
         (f"probe: no store{ALONE}", S10_FUSED.without_c_options(), Unverified(no_store))]),
 ]
 
-# Set s10: the overlapped epilogue (overlap_epilogue: half-width wgmma, each tile's
+# Set overlap: the overlapped epilogue (overlap_epilogue: half-width wgmma, each tile's
 # write-back split around the next tile's first k-block) against the bests it builds on.
 OVERLAP = {"overlap_epilogue": True}
 S10_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
     *[(GemmSpec(8192, 8192, 8192, "nt", dtype), [
-        ("cluster2 s4 slices2 stmatrix split-tail serpentine (s9 best)", S9_BEST, None),
+        ("cluster2 s4 slices2 stmatrix split-tail serpentine (best at 0677b29)", S9_BEST, None),
         ("+ overlapped epilogue", S9_BEST.with_(**OVERLAP), None),
         ("+ overlapped epilogue, 4 slices", S9_BEST.with_(store_slices=4, **OVERLAP), None)]) for dtype in ("bf16", "fp16")],
     (GemmSpec(4096, 4096, 4096, "nt", "fp16", "relu+add"), [
@@ -386,25 +387,25 @@ S10_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = 
         ("+ overlapped epilogue", S4H4.with_(cluster_m=2, serpentine=True, **OVERLAP), None)]),
 ]
 
-# Set s10confirm: a second run of the 8192^3 bests in a fresh process and machine, with the overlapped
+# Set overlap_confirm: a second run of the 8192^3 bests in a fresh process and machine, with the overlapped
 # epilogue also without the split tail (what each of the two adds).
 S10_CONFIRM_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
     (GemmSpec(8192, 8192, 8192, "nt", dtype), [
-        ("cluster2 s4 slices2 stmatrix split-tail serpentine (s9 best)", S9_BEST, None),
+        ("cluster2 s4 slices2 stmatrix split-tail serpentine (best at 0677b29)", S9_BEST, None),
         ("+ overlapped epilogue", S9_BEST.with_(**OVERLAP), None),
         ("overlapped epilogue, no split tail", S9_BEST.with_(split_tail=False, **OVERLAP), None)])
     for dtype in ("bf16", "fp16")]
 
-# Set s11b: where C's cost goes, by source patches. Two change where L2
+# Set c_patches: where C's cost goes, by source patches. Two change where L2
 # keeps what: A and B loaded with an evict_last policy (C and D are already evict_first), and C's
 # L2 prefetches issued over the piece's last `window` k-blocks instead of all of them (C then sits
 # in L2 for a few µs, not a whole tile). One probe (timed only) drops the wait between the two
 # store slices for the previous slice's TMA store to have read the buffer. (The call ran on commit
-# 2e102bc's kernel, whose own prefetch was the s10 kernel's; the kernel's prefetch now is the 16-k-block
-# window, so rows that ran without a prefetch patch now patch the s10 kernel's back in. The write-back
+# 2e102bc's kernel, whose own prefetch was that of 64d187d's kernel; the kernel's prefetch now is the
+# 16-k-block window, so rows that ran without a prefetch patch now patch 64d187d's back in. The write-back
 # reorder since then is not undone.)
 AB_EVICT_LAST = r"""
-// (s11b patch) A and B tiles are reused by the other blocks of a round: keep them in L2 ahead
+// (set c_patches) A and B tiles are reused by the other blocks of a round: keep them in L2 ahead
 // of the C and D lines, which are read or written once.
 __device__ __forceinline__ u64 l2_evict_last_policy() {
     u64 policy;
@@ -440,7 +441,7 @@ C_PREFETCH = ("if (kb_begin == 0 && (kb_end - kb) % 2 == 0 && (kb_end - kb) / 2 
 
 def c_prefetch_from(first: str) -> Patch:
     """C's prefetches spread evenly over the piece's k-blocks from `first` (a CUDA expression) to its
-    end, as the s10 kernel spread them from kb_begin; written inline (no producer variables)."""
+    end, as 64d187d's kernel spread them from kb_begin; written inline (no producer variables)."""
     stride = f"max(1, (kb_end - ({first})) / C_TILE_BOXES)"
     at = f"(kb - ({first}))"
     def patch(src: KernelSource) -> KernelSource:
@@ -452,11 +453,11 @@ def c_prefetch_from(first: str) -> Patch:
 
 def c_prefetch_window(window: int) -> Patch:
     """C's prefetches over the piece's last `window` k-blocks (16 is the kernel's own schedule for
-    8 boxes, written the way set s11b patched it)."""
+    8 boxes, written the way set c_patches patched it)."""
     return c_prefetch_from(f"max(kb_begin, kb_end - {window})")
 
 
-c_prefetch_whole_tile = c_prefetch_from("kb_begin")  # the s10 kernel's: from the piece's first k-block
+c_prefetch_whole_tile = c_prefetch_from("kb_begin")  # 64d187d's kernel's: from the piece's first k-block
 
 
 def both(*patches: Patch) -> Patch:
@@ -476,7 +477,7 @@ def no_wait_between_slices(src: KernelSource) -> KernelSource:
 
 S11B_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
     (GemmSpec(4096, 4096, 4096, "nt", "fp16", "relu+add"), [
-        ("C-in-ring C-L2-prefetch stmatrix serpentine (s10 kernel)", S10_FUSED, c_prefetch_whole_tile),
+        ("C-in-ring C-L2-prefetch stmatrix serpentine (kernel of 64d187d)", S10_FUSED, c_prefetch_whole_tile),
         ("C prefetched over the last 16 k-blocks", S10_FUSED, c_prefetch_window(16)),
         ("C prefetched over the last 8 k-blocks", S10_FUSED, c_prefetch_window(8)),
         ("A, B evict_last", S10_FUSED, both(ab_evict_last, c_prefetch_whole_tile)),
@@ -487,24 +488,24 @@ S11B_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] =
         (f"overlapped epilogue{ALONE}", S10_FUSED.without_c_options().with_(**OVERLAP), None)]),
 ]
 
-# Set s11 (removed) timed c_regs, an option that read C into registers a ring's
+# A set (removed) timed c_regs, an option that read C into registers a ring's
 # depth before each tile's end; it was slower in every run and was removed (commit 2e102bc has it).
 
-# Set s11c: the code as changed after s11b (C's L2 prefetch over the 16
+# Set c_window: the code as changed after c_patches (C's L2 prefetch over the 16
 # k-blocks before its loads; a slice computed into registers before the wait for the buffer), with
-# the s10 kernel's whole-tile prefetch restored by a patch for comparison in the same rounds. (The call
+# 64d187d's whole-tile prefetch restored by a patch for comparison in the same rounds. (The call
 # also timed c_regs, since removed: see the note above.)
 
 
 S11C_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
     (GemmSpec(4096, 4096, 4096, "nt", dtype, "relu+add"), [
         ("C-in-ring C-L2-prefetch stmatrix serpentine", S10_FUSED, None),
-        ("C prefetched across the whole tile (s10 kernel)", S10_FUSED, c_prefetch_whole_tile),
+        ("C prefetched across the whole tile (kernel of 64d187d)", S10_FUSED, c_prefetch_whole_tile),
         ("+ overlapped epilogue", S10_FUSED.with_(**OVERLAP), None),
         (f"overlapped epilogue{ALONE}", S10_FUSED.without_c_options().with_(**OVERLAP), None)])
     for dtype in ("fp16", "bf16")]
 
-# Set s12probe: the fused epilogue's arithmetic (C's conversion to fp32, relu, add: 384
+# Set epilogue_probes: the fused epilogue's arithmetic (C's conversion to fp32, relu, add: 384
 # instructions a thread a tile in the SASS, against none in the GEMM alone) timed by leaving it out.
 def epilogue_math_skipped(src: KernelSource) -> KernelSource:
     """D = A·B rounded: C still lands and is read from its slot (ldmatrix), but nothing is done with it."""
@@ -518,10 +519,11 @@ S12_PROBE_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]
         ("probe: no wait between store slices", S10_FUSED, Unverified(no_wait_between_slices))])
     for dtype in ("fp16", "bf16")]
 
-# Set s12: the fused write-back without its store buffer (d_over_c: D written over C in
+# Set c_path: the fused write-back without its store buffer (d_over_c: D written over C in
 # its ring slot, stored from there), and with C's first slice in that buffer's room (c_first_buffer).
-# (Call 2 ran this set at commit 5076657 with relu+add finished on the packed pair, max(rn(v + c), c),
-# against the s11 per-value epilogue: slower without d_over_c, equal with it; removed.)
+# (Call 2 of bench/results/2026-11-23-h100-paired-5.md ran this set at commit 5076657 with relu+add
+# finished on the packed pair, max(rn(v + c), c), against the per-value epilogue from before c8761d8:
+# slower without d_over_c, equal with it; removed.)
 S12_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
     (GemmSpec(4096, 4096, 4096, "nt", dtype, "relu+add"), [
         ("C-in-ring C-L2-prefetch stmatrix serpentine", S10_FUSED, None),
@@ -529,7 +531,8 @@ S12_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = 
         ("+ D over C, C's first slice in its own buffer", S10_FUSED.with_(d_over_c=True, c_first_buffer=True), None)])
     for dtype in ("fp16", "bf16")]
 
-# Set s13: what C's traffic still costs. Call 1 found the fused kernel's cycles equal
+# Set c_traffic: what C's traffic still costs (calls numbered as in
+# bench/results/2026-11-23-h100-fused-clock.md). Call 1 found the fused kernel's cycles equal
 # to its GEMM alone's (ncu, power_probe.py) and its clock 1.2-1.6% lower at the 700 W limit (34 MB
 # more DRAM reads, C's own). Guesses at spending less: C's L2 prefetches as evict_first lines
 # (plain prefetched lines might push out A/B lines until the ring's load reads them), and group_m 16.
@@ -552,15 +555,15 @@ S13_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = 
     (GemmSpec(4096, 4096, 4096, "nt", dtype, "relu+add"), [
         ("group_m 16, D over C, first slice buffer, C prefetch evict_first", G16, c_prefetch_evict_first),
         ("+ A, B evict_last", G16, both(c_prefetch_evict_first, ab_evict_last)),
-        ("group_m 8 (s12 config), C prefetch evict_first", S12_FINAL, c_prefetch_evict_first),
-        ("group_m 8, C prefetch plain (s12 kernel)", S12_FINAL, None),
+        ("group_m 8 (config of 0eaf197), C prefetch evict_first", S12_FINAL, c_prefetch_evict_first),
+        ("group_m 8, C prefetch plain (kernel of 0eaf197)", S12_FINAL, None),
         (f"A, B evict_last{ALONE}", G16.without_c_options(), ab_evict_last),
         (f"group_m 8{ALONE}", S12_FINAL.without_c_options(), None),
         (f"overlapped epilogue (best){ALONE}", S12_FINAL.without_c_options().with_(**OVERLAP), None)])
     for dtype in ("fp16", "bf16")]
 
 
-# Set s13b (call 3; run with and without --lead-us): the final kernel at a lower duty
+# Set c_box_rows (call 3; run with and without --lead-us): the final kernel at a lower duty
 # cycle, where the card is not held at its power limit, and C's prefetches a whole box row (the
 # tile's 512 contiguous bytes of each of 64 rows) at once instead of one 128-byte-wide box every
 # second k-block (fewer DRAM pages opened per byte of C, if the controller sees them together).
@@ -579,7 +582,7 @@ S13B_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] =
     for dtype in ("fp16", "bf16")]
 
 
-# Set s13c (call 4): shapes nobody tuned, fused: the chooser's pick (C through the
+# Set untuned_fused (call 4): shapes nobody tuned, fused: the chooser's pick (C through the
 # ring, nothing else of the C path) against the same with the rest of it (stmatrix, C's L2
 # prefetch, D over C, C's first slice in its own buffer), before the chooser and default_config
 # take the rest on.
@@ -598,17 +601,17 @@ S13C_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] =
                  GemmSpec(1024, 1024, 16384, "nt", "bf16", "relu+add"), GemmSpec(8192, 8192, 8192, "nt", "bf16", "relu+add"),
                  GemmSpec(4096, 4096, 4096, "nn", "fp16", "relu+add"))]
 
-# Set s13d (call 5): C's prefetch, policy and grouping crossed, on the H200 where call 4
+# Set c_prefetch_policy (call 5): C's prefetch, policy and grouping crossed, on the H200 where call 4
 # saw a box row at a time +0.5-0.6% (H100 call 3: +0.6% fp16, 0.0 bf16).
 S13D_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = [
     (GemmSpec(4096, 4096, 4096, "nt", dtype, "relu+add"), [
         ("D over C, first slice buffer, C prefetch evict_first", S12_FINAL, c_prefetch_evict_first),
-        ("C prefetch plain (s12 kernel)", S12_FINAL, None),
+        ("C prefetch plain (kernel of 0eaf197)", S12_FINAL, None),
         ("C prefetch evict_first, a box row at a time", S12_FINAL, both(c_prefetch_evict_first, c_prefetch_by_row)),
         ("C prefetch plain, a box row at a time", S12_FINAL, c_prefetch_by_row)])
     for dtype in ("fp16", "bf16")]
 
-# Set s13e (calls 8-9): the issue's GEMM-alone bars again in the balanced order, with
+# Set bars (calls 8-9): the issue's GEMM-alone bars again in the balanced order, with
 # the configs known_configs.json ships for the H100 (the H200 entries are the same configs).
 def _known(m: int, dtype: str) -> WgmmaConfig:
     from gemmtune.export.config_source import load_known_configs
@@ -623,12 +626,12 @@ S13E_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] =
     for m, dtype in ((4096, "bf16"), (4096, "fp16"), (4096, "tf32"), (8192, "bf16"), (8192, "fp16"))]
 
 SETS = {"all": CASES, "final": FINAL_CASES, "fused": FUSED_CASES, "bf16": BF16_CASES, "h200": H200_CASES,
-        "s8": S8_CASES, "c4": C4_CASES, "s9": S9_CASES,
-        "s9final": S9_FINAL_CASES, "s10probe": S10_PROBE_CASES, "s10": S10_CASES,
-        "s10confirm": S10_CONFIRM_CASES, "s11b": S11B_CASES, "s11c": S11C_CASES,
-        "s12probe": S12_PROBE_CASES, "s12": S12_CASES, "s13": S13_CASES, "s13b": S13B_CASES, "s13c": S13C_CASES,
-        "s13d": S13D_CASES, "s13e": S13E_CASES,
-        "bars": S13E_CASES, "c_path": S12_CASES}  # the last two: named for what they measure now
+        "stmatrix": S8_CASES, "c4": C4_CASES, "pairs66": S9_CASES,
+        "pairs66_final": S9_FINAL_CASES, "fused_probes": S10_PROBE_CASES, "overlap": S10_CASES,
+        "overlap_confirm": S10_CONFIRM_CASES, "c_patches": S11B_CASES, "c_window": S11C_CASES,
+        "epilogue_probes": S12_PROBE_CASES, "c_path": S12_CASES, "c_traffic": S13_CASES, "c_box_rows": S13B_CASES,
+        "untuned_fused": S13C_CASES, "c_prefetch_policy": S13D_CASES,
+        "bars": S13E_CASES}
 
 def max_active_clusters(compiled, cluster_m: int = 2) -> str:
     """How many clusters of this kernel the GPU holds at once (driver's occupancy calculator)."""

@@ -632,7 +632,7 @@ def with_c_path(config: WgmmaConfig, spec: GemmSpec, arch: str = "sm_90a", sm_co
     each; else `config` unchanged.
 
     Measured in a balanced order against c_ring alone, 128x256 tiles (bench/results/2026-11-23-
-    h100-s13.md, set s13c): 3072x4096x768 fp16 +10%, 4096^3 nn fp16 +2.5%, 1024x1024x16384 bf16
+    h100-fused-clock.md, set untuned_fused): 3072x4096x768 fp16 +10%, 4096^3 nn fp16 +2.5%, 1024x1024x16384 bf16
     +1.2%, 8192^3 bf16 +0.7% on an H100; but 2048^3 fp16 (128 tiles: one a block) -1.6%, where
     no tile's write-back meets the next tile's main loop, which is what the path is for. `sm_count`:
     the GPU's (None: the arch table's for `arch`)."""
