@@ -160,9 +160,8 @@ def fitted_twin(spec: GemmSpec, config: Any) -> WgmmaConfig | None:
     width = 8 * math.ceil(spec.n / (8 * across))
     if width < 64 or 1 - width / config.bn < FIT_MIN_SAVING:
         return None
-    twin = _deepest(config.with_(bn=width, store_slices=1, stmatrix=False, overlap_epilogue=False,
-                                 c_ring=False, c_spread=False, c_l2_prefetch=False, d_over_c=False,
-                                 c_first_buffer=False), spec)
+    # (Without a TMA store the parent has none of the options a narrower tile's rows would refuse.)
+    twin = _deepest(config.with_(bn=width), spec)
     return None if get_family("wgmma").rejections(twin, spec, "sm_90a") else twin
 
 
