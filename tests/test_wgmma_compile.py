@@ -11,6 +11,7 @@ import pytest
 
 from gemmtune.compiler import compile_kernel
 from gemmtune.errors import ConfigError
+from gemmtune.kernels.wgmma.schedule import schedule_for
 from gemmtune.export.toolchain import wheel_tool_candidates
 from gemmtune.kernels import family_for, get_family
 from gemmtune.spec import GemmSpec
@@ -416,3 +417,20 @@ def test_fitted_widths_build_for_k_major_b_and_stay_out_of_the_space():
     assert "clusters" not in " ".join(FAMILY.rejections(fitted, GemmSpec(5000, 300, 2048, "nt", "bf16"), "sm_90a"))
     assert FAMILY.rejections(fitted.with_(cluster_m=2), GemmSpec(5000, 300, 2048, "nt", "bf16"), "sm_90a")
     assert dict(WGMMA_DOMAINS)["bn"] == MEASURED_BN == (64, 128, 192, 256)
+
+
+def test_overlap_epilogue_dropped_where_every_tile_is_split():
+    """Where the schedule splits every tile along K, no write-back can overlap a next tile: the kernel
+    is rendered without overlap_epilogue (full-width wgmma, a note in its head), while the artifact
+    keeps the requested config; a schedule with whole tiles keeps the overlap."""
+    config = dict(LADDER)["sliced_store"].with_(store_slices=2, overlap_epilogue=True, split_tail=True)
+    long_k = GemmSpec(512, 512, 65536, "nt", "bf16")
+    assert schedule_for(long_k, config).whole_units == 0
+    source = FAMILY.render(long_k, config, "sm_90a")
+    assert "m64n256k16" in source.code and "m64n128k16" not in source.code
+    assert "rendered without overlap_epilogue" in source.code
+    assert source.config == config.to_json()
+    square = GemmSpec(4096, 4096, 4096, "nt", "bf16")
+    assert schedule_for(square, config).whole_units > 0
+    kept = FAMILY.render(square, config, "sm_90a").code
+    assert "m64n128k16" in kept and "m64n256k16" not in kept and "rendered without" not in kept

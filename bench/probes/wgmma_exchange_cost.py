@@ -83,6 +83,9 @@ def main() -> int:
     parser.add_argument("--shapes", help="MxNxK:dtype,... (default: the five above)")
     parser.add_argument("--variants", help="comma-separated subset of the five builds (default: all); under ncu one "
                                            "variant a process, so that its kernel's launches are the profiled ones")
+    parser.add_argument("--alternatives", default="",
+                        help="further builds beside the pick, 'name:field=value,...;...' (fields of WgmmaConfig, "
+                             "changed from the pick: '128x128c2:bn=128,stages=6,cluster_m=2')")
     args = parser.parse_args()
     shapes = SHAPES if not args.shapes else tuple(
         (*map(int, shape.split(":")[0].split("x")), shape.split(":")[1]) for shape in args.shapes.split(","))
@@ -90,59 +93,89 @@ def main() -> int:
 
     import torch
 
-    from gemmtune.build import Kernel
     from gemmtune.chooser import choose
-    from gemmtune.compiler import compile_kernel
     from gemmtune.device import query_device
-    from gemmtune.evaluate import evaluate
-    from gemmtune.kernels import get_family
-    from gemmtune.kernels.wgmma.schedule import schedule_for
+    from gemmtune.errors import ConfigError
     from gemmtune.spec import GemmSpec
 
     info = query_device()
     arch = "sm_90a"
-    family = get_family("wgmma")
     lines = [f"# The split-tail exchange's cost ({info.name})", "",
              "`bench/probes/wgmma_exchange_cost.py`: the chooser's pick as gemmtune builds it (shares) and with "
              "the exchange's calls removed (D then wrong: time only); one launch after an L2 flush, CUDA events, "
              f"median of {args.reps}.", "",
              "| shape | pick | cuBLAS µs | shares µs | shares, no wait µs | stores only µs | no exchange µs | exchange µs (share) | verified |",
              "|---|---|---:|---:|---:|---:|---:|---:|---|"]
-    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32, "fp32": torch.float32}
     for m, n, k, dtype in shapes:
         spec = GemmSpec(m, n, k, "nt", dtype)
-        pick = choose(spec, arch).config
+        chosen = choose(spec, arch).config
         a = torch.randn(m, k, device="cuda", dtype=dtypes[dtype])
         b = torch.randn(n, k, device="cuda", dtype=dtypes[dtype])  # nt: B stored N×K
         d = torch.empty(m, n, device="cuda", dtype=dtypes[dtype])
+        torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"  # fp32: cuBLAS SGEMM
         cublas = time_launches(torch, lambda: torch.matmul(a, b.t(), out=d), args.reps)
-        times, verified = {}, []
-        for name in wanted:
-            source = family.render(spec, pick, arch)
-            if name == "shares, no wait" and not schedule_for(spec, pick).scatter:
-                continue  # no shares in this build (few pieces: the finisher adds them)
-            code = variant(source.code, name)
-            compiled = compile_kernel(dataclasses.replace(source, code=code), arch)
-            if name == "shares":
-                result = evaluate(compiled, verify_only=True)
-                verified.append("ok" if result.ok else result.verify.message)
-            kernel = Kernel(compiled, pick, "probe")
-            kernel(a, b, out=d)  # load it before timing
-            times[name] = time_launches(torch, lambda: kernel(a, b, out=d), args.reps)
-        def us(name: str) -> str:
-            return f"{times[name] * 1e6:.1f}" if name in times else "-"
-
-        cost = (f"{(times['shares'] - times['no exchange']) * 1e6:.1f} "
-                f"({(times['shares'] - times['no exchange']) / times['shares']:.0%})"
-                if {"shares", "no exchange"} <= times.keys() else "-")
-        row = (f"| {spec.short()} | {pick.describe()} | {cublas * 1e6:.1f} | {us('shares')} "
-               f"| {us('shares, no wait')} | {us('stores only')} | {us('no exchange')} | {cost} | {', '.join(verified)} |")
-        print(row, flush=True)
-        lines.append(row)
+        for label, pick in configs(chosen, args.alternatives):
+            try:
+                lines.append(measure(torch, spec, pick, label, wanted, (a, b, d), cublas, args.reps))
+            except ConfigError as error:
+                print(f"| {spec.short()} | {label}: not valid ({error}) |", flush=True)
     text = "\n".join(lines) + "\n"
     if args.out:
         args.out.write_text(text)
     return 0
+
+
+def configs(chosen, alternatives: str) -> list:
+    """The pick, then each alternative: ('name', the pick with the named fields changed)."""
+    out = [("pick", chosen)]
+    for item in filter(None, alternatives.split(";")):
+        label, _, fields = item.partition(":")
+        changes = {}
+        for field in fields.split(","):
+            key, _, value = field.partition("=")
+            changes[key] = {"true": True, "false": False}.get(value.lower(), None)
+            if changes[key] is None:
+                changes[key] = int(value)
+        out.append((label, chosen.with_(**changes)))
+    return out
+
+
+def measure(torch, spec, pick, label: str, wanted, operands, cublas: float, reps: int) -> str:
+    """One table row: `pick` built as each wanted variant, timed (and the full build verified)."""
+    from gemmtune.build import Kernel
+    from gemmtune.compiler import compile_kernel
+    from gemmtune.evaluate import evaluate
+    from gemmtune.kernels import get_family
+    from gemmtune.kernels.wgmma.schedule import schedule_for
+
+    arch = "sm_90a"
+    family = get_family("wgmma")
+    a, b, d = operands
+    times, verified = {}, []
+    for name in wanted:
+        source = family.render(spec, pick, arch)
+        if name == "shares, no wait" and not schedule_for(spec, pick).scatter:
+            continue  # no shares in this build (few pieces: the finisher adds them)
+        code = variant(source.code, name)
+        compiled = compile_kernel(dataclasses.replace(source, code=code), arch)
+        if name == "shares":
+            result = evaluate(compiled, verify_only=True)
+            verified.append("ok" if result.ok else result.verify.message)
+        kernel = Kernel(compiled, pick, "probe")
+        kernel(a, b, out=d)  # load it before timing
+        times[name] = time_launches(torch, lambda: kernel(a, b, out=d), reps)
+    def us(name: str) -> str:
+        return f"{times[name] * 1e6:.1f}" if name in times else "-"
+
+    cost = (f"{(times['shares'] - times['no exchange']) * 1e6:.1f} "
+            f"({(times['shares'] - times['no exchange']) / times['shares']:.0%})"
+            if {"shares", "no exchange"} <= times.keys() else "-")
+    row = (f"| {spec.short()} | {label}: {pick.describe()} ({schedule_for(spec, pick).workers * pick.cluster_m} blocks) "
+           f"| {cublas * 1e6:.1f} | {us('shares')} "
+           f"| {us('shares, no wait')} | {us('stores only')} | {us('no exchange')} | {cost} | {', '.join(verified)} |")
+    print(row, flush=True)
+    return row
 
 
 if __name__ == "__main__":
