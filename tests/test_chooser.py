@@ -282,7 +282,7 @@ def test_gemv_compiles_every_layout_and_epilogue(dtype):
 
 
 def test_shipped_chooser_still_picks_what_the_results_table_measured():
-    """bench/results/2026-11-26-h100-eval-untuned.* measured the shipped chooser's picks on the eval
+    """bench/results/2026-11-27-h100-eval-untuned.* measured the shipped chooser's picks on the eval
     set in four dtypes; a change to the candidates or the model that moves a pick makes that table
     stale (re-run bench/bench_untuned.py --set eval --dtypes bf16,fp16,tf32,fp32)."""
     import gzip
@@ -290,7 +290,7 @@ def test_shipped_chooser_still_picks_what_the_results_table_measured():
 
     from gemmtune.kernels import family_for
 
-    table = Path(__file__).resolve().parent.parent / "bench" / "results" / "2026-11-26-h100-eval-untuned.json.gz"
+    table = Path(__file__).resolve().parent.parent / "bench" / "results" / "2026-11-27-h100-eval-untuned.json.gz"
     rows = json.loads(gzip.decompress(table.read_bytes()))
     assert len(rows) == 176
     for row in rows:
