@@ -46,11 +46,8 @@ def _part(name: str):
     render = importlib.import_module("gemmtune.kernels.gemv.render")  # the package re-exports a function of that name
     candidates = importlib.import_module("gemmtune.chooser.candidates")  # (likewise)
 
-    saved = (render.depends_on_launch, dependent_launch.prologue, dict(render.PREFETCH_BYTES), candidates.QUAD_ACROSS,
-             render.WHOLE_SHARE_MAX_BYTES)
-    if name.startswith("whole-"):  # W of at most N MB: each block prefetches its whole share
-        render.WHOLE_SHARE_MAX_BYTES = int(name.split("-")[1]) << 20
-    elif name.startswith("prefetch-"):
+    saved = (render.depends_on_launch, dependent_launch.prologue, dict(render.PREFETCH_BYTES), candidates.QUAD_ACROSS)
+    if name.startswith("prefetch-"):
         render.PREFETCH_BYTES.update({kernel: int(name.split("-")[1]) for kernel in render.PREFETCH_BYTES})
     elif name.startswith("across-"):  # the quads block shape's threads across the outputs, at most this many
         widest = int(name.split("-")[1])
@@ -70,7 +67,6 @@ def _part(name: str):
         render.depends_on_launch, dependent_launch.prologue = saved[:2]
         render.PREFETCH_BYTES.update(saved[2])
         candidates.QUAD_ACROSS = saved[3]
-        render.WHOLE_SHARE_MAX_BYTES = saved[4]
     return undo
 
 

@@ -142,18 +142,6 @@ PREFETCH_BYTES = {"tensor_cores": 16384, "cuda_cores": 8192, "columns": 8192}
 COLUMNS_EARLY_MIN_OUTPUTS = 4096
 
 
-# Where W is at most this many bytes, a block's prologue asks L2 for its whole share of W, not just its
-# first step's (L2 holds it beside the kernel ahead's), and the CUDA-core columns kernel starts early
-# at any vector count. 0: never (the default until measured; bench/probes/gemv_dependent_launch.py's
-# whole-N variant sets it).
-WHOLE_SHARE_MAX_BYTES = 0
-
-
-def whole_share(spec: GemmSpec) -> bool:
-    """Whether the prologue prefetches the block's whole share of W (WHOLE_SHARE_MAX_BYTES)."""
-    return outputs(spec) * spec.k * spec.element_bytes <= WHOLE_SHARE_MAX_BYTES
-
-
 def depends_on_launch(spec: GemmSpec, arch: str, config: GemvConfig) -> bool:
     """Whether the kernel starts with the dependent-launch prologue (parts/dependent_launch.py): on
     sm_90 and later for the rows kernels; the columns kernel on CUDA cores only for one vector and
@@ -162,8 +150,7 @@ def depends_on_launch(spec: GemmSpec, arch: str, config: GemvConfig) -> bool:
     if not dependent_launch.supported(arch):
         return False
     if stream_kind(spec) == "columns":
-        return not config.tensor_cores and (vectors(spec) == 1 and outputs(spec) >= COLUMNS_EARLY_MIN_OUTPUTS
-                                            or whole_share(spec))
+        return not config.tensor_cores and vectors(spec) == 1 and outputs(spec) >= COLUMNS_EARLY_MIN_OUTPUTS
     return True
 
 
@@ -171,11 +158,10 @@ def _columns_start(spec: GemmSpec, budget: int) -> str:
     """The columns kernel's prologue: its block streams a strip of COLS outputs down all of K, and its
     first step reads the strip's first FIRST_ROWS rows; it asks L2 for as many of those as fit `budget`
     bytes."""
-    first_rows = "K" if whole_share(spec) else "min(FIRST_ROWS, K)"  # the whole strip, or its first step's rows
     rows = (f"    const int block_first = blockIdx.x * COLS;  // the block's first output (column of W)\n"
             f"    const size_t strip_bytes = (size_t)min(COLS, P - block_first) * sizeof(in_t);  // of each row\n"
             f"    const size_t strip_lines = (strip_bytes + 127) / 128 * 128;  // what L2 fetches of each row\n"
-            f"    const int prefetch_rows = (int)min((size_t){first_rows}, max((size_t)1, (size_t){budget} / strip_lines));\n")
+            f"    const int prefetch_rows = (int)min((size_t)min(FIRST_ROWS, K), max((size_t)1, (size_t){budget} / strip_lines));\n")
     return _operands(spec) + rows + dependent_launch.prologue(
         "W + block_first", "prefetch_rows", "(size_t)P * sizeof(in_t)", "strip_bytes", budget)
 
@@ -187,15 +173,13 @@ def _start(spec: GemmSpec, arch: str, kernel: str, config: GemvConfig) -> str:
     columns kernel the first rows of its strip (_columns_start)."""
     if not depends_on_launch(spec, arch, config):
         return _operands(spec)
-    whole = whole_share(spec)
-    budget = WHOLE_SHARE_MAX_BYTES if whole else PREFETCH_BYTES[kernel]
     if stream_kind(spec) == "columns":
-        return _columns_start(spec, budget)
+        return _columns_start(spec, PREFETCH_BYTES[kernel])
     rows = ("    const int block_first = blockIdx.x * GROUPS * NW;  // the block's first output (row of W)\n"
             "    const int block_rows = min(block_first + GROUPS * NW, P) - block_first;\n")
-    head = "(size_t)K * sizeof(in_t)" if whole else "(size_t)min(K, FIRST_K) * sizeof(in_t)"  # of each row
     return _operands(spec) + rows + dependent_launch.prologue(
-        "W + (size_t)block_first * K", "block_rows", "(size_t)K * sizeof(in_t)", head, budget)
+        "W + (size_t)block_first * K", "block_rows", "(size_t)K * sizeof(in_t)",
+        "(size_t)min(K, FIRST_K) * sizeof(in_t)", PREFETCH_BYTES[kernel])
 
 
 # --- the rows kernel: W is P rows of K contiguous values --------------------------------------------
