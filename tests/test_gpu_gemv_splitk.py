@@ -144,21 +144,3 @@ def test_gemv_columns_reduction(dtype):
             for config in COLUMN_BLOCKS if not family.rejections(config, spec, arch)]
     assert len(jobs) >= 20
     assert _all_right(jobs) == []
-
-
-# W staged through shared memory (stage_depth): K with a partial last quad step and steps fewer than the
-# depth (K = 28: under one step a thread), outputs not a multiple of a block's, 2-16 vectors, fp32 and
-# tf32, epilogues reading C and bias; the 16-vector block shape and a 256-thread one.
-STAGED_SHAPES = [(16, 4096, 4096), (16, 1000, 4104), (12, 1000, 1028), (2, 8, 28), (5, 4100, 772), (16, 4096, 260)]
-
-
-@pytest.mark.parametrize("depth", [2, 3, 4, 8])
-def test_gemv_columns_staged_w(depth):
-    arch = _arch()
-    configs = [GemvConfig(threads=512, threads_x=8, unroll=1, stage_depth=depth),
-               GemvConfig(threads=256, threads_x=4, unroll=1, stage_depth=depth)]
-    jobs = [(GemmSpec(*shape, layout="nn", dtype=dtype, epilogue=epilogue), config, arch)
-            for shape in STAGED_SHAPES for dtype in ("fp32", "tf32") for epilogue in EPILOGUES[:2] for config in configs
-            if not get_family("gemv").rejections(config, GemmSpec(*shape, layout="nn", dtype=dtype), arch)]
-    assert len(jobs) >= 10
-    assert _all_right(jobs) == []

@@ -60,11 +60,6 @@ class GemvConfig(FamilyConfig):
     mma_tiles (tensor_cores only): 8-output tiles one warp computes together, so each 16-byte load of
       A's rows serves that many tiles of B. tensor_cores=False and mma_tiles=1 are left out of the
       JSON, so configs (and database keys) from before the option stay as they were.
-    stage_depth (columns kind in quads, CUDA cores, sm_80+): W reaches each thread through its own
-      slots in shared memory, filled by cp.async this many quad steps ahead, so the loads in flight
-      hold no registers (the 16-vector kernel has none to spare: one 512-thread block an SM at 128
-      registers, one 64-byte step in flight a thread). 0: loaded straight into registers (left out
-      of the JSON).
     """
 
     threads: int = 256
@@ -74,7 +69,6 @@ class GemvConfig(FamilyConfig):
     unroll: int = 4
     tensor_cores: bool = False
     mma_tiles: int = 1
-    stage_depth: int = 0
     FAMILY_LABEL = "gemv"
 
     def to_json(self) -> dict:
@@ -83,17 +77,14 @@ class GemvConfig(FamilyConfig):
             del data["tensor_cores"]
         if data["mma_tiles"] == 1:
             del data["mma_tiles"]
-        if not data["stage_depth"]:
-            del data["stage_depth"]
         return data
 
     def describe(self) -> str:
         if self.tensor_cores:
             return (f"gemv tensor cores {self.threads} threads, {self.warps_per_output} warp(s) per "
                     f"{8 * self.mma_tiles} outputs, unroll{self.unroll}")
-        staged = f", W staged {self.stage_depth} steps ahead" if self.stage_depth else ""
         return (f"gemv {self.threads} threads, {self.warps_per_output} warp(s) per {self.outputs_per_warp} "
-                f"output(s) (rows), {self.threads_x} across outputs (columns), unroll{self.unroll}{staged}")
+                f"output(s) (rows), {self.threads_x} across outputs (columns), unroll{self.unroll}")
 
     def outputs_per_group(self) -> int:
         """Outputs the warps_per_output warps of one group compute (rows kind)."""
@@ -292,35 +283,9 @@ def _registers(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
     return None
 
 
-STAGE_DEPTHS = (2, 3, 4, 6, 8)
-STAGE_SMEM_BYTES = 160 * 1024  # the staged W's slots, beside the 16 KB of partial sums (227 KB an SM)
-
-
-def stage_bytes(c: GemvConfig) -> int:
-    """Shared memory of the staged W: stage_depth slots of four 16-byte rows per thread."""
-    return c.threads * c.stage_depth * 4 * LOAD_BYTES
-
-
-def _stage_depth(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
-    if not c.stage_depth:
-        return None
-    if c.stage_depth not in STAGE_DEPTHS:
-        return f"stage_depth={c.stage_depth}: {', '.join(map(str, STAGE_DEPTHS))} (or 0: loads into registers)"
-    if c.tensor_cores or not quads(s):
-        return "stage_depth stages W for the CUDA-core columns kernel in quads (4-byte values, layout nn)"
-    if c.unroll != 1:
-        return f"stage_depth replaces unroll: the staged loop takes one quad step at a time (unroll 1, not {c.unroll})"
-    if arch_number(arch) < 80:
-        return f"stage_depth copies W with cp.async (sm_80+), not on {arch}"
-    if stage_bytes(c) > STAGE_SMEM_BYTES:
-        return (f"{c.threads} threads × {c.stage_depth} steps × 64 bytes = {stage_bytes(c) // 1024} KB of shared "
-                f"memory, over {STAGE_SMEM_BYTES // 1024} KB")
-    return None
-
-
 CONSTRAINTS: dict[str, Constraint] = {
     "dtype": _dtype, "threads": _threads, "rows": _rows, "columns": _columns, "unroll": _unroll, "group": _group,
-    "tensor_cores": _tensor_cores, "registers": _registers, "stage_depth": _stage_depth,
+    "tensor_cores": _tensor_cores, "registers": _registers,
 }
 
 

@@ -15,9 +15,7 @@ from ..parts.epilogue import CArg, Operands, VectorArg, epilogue_call, epilogue_
 from ..parts.floats import FLOAT_VIEW, HALF_FLOATS, TO_OUT
 from ..parts import dependent_launch
 from . import columns_tensor_cores, tensor_cores
-from ..parts.async_copy import CP_ASYNC
-from .config import (NAME, VERSION, GemvConfig, block_outputs, outputs, quads, rejections, stage_bytes, stream_kind,
-                     streams_b, vec, vectors)
+from .config import NAME, VERSION, GemvConfig, block_outputs, outputs, quads, rejections, stream_kind, streams_b, vec, vectors
 
 STORAGE_TYPES = {"fp32": "float", "tf32": "float", "bf16": "bf16_t", "fp16": "fp16_t"}
 
@@ -317,8 +315,7 @@ def _columns_body(spec: GemmSpec, config: GemvConfig, arch: str) -> str:
             }
         };
 """
-        return _columns_kernel(spec, config, arch, add_row, walk, tail, quad=True,
-                               loop=STAGED_QUAD_LOOP if config.stage_depth else "")
+        return _columns_kernel(spec, config, arch, add_row, walk, tail, quad=True)
     if v > 1:  # P % VEC == 0: a thread's VEC outputs are all inside or all outside
         walk = """            uint4 w[UNROLL];
             #pragma unroll
@@ -350,58 +347,17 @@ def _columns_body(spec: GemmSpec, config: GemvConfig, arch: str) -> str:
     return _columns_kernel(spec, config, arch, add_row, walk, tail)
 
 
-# The quads main loop with W staged through shared memory (GemvConfig.stage_depth): each thread owns
-# STAGE_DEPTH slots of four 16-byte rows ([slot][row][thread]: a warp's accesses are 512 contiguous
-# bytes, no bank conflicts) and keeps the next STAGE_DEPTH quad steps in flight by cp.async, so no
-# register waits on HBM. Only the thread that fills a slot reads it: cp.async.wait_group alone orders
-# the two, no barrier. A slot is refilled only after add_quad has used the values read from it.
-STAGED_QUAD_LOOP = """        extern __shared__ uint4 staged_w[];  // [STAGE_DEPTH][4][THREADS]
-        auto slot = [&](int s, int q) -> uint4* { return &staged_w[(s * 4 + q) * THREADS + threadIdx.x]; };
-        auto fill = [&](int s, int k) {  // quad step k into slot s; an empty group past K keeps the count
-            if (k < K)
-                #pragma unroll
-                for (int q = 0; q < 4; ++q)
-                    cp_async_16((u32)__cvta_generic_to_shared(slot(s, q)), W + (size_t)(k + q) * P + p0, true);
-            cp_async_commit();
-        };
-        int k = 4 * tk;
-        #pragma unroll
-        for (int s = 0; s < STAGE_DEPTH; ++s) fill(s, k + s * TK4);
-        for (int s = 0; k < K; k += TK4, s = s + 1 == STAGE_DEPTH ? 0 : s + 1) {
-            cp_async_wait<STAGE_DEPTH - 1>();  // step k's group has landed; the later ones may still fly
-            uint4 w[4];
-            #pragma unroll
-            for (int q = 0; q < 4; ++q) w[q] = *slot(s, q);
-            add_quad(w, k);
-            asm volatile("" ::: "memory");  // the slot's values are used before its refill is issued
-            fill(s, k + STAGE_DEPTH * TK4);
-        }
-        cp_async_wait<0>();  // (only empty groups are left: every step past K committed nothing)
-"""
-
-
 def _columns_kernel(spec: GemmSpec, config: GemvConfig, arch: str, add_row: str, walk: str, tail: str,
-                    quad: bool = False, loop: str = "") -> str:
+                    quad: bool = False) -> str:
     """The columns kernel around its per-row (or per-quad) step: `add_row` defines it, `walk` is the
-    unrolled main loop's body, `tail` one step past it; `loop`, where given, is the whole main loop
-    instead (STAGED_QUAD_LOOP)."""
+    unrolled main loop's body, `tail` one step past it."""
     step, first, note = (("TK4", "4 * tk", "sums rows k = 4tk .. 4tk + 3, then the next quad 4·TK on, ...")
                          if quad else ("TK", "tk", "sums rows k = tk, tk + TK, ..."))
     quad_step = "constexpr int TK4 = 4 * TK;  // k one quad step of the block covers\n" if quad else ""
     first_rows = (f"constexpr int FIRST_ROWS = UNROLL * {step};  // rows of W the block's first step reads (0 ..)\n"
                   if depends_on_launch(spec, arch, config) else "")
     store = _store(spec, "r", "p", "sum")
-    loop = loop or f"""        int k = {first};
-        for (; k + (UNROLL - 1) * {step} < K; k += UNROLL * {step}) {{
-{walk}
-        }}
-        for (; k < K; k += {step}) {{
-{tail}
-        }}
-"""
-    staged = f"constexpr int STAGE_DEPTH = {config.stage_depth};  // quad steps of W in flight a thread\n" if config.stage_depth else ""
     return f"""constexpr int THREADS = {config.threads}, UNROLL = {config.unroll};
-{staged}
 constexpr int TX = {config.threads_x}, TK = THREADS / TX;  // threads across outputs × threads along K
 constexpr int COLS = TX * VEC;  // outputs per block
 constexpr int WARPS = THREADS / 32;
@@ -417,7 +373,14 @@ extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_param
     const int p0 = blockIdx.x * COLS + tx * VEC;
     float acc[R][VEC] = {{}};
     if (p0 < P) {{
-{add_row}{loop}    }}
+{add_row}        int k = {first};
+        for (; k + (UNROLL - 1) * {step} < K; k += UNROLL * {step}) {{
+{walk}
+        }}
+        for (; k < K; k += {step}) {{
+{tail}
+        }}
+    }}
     // The block's TK partial sums of each output meet in two stages: the 32/TX K-shares inside a warp
     // by shuffles (lanes tx, tx + TX, ... hold the same outputs), then the warps' sums in shared
     // memory, GROUP vectors a pass, two barriers a pass (a tree per vector took ~2·log2(TK) each).
@@ -471,7 +434,6 @@ def _cuda_core_code(spec: GemmSpec, config: GemvConfig, arch: str) -> str:
     rows = stream_kind(spec) == "rows"
     body = _rows_body(spec, config, arch) if rows else _columns_body(spec, config, arch)
     unpack = UNPACK[STORAGE_TYPES[spec.dtype]] if vec(spec) > 1 else ""
-    unpack += CP_ASYNC if config.stage_depth else ""
     epilogue = epilogue_function(spec.epilogue, EPILOGUE_OPERANDS)
     return (_header(spec, config) + PRELUDE + _types(spec) + LOADS + _launch_helpers(spec, arch, config) + unpack
             + _x_access(spec, rows) + "\n" + (epilogue + "\n" if epilogue else "") + body)
@@ -485,5 +447,4 @@ def render(spec: GemmSpec, config: GemvConfig, arch: str = "sm_90") -> KernelSou
     grid = (ceil_div(outputs(spec), block_outputs(config, spec)), 1, 1)
     return KernelSource(code=code, entry=entry_name(spec), grid=grid, block=(config.threads, 1, 1),
                         args=_params(spec)[0], spec=spec, family=NAME, family_version=VERSION,
-                        config=config.to_json(), dependent_launch=depends_on_launch(spec, arch, config),
-                        dynamic_smem=stage_bytes(config))
+                        config=config.to_json(), dependent_launch=depends_on_launch(spec, arch, config))

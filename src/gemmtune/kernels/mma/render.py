@@ -34,8 +34,7 @@ from .config import (
     stored_row,
     tensor_dtype,
 )
-from ..parts.async_copy import CP_ASYNC
-from .ptx import LDMATRIX, SMEM_ADDR, SPLIT_TF32, mma_helper
+from .ptx import CP_ASYNC, LDMATRIX, SMEM_ADDR, SPLIT_TF32, mma_helper
 
 STORAGE_TYPES = {"fp32": "float", "tf32": "float", "bf16": "bf16_t", "fp16": "fp16_t"}
 COPY_TYPES = {16: "uint4", 8: "uint2", 4: "u32", 2: "unsigned short"}
