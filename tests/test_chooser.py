@@ -460,3 +460,17 @@ def test_a_parent_storing_through_tma_or_in_clusters_keeps_its_width():
     assert fitted_twin(spec, direct.with_(tma_store=True, store_slices=2)) is None
     assert fitted_twin(spec, direct.with_(tma_store=True, cluster_m=2)) is None
     assert choose(spec, "sm_90a").fitted_from == 0  # the model's pick there stores through TMA
+
+
+def test_one_vector_rows_take_the_block_shape_measured_back_to_back():
+    """One vector against a K-contiguous W on sm_90+: 512 threads, 8 warps an output, unroll by value size
+    (ONE_VECTOR_ROWS_CONFIG); several vectors and other archs keep their candidates."""
+    from gemmtune.chooser.candidates import ONE_VECTOR_ROWS_CONFIG
+
+    for spec, size in ((GemmSpec(1, 1024, 4096, "nt", "bf16"), 2), (GemmSpec(4096, 1, 4096, "nn", "fp32"), 4),
+                       (GemmSpec(1, 32000, 4096, "nt", "tf32"), 4)):
+        pick = choose(spec, "sm_90a")
+        assert pick.config == ONE_VECTOR_ROWS_CONFIG[size], (spec.short(), pick.config.describe())
+        assert pick.config.warps_per_output == 8 and pick.config.threads == 512
+    assert choose(GemmSpec(1, 1024, 4096, "nt", "bf16"), "sm_80").config != ONE_VECTOR_ROWS_CONFIG[2]
+    assert choose(GemmSpec(1, 1024, 4096, "nn", "fp32"), "sm_90a").config.warps_per_output == 1  # columns kind

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..kernels import get_family
 from ..kernels.gemv.config import GemvConfig, outputs, quads, stream_kind, tensor_core_rejection, vectors
+from ..kernels.parts import dependent_launch
 from ..kernels.simt.config import SimtConfig
 from ..kernels.wgmma.config import (OUT_BYTES, WgmmaConfig, direct_stores, k_major, out_dtype, split_shapes, splits_fp32,
                                     staging_choice, transposes_tf32, with_c_path)
@@ -277,6 +278,17 @@ UNTUNED_COLUMNS_TENSOR_CORE_CONFIG = GemvConfig(threads=256, warps_per_output=8,
                                                 mma_tiles=4)
 
 
+# One vector against a K-contiguous W (the CUDA-core rows kernel, M = 1 or N = 1): one output a
+# 512-thread block, its 16 warps in groups of 8 splitting K, unroll 2 for 2-byte values and 4 for
+# 4-byte ones. On sm_90 and later (dependent launch), H100, 2026-11-27 (bench/probes/
+# gemv_block_shapes_stream.py, bench/results/2026-11-27-h100-gemv-one-vector-blocks.md), back to back:
+# 1x1024x4096 bf16 64 -> 79% of copy, fp16 64 -> 80%, tf32 75 -> 94%, 4096x1x4096 bf16 91 -> 99%,
+# 1x11008x4096 100 -> 102%, level (±2%) on the other M = 1 rows of the eval set; launched alone within 2%
+# of the model's picks (which it ranks from single launches, where the shapes hardly differ).
+ONE_VECTOR_ROWS_CONFIG = {2: GemvConfig(threads=512, warps_per_output=8, unroll=2),
+                          4: GemvConfig(threads=512, warps_per_output=8, unroll=4)}
+
+
 # The columns kernel walking K in quads (gemv render.quads: 4-byte values, several vectors stored
 # along K) wants few wide blocks: 512 threads, as many across the outputs as still give every SM
 # about one block, a short unroll at 16 vectors. In the probe (bench/probes/gemv_columns_quads.py,
@@ -333,7 +345,8 @@ def gemv_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[GemvConfig
     The rows kernel on tensor cores is taken whenever it applies, without the model weighing it against
     the CUDA-core kernels: its reason to exist is that those are compute bound at 2-16 rows (0.51-0.72×
     cuBLAS on an H100), and the shipped model was trained before it existed, so it cannot compare the
-    two. The columns kernel on tensor cores (layout nn) only where COLUMNS_TENSOR_CORE_MIN_ROWS says."""
+    two. The columns kernel on tensor cores (layout nn) only where COLUMNS_TENSOR_CORE_MIN_ROWS says.
+    One vector on the rows kernel (sm_90+) takes ONE_VECTOR_ROWS_CONFIG, measured back to back."""
     if GEMV_TENSOR_CORES_UNTUNED and tensor_core_rejection(spec, arch) is None:
         if stream_kind(spec) == "rows":
             return [UNTUNED_TENSOR_CORE_CONFIG]
@@ -343,6 +356,8 @@ def gemv_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[GemvConfig
             return [config]
     if quads(spec) and vectors(spec) >= QUAD_RULE_MIN_ROWS:
         return [quad_config(spec, sm_count)]
+    if stream_kind(spec) == "rows" and vectors(spec) == 1 and dependent_launch.supported(arch):
+        return [ONE_VECTOR_ROWS_CONFIG[spec.element_bytes]]
     return gemv_stream_candidates(spec)
 
 

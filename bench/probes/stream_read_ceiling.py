@@ -1,0 +1,113 @@
+"""Probe: how fast can *any* kernel stream a GEMV's bytes back to back? The ceiling for the M ≤ 16 bar.
+
+    PYTHONPATH=src:bench python bench/probes/stream_read_ceiling.py [--shapes 1x1024x4096:bf16,...] [--out rows.md]
+
+For each shape, a kernel with the GEMV's signature that only reads its streamed operand B (every byte once,
+16-byte loads, `loads` in flight a thread, a grid-stride walk over `blocks` blocks of 256 threads) and writes
+one D element per block (D is wrong: time only), with and without the dependent-launch prologue (let the next
+kernel start, prefetch its first lines to L2, wait). Streamed exactly as bench_m1_stream streams the GEMV
+(rotating operand sets, back to back); % is of the 1 GiB copy, with the GEMV's byte count (A, B and D once).
+What it bounds: a GEMV reads at least those bytes, so no GEMV of the shape streams faster than the best row.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+SHAPES = "1x1024x4096:bf16,1x1024x4096:tf32,1x4096x4096:bf16,16x4096x4096:fp32"
+
+KERNEL = r"""
+typedef {in_t} in_t;
+typedef {out_t} out_t;
+extern "C" __global__ void __launch_bounds__(256) read_only(const in_t* __restrict__ A, const in_t* __restrict__ B,
+                                                           out_t* __restrict__ D) {{
+    const uint4* w = reinterpret_cast<const uint4*>(B);
+    const size_t pieces = {pieces};  // 16-byte pieces of B
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+{prologue}    unsigned x = 0;
+    for (; i + ({loads} - 1) * stride < pieces; i += {loads} * stride) {{
+        uint4 v[{loads}];
+        #pragma unroll
+        for (int u = 0; u < {loads}; ++u)
+            asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {{%0, %1, %2, %3}}, [%4];"
+                         : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w) : "l"(w + i + u * stride));
+        #pragma unroll
+        for (int u = 0; u < {loads}; ++u) x ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }}
+    for (; i < pieces; i += stride) {{ const uint4 v = w[i]; x ^= v.x ^ v.y ^ v.z ^ v.w; }}
+    if (x == 0x9e3779b9u) D[blockIdx.x] = (out_t)0.0f;  // keeps the loads; never true on random data
+}}
+"""
+
+PROLOGUE = r"""    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    if (i * 16 < pieces * 16) asm volatile("prefetch.global.L2 [%0];" :: "l"(reinterpret_cast<const char*>(B) + i * 16));
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+"""
+
+
+def source(spec, blocks: int, loads: int, early: bool):
+    from gemmtune.kernel_source import KernelSource
+
+    in_t = {"bf16": "unsigned short", "fp16": "unsigned short", "tf32": "float", "fp32": "float"}[spec.dtype]
+    pieces = spec.n * spec.k * spec.element_bytes // 16
+    code = KERNEL.format(in_t=in_t, out_t="float" if spec.out_dtype in ("fp32", "tf32") else "unsigned short",
+                         pieces=pieces, loads=loads, prologue=PROLOGUE if early else "")
+    return KernelSource(code=code, entry="read_only", grid=(blocks, 1, 1), block=(256, 1, 1), args=("A", "B", "D"),
+                        spec=spec, family="probe", family_version="0", dependent_launch=early)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", default=SHAPES)
+    parser.add_argument("--blocks", default="132,264,528,1056")
+    parser.add_argument("--loads", default="4,8")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+
+    import torch
+    from bench_m1_stream import poisoned_sets, probe_context, time_copy, time_ours, us, write_lines
+
+    from gemmtune.baseline import prepare
+    from gemmtune.compiler import compile_kernel
+    from gemmtune.spec import GemmSpec
+    from gemmtune.stream_timing import set_count
+
+    context = probe_context(torch)
+    info, stream, copy_bw, pct = context.info, context.stream, context.copy_bw, context.pct
+    arch = info.arch
+    lines = [f"# Read-only stream ceiling for GEMV shapes ({info.name})", "",
+             f"`bench/probes/stream_read_ceiling.py`; % of the 1 GiB copy ({copy_bw / 1e9:.0f} GB/s) with the GEMV's bytes.", "",
+             "| shape | blocks × 256 threads | loads in flight | dependent launch | stream µs (% copy) | copy of the same bytes µs |",
+             "|---|---:|---:|---|---:|---:|"]
+    for item in args.shapes.split(","):
+        shape, dtype = item.split(":")
+        m, n, k = (int(v) for v in shape.split("x"))
+        spec = GemmSpec(m, n, k, "nn" if dtype == "fp32" else "nt", dtype)
+        count = set_count(spec.min_bytes, info.l2_bytes)
+        sets = poisoned_sets(torch, prepare(spec), count)
+        copy, _ = time_copy(torch, spec.min_bytes, info.l2_bytes, stream)
+        best = None
+        for blocks in (int(b) for b in args.blocks.split(",")):
+            for loads in (int(x) for x in args.loads.split(",")):
+                for early in (True, False):
+                    compiled = compile_kernel(source(spec, blocks, loads, early), arch)
+                    seconds = time_ours(compiled, sets, stream, early).per_launch_s
+                    best = seconds if best is None else min(best, seconds)
+                    row = (f"| {spec.short()} | {blocks} | {loads} | {'yes' if early else 'no'} | {pct(spec, seconds)} "
+                           f"| {us(copy.per_launch_s)} |")
+                    print(row, flush=True)
+                    lines.append(row)
+        lines.append(f"| {spec.short()} | **best** | | | **{pct(spec, best)}** | |")
+        print(lines[-1], flush=True)
+        del sets
+        torch.cuda.empty_cache()
+    write_lines(lines, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
