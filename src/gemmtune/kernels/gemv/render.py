@@ -34,12 +34,6 @@ __device__ __forceinline__ uint4 stream_load(const void* p) {
         : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
     return r;
 }
-// 16 bytes of W through L1 (read-only path): where the kernel has prefetched them there.
-__device__ __forceinline__ uint4 cached_load(const void* p) {
-    uint4 r;
-    asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
-    return r;
-}
 """
 
 # unpack(w, f): the VEC values of one 16-byte load as floats, first element first.
@@ -292,54 +286,19 @@ extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_param
 
 
 # --- the columns kernel: W is K rows of P contiguous values -----------------------------------------
-# Quad steps ahead the quads walk asks L1 for its rows of W (prefetch.global.L1, no registers held), its
-# own loads then allocating in L1. 0: off (W loaded past L1 as before). Experiment: set by
-# bench/probes/gemv_l1_prefetch.py.
-QUAD_L1_AHEAD = 0
-
-
-def _quad_load() -> str:
-    """The quads walk's load of W: past L1, or (QUAD_L1_AHEAD) from L1 where the prefetch put it."""
-    return "cached_load" if QUAD_L1_AHEAD else "stream_load"
-
-
-def _quad_prefetch(step: str) -> str:
-    """Ask L1 for the four rows of W `QUAD_L1_AHEAD` quad steps past `step` (nothing when off)."""
-    if not QUAD_L1_AHEAD:
-        return ""
-    return f"""
-            if ({step} + {QUAD_L1_AHEAD} * TK4 < K)
-                #pragma unroll
-                for (int q = 0; q < 4; ++q)
-                    asm volatile("prefetch.global.L1 [%0];" :: "l"(W + (size_t)({step} + {QUAD_L1_AHEAD} * TK4 + q) * P + p0));"""
-
-
-def _quad_lead() -> str:
-    """Before the walk: ask L1 for the steps between the first and the first the walk prefetches."""
-    if QUAD_L1_AHEAD < 2:
-        return ""
-    return f"""
-        for (int a = 1; a < {QUAD_L1_AHEAD}; ++a)
-            if (k + a * TK4 < K)
-                #pragma unroll
-                for (int q = 0; q < 4; ++q) asm volatile("prefetch.global.L1 [%0];" :: "l"(W + (size_t)(k + a * TK4 + q) * P + p0));"""
-
-
 def _columns_body(spec: GemmSpec, config: GemvConfig, arch: str) -> str:
     v = vec(spec)
     if quads(spec):
-        load = _quad_load()
-        walk = f"""{_quad_prefetch("k + (UNROLL - 1) * TK4")}
-            uint4 w[UNROLL][4];
+        walk = """            uint4 w[UNROLL][4];
             #pragma unroll
             for (int u = 0; u < UNROLL; ++u)
                 #pragma unroll
-                for (int q = 0; q < 4; ++q) w[u][q] = {load}(W + (size_t)(k + u * TK4 + q) * P + p0);
+                for (int q = 0; q < 4; ++q) w[u][q] = stream_load(W + (size_t)(k + u * TK4 + q) * P + p0);
             #pragma unroll
             for (int u = 0; u < UNROLL; ++u) add_quad(w[u], k + u * TK4);"""
-        tail = f"""            uint4 w[4];
+        tail = """            uint4 w[4];
             #pragma unroll
-            for (int q = 0; q < 4; ++q) w[q] = {load}(W + (size_t)(k + q) * P + p0);
+            for (int q = 0; q < 4; ++q) w[q] = stream_load(W + (size_t)(k + q) * P + p0);
             add_quad(w, k);"""
         add_row = """        // acc[r][i] += Σ_q x_r[k + q] · W[k + q, p0 + i]: four rows of W, and each vector's four values
         // at those k in one 16-byte load (through L1: every thread of the block reads the same x).
@@ -414,7 +373,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_param
     const int p0 = blockIdx.x * COLS + tx * VEC;
     float acc[R][VEC] = {{}};
     if (p0 < P) {{
-{add_row}        int k = {first};{_quad_lead() if quad else ""}
+{add_row}        int k = {first};
         for (; k + (UNROLL - 1) * {step} < K; k += UNROLL * {step}) {{
 {walk}
         }}
