@@ -118,3 +118,18 @@ def test_the_columns_prefetch_stays_inside_the_blocks_strip(p, k, cols, first_ro
             asked.add(at)
             assert row < min(first_rows, k) and first * size <= at - row * p * size < first * size + strip
         assert len(asked) * 128 <= max(budget, 128 * lines)
+
+
+def test_one_vector_prefetch_budget_halves_from_32_mb():
+    """One vector on the CUDA-core rows kernel asks L2 for 4 KB a block where W is 32 MB or more, 8 KB below
+    (render.prefetch_budget, measured back to back); other kernels keep PREFETCH_BYTES."""
+    from gemmtune.chooser.candidates import ONE_VECTOR_ROWS_CONFIG
+    from gemmtune.kernels.gemv.render import ONE_VECTOR_LARGE_W_PREFETCH, PREFETCH_BYTES, prefetch_budget
+
+    config = ONE_VECTOR_ROWS_CONFIG[2]
+    small, large = GemmSpec(1, 1024, 4096, "nt", "bf16"), ROWS_1  # 8 MB and 32 MB of W
+    assert prefetch_budget(large, "cuda_cores") == ONE_VECTOR_LARGE_W_PREFETCH == 4096
+    assert prefetch_budget(small, "cuda_cores") == PREFETCH_BYTES["cuda_cores"] == 8192
+    assert prefetch_budget(DECODE, "tensor_cores") == PREFETCH_BYTES["tensor_cores"]
+    assert "(size_t)4096 / (block_rows)" in render(large, config, "sm_90").code
+    assert "(size_t)8192 / (block_rows)" in render(small, config, "sm_90").code

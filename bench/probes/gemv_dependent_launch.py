@@ -46,9 +46,11 @@ def _part(name: str):
     render = importlib.import_module("gemmtune.kernels.gemv.render")  # the package re-exports a function of that name
     candidates = importlib.import_module("gemmtune.chooser.candidates")  # (likewise)
 
-    saved = (render.depends_on_launch, dependent_launch.prologue, dict(render.PREFETCH_BYTES), candidates.QUAD_ACROSS)
+    saved = (render.depends_on_launch, dependent_launch.prologue, dict(render.PREFETCH_BYTES), candidates.QUAD_ACROSS,
+             render.ONE_VECTOR_LARGE_W_PREFETCH)
     if name.startswith("prefetch-"):
         render.PREFETCH_BYTES.update({kernel: int(name.split("-")[1]) for kernel in render.PREFETCH_BYTES})
+        render.ONE_VECTOR_LARGE_W_PREFETCH = int(name.split("-")[1])
     elif name.startswith("across-"):  # the quads block shape's threads across the outputs, at most this many
         widest = int(name.split("-")[1])
         candidates.QUAD_ACROSS = tuple(x for x in saved[3] if x <= widest)
@@ -67,6 +69,7 @@ def _part(name: str):
         render.depends_on_launch, dependent_launch.prologue = saved[:2]
         render.PREFETCH_BYTES.update(saved[2])
         candidates.QUAD_ACROSS = saved[3]
+        render.ONE_VECTOR_LARGE_W_PREFETCH = saved[4]
     return undo
 
 

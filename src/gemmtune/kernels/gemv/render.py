@@ -131,6 +131,21 @@ def _operands(spec: GemmSpec) -> str:
 # columns kernel's budget is the rows kernel's, not yet measured for it (its first step is the first
 # rows of the block's strip of outputs: 256 rows of 128 bytes at 16x4096x4096 fp32).
 PREFETCH_BYTES = {"tensor_cores": 16384, "cuda_cores": 8192, "columns": 8192}
+# One vector on the CUDA-core rows kernel with W of at least LARGE_W_BYTES: half the budget. H100,
+# 2026-11-27, in the one-vector block shape (chooser ONE_VECTOR_ROWS_CONFIG), back to back
+# (bench/results/2026-11-27-h100-gemv-prefetch-budget.md): 4 KB against 8 KB streamed 1x4096x4096 bf16
+# 11.2 -> 10.3 µs, tf32 21.9 -> 20.7, 1x4096x11008 and 1x4096x14336 2-3% faster, 1x11008x4096 and
+# 1x32000x4096 level; but 1x1024x4096 (8-16 MB) 3-7% slower and 1x2048x4096 tf32 5% slower.
+ONE_VECTOR_LARGE_W_BYTES = 32 << 20
+ONE_VECTOR_LARGE_W_PREFETCH = 4096
+
+
+def prefetch_budget(spec: GemmSpec, kernel: str) -> int:
+    """Bytes of W a block asks L2 for in its prologue (PREFETCH_BYTES, ONE_VECTOR_LARGE_W_PREFETCH)."""
+    large = outputs(spec) * spec.k * spec.element_bytes >= ONE_VECTOR_LARGE_W_BYTES
+    if kernel == "cuda_cores" and stream_kind(spec) == "rows" and vectors(spec) == 1 and large:
+        return ONE_VECTOR_LARGE_W_PREFETCH
+    return PREFETCH_BYTES[kernel]
 
 
 # The CUDA-core columns kernel starts early only for one vector and at least this many outputs. H100,
@@ -169,17 +184,17 @@ def _columns_start(spec: GemmSpec, budget: int) -> str:
 def _start(spec: GemmSpec, arch: str, kernel: str, config: GemvConfig) -> str:
     """The kernel's first statements: its operands, then (where it applies) the dependent-launch
     prologue, which prefetches the first FIRST_K values of each of the block's rows of W (GROUPS
-    groups of NW outputs; what its first step loads), at most PREFETCH_BYTES[kernel] in all; the
+    groups of NW outputs; what its first step loads), at most prefetch_budget() bytes in all; the
     columns kernel the first rows of its strip (_columns_start)."""
     if not depends_on_launch(spec, arch, config):
         return _operands(spec)
     if stream_kind(spec) == "columns":
-        return _columns_start(spec, PREFETCH_BYTES[kernel])
+        return _columns_start(spec, prefetch_budget(spec, kernel))
     rows = ("    const int block_first = blockIdx.x * GROUPS * NW;  // the block's first output (row of W)\n"
             "    const int block_rows = min(block_first + GROUPS * NW, P) - block_first;\n")
     return _operands(spec) + rows + dependent_launch.prologue(
         "W + (size_t)block_first * K", "block_rows", "(size_t)K * sizeof(in_t)",
-        "(size_t)min(K, FIRST_K) * sizeof(in_t)", PREFETCH_BYTES[kernel])
+        "(size_t)min(K, FIRST_K) * sizeof(in_t)", prefetch_budget(spec, kernel))
 
 
 # --- the rows kernel: W is P rows of K contiguous values --------------------------------------------
