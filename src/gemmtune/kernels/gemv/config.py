@@ -60,9 +60,6 @@ class GemvConfig(FamilyConfig):
     mma_tiles (tensor_cores only): 8-output tiles one warp computes together, so each 16-byte load of
       A's rows serves that many tiles of B. tensor_cores=False and mma_tiles=1 are left out of the
       JSON, so configs (and database keys) from before the option stay as they were.
-    k_splits (columns kind on CUDA cores): blocks that share each strip of outputs, each a contiguous
-      share of K; the last to finish sums their partial sums in split order (deterministic) and
-      writes D. For few outputs, where the strips alone leave most SMs idle. 1 is left out of the JSON.
     """
 
     threads: int = 256
@@ -72,7 +69,6 @@ class GemvConfig(FamilyConfig):
     unroll: int = 4
     tensor_cores: bool = False
     mma_tiles: int = 1
-    k_splits: int = 1
     FAMILY_LABEL = "gemv"
 
     def to_json(self) -> dict:
@@ -81,8 +77,6 @@ class GemvConfig(FamilyConfig):
             del data["tensor_cores"]
         if data["mma_tiles"] == 1:
             del data["mma_tiles"]
-        if data["k_splits"] == 1:
-            del data["k_splits"]
         return data
 
     def describe(self) -> str:
@@ -90,8 +84,7 @@ class GemvConfig(FamilyConfig):
             return (f"gemv tensor cores {self.threads} threads, {self.warps_per_output} warp(s) per "
                     f"{8 * self.mma_tiles} outputs, unroll{self.unroll}")
         return (f"gemv {self.threads} threads, {self.warps_per_output} warp(s) per {self.outputs_per_warp} "
-                f"output(s) (rows), {self.threads_x} across outputs (columns), unroll{self.unroll}"
-                + (f", K split {self.k_splits} ways" if self.k_splits > 1 else ""))
+                f"output(s) (rows), {self.threads_x} across outputs (columns), unroll{self.unroll}")
 
     def outputs_per_group(self) -> int:
         """Outputs the warps_per_output warps of one group compute (rows kind)."""
@@ -290,25 +283,9 @@ def _registers(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
     return None
 
 
-K_SPLITS = (1, 2, 4, 8, 16)
-MIN_SPLIT_K = 64  # K values a split must at least hold
-
-
-def _k_splits(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
-    if c.k_splits == 1:
-        return None
-    if c.k_splits not in K_SPLITS:
-        return f"k_splits={c.k_splits}: {', '.join(map(str, K_SPLITS))}"
-    if c.tensor_cores or stream_kind(s) != "columns":
-        return "k_splits splits K for the columns kernel on CUDA cores (W stored along the outputs)"
-    if s.k < MIN_SPLIT_K * c.k_splits:
-        return f"K = {s.k} over {c.k_splits} splits leaves under {MIN_SPLIT_K} values a split"
-    return None
-
-
 CONSTRAINTS: dict[str, Constraint] = {
     "dtype": _dtype, "threads": _threads, "rows": _rows, "columns": _columns, "unroll": _unroll, "group": _group,
-    "tensor_cores": _tensor_cores, "registers": _registers, "k_splits": _k_splits,
+    "tensor_cores": _tensor_cores, "registers": _registers,
 }
 
 
