@@ -278,11 +278,11 @@ UNTUNED_COLUMNS_TENSOR_CORE_CONFIG = GemvConfig(threads=256, warps_per_output=8,
                                                 mma_tiles=4)
 
 
-# One vector against a K-contiguous W (the CUDA-core rows kernel, M = 1 or N = 1): one output a
-# 512-thread block, its 16 warps in groups of 8 splitting K, unroll 2 for 2-byte values and 4 for
+# One vector against a K-contiguous W (the CUDA-core rows kernel, M = 1 or N = 1): two outputs a
+# 512-thread block, each output's K split over 8 of its 16 warps, unroll 2 for 2-byte values and 4 for
 # 4-byte ones. On sm_90 and later (dependent launch), H100, 2026-11-27 (bench/probes/
 # gemv_block_shapes_stream.py, bench/results/2026-11-27-h100-gemv-one-vector-blocks.md), back to back:
-# 1x1024x4096 bf16 64 -> 79% of copy, fp16 64 -> 80%, tf32 75 -> 94%, 4096x1x4096 bf16 91 -> 99%,
+# 1x1024x4096 bf16 64 -> 79% of copy, fp16 64 -> 80%, tf32 75 -> 94-95%, 4096x1x4096 bf16 91 -> 99%,
 # 1x11008x4096 100 -> 102%, level (±2%) on the other M = 1 rows of the eval set; launched alone within 2%
 # of the model's picks (which it ranks from single launches, where the shapes hardly differ).
 ONE_VECTOR_ROWS_CONFIG = {2: GemvConfig(threads=512, warps_per_output=8, unroll=2),

@@ -131,7 +131,7 @@ def _operands(spec: GemmSpec) -> str:
 # columns kernel's budget is the rows kernel's, not yet measured for it (its first step is the first
 # rows of the block's strip of outputs: 256 rows of 128 bytes at 16x4096x4096 fp32).
 PREFETCH_BYTES = {"tensor_cores": 16384, "cuda_cores": 8192, "columns": 8192}
-# One vector on the CUDA-core rows kernel with W of at least LARGE_W_BYTES: half the budget. H100,
+# One vector on the CUDA-core rows kernel with W of ONE_VECTOR_LARGE_W_BYTES or more: half the budget. H100,
 # 2026-11-27, in the one-vector block shape (chooser ONE_VECTOR_ROWS_CONFIG), back to back
 # (bench/results/2026-11-27-h100-gemv-prefetch-budget.md): 4 KB against 8 KB streamed 1x4096x4096 bf16
 # 11.2 -> 10.3 µs, tf32 21.9 -> 20.7, 1x4096x11008 and 1x4096x14336 2-3% faster, 1x11008x4096 and
