@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 SHAPES = "1x1024x4096:bf16,1x1024x4096:tf32,1x1024x4096:fp32"
 
 
-def block_shapes(spec, pick, only: str = ""):
+def block_shapes(spec, pick, only: str = "", tensor_cores: bool = False):
     from gemmtune.kernels import get_family
     from gemmtune.kernels.gemv.config import stream_kind
 
@@ -29,6 +29,9 @@ def block_shapes(spec, pick, only: str = ""):
         key = "warps_per_output" if stream_kind(spec) == "rows" else "threads_x"
         grid = [pick.with_(threads=t, unroll=u, tensor_cores=False, mma_tiles=1, **{key: w})
                 for t, w, u in (tuple(int(v) for v in item.split(",")) for item in only.split(";"))]
+    elif tensor_cores:  # the tensor-core kernel's block shapes (rows or columns kind)
+        grid = [pick.with_(threads=t, warps_per_output=w, unroll=u, tensor_cores=True, mma_tiles=g, outputs_per_warp=1)
+                for t, w, u, g in itertools.product((128, 256, 512), (2, 4, 8), (1, 2, 4, 8), (1, 2, 4))]
     elif stream_kind(spec) == "rows":
         grid = [pick.with_(threads=t, warps_per_output=w, unroll=u, tensor_cores=False, mma_tiles=1, outputs_per_warp=1)
                 for t, w, u in itertools.product((128, 256, 512, 1024), (1, 2, 4, 8), (1, 2, 4, 8))]
@@ -43,6 +46,7 @@ def main() -> int:
     parser.add_argument("--shapes", default=SHAPES)
     parser.add_argument("--only", default="", help="these block shapes instead of the grid: "
                                                     "'threads,warps_per_output|threads_x,unroll;...'")
+    parser.add_argument("--tensor-cores", action="store_true", help="the grid over the tensor-core kernel's block shapes")
     parser.add_argument("--single", action="store_true", help="also time each launched alone (bench_untuned's protocol)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -71,7 +75,7 @@ def main() -> int:
         copy, _ = time_copy(torch, spec.min_bytes, info.l2_bytes, stream)
         pick = choose(spec, "sm_90a").config
         rows = []
-        for config in block_shapes(spec, pick, args.only):
+        for config in block_shapes(spec, pick, args.only, args.tensor_cores):
             kernel = gemmtune.build(spec, config=config)
             result = evaluate(kernel.compiled, protocol) if args.single else evaluate(kernel.compiled, verify_only=True)
             single = result.measurement.median_s if args.single and result.ok else None
