@@ -474,3 +474,13 @@ def test_one_vector_rows_take_the_block_shape_measured_back_to_back():
         assert pick.config.warps_per_output == 8 and pick.config.threads == 512
     assert choose(GemmSpec(1, 1024, 4096, "nt", "bf16"), "sm_80").config != ONE_VECTOR_ROWS_CONFIG[2]
     assert choose(GemmSpec(1, 1024, 4096, "nn", "fp32"), "sm_90a").config.warps_per_output == 1  # columns kind
+
+
+def test_explain_says_when_the_overlap_is_dropped():
+    """512x512x65536: every tile split along K, so the pick's overlap_epilogue is not rendered; why() says so,
+    and a shape with whole tiles does not."""
+    long_k = rank(GemmSpec(512, 512, 65536, "nt", "fp16"), "sm_90a")[0]
+    assert long_k.config.overlap_epilogue and long_k.split is not None and long_k.split.whole_tiles == 0
+    assert "runs without overlap_epilogue" in long_k.why()
+    square = rank(GemmSpec(4096, 4096, 4096, "nt", "bf16"), "sm_90a")[0]
+    assert "runs without overlap_epilogue" not in square.why()

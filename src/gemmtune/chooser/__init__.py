@@ -115,7 +115,15 @@ class Pick:
                 + (f", split-K {f['splits']:.0f}" if f["splits"] > 1 else "")
                 + (f"; {self.split.text()}" if self.split is not None else "")
                 + (f"; tile width fitted to N: {self.config.bn} columns for {self.fitted_from}, predicted as "
-                   f"{self.fitted_from} (candidates.FIT_MIN_SAVING)" if self.fitted_from else ""))
+                   f"{self.fitted_from} (candidates.FIT_MIN_SAVING)" if self.fitted_from else "")
+                + ("; every tile is split along K, so it runs without overlap_epilogue (whole-width wgmma)"
+                   if self.overlap_dropped() else ""))
+
+    def overlap_dropped(self) -> bool:
+        """Whether the kernel is rendered without the config's overlap_epilogue (no whole tile to overlap:
+        wgmma render.unused_options_dropped)."""
+        return (isinstance(self.config, WgmmaConfig) and self.config.overlap_epilogue and self.split is not None
+                and self.split.whole_tiles == 0)
 
 
 _MODEL_CACHE: dict[str, ChooserModel | None] = {}
