@@ -20,7 +20,7 @@ import numpy as np
 
 from ..arch import geometry as arch_geometry
 from ..kernels import family_for
-from ..kernels.wgmma.config import WgmmaConfig, staging_seconds
+from ..kernels.wgmma.config import WgmmaConfig, overlap_idle, staging_seconds
 from ..kernels.wgmma.schedule import schedule_for
 from ..spec import GemmSpec
 from .candidates import candidates, fitted_twin
@@ -122,8 +122,8 @@ class Pick:
     def overlap_dropped(self) -> bool:
         """Whether the kernel is rendered without the config's overlap_epilogue (no whole tile to overlap:
         wgmma render.unused_options_dropped)."""
-        return (isinstance(self.config, WgmmaConfig) and self.config.overlap_epilogue and self.split is not None
-                and self.split.whole_tiles == 0)
+        return (isinstance(self.config, WgmmaConfig) and self.split is not None
+                and overlap_idle(self.config, self.split.whole_tiles))
 
 
 _MODEL_CACHE: dict[str, ChooserModel | None] = {}

@@ -314,6 +314,12 @@ class WgmmaConfig(FamilyConfig):
         return f"tile {self.bm}x{self.bn} stages{self.stages} {roles}{grid}{cluster}{store}{staged}"
 
 
+def overlap_idle(config: WgmmaConfig, whole_units: int) -> bool:
+    """Whether config's overlap_epilogue has nothing to overlap in a schedule with `whole_units` whole
+    tiles: it hides a whole tile's write-back under the next tile, so with every tile split along K it
+    only halves every wgmma (render.unused_options_dropped renders without it; the chooser says so)."""
+    return config.overlap_epilogue and whole_units == 0
+
 
 # --- what the family can run at all ----------------------------------------------------------------
 def k_major(spec: GemmSpec) -> tuple[bool, bool]:

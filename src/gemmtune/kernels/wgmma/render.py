@@ -24,7 +24,7 @@ from ..parts.ring import RING
 from ..parts.staging import stage_kernel
 from .groups import CPath
 from .config import (FAMILY, INPUT_BYTES, OUT_BYTES, SPLIT_BUFFERS, VERSION, WgmmaConfig, k_major, out_dtype,
-                     operand_rows, rejections, splits_fp32, staged_operands, transposes_tf32)
+                     operand_rows, overlap_idle, rejections, splits_fp32, staged_operands, transposes_tf32)
 
 C_TYPES = {"bf16": "bf16_t", "fp16": "fp16_t", "tf32": "float", "fp32": "float"}
 TMA_TYPES = {"bf16": "bf16", "fp16": "fp16", "tf32": "fp32", "fp32": "fp32"}
@@ -679,7 +679,7 @@ def unused_options_dropped(spec: GemmSpec, config: WgmmaConfig, plan: Schedule, 
     (bf16) and 131 -> 121 µs (tf32), 1024x1024x16384 59.6 -> 58.2 µs; 64x128 tiles (wgmma n64 halves)
     moved within ±2% (H100, 2026-11-27, bench/results/2026-11-27-h100-wgmma-split-only-overlap.md).
     The artifact keeps the requested config (the tuner's and the database's key)."""
-    if not (config.overlap_epilogue and plan.whole_units == 0):
+    if not overlap_idle(config, plan.whole_units):
         return config
     plain = config.with_(overlap_epilogue=False)
     return config if rejections(plain, spec, arch) else plain
