@@ -145,6 +145,25 @@ class ProbeContext:
         """`seconds` in µs with the share of the copy's bandwidth it moves A, B and D at ("-": none)."""
         return f"{us(seconds)} ({spec.min_bytes / seconds / self.copy_bw:.0%})" if seconds else "-"
 
+    def operands(self, torch, spec) -> tuple[int, object, object]:
+        """What a probe streams `spec` over: the operand sets that hold ≥ 3× L2 (their count), the prepared
+        operands and reference, and a copy of the same bytes streamed the same way (its timing)."""
+        from gemmtune.baseline import prepare
+        from gemmtune.stream_timing import set_count
+
+        count = set_count(spec.min_bytes, self.info.l2_bytes)
+        prepared = prepare(spec)
+        copy, _ = time_copy(torch, spec.min_bytes, self.info.l2_bytes, self.stream)
+        return count, prepared, copy
+
+
+def probe_spec(item: str):
+    """'MxNxK:dtype' as a GemmSpec in the dtype's benchmark layout (bench_untuned.LAYOUT)."""
+    from gemmtune.spec import GemmSpec
+
+    shape, dtype = item.split(":")
+    return GemmSpec(*(int(v) for v in shape.split("x")), LAYOUT[dtype], dtype)
+
 
 def probe_context(torch) -> ProbeContext:
     from gemmtune.device import query_device

@@ -52,27 +52,20 @@ def main() -> int:
     args = parser.parse_args()
 
     import torch
-    from bench_m1_stream import probe_context, stream_checked, time_copy, us, write_lines
+    from bench_m1_stream import probe_context, probe_spec, stream_checked, us, write_lines
 
     import gemmtune
-    from gemmtune.baseline import prepare
     from gemmtune.chooser import choose
     from gemmtune.evaluate import evaluate
-    from gemmtune.spec import GemmSpec
-    from gemmtune.stream_timing import set_count
 
     context = probe_context(torch)
-    info, stream, copy_bw, pct, protocol = context.info, context.stream, context.copy_bw, context.pct, context.protocol
-    lines = [f"# gemv block shapes streamed back to back ({info.name})", "",
-             f"`bench/probes/gemv_block_shapes_stream.py`; % of the 1 GiB copy ({copy_bw / 1e9:.0f} GB/s).", "",
-             "| shape | config | single µs (% copy) | stream µs (% copy) | copy of the same bytes µs | verified |",
-             "|---|---|---:|---:|---:|---|"]
+    stream, pct, protocol = context.stream, context.pct, context.protocol
+    lines = context.head("gemv block shapes streamed back to back", "bench/probes/gemv_block_shapes_stream.py",
+                         ["shape", "config", "single µs (% copy)", "stream µs (% copy)", "copy of the same bytes µs",
+                          "verified"], numeric=3)
     for item in args.shapes.split(","):
-        shape, dtype = item.split(":")
-        spec = GemmSpec(*(int(v) for v in shape.split("x")), "nn" if dtype == "fp32" else "nt", dtype)
-        count = set_count(spec.min_bytes, info.l2_bytes)
-        prepared = prepare(spec)
-        copy, _ = time_copy(torch, spec.min_bytes, info.l2_bytes, stream)
+        spec = probe_spec(item)
+        count, prepared, copy = context.operands(torch, spec)
         pick = choose(spec, "sm_90a").config
         rows = []
         for config in block_shapes(spec, pick, args.only, args.tensor_cores):

@@ -82,12 +82,8 @@ def main() -> int:
     args = parser.parse_args()
 
     import torch
-    from bench_m1_stream import poisoned_sets, probe_context, stream_checked, time_copy, time_cublas, us, write_lines
-    from bench_untuned import LAYOUT, build_and_time
-
-    from gemmtune.baseline import prepare
-    from gemmtune.spec import GemmSpec
-    from gemmtune.stream_timing import set_count
+    from bench_m1_stream import poisoned_sets, probe_context, probe_spec, stream_checked, time_cublas, us, write_lines
+    from bench_untuned import build_and_time
 
     context = probe_context(torch)
     protocol, info, stream, copy_bw, pct = context.protocol, context.info, context.stream, context.copy_bw, context.pct
@@ -100,14 +96,11 @@ def main() -> int:
 
     for dtype in args.dtypes.split(","):
         for shape in args.shapes.split(","):
-            m, n, k = (int(v) for v in shape.split("x"))
-            spec = GemmSpec(m, n, k, LAYOUT[dtype], dtype)
-            count = set_count(spec.min_bytes, info.l2_bytes)
-            prepared = prepare(spec)
+            spec = probe_spec(f"{shape}:{dtype}")
+            count, prepared, copy = context.operands(torch, spec)
             sets = poisoned_sets(torch, prepared, count)
             cublas = time_cublas(torch, spec, sets, stream).per_launch_s
             del sets
-            copy, _ = time_copy(torch, spec.min_bytes, info.l2_bytes, stream)
             for variant in args.variants.split(","):
                 undo = _variant(variant)
                 try:

@@ -69,27 +69,19 @@ def main() -> int:
     args = parser.parse_args()
 
     import torch
-    from bench_m1_stream import poisoned_sets, probe_context, time_copy, time_ours, us, write_lines
+    from bench_m1_stream import poisoned_sets, probe_context, probe_spec, time_ours, us, write_lines
 
-    from gemmtune.baseline import prepare
     from gemmtune.compiler import compile_kernel
-    from gemmtune.spec import GemmSpec
-    from gemmtune.stream_timing import set_count
 
     context = probe_context(torch)
-    info, stream, copy_bw, pct = context.info, context.stream, context.copy_bw, context.pct
-    arch = info.arch
-    lines = [f"# Read-only stream ceiling for GEMV shapes ({info.name})", "",
-             f"`bench/probes/stream_read_ceiling.py`; % of the 1 GiB copy ({copy_bw / 1e9:.0f} GB/s) with the GEMV's bytes.", "",
-             "| shape | blocks × 256 threads | loads in flight | dependent launch | stream µs (% copy) | copy of the same bytes µs |",
-             "|---|---:|---:|---|---:|---:|"]
+    stream, pct, arch = context.stream, context.pct, context.info.arch
+    lines = context.head("Read-only stream ceiling for GEMV shapes", "bench/probes/stream_read_ceiling.py",
+                         ["shape", "blocks × 256 threads", "loads in flight", "dependent launch", "stream µs (% copy)",
+                          "copy of the same bytes µs"], numeric=2)
     for item in args.shapes.split(","):
-        shape, dtype = item.split(":")
-        m, n, k = (int(v) for v in shape.split("x"))
-        spec = GemmSpec(m, n, k, "nn" if dtype == "fp32" else "nt", dtype)
-        count = set_count(spec.min_bytes, info.l2_bytes)
-        sets = poisoned_sets(torch, prepare(spec), count)
-        copy, _ = time_copy(torch, spec.min_bytes, info.l2_bytes, stream)
+        spec = probe_spec(item)
+        count, prepared, copy = context.operands(torch, spec)
+        sets = poisoned_sets(torch, prepared, count)
         best = None
         for blocks in (int(b) for b in args.blocks.split(",")):
             for loads in (int(x) for x in args.loads.split(",")):
