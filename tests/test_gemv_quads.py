@@ -25,7 +25,7 @@ from gemmtune.spec import GemmSpec
 ])
 def test_which_specs_walk_k_in_quads(spec, expected):
     assert quads(spec) is expected
-    assert ("constexpr int TK4" in render(spec, GemvConfig(threads=256, threads_x=4, unroll=2), "sm_90").code) is expected
+    assert ("add_quad" in render(spec, GemvConfig(threads=256, threads_x=4, unroll=2), "sm_90").code) is expected
 
 
 @pytest.mark.parametrize("m, n, threads, across, unroll", [

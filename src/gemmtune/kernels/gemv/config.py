@@ -146,22 +146,6 @@ def quads(spec: GemmSpec) -> bool:
             and spec.k % 4 == 0 and vectors(spec) >= QUAD_MIN_ROWS)
 
 
-# The quad columns kernel on sm_80+ copies each step's x into shared memory one step ahead by cp.async
-# (render._columns_staged_kernel) where the two steps' copies fit this many bytes (static shared memory
-# beside the sums' 16 KB buffer).
-STAGED_X_MAX_BYTES = 32768
-
-
-def staged_x_bytes(c: GemvConfig, s: GemmSpec, arch: str) -> int:
-    """Shared memory of the quad columns kernel's staged x: two steps of every K-group's four values of each
-    vector (16 bytes each); 0 where x is read from L2 in the step itself (not quads, tensor cores, before
-    sm_80 or over STAGED_X_MAX_BYTES)."""
-    if not quads(s) or c.tensor_cores or arch_number(arch) < 80:
-        return 0
-    size = 2 * c.unroll * (c.threads // c.threads_x) * vectors(s) * 16
-    return size if size <= STAGED_X_MAX_BYTES else 0
-
-
 def block_outputs(c: GemvConfig, s: GemmSpec) -> int:
     """Outputs one block of `c` computes for `s`: its groups' outputs on the rows kind and on tensor
     cores, threads_x vectors of VEC outputs on the CUDA-core columns kind (the grid is the outputs

@@ -14,9 +14,8 @@ from ..config_base import ceil_div
 from ..parts.epilogue import CArg, Operands, VectorArg, epilogue_call, epilogue_function, pointer_params
 from ..parts.floats import FLOAT_VIEW, HALF_FLOATS, TO_OUT
 from ..parts import dependent_launch
-from ..mma import ptx as mma_ptx
 from . import columns_tensor_cores, tensor_cores
-from .config import NAME, VERSION, GemvConfig, block_outputs, outputs, quads, rejections, staged_x_bytes, stream_kind, streams_b, vec, vectors
+from .config import NAME, VERSION, GemvConfig, block_outputs, outputs, quads, rejections, stream_kind, streams_b, vec, vectors
 
 STORAGE_TYPES = {"fp32": "float", "tf32": "float", "bf16": "bf16_t", "fp16": "fp16_t"}
 
@@ -331,8 +330,6 @@ def _columns_body(spec: GemmSpec, config: GemvConfig, arch: str) -> str:
             }
         };
 """
-        if staged_x_bytes(config, spec, arch):
-            return _columns_staged_kernel(spec, config, arch)
         return _columns_kernel(spec, config, arch, add_row, walk, tail, quad=True)
     if v > 1:  # P % VEC == 0: a thread's VEC outputs are all inside or all outside
         walk = """            uint4 w[UNROLL];
@@ -365,8 +362,16 @@ def _columns_body(spec: GemmSpec, config: GemvConfig, arch: str) -> str:
     return _columns_kernel(spec, config, arch, add_row, walk, tail)
 
 
-def _columns_constants(config: GemvConfig, quad: bool) -> str:
+def _columns_kernel(spec: GemmSpec, config: GemvConfig, arch: str, add_row: str, walk: str, tail: str,
+                    quad: bool = False) -> str:
+    """The columns kernel around its per-row (or per-quad) step: `add_row` defines it, `walk` is the
+    unrolled main loop's body, `tail` one step past it."""
+    step, first, note = (("TK4", "4 * tk", "sums rows k = 4tk .. 4tk + 3, then the next quad 4·TK on, ...")
+                         if quad else ("TK", "tk", "sums rows k = tk, tk + TK, ..."))
     quad_step = "constexpr int TK4 = 4 * TK;  // k one quad step of the block covers\n" if quad else ""
+    first_rows = (f"constexpr int FIRST_ROWS = UNROLL * {step};  // rows of W the block's first step reads (0 ..)\n"
+                  if depends_on_launch(spec, arch, config) else "")
+    store = _store(spec, "r", "p", "sum")
     return f"""constexpr int THREADS = {config.threads}, UNROLL = {config.unroll};
 constexpr int TX = {config.threads_x}, TK = THREADS / TX;  // threads across outputs × threads along K
 constexpr int COLS = TX * VEC;  // outputs per block
@@ -374,13 +379,24 @@ constexpr int WARPS = THREADS / 32;
 // Vectors whose warp sums share the buffer at once: as many as fit 16 KB (one at least).
 constexpr int GROUP_FIT = 16384 / (WARPS * COLS * 4);
 constexpr int GROUP = GROUP_FIT < 1 ? 1 : GROUP_FIT > R ? R : GROUP_FIT;
-{quad_step}"""
-
-
-def _columns_reduce(spec: GemmSpec) -> str:
-    """The end of both columns kernels: the block's TK partial sums of each output meet and are stored."""
-    store = _store(spec, "r", "p", "sum")
-    return f"""    // The block's TK partial sums of each output meet in two stages: the 32/TX K-shares inside a warp
+{quad_step}{first_rows}
+// columns: thread (tx, tk) owns VEC neighbouring outputs and {note} of W;
+// a warp reads 32/TX rows, TX·16 contiguous bytes each. The TK partial sums meet at the end (below).
+extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_params(spec)[1]}) {{
+{_start(spec, arch, "columns", config)}    __shared__ float partial[WARPS][GROUP][COLS];
+    const int tx = threadIdx.x % TX, tk = threadIdx.x / TX;
+    const int p0 = blockIdx.x * COLS + tx * VEC;
+    float acc[R][VEC] = {{}};
+    if (p0 < P) {{
+{add_row}        int k = {first};
+        for (; k + (UNROLL - 1) * {step} < K; k += UNROLL * {step}) {{
+{walk}
+        }}
+        for (; k < K; k += {step}) {{
+{tail}
+        }}
+    }}
+    // The block's TK partial sums of each output meet in two stages: the 32/TX K-shares inside a warp
     // by shuffles (lanes tx, tx + TX, ... hold the same outputs), then the warps' sums in shared
     // memory, GROUP vectors a pass, two barriers a pass (a tree per vector took ~2·log2(TK) each).
     #pragma unroll
@@ -389,6 +405,7 @@ def _columns_reduce(spec: GemmSpec) -> str:
         for (int i = 0; i < VEC; ++i)
             #pragma unroll
             for (int lanes = TX; lanes < 32; lanes *= 2) acc[r][i] += __shfl_xor_sync(0xffffffffu, acc[r][i], lanes);
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     #pragma unroll
     for (int r0 = 0; r0 < R; r0 += GROUP) {{
         if (lane < TX) {{
@@ -412,117 +429,6 @@ def _columns_reduce(spec: GemmSpec) -> str:
     }}
 }}
 """
-
-
-def _columns_kernel(spec: GemmSpec, config: GemvConfig, arch: str, add_row: str, walk: str, tail: str,
-                    quad: bool = False) -> str:
-    """The columns kernel around its per-row (or per-quad) step: `add_row` defines it, `walk` is the
-    unrolled main loop's body, `tail` one step past it."""
-    step, first, note = (("TK4", "4 * tk", "sums rows k = 4tk .. 4tk + 3, then the next quad 4·TK on, ...")
-                         if quad else ("TK", "tk", "sums rows k = tk, tk + TK, ..."))
-    first_rows = (f"constexpr int FIRST_ROWS = UNROLL * {step};  // rows of W the block's first step reads (0 ..)\n"
-                  if depends_on_launch(spec, arch, config) else "")
-    return f"""{_columns_constants(config, quad)}{first_rows}
-// columns: thread (tx, tk) owns VEC neighbouring outputs and {note} of W;
-// a warp reads 32/TX rows, TX·16 contiguous bytes each. The TK partial sums meet at the end (below).
-extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_params(spec)[1]}) {{
-{_start(spec, arch, "columns", config)}    __shared__ float partial[WARPS][GROUP][COLS];
-    const int tx = threadIdx.x % TX, tk = threadIdx.x / TX;
-    const int p0 = blockIdx.x * COLS + tx * VEC;
-    float acc[R][VEC] = {{}};
-    if (p0 < P) {{
-{add_row}        int k = {first};
-        for (; k + (UNROLL - 1) * {step} < K; k += UNROLL * {step}) {{
-{walk}
-        }}
-        for (; k < K; k += {step}) {{
-{tail}
-        }}
-    }}
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-{_columns_reduce(spec)}"""
-
-
-def _columns_staged_kernel(spec: GemmSpec, config: GemvConfig, arch: str) -> str:
-    """The quad columns kernel with x staged: each warp copies the next step's x (its K-groups' four values
-    of every vector) into its own shared-memory slots by cp.async, and loads the next step's W into
-    registers, while the step's sums run. Read from L2 inside the step, x needs as many registers as the
-    sums (ptxas then splits its loads, and each step waits on HBM and then on L2 again); from shared memory
-    a step waits on nothing it did not ask for a step earlier. Helpers, not lambdas: NVRTC 13.0 left a
-    lambda taking the W array by reference as a call, with every sum in local memory."""
-    return f"""{_columns_constants(config, quad=True)}constexpr int WARP_GROUPS = 32 / TX;  // K-groups (TX lanes each) in a warp
-constexpr int STEP = UNROLL * TK4;  // k one step of the block covers
-{mma_ptx.SMEM_ADDR}{mma_ptx.CP_ASYNC}
-// A warp's x slots for one step: [u][r][g] holds vector r's four values at group g's k (a group's TX lanes
-// read one address, a broadcast; neighbouring groups neighbouring ones).
-typedef float4 XSlots[UNROLL][R][WARP_GROUPS];
-
-// The x copies of the step from k0: group g's TX lanes share its R vectors' 16-byte pieces at the group's
-// k; past K, zeros (src-size 0), so the step adds zeros there.
-__device__ __forceinline__ void stage_x(XSlots& slots, const in_t* __restrict__ x, int K, int tk, int tx, int g, int k0) {{
-    #pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {{
-        const int k = k0 + 4 * tk + u * TK4;
-        const bool inside = k < K;
-        for (int r = tx; r < R; r += TX)
-            cp_async_16(smem_addr(&slots[u][r][g]), inside ? (const void*)&x_at_ref(x, r, k) : (const void*)x, inside);
-    }}
-    cp_async_commit();
-}}
-
-// W of the step from k0: four rows from each of the thread's quads, zeros past K or past P.
-__device__ __forceinline__ void load_w(uint4 (&w)[UNROLL][4], const in_t* __restrict__ W, int K, int P, int p0, int tk, int k0) {{
-    #pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {{
-        const int k = k0 + 4 * tk + u * TK4;
-        #pragma unroll
-        for (int q = 0; q < 4; ++q)
-            w[u][q] = p0 < P && k < K ? stream_load(W + (size_t)(k + q) * P + p0) : make_uint4(0u, 0u, 0u, 0u);
-    }}
-}}
-
-// columns, x staged: thread (tx, tk) owns VEC neighbouring outputs and sums rows k = 4tk .. 4tk + 3 of W, then
-// the next quad 4·TK on, ...; a warp reads 4·32/TX rows, TX·16 contiguous bytes each. The step loop is the
-// same for every thread (lanes past K load nothing and add zeros), so a warp can meet at __syncwarp in it.
-extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_params(spec)[1]}) {{
-{_start(spec, arch, "columns", config)}    __shared__ __align__(16) XSlots x_stage[2][WARPS];  // this step's x and the next one's, per warp
-    __shared__ float partial[WARPS][GROUP][COLS];
-    const int tx = threadIdx.x % TX, tk = threadIdx.x / TX;
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / TX;
-    const int p0 = blockIdx.x * COLS + tx * VEC;
-    float acc[R][VEC] = {{}};
-    uint4 w[UNROLL][4];
-    load_w(w, W, K, P, p0, tk, 0);
-    stage_x(x_stage[0][warp], x, K, tk, tx, g, 0);
-    int b = 0;
-    for (int k0 = 0; k0 < K; k0 += STEP, b ^= 1) {{
-        uint4 w_next[UNROLL][4];
-        load_w(w_next, W, K, P, p0, tk, k0 + STEP);  // in flight while this step's sums run
-        stage_x(x_stage[b ^ 1][warp], x, K, tk, tx, g, k0 + STEP);  // into the slots the last step read
-        cp_async_wait<1>();  // this step's x: this lane's copies have landed ...
-        __syncwarp();        // ... and every lane's are visible to the warp
-        #pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {{
-            // acc[r][i] += Σ_q x_r[k + q] · W[k + q, p0 + i]: four rows of W, each vector's four values at those k.
-            float f[4][VEC];
-            #pragma unroll
-            for (int q = 0; q < 4; ++q) unpack(w[u][q], f[q]);
-            #pragma unroll
-            for (int r = 0; r < R; ++r) {{
-                const float4 xq = x_stage[b][warp][u][r][g];
-                #pragma unroll
-                for (int i = 0; i < VEC; ++i)
-                    acc[r][i] = fmaf(xq.w, f[3][i], fmaf(xq.z, f[2][i], fmaf(xq.y, f[1][i], fmaf(xq.x, f[0][i], acc[r][i]))));
-            }}
-        }}
-        __syncwarp();  // every lane has read slots b before the next step's copies overwrite them
-        #pragma unroll
-        for (int u = 0; u < UNROLL; ++u)
-            #pragma unroll
-            for (int q = 0; q < 4; ++q) w[u][q] = w_next[u][q];
-    }}
-    cp_async_wait<0>();  // the zero-filled copies past K: none may land after the block ends
-{_columns_reduce(spec)}"""
 
 
 def _tensor_core_code(spec: GemmSpec, config: GemvConfig, arch: str) -> str:
