@@ -376,16 +376,13 @@ def _columns_kernel(spec: GemmSpec, config: GemvConfig, arch: str, add_row: str,
 constexpr int TX = {config.threads_x}, TK = THREADS / TX;  // threads across outputs × threads along K
 constexpr int COLS = TX * VEC;  // outputs per block
 constexpr int WARPS = THREADS / 32;
-// At least 512 threads resident on an SM (a stream needs their loads in flight): blocks of fewer threads
-// ask for several a SM, which caps ptxas at 128 registers a thread (else 256-thread blocks took 132, one a SM).
-constexpr int MIN_BLOCKS = THREADS >= 512 ? 1 : 512 / THREADS;
 // Vectors whose warp sums share the buffer at once: as many as fit 16 KB (one at least).
 constexpr int GROUP_FIT = 16384 / (WARPS * COLS * 4);
 constexpr int GROUP = GROUP_FIT < 1 ? 1 : GROUP_FIT > R ? R : GROUP_FIT;
 {quad_step}{first_rows}
 // columns: thread (tx, tk) owns VEC neighbouring outputs and {note} of W;
 // a warp reads 32/TX rows, TX·16 contiguous bytes each. The TK partial sums meet at the end (below).
-extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) {entry_name(spec)}({_params(spec)[1]}) {{
+extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_params(spec)[1]}) {{
 {_start(spec, arch, "columns", config)}    __shared__ float partial[WARPS][GROUP][COLS];
     const int tx = threadIdx.x % TX, tk = threadIdx.x / TX;
     const int p0 = blockIdx.x * COLS + tx * VEC;
