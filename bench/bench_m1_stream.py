@@ -133,7 +133,9 @@ class ProbeContext:
         """A probe's markdown head: title, what ran, the table's header; columns 2 .. 1 + numeric are numbers."""
         align = ["---"] * len(columns)
         align[-1 - numeric:-1] = ["---:"] * numeric
-        return [f"# {title} ({self.info.name})", "", f"`{script}`; % of the 1 GiB copy ({self.copy_bw / 1e9:.0f} GB/s), "
+        from gemmtune.compiler import nvrtc_version
+
+        return [f"# {title} ({self.info.name}, NVRTC {nvrtc_version()})", "", f"`{script}`; % of the 1 GiB copy ({self.copy_bw / 1e9:.0f} GB/s), "
                 "A + B + D once.", "", "| " + " | ".join(columns) + " |", "|" + "|".join(align) + "|"]
 
     def kernels_head(self, title: str, script: str, label: str) -> list[str]:
@@ -242,8 +244,10 @@ def bench_one(spec, protocol, db_path: Path, l2_bytes: int) -> StreamRow:
 
 
 def table(rows: list[StreamRow], copy_bw: float, floor: str, device: str) -> str:
+    from gemmtune.compiler import nvrtc_version
+
     today = datetime.date.today().isoformat()
-    out = [f"# GEMVs: single launch and back to back ({device}, {today})", "",
+    out = [f"# GEMVs: single launch and back to back ({device}, {today}, NVRTC {nvrtc_version()})", "",
            "`python bench/bench_m1_stream.py`: `gemmtune.build(spec)` with an empty tuning database, verified "
            "(float64 reference, poisoned D), then timed two ways in one process:",
            "- **single**: one launch between its CUDA events, L2 emptied by a read pass before it, median "

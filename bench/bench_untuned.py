@@ -173,8 +173,10 @@ def geomean(values: list[float]) -> float:
 
 
 def table(rows: list[Row], copy_bw: float, device: str) -> str:
+    from gemmtune.compiler import nvrtc_version
+
     today = datetime.date.today().isoformat()
-    out = [f"# Untuned shapes vs cuBLAS ({device}, {today})", "",
+    out = [f"# Untuned shapes vs cuBLAS ({device}, {today}, NVRTC {nvrtc_version()})", "",
            "`python bench/bench_untuned.py`: `gemmtune.build(spec)` with an empty tuning database (the chooser "
            "picks), verified (float64 reference, poisoned D), timed with L2 flushed by a read pass (median), cuBLAS "
            "(torch.mm, fp32 with TF32 off) in the same process. ratio = cuBLAS time / ours (higher is better).",
