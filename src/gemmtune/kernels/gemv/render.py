@@ -164,9 +164,8 @@ def depends_on_launch(spec: GemmSpec, arch: str, config: GemvConfig) -> bool:
     apart along K, so its first bytes are no single run to prefetch)."""
     if not dependent_launch.supported(arch):
         return False
-    if stream_kind(spec) == "columns":  # (its prologue prefetches the first rows of K: not with k_splits)
-        return (not config.tensor_cores and config.k_splits == 1 and vectors(spec) == 1
-                and outputs(spec) >= COLUMNS_EARLY_MIN_OUTPUTS)
+    if stream_kind(spec) == "columns":
+        return not config.tensor_cores and vectors(spec) == 1 and outputs(spec) >= COLUMNS_EARLY_MIN_OUTPUTS
     return True
 
 
@@ -373,10 +372,6 @@ def _columns_kernel(spec: GemmSpec, config: GemvConfig, arch: str, add_row: str,
     first_rows = (f"constexpr int FIRST_ROWS = UNROLL * {step};  // rows of W the block's first step reads (0 ..)\n"
                   if depends_on_launch(spec, arch, config) else "")
     store = _store(spec, "r", "p", "sum")
-    split = config.k_splits > 1
-    k_first, k_end = ("k_lo + ", "k_end") if split else ("", "K")
-    keep = ("cluster_store(&split_sums[blockIdx.y][r][c], sum);  // this split's sum, into the cluster's first block"
-            if split else store)
     return f"""constexpr int THREADS = {config.threads}, UNROLL = {config.unroll};
 constexpr int TX = {config.threads_x}, TK = THREADS / TX;  // threads across outputs × threads along K
 constexpr int COLS = TX * VEC;  // outputs per block
@@ -384,20 +379,20 @@ constexpr int WARPS = THREADS / 32;
 // Vectors whose warp sums share the buffer at once: as many as fit 16 KB (one at least).
 constexpr int GROUP_FIT = 16384 / (WARPS * COLS * 4);
 constexpr int GROUP = GROUP_FIT < 1 ? 1 : GROUP_FIT > R ? R : GROUP_FIT;
-{quad_step}{first_rows}{_split_declarations(config) if split else ""}
+{quad_step}{first_rows}
 // columns: thread (tx, tk) owns VEC neighbouring outputs and {note} of W;
 // a warp reads 32/TX rows, TX·16 contiguous bytes each. The TK partial sums meet at the end (below).
-extern "C" __global__ void __launch_bounds__(THREADS){" __cluster_dims__(1, SPLITS, 1)" if split else ""} {entry_name(spec)}({_params(spec)[1]}) {{
+extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_params(spec)[1]}) {{
 {_start(spec, arch, "columns", config)}    __shared__ float partial[WARPS][GROUP][COLS];
     const int tx = threadIdx.x % TX, tk = threadIdx.x / TX;
     const int p0 = blockIdx.x * COLS + tx * VEC;
-    float acc[R][VEC] = {{}};{SPLIT_RANGE if split else ""}
+    float acc[R][VEC] = {{}};
     if (p0 < P) {{
-{add_row}        int k = {k_first}{first};
-        for (; k + (UNROLL - 1) * {step} < {k_end}; k += UNROLL * {step}) {{
+{add_row}        int k = {first};
+        for (; k + (UNROLL - 1) * {step} < K; k += UNROLL * {step}) {{
 {walk}
         }}
-        for (; k < {k_end}; k += {step}) {{
+        for (; k < K; k += {step}) {{
 {tail}
         }}
     }}
@@ -427,52 +422,13 @@ extern "C" __global__ void __launch_bounds__(THREADS){" __cluster_dims__(1, SPLI
                 float sum = 0.0f;
                 #pragma unroll 8
                 for (int w = 0; w < WARPS; ++w) sum += partial[w][g][c];  // warp order: deterministic
-                {keep}
+                {store}
             }}
         }}
         __syncthreads();  // the buffer is reused by the next pass
-    }}{_split_finish(store) if split else ""}
+    }}
 }}
 """
-
-
-# A split's contiguous share of K, in whole quads (4 values) so the quads walk keeps its alignment.
-SPLIT_RANGE = """
-    const int k_lo = blockIdx.y * K_SHARE, k_end = min(K, k_lo + K_SHARE);  // this block's share of K
-    __shared__ float split_sums[SPLITS][R][COLS];  // the first block's: every split's sums of the strip"""
-
-
-def _split_declarations(config: GemvConfig) -> str:
-    """k_splits: each split's share of K; the splits of a strip are one cluster, and their sums meet in the
-    shared memory of its first block (distributed shared memory: no global memory, nothing kept between launches)."""
-    return f"""
-constexpr int SPLITS = {config.k_splits};  // blocks sharing each strip of outputs (one cluster), each a share of K
-constexpr int K_SHARE = ((K + SPLITS - 1) / SPLITS + 3) / 4 * 4;
-// Store one float into the same place of the cluster's first block's shared memory (mapa: its address there).
-__device__ __forceinline__ void cluster_store(float* local, float value) {{
-    const unsigned int here = static_cast<unsigned int>(__cvta_generic_to_shared(local));
-    asm volatile("{{\\n .reg .u32 there;\\n mapa.shared::cluster.u32 there, %0, 0;\\n st.shared::cluster.f32 [there], %1;\\n}}"
-                 :: "r"(here), "f"(value) : "memory");
-}}"""
-
-
-def _split_finish(store: str) -> str:
-    """k_splits: the cluster meets (every split's sums are in its first block); that block sums them in split
-    order and writes D."""
-    return f"""
-    // Every block's stores into the first block's shared memory are done and visible to it past this barrier;
-    // the other blocks may then end (the first block reads only its own shared memory).
-    asm volatile("barrier.cluster.arrive.release.aligned;\\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-    if (blockIdx.y != 0) return;
-    for (int idx = threadIdx.x; idx < R * COLS; idx += THREADS) {{
-        const int r = idx / COLS, c = idx % COLS, p = blockIdx.x * COLS + c;
-        if (p < P) {{
-            float sum = 0.0f;
-            #pragma unroll
-            for (int z = 0; z < SPLITS; ++z) sum += split_sums[z][r][c];  // split order: deterministic
-            {store}
-        }}
-    }}"""
 
 
 def _tensor_core_code(spec: GemmSpec, config: GemvConfig, arch: str) -> str:
@@ -503,7 +459,7 @@ def render(spec: GemmSpec, config: GemvConfig, arch: str = "sm_90") -> KernelSou
     if broken:
         raise ConfigError(f"config rejected for {spec.short()} on {arch}: " + "; ".join(broken.values()))
     code = _tensor_core_code(spec, config, arch) if config.tensor_cores else _cuda_core_code(spec, config, arch)
-    grid = (ceil_div(outputs(spec), block_outputs(config, spec)), config.k_splits, 1)
+    grid = (ceil_div(outputs(spec), block_outputs(config, spec)), 1, 1)
     return KernelSource(code=code, entry=entry_name(spec), grid=grid, block=(config.threads, 1, 1),
                         args=_params(spec)[0], spec=spec, family=NAME, family_version=VERSION,
                         config=config.to_json(), dependent_launch=depends_on_launch(spec, arch, config))
