@@ -85,13 +85,17 @@ PROLOGUE = r"""    asm volatile("griddepcontrol.launch_dependents;" ::: "memory"
 """
 
 
+def _types(spec) -> dict[str, str]:
+    """The read kernels' in_t and out_t for `spec` (16-bit values as raw shorts: they are only read)."""
+    return {"in_t": {"bf16": "unsigned short", "fp16": "unsigned short", "tf32": "float", "fp32": "float"}[spec.dtype],
+            "out_t": "float" if spec.out_dtype in ("fp32", "tf32") else "unsigned short"}
+
+
 def source(spec, blocks: int, loads: int, early: bool):
     from gemmtune.kernel_source import KernelSource
 
-    in_t = {"bf16": "unsigned short", "fp16": "unsigned short", "tf32": "float", "fp32": "float"}[spec.dtype]
     pieces = spec.n * spec.k * spec.element_bytes // 16
-    code = KERNEL.format(in_t=in_t, out_t="float" if spec.out_dtype in ("fp32", "tf32") else "unsigned short",
-                         pieces=pieces, loads=loads, prologue=PROLOGUE if early else "")
+    code = KERNEL.format(**_types(spec), pieces=pieces, loads=loads, prologue=PROLOGUE if early else "")
     return KernelSource(code=code, entry="read_only", grid=(blocks, 1, 1), block=(256, 1, 1), args=("A", "B", "D"),
                         spec=spec, family="probe", family_version="0", dependent_launch=early)
 
@@ -104,9 +108,8 @@ def strip_source(spec, blocks: int, loads: int, strip: int):
     if strip % 16 or row_bytes % strip or blocks % (row_bytes // strip) or spec.k % (blocks // (row_bytes // strip)):
         return None
     parts = blocks // (row_bytes // strip)
-    in_t = {"bf16": "unsigned short", "fp16": "unsigned short", "tf32": "float", "fp32": "float"}[spec.dtype]
-    code = STRIP_KERNEL.format(in_t=in_t, out_t="float" if spec.out_dtype in ("fp32", "tf32") else "unsigned short",
-                               row_pieces=row_bytes // 16, width=strip // 16, rows=spec.k // parts, loads=loads)
+    code = STRIP_KERNEL.format(**_types(spec), row_pieces=row_bytes // 16, width=strip // 16, rows=spec.k // parts,
+                               loads=loads)
     return KernelSource(code=code, entry="read_strips", grid=(blocks, 1, 1), block=(256, 1, 1), args=("A", "B", "D"),
                         spec=spec, family="probe", family_version="0")
 
