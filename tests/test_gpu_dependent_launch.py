@@ -20,9 +20,11 @@ pytestmark = pytest.mark.gpu
 ROUNDS = 20
 # (vectors, layer widths, layout, dtype): 16 vectors through three layers (tensor-core rows kernel), one
 # vector (CUDA-core rows kernel); fp32 with B stored K×N (the CUDA-core columns kernel), 16 vectors (launched
-# plainly: render.COLUMNS_EARLY_MIN_OUTPUTS) and one.
+# plainly: render.COLUMNS_EARLY_MIN_OUTPUTS) and one; one vector of few outputs (the columns kernel with K
+# split over a cluster of 16 on sm_90: chooser.candidates.split_rule).
 CHAINS = {"rows-16": (16, (4096, 4096, 1000), "nt", "bf16"), "rows-1": (1, (4096, 11008, 4096), "nt", "bf16"),
-          "columns-16": (16, (4096, 4096, 1000), "nn", "fp32"), "columns-1": (1, (4096, 11008, 4096), "nn", "fp32")}
+          "columns-16": (16, (4096, 4096, 1000), "nn", "fp32"), "columns-1": (1, (4096, 11008, 4096), "nn", "fp32"),
+          "columns-split": (1, (1024, 2048, 1000), "nn", "fp32")}
 TYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 WIDTH = 4096  # the chain's input width
 
@@ -84,12 +86,15 @@ def test_back_to_back_chain_reads_what_the_kernel_before_wrote(chain):
         _check_layers(x, weights, outs, layout, dtype)
 
 
-def test_chain_inside_a_cuda_graph():
-    m, widths, layout, dtype = CHAINS["rows-16"]
+@pytest.mark.parametrize("chain", ["rows-16", "columns-split"])
+def test_chain_inside_a_cuda_graph(chain):
+    m, widths, layout, dtype = CHAINS[chain]
     kernels = _chain(m, widths, layout, dtype)
-    x = torch.rand((m, WIDTH), device="cuda").mul_(2).sub_(1).to(torch.bfloat16)
-    weights = _weights(widths, seed=0)
-    outs = [torch.empty((m, n), device="cuda", dtype=torch.bfloat16) for n in widths]
+    if chain == "columns-split" and arch_number(kernels[0].arch) == 90:
+        assert all(k.compiled.source.cluster_blocks == 16 for k in kernels)
+    x = torch.rand((m, WIDTH), device="cuda").mul_(2).sub_(1).to(TYPES[dtype])
+    weights = _weights(widths, 0, layout, dtype)
+    outs = [torch.empty((m, n), device="cuda", dtype=TYPES[dtype]) for n in widths]
 
     def forward():
         a = x
@@ -104,12 +109,12 @@ def test_chain_inside_a_cuda_graph():
     with torch.cuda.graph(graph):
         forward()
     for round_ in range(5):
-        fresh = _weights(widths, seed=100 + round_)
+        fresh = _weights(widths, 100 + round_, layout, dtype)
         for w, f in zip(weights, fresh):
             w.copy_(f)
         graph.replay()
         torch.cuda.synchronize()
-        _check_layers(x, weights, outs)
+        _check_layers(x, weights, outs, layout, dtype)
 
 
 def test_gemv_after_torch_writes_its_input():

@@ -138,3 +138,20 @@ def test_load_recompiles_a_cubin_built_for_another_gpu(tmp_path, device):
     folder = export_spec(SPEC, tmp_path / "foreign", arch=foreign).path
     gemm = load(folder)
     assert gemm.manifest.arch == foreign and gemm.compiled.arch == device.arch
+
+
+def test_a_cluster_of_16_kernel_exports_and_passes_its_check(tmp_path, device):
+    """One vector of few outputs on sm_90: the K split over clusters of 16 blocks (non-portable), which
+    the exported launcher must allow before it launches."""
+    from gemmtune.export import export_spec
+    from gemmtune.export.toolchain import build_harness
+    from gemmtune.kernels.config_base import arch_number
+
+    if arch_number(device.arch) != 90:
+        pytest.skip("the K split over clusters of 16 is chosen on sm_90 only")
+    spec = GemmSpec(1, 1000, 4100, layout="nn", dtype="fp32", epilogue="bias_col+relu")
+    folder = export_spec(spec, tmp_path / "split", arch=device.arch, device=device).path
+    headers = "".join(p.read_text() for p in folder.glob("*.cuh"))
+    assert "cudaFuncAttributeNonPortableClusterSizeAllowed" in headers
+    done = _run(build_harness(folder, _nvcc()))
+    assert done.returncode == 0 and "PASS" in done.stdout, done.stdout + done.stderr

@@ -144,3 +144,30 @@ def test_gemv_columns_reduction(dtype):
             for config in COLUMN_BLOCKS if not family.rejections(config, spec, arch)]
     assert len(jobs) >= 20
     assert _all_right(jobs) == []
+
+
+# The columns kernel with K split over a cluster's blocks (GemvConfig.k_splits, sums meeting in the first
+# block's shared memory): one vector and several, quads and row by row (K not a multiple of 4), outputs not
+# a multiple of a strip, K not a multiple of the splits, every epilogue kind; then repeated launches.
+K_SPLIT_SHAPES = [(1, 1024, 4096), (1, 1000, 4100), (3, 1000, 1030), (16, 1000, 4104), (2, 8, 1024), (1, 4096, 700)]
+
+
+@pytest.mark.parametrize("splits", [2, 4, 8, 16])
+def test_gemv_columns_k_splits(splits):
+    arch = _arch()
+    configs = [GemvConfig(threads=256, threads_x=2, unroll=4, k_splits=splits),
+               GemvConfig(threads=512, threads_x=8, unroll=1, k_splits=splits)]
+    jobs = [(GemmSpec(*shape, layout="nn", dtype=dtype, epilogue=epilogue), config, arch)
+            for shape in K_SPLIT_SHAPES for dtype in ("fp32", "bf16") for epilogue in EPILOGUES for config in configs
+            if not get_family("gemv").supports(GemmSpec(*shape, layout="nn", dtype=dtype), arch)
+            and not get_family("gemv").rejections(config, GemmSpec(*shape, layout="nn", dtype=dtype), arch)]
+    assert len(jobs) >= 30
+    assert _all_right(jobs) == []
+
+
+def test_gemv_k_splits_twice_in_a_row_gives_the_same_bits():
+    """Nothing is kept between launches: the checked, timed and re-checked launches agree."""
+    kern = build(GemmSpec(1, 1024, 4096, "nn", "fp32", "bias_row+relu"),
+                 config=GemvConfig(threads=256, threads_x=2, unroll=4, k_splits=8))
+    result = evaluate(kern.compiled)
+    assert result.ok and result.measurement is not None

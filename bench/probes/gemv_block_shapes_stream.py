@@ -25,10 +25,11 @@ def block_shapes(spec, pick, only: str = "", tensor_cores: bool = False):
     from gemmtune.kernels.gemv.config import stream_kind
 
     family = get_family("gemv")
-    if only:  # "threads,warps_per_output (rows) or threads_x (columns),unroll;..."
+    if only:  # "threads,warps_per_output (rows) or threads_x (columns),unroll[,k_splits];..."
         key = "warps_per_output" if stream_kind(spec) == "rows" else "threads_x"
-        grid = [pick.with_(threads=t, unroll=u, tensor_cores=False, mma_tiles=1, **{key: w})
-                for t, w, u in (tuple(int(v) for v in item.split(",")) for item in only.split(";"))]
+        shapes = [tuple(int(v) for v in item.split(",")) for item in only.split(";")]
+        grid = [pick.with_(threads=t, unroll=u, tensor_cores=False, mma_tiles=1, k_splits=rest[0] if rest else 1,
+                           **{key: w}) for t, w, u, *rest in shapes]
     elif tensor_cores:  # the tensor-core kernel's block shapes (rows or columns kind)
         grid = [pick.with_(threads=t, warps_per_output=w, unroll=u, tensor_cores=True, mma_tiles=g, outputs_per_warp=1)
                 for t, w, u, g in itertools.product((128, 256, 512), (2, 4, 8), (1, 2, 4, 8), (1, 2, 4))]
@@ -45,7 +46,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", default=SHAPES)
     parser.add_argument("--only", default="", help="these block shapes instead of the grid: "
-                                                    "'threads,warps_per_output|threads_x,unroll;...'")
+                                                    "'threads,warps_per_output|threads_x,unroll[,k_splits];...'")
     parser.add_argument("--tensor-cores", action="store_true", help="the grid over the tensor-core kernel's block shapes")
     parser.add_argument("--single", action="store_true", help="also time each launched alone (bench_untuned's protocol)")
     parser.add_argument("--out", type=Path)

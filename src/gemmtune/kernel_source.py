@@ -110,6 +110,11 @@ def _declares_module_memory(line: str) -> bool:
     return head.endswith(";") and "(" not in re.sub(r"\[[^\]]*\]", "", head)
 
 
+# The most blocks a cluster may have on every GPU that has clusters (sm_90+); up to 16 on an H100 once
+# the kernel allows non-portable sizes (CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED).
+PORTABLE_CLUSTER_BLOCKS = 8
+
+
 @dataclass(frozen=True)
 class KernelSource:
     code: str
@@ -140,6 +145,10 @@ class KernelSource:
     # Starts with the dependent-launch prologue (kernels/parts/dependent_launch.py): the runtime
     # launches it with programmatic stream serialization, so it overlaps the kernel before it.
     dependent_launch: bool = False
+    # Blocks per cluster where the host must know them: above PORTABLE_CLUSTER_BLOCKS (a cluster of 16,
+    # sm_90+) the launch must first allow non-portable cluster sizes. 1 for kernels without clusters and
+    # for those whose __cluster_dims__ stay portable.
+    cluster_blocks: int = 1
 
     def __post_init__(self) -> None:
         names = POINTER_ARGS + SCALAR_ARGS + tuple(t.name for t in self.tensor_maps)
@@ -184,6 +193,7 @@ class KernelSource:
             **({"staged": [s.to_json() for s in self.staged]} if self.staged else {}),
             **({"stage_kernel": True} if self.stage_kernel else {}),
             **({"dependent_launch": True} if self.dependent_launch else {}),
+            **({"cluster_blocks": self.cluster_blocks} if self.cluster_blocks > 1 else {}),
         }
 
     @staticmethod
@@ -197,6 +207,7 @@ class KernelSource:
             arch_specific=data.get("arch_specific", False), co_resident=data.get("co_resident", False),
             staged=tuple(StagedOperand.from_json(s) for s in data.get("staged", ())),
             stage_kernel=data.get("stage_kernel", False), dependent_launch=data.get("dependent_launch", False),
+            cluster_blocks=data.get("cluster_blocks", 1),
         )
 
     def tensor_map(self, name: str) -> TensorMapArg | None:

@@ -16,7 +16,7 @@ from .compiler import CompiledKernel
 from .device import DeviceInfo, checked, driver, ensure_context, query_device
 from .dtypes import NAN_BITS, storage_bytes
 from .errors import LaunchError, ResourceError, SpecError
-from .kernel_source import SCALAR_ARGS, KernelSource, StagedOperand, TensorMapArg
+from .kernel_source import PORTABLE_CLUSTER_BLOCKS, SCALAR_ARGS, KernelSource, StagedOperand, TensorMapArg
 from .kernels.parts import staging
 from .stream_order import StreamOrder, shared_order
 from .tensor_map import encode_tensor_map
@@ -448,6 +448,10 @@ class LoadedKernel:
             attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             checked(cu.cuFuncSetAttribute(function, attr, self.source.dynamic_smem),
                     f"opting {entry} in to {self.source.dynamic_smem} B of dynamic shared memory")
+        if self.source.cluster_blocks > PORTABLE_CLUSTER_BLOCKS:
+            attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+            checked(cu.cuFuncSetAttribute(function, attr, 1),
+                    f"allowing {entry} clusters of {self.source.cluster_blocks} blocks (non-portable size)")
         return function
 
     def bind(self, bindings: Mapping[str, Any], stream: Any = 0, dependent_launch: bool = True) -> BoundLaunch:

@@ -15,7 +15,8 @@ import math
 from typing import Any
 
 from ..kernels import get_family
-from ..kernels.gemv.config import GemvConfig, outputs, quads, stream_kind, tensor_core_rejection, vectors
+from ..kernels.config_base import arch_number
+from ..kernels.gemv.config import GemvConfig, outputs, quads, stream_kind, tensor_core_rejection, vec, vectors
 from ..kernels.parts import dependent_launch
 from ..kernels.simt.config import SimtConfig
 from ..kernels.wgmma.config import (OUT_BYTES, WgmmaConfig, direct_stores, k_major, out_dtype, split_shapes, splits_fp32,
@@ -337,6 +338,39 @@ def quad_config(spec: GemmSpec, sm_count: int) -> GemvConfig:
     return GemvConfig(threads=threads, warps_per_output=1, threads_x=width, unroll=unroll)
 
 
+# One vector of few outputs against W stored along the outputs (the columns kernel, layout nn at M = 1):
+# strips of outputs alone give at most ~128 blocks there, and a read of 8-16 MB needs ~4 blocks an SM
+# and the dependent-launch start. So K is split 16 ways over a cluster (GemvConfig.k_splits, sums meeting
+# in the first block's shared memory) in 256-thread blocks, 16 across the outputs where that still gives
+# SPLIT_SM_SHARE blocks an SM, else 8 (128-byte strips of fp32; narrower strips read slower). H100,
+# 2026-11-27, fp32, back to back against the chooser's unsplit pick (bench/results/
+# 2026-11-27-h100-gemv-cluster-k-splits-early.md): 1x512x4096 28 -> 55% of copy, 1x1024x4096 60 -> 79-80%,
+# 1x1536x4096 71 -> 75% (16 across), 1x2048x4096 77 -> 86-89%, 1x1000x4100 58 -> 72%, 1x1024x1024 22 ->
+# 36%, 1x1024x11008 77 -> 92%; but from 2560 outputs every split lost (2560: 80 -> 67-70%, 3072: 86 -> 73-85%),
+# and 2 vectors want other shapes (2x1024x4096: 68% at 512 threads 8 ways, 49% in this one). bf16 unmeasured.
+SPLIT_RULE_MAX_OUTPUTS = 2048  # inclusive
+SPLIT_WAYS = 16
+SPLIT_SM_SHARE = 2.5  # blocks per SM the wider strips must still give (1536 outputs: 2.9 -> 16 across)
+SPLIT_ARCHS = (90,)  # measured on sm_90 only (clusters of 16 also exist on sm_100: unmeasured)
+
+
+def split_config(spec: GemmSpec, sm_count: int) -> GemvConfig:
+    """The K-split columns block shape for one vector of few outputs (see SPLIT_WAYS)."""
+    wide_strips = -(-outputs(spec) // (16 * vec(spec)))
+    across = 16 if wide_strips * SPLIT_WAYS >= SPLIT_SM_SHARE * sm_count else 8
+    return GemvConfig(threads=256, warps_per_output=1, threads_x=across, unroll=4 if across == 8 else 2,
+                      k_splits=SPLIT_WAYS)
+
+
+def split_rule(spec: GemmSpec, arch: str, sm_count: int) -> GemvConfig | None:
+    """split_config where its rule applies to `spec` on `arch` and the family takes it, else None."""
+    if (stream_kind(spec) != "columns" or vectors(spec) != 1 or outputs(spec) > SPLIT_RULE_MAX_OUTPUTS
+            or spec.element_bytes != 4 or arch_number(arch) not in SPLIT_ARCHS):
+        return None
+    config = split_config(spec, sm_count)
+    return None if get_family("gemv").rejections(config, spec, arch) else config
+
+
 def gemv_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[GemvConfig]:
     """The measured tensor-core block shape where that kernel runs the spec on `arch` (while
     GEMV_TENSOR_CORES_UNTUNED is on), the measured quads block shape where the columns kernel walks K
@@ -346,7 +380,8 @@ def gemv_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[GemvConfig
     the CUDA-core kernels: its reason to exist is that those are compute bound at 2-16 rows (0.51-0.72×
     cuBLAS on an H100), and the shipped model was trained before it existed, so it cannot compare the
     two. The columns kernel on tensor cores (layout nn) only where COLUMNS_TENSOR_CORE_MIN_ROWS says.
-    One vector on the rows kernel (sm_90+) takes ONE_VECTOR_ROWS_CONFIG, measured back to back."""
+    One vector on the rows kernel (sm_90+) takes ONE_VECTOR_ROWS_CONFIG, measured back to back; one
+    vector of few outputs on the columns kernel (sm_90) the K split over a cluster (split_rule)."""
     if GEMV_TENSOR_CORES_UNTUNED and tensor_core_rejection(spec, arch) is None:
         if stream_kind(spec) == "rows":
             return [UNTUNED_TENSOR_CORE_CONFIG]
@@ -358,6 +393,9 @@ def gemv_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[GemvConfig
         return [quad_config(spec, sm_count)]
     if stream_kind(spec) == "rows" and vectors(spec) == 1 and dependent_launch.supported(arch):
         return [ONE_VECTOR_ROWS_CONFIG[spec.element_bytes]]
+    split = split_rule(spec, arch, sm_count)
+    if split is not None:
+        return [split]
     return gemv_stream_candidates(spec)
 
 

@@ -17,7 +17,7 @@ import json
 import re
 
 from ..errors import SpecError
-from ..kernel_source import KernelSource, StagedOperand, TensorMapArg
+from ..kernel_source import PORTABLE_CLUSTER_BLOCKS, KernelSource, StagedOperand, TensorMapArg
 from ..kernels.parts.staging import THREADS, stage_entry, stage_grid
 from ..spec import GemmSpec
 from .element_types import type_includes
@@ -126,12 +126,19 @@ def split_includes(code: str) -> tuple[list[str], str]:
 
 
 def _smem_opt_in(source: KernelSource, kernel: str) -> str:
-    if source.dynamic_smem <= DEFAULT_SMEM_LIMIT:
-        return ""
-    return f"""    // More than 48 KiB of dynamic shared memory needs an explicit opt-in per kernel.
+    """The launcher's opt-ins: more than 48 KiB of dynamic shared memory, clusters past the portable size."""
+    text = ""
+    if source.dynamic_smem > DEFAULT_SMEM_LIMIT:
+        text += f"""    // More than 48 KiB of dynamic shared memory needs an explicit opt-in per kernel.
     cudaError_t attr = cudaFuncSetAttribute({kernel}, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (attr != cudaSuccess) return attr;
 """
+    if source.cluster_blocks > PORTABLE_CLUSTER_BLOCKS:
+        text += f"""    // Its clusters of {source.cluster_blocks} blocks exceed the portable {PORTABLE_CLUSTER_BLOCKS}: allowed per kernel (sm_90+).
+    cudaError_t wide = cudaFuncSetAttribute({kernel}, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    if (wide != cudaSuccess) return wide;
+"""
+    return text
 
 
 def _info_block(name: str, source: KernelSource, arch: str) -> str:

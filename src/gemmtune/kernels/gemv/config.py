@@ -60,6 +60,12 @@ class GemvConfig(FamilyConfig):
     mma_tiles (tensor_cores only): 8-output tiles one warp computes together, so each 16-byte load of
       A's rows serves that many tiles of B. tensor_cores=False and mma_tiles=1 are left out of the
       JSON, so configs (and database keys) from before the option stay as they were.
+    k_splits (columns kind on CUDA cores, sm_90+): blocks that share each strip of outputs, each a
+      contiguous share of K, launched as one cluster; their sums meet in the first block's shared
+      memory, which adds them in split order (deterministic) and writes D. For few outputs, where the
+      strips alone leave most SMs idle. 2-16 (16: a non-portable cluster, sm_90/sm_100); the kernel
+      starts with the dependent-launch prologue. Nothing is kept between launches. 1 is left out of
+      the JSON.
     """
 
     threads: int = 256
@@ -69,6 +75,7 @@ class GemvConfig(FamilyConfig):
     unroll: int = 4
     tensor_cores: bool = False
     mma_tiles: int = 1
+    k_splits: int = 1
     FAMILY_LABEL = "gemv"
 
     def to_json(self) -> dict:
@@ -77,6 +84,8 @@ class GemvConfig(FamilyConfig):
             del data["tensor_cores"]
         if data["mma_tiles"] == 1:
             del data["mma_tiles"]
+        if data["k_splits"] == 1:
+            del data["k_splits"]
         return data
 
     def describe(self) -> str:
@@ -84,7 +93,8 @@ class GemvConfig(FamilyConfig):
             return (f"gemv tensor cores {self.threads} threads, {self.warps_per_output} warp(s) per "
                     f"{8 * self.mma_tiles} outputs, unroll{self.unroll}")
         return (f"gemv {self.threads} threads, {self.warps_per_output} warp(s) per {self.outputs_per_warp} "
-                f"output(s) (rows), {self.threads_x} across outputs (columns), unroll{self.unroll}")
+                f"output(s) (rows), {self.threads_x} across outputs (columns), unroll{self.unroll}"
+                + (f", K split {self.k_splits} ways" if self.k_splits > 1 else ""))
 
     def outputs_per_group(self) -> int:
         """Outputs the warps_per_output warps of one group compute (rows kind)."""
@@ -283,9 +293,33 @@ def _registers(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
     return None
 
 
+K_SPLITS = (1, 2, 4, 8, 16)  # a strip's splits are one cluster: 16 is past the portable 8 blocks
+WIDE_CLUSTER_ARCHS = (90, 100)  # where clusters of 16 exist (H100/H200, B200); other GPUs keep to 8
+MIN_SPLIT_K = 64  # K values a split must at least hold
+SPLIT_SUMS_MAX_BYTES = 16384  # the first block's shared memory for every split's sums
+
+
+def _k_splits(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
+    if c.k_splits == 1:
+        return None
+    if c.k_splits not in K_SPLITS:
+        return f"k_splits={c.k_splits}: {', '.join(map(str, K_SPLITS))}"
+    if c.tensor_cores or stream_kind(s) != "columns":
+        return "k_splits splits K for the columns kernel on CUDA cores (W stored along the outputs)"
+    if arch_number(arch) < 90:
+        return f"k_splits meets the splits in a cluster's shared memory: sm_90 and later, not {arch}"
+    if c.k_splits > 8 and arch_number(arch) not in WIDE_CLUSTER_ARCHS:
+        return f"k_splits={c.k_splits} needs clusters of {c.k_splits} blocks: sm_90 or sm_100, not {arch}"
+    if s.k < MIN_SPLIT_K * c.k_splits:
+        return f"K = {s.k} over {c.k_splits} splits leaves under {MIN_SPLIT_K} values a split"
+    if c.k_splits * vectors(s) * c.threads_x * vec(s) * 4 > SPLIT_SUMS_MAX_BYTES:
+        return f"{c.k_splits} splits of {vectors(s)} vectors × {c.threads_x * vec(s)} outputs exceed {SPLIT_SUMS_MAX_BYTES} B of sums"
+    return None
+
+
 CONSTRAINTS: dict[str, Constraint] = {
     "dtype": _dtype, "threads": _threads, "rows": _rows, "columns": _columns, "unroll": _unroll, "group": _group,
-    "tensor_cores": _tensor_cores, "registers": _registers,
+    "tensor_cores": _tensor_cores, "registers": _registers, "k_splits": _k_splits,
 }
 
 

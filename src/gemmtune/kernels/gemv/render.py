@@ -130,7 +130,11 @@ def _operands(spec: GemmSpec) -> str:
 # the CUDA-core rows kernel's (a few rows, several waves) best at 4-8 KB and worse from 16 KB. The
 # columns kernel's budget is the rows kernel's, not yet measured for it (its first step is the first
 # rows of the block's strip of outputs: 256 rows of 128 bytes at 16x4096x4096 fp32).
-PREFETCH_BYTES = {"tensor_cores": 16384, "cuda_cores": 8192, "columns": 8192}
+PREFETCH_BYTES = {"tensor_cores": 16384, "cuda_cores": 8192, "columns": 8192, "columns_split": 12288}
+# columns_split: the columns kernel with K split over a cluster (k_splits), whose first step is the first
+# rows of its split's share. H100, 2026-11-27, 1x1024x4096 fp32 nn in 256-thread blocks 8 across, 16
+# splits, back to back (bench/results/2026-11-27-h100-gemv-cluster-k-splits-early.md): 8 KB 7.1-7.2 µs,
+# 12 KB 6.9, 16-20 KB 7.0-7.1, the whole 32 KB share 8.1.
 # One vector on the CUDA-core rows kernel with W of ONE_VECTOR_LARGE_W_BYTES or more: half the budget. H100,
 # 2026-11-27, in the one-vector block shape (chooser ONE_VECTOR_ROWS_CONFIG), back to back
 # (bench/results/2026-11-27-h100-gemv-prefetch-budget.md): 4 KB against 8 KB streamed 1x4096x4096 bf16
@@ -160,25 +164,34 @@ COLUMNS_EARLY_MIN_OUTPUTS = 4096
 def depends_on_launch(spec: GemmSpec, arch: str, config: GemvConfig) -> bool:
     """Whether the kernel starts with the dependent-launch prologue (parts/dependent_launch.py): on
     sm_90 and later for the rows kernels; the columns kernel on CUDA cores only for one vector and
-    COLUMNS_EARLY_MIN_OUTPUTS outputs or more, on tensor cores never (its warps start at spans far
-    apart along K, so its first bytes are no single run to prefetch)."""
+    COLUMNS_EARLY_MIN_OUTPUTS outputs or more, or with K split over a cluster (k_splits: without the
+    prologue 1x1024x4096 fp32 streamed at 62% of copy, with it 78-80%, H100 2026-11-27), on tensor cores
+    never (its warps start at spans far apart along K, so its first bytes are no single run to prefetch)."""
     if not dependent_launch.supported(arch):
         return False
     if stream_kind(spec) == "columns":
-        return not config.tensor_cores and vectors(spec) == 1 and outputs(spec) >= COLUMNS_EARLY_MIN_OUTPUTS
+        if config.k_splits > 1:  # (k_splits is sm_90+ only)
+            return True
+        return (not config.tensor_cores and vectors(spec) == 1
+                and outputs(spec) >= COLUMNS_EARLY_MIN_OUTPUTS)
     return True
 
 
-def _columns_start(spec: GemmSpec, budget: int) -> str:
-    """The columns kernel's prologue: its block streams a strip of COLS outputs down all of K, and its
-    first step reads the strip's first FIRST_ROWS rows; it asks L2 for as many of those as fit `budget`
-    bytes."""
-    rows = (f"    const int block_first = blockIdx.x * COLS;  // the block's first output (column of W)\n"
+def _columns_start(spec: GemmSpec, budget: int, config: GemvConfig) -> str:
+    """The columns kernel's prologue: its block streams a strip of COLS outputs down all of K (with
+    k_splits, down its split's share of K), and its first step reads the first FIRST_ROWS rows of that;
+    it asks L2 for as many of those as fit `budget` bytes."""
+    split = config.k_splits > 1
+    split_first = "    const int block_k = blockIdx.y * K_SHARE;  // the first row of W it reads (its split's)\n"
+    rows = ("    const int block_first = blockIdx.x * COLS;  // the block's first output (column of W)\n"
+            + (split_first if split else "") +
             f"    const size_t strip_bytes = (size_t)min(COLS, P - block_first) * sizeof(in_t);  // of each row\n"
             f"    const size_t strip_lines = (strip_bytes + 127) / 128 * 128;  // what L2 fetches of each row\n"
-            f"    const int prefetch_rows = (int)min((size_t)min(FIRST_ROWS, K), max((size_t)1, (size_t){budget} / strip_lines));\n")
+            f"    const int prefetch_rows = (int)min((size_t)min(FIRST_ROWS, {'K - block_k' if split else 'K'}), "
+            f"max((size_t)1, (size_t){budget} / strip_lines));\n")
+    begin = "W + (size_t)block_k * P + block_first" if split else "W + block_first"
     return _operands(spec) + rows + dependent_launch.prologue(
-        "W + block_first", "prefetch_rows", "(size_t)P * sizeof(in_t)", "strip_bytes", budget)
+        begin, "prefetch_rows", "(size_t)P * sizeof(in_t)", "strip_bytes", budget)
 
 
 def _start(spec: GemmSpec, arch: str, kernel: str, config: GemvConfig) -> str:
@@ -189,7 +202,7 @@ def _start(spec: GemmSpec, arch: str, kernel: str, config: GemvConfig) -> str:
     if not depends_on_launch(spec, arch, config):
         return _operands(spec)
     if stream_kind(spec) == "columns":
-        return _columns_start(spec, prefetch_budget(spec, kernel))
+        return _columns_start(spec, prefetch_budget(spec, "columns_split" if config.k_splits > 1 else kernel), config)
     rows = ("    const int block_first = blockIdx.x * GROUPS * NW;  // the block's first output (row of W)\n"
             "    const int block_rows = min(block_first + GROUPS * NW, P) - block_first;\n")
     return _operands(spec) + rows + dependent_launch.prologue(
@@ -372,6 +385,10 @@ def _columns_kernel(spec: GemmSpec, config: GemvConfig, arch: str, add_row: str,
     first_rows = (f"constexpr int FIRST_ROWS = UNROLL * {step};  // rows of W the block's first step reads (0 ..)\n"
                   if depends_on_launch(spec, arch, config) else "")
     store = _store(spec, "r", "p", "sum")
+    split = config.k_splits > 1
+    k_first, k_end = ("k_lo + ", "k_end") if split else ("", "K")
+    keep = ("cluster_store(&split_sums[blockIdx.y][r][c], sum);  // this split's sum, into the cluster's first block"
+            if split else store)
     return f"""constexpr int THREADS = {config.threads}, UNROLL = {config.unroll};
 constexpr int TX = {config.threads_x}, TK = THREADS / TX;  // threads across outputs × threads along K
 constexpr int COLS = TX * VEC;  // outputs per block
@@ -379,20 +396,20 @@ constexpr int WARPS = THREADS / 32;
 // Vectors whose warp sums share the buffer at once: as many as fit 16 KB (one at least).
 constexpr int GROUP_FIT = 16384 / (WARPS * COLS * 4);
 constexpr int GROUP = GROUP_FIT < 1 ? 1 : GROUP_FIT > R ? R : GROUP_FIT;
-{quad_step}{first_rows}
+{quad_step}{first_rows}{_split_declarations(config) if split else ""}
 // columns: thread (tx, tk) owns VEC neighbouring outputs and {note} of W;
 // a warp reads 32/TX rows, TX·16 contiguous bytes each. The TK partial sums meet at the end (below).
-extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_params(spec)[1]}) {{
+extern "C" __global__ void __launch_bounds__(THREADS){" __cluster_dims__(1, SPLITS, 1)" if split else ""} {entry_name(spec)}({_params(spec)[1]}) {{
 {_start(spec, arch, "columns", config)}    __shared__ float partial[WARPS][GROUP][COLS];
     const int tx = threadIdx.x % TX, tk = threadIdx.x / TX;
     const int p0 = blockIdx.x * COLS + tx * VEC;
-    float acc[R][VEC] = {{}};
+    float acc[R][VEC] = {{}};{SPLIT_RANGE if split else ""}
     if (p0 < P) {{
-{add_row}        int k = {first};
-        for (; k + (UNROLL - 1) * {step} < K; k += UNROLL * {step}) {{
+{add_row}        int k = {k_first}{first};
+        for (; k + (UNROLL - 1) * {step} < {k_end}; k += UNROLL * {step}) {{
 {walk}
         }}
-        for (; k < K; k += {step}) {{
+        for (; k < {k_end}; k += {step}) {{
 {tail}
         }}
     }}
@@ -405,7 +422,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_param
         for (int i = 0; i < VEC; ++i)
             #pragma unroll
             for (int lanes = TX; lanes < 32; lanes *= 2) acc[r][i] += __shfl_xor_sync(0xffffffffu, acc[r][i], lanes);
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;{CLUSTER_STARTED if split else ""}
     #pragma unroll
     for (int r0 = 0; r0 < R; r0 += GROUP) {{
         if (lane < TX) {{
@@ -422,13 +439,58 @@ extern "C" __global__ void __launch_bounds__(THREADS) {entry_name(spec)}({_param
                 float sum = 0.0f;
                 #pragma unroll 8
                 for (int w = 0; w < WARPS; ++w) sum += partial[w][g][c];  // warp order: deterministic
-                {store}
+                {keep}
             }}
         }}
-        __syncthreads();  // the buffer is reused by the next pass
-    }}
+        {"if (r0 + GROUP < R) " if split else ""}__syncthreads();  // the buffer is reused by the next pass
+    }}{_split_finish(store) if split else ""}
 }}
 """
+
+
+# k_splits: a block may write into the first block's shared memory only once every block of the cluster
+# runs (each says so at its start, SPLIT_RANGE, and waits here, long after, before its sums go there).
+CLUSTER_STARTED = """
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // every block of the cluster is running"""
+
+# A split's contiguous share of K, in whole quads (4 values) so the quads walk keeps its alignment.
+SPLIT_RANGE = """
+    const int k_lo = blockIdx.y * K_SHARE, k_end = min(K, k_lo + K_SHARE);  // this block's share of K
+    __shared__ float split_sums[SPLITS][R][COLS];  // the first block's: every split's sums of the strip
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");  // this block runs (CLUSTER_STARTED)"""
+
+
+def _split_declarations(config: GemvConfig) -> str:
+    """k_splits: each split's share of K; the splits of a strip are one cluster, and their sums meet in the
+    shared memory of its first block (distributed shared memory: no global memory, nothing kept between launches)."""
+    return f"""
+constexpr int SPLITS = {config.k_splits};  // blocks sharing each strip of outputs (one cluster), each a share of K
+constexpr int K_SHARE = ((K + SPLITS - 1) / SPLITS + 3) / 4 * 4;
+// Store one float into the same place of the cluster's first block's shared memory (mapa: its address there).
+__device__ __forceinline__ void cluster_store(float* local, float value) {{
+    const unsigned int here = static_cast<unsigned int>(__cvta_generic_to_shared(local));
+    asm volatile("{{\\n .reg .u32 there;\\n mapa.shared::cluster.u32 there, %0, 0;\\n st.shared::cluster.f32 [there], %1;\\n}}"
+                 :: "r"(here), "f"(value) : "memory");
+}}"""
+
+
+def _split_finish(store: str) -> str:
+    """k_splits: the cluster meets (every split's sums are in its first block); that block sums them in split
+    order and writes D."""
+    return f"""
+    // Every block's stores into the first block's shared memory are done and visible to it past this barrier;
+    // the other blocks may then end (the first block reads only its own shared memory).
+    asm volatile("barrier.cluster.arrive.release.aligned;\\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    if (blockIdx.y != 0) return;
+    for (int idx = threadIdx.x; idx < R * COLS; idx += THREADS) {{
+        const int r = idx / COLS, c = idx % COLS, p = blockIdx.x * COLS + c;
+        if (p < P) {{
+            float sum = 0.0f;
+            #pragma unroll
+            for (int z = 0; z < SPLITS; ++z) sum += split_sums[z][r][c];  // split order: deterministic
+            {store}
+        }}
+    }}"""
 
 
 def _tensor_core_code(spec: GemmSpec, config: GemvConfig, arch: str) -> str:
@@ -459,7 +521,8 @@ def render(spec: GemmSpec, config: GemvConfig, arch: str = "sm_90") -> KernelSou
     if broken:
         raise ConfigError(f"config rejected for {spec.short()} on {arch}: " + "; ".join(broken.values()))
     code = _tensor_core_code(spec, config, arch) if config.tensor_cores else _cuda_core_code(spec, config, arch)
-    grid = (ceil_div(outputs(spec), block_outputs(config, spec)), 1, 1)
+    grid = (ceil_div(outputs(spec), block_outputs(config, spec)), config.k_splits, 1)
     return KernelSource(code=code, entry=entry_name(spec), grid=grid, block=(config.threads, 1, 1),
                         args=_params(spec)[0], spec=spec, family=NAME, family_version=VERSION,
-                        config=config.to_json(), dependent_launch=depends_on_launch(spec, arch, config))
+                        config=config.to_json(), dependent_launch=depends_on_launch(spec, arch, config),
+                        cluster_blocks=config.k_splits)
