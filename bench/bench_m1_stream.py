@@ -160,11 +160,12 @@ class ProbeContext:
 
 
 def probe_spec(item: str):
-    """'MxNxK:dtype' as a GemmSpec in the dtype's benchmark layout (bench_untuned.LAYOUT)."""
+    """'MxNxK:dtype' as a GemmSpec in the dtype's benchmark layout (bench_untuned.LAYOUT), or
+    'MxNxK:dtype:layout' in that layout."""
     from gemmtune.spec import GemmSpec
 
-    shape, dtype = item.split(":")
-    return GemmSpec(*(int(v) for v in shape.split("x")), LAYOUT[dtype], dtype)
+    shape, dtype, *layout = item.split(":")
+    return GemmSpec(*(int(v) for v in shape.split("x")), layout[0] if layout else LAYOUT[dtype], dtype)
 
 
 def probe_context(torch) -> ProbeContext:

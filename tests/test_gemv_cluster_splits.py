@@ -25,6 +25,8 @@ ONE_VECTOR = GemmSpec(1, 1024, 4096, "nn", "fp32")
     (GemmSpec(1, 1000, 4100, "nn", "fp32", "bias_col+relu"), 8, 4),
     (GemmSpec(1, 1536, 4096, "nn", "fp32"), 16, 2),  # 24 strips × 16: 2.9 blocks an SM
     (GemmSpec(1, 512, 4096, "tn", "tf32"), 8, 4),  # A transposed: still one vector, B stored K×N
+    (GemmSpec(1, 1024, 4096, "nn", "bf16"), 8, 4),  # 2-byte values: 128-byte strips hold 64 outputs
+    (GemmSpec(1, 4096, 4096, "nn", "fp16"), 16, 2),  # rows of 8 KB: still split
 ])
 def test_one_vector_of_few_outputs_takes_the_split_on_sm_90(spec, across, unroll):
     pick = choose(spec, "sm_90a").config
@@ -36,8 +38,8 @@ def test_one_vector_of_few_outputs_takes_the_split_on_sm_90(spec, across, unroll
     (ONE_VECTOR, "sm_80"),  # no clusters
     (ONE_VECTOR, "sm_100"),  # clusters of 16 exist there, but the rule is unmeasured
     (GemmSpec(2, 1024, 4096, "nn", "fp32"), "sm_90a"),  # two vectors wanted another block shape
-    (GemmSpec(1, 2560, 4096, "nn", "fp32"), "sm_90a"),  # from 2560 outputs every split streamed slower
-    (GemmSpec(1, 1024, 4096, "nn", "bf16"), "sm_90a"),  # 2-byte values: unmeasured
+    (GemmSpec(1, 2560, 4096, "nn", "fp32"), "sm_90a"),  # rows past 8 KB: every split streamed slower
+    (GemmSpec(1, 4104, 4096, "nn", "bf16"), "sm_90a"),
     (GemmSpec(1, 1024, 700, "nn", "fp32"), "sm_90a"),  # 16 splits of K = 700 hold under 64 values each
     (GemmSpec(1, 1024, 4096, "nt", "fp32"), "sm_90a"),  # K-contiguous W: the rows kernel
 ])
@@ -75,7 +77,8 @@ def test_the_split_source_declares_its_cluster_and_starts_early():
 
 
 @pytest.mark.parametrize("spec", [ONE_VECTOR, GemmSpec(1, 2048, 4096, "nn", "fp32"),
-                                  GemmSpec(1, 1000, 4100, "nn", "tf32", "bias_col+relu")])
+                                  GemmSpec(1, 1000, 4100, "nn", "tf32", "bias_col+relu"),
+                                  GemmSpec(1, 4096, 4096, "nn", "bf16", "bias_col+gelu")])
 def test_the_split_picks_compile_without_spills(spec):
     compiled = compile_kernel(render(spec, choose(spec, "sm_90a").config, "sm_90a"), "sm_90a")
     assert compiled.resources.spills == 0 and compiled.resources.stack_bytes == 0, compiled.resources

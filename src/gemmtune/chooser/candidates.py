@@ -341,16 +341,18 @@ def quad_config(spec: GemmSpec, sm_count: int) -> GemvConfig:
 # One vector of few outputs against W stored along the outputs (the columns kernel, layout nn at M = 1):
 # strips of outputs alone give at most ~128 blocks there, and a read of 8-16 MB needs ~4 blocks an SM
 # and the dependent-launch start. So K is split 16 ways over a cluster (GemvConfig.k_splits, sums meeting
-# in the first block's shared memory) in 256-thread blocks, 16 across the outputs where that still gives
-# SPLIT_SM_SHARE blocks an SM, else 8 (128-byte strips of fp32; narrower strips read slower). H100,
-# 2026-11-27, fp32, back to back against the chooser's unsplit pick (bench/results/
-# 2026-11-27-h100-gemv-cluster-k-splits-early.md): 1x512x4096 28 -> 55% of copy, 1x1024x4096 60 -> 79-80%,
-# 1x1536x4096 71 -> 75% (16 across), 1x2048x4096 77 -> 86-89%, 1x1000x4100 58 -> 72%, 1x1024x1024 22 ->
-# 36%, 1x1024x11008 77 -> 92%; but from 2560 outputs every split lost (2560: 80 -> 67-70%, 3072: 86 -> 73-85%),
-# and 2 vectors want other shapes (2x1024x4096: 68% at 512 threads 8 ways, 49% in this one). bf16 unmeasured.
-SPLIT_RULE_MAX_OUTPUTS = 2048  # inclusive
+# in the first block's shared memory) in 256-thread blocks, 16 across the outputs (256-byte strips of
+# each row) where that still gives SPLIT_SM_SHARE blocks an SM, else 8 (128-byte strips; narrower strips
+# read slower). H100, 2026-11-27, back to back against the chooser's unsplit pick (bench/results/
+# 2026-11-27-h100-gemv-cluster-k-splits-early.md): fp32 1x512x4096 28 -> 55% of copy, 1x1024x4096 60 ->
+# 79-81%, 1x1536x4096 71 -> 75%, 1x2048x4096 77 -> 86-89%, 1x1000x4100 58 -> 72%, 1x1024x1024 22 -> 36%,
+# 1x1024x11008 77 -> 92%; bf16 (fp16 the same) 1x512x4096 19 -> 29%, 1x1024x4096 25 -> 45%, 1x2048x4096
+# 57 -> 68%, 1x4096x4096 59 -> 83%. Past rows of 8 KB every split lost (fp32 2560 outputs: 80 -> 67-70%,
+# 3072: 86 -> 73-85%), and 2 vectors want other shapes (2x1024x4096 fp32: 68% at 512 threads 8 ways,
+# 49% in this one).
+SPLIT_RULE_MAX_ROW_BYTES = 8192  # inclusive: 2048 fp32 outputs, 4096 bf16
 SPLIT_WAYS = 16
-SPLIT_SM_SHARE = 2.5  # blocks per SM the wider strips must still give (1536 outputs: 2.9 -> 16 across)
+SPLIT_SM_SHARE = 2.5  # blocks per SM the wider strips must still give (1536 fp32 outputs: 2.9 -> 16 across)
 SPLIT_ARCHS = (90,)  # measured on sm_90 only (clusters of 16 also exist on sm_100: unmeasured)
 
 
@@ -364,8 +366,8 @@ def split_config(spec: GemmSpec, sm_count: int) -> GemvConfig:
 
 def split_rule(spec: GemmSpec, arch: str, sm_count: int) -> GemvConfig | None:
     """split_config where its rule applies to `spec` on `arch` and the family takes it, else None."""
-    if (stream_kind(spec) != "columns" or vectors(spec) != 1 or outputs(spec) > SPLIT_RULE_MAX_OUTPUTS
-            or spec.element_bytes != 4 or arch_number(arch) not in SPLIT_ARCHS):
+    if (stream_kind(spec) != "columns" or vectors(spec) != 1
+            or outputs(spec) * spec.element_bytes > SPLIT_RULE_MAX_ROW_BYTES or arch_number(arch) not in SPLIT_ARCHS):
         return None
     config = split_config(spec, sm_count)
     return None if get_family("gemv").rejections(config, spec, arch) else config
