@@ -90,3 +90,10 @@ def test_the_exported_launcher_allows_clusters_of_16():
     eight = _launcher("gemv", render(ONE_VECTOR, split_config(ONE_VECTOR, 132).with_(k_splits=8), "sm_90a"))
     assert "NonPortableClusterSize" not in eight
 
+
+def test_the_cost_features_count_the_split_blocks():
+    from gemmtune.chooser.features import gemv_geometry
+
+    config = split_config(ONE_VECTOR, 132)
+    split, plain = gemv_geometry(ONE_VECTOR, config, 132, None), gemv_geometry(ONE_VECTOR, config.with_(k_splits=1), 132, None)
+    assert (split.splits, split.blocks) == (SPLIT_WAYS, plain.blocks * SPLIT_WAYS) and plain.splits == 1

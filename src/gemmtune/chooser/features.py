@@ -98,10 +98,10 @@ def wgmma_geometry(spec: GemmSpec, c: WgmmaConfig, sm_count: int, registers: int
 def gemv_geometry(spec: GemmSpec, c: GemvConfig, sm_count: int, registers: int | None) -> Geometry:
     rows = stream_kind(spec) == "rows"
     per_block = block_outputs(c, spec)
-    blocks = math.ceil(outputs(spec) / per_block)
+    blocks = math.ceil(outputs(spec) / per_block) * c.k_splits  # k_splits: that many blocks share a strip's K
     tile = (spec.m, per_block) if streams_b(spec) else (per_block, 1)
     smem = (tensor_core_smem_bytes(c, spec) if c.tensor_cores else 0) if rows else 4 * c.threads * gemv_vec(spec)
-    return Geometry(tile[0], tile[1], 1, blocks, c.threads, smem, registers or estimated_registers(c, spec))
+    return Geometry(tile[0], tile[1], c.k_splits, blocks, c.threads, smem, registers or estimated_registers(c, spec))
 
 
 GEOMETRY = {SimtConfig: simt_geometry, WgmmaConfig: wgmma_geometry, GemvConfig: gemv_geometry}
