@@ -35,8 +35,10 @@ SHAPES = (("simt", "fp32", "nn", 197, 301, 77), ("gemv", "bf16", "nt", 7, 301, 7
           ("gemv", "fp32", "nn", 301, 1, 77), ("wgmma", "bf16", "nt", 264, 392, 136),
           ("wgmma", "tf32", "nt", 264, 392, 136), ("mma", "bf16", "nn", 197, 301, 77),
           ("mma", "tf32", "tn", 197, 301, 77), ("mma", "fp16", "tt", 264, 392, 136),
-          ("wgmma", "tf32", "nn", 264, 392, 136), ("wgmma", "3xtf32", "tn", 264, 392, 136))
-# (dtype "3xtf32": fp32 data multiplied as 3xtf32; wgmma nn/tn transpose MN-major tiles in shared memory)
+          ("wgmma", "tf32", "nn", 264, 392, 136), ("wgmma", "3xtf32", "tn", 264, 392, 136),
+          ("gemv", "fp32", "nn", 1, 301, 1077))
+# (dtype "3xtf32": fp32 data multiplied as 3xtf32; wgmma nn/tn transpose MN-major tiles in shared memory;
+# one vector of few outputs stored K×N: on sm_90 the K split over a cluster of 16, sums in DSMEM)
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 # Ladder steps run beyond the config export picks: wgmma's direct store, sliced TMA stores and
 # ping-pong consumers; every mma step (plain loads, ldmatrix, cp.async ring, swizzle, wide tiles).
