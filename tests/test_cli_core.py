@@ -20,6 +20,15 @@ def test_show_prints_cuda_and_resources():
     assert "// ptxas    sm_80:" in out.stdout and "0 B spill stores" in out.stdout
 
 
+def test_show_names_the_cluster_and_the_early_start(capsys):
+    assert main(["show", "M=1", "N=1024", "K=4096", "--layout", "nn", "--arch", "sm_90a", "--no-code"]) == 0
+    launch = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("// launch"))
+    assert "grid (32, 16, 1)" in launch and "clusters of 16 blocks" in launch and "dependent launch" in launch
+    assert main(["show", "M=1", "N=1024", "K=4096", "--layout", "nn", "--arch", "sm_80", "--no-code"]) == 0
+    launch = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("// launch"))
+    assert "clusters" not in launch and "dependent launch" not in launch
+
+
 def test_show_with_ladder_step_and_json_config(capsys):
     assert main(["show", "MNK=64", "--config", "naive", "--no-code", "--arch", "sm_90"]) == 0
     assert "naive 32x32" in capsys.readouterr().out

@@ -64,7 +64,9 @@ def run_show(args: argparse.Namespace) -> int:
         print(kern.source)
     print(f"// kernel   {src.entry}  ({spec.short()})")
     print(f"// config   {src.family}: {kern.config.describe()}  [{kern.config_source}]")
-    print(f"// launch   grid {src.grid}  block {src.block}  dynamic smem {src.dynamic_smem} B")
+    cluster = f"  clusters of {src.cluster_blocks} blocks" if src.cluster_blocks > 1 else ""
+    early = "  dependent launch (starts as the kernel before it ends)" if src.dependent_launch else ""
+    print(f"// launch   grid {src.grid}  block {src.block}  dynamic smem {src.dynamic_smem} B{cluster}{early}")
     print(f"// ptxas    {kern.arch}: {kern.resources.summary()}")
     if args.explain:
         print(explain_text(spec, kern))
