@@ -15,7 +15,7 @@ import math
 from typing import Any
 
 from ..kernels import get_family
-from ..kernels.config_base import arch_number
+from ..kernels.config_base import arch_number, ceil_div
 from ..kernels.gemv.config import GemvConfig, outputs, quads, stream_kind, tensor_core_rejection, vec, vectors
 from ..kernels.parts import dependent_launch
 from ..kernels.simt.config import SimtConfig
@@ -358,7 +358,7 @@ SPLIT_ARCHS = (90,)  # measured on sm_90 only (clusters of 16 also exist on sm_1
 
 def split_config(spec: GemmSpec, sm_count: int) -> GemvConfig:
     """The K-split columns block shape for one vector of few outputs (see SPLIT_WAYS)."""
-    wide_strips = -(-outputs(spec) // (16 * vec(spec)))
+    wide_strips = ceil_div(outputs(spec), 16 * vec(spec))
     across = 16 if wide_strips * SPLIT_WAYS >= SPLIT_SM_SHARE * sm_count else 8
     return GemvConfig(threads=256, warps_per_output=1, threads_x=across, unroll=4 if across == 8 else 2,
                       k_splits=SPLIT_WAYS)

@@ -125,7 +125,7 @@ def split_includes(code: str) -> tuple[list[str], str]:
     return includes, body
 
 
-def _smem_opt_in(source: KernelSource, kernel: str) -> str:
+def _launch_opt_ins(source: KernelSource, kernel: str) -> str:
     """The launcher's opt-ins: more than 48 KiB of dynamic shared memory, clusters past the portable size."""
     text = ""
     if source.dynamic_smem > DEFAULT_SMEM_LIMIT:
@@ -267,7 +267,7 @@ def _launcher(name: str, source: KernelSource) -> str:
 inline cudaError_t {name}({launcher_params(spec)}) {{
     const dim3 grid({g[0]}, {g[1]}, {g[2]}), block({b[0]}, {b[1]}, {b[2]});
     const size_t smem = {source.dynamic_smem};  // dynamic shared memory in bytes
-{_order_before(name, source)}{_smem_opt_in(source, kernel)}{maps}    // Arguments in the kernel's parameter order, each passed by the address of its value.
+{_order_before(name, source)}{_launch_opt_ins(source, kernel)}{maps}    // Arguments in the kernel's parameter order, each passed by the address of its value.
 {slots}    void* args[] = {{{addresses}}};
 {_launch_call(source, kernel)}{_order_after(source)}    return launched != cudaSuccess ? launched : cudaGetLastError();
 }}

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from ...kernel_source import PORTABLE_CLUSTER_BLOCKS
 from ...spec import GemmSpec
 from ..config_base import FamilyConfig, arch_number, rejections_by
 
@@ -293,7 +294,7 @@ def _registers(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
     return None
 
 
-K_SPLITS = (1, 2, 4, 8, 16)  # a strip's splits are one cluster: 16 is past the portable 8 blocks
+K_SPLITS = (1, 2, 4, 8, 16)  # a strip's splits are one cluster: 16 is past PORTABLE_CLUSTER_BLOCKS
 WIDE_CLUSTER_ARCHS = (90, 100)  # where clusters of 16 exist (H100/H200, B200); other GPUs keep to 8
 MIN_SPLIT_K = 64  # K values a split must at least hold
 SPLIT_SUMS_MAX_BYTES = 16384  # the first block's shared memory for every split's sums
@@ -308,7 +309,7 @@ def _k_splits(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
         return "k_splits splits K for the columns kernel on CUDA cores (W stored along the outputs)"
     if arch_number(arch) < 90:
         return f"k_splits meets the splits in a cluster's shared memory: sm_90 and later, not {arch}"
-    if c.k_splits > 8 and arch_number(arch) not in WIDE_CLUSTER_ARCHS:
+    if c.k_splits > PORTABLE_CLUSTER_BLOCKS and arch_number(arch) not in WIDE_CLUSTER_ARCHS:
         return f"k_splits={c.k_splits} needs clusters of {c.k_splits} blocks: sm_90 or sm_100, not {arch}"
     if s.k < MIN_SPLIT_K * c.k_splits:
         return f"K = {s.k} over {c.k_splits} splits leaves under {MIN_SPLIT_K} values a split"

@@ -202,7 +202,7 @@ def _start(spec: GemmSpec, arch: str, kernel: str, config: GemvConfig) -> str:
     if not depends_on_launch(spec, arch, config):
         return _operands(spec)
     if stream_kind(spec) == "columns":
-        return _columns_start(spec, prefetch_budget(spec, "columns_split" if config.k_splits > 1 else kernel), config)
+        return _columns_start(spec, prefetch_budget(spec, kernel), config)
     rows = ("    const int block_first = blockIdx.x * GROUPS * NW;  // the block's first output (row of W)\n"
             "    const int block_rows = min(block_first + GROUPS * NW, P) - block_first;\n")
     return _operands(spec) + rows + dependent_launch.prologue(
@@ -400,7 +400,7 @@ constexpr int GROUP = GROUP_FIT < 1 ? 1 : GROUP_FIT > R ? R : GROUP_FIT;
 // columns: thread (tx, tk) owns VEC neighbouring outputs and {note} of W;
 // a warp reads 32/TX rows, TX·16 contiguous bytes each. The TK partial sums meet at the end (below).
 extern "C" __global__ void __launch_bounds__(THREADS){" __cluster_dims__(1, SPLITS, 1)" if split else ""} {entry_name(spec)}({_params(spec)[1]}) {{
-{_start(spec, arch, "columns", config)}    __shared__ float partial[WARPS][GROUP][COLS];
+{_start(spec, arch, "columns_split" if split else "columns", config)}    __shared__ float partial[WARPS][GROUP][COLS];
     const int tx = threadIdx.x % TX, tk = threadIdx.x / TX;
     const int p0 = blockIdx.x * COLS + tx * VEC;
     float acc[R][VEC] = {{}};{SPLIT_RANGE if split else ""}
