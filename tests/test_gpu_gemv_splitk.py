@@ -171,3 +171,36 @@ def test_gemv_k_splits_twice_in_a_row_gives_the_same_bits():
                  config=GemvConfig(threads=256, threads_x=2, unroll=4, k_splits=8))
     result = evaluate(kern.compiled)
     assert result.ok and result.measurement is not None
+
+
+# The columns kernel fed by TMA through a ring of shared-memory stages (GemvConfig.ring_stages): 2-16
+# vectors, outputs not a multiple of a strip (the last box runs past N), K not a multiple of a stage (the last
+# stage runs past K: TMA's zero fill), fp32 and tf32, every epilogue kind, block shapes with 1 and 2 quads a
+# thread a stage, 2 to 8 stages; then repeated launches.
+RING_SHAPES = [(16, 4096, 4096), (16, 1000, 4100), (7, 1000, 1028), (2, 8, 4), (3, 4, 4096), (16, 132, 260),
+               (5, 4100, 12)]
+RING_BLOCKS = [GemvConfig(threads=256, threads_x=8, unroll=1, ring_stages=4),
+               GemvConfig(threads=128, threads_x=4, unroll=2, ring_stages=2),
+               GemvConfig(threads=512, threads_x=16, unroll=1, ring_stages=3),
+               GemvConfig(threads=128, threads_x=2, unroll=1, ring_stages=8)]
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "tf32"])
+def test_gemv_columns_ring(dtype):
+    arch = _arch()
+    family = get_family("gemv")
+    jobs = [(GemmSpec(*shape, layout="nn", dtype=dtype, epilogue=epilogue), config, arch)
+            for shape in RING_SHAPES for epilogue in EPILOGUES for config in RING_BLOCKS
+            if (epilogue == "none" or config == RING_BLOCKS[0])
+            and not family.supports(GemmSpec(*shape, layout="nn", dtype=dtype), arch)
+            and not family.rejections(config, GemmSpec(*shape, layout="nn", dtype=dtype), arch)]
+    assert len(jobs) >= 30
+    assert _all_right(jobs) == []
+
+
+def test_gemv_ring_twice_in_a_row_gives_the_same_bits():
+    """Nothing is kept between launches: the checked, timed and re-checked launches agree."""
+    kern = build(GemmSpec(16, 4096, 4096, "nn", "fp32", "bias_row+relu"),
+                 config=GemvConfig(threads=256, threads_x=8, unroll=1, ring_stages=4))
+    result = evaluate(kern.compiled)
+    assert result.ok and result.measurement is not None

@@ -67,6 +67,11 @@ class GemvConfig(FamilyConfig):
       strips alone leave most SMs idle. 2-16 (16: a non-portable cluster, sm_90/sm_100); the kernel
       starts with the dependent-launch prologue. Nothing is kept between launches. 1 is left out of
       the JSON.
+    ring_stages (columns kind in quads over fp32/tf32 on CUDA cores, sm_90+): 0 keeps W in registers;
+      2-8 feed the kernel through a ring of that many shared-memory stages that one producer thread
+      fills by TMA (columns_ring.py), so the bytes of W in flight no longer compete with the sums for
+      registers. threads are then the consumer threads (one producer warp is added), and a stage holds
+      4·unroll rows of W for each of the threads / threads_x threads along K. 0 is left out of the JSON.
     """
 
     threads: int = 256
@@ -77,6 +82,7 @@ class GemvConfig(FamilyConfig):
     tensor_cores: bool = False
     mma_tiles: int = 1
     k_splits: int = 1
+    ring_stages: int = 0
     FAMILY_LABEL = "gemv"
 
     def to_json(self) -> dict:
@@ -87,6 +93,8 @@ class GemvConfig(FamilyConfig):
             del data["mma_tiles"]
         if data["k_splits"] == 1:
             del data["k_splits"]
+        if data["ring_stages"] == 0:
+            del data["ring_stages"]
         return data
 
     def describe(self) -> str:
@@ -95,7 +103,8 @@ class GemvConfig(FamilyConfig):
                     f"{8 * self.mma_tiles} outputs, unroll{self.unroll}")
         return (f"gemv {self.threads} threads, {self.warps_per_output} warp(s) per {self.outputs_per_warp} "
                 f"output(s) (rows), {self.threads_x} across outputs (columns), unroll{self.unroll}"
-                + (f", K split {self.k_splits} ways" if self.k_splits > 1 else ""))
+                + (f", K split {self.k_splits} ways" if self.k_splits > 1 else "")
+                + (f", TMA ring of {self.ring_stages} stages" if self.ring_stages else ""))
 
     def outputs_per_group(self) -> int:
         """Outputs the warps_per_output warps of one group compute (rows kind)."""
@@ -278,6 +287,8 @@ def tensor_core_smem_bytes(c: GemvConfig, s: GemmSpec) -> int:
 def estimated_registers(c: GemvConfig, s: GemmSpec) -> int:
     """Live 32-bit values per thread: sums, 16-byte loads in flight, unpacked values, ~24 for addresses."""
     v = vec(s)
+    if c.ring_stages:  # sums, a quad of W and a vector's quad from shared memory, addresses
+        return vectors(s) * 4 + 16 + 4 + 24
     if c.tensor_cores:  # fp32 sums of each 16x8 tile, B and A loads in flight, a pointer per row of B
         split = 4 * c.mma_tiles + 8 if s.dtype == "fp32" else 0  # 3xtf32: a chunk's tile sums, the residuals
         return c.mma_tiles * (4 + 4 * c.unroll + 2) + 4 * c.unroll * a_fragment_rows(s) + 24 + split
@@ -287,10 +298,13 @@ def estimated_registers(c: GemvConfig, s: GemmSpec) -> int:
 
 
 def _registers(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
-    budget = min(255, 65536 // c.threads)  # a block's threads share the SM's 64K registers
+    warps = c.threads // 32 + (1 if c.ring_stages else 0)  # the ring kernel's producer warp
+    # A block's warps share the SM's 64K registers, spread over its 4 partitions of 16K: the fullest holds
+    # ceil(warps / 4) warps (17 warps: 5, so ptxas caps 544 threads at 96 registers, not 120), counted in 8s.
+    budget = min(255, 16384 // (32 * -(-warps // 4)) // 8 * 8)
     need = estimated_registers(c, s)
     if need > budget:
-        return f"~{need} registers per thread exceed the {budget} that {c.threads} threads per block may use"
+        return f"~{need} registers per thread exceed the {budget} that {32 * warps} threads per block may use"
     return None
 
 
@@ -318,9 +332,58 @@ def _k_splits(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
     return None
 
 
+RING_STAGES = (0, 2, 3, 4, 6, 8)
+RING_DTYPES = ("fp32", "tf32")
+MAX_TMA_BOX = 256  # elements a TMA box copy moves along each dimension
+MAX_RING_BYTES = 220 * 1024  # of the 227 KB of shared memory a block may have on sm_90
+
+
+def ring_stage_rows(c: GemvConfig) -> int:
+    """Rows of W (values of K) one stage of the ring holds: unroll quads for each of the threads along K."""
+    return 4 * (c.threads // c.threads_x) * c.unroll
+
+
+def ring_smem_bytes(c: GemvConfig, s: GemmSpec) -> int:
+    """The ring's dynamic shared memory: each slot the strip (4·threads_x outputs) of a stage's rows of W,
+    then the same values of K of every vector."""
+    return c.ring_stages * 4 * ring_stage_rows(c) * (4 * c.threads_x + vectors(s))
+
+
+def ring_reduction_bytes(c: GemvConfig, s: GemmSpec) -> int:
+    """Bytes the consumer warps' partial sums take when they meet in the idle ring."""
+    return 4 * (c.threads // 32) * vectors(s) * 4 * c.threads_x
+
+
+def _ring(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
+    if c.ring_stages == 0:
+        return None
+    if c.ring_stages not in RING_STAGES:
+        return f"ring_stages={c.ring_stages}: {', '.join(map(str, RING_STAGES))}"
+    if c.tensor_cores or c.k_splits > 1:
+        return "ring_stages feeds the CUDA-core columns kernel (not with tensor_cores or k_splits)"
+    if arch_number(arch) < 90:
+        return f"ring_stages copies W by TMA: sm_90 and later, not {arch}"
+    if s.dtype not in RING_DTYPES or not quads(s):
+        return ("ring_stages runs the columns kernel in quads over fp32 or tf32: layout nn with A stored M×K, "
+                f"N and K multiples of 4, {QUAD_MIN_ROWS}-{MAX_ROWS} rows of A")
+    if c.threads > 512:
+        return f"threads={c.threads}: the ring kernel adds a producer warp, so at most 512 consumer threads"
+    rows = ring_stage_rows(c)
+    if rows > MAX_TMA_BOX:
+        return (f"a stage of {rows} rows (4 × unroll {c.unroll} × {c.threads // c.threads_x} threads along K) "
+                f"exceeds TMA's {MAX_TMA_BOX}-row box")
+    ring = ring_smem_bytes(c, s)
+    if ring > MAX_RING_BYTES:
+        return f"a ring of {ring} B exceeds {MAX_RING_BYTES} B of shared memory"
+    if ring_reduction_bytes(c, s) > ring:
+        return f"the warps' partial sums ({ring_reduction_bytes(c, s)} B) do not fit the {ring} B ring"
+    return None
+
+
 CONSTRAINTS: dict[str, Constraint] = {
     "dtype": _dtype, "threads": _threads, "rows": _rows, "columns": _columns, "unroll": _unroll, "group": _group,
     "tensor_cores": _tensor_cores, "registers": _registers, "k_splits": _k_splits,
+    "ring_stages": _ring,
 }
 
 

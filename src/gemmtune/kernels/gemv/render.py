@@ -14,8 +14,9 @@ from ..config_base import ceil_div
 from ..parts.epilogue import CArg, Operands, VectorArg, epilogue_call, epilogue_function, pointer_params
 from ..parts.floats import FLOAT_VIEW, HALF_FLOATS, TO_OUT
 from ..parts import dependent_launch
-from . import columns_tensor_cores, tensor_cores
-from .config import NAME, VERSION, GemvConfig, block_outputs, outputs, quads, rejections, stream_kind, streams_b, vec, vectors
+from . import columns_ring, columns_tensor_cores, tensor_cores
+from .config import (NAME, VERSION, GemvConfig, block_outputs, outputs, quads, rejections, ring_smem_bytes,
+                     ring_stage_rows, stream_kind, streams_b, vec, vectors)
 
 STORAGE_TYPES = {"fp32": "float", "tf32": "float", "bf16": "bf16_t", "fp16": "fp16_t"}
 
@@ -130,7 +131,10 @@ def _operands(spec: GemmSpec) -> str:
 # the CUDA-core rows kernel's (a few rows, several waves) best at 4-8 KB and worse from 16 KB. The
 # columns kernel's budget is the rows kernel's, not yet measured for it (its first step is the first
 # rows of the block's strip of outputs: 256 rows of 128 bytes at 16x4096x4096 fp32).
-PREFETCH_BYTES = {"tensor_cores": 16384, "cuda_cores": 8192, "columns": 8192, "columns_split": 12288}
+PREFETCH_BYTES = {"tensor_cores": 16384, "cuda_cores": 8192, "columns": 8192, "columns_split": 12288,
+                  "columns_ring": 32768}
+# columns_ring: the TMA-fed columns kernel asks L2 for whole stages of its strip of W, as many as fit (at least
+# one). H100, 2026-11-27, 16x4096x4096 fp32 (bench/probes/gemv_columns_tma.py): two stages of 16 KB.
 # columns_split: the columns kernel with K split over a cluster (k_splits), whose first step is the first
 # rows of its split's share. H100, 2026-11-27, 1x1024x4096 fp32 nn in 256-thread blocks 8 across, 16
 # splits, back to back (bench/results/2026-11-27-h100-gemv-cluster-k-splits-early.md): 8 KB 7.1-7.2 µs,
@@ -170,7 +174,7 @@ def depends_on_launch(spec: GemmSpec, arch: str, config: GemvConfig) -> bool:
     if not dependent_launch.supported(arch):
         return False
     if stream_kind(spec) == "columns":
-        if config.k_splits > 1:  # (k_splits is sm_90+ only)
+        if config.k_splits > 1 or config.ring_stages:  # (both are sm_90+ only)
             return True
         return (not config.tensor_cores and vectors(spec) == 1
                 and outputs(spec) >= COLUMNS_EARLY_MIN_OUTPUTS)
@@ -503,6 +507,17 @@ def _tensor_core_code(spec: GemmSpec, config: GemvConfig, arch: str) -> str:
             + kernel.helpers(spec, arch) + "\n" + (epilogue + "\n" if epilogue else "") + body)
 
 
+def _ring_code(spec: GemmSpec, config: GemvConfig, arch: str) -> str:
+    """The columns kernel fed by TMA through a ring of shared-memory stages (columns_ring.py)."""
+    epilogue = epilogue_function(spec.epilogue, EPILOGUE_OPERANDS)
+    stage_bytes = 4 * ring_stage_rows(config) * 4 * config.threads_x
+    prefetch_stages = max(1, prefetch_budget(spec, "columns_ring") // stage_bytes)
+    body = columns_ring.body(spec, config, entry_name(spec), _params(spec)[1], _store(spec, "r", "p", "sum"),
+                             prefetch_stages)
+    return (_header(spec, config) + PRELUDE + _types(spec) + TO_OUT + dependent_launch.HELPERS
+            + columns_ring.helpers() + "\n" + (epilogue + "\n" if epilogue else "") + body)
+
+
 def _launch_helpers(spec: GemmSpec, arch: str, config: GemvConfig) -> str:
     return dependent_launch.HELPERS if depends_on_launch(spec, arch, config) else ""
 
@@ -520,8 +535,15 @@ def render(spec: GemmSpec, config: GemvConfig, arch: str = "sm_90") -> KernelSou
     broken = rejections(config, spec, arch)
     if broken:
         raise ConfigError(f"config rejected for {spec.short()} on {arch}: " + "; ".join(broken.values()))
-    code = _tensor_core_code(spec, config, arch) if config.tensor_cores else _cuda_core_code(spec, config, arch)
     grid = (ceil_div(outputs(spec), block_outputs(config, spec)), config.k_splits, 1)
+    if config.ring_stages:
+        maps = columns_ring.tensor_maps(spec, config)
+        return KernelSource(code=_ring_code(spec, config, arch), entry=entry_name(spec), grid=grid,
+                            block=(columns_ring.block_threads(config), 1, 1),
+                            args=(*_params(spec)[0], *(m.name for m in maps)), spec=spec, family=NAME,
+                            family_version=VERSION, config=config.to_json(), dynamic_smem=ring_smem_bytes(config, spec),
+                            tensor_maps=maps, dependent_launch=True)
+    code = _tensor_core_code(spec, config, arch) if config.tensor_cores else _cuda_core_code(spec, config, arch)
     return KernelSource(code=code, entry=entry_name(spec), grid=grid, block=(config.threads, 1, 1),
                         args=_params(spec)[0], spec=spec, family=NAME, family_version=VERSION,
                         config=config.to_json(), dependent_launch=depends_on_launch(spec, arch, config),

@@ -11,14 +11,17 @@ from ..parts.tf32_split import TF32_PARTS
 
 # Types and small helpers that need no PTX. NVRTC has no <cuda.h>: a TMA descriptor is 128 opaque
 # bytes, aligned to 64, that the host fills with cuTensorMapEncodeTiled and passes by value.
-PRELUDE = "typedef unsigned long long u64;\n" + HALF_FLOATS + r"""
+U64 = "typedef unsigned long long u64;\n"
+# The TMA descriptor and shared-memory addresses (after HALF_FLOATS, which defines u32).
+DESCRIPTOR = r"""
 struct alignas(64) TmaDescriptor { u64 opaque[16]; };
 
 // 32-bit address of a shared-memory object, as PTX's shared-state-space operands want it.
 __device__ __forceinline__ u32 smem_addr(const void* p) {
     return static_cast<u32>(__cvta_generic_to_shared(p));
 }
-""" + PACK_PAIR
+"""
+PRELUDE = U64 + HALF_FLOATS + DESCRIPTOR + PACK_PAIR
 
 BARRIERS = r"""
 // mbarrier.init: a barrier in shared memory that completes a phase after `arrivals` arrive-on
