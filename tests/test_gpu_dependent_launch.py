@@ -19,9 +19,9 @@ from gemmtune.verify import tolerance  # noqa: E402
 pytestmark = pytest.mark.gpu
 ROUNDS = 20
 # (vectors, layer widths, layout, dtype): 16 vectors through three layers (tensor-core rows kernel), one
-# vector (CUDA-core rows kernel); fp32 with B stored K×N (the CUDA-core columns kernel), 16 vectors (launched
-# plainly: render.COLUMNS_EARLY_MIN_OUTPUTS) and one; one vector of few outputs (the columns kernel with K
-# split over a cluster of 16 on sm_90: chooser.candidates.split_rule).
+# vector (CUDA-core rows kernel); fp32 with B stored K×N (the CUDA-core columns kernel), 16 vectors (on sm_90
+# the 4096-wide layers fed by TMA, chooser.candidates.ring_rule, the last launched plainly) and one; one vector
+# of few outputs (the columns kernel with K split over a cluster of 16 on sm_90: chooser.candidates.split_rule).
 CHAINS = {"rows-16": (16, (4096, 4096, 1000), "nt", "bf16"), "rows-1": (1, (4096, 11008, 4096), "nt", "bf16"),
           "columns-16": (16, (4096, 4096, 1000), "nn", "fp32"), "columns-1": (1, (4096, 11008, 4096), "nn", "fp32"),
           "columns-split": (1, (1024, 2048, 1000), "nn", "fp32")}
@@ -36,7 +36,7 @@ def _chain(m: int, widths: tuple[int, ...], layout: str, dtype: str):
         kernel = gemmtune.build(GemmSpec(m, n, k, layout, dtype))
         assert kernel.family == "gemv"
         if arch_number(kernel.arch) >= 90 and not (layout == "nn" and m > 1):
-            assert kernel.compiled.source.dependent_launch  # (columns kernels start early for one vector only)
+            assert kernel.compiled.source.dependent_launch  # (register-fed columns kernels: one vector only)
         kernels.append(kernel)
         k = n
     return kernels
@@ -86,12 +86,14 @@ def test_back_to_back_chain_reads_what_the_kernel_before_wrote(chain):
         _check_layers(x, weights, outs, layout, dtype)
 
 
-@pytest.mark.parametrize("chain", ["rows-16", "columns-split"])
+@pytest.mark.parametrize("chain", ["rows-16", "columns-split", "columns-16"])
 def test_chain_inside_a_cuda_graph(chain):
     m, widths, layout, dtype = CHAINS[chain]
     kernels = _chain(m, widths, layout, dtype)
     if chain == "columns-split" and arch_number(kernels[0].arch) == 90:
         assert all(k.compiled.source.cluster_blocks == 16 for k in kernels)
+    if chain == "columns-16" and arch_number(kernels[0].arch) == 90:
+        assert [bool(k.compiled.source.tensor_maps) for k in kernels] == [True, True, False]
     x = torch.rand((m, WIDTH), device="cuda").mul_(2).sub_(1).to(TYPES[dtype])
     weights = _weights(widths, 0, layout, dtype)
     outs = [torch.empty((m, n), device="cuda", dtype=TYPES[dtype]) for n in widths]

@@ -155,3 +155,21 @@ def test_a_cluster_of_16_kernel_exports_and_passes_its_check(tmp_path, device):
     assert "cudaFuncAttributeNonPortableClusterSizeAllowed" in headers
     done = _run(build_harness(folder, _nvcc()))
     assert done.returncode == 0 and "PASS" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_tma_ring_gemv_exports_and_passes_its_check(tmp_path, device):
+    """16 vectors against W stored K×N on sm_90: the columns kernel fed by TMA (GemvConfig.ring_stages), whose
+    exported launcher builds the two tensor maps and asks for the ring's dynamic shared memory; K and N are
+    multiples of no stage or strip."""
+    from gemmtune.export import export_spec
+    from gemmtune.export.toolchain import build_harness
+    from gemmtune.kernels.config_base import arch_number
+
+    if arch_number(device.arch) != 90:
+        pytest.skip("the TMA-fed columns kernel is chosen on sm_90 only")
+    spec = GemmSpec(16, 2052, 4100, layout="nn", dtype="fp32", epilogue="bias_col+gelu+add")
+    folder = export_spec(spec, tmp_path / "ring", arch=device.arch, device=device).path
+    headers = "".join(p.read_text() for p in folder.glob("*.cuh"))
+    assert "TMA ring" in headers and "cuTensorMapEncodeTiled" in headers
+    done = _run(build_harness(folder, _nvcc()))
+    assert done.returncode == 0 and "PASS" in done.stdout, done.stdout + done.stderr

@@ -36,9 +36,10 @@ SHAPES = (("simt", "fp32", "nn", 197, 301, 77), ("gemv", "bf16", "nt", 7, 301, 7
           ("wgmma", "tf32", "nt", 264, 392, 136), ("mma", "bf16", "nn", 197, 301, 77),
           ("mma", "tf32", "tn", 197, 301, 77), ("mma", "fp16", "tt", 264, 392, 136),
           ("wgmma", "tf32", "nn", 264, 392, 136), ("wgmma", "3xtf32", "tn", 264, 392, 136),
-          ("gemv", "fp32", "nn", 1, 301, 1077))
+          ("gemv", "fp32", "nn", 1, 301, 1077), ("gemv", "fp32", "nn", 9, 1700, 1076))
 # (dtype "3xtf32": fp32 data multiplied as 3xtf32; wgmma nn/tn transpose MN-major tiles in shared memory;
-# one vector of few outputs stored K×N: on sm_90 the K split over a cluster of 16, sums in DSMEM)
+# one vector of few outputs stored K×N: on sm_90 the K split over a cluster of 16, sums in DSMEM; 9 vectors
+# stored M×K against W stored K×N: on sm_90 the columns kernel fed by TMA, its last strip and stage past N and K)
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 # Ladder steps run beyond the config export picks: wgmma's direct store, sliced TMA stores and
 # ping-pong consumers; every mma step (plain loads, ldmatrix, cp.async ring, swizzle, wide tiles).
@@ -56,7 +57,8 @@ class Case:
     @property
     def name(self) -> str:
         dtype = "3xtf32" if self.spec.math == "3xtf32" else self.spec.dtype
-        return f"{self.family}-{dtype}-{self.spec.layout}-{self.config_name}-{self.spec.epilogue}"
+        shape = f"{self.spec.m}x{self.spec.n}x{self.spec.k}"  # (one family, dtype and layout may have several shapes)
+        return f"{self.family}-{dtype}-{self.spec.layout}-{shape}-{self.config_name}-{self.spec.epilogue}"
 
 
 def _known_wgmma_configs(family, spec: GemmSpec) -> list[tuple[str, Any]]:
@@ -148,10 +150,10 @@ def _errors(output: str) -> int:
 def test_every_family_and_epilogue_op_is_covered():
     names = {case.name for case in _cases("sm_90")}
     assert len(names) == len(_cases("sm_90"))  # one export folder and one result per case
-    for family, dtype, layout, *_ in SHAPES:
+    for family, dtype, layout, m, n, k in SHAPES:
         for epilogue in EPILOGUES:
-            assert f"{family}-{dtype}-{layout}-chosen-{epilogue}" in names
-    assert any(name.startswith("wgmma-bf16-nt-known_fused") for name in names)  # the C ring / D-over-C path
+            assert f"{family}-{dtype}-{layout}-{m}x{n}x{k}-chosen-{epilogue}" in names
+    assert any(name.startswith("wgmma-bf16-nt-264x392x136-known_fused") for name in names)  # the C ring / D-over-C path
 
 
 @pytest.mark.parametrize("tool", TOOLS)

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..arch import geometry as arch_geometry
+from ..errors import ConfigError
 from ..kernels import family_for
 from ..kernels.wgmma.config import WgmmaConfig, overlap_idle, staging_seconds
 from ..kernels.wgmma.schedule import schedule_for
@@ -193,6 +194,8 @@ def rank_configs(spec: GemmSpec, family: str, configs: list[Any], sm_count: int,
                  model: ChooserModel | None = None) -> list[Pick]:
     """`configs` of `family` (valid for the spec), best predicted first on a GPU of `sm_count` SMs:
     rank's scoring of a candidate list given by the caller (a probe comparing two lists, say)."""
+    if not configs:
+        raise ConfigError(f"the {family} family has no valid config for {spec.short()} to choose from")
     if not has_geometry(configs[0]):  # a family the chooser does not model yet: its default, unranked
         return [Pick(family, c, math.nan, f"the {family} family's default (the chooser has no model of it)", ())
                 for c in configs]

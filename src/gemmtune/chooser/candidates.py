@@ -373,6 +373,48 @@ def split_rule(spec: GemmSpec, arch: str, sm_count: int) -> GemvConfig | None:
     return None if get_family("gemv").rejections(config, spec, arch) else config
 
 
+# The columns kernel in quads fed by TMA (GemvConfig.ring_stages): from 8 vectors of fp32 or tf32 on, 256
+# consumer threads, a ring of 4 stages, unroll 1 above 12 vectors (2 up to 12 where a stage stays within a
+# TMA box), and the widest strip of RING_ACROSS that the quads rule would take (blocks for QUAD_SM_SHARE of
+# the SMs, the last round at least 1/QUAD_IMBALANCE full); where no width gives that many blocks the
+# register-fed pick stays. H100, 2026-11-27,
+# back to back against the chooser's register-fed pick (bench/probes/gemv_columns_tma.py, bench/results/
+# 2026-11-27-h100-gemv-columns-ring.md): fp32 16x4096x4096 77 -> 88% of copy, 16x4096x14336 87 -> 97%,
+# 16x11008x4096 74 -> 86%, 16x14336x4096 87 -> 91% (16 across; 8 across 85%), 16x2048x4096 60 -> 72% (4
+# across), 12x4096x4096 82 -> 88%, 8x4096x4096 84 -> 90-91%, 8x14336x4096 93 -> 94%; tf32 (against the
+# tensor-core pick) 16x4096x4096 86 -> 88%, 8x4096x4096 88 -> 90-91%. Lost: 16x1000x4100 (32-63 blocks at
+# any width) 38 -> 34-35%. Under 8 vectors it won on 4096 outputs (2 and 4 vectors 87 -> 94%, 90 -> 92%) and
+# lost on 11008 (4 vectors 98 -> 93-95%), so the register-fed picks stay there.
+RING_MIN_ROWS = 8
+RING_ACROSS = (16, 8, 4)
+RING_CONFIG = GemvConfig(threads=256, warps_per_output=1, ring_stages=4)
+RING_ARCHS = (90,)  # measured on sm_90 only
+
+
+def ring_config(spec: GemmSpec, sm_count: int) -> GemvConfig | None:
+    """The TMA-fed columns block shape for `spec` (see RING_MIN_ROWS), or None where no strip width gives
+    blocks enough."""
+    def fits(width: int) -> bool:
+        blocks = ceil_div(outputs(spec), 4 * width)
+        rounds = blocks / sm_count
+        return blocks >= QUAD_SM_SHARE * sm_count and (rounds <= 1 or math.ceil(rounds) / rounds <= QUAD_IMBALANCE)
+
+    width = next((x for x in RING_ACROSS if fits(x)), None)
+    if width is None:
+        return None
+    # Unroll 2 up to 12 vectors, but at most the 256 rows a TMA box holds a stage (4 across: 64 threads along K).
+    unroll = 1 if vectors(spec) > 12 or 8 * RING_CONFIG.threads // width > 256 else 2
+    return RING_CONFIG.with_(threads_x=width, unroll=unroll)
+
+
+def ring_rule(spec: GemmSpec, arch: str, sm_count: int) -> GemvConfig | None:
+    """ring_config where its rule applies to `spec` on `arch` and the family takes it, else None."""
+    if not quads(spec) or vectors(spec) < RING_MIN_ROWS or arch_number(arch) not in RING_ARCHS:
+        return None
+    config = ring_config(spec, sm_count)
+    return None if config is None or get_family("gemv").rejections(config, spec, arch) else config
+
+
 def gemv_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[GemvConfig]:
     """The measured tensor-core block shape where that kernel runs the spec on `arch` (while
     GEMV_TENSOR_CORES_UNTUNED is on), the measured quads block shape where the columns kernel walks K
@@ -383,13 +425,18 @@ def gemv_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[GemvConfig
     cuBLAS on an H100), and the shipped model was trained before it existed, so it cannot compare the
     two. The columns kernel on tensor cores (layout nn) only where COLUMNS_TENSOR_CORE_MIN_ROWS says.
     One vector on the rows kernel (sm_90+) takes ONE_VECTOR_ROWS_CONFIG, measured back to back; one
-    vector of few outputs on the columns kernel (sm_90) the K split over a cluster (split_rule)."""
+    vector of few outputs on the columns kernel (sm_90) the K split over a cluster (split_rule); 8-16 vectors
+    in quads (sm_90) the TMA-fed columns kernel (ring_rule), before the tensor-core columns kernel."""
+    ring = ring_rule(spec, arch, sm_count)
+    if ring is not None:
+        return [ring]
     if GEMV_TENSOR_CORES_UNTUNED and tensor_core_rejection(spec, arch) is None:
         if stream_kind(spec) == "rows":
             return [UNTUNED_TENSOR_CORE_CONFIG]
         least = COLUMNS_TENSOR_CORE_MIN_ROWS.get(spec.dtype)
         config = UNTUNED_COLUMNS_TENSOR_CORE_CONFIG
-        if least is not None and vectors(spec) >= least and not get_family("gemv").rejections(config, spec, arch):
+        wanted = spec.math == "3xtf32" or (least is not None and vectors(spec) >= least)  # 3xtf32: only there
+        if wanted and not get_family("gemv").rejections(config, spec, arch):
             return [config]
     if quads(spec) and vectors(spec) >= QUAD_RULE_MIN_ROWS:
         return [quad_config(spec, sm_count)]
