@@ -27,18 +27,21 @@ SIXTEEN = GemmSpec(16, 4096, 4096, "nn", "fp32")
     (GemmSpec(8, 4096, 4096, "nn", "fp32"), 8, 2),  # up to 12 vectors: two quads a thread a stage
     (GemmSpec(12, 4096, 4096, "nn", "tf32", "bias_row+relu"), 8, 2),  # tf32: before the tensor-core kernel
     (GemmSpec(9, 1700, 1076, "nn", "fp32"), 4, 1),  # 4 across: unroll 2 would make 512-row stages
+    (GemmSpec(2, 4096, 4096, "nn", "fp32"), 8, 2),  # 2-7 vectors: 128-byte strips, at most one an SM
+    (GemmSpec(6, 2048, 4096, "nn", "fp32"), 8, 2),
+    (GemmSpec(4, 4096, 11008, "nn", "tf32"), 8, 2),
 ])
-def test_eight_to_sixteen_vectors_in_quads_take_the_ring_on_sm_90(spec, across, unroll):
+def test_vectors_in_quads_take_the_ring_on_sm_90(spec, across, unroll):
     pick = choose(spec, "sm_90a").config
-    assert pick == RING_CONFIG.with_(threads_x=across, unroll=unroll)
-    assert pick == ring_config(spec, 132)
+    assert pick == RING_CONFIG.with_(threads_x=across, unroll=unroll) == ring_config(spec, 132)
     assert ring_stage_rows(pick) <= 256
 
 
 @pytest.mark.parametrize("spec, arch", [
     (SIXTEEN, "sm_80"),  # no TMA
     (SIXTEEN, "sm_100"),  # TMA there, the rule unmeasured
-    (GemmSpec(4, 4096, 4096, "nn", "fp32"), "sm_90a"),  # under 8 vectors: the register-fed picks stay
+    (GemmSpec(4, 4256, 4096, "nn", "fp32"), "sm_90a"),  # 2-7 vectors: 133 strips of 32 outputs on 132 SMs
+    (GemmSpec(2, 11008, 4096, "nn", "fp32"), "sm_90a"),
     (GemmSpec(16, 1000, 4100, "nn", "fp32"), "sm_90a"),  # no strip width gives blocks enough: it lost there
     (GemmSpec(16, 4096, 4098, "nn", "fp32"), "sm_90a"),  # K not a multiple of 4: no quads, no 16-byte rows for TMA
     (GemmSpec(16, 4096, 4096, "nn", "bf16"), "sm_90a"),  # 2-byte values: not this kernel

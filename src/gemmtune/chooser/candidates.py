@@ -383,17 +383,26 @@ def split_rule(spec: GemmSpec, arch: str, sm_count: int) -> GemvConfig | None:
 # 16x11008x4096 74 -> 86%, 16x14336x4096 87 -> 91% (16 across; 8 across 85%), 16x2048x4096 60 -> 72% (4
 # across), 12x4096x4096 82 -> 88%, 8x4096x4096 84 -> 90-91%, 8x14336x4096 93 -> 94%; tf32 (against the
 # tensor-core pick) 16x4096x4096 86 -> 88%, 8x4096x4096 88 -> 90-91%. Lost: 16x1000x4100 (32-63 blocks at
-# any width) 38 -> 34-35%. Under 8 vectors it won on 4096 outputs (2 and 4 vectors 87 -> 94%, 90 -> 92%) and
-# lost on 11008 (4 vectors 98 -> 93-95%), so the register-fed picks stay there.
+# any width) 38 -> 34-35%.
+# 2-7 vectors take it in 128-byte strips (8 across, unroll 2) only where those strips number at most one an
+# SM: it won there on every shape measured and lost past it (bench/results/2026-11-27-h100-gemv-columns-ring.md,
+# section 4): 2x1024x4096 60 -> 65%, 2x2048x4096 76 -> 85%, 4x2048x4096 78 -> 83%, 2/3/4/6x4096x4096 87/86/90/85
+# -> 94/93/92/91%, 2x4096x14336 92 -> 97%, 4x4096x11008 96 -> 96%; but 4x5120x4096 (160 strips) 93 -> 89%,
+# 2/4/6x11008x4096 98/98/97 -> 93-96% (8192 outputs gained in 256-byte strips, 95-96 -> 98-99%, not taken).
 RING_MIN_ROWS = 8
 RING_ACROSS = (16, 8, 4)
 RING_CONFIG = GemvConfig(threads=256, warps_per_output=1, ring_stages=4)
+RING_FEW_CONFIG = RING_CONFIG.with_(threads_x=8, unroll=2)  # 2 .. RING_MIN_ROWS - 1 vectors
 RING_ARCHS = (90,)  # measured on sm_90 only
 
 
 def ring_config(spec: GemmSpec, sm_count: int) -> GemvConfig | None:
     """The TMA-fed columns block shape for `spec` (see RING_MIN_ROWS), or None where no strip width gives
-    blocks enough."""
+    blocks enough (2-7 vectors: more strips than SMs)."""
+    if vectors(spec) < RING_MIN_ROWS:
+        strips = ceil_div(outputs(spec), 4 * RING_FEW_CONFIG.threads_x)
+        return RING_FEW_CONFIG if strips <= sm_count else None
+
     def fits(width: int) -> bool:
         blocks = ceil_div(outputs(spec), 4 * width)
         rounds = blocks / sm_count
@@ -409,7 +418,7 @@ def ring_config(spec: GemmSpec, sm_count: int) -> GemvConfig | None:
 
 def ring_rule(spec: GemmSpec, arch: str, sm_count: int) -> GemvConfig | None:
     """ring_config where its rule applies to `spec` on `arch` and the family takes it, else None."""
-    if not quads(spec) or vectors(spec) < RING_MIN_ROWS or arch_number(arch) not in RING_ARCHS:
+    if not quads(spec) or arch_number(arch) not in RING_ARCHS:
         return None
     config = ring_config(spec, sm_count)
     return None if config is None or get_family("gemv").rejections(config, spec, arch) else config
@@ -425,8 +434,8 @@ def gemv_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[GemvConfig
     cuBLAS on an H100), and the shipped model was trained before it existed, so it cannot compare the
     two. The columns kernel on tensor cores (layout nn) only where COLUMNS_TENSOR_CORE_MIN_ROWS says.
     One vector on the rows kernel (sm_90+) takes ONE_VECTOR_ROWS_CONFIG, measured back to back; one
-    vector of few outputs on the columns kernel (sm_90) the K split over a cluster (split_rule); 8-16 vectors
-    in quads (sm_90) the TMA-fed columns kernel (ring_rule), before the tensor-core columns kernel."""
+    vector of few outputs on the columns kernel (sm_90) the K split over a cluster (split_rule); 2-16 vectors
+    in quads (sm_90) the TMA-fed columns kernel where ring_rule says, before the tensor-core columns kernel."""
     ring = ring_rule(spec, arch, sm_count)
     if ring is not None:
         return [ring]
