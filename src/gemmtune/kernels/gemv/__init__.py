@@ -1,7 +1,8 @@
 """The memory-bound family: GEMV-shaped GEMMs (M = 1 or N = 1), every dtype, layout and epilogue.
 
-``config`` holds GemvConfig and its constraints; ``render`` writes the CUDA; ``space`` is the tuner's
-search space. Registered first in FAMILY_MODULES: for a single row or column of output it is the
+``config`` holds GemvConfig and its constraints; ``render`` writes the CUDA (the tensor-core kernels in
+``tensor_cores`` and ``columns_tensor_cores``, the TMA-fed columns kernel in ``columns_ring``); ``space`` is
+the tuner's search space. Registered first in FAMILY_MODULES: for a single row or column of output it is the
 family to use (a tile-based GEMM would waste all but one row of every tile).
 """
 from __future__ import annotations
