@@ -42,6 +42,13 @@ def _all_right(jobs):
     return failures
 
 
+def _same_bits_twice(spec: GemmSpec, config) -> None:
+    """Nothing is kept between launches: the first launch is checked, many are timed, and a last one is
+    checked again (evaluate), so state a launch leaves behind shows as a wrong second check."""
+    result = evaluate(build(spec, config=config).compiled)
+    assert result.ok and result.measurement is not None
+
+
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
 def test_gemv_every_layout_shape_and_epilogue(dtype):
     arch = _arch()
@@ -104,18 +111,13 @@ def test_simt_split_k_workspace_on_odd_shapes(split):
 
 def test_split_k_workspace_twice_in_a_row_gives_the_same_bits():
     """The arrival counters reset themselves: repeated launches (the timed ones) agree exactly."""
-    config = dict(ladder(_arch()))["double_buffer"].with_(split_k=12, split_reduce="workspace")
-    kern = build(GemmSpec(64, 1024, 8192), config=config)
-    result = evaluate(kern.compiled)  # checked, timed over many launches, checked again
-    assert result.ok and result.measurement is not None
+    _same_bits_twice(GemmSpec(64, 1024, 8192),
+                     dict(ladder(_arch()))["double_buffer"].with_(split_k=12, split_reduce="workspace"))
 
 
 def test_split_k_twice_in_a_row_gives_the_same_bits():
     """The turn semaphore resets itself: a second launch (and the timed ones) must agree exactly."""
-    config = dict(ladder(_arch()))["double_buffer"].with_(split_k=4)
-    kern = build(GemmSpec(64, 1024, 8192), config=config)
-    result = evaluate(kern.compiled)  # checked, timed over many launches, checked again
-    assert result.ok and result.measurement is not None
+    _same_bits_twice(GemmSpec(64, 1024, 8192), dict(ladder(_arch()))["double_buffer"].with_(split_k=4))
 
 
 @pytest.mark.parametrize("spec", [GemmSpec(16, 4096, 4096), GemmSpec(3001, 2999, 777), GemmSpec(1, 32000, 4096),
@@ -166,11 +168,8 @@ def test_gemv_columns_k_splits(splits):
 
 
 def test_gemv_k_splits_twice_in_a_row_gives_the_same_bits():
-    """Nothing is kept between launches: the checked, timed and re-checked launches agree."""
-    kern = build(GemmSpec(1, 1024, 4096, "nn", "fp32", "bias_row+relu"),
-                 config=GemvConfig(threads=256, threads_x=2, unroll=4, k_splits=8))
-    result = evaluate(kern.compiled)
-    assert result.ok and result.measurement is not None
+    _same_bits_twice(GemmSpec(1, 1024, 4096, "nn", "fp32", "bias_row+relu"),
+                     GemvConfig(threads=256, threads_x=2, unroll=4, k_splits=8))
 
 
 # The columns kernel fed by TMA through a ring of shared-memory stages (GemvConfig.ring_stages): 2-16
@@ -199,8 +198,5 @@ def test_gemv_columns_ring(dtype):
 
 
 def test_gemv_ring_twice_in_a_row_gives_the_same_bits():
-    """Nothing is kept between launches: the checked, timed and re-checked launches agree."""
-    kern = build(GemmSpec(16, 4096, 4096, "nn", "fp32", "bias_row+relu"),
-                 config=GemvConfig(threads=256, threads_x=8, unroll=1, ring_stages=4))
-    result = evaluate(kern.compiled)
-    assert result.ok and result.measurement is not None
+    _same_bits_twice(GemmSpec(16, 4096, 4096, "nn", "fp32", "bias_row+relu"),
+                     GemvConfig(threads=256, threads_x=8, unroll=1, ring_stages=4))

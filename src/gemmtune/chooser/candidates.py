@@ -321,19 +321,25 @@ QUAD_PAIR_SM_SHARE = 1.6  # blocks for about two per SM
 QUAD_IMBALANCE = 1.25
 
 
+def widest_strips(spec: GemmSpec, sm_count: int, widths: tuple[int, ...], share: float, in_rounds: bool) -> int | None:
+    """The first of `widths` (threads across the outputs, 4 fp32 outputs each, widest first) whose strips give
+    at least `share` blocks an SM, and, `in_rounds` (one block an SM at a time), whose last round of blocks is at
+    least 1/QUAD_IMBALANCE full; None where none does."""
+    for width in widths:
+        blocks = ceil_div(outputs(spec), 4 * width)
+        rounds = blocks / sm_count
+        balanced = not in_rounds or rounds <= 1 or math.ceil(rounds) / rounds <= QUAD_IMBALANCE
+        if blocks >= share * sm_count and balanced:
+            return width
+    return None
+
+
 def quad_config(spec: GemmSpec, sm_count: int) -> GemvConfig:
     """The columns-in-quads block shape for `spec` on a GPU of `sm_count` SMs (see QUAD_BLOCK_THREADS)."""
     paired = QUAD_PAIR_ROWS[0] <= vectors(spec) <= QUAD_PAIR_ROWS[1]
     threads, share = (QUAD_PAIR_THREADS, QUAD_PAIR_SM_SHARE) if paired else (QUAD_BLOCK_THREADS, QUAD_SM_SHARE)
     in_rounds = vectors(spec) > QUAD_PAIR_ROWS[1]
-
-    def fits(width: int) -> bool:
-        blocks = -(-outputs(spec) // (4 * width))
-        rounds = blocks / sm_count
-        balanced = not in_rounds or rounds <= 1 or math.ceil(rounds) / rounds <= QUAD_IMBALANCE
-        return blocks >= share * sm_count and balanced
-
-    width = next((x for x in QUAD_ACROSS if fits(x)), QUAD_ACROSS[-1])
+    width = widest_strips(spec, sm_count, QUAD_ACROSS, share, in_rounds) or QUAD_ACROSS[-1]
     unroll = 1 if in_rounds or paired else 4
     return GemvConfig(threads=threads, warps_per_output=1, threads_x=width, unroll=unroll)
 
@@ -403,12 +409,7 @@ def ring_config(spec: GemmSpec, sm_count: int) -> GemvConfig | None:
         strips = ceil_div(outputs(spec), 4 * RING_FEW_CONFIG.threads_x)
         return RING_FEW_CONFIG if strips <= sm_count else None
 
-    def fits(width: int) -> bool:
-        blocks = ceil_div(outputs(spec), 4 * width)
-        rounds = blocks / sm_count
-        return blocks >= QUAD_SM_SHARE * sm_count and (rounds <= 1 or math.ceil(rounds) / rounds <= QUAD_IMBALANCE)
-
-    width = next((x for x in RING_ACROSS if fits(x)), None)
+    width = widest_strips(spec, sm_count, RING_ACROSS, QUAD_SM_SHARE, in_rounds=True)
     if width is None:
         return None
     # Unroll 2 up to 12 vectors, but at most the 256 rows a TMA box holds a stage (4 across: 64 threads along K).

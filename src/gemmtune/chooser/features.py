@@ -17,8 +17,8 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ..kernels.gemv.config import (GemvConfig, block_outputs, estimated_registers, outputs, ring_smem_bytes, stream_kind,
-                                   streams_b, tensor_core_smem_bytes)
+from ..kernels.gemv.config import (GemvConfig, block_outputs, block_threads, estimated_registers, outputs, ring_smem_bytes,
+                                   stream_kind, streams_b, tensor_core_smem_bytes)
 from ..kernels.gemv.config import vec as gemv_vec
 from ..kernels.simt.config import SimtConfig
 from .. import arch
@@ -101,10 +101,10 @@ def gemv_geometry(spec: GemmSpec, c: GemvConfig, sm_count: int, registers: int |
     blocks = math.ceil(outputs(spec) / per_block) * c.k_splits  # k_splits: that many blocks share a strip's K
     tile = (spec.m, per_block) if streams_b(spec) else (per_block, 1)
     smem = (tensor_core_smem_bytes(c, spec) if c.tensor_cores else 0) if rows else 4 * c.threads * gemv_vec(spec)
-    threads = c.threads
-    if c.ring_stages:  # the TMA ring: its shared-memory stages, and the producer warp beside the consumers
-        smem, threads = ring_smem_bytes(c, spec), c.threads + 32
-    return Geometry(tile[0], tile[1], c.k_splits, blocks, threads, smem, registers or estimated_registers(c, spec))
+    if c.ring_stages:  # the TMA ring's shared-memory stages (block_threads counts its producer warp)
+        smem = ring_smem_bytes(c, spec)
+    return Geometry(tile[0], tile[1], c.k_splits, blocks, block_threads(c), smem,
+                    registers or estimated_registers(c, spec))
 
 
 GEOMETRY = {SimtConfig: simt_geometry, WgmmaConfig: wgmma_geometry, GemvConfig: gemv_geometry}

@@ -7,7 +7,7 @@ thread, so every step waits on HBM for W and then on L2 for x (16×4096×4096 fp
 back to back on an H100). Here the bytes in flight are set by a ring of shared-memory stages instead:
 
 - one producer thread copies each stage with two TMA box copies: KT rows of the block's strip of W
-  (STRIP = 4·TX outputs) and the same KT values of every vector, RING_STAGES stages ahead of the
+  (STRIP = 4·TX outputs) and the same KT values of every vector, STAGES stages ahead of the
   consumers, each slot guarded by a `full` and an `empty` mbarrier;
 - the consumer warps (THREADS threads: TX across the strip, TK along K) sum each stage from shared
   memory: thread (tx, tk) takes UNROLL quads of rows (4tk .. 4tk + 3, then 4(tk + TK) ..), its four
@@ -22,14 +22,9 @@ from __future__ import annotations
 
 from ...kernel_source import TensorMapArg
 from ...spec import GemmSpec
+from ..parts.ring import RING
 from ..wgmma.ptx import BARRIERS, DESCRIPTOR, TMA, U64
-from .config import GemvConfig, ring_stage_rows
-
-PRODUCER_WARPS = 1  # after the consumers: its first lane issues every copy
-
-
-def block_threads(config: GemvConfig) -> int:
-    return config.threads + 32 * PRODUCER_WARPS
+from .config import PRODUCER_WARPS, GemvConfig, ring_stage_rows
 
 
 def tensor_maps(spec: GemmSpec, config: GemvConfig) -> tuple[TensorMapArg, ...]:
@@ -52,28 +47,20 @@ def body(spec: GemmSpec, config: GemvConfig, entry: str, params: str, store: str
 constexpr int TX = {config.threads_x}, TK = THREADS / TX;  // consumer threads across the strip × along K
 constexpr int STRIP = 4 * TX;  // outputs a block owns: 4 a lane across
 constexpr int KT = 4 * TK * UNROLL;  // rows of W (values of K) a stage holds
-constexpr int RING_STAGES = {config.ring_stages};
-constexpr int CONSUMER_WARPS = THREADS / 32;
+constexpr int STAGES = {config.ring_stages};  // slots of the ring
+constexpr int CONSUMER_WARPS = THREADS / 32, PRODUCER_WARPS = {PRODUCER_WARPS};
 constexpr int W_FLOATS = KT * STRIP, X_FLOATS = R * KT, SLOT_FLOATS = W_FLOATS + X_FLOATS;
 constexpr int K_STAGES = (K + KT - 1) / KT;  // the last one may run past K: TMA fills zeros there
 constexpr int PREFETCH_STAGES = {prefetch_stages};
-
-// Ring slots are walked by producer and consumers alike: slot s, and the phase parity its barriers show
-// on this lap (it flips each time the walk wraps around).
-struct RingWalk {{
-    int s = 0;
-    u32 phase = 0;
-    __device__ __forceinline__ void advance() {{ if (++s == RING_STAGES) {{ s = 0; phase ^= 1; }} }}
-}};
-
-extern "C" __global__ void __launch_bounds__(THREADS + 32) {entry}({params},
+{RING}
+extern "C" __global__ void __launch_bounds__(THREADS + 32 * PRODUCER_WARPS) {entry}({params},
         const __grid_constant__ TmaDescriptor tma_x, const __grid_constant__ TmaDescriptor tma_W) {{
-    extern __shared__ __align__(128) float ring[];  // RING_STAGES slots: W[KT][STRIP], then x[R][KT]
-    __shared__ __align__(8) u64 full[RING_STAGES], empty[RING_STAGES];
+    extern __shared__ __align__(128) float ring[];  // STAGES slots: W[KT][STRIP], then x[R][KT]
+    __shared__ __align__(8) u64 full[STAGES], empty[STAGES];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int n0 = blockIdx.x * STRIP;  // the block's first output
     if (threadIdx.x == 0) {{
-        for (int s = 0; s < RING_STAGES; ++s) {{
+        for (int s = 0; s < STAGES; ++s) {{
             mbarrier_init(&full[s], 1);  // the producer's arrival, and the copies' bytes
             mbarrier_init(&empty[s], CONSUMER_WARPS);  // every consumer warp done reading the slot
         }}
@@ -90,9 +77,9 @@ extern "C" __global__ void __launch_bounds__(THREADS + 32) {entry}({params},
     __syncthreads();  // the barriers are initialised
     wait_for_previous_kernel();
 
-    if (warp == CONSUMER_WARPS) {{  // the producer: one thread, RING_STAGES stages ahead
+    if (warp == CONSUMER_WARPS) {{  // the producer: one thread, STAGES stages ahead
         if (lane == 0) {{
-            RingWalk at;
+            Ring at;
             for (int kt = 0; kt < K_STAGES; ++kt, at.advance()) {{
                 mbarrier_wait(&empty[at.s], at.phase ^ 1);  // (the first lap finds every slot free)
                 mbarrier_arrive_expect_tx(&full[at.s], SLOT_FLOATS * 4);
@@ -108,7 +95,7 @@ extern "C" __global__ void __launch_bounds__(THREADS + 32) {entry}({params},
     float acc[R][4];
     #pragma unroll
     for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
-    RingWalk at;
+    Ring at;
     for (int kt = 0; kt < K_STAGES; ++kt, at.advance()) {{
         mbarrier_wait(&full[at.s], at.phase);
         const float* w = ring + at.s * SLOT_FLOATS;

@@ -298,7 +298,7 @@ def estimated_registers(c: GemvConfig, s: GemmSpec) -> int:
 
 
 def _registers(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
-    warps = c.threads // 32 + (1 if c.ring_stages else 0)  # the ring kernel's producer warp
+    warps = block_threads(c) // 32
     # A block's warps share the SM's 64K registers, spread over its 4 partitions of 16K: the fullest holds
     # ceil(warps / 4) warps (17 warps: 5, so ptxas caps 544 threads at 96 registers, not 120), counted in 8s.
     budget = min(255, 16384 // (32 * -(-warps // 4)) // 8 * 8)
@@ -333,9 +333,15 @@ def _k_splits(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
 
 
 RING_STAGES = (0, 2, 3, 4, 6, 8)
+PRODUCER_WARPS = 1  # the ring kernel's, after its consumers: its first lane issues every copy
 RING_DTYPES = ("fp32", "tf32")
 MAX_TMA_BOX = 256  # elements a TMA box copy moves along each dimension
 MAX_RING_BYTES = 220 * 1024  # of the 227 KB of shared memory a block may have on sm_90
+
+
+def block_threads(c: GemvConfig) -> int:
+    """Threads a block of `c` launches: its threads, and the ring kernel's producer warp."""
+    return c.threads + (32 * PRODUCER_WARPS if c.ring_stages else 0)
 
 
 def ring_stage_rows(c: GemvConfig) -> int:
@@ -343,10 +349,15 @@ def ring_stage_rows(c: GemvConfig) -> int:
     return 4 * (c.threads // c.threads_x) * c.unroll
 
 
+def ring_strip_bytes(c: GemvConfig) -> int:
+    """Bytes of W in one stage: the block's strip (4·threads_x fp32 outputs) of each of the stage's rows."""
+    return 4 * ring_stage_rows(c) * 4 * c.threads_x
+
+
 def ring_smem_bytes(c: GemvConfig, s: GemmSpec) -> int:
-    """The ring's dynamic shared memory: each slot the strip (4·threads_x outputs) of a stage's rows of W,
-    then the same values of K of every vector."""
-    return c.ring_stages * 4 * ring_stage_rows(c) * (4 * c.threads_x + vectors(s))
+    """The ring's dynamic shared memory: each slot a stage's strip of W, then the same values of K of every
+    vector."""
+    return c.ring_stages * (ring_strip_bytes(c) + 4 * ring_stage_rows(c) * vectors(s))
 
 
 def ring_reduction_bytes(c: GemvConfig, s: GemmSpec) -> int:

@@ -15,8 +15,8 @@ from ..parts.epilogue import CArg, Operands, VectorArg, epilogue_call, epilogue_
 from ..parts.floats import FLOAT_VIEW, HALF_FLOATS, TO_OUT
 from ..parts import dependent_launch
 from . import columns_ring, columns_tensor_cores, tensor_cores
-from .config import (NAME, VERSION, GemvConfig, block_outputs, outputs, quads, rejections, ring_smem_bytes,
-                     ring_stage_rows, stream_kind, streams_b, vec, vectors)
+from .config import (NAME, VERSION, GemvConfig, block_outputs, block_threads, outputs, quads, rejections,
+                     ring_smem_bytes, ring_strip_bytes, stream_kind, streams_b, vec, vectors)
 
 STORAGE_TYPES = {"fp32": "float", "tf32": "float", "bf16": "bf16_t", "fp16": "fp16_t"}
 
@@ -510,8 +510,7 @@ def _tensor_core_code(spec: GemmSpec, config: GemvConfig, arch: str) -> str:
 def _ring_code(spec: GemmSpec, config: GemvConfig, arch: str) -> str:
     """The columns kernel fed by TMA through a ring of shared-memory stages (columns_ring.py)."""
     epilogue = epilogue_function(spec.epilogue, EPILOGUE_OPERANDS)
-    stage_bytes = 4 * ring_stage_rows(config) * 4 * config.threads_x
-    prefetch_stages = max(1, prefetch_budget(spec, "columns_ring") // stage_bytes)
+    prefetch_stages = max(1, prefetch_budget(spec, "columns_ring") // ring_strip_bytes(config))
     body = columns_ring.body(spec, config, entry_name(spec), _params(spec)[1], _store(spec, "r", "p", "sum"),
                              prefetch_stages)
     return (_header(spec, config) + PRELUDE + _types(spec) + TO_OUT + dependent_launch.HELPERS
@@ -535,16 +534,14 @@ def render(spec: GemmSpec, config: GemvConfig, arch: str = "sm_90") -> KernelSou
     broken = rejections(config, spec, arch)
     if broken:
         raise ConfigError(f"config rejected for {spec.short()} on {arch}: " + "; ".join(broken.values()))
+    if config.ring_stages:  # TMA reads W and x: their tensor maps follow the pointers
+        code, maps = _ring_code(spec, config, arch), columns_ring.tensor_maps(spec, config)
+        smem = ring_smem_bytes(config, spec)
+    else:
+        code = _tensor_core_code(spec, config, arch) if config.tensor_cores else _cuda_core_code(spec, config, arch)
+        maps, smem = (), 0
     grid = (ceil_div(outputs(spec), block_outputs(config, spec)), config.k_splits, 1)
-    if config.ring_stages:
-        maps = columns_ring.tensor_maps(spec, config)
-        return KernelSource(code=_ring_code(spec, config, arch), entry=entry_name(spec), grid=grid,
-                            block=(columns_ring.block_threads(config), 1, 1),
-                            args=(*_params(spec)[0], *(m.name for m in maps)), spec=spec, family=NAME,
-                            family_version=VERSION, config=config.to_json(), dynamic_smem=ring_smem_bytes(config, spec),
-                            tensor_maps=maps, dependent_launch=True)
-    code = _tensor_core_code(spec, config, arch) if config.tensor_cores else _cuda_core_code(spec, config, arch)
-    return KernelSource(code=code, entry=entry_name(spec), grid=grid, block=(config.threads, 1, 1),
-                        args=_params(spec)[0], spec=spec, family=NAME, family_version=VERSION,
-                        config=config.to_json(), dependent_launch=depends_on_launch(spec, arch, config),
-                        cluster_blocks=config.k_splits)
+    return KernelSource(code=code, entry=entry_name(spec), grid=grid, block=(block_threads(config), 1, 1),
+                        args=(*_params(spec)[0], *(m.name for m in maps)), spec=spec, family=NAME,
+                        family_version=VERSION, config=config.to_json(), dynamic_smem=smem, tensor_maps=maps,
+                        dependent_launch=depends_on_launch(spec, arch, config), cluster_blocks=config.k_splits)
