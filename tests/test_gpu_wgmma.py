@@ -11,7 +11,6 @@ import pytest
 from gemmtune.build import compile_configs
 from gemmtune.kernels import get_family
 from gemmtune.kernels.wgmma.config import staging_choice
-from gemmtune.kernels.wgmma.schedule import schedule_for
 from gemmtune.spec import GemmSpec
 
 pytestmark = pytest.mark.gpu
@@ -223,35 +222,6 @@ def test_split_tail_with_direct_stores_and_fp32_out():
               steps["tma_store"].with_(bn=128, split_tail=True, cluster_m=2))]
     for spec, config in cases:
         _verify_launches(spec, config, arch, (5,), "split tail")
-
-
-# stream_k: the last two waves' k-blocks in even shares (one to two tiles each, up to three pieces a
-# worker), on shapes cut at every edge: a wave and a bit (shares over two units long), under one
-# wave, whole rounds before the streamed waves, clusters, C through the ring, every layout.
-STREAM_K_CASES = [(GemmSpec(6304, 768, 3072, "nt", "bf16", "bias_col+gelu"), "tma_store", 1),
-                  (GemmSpec(3000, 1000, 1504, "tn", "fp16", "relu+add"), "c_ring", 1),
-                  (GemmSpec(300, 14336, 1024, "nt", "bf16"), "sliced_store", 1),
-                  (GemmSpec(2056, 520, 3592, "nn", "bf16", "add"), "tma_store", 2),
-                  (GemmSpec(776, 2184, 2000, "tt", "fp16", "bias_row+relu"), "sliced_store", 2),
-                  (GemmSpec(5000, 4000, 520, "nt", "tf32"), "tf32", 1)]
-
-
-@pytest.mark.parametrize("case", range(len(STREAM_K_CASES)))
-def test_stream_k_on_odd_shapes(case):
-    """Stream-K over the last two waves: every k-block once, partial sums met, D right on every launch
-    (the ready flags reset themselves)."""
-    arch = _hopper()
-    steps = dict(FAMILY.ladder(arch))
-    spec, step, cluster_m = STREAM_K_CASES[case]
-    config = steps[step if step in steps else "tma_store"].with_(split_tail=True, stream_k=True, cluster_m=cluster_m)
-    if step == "sliced_store":
-        config = config.with_(store_slices=2, overlap_epilogue=True, stmatrix=True)
-    if step == "c_ring":  # C through the ring, a slice a slot
-        config = config.with_(c_ring=True, stmatrix=True, store_slices=2)
-    if step == "tf32":  # 4-byte inputs: a narrower tile fits three stages
-        config = config.with_(bn=128)
-    assert schedule_for(spec, config).tail_workers, f"{spec.short()}: nothing streamed"
-    _verify_launches(spec, config, arch, (31, 32), "stream-K")
 
 
 # Odd shapes in all four layouts, with epilogues that read C: the cases of the tests of the ways C

@@ -6,7 +6,6 @@ import itertools
 
 import pytest
 
-from gemmtune.kernels.config_base import ceil_div
 from gemmtune.kernels.wgmma import FAMILY
 from gemmtune.kernels.wgmma.config import WgmmaConfig
 from gemmtune.kernels.wgmma.schedule import (MIN_SHARE, SCATTER_SPLITS, THREADS, Schedule, ShareSum, cuda, plan,
@@ -21,18 +20,17 @@ def _walk(schedule: Schedule) -> None:
     split = set()  # units whose first piece stops before the last k-block
     for worker in range(schedule.workers):
         pieces = schedule.pieces(worker)
-        tail = [p for p in pieces if p[0] >= schedule.whole_units]  # after every whole unit
-        longest = ceil_div(schedule.tail_k_blocks, schedule.tail_workers) if schedule.tail_workers else 0
-        most = ceil_div(longest, schedule.k_blocks) + 1  # two for shares of a unit at most (three: stream_k)
-        assert pieces[len(pieces) - len(tail):] == tail and len(tail) <= max(2, most)
-        if worker < schedule.tail_workers:  # its share: at least MIN_SHARE k-blocks
+        tail = [p for p in pieces if p[0] >= schedule.whole_units]  # after every whole unit, at most two
+        assert pieces[len(pieces) - len(tail):] == tail and len(tail) <= 2
+        if worker < schedule.tail_workers:  # its share: at least MIN_SHARE k-blocks, at most one unit
             lo, hi = schedule.share(worker)
             assert sum(end - begin for _, begin, end in tail) == hi - lo
-            assert min(MIN_SHARE, schedule.k_blocks) <= hi - lo <= longest
+            assert min(MIN_SHARE, schedule.k_blocks) <= hi - lo <= schedule.k_blocks
         else:
             assert not tail
-        for (u0, b0, e0), (u1, b1, e1) in zip(tail, tail[1:]):  # a unit's end, whole units, the next's start
-            assert e0 == schedule.k_blocks and u1 == u0 + 1 and b1 == 0
+        if len(tail) == 2:  # the end of one unit, then the start of the next
+            (u0, b0, e0), (u1, b1, e1) = tail
+            assert e0 == schedule.k_blocks and b0 > 0 and u1 == u0 + 1 and b1 == 0
         for unit, begin, end in pieces:
             assert 0 <= begin < end <= schedule.k_blocks and 0 <= unit < schedule.units
             for kb in range(begin, end):
@@ -65,29 +63,6 @@ def test_every_k_block_once_and_finishers_know_their_contributors(units, k_block
     assert schedule.workers <= slots
     _walk(schedule)
     _walk(plan(units, k_blocks, slots, split_tail=False))
-    streamed = plan(units, k_blocks, slots, split_tail=True, stream_k=True)
-    assert streamed.workers <= slots
-    _walk(streamed)
-
-
-def test_stream_k_shares_the_last_two_waves_over_every_worker():
-    s = plan(150, 48, 132, split_tail=True, stream_k=True)  # 6304x768 in 128x256 tiles, K = 3072
-    assert (s.whole_units, s.tail_workers, s.workers) == (0, 132, 132)
-    assert s.tile_times == pytest.approx(55 / 48)  # 1.15 against a whole wave and a tail in thirds
-    assert plan(150, 48, 132, split_tail=True).tile_times == pytest.approx(1 + 1 / 3)
-    s = plan(280, 64, 132, split_tail=True, stream_k=True)  # two whole waves and 16 tiles
-    assert s.whole_units == 132 and s.tail_workers == 132  # the first wave whole, the last two streamed
-    assert s.tile_times == pytest.approx(1 + ceil_div(148 * 64, 132) / 64)
-    assert plan(264, 64, 132, split_tail=True, stream_k=True).tail_workers == 0  # whole waves: nothing to share
-    assert plan(150, 1, 132, split_tail=True, stream_k=True).tail_workers == 0  # too little K to share
-    assert "(lo / K_BLOCKS + taken) * K_BLOCKS" in cuda(s)  # the cursor walks shares of any length
-
-
-def test_stream_k_configs_take_their_schedule():
-    spec = GemmSpec(6304, 768, 3072, layout="nt", dtype="bf16")
-    base = WgmmaConfig(bm=128, bn=256, stages=4, consumers=2, persistent=True, split_tail=True, tma_store=True)
-    assert schedule_for(spec, base.with_(stream_k=True)).tile_times < schedule_for(spec, base).tile_times
-    assert FAMILY.rejections(base.with_(stream_k=True, split_tail=False), spec, "sm_90a")
 
 
 def test_plan_splits_the_partial_wave_over_the_gpu():

@@ -147,12 +147,6 @@ class WgmmaConfig(FamilyConfig):
       blocks, and each sums fewer partial tiles after its main loop. Measured slower at every cap on
       few-tile, long-K shapes (H100, bench/results/2026-11-26-h100-wgmma-split-cap.md), so neither the
       chooser's candidates nor the tuner's space use it; it is there for probes and hand-written configs.
-    stream_k: (split_tail, more tiles than workers) the tail is the partial last wave and the whole
-      wave before it (every tile when there are fewer than two waves), its k-blocks cut into even
-      shares over every worker, so
-      every SM ends at the same time (the Stream-K paper's "two-tile" hybrid; schedule.py). A share
-      is then one to two tiles long. 150 tiles of 48 k-blocks on 132 SMs run 1.14 tile-times instead
-      of the 1.33 of a whole wave and a tail split three ways.
     """
 
     bm: int = 128
@@ -178,13 +172,12 @@ class WgmmaConfig(FamilyConfig):
     round_big: bool = False
     stage_operands: bool = False
     split_cap: int = 0
-    stream_k: bool = False
     FAMILY_LABEL = "wgmma"
 
     def to_json(self) -> dict:
         data = super().to_json()
         for later in ("serpentine", "overlap_epilogue", "d_over_c", "c_first_buffer", "round_big", "stage_operands",
-                      "split_cap", "stream_k"):  # configs (and database keys) from before
+                      "split_cap"):  # configs (and database keys) from before
             if not data[later]:                               # these options stay unchanged
                 del data[later]
         return data
@@ -250,8 +243,7 @@ class WgmmaConfig(FamilyConfig):
 
     @property
     def schedule(self) -> ScheduleGroup:
-        return ScheduleGroup(self.persistent, self.group_m, self.cluster_m, self.split_tail, self.serpentine,
-                             self.stream_k)
+        return ScheduleGroup(self.persistent, self.group_m, self.cluster_m, self.split_tail, self.serpentine)
 
     @property
     def epilogue(self) -> EpilogueGroup:
@@ -309,7 +301,6 @@ class WgmmaConfig(FamilyConfig):
         store = f" tma-store{slices}" if self.tma_store else ""
         grid += " split-tail" if self.split_tail else ""
         grid += f" max{self.split_cap}" if self.split_cap else ""
-        grid += " stream-K" if self.stream_k else ""
         store += " C-spread" if self.c_spread else ""
         store += " C-in-ring" if self.c_ring else ""
         store += " C-L2-prefetch" if self.c_l2_prefetch else ""
@@ -536,8 +527,6 @@ def _schedule(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
         return "split_tail runs in the persistent warp-specialized kernel with cooperative consumers"
     if c.split_cap and (not c.split_tail or c.split_cap < 2):
         return f"split_cap={c.split_cap}: a cap of 2 or more K ranges a tile, with split_tail"
-    if c.stream_k and (not c.split_tail or c.split_cap):
-        return "stream_k cuts the tail of a split_tail schedule into even shares (no split_cap)"
     if c.cluster_m > 1 and c.bn % (64 * c.cluster_m):
         return f"bn={c.bn} does not split into {c.cluster_m} multicast halves of whole 64-column chunks"
     return None

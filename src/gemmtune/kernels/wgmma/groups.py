@@ -66,7 +66,6 @@ class ScheduleGroup:
     cluster_m: int
     split_tail: bool
     serpentine: bool
-    stream_k: bool = False
 
 
 @dataclass(frozen=True)

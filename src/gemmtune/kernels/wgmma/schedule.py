@@ -185,7 +185,7 @@ class Schedule:
         if worker >= self.tail_workers:
             return out
         lo, hi = self.share(worker)
-        while lo < hi:  # cut at unit boundaries: two pieces at most (three with stream_k)
+        while lo < hi:  # cut at unit boundaries: at most two pieces
             unit, begin = divmod(lo, self.k_blocks)
             end = min(self.k_blocks, hi - unit * self.k_blocks)
             out.append((self.whole_units + unit, begin, end))
@@ -202,17 +202,13 @@ class Schedule:
         return []
 
 
-def plan(units: int, k_blocks: int, slots: int, split_tail: bool, split_cap: int = 0,
-         stream_k: bool = False) -> Schedule:
+def plan(units: int, k_blocks: int, slots: int, split_tail: bool, split_cap: int = 0) -> Schedule:
     """The schedule for `units` tiles of `k_blocks` on a persistent grid of `slots` workers; with
-    `split_cap`, equal splits cut a unit into at most that many pieces; with `stream_k`, the tail is
-    cut into even shares over every worker (stream_k_plan)."""
+    `split_cap`, equal splits cut a unit into at most that many pieces."""
     plain = Schedule(min(units, slots), units, k_blocks, whole_units=units)
     tail = units % slots  # the units of the last, partial wave (all of them when fewer than slots)
     if not split_tail or tail == 0:
         return plain
-    if stream_k and units > slots:
-        return stream_k_plan(units, k_blocks, slots, tail) or plain
     if slots // tail >= 2:  # equal splits of each unit, no share under MIN_SHARE k-blocks
         tail_workers = tail * min(slots // tail, k_blocks // MIN_SHARE, split_cap or slots)
     else:  # even shares running across units, as many as keep MIN_SHARE k-blocks each
@@ -226,25 +222,6 @@ def plan(units: int, k_blocks: int, slots: int, split_tail: bool, split_cap: int
     return Schedule(slots if whole else tail_workers, units, k_blocks, whole_units=whole, tail_workers=tail_workers)
 
 
-def stream_k_plan(units: int, k_blocks: int, slots: int, tail: int) -> Schedule | None:
-    """Stream-K over the last two waves: the partial wave's `tail` units and the whole wave before it
-    (all units when there are fewer than two waves; under one wave the split tail's own plan stands)
-    are cut into even shares of their k-blocks, one a worker, each at least MIN_SHARE k-blocks; the
-    units before them run whole, round robin. A share is
-    under two units long where every worker takes one, so it holds at most three pieces: the end of
-    one unit (stored as a partial sum), a whole unit, and the start of the next (which it finishes);
-    each worker still stores at most one partial sum, and a finisher still waits only on later
-    workers' first pieces. Only the last waves' blocks
-    read scattered k offsets; the rounds before keep sharing k-slabs in L2. None where no share would
-    be long enough to pay for its partial-sum exchange."""
-    region = tail + slots
-    tail_workers = min(slots, region * k_blocks // MIN_SHARE)
-    if tail_workers <= tail:
-        return None
-    whole = units - region
-    return Schedule(slots if whole else tail_workers, units, k_blocks, whole_units=whole, tail_workers=tail_workers)
-
-
 def schedule_for(spec: GemmSpec, config: WgmmaConfig, gpu: Geometry | None = None) -> Schedule:
     """A config's schedule on `gpu` (None: the arch table's sm_90 GPU): one block per tile, or a
     persistent grid of one block per SM: of all the SMs (as many clusters as always fit:
@@ -255,7 +232,7 @@ def schedule_for(spec: GemmSpec, config: WgmmaConfig, gpu: Geometry | None = Non
     if not config.persistent:
         return Schedule(units, units, k_blocks, whole_units=units)
     most = (gpu or geometry(None, "sm_90a")).cluster_grid(config.cluster_m)
-    plans = [plan(units, k_blocks, blocks // config.cluster_m, config.split_tail, config.split_cap, config.stream_k)
+    plans = [plan(units, k_blocks, blocks // config.cluster_m, config.split_tail, config.split_cap)
              for blocks in sorted({most, min(most, IN_STEP_BLOCKS)})]
     return min(plans, key=lambda p: p.tile_times)  # the first (fewer workers) on a tie
 
@@ -292,14 +269,13 @@ __device__ __forceinline__ bool next_piece(int worker, int& cursor, int& unit, i
     }
     // Past the whole units (a whole number of rounds when any are split): this worker's share
     // [lo, hi) of the tail's k-blocks, cut at unit boundaries (a share is at most one unit long, so
-    // two pieces at most: the end of one unit, then the start of the next; with stream_k under two
-    // units, so three at most: the end of one, a whole unit, the start of the next).
+    // two pieces at most: the end of one unit, then the start of the next).
     if (worker >= TAIL_WORKERS) return false;
     const int lo = (int)((long long)worker * TAIL_K_BLOCKS / TAIL_WORKERS);
     const int hi = (int)((long long)(worker + 1) * TAIL_K_BLOCKS / TAIL_WORKERS);
     const int taken = cursor - WHOLE_UNITS / WORKERS;  // tail pieces this worker has run
-    const int start = taken == 0 ? lo : (lo / K_BLOCKS + taken) * K_BLOCKS;  // the next piece starts a unit
-    if (start >= hi) return false;
+    const int start = taken == 0 ? lo : (lo / K_BLOCKS + 1) * K_BLOCKS;
+    if (taken > 1 || start >= hi) return false;
     unit = WHOLE_UNITS + start / K_BLOCKS;
     kb_begin = start % K_BLOCKS;
     kb_end = min(K_BLOCKS, hi - start / K_BLOCKS * K_BLOCKS);

@@ -15,7 +15,6 @@ WGMMA_DOMAINS: tuple[tuple[str, tuple], ...] = (
     ("c_ring", (False, True)), ("c_l2_prefetch", (False, True)), ("stmatrix", (False, True)),
     ("serpentine", (False, True)), ("overlap_epilogue", (False, True)), ("d_over_c", (False, True)),
     ("c_first_buffer", (False, True)), ("stage_operands", (False, True)),
-    ("stream_k", (False, True)),
 )
 
 # The parameters each constraint reads (directly or through WgmmaConfig's derived properties).
@@ -24,8 +23,7 @@ WGMMA_READS: dict[str, tuple[str, ...]] = {
     "registers": ("bm", "bn", "consumers", "pingpong"),
     "shared_memory": ("bm", "bn", "stages", "tma_store", "store_slices", "consumers", "pingpong", "d_over_c",
                       "c_first_buffer"), "pipeline": ("stages", "specialized"),
-    "schedule": ("group_m", "cluster_m", "specialized", "persistent", "bn", "split_tail", "pingpong", "serpentine",
-                 "stream_k", "split_cap"),
+    "schedule": ("group_m", "cluster_m", "specialized", "persistent", "bn", "split_tail", "pingpong", "serpentine"),
     "store": ("tma_store", "store_slices", "bm", "bn", "specialized", "pingpong", "c_spread", "c_ring",
               "c_l2_prefetch", "stmatrix", "overlap_epilogue", "persistent", "stages", "d_over_c",
               "c_first_buffer"),
