@@ -69,7 +69,7 @@ def test_the_split_source_declares_its_cluster_and_starts_early():
     assert f"(size_t){PREFETCH_BYTES['columns_split']} / strip_lines" in source.code
     # A block writes into the first block's shared memory only after the whole cluster runs.
     code = source.code
-    assert code.index("barrier.cluster.arrive.relaxed") < code.index("barrier.cluster.wait.aligned") < code.index(
+    assert code.index("cluster_arrive_relaxed();") < code.index("cluster_wait();") < code.index(
         "cluster_store(&split_sums")
     assert KernelSource.from_json(source.to_json()).cluster_blocks == SPLIT_WAYS
     plain = render(ONE_VECTOR, config.with_(k_splits=1), "sm_90a")

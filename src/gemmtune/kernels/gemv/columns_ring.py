@@ -126,7 +126,9 @@ extern "C" __global__ void __launch_bounds__(THREADS + 32 * PRODUCER_WARPS) {ent
             #pragma unroll
             for (int i = 0; i < 4; ++i) acc[r][i] += __shfl_xor_sync(0xffffffffu, acc[r][i], lanes);
     // Then the warps' sums, through the ring: every stage has been read, so it is idle (named barrier 1:
-    // the consumers only; the producer has left).
+    // the consumers only; the producer has left). bar.sync is .aligned, like __syncthreads: every consumer
+    // thread runs these two (the only branch around them, the producer's return, is a whole warp's), and
+    // ptxas reconverges each warp after the spin waits and lane branches before them.
     asm volatile("bar.sync 1, %0;" :: "r"(THREADS) : "memory");
     float* partial = ring;  // [CONSUMER_WARPS][R][STRIP]
     if (lane < TX)

@@ -13,7 +13,7 @@ from ...spec import GemmSpec
 from ..config_base import ceil_div
 from ..parts.epilogue import CArg, Operands, VectorArg, epilogue_call, epilogue_function, pointer_params
 from ..parts.floats import FLOAT_VIEW, HALF_FLOATS, TO_OUT
-from ..parts import dependent_launch
+from ..parts import cluster_barrier, dependent_launch
 from . import columns_ring, columns_tensor_cores, tensor_cores
 from .config import (NAME, VERSION, GemvConfig, block_outputs, block_threads, outputs, quads, rejections,
                      ring_smem_bytes, ring_strip_bytes, stream_kind, streams_b, vec, vectors)
@@ -454,14 +454,15 @@ extern "C" __global__ void __launch_bounds__(THREADS){" __cluster_dims__(1, SPLI
 
 # k_splits: a block may write into the first block's shared memory only once every block of the cluster
 # runs (each says so at its start, SPLIT_RANGE, and waits here, long after, before its sums go there).
+# Reached after the K walk and the shuffles, the barrier is the part's non-aligned form (cluster_barrier.py).
 CLUSTER_STARTED = """
-    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // every block of the cluster is running"""
+    cluster_wait();  // every block of the cluster is running"""
 
 # A split's contiguous share of K, in whole quads (4 values) so the quads walk keeps its alignment.
 SPLIT_RANGE = """
     const int k_lo = blockIdx.y * K_SHARE, k_end = min(K, k_lo + K_SHARE);  // this block's share of K
     __shared__ float split_sums[SPLITS][R][COLS];  // the first block's: every split's sums of the strip
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");  // this block runs (CLUSTER_STARTED)"""
+    cluster_arrive_relaxed();  // this block runs (CLUSTER_STARTED)"""
 
 
 def _split_declarations(config: GemvConfig) -> str:
@@ -470,7 +471,7 @@ def _split_declarations(config: GemvConfig) -> str:
     return f"""
 constexpr int SPLITS = {config.k_splits};  // blocks sharing each strip of outputs (one cluster), each a share of K
 constexpr int K_SHARE = ((K + SPLITS - 1) / SPLITS + 3) / 4 * 4;
-// Store one float into the same place of the cluster's first block's shared memory (mapa: its address there).
+{cluster_barrier.ARRIVE_AND_WAIT}{cluster_barrier.SYNC}// Store one float into the same place of the cluster's first block's shared memory (mapa: its address there).
 __device__ __forceinline__ void cluster_store(float* local, float value) {{
     const unsigned int here = static_cast<unsigned int>(__cvta_generic_to_shared(local));
     asm volatile("{{\\n .reg .u32 there;\\n mapa.shared::cluster.u32 there, %0, 0;\\n st.shared::cluster.f32 [there], %1;\\n}}"
@@ -484,7 +485,7 @@ def _split_finish(store: str) -> str:
     return f"""
     // Every block's stores into the first block's shared memory are done and visible to it past this barrier;
     // the other blocks may then end (the first block reads only its own shared memory).
-    asm volatile("barrier.cluster.arrive.release.aligned;\\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    cluster_sync();
     if (blockIdx.y != 0) return;
     for (int idx = threadIdx.x; idx < R * COLS; idx += THREADS) {{
         const int r = idx / COLS, c = idx % COLS, p = blockIdx.x * COLS + c;

@@ -6,6 +6,7 @@ Shared-memory operands are 32-bit shared-window addresses (``smem_addr``), as th
 """
 from __future__ import annotations
 
+from ..parts import cluster_barrier
 from ..parts.floats import HALF_FLOATS, PACK_PAIR
 from ..parts.tf32_split import TF32_PARTS
 
@@ -151,16 +152,16 @@ __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.
 template <int REGS>
 __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(REGS)); }
 
-// A named barrier among `threads` threads (ids 1..15; 0 is __syncthreads).
+// A named barrier among `threads` threads (ids 1..15; 0 is __syncthreads). bar.sync is the .aligned form, as
+// __syncthreads' own bar.sync 0 is: every caller is a whole warpgroup (or all consumers) whose way to it
+// depends only on the warpgroup and the block's loops, never on the lane, so every thread of each warp runs
+// this same instruction and ptxas reconverges the warp first (the non-aligned barrier.sync only reorders the
+// write-back's SASS, NVRTC 13.0, 2026-11-28).
 __device__ __forceinline__ void named_barrier(int id, int threads) {
     asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
 }
 
-// All threads of all CTAs in the cluster meet here (release/acquire: shared memory is visible).
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
+""" + cluster_barrier.SYNC + r"""
 __device__ __forceinline__ u32 cluster_cta_rank() {
     u32 rank;
     asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
