@@ -99,7 +99,8 @@ def _wgmma_cluster_sources():
     for row in table["entries"]:
         if row.get("family") == "wgmma" and row["config"].get("cluster_m", 1) > 1:
             spec = GemmSpec(row["m"], row["n"], row["k"], row["layout"], row["dtype"], row.get("epilogue", "none"))
-            yield f"{row['gpu']} {spec.short()}", family.render(spec, family.config_from_json(row["config"]), "sm_90a").code
+            config = family.config_from_json(row["config"])
+            yield f"{row['gpu']} {spec.short()}", family.render(spec, config, "sm_90a").code
 
 
 SOURCES = dict([*_gemv_sources(), *_wgmma_cluster_sources()])

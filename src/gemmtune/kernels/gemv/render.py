@@ -468,10 +468,12 @@ SPLIT_RANGE = """
 def _split_declarations(config: GemvConfig) -> str:
     """k_splits: each split's share of K; the splits of a strip are one cluster, and their sums meet in the
     shared memory of its first block (distributed shared memory: no global memory, nothing kept between launches)."""
+    barriers = cluster_barrier.ARRIVE_AND_WAIT + cluster_barrier.SYNC
     return f"""
 constexpr int SPLITS = {config.k_splits};  // blocks sharing each strip of outputs (one cluster), each a share of K
 constexpr int K_SHARE = ((K + SPLITS - 1) / SPLITS + 3) / 4 * 4;
-{cluster_barrier.ARRIVE_AND_WAIT}{cluster_barrier.SYNC}// Store one float into the same place of the cluster's first block's shared memory (mapa: its address there).
+{barriers}
+// Store one float into the same place of the cluster's first block's shared memory (mapa: its address there).
 __device__ __forceinline__ void cluster_store(float* local, float value) {{
     const unsigned int here = static_cast<unsigned int>(__cvta_generic_to_shared(local));
     asm volatile("{{\\n .reg .u32 there;\\n mapa.shared::cluster.u32 there, %0, 0;\\n st.shared::cluster.f32 [there], %1;\\n}}"

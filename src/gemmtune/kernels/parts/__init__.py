@@ -4,6 +4,8 @@ A part is a Python constant or function that returns CUDA text (a device functio
 named helpers) that more than one family emits. A family's render stitches parts together with its
 own main loop; no family spells a part's CUDA itself, so a fix to a part reaches every kernel.
 
+    cluster_barrier  cluster_arrive_relaxed / cluster_wait / cluster_sync: the cluster barrier without
+              .aligned (a warp need not arrive converged)
     epilogue  apply_epilogue(v, row, col, <operands>), its definition and its call
     floats    16-bit float types, to_float / from_float / to_out / pack_pair, FloatView
     flags     acquire loads, release stores and the spin wait on a flag in global memory

@@ -25,10 +25,14 @@ ALIGNED_CLUSTER_BARRIER = re.compile(r"barrier\.cluster\.(?:arrive|wait)(?:\.\w+
 ARRIVE_AND_WAIT = r"""// Cluster barrier (sm_90+), without .aligned: each thread arrives and waits on its own, so a warp
 // need not be converged here (kernels/parts/cluster_barrier.py says why).
 // This thread has started (no memory ordering); cluster_wait() later returns once every thread has.
-__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory"); }
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
+}
 // Returns once every thread of every block of the cluster has arrived; acquire: the writes they released
 // before arriving are visible.
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
+}
 """
 
 SYNC = r"""// All threads of all blocks of the cluster meet here, without .aligned (kernels/parts/cluster_barrier.py):
