@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import math
 import statistics
@@ -276,13 +277,19 @@ class Outcome:
     compile_s: float | None = None
     notes: tuple[str, ...] = ()
 
+    @functools.cached_property
+    def ratios(self) -> dict[str, float | None]:
+        """Each of RATIOS by name, computed once (tables and summaries ask for them many times)."""
+        return {which.name: paired_ratio(self, which) for which in RATIOS}
+
     def to_json(self) -> dict:
         g = self.case.gemm
         return {"model": g.model, "layer": g.layer, "m": g.m, "n": g.n, "k": g.k, "epilogue": g.epilogue,
                 "regime": g.regime, "source": g.source, "dtype": self.case.dtype, "kernels": self.kernels,
                 "checks": self.checks, "compile_s": self.compile_s, "notes": list(self.notes),
                 "median_us": {name: statistics.median(t) * 1e6 for name, t in self.times.items()},
-                "ratios": {r.name: ratio(self, r) for r in RATIOS}, "times_s": self.times}
+                "ratios": self.ratios,
+                "times_us": {name: [round(t * 1e6, 2) for t in times] for name, times in self.times.items()}}
 
 
 @dataclass(frozen=True)
@@ -448,11 +455,16 @@ def times_of(outcome: Outcome, name: str) -> list[float] | None:
     return outcome.times.get(name)
 
 
-def ratio(outcome: Outcome, which: Ratio) -> float | None:
+def paired_ratio(outcome: Outcome, which: Ratio) -> float | None:
+    """The median of the per-round ratios peer / ours; None where either was not timed."""
     from gemmtune.timing import ratio_to
 
     ours, peer = times_of(outcome, which.ours), times_of(outcome, which.peer)
     return ratio_to(peer, ours)[0] if ours and peer else None
+
+
+def ratio(outcome: Outcome, which: Ratio) -> float | None:
+    return outcome.ratios[which.name]
 
 
 def geomean(values: list[float]) -> float:
