@@ -7,12 +7,14 @@ import numpy as np
 import pytest
 
 from gemmtune.compiler import compile_kernel
-from gemmtune.epilogue import OPS, Epilogue
+from gemmtune.epilogue import (_GELU_K, FAST_GELU_OUT_DTYPES, FAST_GELU_PREAMBLE, GELU_CUBIC, GELU_PREAMBLE, OPS, Epilogue,
+                               gelu_preamble)
 from gemmtune.errors import SpecError
 from gemmtune.export.reference import reference_source
 from gemmtune.kernels.simt.render import render
 from gemmtune.kernels.simt.config import default_config
-from gemmtune.spec import GemmSpec
+from gemmtune.spec import OUT_DTYPES, GemmSpec
+from gemmtune.verify import FP32_EPS, K_FACTOR, OUTPUT_ROUNDING
 
 COMPOSITIONS = ["relu+add", "alpha+beta", "bias_col+gelu", "bias_row+relu+add", "alpha+bias_col+gelu+beta",
                 "add+relu", "gelu+alpha"]
@@ -131,6 +133,85 @@ def test_gelu_is_close_to_the_exact_erf_form() -> None:
     v = np.linspace(-6, 6, 1001)
     exact = 0.5 * v * (1 + np.vectorize(math.erf)(v / math.sqrt(2)))
     assert np.max(np.abs(Epilogue.parse("gelu").reference(v, {}) - exact)) < 1e-3
+
+
+# --- GELU's hardware tanh ---------------------------------------------------------------------
+TANH_APPROX_REL_ERROR = 2.0**-11  # tanh.approx.f32's bound over its whole range (PTX ISA 9.1)
+
+
+def _f32_fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """fmaf in float32: the exact product (two float32 fit a float64) plus c, rounded once (twice here,
+    harmlessly for a bound of 2^-12)."""
+    return (a.astype(np.float64) * b + c).astype(np.float32)
+
+
+def _fast_gelu_f32(x: np.ndarray, tanh_error: float) -> np.ndarray:
+    """FAST_GELU_PREAMBLE's gelu_tanh step by step in float32, its tanh.approx.f32 standing in as the
+    exact tanh times (1 + tanh_error)."""
+    f32 = np.float32
+    z = (x * _f32_fma(np.full_like(x, f32(GELU_CUBIC)), (x * x).astype(f32), f32(_GELU_K))).astype(f32)
+    t = (np.tanh(z.astype(np.float64)) * (1.0 + tanh_error)).astype(f32)
+    half_x = (f32(0.5) * x).astype(f32)
+    return _f32_fma(half_x, t, half_x)
+
+
+def _gelu_sweep() -> np.ndarray:
+    """Every scale GELU meets: a dense linear sweep of ±30 and log-spaced magnitudes from 1e-30 to 100."""
+    tiny_to_large = np.logspace(-30, 2, 200_001)
+    x = np.concatenate([np.linspace(-30, 30, 2_000_001), tiny_to_large, -tiny_to_large]).astype(np.float32)
+    return x[x != 0]
+
+
+def test_the_emulation_models_the_emitted_helper() -> None:
+    # the sweep below is only evidence while it computes what the kernels run
+    assert f"fmaf({GELU_CUBIC!r}f, x * x, {_GELU_K!r}f)" in FAST_GELU_PREAMBLE
+    assert 'asm("tanh.approx.f32 %0, %1;"' in FAST_GELU_PREAMBLE and "fmaf(half_x, t, half_x)" in FAST_GELU_PREAMBLE
+    assert "tanhf(" not in FAST_GELU_PREAMBLE and "tanhf(" in GELU_PREAMBLE
+
+
+@pytest.mark.parametrize("out_dtype", sorted(OUT_DTYPES))
+def test_hardware_tanh_gelu_only_where_its_error_is_below_the_output_rounding(out_dtype: str) -> None:
+    """GELU with tanh.approx.f32, at its documented worst (a relative error of 2^-11 either way), is
+    off by at most 2^-12·|x|: within the output's own rounding at the input's scale for fp16 (2^-11)
+    and bf16 (2^-8), and within the rounding of its value for x > 0. fp32 outputs (no rounding of
+    their own in verify's tolerance) keep tanhf."""
+    x = _gelu_sweep()
+    exact = Epilogue.parse("gelu").reference(x, {})
+    worst_at_input_scale = worst_relative = 0.0
+    for error in (TANH_APPROX_REL_ERROR, -TANH_APPROX_REL_ERROR):
+        diff = np.abs(_fast_gelu_f32(x, error) - exact)
+        worst_at_input_scale = max(worst_at_input_scale, float(np.max(diff / np.abs(x.astype(np.float64)))))
+        worst_relative = max(worst_relative, float(np.max(diff[x > 0] / exact[x > 0])))
+    assert 2.0**-12.01 < worst_at_input_scale < 2.0**-12 * (1 + 2.0**-10)  # the bound is met, and tight
+    within = worst_at_input_scale <= OUTPUT_ROUNDING[out_dtype] and worst_relative <= OUTPUT_ROUNDING[out_dtype]
+    assert within == (out_dtype in FAST_GELU_OUT_DTYPES)
+    assert ("tanh.approx.f32" in gelu_preamble(out_dtype)) == (out_dtype in FAST_GELU_OUT_DTYPES)
+
+
+def test_tanhf_gelu_fits_the_fp32_tolerance() -> None:
+    # fp32 outputs: the tanhf helper in float32 is off by about 2^-23·|x| (numpy's float32 tanh
+    # standing in for tanhf), a quarter of verify's smallest fp32 tolerance (K = 1: 16·eps) at most
+    x = _gelu_sweep()
+    f32 = np.float32
+    z = (f32(_GELU_K) * (x + (f32(0.044715) * x * x * x).astype(f32))).astype(f32)
+    ours = (f32(0.5) * x * (f32(1.0) + np.tanh(z).astype(f32))).astype(f32)
+    worst = np.max(np.abs(ours - Epilogue.parse("gelu").reference(x, {})) / np.abs(x.astype(np.float64)))
+    assert worst < K_FACTOR * FP32_EPS / 4
+
+
+@pytest.mark.parametrize("out_dtype", sorted(OUT_DTYPES))
+def test_the_preamble_follows_the_output_type(out_dtype: str) -> None:
+    epilogue = Epilogue.parse("bias_col+gelu")
+    assert epilogue.cuda_preamble(out_dtype) == gelu_preamble(out_dtype)
+    assert epilogue.cuda_preamble() == GELU_PREAMBLE  # no type given: the accurate one
+    assert Epilogue.parse("bias_col+relu").cuda_preamble(out_dtype) == ""
+
+
+def test_a_vector_element_passed_by_the_caller_replaces_the_guarded_read() -> None:
+    epilogue = Epilogue.parse("bias_col+gelu")
+    assert epilogue.cuda_statements("r", "c", "N") == ["if (c < N) v += bias[c];", "v = gelu_tanh(v);"]
+    assert epilogue.cuda_statements("r", "c", "N", vector="bias_at[j][1]") == ["v += bias_at[j][1];", "v = gelu_tanh(v);"]
+    assert Epilogue.parse("bias_row+add").cuda_statements("r", "c", "N", c="c0", vector="b") == ["v += b;", "v += c0;"]
 
 
 # --- CUDA --------------------------------------------------------------------------------------

@@ -90,6 +90,31 @@ def test_call_matches_the_declaration():
         epilogue_function(epi, Operands(CArg.ABSENT))  # the function could not read C
 
 
+def test_a_bias_value_is_a_float_parameter_read_by_the_caller():
+    epi = Epilogue.parse("bias_col+gelu")
+    staged = Operands(CArg.VALUE, VectorArg.VALUE)
+    assert staged.declarations(epi) == ["float bias"]
+    text = epilogue_function(epi, staged)
+    assert "float bias) {" in text and "v += bias;" in text and "bias[" not in text
+    # without the caller's register, the guarded read in place (of the view or pointer in scope)
+    assert epilogue_call(epi, staged, "v0", "row", "col") == "apply_epilogue(v0, row, col, (col < N ? bias[col] : 0.0f))"
+    assert epilogue_call(epi, staged, "v0", "row", "col", bias="bias_at[jb][0]") == \
+        "apply_epilogue(v0, row, col, bias_at[jb][0])"
+    assert epilogue_call(Epilogue.parse("bias_row"), staged, "v", "r", "c") == \
+        "apply_epilogue(v, r, c, (r < M ? bias[r] : 0.0f))"
+
+
+@pytest.mark.parametrize("out_fp32", [False, True])
+def test_gelu_takes_the_hardware_tanh_for_16_bit_outputs_in_every_family(out_fp32):
+    for family in families():
+        (m, n, k, layout, dtype), arch = SHAPES[family.name]
+        spec = GemmSpec(m, n, k, layout, dtype, "bias_col+gelu", out_dtype="fp32" if out_fp32 else None)
+        code = family.render(spec, family.default_config(spec, arch), arch).code
+        assert code.count("float gelu_tanh(float x)") == 1, family.name
+        assert ("tanh.approx.f32" in code) == (spec.out_dtype in ("bf16", "fp16")), (family.name, spec.out_dtype)
+        assert ("tanhf(" in code) == (spec.out_dtype == "fp32"), (family.name, spec.out_dtype)
+
+
 def test_view_of_c_is_indexed_in_place():
     text = epilogue_function(Epilogue.parse("add"), Operands(CArg.VIEW, VectorArg.VIEW))
     assert "FloatView<out_t> C) {" in text and "v += C[(size_t)(row) * N + (col)];" in text

@@ -56,6 +56,10 @@ class EpilogueOp:
     cuda: str
     reference: Callable[[np.ndarray, dict], np.ndarray]
     summary: str
+    # The statement where the caller passes the vector operand's element {value} (read and guarded
+    # once for all the rows or columns that share it: parts/epilogue.py's VectorArg.VALUE); "" for an
+    # op without a vector operand.
+    cuda_value: str = ""
 
 
 OPS: dict[str, EpilogueOp] = {
@@ -63,9 +67,9 @@ OPS: dict[str, EpilogueOp] = {
     for op in (
         EpilogueOp("alpha", (ALPHA,), "v *= alpha;", lambda v, x: v * x["alpha"], "scale by scalar alpha"),
         EpilogueOp("bias_row", (BIAS_ROW,), "if ({row} < M) v += bias[{row}];", lambda v, x: v + x["bias"][:, None],
-                   "add bias[row] (length M)"),
+                   "add bias[row] (length M)", "v += {value};"),
         EpilogueOp("bias_col", (BIAS_COL,), "if ({col} < N) v += bias[{col}];", lambda v, x: v + x["bias"][None, :],
-                   "add bias[col] (length N)"),
+                   "add bias[col] (length N)", "v += {value};"),
         EpilogueOp("relu", (), "v = fmaxf(v, 0.0f);", lambda v, x: np.maximum(v, 0.0), "ReLU"),
         EpilogueOp("gelu", (), "v = gelu_tanh(v);", lambda v, x: _gelu64(v), "GELU, tanh form"),
         EpilogueOp("add", (MATRIX_C,), "v += {c};", lambda v, x: v + x["C"],
@@ -82,6 +86,32 @@ __device__ __forceinline__ float gelu_tanh(float x) {
     return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
 }
 """
+
+# The hardware tanh (tanh.approx.f32, one MUFU.TANH, sm_75+) has a relative error of at most 2^-11
+# (PTX ISA; about 2^-16.5 measured), so GELU's error is at most 2^-12·|x|: within the rounding of a
+# 16-bit output at the input's scale (fp16's unit roundoff is 2^-11, bf16's 2^-8). fp32 outputs keep
+# libm's tanhf (GELU_PREAMBLE, a few ulp): their tolerance has no rounding to hide 2^-12 in.
+# tests/test_epilogue.py sweeps x through a float32 emulation of this helper for that bound.
+FAST_GELU_OUT_DTYPES = frozenset({"bf16", "fp16"})
+GELU_CUBIC = 0.044715 * _GELU_K  # √(2/π)·0.044715: z = x·(√(2/π) + GELU_CUBIC·x²)
+FAST_GELU_PREAMBLE = f"""\
+// GELU, tanh approximation: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), tanh by the hardware's
+// tanh.approx.f32 (one MUFU.TANH; libm's tanhf is ~20 instructions and two MUFU). Its relative error
+// (at most 2^-11) moves GELU by at most 2^-12·|x|, under a 16-bit output's rounding at that scale.
+__device__ __forceinline__ float gelu_tanh(float x) {{
+    const float half_x = 0.5f * x;
+    const float z = x * fmaf({GELU_CUBIC!r}f, x * x, {_GELU_K!r}f);  // √(2/π)·(x + 0.044715·x³)
+    float t;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(z));
+    return fmaf(half_x, t, half_x);  // 0.5·x·(1 + t)
+}}
+"""
+
+
+def gelu_preamble(out_dtype: str) -> str:
+    """The GELU helper for outputs of `out_dtype`: the hardware tanh where its error is below the
+    output's rounding (16-bit outputs), libm's tanhf otherwise (fp32)."""
+    return FAST_GELU_PREAMBLE if out_dtype in FAST_GELU_OUT_DTYPES else GELU_PREAMBLE
 
 
 @dataclass(frozen=True)
@@ -119,19 +149,30 @@ class Epilogue:
         order = (MATRIX_C, BIAS_ROW, BIAS_COL, ALPHA, BETA)
         return tuple(op for op in order if op in found)
 
-    def cuda_preamble(self) -> str:
-        return GELU_PREAMBLE if "gelu" in self.ops else ""
+    def cuda_preamble(self, out_dtype: str = "fp32") -> str:
+        """The helpers the ops call, for outputs of `out_dtype` (the GELU helper; fp32, the default,
+        takes the accurate one)."""
+        return gelu_preamble(out_dtype) if "gelu" in self.ops else ""
 
     @property
     def reads_c(self) -> bool:
         return MATRIX_C in self.operands()
 
-    def cuda_statements(self, row: str, col: str, ld: str, c: str | None = None) -> list[str]:
+    def cuda_statements(self, row: str, col: str, ld: str, c: str | None = None,
+                        vector: str | None = None) -> list[str]:
         """CUDA statements that turn float `v` (the accumulator) into the output value.
 
-        `c` is the expression for C[row, col]; by default C is indexed in place (row-major, ld)."""
+        `c` is the expression for C[row, col]; by default C is indexed in place (row-major, ld).
+        `vector` is the expression for the bias element of (row, col), read and guarded by the
+        caller; by default the bias vector is indexed in place under the matrix guard."""
         c_value = c if c is not None else f"C[(size_t)({row}) * {ld} + ({col})]"
-        return [OPS[name].cuda.format(row=row, col=col, ld=ld, c=c_value) for name in self.ops]
+
+        def statement(op: EpilogueOp) -> str:
+            if vector is not None and op.cuda_value:
+                return op.cuda_value.format(value=vector)
+            return op.cuda.format(row=row, col=col, ld=ld, c=c_value)
+
+        return [statement(OPS[name]) for name in self.ops]
 
     def reference(self, acc: np.ndarray, operands: dict[str, np.ndarray | float]) -> np.ndarray:
         """Apply the chain in float64 to `acc` (= A·B) with the given operand values."""

@@ -25,7 +25,7 @@ from ..kernels.wgmma.config import WgmmaConfig, overlap_idle, staging_seconds
 from ..kernels.wgmma.schedule import schedule_for
 from ..spec import GemmSpec
 from .candidates import candidates, fitted_twin
-from .features import HBM_BYTES_PER_S, PEAK_FLOPS, features, has_geometry, roofline_s
+from .features import HBM_BYTES_PER_S, PEAK_FLOPS, EpilogueCost, epilogue_cost, features, has_geometry, roofline_s
 from .model import ChooserModel, FamilyModel, feature_matrix, load
 
 # Features shown by --explain, in this order.
@@ -94,6 +94,7 @@ class Pick:
     features: tuple[tuple[str, float], ...]
     split: SplitTail | None = None  # the schedule's split tail, as the explanation tells it
     fitted_from: int = 0  # the measured tile width this config's width was fitted from (0: not fitted)
+    epilogue: EpilogueCost | None = None  # the fused epilogue's estimated cost, in predicted_s
 
     def feature(self, name: str) -> float:
         return dict(self.features)[name]
@@ -118,7 +119,8 @@ class Pick:
                 + (f"; tile width fitted to N: {self.config.bn} columns for {self.fitted_from}, predicted as "
                    f"{self.fitted_from} (candidates.FIT_MIN_SAVING)" if self.fitted_from else "")
                 + ("; every tile is split along K, so it runs without overlap_epilogue (whole-width wgmma)"
-                   if self.overlap_dropped() else ""))
+                   if self.overlap_dropped() else "")
+                + (f"; {self.epilogue.text()}" if self.epilogue is not None else ""))
 
     def overlap_dropped(self) -> bool:
         """Whether the kernel is rendered without the config's overlap_epilogue (no whole tile to overlap:
@@ -183,7 +185,8 @@ def fitted(spec: GemmSpec, picks: list[Pick], sm_count: int) -> list[Pick]:
         if twin is not None:
             f = features(spec, twin, sm_count)
             pick = Pick(pick.family, twin, pick.predicted_s, pick.scored_by, tuple(f.items()),
-                        split_tail(spec, twin, sm_count, f["blocks_per_sm"]), fitted_from=pick.config.bn)
+                        split_tail(spec, twin, sm_count, f["blocks_per_sm"]), fitted_from=pick.config.bn,
+                        epilogue=pick.epilogue)
         if pick.config not in seen:
             seen.add(pick.config)
             out.append(pick)
@@ -200,13 +203,16 @@ def rank_configs(spec: GemmSpec, family: str, configs: list[Any], sm_count: int,
         return [Pick(family, c, math.nan, f"the {family} family's default (the chooser has no model of it)", ())
                 for c in configs]
     model = model if model is not None else shipped_model()
-    scores, scored_by = _scores(spec, configs, sm_count, model.for_family(family) if model else None)
+    kernel_s, scored_by = _scores(spec, configs, sm_count, model.for_family(family) if model else None)
+    # The model times plain GEMMs: a fused epilogue's own work is added (features.epilogue_cost).
+    epilogues = [epilogue_cost(spec, c, sm_count, float(s)) for c, s in zip(configs, kernel_s)]
+    scores = kernel_s + np.array([e.seconds if e is not None else 0.0 for e in epilogues])
     order = sorted(range(len(configs)), key=lambda i: (scores[i], i))  # ties: the candidate list's order
     picks = []
     for i in order:
         f = features(spec, configs[i], sm_count)
         picks.append(Pick(family, configs[i], float(scores[i]), scored_by, tuple(f.items()),
-                          split_tail(spec, configs[i], sm_count, f["blocks_per_sm"])))
+                          split_tail(spec, configs[i], sm_count, f["blocks_per_sm"]), epilogue=epilogues[i]))
     return picks
 
 
@@ -230,3 +236,23 @@ def explain(picks: list[Pick], top: int = 5) -> str:
     if any(p.split is not None for p in picks[:top]):
         lines.append("  (splits: the K ranges a split-tail schedule cuts its tail tiles into)")
     return "\n".join(lines)
+
+
+def tile_key(config: Any) -> tuple:
+    """What a wgmma config's speed mostly is, beside its write-back: tile, grid, schedule, cluster and staging."""
+    return (config.bm, config.bn, config.consumers, config.persistent, config.split_tail, config.cluster_m,
+            config.stage_operands)
+
+
+def plain_tile_pick(spec: GemmSpec, arch: str, sm_count: int | None = None) -> Any | None:
+    """For a spec with an epilogue: the best-ranked fused candidate on the tile, grid and schedule of the
+    plain GEMM's pick (the model was trained on plain GEMMs, so its tile choice for a fused spec follows
+    the epilogue's bytes, not the kernel's speed); None where the spec has no epilogue, the family is
+    not wgmma, or no fused candidate shares the plain pick's tile."""
+    if spec.epilogue.is_identity:
+        return None
+    plain = rank(spec.without_epilogue(), arch, sm_count)[0].config
+    if not isinstance(plain, WgmmaConfig):
+        return None
+    fused = [p.config for p in rank(spec, arch, sm_count)]
+    return next((c for c in fused if isinstance(c, WgmmaConfig) and tile_key(c) == tile_key(plain)), None)

@@ -24,6 +24,7 @@ from ..kernels.simt.config import SimtConfig
 from .. import arch
 from ..kernels.wgmma.config import WgmmaConfig, operand_rows
 from ..kernels.wgmma.schedule import schedule_for
+from ..epilogue import FAST_GELU_OUT_DTYPES
 from ..spec import GemmSpec
 
 SM_THREADS, SM_REGISTERS, SM_SMEM, SM_BLOCKS = 2048, 65536, 228 * 1024, 32  # per SM, sm_80/sm_90
@@ -165,6 +166,83 @@ def schedule_features(spec: GemmSpec, config: Any, sm_count: int, waves: float, 
             "tail_ways": ways, "scatter": float(s.scatter),
             "schedule_fill": spec.m * spec.n * spec.k / (parallel * tile_times * tile_macs),
             "log_critical_over_roofline": math.log(critical_s / roofline_s(spec))}
+
+
+# --- the epilogue's own work (issue 67) --------------------------------------------------------
+# The model is trained on plain GEMMs and sees a fused epilogue only through C's bytes in
+# bytes_per_flop; the SMs' work on each output element is added to its prediction here, estimated.
+SM_CLOCK_HZ = 1.755e9  # an H100 SXM's boost clock: only the scale of the estimate
+ISSUE_PER_CLOCK = 128  # thread instructions an SM issues a clock (4 schedulers × 32 lanes)
+MUFU_PER_CLOCK = 16  # results the SM's special function units (MUFU.TANH, EX2, RCP) return a clock
+# The share of its issue slots the epilogue gets: two consumer warps a scheduler, mostly dependent
+# chains. Fitted to the one measurement there is (H200, 6304x3072x768 bf16 nt, issue 67): GELU by
+# libm's tanhf, 22 instructions an element, cost 28.5 µs over 5 tiles an SM, 1.8x its issue time.
+ISSUE_EFFICIENCY = 0.5
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """What an epilogue op costs per output element: thread instructions issued, of them MUFU ops."""
+
+    issue: float
+    mufu: float = 0.0
+
+
+# Counted in the SASS of the wgmma write-back (6304x3072x768 nt bf16, tile 128x256 in 2 stmatrix
+# slices, sm_90a, NVRTC 13.0, 2026-11-28): the fused kernel's instructions less the plain one's, over
+# the 192 outputs a thread's write-back code holds. The bias is read once per column (bias_col: 2 rows
+# a thread, a pair per load) or row; add and beta read C from shared memory (about one instruction) and
+# add it. GELU: tanh.approx.f32 for 16-bit outputs, libm's tanhf (GELU_TANHF) for fp32 ones.
+OP_COSTS = {"alpha": OpCost(1.0), "beta": OpCost(2.0), "add": OpCost(2.0), "relu": OpCost(1.0),
+            "bias_col": OpCost(1.8), "bias_row": OpCost(1.1), "gelu": OpCost(6.0, 1.0)}
+GELU_TANHF = OpCost(22.0, 2.0)
+
+
+def op_cost(name: str, out_dtype: str) -> OpCost:
+    if name == "gelu" and out_dtype not in FAST_GELU_OUT_DTYPES:
+        return GELU_TANHF
+    return OP_COSTS[name]
+
+
+@dataclass(frozen=True)
+class EpilogueCost:
+    """The estimated time a fused epilogue adds to a kernel: `work_s`, the SMs' instructions on the
+    output elements of the busiest SM's tiles (none of it hidden under the tensor cores), and
+    `memory_s`, the time C's bytes add where reading every operand once at HBM speed outlasts the
+    model's time (C is streamed during the main loop, so only the part past that time shows)."""
+
+    issue: float  # instructions an element
+    mufu: float  # MUFU ops an element
+    elements_per_sm: int  # output elements of the busiest SM's tiles
+    work_s: float
+    memory_s: float = 0.0
+
+    @property
+    def seconds(self) -> float:
+        return self.work_s + self.memory_s
+
+    def text(self) -> str:
+        memory = f", C's bytes {self.memory_s * 1e6:.1f} µs past it" if self.memory_s else ""
+        return (f"epilogue +{self.seconds * 1e6:.1f} µs ({self.issue:.1f} instructions and {self.mufu:.0f} MUFU "
+                f"an element, {self.elements_per_sm} elements on the busiest SM{memory})")
+
+
+def epilogue_cost(spec: GemmSpec, config: Any, sm_count: int, model_s: float = 0.0) -> EpilogueCost | None:
+    """The fused epilogue's estimated cost for `config` (None for a plain GEMM): OP_COSTS per output
+    element, at the SM's issue rate (ISSUE_EFFICIENCY) or its MUFU rate, whichever is slower, over the
+    padded tiles the busiest SM writes; plus C's traffic past `model_s` (the model's time)."""
+    if spec.epilogue.is_identity:
+        return None
+    costs = [op_cost(name, spec.out_dtype) for name in spec.epilogue.ops]
+    issue, mufu = sum(c.issue for c in costs), sum(c.mufu for c in costs)
+    g = geometry(spec, config, sm_count)
+    tiles = math.ceil(spec.m / g.bm) * math.ceil(spec.n / g.bn)  # each tile's epilogue runs once
+    elements = math.ceil(tiles / min(sm_count, tiles)) * g.bm * g.bn
+    clocks = elements * max(issue / (ISSUE_PER_CLOCK * ISSUE_EFFICIENCY), mufu / MUFU_PER_CLOCK)
+    c_bytes = spec.m * spec.n * spec.out_element_bytes if spec.epilogue.reads_c else 0
+    hbm_s = spec.min_bytes / HBM_BYTES_PER_S  # every operand once, C included
+    memory_s = min(c_bytes / HBM_BYTES_PER_S, max(0.0, hbm_s - model_s))
+    return EpilogueCost(issue, mufu, elements, clocks / SM_CLOCK_HZ, memory_s)
 
 
 def row_alignment(spec: GemmSpec, config: Any = None) -> tuple[int, int]:

@@ -504,7 +504,7 @@ def _tensor_core_code(spec: GemmSpec, config: GemvConfig, arch: str) -> str:
     """The rows (tensor_cores.py) or columns (columns_tensor_cores.py) kernel on tensor cores: no
     unpacking, A read 16 bytes at a time."""
     kernel = tensor_cores if stream_kind(spec) == "rows" else columns_tensor_cores
-    epilogue = epilogue_function(spec.epilogue, EPILOGUE_OPERANDS)
+    epilogue = epilogue_function(spec.epilogue, EPILOGUE_OPERANDS, out_dtype=spec.out_dtype)
     body = kernel.body(spec, config, entry_name(spec), _params(spec)[1], _start(spec, arch, "tensor_cores", config))
     return (_header(spec, config) + PRELUDE + _types(spec) + LOADS + _launch_helpers(spec, arch, config)
             + kernel.helpers(spec, arch) + "\n" + (epilogue + "\n" if epilogue else "") + body)
@@ -512,7 +512,7 @@ def _tensor_core_code(spec: GemmSpec, config: GemvConfig, arch: str) -> str:
 
 def _ring_code(spec: GemmSpec, config: GemvConfig, arch: str) -> str:
     """The columns kernel fed by TMA through a ring of shared-memory stages (columns_ring.py)."""
-    epilogue = epilogue_function(spec.epilogue, EPILOGUE_OPERANDS)
+    epilogue = epilogue_function(spec.epilogue, EPILOGUE_OPERANDS, out_dtype=spec.out_dtype)
     prefetch_stages = max(1, prefetch_budget(spec, "columns_ring") // ring_strip_bytes(config))
     body = columns_ring.body(spec, config, entry_name(spec), _params(spec)[1], _store(spec, "r", "p", "sum"),
                              prefetch_stages)
@@ -528,7 +528,7 @@ def _cuda_core_code(spec: GemmSpec, config: GemvConfig, arch: str) -> str:
     rows = stream_kind(spec) == "rows"
     body = _rows_body(spec, config, arch) if rows else _columns_body(spec, config, arch)
     unpack = UNPACK[STORAGE_TYPES[spec.dtype]] if vec(spec) > 1 else ""
-    epilogue = epilogue_function(spec.epilogue, EPILOGUE_OPERANDS)
+    epilogue = epilogue_function(spec.epilogue, EPILOGUE_OPERANDS, out_dtype=spec.out_dtype)
     return (_header(spec, config) + PRELUDE + _types(spec) + LOADS + _launch_helpers(spec, arch, config) + unpack
             + _x_access(spec, rows) + "\n" + (epilogue + "\n" if epilogue else "") + body)
 

@@ -19,7 +19,7 @@ from ..config_base import arch_number
 from ..parts.epilogue import CArg, Operands, VectorArg, epilogue_function, pointer_params
 from ..parts.floats import FLOAT_VIEW, HALF_FLOATS, PACK_PAIR, TO_OUT
 from ..parts.ring import SLICE_RING
-from ..parts.writeback import CRead, PairFragment, PairOutput, pair_epilogue, pair_io, pair_stores
+from ..parts.writeback import CRead, PairFragment, PairOutput, pair_epilogue, pair_io, pair_stores, staged_bias
 from .config import (
     INPUT_BYTES,
     KSTEP_BYTES,
@@ -38,15 +38,29 @@ from .ptx import CP_ASYNC, LDMATRIX, SMEM_ADDR, SPLIT_TF32, mma_helper
 
 STORAGE_TYPES = {"fp32": "float", "tf32": "float", "bf16": "bf16_t", "fp16": "fp16_t"}
 COPY_TYPES = {16: "uint4", 8: "uint2", 4: "u32", 2: "unsigned short"}
-# apply_epilogue takes C's element (loaded by the caller, a pair at a time where aligned) and bias as
-# a FloatView of D's type.
-EPILOGUE_OPERANDS = Operands(CArg.VALUE, VectorArg.VIEW)
+# apply_epilogue takes C's element (loaded by the caller, a pair at a time where aligned) and the bias:
+# its element, read by the caller once per column (row) a thread holds (STAGED_BIAS), or as a
+# FloatView of D's type that apply_epilogue indexes, guarded, per element (VIEWED_BIAS).
+STAGED_BIAS = Operands(CArg.VALUE, VectorArg.VALUE)
+VIEWED_BIAS = Operands(CArg.VALUE, VectorArg.VIEW)
 # The mma.sync accumulator fragment: thread (g, t) of a warp holds rows g and g + 8, columns 2t and
 # 2t + 1 of each 16x8 tile (acc[i][j][0..1] and [2..3]).
 FRAGMENT = PairFragment(
     loops=(("i", "MT"), ("j", "NT"), ("h", "2")), row="m0 + wrow + i * 16 + g + h * 8",
     col="n0 + wcol + j * 8 + 2 * t", values=("acc[i][j][2 * h]", "acc[i][j][2 * h + 1]"), row_depth=3,
-    note="Thread (g, t) holds rows g and g + 8, columns 2t and 2t + 1 of each 16x8 tile.")
+    note="Thread (g, t) holds rows g and g + 8, columns 2t and 2t + 1 of each 16x8 tile.",
+    col_loop="j", row_loops=("i", "h"))
+# Beside C's reads, staging the bias spilled 8-16 B where a thread holds 128 sums (64x64 warp tiles,
+# NVRTC 13.0, sm_80 and sm_90); those read it in place.
+STAGED_BIAS_MAX_SUMS_WITH_C = 64
+
+
+def epilogue_operands(spec: GemmSpec, config: MmaConfig) -> Operands:
+    """STAGED_BIAS (the write-back reads each column's or row's bias once: parts/writeback.py's
+    staged_bias over FRAGMENT's loops), except beside C in the largest warp tiles."""
+    if spec.epilogue.reads_c and config.accumulators > STAGED_BIAS_MAX_SUMS_WITH_C:
+        return VIEWED_BIAS
+    return STAGED_BIAS
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -475,10 +489,10 @@ __device__ __forceinline__ u32 pack16(u32 lo, u32 hi) { return lo | (hi << 16); 
 
 
 # --- write-back ---------------------------------------------------------------------------------
-def _output(arch: str) -> PairOutput:
+def _output(spec: GemmSpec, config: MmaConfig, arch: str) -> PairOutput:
     """C and bias come as plain pointers: C read a pair at a time where N is even, bias as a FloatView
     of D's type; offsets fit 32 bits (the spec caps each matrix's elements)."""
-    return PairOutput(EPILOGUE_OPERANDS, CRead.POINTER, bias="FloatView<out_t>{bias}", index="unsigned",
+    return PairOutput(epilogue_operands(spec, config), CRead.POINTER, bias="FloatView<out_t>{bias}", index="unsigned",
                       cvt_pairs=arch_number(arch) >= 80)
 
 
@@ -509,9 +523,11 @@ def _staged_stores(spec: GemmSpec, config: MmaConfig, output: PairOutput, uses_a
         read_c = ["float c0 = 0.0f, c1 = 0.0f;",
                   "if (row < M && col < N) read_pair(C + (unsigned)row * N + col, c0, c1);  // C's pair (N is even)"]
         c0, c1 = "c0", "c1"
-    first, second = pair_epilogue(spec, output, FRAGMENT.values, (c0, c1))
+    staged = staged_bias(spec, FRAGMENT, output)
+    first, second = pair_epilogue(spec, output, FRAGMENT.values, (c0, c1), staged.elements)
     body = "\n".join("                " + line for line in read_c + [
         f"write_pair(tile + r * PITCH + c, {first}, {second});"])
+    bias = "".join(f"    {line}\n" for line in staged.lines)
     return f"""    // Write-back through shared memory (16-byte row chunks). Thread (g, t) holds rows g and g + 8,
     // columns 2t and 2t + 1 of each 16x8 tile; the tile's rows are padded so those writes miss each other's banks.
     constexpr int PITCH = BN + {_OUT_PAD[out] // out};  // elements per output row in shared memory
@@ -519,7 +535,7 @@ def _staged_stores(spec: GemmSpec, config: MmaConfig, output: PairOutput, uses_a
     out_t* tile = reinterpret_cast<out_t*>(smem);
     {"cp_async_wait<0>();" if uses_async else ""}
     __syncthreads();  // every warp is done with the ring (and no copy is in flight): it holds D's tile now
-    #pragma unroll
+{bias}    #pragma unroll
     for (int i = 0; i < MT; ++i)
         #pragma unroll
         for (int j = 0; j < NT; ++j)
@@ -543,8 +559,8 @@ def _staged_stores(spec: GemmSpec, config: MmaConfig, output: PairOutput, uses_a
 
 def _write_back(spec: GemmSpec, config: MmaConfig, arch: str, uses_async: bool) -> str:
     if staged_write_back(spec, config):
-        return _staged_stores(spec, config, _output(arch), uses_async)
-    return pair_stores(spec, FRAGMENT, _output(arch))
+        return _staged_stores(spec, config, _output(spec, config, arch), uses_async)
+    return pair_stores(spec, FRAGMENT, _output(spec, config, arch))
 
 
 # --- the kernel ---------------------------------------------------------------------------------
@@ -817,9 +833,10 @@ def _source_text(spec: GemmSpec, config: MmaConfig, arch: str) -> str:
              f"typedef {STORAGE_TYPES[spec.out_dtype]} out_t;  // C, bias, D\n")
     return (header + HALF_FLOATS + FLOAT_VIEW + types + TO_OUT + (PACK_PAIR if arch_number(arch) >= 80 else "") + SMEM_ADDR
             + (LDMATRIX if a.use_ldmatrix or b.use_ldmatrix else "") + (CP_ASYNC if uses_async else "")
-            + mma_helper(tensor_dtype(spec), arch_number(arch)) + (SPLIT_TF32 if splits_fp32(spec) else "") + LDS + pair_io(spec, _output(arch))
+            + mma_helper(tensor_dtype(spec), arch_number(arch)) + (SPLIT_TF32 if splits_fp32(spec) else "") + LDS + pair_io(spec, _output(spec, config, arch))
             + "\n" + _constants(spec, config, a, b) + _shared_storage(config) + (SLICE_RING if config.stages > 1 else "") + "\n"
-            + epilogue_function(spec.epilogue, EPILOGUE_OPERANDS, "c is C[row, col], loaded by the caller.")
+            + epilogue_function(spec.epilogue, epilogue_operands(spec, config), "c is C[row, col], loaded by the caller.",
+                                out_dtype=spec.out_dtype)
             + _offset_function(a) + _offset_function(b)
             + _copy_function(spec, a, config.threads) + _copy_function(spec, b, config.threads) + _kernel(spec, config, arch, a, b))
 

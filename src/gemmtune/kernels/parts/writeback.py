@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from ...spec import GemmSpec
-from .epilogue import Operands, epilogue_call
+from .epilogue import Operands, VectorArg, bias_kind, epilogue_call, vector_element
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,10 @@ class PairFragment:
     values: tuple[str, str]             # the registers holding (row, col) and (row, col + 1)
     row_depth: int                      # the row reads only the first row_depth indices: it is computed and guarded there
     note: str = ""                      # a comment line: which pairs a thread holds
+    # The loop index `col` alone reads, and those `row` alone reads: where apply_epilogue takes the
+    # bias as a VALUE, each column's (row's) bias is read once, before the loops (staged_bias).
+    col_loop: str = ""
+    row_loops: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not 1 <= self.row_depth <= len(self.loops):
@@ -61,7 +65,7 @@ class PairOutput:
 
     operands: Operands      # apply_epilogue's declaration (C passed as a value)
     c_read: CRead = CRead.VIEW
-    bias: str = "bias"      # what apply_epilogue is passed for the bias vector
+    bias: str | None = None  # the bias vector as the stores name it (None: `bias`): passed, or read for a VALUE
     index: str = "size_t"   # the type an element's offset row * N + col is computed in
     cvt_pairs: bool = True  # 16-bit pairs packed by one cvt ...x2 (pack_pair; sm_80 and newer)
     odd_edge: OddEdge = OddEdge.EACH
@@ -102,15 +106,60 @@ def pair_io(spec: GemmSpec, output: PairOutput) -> str:
             + (read if _reads_c_pairs(spec, output) else "") + write)
 
 
-def _apply(spec: GemmSpec, output: PairOutput, value: str, col: str, c: str | None) -> str:
-    return epilogue_call(spec.epilogue, output.operands, value, "row", col, c=c, bias=output.bias)
+def _apply(spec: GemmSpec, output: PairOutput, value: str, col: str, c: str | None, bias: str | None) -> str:
+    if output.operands.vector is VectorArg.VALUE and bias is None and bias_kind(spec.epilogue):
+        bias = vector_element(spec.epilogue, "row", col, output.bias or "bias")  # read in place, guarded
+    elif output.operands.vector is not VectorArg.VALUE:
+        bias = output.bias
+    return epilogue_call(spec.epilogue, output.operands, value, "row", col, c=c, bias=bias)
 
 
 def pair_epilogue(spec: GemmSpec, output: PairOutput, values: tuple[str, str],
-                  c: tuple[str | None, str | None] = (None, None)) -> tuple[str, str]:
+                  c: tuple[str | None, str | None] = (None, None),
+                  bias: tuple[str | None, str | None] = (None, None)) -> tuple[str, str]:
     """The epilogue applied to a pair's two values at (row, col) and (row, col + 1), with C's values
-    `c` where it reads C: the expressions a store writes (names `row` and `col` in scope)."""
-    return _apply(spec, output, values[0], "col", c[0]), _apply(spec, output, values[1], "col + 1", c[1])
+    `c` where it reads C and the bias elements `bias` where they are staged (StagedBias.elements): the
+    expressions a store writes (names `row` and `col` in scope)."""
+    return (_apply(spec, output, values[0], "col", c[0], bias[0]),
+            _apply(spec, output, values[1], "col + 1", c[1], bias[1]))
+
+
+@dataclass(frozen=True)
+class StagedBias:
+    """The bias of a thread's pairs read once before its loops: `lines` declare and fill bias_at,
+    `elements` are a pair's two elements in it (loop indices in scope). Empty where nothing is staged."""
+
+    lines: tuple[str, ...] = ()
+    elements: tuple[str | None, str | None] = (None, None)
+
+
+def staged_bias(spec: GemmSpec, fragment: PairFragment, output: PairOutput) -> StagedBias:
+    """Where apply_epilogue takes the bias as a VALUE and the fragment names the loops its columns
+    (rows) follow: each column's (row's) bias read once for all the rows (columns) a thread holds of
+    it, by loads no predicate holds back (a column past N reads bias[N - 1]: its outputs are not
+    stored), so all are in flight at once."""
+    kind = bias_kind(spec.epilogue)
+    loops = (fragment.col_loop,) if kind == "col" and fragment.col_loop else fragment.row_loops if kind == "row" else ()
+    if output.operands.vector is not VectorArg.VALUE or not loops:
+        return StagedBias()
+    count, vector = dict(fragment.loops), output.bias or "bias"
+    heads = [line for depth, i in enumerate(loops)
+             for line in ("    " * depth + "#pragma unroll", "    " * depth + f"for (int {i} = 0; {i} < {count[i]}; ++{i})")]
+    pad = "    " * len(loops)
+    at = "bias_at" + "".join(f"[{i}]" for i in loops)
+    if kind == "col":
+        shape = f"[{count[fragment.col_loop]}][2]"
+        heads[-1] += " {"
+        body = [f"{pad}const int col = {fragment.col};", f"{pad}{at}[0] = {vector}[min(col, N - 1)];",
+                f"{pad}{at}[1] = {vector}[min(col + 1, N - 1)];", "    " * (len(loops) - 1) + "}"]
+        elements, what = (f"{at}[0]", f"{at}[1]"), "columns"
+    else:
+        shape = "".join(f"[{count[i]}]" for i in loops)
+        body = [f"{pad}{at} = {vector}[min({fragment.row}, M - 1)];"]
+        elements, what = (at, at), "rows"
+    lines = [f"// The bias of this thread's {what}, each read once for all it holds of it.", f"float bias_at{shape};",
+             *heads, *body]
+    return StagedBias(tuple(lines), elements)
 
 
 def _c_element(spec: GemmSpec, output: PairOutput, at: str) -> str | None:
@@ -119,14 +168,14 @@ def _c_element(spec: GemmSpec, output: PairOutput, at: str) -> str | None:
     return f"to_float(C[{at}])" if output.c_read is CRead.POINTER else f"C[{at}]"
 
 
-def _odd_stores(spec: GemmSpec, output: PairOutput) -> list[str]:
+def _odd_stores(spec: GemmSpec, output: PairOutput, bias: tuple[str | None, str | None]) -> list[str]:
     """A pair's two elements stored one by one (N odd), each only where its column is inside D."""
     each = output.odd_edge is OddEdge.EACH
     # EACH shares the offset `at`; PAIR_OR_FIRST spells it at each access, as wgmma always has
     # (sharing it there changes ptxas's address arithmetic).
     at = "at" if each else f"({output.index})row * N + col"
     first, second = pair_epilogue(spec, output, ("v0", "v1"),
-                                  (_c_element(spec, output, at), _c_element(spec, output, f"{at} + 1")))
+                                  (_c_element(spec, output, at), _c_element(spec, output, f"{at} + 1")), bias)
     if each:
         return [f"if (col < N) D[at] = to_out({first});", f"if (col + 1 < N) D[at + 1] = to_out({second});"]
     return ["if (col + 1 < N) {  // both columns inside: both values before either store",
@@ -136,12 +185,13 @@ def _odd_stores(spec: GemmSpec, output: PairOutput) -> list[str]:
             f"    D[{at}] = to_out({first});", "}"]
 
 
-def _pair_body(spec: GemmSpec, output: PairOutput, row_check: bool) -> list[str]:
+def _pair_body(spec: GemmSpec, output: PairOutput, row_check: bool, bias: tuple[str | None, str | None]) -> list[str]:
     """The stores of one pair (row, col) from v0, v1; `row_check`: the row is tested here too (it
-    became known in the innermost loop), else it is already known to be inside D."""
+    became known in the innermost loop), else it is already known to be inside D. `bias`: the pair's
+    staged bias elements (None: read in place)."""
     at = f"const {output.index} at = ({output.index})row * N + col;  // D's (and C's) element (row, col)"
     if spec.n % 2:
-        stores = ([at] if output.odd_edge is OddEdge.EACH else []) + _odd_stores(spec, output)
+        stores = ([at] if output.odd_edge is OddEdge.EACH else []) + _odd_stores(spec, output, bias)
         return ["if (row < M) {", *("    " + line for line in stores), "}"] if row_check else stores
     c0 = c1 = None
     body = []
@@ -150,7 +200,7 @@ def _pair_body(spec: GemmSpec, output: PairOutput, row_check: bool) -> list[str]
         c0, c1 = "c0", "c1"
     elif spec.epilogue.reads_c:
         c0, c1 = _c_element(spec, output, "at"), _c_element(spec, output, "at + 1")
-    store = "    write_pair(D + at, {}, {});".format(*pair_epilogue(spec, output, ("v0", "v1"), (c0, c1)))
+    store = "    write_pair(D + at, {}, {});".format(*pair_epilogue(spec, output, ("v0", "v1"), (c0, c1), bias))
     guard = "row < M && col < N" if row_check else "col < N"
     return [f"if ({guard}) {{  // N is even, so col + 1 < N too: the pair is one aligned store", f"    {at}", *body, store, "}"]
 
@@ -162,6 +212,8 @@ def pair_stores(spec: GemmSpec, fragment: PairFragment, output: PairOutput, inde
     how = ("pairs of outputs, one 32/64-bit store each" if spec.n % 2 == 0
            else "single outputs: N is odd, so pairs are not aligned")
     lines = [f"// Write-back from registers ({how})."] + ([f"// {fragment.note}"] if fragment.note else [])
+    staged = staged_bias(spec, fragment, output)
+    lines += staged.lines
     innermost = fragment.row_depth == len(fragment.loops)
     for depth, (index, count) in enumerate(fragment.loops):
         pad, inner = "    " * depth, "    " * (depth + 1)
@@ -172,6 +224,6 @@ def pair_stores(spec: GemmSpec, fragment: PairFragment, output: PairOutput, inde
     pad = "    " * len(fragment.loops)
     lines += [f"{pad}const int col = {fragment.col};",
               f"{pad}const float v0 = {fragment.values[0]}, v1 = {fragment.values[1]};"]
-    lines += [pad + line for line in _pair_body(spec, output, innermost)]
+    lines += [pad + line for line in _pair_body(spec, output, innermost, staged.elements)]
     lines += ["    " * depth + "}" for depth in reversed(range(len(fragment.loops)))]
     return "".join(f"{indent}{line}\n" for line in lines)

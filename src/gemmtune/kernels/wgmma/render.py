@@ -653,7 +653,7 @@ def _body_unified(spec: GemmSpec, config: WgmmaConfig) -> str:
 
 def _code(spec: GemmSpec, config: WgmmaConfig, plan: Schedule, entry: str, maps: tuple[TensorMapArg, ...]) -> str:
     body = _body_specialized(spec, config, plan) if config.specialized else _body_unified(spec, config)
-    epilogue = "" if spec.epilogue.is_identity else spec.epilogue.cuda_preamble() + epilogue_function(spec.epilogue)
+    epilogue = "" if spec.epilogue.is_identity else spec.epilogue.cuda_preamble(spec.out_dtype) + epilogue_function(spec.epilogue)
     return "\n".join([
         f"// gemmtune {FAMILY} v{VERSION}: {spec.short()}, {config.describe()}",
         "// TMA loads into a ring of 128-byte-swizzled shared-memory stages, wgmma from shared memory",

@@ -16,9 +16,11 @@ from ..parts.writeback import CRead, OddEdge, PairFragment, PairOutput, pair_io,
 from .config import OUT_BYTES, WgmmaConfig, out_dtype
 from .groups import CPath
 
-# apply_epilogue takes C's element (read by the caller from global or shared memory) and bias as a
-# FloatView of D's type; the kernel and store_tile take C and bias as FloatViews.
-EPILOGUE_OPERANDS = Operands(CArg.VALUE, VectorArg.VIEW)
+# apply_epilogue takes C's element (read by the caller from global or shared memory) and the bias
+# element, read by the caller once per column (row) for every row (column) the thread holds of it
+# (store_tile: parts/writeback.py's staged_bias over FRAGMENT's loops; store_tile_smem: BIAS_COLS,
+# BIAS_ROWS), or in place where it is not staged; the kernel and store_tile take C and bias as FloatViews.
+EPILOGUE_OPERANDS = Operands(CArg.VALUE, VectorArg.VALUE)
 
 
 def epilogue_function(epilogue: Epilogue) -> str:
@@ -33,11 +35,80 @@ def operand_decls(epilogue: Epilogue, c_value: bool = False, skip_c: bool = Fals
     return Operands(c, VectorArg.VIEW).declarations(epilogue)
 
 
-def epilogue_call(spec: GemmSpec, value: str, col: str, c: str) -> str:
-    """`value = apply_epilogue(value, row, col, ...)`, C passed as the expression `c`."""
+def epilogue_call(spec: GemmSpec, value: str, col: str, c: str, bias: str | None = None) -> str:
+    """`value = apply_epilogue(value, row, col, ...)`, C passed as the expression `c`, the bias element
+    as `bias` (default: a guarded read in place)."""
     if spec.epilogue.is_identity:
         return ""
-    return f"{value} = {epilogue_part.epilogue_call(spec.epilogue, EPILOGUE_OPERANDS, value, 'row', col, c)}; "
+    call = epilogue_part.epilogue_call(spec.epilogue, EPILOGUE_OPERANDS, value, 'row', col, c, bias)
+    return f"{value} = {call}; "
+
+
+# The shared-memory write-back reads the bias once: a thread holds M_BLOCKS·2 rows of each of its
+# columns and BN / 4 columns of each of its rows, so each bias element is read once, into registers
+# (bias_at), instead of once per accumulator. No load is predicated: a guarded load per element kept
+# as many loads in flight as ptxas had predicate registers (7), one L2 round trip per 7 loads. An
+# element past D's edge reads the last one instead (in range; its outputs are clipped by the TMA
+# store), so every load of a slice is in flight at once.
+# bias_col: per slice, the SLICE_COLS / 4 columns this thread holds in it; where the slice lies
+# inside D and the vector is aligned (as every allocation is), a pair of columns in one load.
+BIAS_PAIRS = "tile_n * BN + (slice + 1) * SLICE_COLS <= N && pairs_aligned"
+BIAS_COLS = """// This thread's bias for its columns of the slice, read once for all its rows (M_BLOCKS·2 of
+        // each): bias_at[jb][e] is column first_col + 8·jb + e.
+        float bias_at[SLICE_COLS / 8][2];
+        const int first_col = tile_n * BN + slice * SLICE_COLS + 2 * (lane % 4);
+        const bool pairs_aligned = reinterpret_cast<size_t>(bias.p) % sizeof(pair_word) == 0;
+        if (""" + BIAS_PAIRS + """) {  // inside D: a pair per load
+            #pragma unroll
+            for (int jb = 0; jb < SLICE_COLS / 8; ++jb)
+                unpack_pair(*reinterpret_cast<const pair_word*>(bias.p + first_col + jb * 8), bias_at[jb][0], bias_at[jb][1]);
+        } else {  // the slice crosses N (columns past it read bias[N - 1]), or the vector is unaligned
+            #pragma unroll
+            for (int jb = 0; jb < SLICE_COLS / 8; ++jb) {
+                bias_at[jb][0] = bias[min(first_col + jb * 8, N - 1)];
+                bias_at[jb][1] = bias[min(first_col + jb * 8 + 1, N - 1)];
+            }
+        }
+        """
+# bias_row: once per call, the M_BLOCKS·2 rows this thread holds (every slice has the same rows).
+BIAS_ROWS = """
+    // This thread's bias for its rows, read once for all its columns: bias_at[mb][half] is row
+    // mb·64 + 16·warp + lane / 4 + 8·half of this consumer's rows (rows past M read bias[M - 1]).
+    float bias_at[M_BLOCKS][2];
+    #pragma unroll
+    for (int mb = 0; mb < M_BLOCKS; ++mb)
+        #pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int row = tile_m * BM + consumer * CONSUMER_ROWS + mb * 64 + warp * 16 + lane / 4 + 8 * half;
+            bias_at[mb][half] = bias[min(row, M - 1)];
+        }"""
+
+
+# The widest slice whose bias columns are staged (SLICE_COLS / 4 floats a thread: 32). A whole
+# 256-column tile in one slice (64 floats beside the 128 sums) spilled, as did the pair loop, which
+# holds a row of C words beside them (NVRTC 13.0, sm_90a); those read the bias in place.
+STAGED_BIAS_COLS = 128
+
+
+def staged_bias(spec: GemmSpec, config: WgmmaConfig) -> str | None:
+    """Which bias the shared-memory write-back reads once into registers: 'row' (M_BLOCKS·2 values a
+    thread), 'col' where the slice is packed into words for stmatrix and at most STAGED_BIAS_COLS
+    wide, else None (read in place, per element)."""
+    kind = epilogue_part.bias_kind(spec.epilogue)
+    words = config.stmatrix or config.c_path(spec).d_over_c  # the slice goes through _matrix_words
+    if kind == "col" and not (words and config.bn // config.store_slices <= STAGED_BIAS_COLS):
+        return None
+    return kind
+
+
+def staged_bias_elements(staged: str | None, jb: str) -> tuple[str | None, str | None]:
+    """The registers holding the bias of a pair's two elements (8-column group `jb` of the slice, rows
+    mb and half in scope) where the bias is `staged` ('row', 'col'), else (None, None): read in place."""
+    if staged == "col":
+        return f"bias_at[{jb}][0]", f"bias_at[{jb}][1]"
+    if staged == "row":
+        return "bias_at[mb][half]", "bias_at[mb][half]"
+    return None, None
 
 
 # The wgmma accumulator fragment: in each 64-row block, thread t of the warpgroup holds rows
@@ -46,7 +117,8 @@ FRAGMENT = PairFragment(
     loops=(("mb", "M_BLOCKS"), ("half", "2"), ("j", "BN / 8")),
     row="tile_m * BM + consumer * CONSUMER_ROWS + mb * 64 + warp * 16 + lane / 4 + 8 * half",
     col="tile_n * BN + j * 8 + 2 * (lane % 4)", values=("acc[mb][4 * j + 2 * half]", "acc[mb][4 * j + 2 * half + 1]"),
-    row_depth=2, note="In each 64-row block, thread t of the warpgroup holds rows 16·warp + lane/4 (+8), columns 8·j + 2·(lane%4) (+1).")
+    row_depth=2, note="In each 64-row block, thread t of the warpgroup holds rows 16·warp + lane/4 (+8), columns 8·j + 2·(lane%4) (+1).",
+    col_loop="j", row_loops=("mb", "half"))
 # C and bias arrive as FloatViews: C is read element by element, and (N odd) a pair's two values are
 # computed before either store (a store to D could alias a FloatView's reads).
 OUTPUT = PairOutput(EPILOGUE_OPERANDS, CRead.VIEW, odd_edge=OddEdge.PAIR_OR_FIRST)
@@ -112,11 +184,13 @@ __device__ __forceinline__ void ldmatrix_x4(const void* at, u32 (&words)[4]) {
 """
 
 
-def _pair_loop(spec: GemmSpec) -> str:
-    """One slice's fragment, a pair of neighbours per shared-memory access."""
+def _pair_loop(spec: GemmSpec, staged: str | None) -> str:
+    """One slice's fragment, a pair of neighbours per shared-memory access; the bias from registers
+    where it is `staged` ('row', 'col')."""
     reads_c = spec.epilogue.reads_c
-    fix0 = epilogue_call(spec, "v0", "col", "c0")
-    fix1 = epilogue_call(spec, "v1", "col + 1", "c1")
+    bias0, bias1 = staged_bias_elements(staged, "jj")
+    fix0 = epilogue_call(spec, "v0", "col", "c0", bias0)
+    fix1 = epilogue_call(spec, "v1", "col + 1", "c1", bias1)
     # C is read from the slots that D then overwrites. One thread's loads and stores could alias as
     # far as the compiler knows (the swizzle hides it), so a load after a store waits for it: all of
     # a fragment row's C words are loaded first, one batch of shared-memory latency instead of one
@@ -143,14 +217,15 @@ def _pair_loop(spec: GemmSpec) -> str:
         }}"""
 
 
-def _matrix_words(spec: GemmSpec) -> str:
+def _matrix_words(spec: GemmSpec, staged: str | None) -> str:
     """One slice's D as packed words, in the order stmatrix takes them: blocks q = 0..3 of an
     instruction are (rows +8·(q%2), columns +8·(q/2)) of a 16-row × 16-column piece of the fragment.
     C comes per ldmatrix (the same blocks) from `c_tile`. Only registers are written: the buffer may
-    still be in use."""
+    still be in use. The bias comes from registers where it is `staged` ('row', 'col')."""
     reads_c = spec.epilogue.reads_c
-    fix0 = epilogue_call(spec, "v0", "col", "c0")
-    fix1 = epilogue_call(spec, "v1", "col + 1", "c1")
+    bias0, bias1 = staged_bias_elements(staged, "jb")
+    fix0 = epilogue_call(spec, "v0", "col", "c0", bias0)
+    fix1 = epilogue_call(spec, "v1", "col + 1", "c1", bias1)
     # All of a 64-row block's C words first (one batch of shared-memory latency).
     load_c = ("""u32 c_words[SLICE_COLS / 16][4];
             #pragma unroll
@@ -242,7 +317,7 @@ class SliceSteps:
     after_store: str = ""
 
 
-def _d_over_c_steps(spec: GemmSpec, c: CPath) -> SliceSteps:
+def _d_over_c_steps(spec: GemmSpec, c: CPath, staged: str | None) -> SliceSteps:
     """Each warp rewrites, in place, the rows of C it has just read (ldmatrix and stmatrix take the same
     addresses), so no barrier comes between the reads and the writes, and no buffer has to be waited
     for. A slot goes back once its store has read it: the previous slice's once this one's is issued
@@ -263,31 +338,31 @@ def _d_over_c_steps(spec: GemmSpec, c: CPath) -> SliceSteps:
             release_ring_slot(&empty[c_pending]);
         }}
         {advance}"""
-    return SliceSteps(_lines(LANE_BLOCK, _c_wait(c)), _lines(_matrix_words(spec), matrix_store("c_tile")),
+    return SliceSteps(_lines(LANE_BLOCK, _c_wait(c)), _lines(_matrix_words(spec, staged), matrix_store("c_tile")),
                       store_from="c_tile", after_store=after_store)
 
 
-def _stmatrix_steps(spec: GemmSpec, c: CPath) -> SliceSteps:
+def _stmatrix_steps(spec: GemmSpec, c: CPath, staged: str | None) -> SliceSteps:
     """The slice is computed into registers first (C's loads, the epilogue, the packing), and only then
     does the consumer wait for the buffer: the wait for the previous slice's store to have read it
     runs under that work instead of before it. That wait's barrier also shows every thread has read
     its C words, so a ring slot goes back right after it."""
     buffer_wait = "" if c is CPath.TILE else FREE_BUFFER + (SLOT_BACK if c.through_ring else "")
-    return SliceSteps(_lines(LANE_BLOCK, _c_wait(c)), _lines(_matrix_words(spec), buffer_wait, MATRIX_STORE))
+    return SliceSteps(_lines(LANE_BLOCK, _c_wait(c)), _lines(_matrix_words(spec, staged), buffer_wait, MATRIX_STORE))
 
 
-def _pair_steps(spec: GemmSpec, c: CPath) -> SliceSteps:
+def _pair_steps(spec: GemmSpec, c: CPath, staged: str | None) -> SliceSteps:
     """Pairs of C are read and pairs of D written one after the other: the buffer is freed first (C's
     own landing frees it where C comes in the buffer)."""
-    return SliceSteps(_lines("" if c is CPath.TILE else FREE_BUFFER, _c_wait(c)), _pair_loop(spec),
+    return SliceSteps(_lines("" if c is CPath.TILE else FREE_BUFFER, _c_wait(c)), _pair_loop(spec, staged),
                       free_slot=SLOT_BACK if c.through_ring else "")
 
 
 def slice_steps(spec: GemmSpec, config: WgmmaConfig) -> SliceSteps:
     c = config.c_path(spec)
     if c.d_over_c:
-        return _d_over_c_steps(spec, c)
-    return (_stmatrix_steps if config.stmatrix else _pair_steps)(spec, c)
+        return _d_over_c_steps(spec, c, staged_bias(spec, config))
+    return (_stmatrix_steps if config.stmatrix else _pair_steps)(spec, c, staged_bias(spec, config))
 
 
 def _c_params(c: CPath) -> list[str]:
@@ -337,6 +412,8 @@ def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
     template = "template <int FIRST, int LAST>\n" if halves else ""
     first, last = ("FIRST", "LAST") if halves else ("0", "STORE_SLICES")
     slices_doc = "\n// Slices FIRST .. LAST - 1 only (the two halves of the tile are written back apart)." if halves else ""
+    bias_rows = BIAS_ROWS if staged_bias(spec, config) == "row" else ""
+    bias_cols = BIAS_COLS if staged_bias(spec, config) == "col" else ""
     return _smem_helpers(spec, config) + f"""
 // Write-back through shared memory, one slice of SLICE_COLS columns at a time. Each consumer owns
 // ROWS_PER_CONSUMER rows of the slice buffer, kept as SLICE_COLS / OUT_CHUNK chunks of 128-byte rows
@@ -348,10 +425,10 @@ def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
 {template}__device__ __forceinline__ void store_tile_smem(const float (&acc)[M_BLOCKS][BN / 2], int tile_m, int tile_n,
                                                 int consumer, unsigned char* out_buf, {", ".join(params)}) {{
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-    unsigned char* tile = out_buf + consumer * ROWS_PER_CONSUMER * SLICE_COLS * (int)sizeof(out_t);
+    unsigned char* tile = out_buf + consumer * ROWS_PER_CONSUMER * SLICE_COLS * (int)sizeof(out_t);{bias_rows}
     #pragma unroll
     for (int slice = {first}; slice < {last}; ++slice) {{
-        {steps.wait}
+        {bias_cols}{steps.wait}
         {steps.write_slice}
         fence_async_shared();               // the TMA engine reads what these threads wrote
         named_barrier(1 + consumer, 128);   // every thread of this consumer has written its part{steps.free_slot}
