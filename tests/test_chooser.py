@@ -484,3 +484,22 @@ def test_explain_says_when_the_overlap_is_dropped():
     assert "runs without overlap_epilogue" in long_k.why()
     square = rank(GemmSpec(4096, 4096, 4096, "nt", "bf16"), "sm_90a")[0]
     assert "runs without overlap_epilogue" not in square.why()
+
+
+def test_epilogues_that_read_c_without_a_bias_keep_the_plain_picks_tile():
+    """on_plain_tile: `add`/`alpha+beta` specs run on the plain GEMM's pick's tile and schedule (measured faster
+    on every such shape, 2026-11-28); with a bias, or without C, the model's order stands."""
+    from gemmtune.chooser import fitted, rank, rank_configs, tile_key
+    from gemmtune.chooser.candidates import candidates
+
+    for m, n, k, epilogue in ((40, 5120, 13824, "add"), (56, 8192, 8192, "alpha+beta"), (1024, 2048, 8192, "relu+add")):
+        spec = GemmSpec(m, n, k, "nt", "bf16", epilogue)
+        plain = rank(spec.without_epilogue(), "sm_90a", 132)[0].config
+        first = rank(spec, "sm_90a", 132)[0]
+        assert tile_key(first.config) == tile_key(plain) and first.config.c_path(spec).value != "none"
+        model_order = fitted(spec, rank_configs(spec, "wgmma", candidates("wgmma", spec, "sm_90a", 132), 132), 132)
+        if tile_key(model_order[0].config) != tile_key(plain):  # moved: the explanation says so
+            assert first.plain_tile and "on_plain_tile" in first.why()
+    spec = GemmSpec(5000, 1024, 1024, "nt", "bf16", "bias_col+add")
+    model_order = fitted(spec, rank_configs(spec, "wgmma", candidates("wgmma", spec, "sm_90a", 132), 132), 132)
+    assert rank(spec, "sm_90a", 132)[0].config == model_order[0].config

@@ -13,7 +13,7 @@ Deterministic: the same spec, arch and model give the same ranking.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -95,6 +95,7 @@ class Pick:
     split: SplitTail | None = None  # the schedule's split tail, as the explanation tells it
     fitted_from: int = 0  # the measured tile width this config's width was fitted from (0: not fitted)
     epilogue: EpilogueCost | None = None  # the fused epilogue's estimated cost, in predicted_s
+    plain_tile: bool = False  # put first as the plain GEMM's pick's tile (on_plain_tile), not by its prediction
 
     def feature(self, name: str) -> float:
         return dict(self.features)[name]
@@ -120,7 +121,8 @@ class Pick:
                    f"{self.fitted_from} (candidates.FIT_MIN_SAVING)" if self.fitted_from else "")
                 + ("; every tile is split along K, so it runs without overlap_epilogue (whole-width wgmma)"
                    if self.overlap_dropped() else "")
-                + (f"; {self.epilogue.text()}" if self.epilogue is not None else ""))
+                + (f"; {self.epilogue.text()}" if self.epilogue is not None else "")
+                + ("; first as the plain GEMM's pick's tile and schedule (chooser.on_plain_tile)" if self.plain_tile else ""))
 
     def overlap_dropped(self) -> bool:
         """Whether the kernel is rendered without the config's overlap_epilogue (no whole tile to overlap:
@@ -172,7 +174,7 @@ def rank(spec: GemmSpec, arch: str, sm_count: int | None = None, family: str | N
     if sm_count is None:
         sm_count = arch_geometry(None, arch).sm_count
     picks = rank_configs(spec, chosen.name, candidates(chosen.name, spec, arch, sm_count), sm_count, model)
-    return fitted(spec, picks, sm_count)
+    return on_plain_tile(spec, fitted(spec, picks, sm_count), arch, sm_count, model)
 
 
 def fitted(spec: GemmSpec, picks: list[Pick], sm_count: int) -> list[Pick]:
@@ -244,15 +246,28 @@ def tile_key(config: Any) -> tuple:
             config.stage_operands)
 
 
-def plain_tile_pick(spec: GemmSpec, arch: str, sm_count: int | None = None) -> Any | None:
-    """For a spec with an epilogue: the best-ranked fused candidate on the tile, grid and schedule of the
-    plain GEMM's pick (the model was trained on plain GEMMs, so its tile choice for a fused spec follows
-    the epilogue's bytes, not the kernel's speed); None where the spec has no epilogue, the family is
-    not wgmma, or no fused candidate shares the plain pick's tile."""
-    if spec.epilogue.is_identity:
-        return None
-    plain = rank(spec.without_epilogue(), arch, sm_count)[0].config
+def plain_tile_pick(spec: GemmSpec, picks: list[Pick], arch: str, sm_count: int,
+                    model: ChooserModel | None = None) -> Pick | None:
+    """Of `picks` (the fused spec's, ranked), the first on the tile, grid and schedule of the plain GEMM's
+    pick; None where the plain pick is not a wgmma config or no fused candidate shares its tile."""
+    plain = rank(spec.without_epilogue(), arch, sm_count, model=model)[0].config
     if not isinstance(plain, WgmmaConfig):
         return None
-    fused = [p.config for p in rank(spec, arch, sm_count)]
-    return next((c for c in fused if isinstance(c, WgmmaConfig) and tile_key(c) == tile_key(plain)), None)
+    return next((p for p in picks if isinstance(p.config, WgmmaConfig) and tile_key(p.config) == tile_key(plain)), None)
+
+
+def on_plain_tile(spec: GemmSpec, picks: list[Pick], arch: str, sm_count: int,
+                  model: ChooserModel | None = None) -> list[Pick]:
+    """For an epilogue that reads C and adds no bias (add, alpha+beta, relu+add ...): the ranked picks with
+    the one on the plain GEMM's pick's tile first. The model was trained on plain GEMMs; on such specs it
+    ranks every tile's C path by the bytes C adds and often lands on another tile than the plain pick's,
+    which ran slower on every such shape measured (H200, 2026-11-28, bench/results/2026-11-28-h200-fused-tile.md:
+    5 of 5 shapes 0-18% faster on the plain pick's tile; with a bias too, 3 of 5 slower, so those keep the
+    model's order)."""
+    operands = spec.epilogue.operands()
+    if not spec.epilogue.reads_c or any(op.name == "bias" for op in operands):
+        return picks
+    found = plain_tile_pick(spec, picks, arch, sm_count, model)
+    if found is None or found is picks[0]:
+        return picks
+    return [replace(found, plain_tile=True)] + [p for p in picks if p is not found]
