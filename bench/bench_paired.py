@@ -2,7 +2,7 @@
 round's ratio compares kernels that ran at the same clock.
 
 At 8192^3 the H100 runs at its power limit and its clock moves between timings taken a second apart:
-timed one after the other (wgmma_variants.py --rounds), cuBLAS's own median moved 1369-1580 µs within
+timed one after the other (probes/wgmma_variants.py --rounds), cuBLAS's own median moved 1369-1580 µs within
 one process and single-round ratios ranged 0.90-1.18. Here each round is a few milliseconds (one
 launch of each kernel, L2 emptied before each), and the ratio reported is the median of the per-round
 ratios, with its quartiles.
@@ -19,7 +19,7 @@ cycle, so the clock rises).
 
 The launches of a round follow a balanced (Williams) order, gemmtune.timing.round_order: every
 launch runs after every other equally often, so no variant always follows torch's eager launches.
---set names one of wgmma_variants.py's lists: `bars` (default: the shipped configs at the 4096^3
+--set names one of probes/wgmma_variants.py's lists: `bars` (default: the shipped configs at the 4096^3
 and 8192^3 bars), `c_path` (the fused relu+add kernel step by step, with its GEMM alone), or an
 experiment of docs/journal.md. Method and results: docs/timing.md.
 
@@ -33,6 +33,7 @@ import json
 import statistics
 import sys
 from datetime import date
+from pathlib import Path
 
 import numpy as np
 
@@ -42,7 +43,8 @@ from gemmtune.evaluate import evaluate, upload_inputs
 from gemmtune.runtime import LoadedKernel, release
 from gemmtune.timing import TimingProtocol, measure_alternating, ratio_to
 
-from wgmma_variants import SETS, Unverified, compile_variant, max_active_clusters, variant_spec, with_gemm_alone
+sys.path.insert(0, str(Path(__file__).resolve().parent / "probes"))  # wgmma_variants: the named configs and sets
+from wgmma_variants import SETS, Unverified, compile_variant, max_active_clusters, variant_spec, with_gemm_alone  # noqa: E402
 
 
 GRAPH = "cuBLAS (CUDA graph)"

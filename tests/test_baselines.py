@@ -177,11 +177,11 @@ def test_one_cutlass_candidate_builds_with_nvcc(tmp_path):
 
 
 def test_results_table_merges_runs_into_one_row_per_kernel(tmp_path):
-    """bench/baselines_table.py: the README's table from the JSON of bench runs."""
+    """bench/peers/baselines_table.py: the README's table from the JSON of bench runs."""
     from pathlib import Path
 
     write_json(_report(), tmp_path / "a.json")
-    script = Path(__file__).resolve().parent.parent / "bench" / "baselines_table.py"
+    script = Path(__file__).resolve().parent.parent / "bench" / "peers" / "baselines_table.py"
     out = subprocess.run([sys.executable, str(script), str(tmp_path / "a.json")], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stderr

@@ -1,7 +1,7 @@
 """Pictures of where the time goes, from recorded data only (no GPU): PNG and SVG.
 
 - ladder: each ladder step's TFLOP/s, CUDA-C beside numba, against cuBLAS (a line), from the JSON
-  `gemmtune ladder --backend numba --json` (or bench/bench_numba.py) writes;
+  `gemmtune ladder --backend numba --json` writes;
 - roofline: every measured kernel at its compulsory arithmetic intensity (FLOPs / minimum bytes)
   under the GPU's fp32 peak and memory bandwidth;
 - convergence: best time so far against trials and against seconds, from the tuning database.

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Issue 34: tuning an unseen aligned shape for 60 s (bf16, nt, wgmma), each run from an empty database
 # and an empty NVRTC cache; wall time of the whole command, trials/s and time to best from its summary.
-#   bash bench/tune_60s.sh   (on a GPU machine, from the repo root; OUT= a folder for the logs)
+#   bash bench/probes/tune_60s.sh   (on a GPU machine, from the repo root; OUT= a folder for the logs)
 set -u
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 COLUMNS=160
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader

@@ -1,6 +1,6 @@
 """One markdown table from the JSON files of several `gemmtune bench --baselines ... --json F` runs.
 
-    python bench/baselines_table.py run-fp32.json run-bf16.json run-fp16-fused.json > table.md
+    python bench/peers/baselines_table.py run-fp32.json run-bf16.json run-fp16-fused.json > table.md
 
 The three runs behind the README's baselines table (bench/results/2026-11-23-h100-baselines.md;
 CUTLASS needs `pip install ".[torch,cutlass]"` and nvcc on PATH):

@@ -1,6 +1,6 @@
 """Staged operands against the kernels without them, and cuBLAS, on one GPU (docs/staging.md).
 
-    PYTHONPATH=src python bench/bench_staging.py --out staging.md --json staging.json
+    PYTHONPATH=src python bench/probes/bench_staging.py --out staging.md --json staging.json
 
 For each case, in one process, under bench_untuned's protocol (L2 emptied by a read pass, median):
 - the chooser's pick (`gemmtune.build`, empty database), which stages A and/or B where their rows are
@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench_untuned import untuned_protocol  # noqa: E402
 
 UNALIGNED = ("1001x3001x1003/nt/bf16", "1001x3001x1003/nt/fp16", "1001x3001x1003/nt/tf32", "4093x4091x4097/nt/bf16",
@@ -130,7 +130,7 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 def table(rows: list[dict], device: str) -> str:
     out = [f"# Staged operands ({device}, {datetime.date.today()})", "",
-           "`python bench/bench_staging.py`; × cuBLAS = cuBLAS time / ours (higher is better); the pick's time "
+           "`python bench/probes/bench_staging.py`; × cuBLAS = cuBLAS time / ours (higher is better); the pick's time "
            "includes its staging copies; `copies`: those copies alone (the staging kernel), `memcpy`: the cuMemcpy2DAsync "
            "copies it replaced, alone; GB/s: the copies' bytes read and written over the kernel's time; `other`: the pick's config without "
            "staging (rows 16 bytes off a sector) or the mma family's pick (rows TMA cannot read in place).", "",

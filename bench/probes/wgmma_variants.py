@@ -18,7 +18,7 @@ the comment above it).
 Here they are timed one after another (--rounds N interleaves N rounds); bench_paired.py times the
 same lists in alternating rounds, the protocol the journal's late tables use.
 
-    PYTHONPATH=src python bench/wgmma_variants.py --set bars --rounds 3 [--json out.json]
+    PYTHONPATH=src python bench/probes/wgmma_variants.py --set bars --rounds 3 [--json out.json]
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ Durations are in SM cycles, converted to µs at the clock measured in the same l
 %globaltimer over each block's run). Tiles that are a block's first are left out of the per-tile
 medians (their start includes the launch and the cold ring).
 
-    PYTHONPATH=src python bench/tile_timeline.py --size 4096 --rounds 20 [--json out.json]
+    PYTHONPATH=src python bench/probes/tile_timeline.py --size 4096 --rounds 20 [--json out.json]
 """
 from __future__ import annotations
 

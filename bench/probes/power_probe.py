@@ -11,7 +11,7 @@ inside it, and cycles per launch = µs × MHz. Only reads the card's state (nvid
 --ncu NAME: verify, then launch NAME's kernel 3 times and nothing else (for
 `ncu --clock-control none --launch-skip 2 --launch-count 1`).
 
-    PYTHONPATH=src python bench/power_probe.py [--seconds 3] [--reps 2] [--json out.json]
+    PYTHONPATH=src python bench/probes/power_probe.py [--seconds 3] [--reps 2] [--json out.json]
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 from datetime import date
+from pathlib import Path
 
 import numpy as np
 
@@ -32,8 +33,9 @@ from gemmtune.evaluate import evaluate, upload_inputs
 from gemmtune.runtime import LoadedKernel, release
 from gemmtune.spec import GemmSpec
 
-from bench_paired import graph_replay
-from wgmma_variants import S12_FINAL as FINAL, compile_variant  # FINAL: the shipped fused config (commit 0eaf197)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench_paired
+from bench_paired import graph_replay  # noqa: E402
+from wgmma_variants import S12_FINAL as FINAL, compile_variant  # noqa: E402  FINAL: the shipped fused config (commit 0eaf197)
 
 SPEC = GemmSpec(4096, 4096, 4096, "nt", "fp16", "relu+add")
 FIELDS = ("power.draw.instant", "clocks.sm", "temperature.gpu", "clocks_event_reasons.active")

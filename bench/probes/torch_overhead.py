@@ -8,8 +8,8 @@ and each is replayed REPLAYS times between CUDA events; the table gives the medi
 A graph replays only GPU work, so gt.mm - raw is what the operator adds on the GPU (extra kernels,
 copies); the eager columns time the same calls launched from Python one by one.
 
-    python bench/torch_overhead.py                       # 1x4096x4096 and 4096^3 bf16
-    python bench/torch_overhead.py --shape 16x4096x4096 --out results.json
+    python bench/probes/torch_overhead.py                       # 1x4096x4096 and 4096^3 bf16
+    python bench/probes/torch_overhead.py --shape 16x4096x4096 --out results.json
 """
 from __future__ import annotations
 
