@@ -56,9 +56,11 @@ SIMT_TILES: tuple[tuple[int, ...], ...] = (
 )
 
 
-def simt_tiles() -> list[SimtConfig]:
+def simt_tiles(async_copy: bool = True) -> list[SimtConfig]:
+    """SIMT_TILES as double-buffered configs: slices copied by cp.async (sm_80+), or staged through
+    registers where the arch has no cp.async (sm_75: the T4)."""
     return [SimtConfig(bm=bm, bn=bn, bk=bk, tm=tm, tn=tn, wm=wm, wn=wn, wniter=wi, vec=4, stages=2,
-                       async_copy=True, pad=0, unroll=8)
+                       async_copy=async_copy, pad=0, unroll=8)
             for bm, bn, bk, tm, tn, wm, wn, wi in SIMT_TILES]
 
 
@@ -85,7 +87,7 @@ def split_variants(tile: SimtConfig, splits: int) -> list[SimtConfig]:
 
 def simt_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[SimtConfig]:
     found = []
-    for tile in simt_tiles():
+    for tile in simt_tiles(async_copy=arch_number(arch) >= 80):  # cp.async: sm_80 and later
         tiles = math.ceil(spec.m / tile.bm) * math.ceil(spec.n / tile.bn)
         for s in useful_splits(tiles, math.ceil(spec.k / tile.bk), sm_count):
             found += split_variants(tile, s)
