@@ -73,3 +73,17 @@ def test_show_and_export_on_a_t4(tmp_path, capsys):
     assert "__global__" in shown and "registers" in shown
     assert main(["export", "M=1000", "N=1000", "K=1000", "--arch", "sm_75", "--out", str(tmp_path / "t4")]) in (0, None)
     assert list((tmp_path / "t4").glob("*.cubin")) and list((tmp_path / "t4").glob("*.cuh"))
+
+
+def test_ptx_image_is_the_older_archs_code_for_the_jit():
+    """compiler.ptx_image: the PTX of an sm_75 build, NUL-terminated for cuModuleLoadData, as compute_75;
+    an arch-specific (sm_90a) build has none to give."""
+    from gemmtune.compiler import ptx_image
+    from gemmtune.errors import CompileError
+
+    kernel = build(GemmSpec(257, 1023, 520, "nt", "fp16"), arch="sm_75")
+    image = ptx_image(kernel.compiled)
+    assert image.arch == "compute_75" and image.cubin.endswith(b"\0") and b".target sm_75" in image.cubin
+    assert image.resources == kernel.resources and image.source == kernel.compiled.source
+    with pytest.raises(CompileError):
+        ptx_image(build(GemmSpec(256, 256, 256, "nt", "bf16"), arch="sm_90a").compiled)

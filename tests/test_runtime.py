@@ -216,3 +216,10 @@ def test_bind_gives_the_pointers_that_tensor_maps_describe() -> None:
     a, b, d = (FakeTorchTensor((64, 64), "torch.float16", ptr=0x7F0000000000 + i * 0x10000) for i in range(3))
     bindings = bind(source, a, b, {}, d)
     assert bindings == {"D": 0x7F0000020000, "A": 0x7F0000000000, "B": 0x7F0000010000}
+
+
+@pytest.mark.parametrize("arch,ok", [("compute_75", True), ("compute_89", True), ("compute_90", True), ("compute_100", False)])
+def test_ptx_of_an_older_arch_loads_on_any_newer_gpu(arch: str, ok: bool) -> None:
+    """PTX (compiler.ptx_image) is JIT-compiled by the driver: an H100 runs compute_75 .. compute_90, not compute_100."""
+    assert (arch_problem(arch, H100) is None) == ok
+    assert arch_problem("compute_89", replace(H100, cc=(8, 6))) is not None

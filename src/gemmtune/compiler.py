@@ -10,7 +10,7 @@ import os
 import re
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from .errors import CompileError, GemmtuneError
@@ -172,3 +172,18 @@ def compile_kernel(source: KernelSource, arch: str = "sm_90", cache_dir: Path | 
     meta = {"ptx": ptx, "resources": resources.to_json(), "log": log, "compile_seconds": seconds}
     _atomic_write(meta_path, json.dumps(meta).encode())
     return CompiledKernel(source, arch, cubin, ptx, resources, log, seconds, version)
+
+
+def ptx_image(compiled: CompiledKernel) -> CompiledKernel:
+    """The kernel as the PTX its GPU's driver would JIT-compile (arch `compute_XX`), in place of the cubin.
+
+    NVRTC's PTX for sm_XX is written for the virtual arch compute_XX, which any GPU of that compute
+    capability or newer loads (cuModuleLoadData JIT-compiles it). So code for GPUs we do not have (a T4's
+    sm_75, an A100's sm_80, an RTX 3090's sm_86, an L40S's sm_89) runs on an H100/H200: that proves the
+    code those GPUs would run computes the right thing, with the config checked against their limits
+    (gemmtune.arch); not their speed, occupancy or the SASS their own driver would make. The resource
+    report stays that of ptxas for sm_XX."""
+    if compiled.arch.endswith("a"):
+        raise CompileError(f"{compiled.arch} code runs only on its own arch: no PTX image for other GPUs")
+    virtual = compiled.arch.replace("sm_", "compute_")
+    return replace(compiled, arch=virtual, cubin=compiled.ptx.encode() + b"\0")

@@ -192,11 +192,16 @@ def _c_contiguous(shape: tuple[int, ...], strides: Any, itemsize: int) -> bool:
 # --- launch checks -----------------------------------------------------------------------------
 def arch_problem(arch: str, info: DeviceInfo) -> str | None:
     """Why a cubin for `arch` cannot load on `info`, or None. SASS runs on the same major with
-    an equal or higher minor; 'a' (arch-specific) cubins run on exactly their own arch."""
-    digits = arch.removeprefix("sm_").rstrip("a")
+    an equal or higher minor; 'a' (arch-specific) cubins run on exactly their own arch; PTX
+    (`compute_XX`: compiler.ptx_image) on any GPU of that compute capability or newer (JIT-compiled)."""
+    ptx = arch.startswith("compute_")
+    digits = arch.removeprefix("compute_" if ptx else "sm_").rstrip("a")
     major, minor = int(digits[:-1]), int(digits[-1])
     exact = arch.endswith("a")
-    fits = info.cc == (major, minor) if exact else (info.cc[0] == major and info.cc[1] >= minor)
+    if ptx:
+        fits = info.cc >= (major, minor)
+    else:
+        fits = info.cc == (major, minor) if exact else (info.cc[0] == major and info.cc[1] >= minor)
     return None if fits else f"the kernel was compiled for {arch} but GPU {info.ordinal} is {info.arch}"
 
 
