@@ -123,3 +123,23 @@ def test_naive_takes_ragged_shapes(cache: Path) -> None:
     source = kernel_source(ladder.schedule_rung(spec, "naive").mod, spec, {})
     assert source.grid == (2, 3, 1) and source.block == (256, 1, 1)
     compile_kernel(source, "sm_90", cache)
+
+
+@pytest.mark.parametrize("rung", ladder.RUNG_NAMES)
+def test_the_ladder_builds_for_a_t4(rung: str, cache: Path) -> None:
+    """The original brief's target (issue 66): every ladder step at 1024³ fp32 generates CUDA for sm_75 and
+    compiles there within the T4's 64 KB of shared memory a block, without spills."""
+    spec = GemmSpec(1024, 1024, 1024)
+    scheduled = ladder.schedule_rung(spec, rung)
+    assert "__global__" in build_cuda(scheduled.mod, "sm_75").cuda
+    compiled = compile_kernel(kernel_source(scheduled.mod, spec, {"step": rung}), "sm_75", cache)
+    assert compiled.arch == "sm_75" and compiled.resources.shared_bytes <= 64 * 1024
+    assert compiled.resources.spills == 0
+
+
+def test_show_cuda_for_a_t4(capsys: pytest.CaptureFixture) -> None:
+    from gemmtune.cli import main
+
+    assert main(["tvm", "show-cuda", "MNK=1024", "--arch", "sm_75"]) in (0, None)
+    out = capsys.readouterr().out
+    assert "__global__" in out and "1024x1024x1024" in out
