@@ -12,10 +12,6 @@ nothing: NVRTC 13.0 (sm_90a) gives byte-identical cubins for both forms (UCGABAR
 BSYNC) in the gemv K split (1x1023x4099 fp32 nn relu) and the wgmma cluster kernel (4096³ bf16 nt,
 cluster_m=2), 2026-11-28; so with that compiler the change alone cannot change what synccheck sees.
 
-The forms without `.aligned` let a warp leave the barrier diverged, and the compiler does not reconverge it
-after an asm it cannot see into: synccheck then reported the same error at the gemv K split's next
-`__syncthreads` (one run in two on an H200, 2026-11-28). So both waits end with `__syncwarp()`.
-
 `ALIGNED_CLUSTER_BARRIER` finds the `.aligned` forms in generated code (tests/test_aligned_barriers.py
 allows them only where no thread of the kernel can have branched yet).
 """
@@ -33,11 +29,9 @@ __device__ __forceinline__ void cluster_arrive_relaxed() {
     asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
 }
 // Returns once every thread of every block of the cluster has arrived; acquire: the writes they released
-// before arriving are visible. Each thread returns on its own, and the compiler cannot see into the asm, so the
-// warp is reconverged after it: the next __syncthreads (bar.sync, an aligned barrier) needs whole warps.
+// before arriving are visible.
 __device__ __forceinline__ void cluster_wait() {
     asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
-    __syncwarp();
 }
 """
 
@@ -45,6 +39,5 @@ SYNC = r"""// All threads of all blocks of the cluster meet here, without .align
 // release/acquire, so every write before it (shared memory of other blocks included) is visible after it.
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
-    __syncwarp();  // each thread returns on its own: whole warps again for the aligned barriers after it
 }
 """
