@@ -532,7 +532,7 @@ S12_CASES: list[tuple[GemmSpec, list[tuple[str, WgmmaConfig, Patch | None]]]] = 
     for dtype in ("fp16", "bf16")]
 
 # Set c_traffic: what C's traffic still costs (calls numbered as in
-# bench/results/2026-11-23-h100-fused-clock.md). Call 1 found the fused kernel's cycles equal
+# git show dcdd80f:bench/results/2026-11-23-h100-fused-clock.md). Call 1 found the fused kernel's cycles equal
 # to its GEMM alone's (ncu, power_probe.py) and its clock 1.2-1.6% lower at the 700 W limit (34 MB
 # more DRAM reads, C's own). Guesses at spending less: C's L2 prefetches as evict_first lines
 # (plain prefetched lines might push out A/B lines until the ring's load reads them), and group_m 16.

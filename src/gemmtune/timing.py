@@ -246,7 +246,7 @@ def round_order(names: list[str], round_index: int) -> list[str]:
 
     Rotating one fixed order was not enough: each launch then nearly always followed the same one,
     and on the H100 a kernel timed right after torch's unfused eager launches measured ~1% slower
-    than the same kernel elsewhere in the round (2026-11-23, bench/results/2026-11-23-h100-fused-clock.md),
+    than the same kernel elsewhere in the round (2026-11-23, git show dcdd80f:bench/results/2026-11-23-h100-fused-clock.md),
     which a fixed neighbour turns into a bias between variants."""
     n = len(names)
     if n < 2:

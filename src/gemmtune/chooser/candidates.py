@@ -106,7 +106,7 @@ def wgmma_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[WgmmaConf
     # copies' estimated time: chooser._scores).
     for stage, (bm, bn) in itertools.product(staging_choice(spec), wgmma_tiles(spec)):
         # The tail split along K (split_tail) on every persistent candidate: where it splits it
-        # measured 1.1-2.6x faster (H100, bench/results/2026-11-23-h100-wgmma-variants.md run 8), and
+        # measured 1.1-2.6x faster (H100, git show dcdd80f:bench/results/2026-11-23-h100-wgmma-variants.md run 8), and
         # elsewhere it changes nothing (the model sees its schedule: features.schedule_features).
         base = WgmmaConfig(bm=bm, bn=bn, consumers=1 if bm == 64 else 2, stages=4, specialized=True,
                            persistent=True, group_m=8, cluster_m=1, tma_store=True, split_tail=True,
@@ -128,7 +128,7 @@ def cluster_sizes(spec: GemmSpec, bm: int, bn: int, sm_count: int) -> tuple[int,
     are fewer than the SMs, so the split tail cuts every tile along K and the blocks stream A and B out
     of L2 with little reuse between them: there a pair's shared B cut the L2 reads of 512x512x65536
     by a third, 84.8 -> 71-75 µs in bf16 and 155 -> 123-126 in tf32 (H100, 2026-11-26,
-    bench/results/2026-11-26-h100-wgmma-clusters.md), where at 4096^3, 1536x6144x1536 and
+    git show dcdd80f:bench/results/2026-11-26-h100-wgmma-clusters.md), where at 4096^3, 1536x6144x1536 and
     2560x7168x2048 every cluster ran 1-15% slower. Clusters of 2 on tiles 128 or 256 wide, of 4 on
     256-wide ones; only where the tile rows fill every cluster."""
     tiles_m = math.ceil(spec.m / bm)

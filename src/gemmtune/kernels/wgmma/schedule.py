@@ -20,7 +20,7 @@ unit, are cut into TAIL_WORKERS contiguous shares, one per worker:
 Stream-K over the whole problem was tried first (every worker an even, contiguous share of all
 k-blocks, so no tail at all): its shares start at scattered k offsets, the blocks running together
 then read disjoint k-slabs of A and B, L2 stops holding them, and it was 30-85% slower on the large
-shapes (bench/results/2026-11-23-h100-wgmma-variants.md, run 7). Confined to the last wave, the
+shapes (git show dcdd80f:bench/results/2026-11-23-h100-wgmma-variants.md, run 7). Confined to the last wave, the
 scattered slabs are those of the few units left.
 
 Where a split unit has fewer than SCATTER_SPLITS pieces, the worker whose share holds its first
