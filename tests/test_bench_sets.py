@@ -9,14 +9,19 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 
-def _bench_modules():
+def _import_bench(*names: str) -> tuple:
+    """bench/ scripts imported by name (bench/ is not a package)."""
+    import importlib
+
     sys.path.insert(0, str(BENCH))
     try:
-        import bench_untuned
-        import collect_chooser_data
+        return tuple(importlib.import_module(name) for name in names)
     finally:
         sys.path.remove(str(BENCH))
-    return bench_untuned, collect_chooser_data
+
+
+def _bench_modules():
+    return _import_bench("bench_untuned", "collect_chooser_data")
 
 
 def test_the_evaluation_set_has_forty_shapes_and_no_training_shape():
@@ -31,13 +36,7 @@ def test_the_evaluation_set_has_forty_shapes_and_no_training_shape():
 
 # --- the model-shape suite (bench/model_shapes.py, bench/bench_models.py, issue 67) ---------------------
 def _model_modules():
-    sys.path.insert(0, str(BENCH))
-    try:
-        import bench_models
-        import model_shapes
-    finally:
-        sys.path.remove(str(BENCH))
-    return model_shapes, bench_models
+    return _import_bench("model_shapes", "bench_models")
 
 
 def _chooser_training_shapes() -> set[tuple[int, int, int]]:
