@@ -57,6 +57,15 @@ def known_arch(arch: str) -> bool:
     return base_arch(arch) in ARCH_TABLE
 
 
+def device_of_arch(device: Any | None, arch: str) -> Any | None:
+    """`device` where it is a GPU of `arch` (sm_90 and sm_90a alike), else None: a kernel built for another
+    GPU (an H200 building for a T4's sm_75) is chosen with that arch's table, not the present GPU's SM
+    count, shared memory or tuning records. A device that names no arch is kept."""
+    if device is None or getattr(device, "arch", None) is None:
+        return device
+    return device if base_arch(device.arch) == base_arch(arch) else None
+
+
 def arch_limits(arch: str) -> ArchLimits:
     limits = ARCH_TABLE.get(base_arch(arch))
     if limits is None:
@@ -89,11 +98,12 @@ class Geometry:
 def geometry(device: Any | None, arch: str, sm_count: int | None = None) -> Geometry:
     """The geometry of `device` (a DeviceInfo, or None offline) for kernels built for `arch`.
 
-    The device's SM count and shared-memory limits where it is present, the table's for the others;
+    The device's SM count and shared-memory limits where it is present and of `arch`, the table's for the others;
     `sm_count` stands for a GPU of the arch with that many SMs (a recorded environment, the chooser
     asked about another GPU). Cluster capacities measured on the table's GPU are kept only for a GPU
     with its SM count."""
     limits = arch_limits(arch)
+    device = device_of_arch(device, arch)
     gpu = Geometry(base_arch(arch), limits.sm_count, limits.smem_per_block, limits.smem_per_sm, limits.regs_per_sm,
                    limits.threads_per_sm, limits.blocks_per_sm, f"arch table: {limits.gpu}", limits.cluster_blocks)
     if device is not None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .compiler import CompiledKernel, ResourceUsage, compile_kernel
+from .compiler import CompiledKernel, ResourceUsage, compile_kernel, ptx_image
 from .errors import ConfigError, GemmtuneError
 from .invoke import bind, collect_operands, device_ordinal, empty_like_framework, launch_on, launch_stream
 from .kernels import Family, family_for, family_of_config
@@ -134,15 +134,17 @@ class Kernel:
 
 
 def build(spec: GemmSpec, config: Any = None, arch: str | None = None, family: str | None = None,
-          db_path: Path | None = None) -> Kernel:
+          db_path: Path | None = None, ptx: bool = False) -> Kernel:
     """Generate and compile the kernel for `spec`. `family` defaults to the registry's choice for the
-    spec and arch; `config` is that family's Config, a ladder step name or JSON, or None (best known)."""
+    spec and arch; `config` is that family's Config, a ladder step name or JSON, or None (best known).
+    `ptx`: the kernel loads as its PTX (arch `compute_XX`, compiler.ptx_image), which the driver of any
+    GPU of that compute capability or newer JIT-compiles: an sm_75 build then runs on an H100 too."""
     if not isinstance(spec, GemmSpec):
         raise GemmtuneError("build() takes a gemmtune.GemmSpec")
     arch = target_arch(arch)
     chosen_family, chosen = chosen_config(spec, config, arch, family, db_path)
     compiled = compile_kernel(chosen_family.render(spec, chosen.config, arch), arch)
-    return Kernel(compiled, chosen.config, chosen.source)
+    return Kernel(ptx_image(compiled) if ptx else compiled, chosen.config, chosen.source)
 
 
 # --- many configs at once ---------------------------------------------------------------------------

@@ -183,7 +183,7 @@ def ptx_image(compiled: CompiledKernel) -> CompiledKernel:
     code those GPUs would run computes the right thing, with the config checked against their limits
     (gemmtune.arch); not their speed, occupancy or the SASS their own driver would make. The resource
     report stays that of ptxas for sm_XX."""
-    if compiled.arch.endswith("a"):
-        raise CompileError(f"{compiled.arch} code runs only on its own arch: no PTX image for other GPUs")
+    if not compiled.arch.startswith("sm_") or compiled.arch.endswith(("a", "f")):
+        raise CompileError(f"{compiled.arch} code runs only on its own arch (family): no PTX image for other GPUs")
     virtual = compiled.arch.replace("sm_", "compute_")
     return replace(compiled, arch=virtual, cubin=compiled.ptx.encode() + b"\0")

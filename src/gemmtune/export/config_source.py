@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..arch import geometry, known_arch
+from ..arch import device_of_arch, geometry, known_arch
 from ..errors import ConfigError
 from ..kernels import Family, families, family_for, family_of_config, get_family
 from ..kernels.config_base import arch_number
@@ -88,6 +88,7 @@ def choose_config(spec: GemmSpec, arch: str, device: Any = None, db_path: Path |
     """The config to export for `spec` on `arch` (device: a gemmtune.device.DeviceInfo or None), from
     `family` (default: the registry's choice for the spec and arch; ConfigError when it cannot)."""
     chosen = family_for(spec, arch, family)
+    device = device_of_arch(device, arch)  # building for another GPU: its arch's table, not this GPU's records
     found = (from_tuning_db(spec, arch, device, db_path, chosen)
              or from_known_configs(spec, arch, device, table, chosen.name, NEAR_SHAPE)
              or from_chooser(spec, arch, device, chosen))
