@@ -143,3 +143,17 @@ def test_show_cuda_for_a_t4(capsys: pytest.CaptureFixture) -> None:
     assert main(["tvm", "show-cuda", "MNK=1024", "--arch", "sm_75"]) in (0, None)
     out = capsys.readouterr().out
     assert "__global__" in out and "1024x1024x1024" in out
+
+
+def test_ladder_verb_compiles_every_step_for_a_t4(capsys: pytest.CaptureFixture) -> None:
+    """`gemmtune ladder MNK=1024 --arch sm_75` as a T4 user without the GPU at hand types it: a row a step,
+    each compiled for sm_75 without spills (with a GPU present the verb would run them there instead)."""
+    from gemmtune.cli import main
+    from gemmtune.device import gpu_available
+
+    if gpu_available():
+        pytest.skip("with a GPU the verb runs the rows on it, and an sm_75 build runs only on a Turing GPU")
+    assert main(["ladder", "MNK=1024", "--arch", "sm_75"]) in (0, None)
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:] if line.strip()}
+    assert set(rows) == set(ladder.RUNG_NAMES)
+    assert all("compiled:" in row and " 0 B spill stores" in row for row in rows.values())
