@@ -90,7 +90,7 @@ BIAS_ROWS = """
 STAGED_BIAS_COLS = 128
 
 
-def staged_bias(spec: GemmSpec, config: WgmmaConfig) -> str | None:
+def staged_bias_kind(spec: GemmSpec, config: WgmmaConfig) -> str | None:
     """Which bias the shared-memory write-back reads once into registers: 'row' (M_BLOCKS·2 values a
     thread), 'col' where the slice is packed into words for stmatrix and at most STAGED_BIAS_COLS
     wide, else None (read in place, per element)."""
@@ -360,9 +360,10 @@ def _pair_steps(spec: GemmSpec, c: CPath, staged: str | None) -> SliceSteps:
 
 def slice_steps(spec: GemmSpec, config: WgmmaConfig) -> SliceSteps:
     c = config.c_path(spec)
+    staged = staged_bias_kind(spec, config)
     if c.d_over_c:
-        return _d_over_c_steps(spec, c, staged_bias(spec, config))
-    return (_stmatrix_steps if config.stmatrix else _pair_steps)(spec, c, staged_bias(spec, config))
+        return _d_over_c_steps(spec, c, staged)
+    return (_stmatrix_steps if config.stmatrix else _pair_steps)(spec, c, staged)
 
 
 def _c_params(c: CPath) -> list[str]:
@@ -412,8 +413,9 @@ def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
     template = "template <int FIRST, int LAST>\n" if halves else ""
     first, last = ("FIRST", "LAST") if halves else ("0", "STORE_SLICES")
     slices_doc = "\n// Slices FIRST .. LAST - 1 only (the two halves of the tile are written back apart)." if halves else ""
-    bias_rows = BIAS_ROWS if staged_bias(spec, config) == "row" else ""
-    bias_cols = BIAS_COLS if staged_bias(spec, config) == "col" else ""
+    staged = staged_bias_kind(spec, config)
+    bias_rows = BIAS_ROWS if staged == "row" else ""
+    bias_cols = BIAS_COLS if staged == "col" else ""
     return _smem_helpers(spec, config) + f"""
 // Write-back through shared memory, one slice of SLICE_COLS columns at a time. Each consumer owns
 // ROWS_PER_CONSUMER rows of the slice buffer, kept as SLICE_COLS / OUT_CHUNK chunks of 128-byte rows
