@@ -1,0 +1,571 @@
+"""optimize(model, example_inputs): each nn.Linear to gemmtune where its kernel beats what torch runs.
+
+    report = optimize(model, (x,), budget=120)         # capture, tune 120 s in all, time, route, save a plan
+    report = optimize(model, (x,), plan="plan.json")   # the plan exists: reloaded, no tuning, no timing
+    print(report.table())
+
+Capture runs the model once with hooks: every nn.Linear call becomes a GemmSpec (bias_col when it has a
+bias), and an nn.ReLU / nn.GELU module whose every call reads a Linear's output that nothing else reads
+is fused into that Linear's epilogue. The kernels' GELU is the tanh form; an exact-erf nn.GELU() is fused
+only when the caller accepts `erf_gelu_atol` >= ERF_GAP (the largest |tanh-GELU - erf-GELU| on any input),
+else the Linear is routed alone and the GELU stays. Residual adds live in forward code, not modules, and
+stay as they are. The distinct GEMMs are tuned by tune-many (Dask when several GPUs are visible), each
+layer is timed against torch (F.linear + the activation, eager ops) inside CUDA graphs, so both sides
+count kernel time alone, and a layer is swapped for a RoutedLinear only where gemmtune is faster.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Protocol, Sequence
+
+import torch
+from torch import nn
+
+from .epilogue import Epilogue
+from .errors import GemmtuneError, SpecError
+from .input_files import InputFileError, read_json_object
+from .spec import GemmSpec
+from .workload import Workload, WorkloadShape
+
+__all__ = ["optimize", "OptimizeReport", "LayerPlan", "Site", "SiteTiming", "RoutedLinear", "capture_sites",
+           "GpuBackend", "graph_seconds", "eager_seconds"]
+
+ERF_GAP = 4.74e-4  # max over x of |gelu_tanh(x) - gelu_erf(x)| (float64, at x = ±2.70)
+PLAN_VERSION = 1
+_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+
+
+# --- capture ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Site:
+    """One nn.Linear of the model: the GEMM it runs (with the fused activation), calls per forward, the
+    activation as torch ran it (relu, gelu_tanh, gelu_erf) and the module name that ran it."""
+
+    name: str
+    spec: Optional[GemmSpec]  # None: not a GEMM gemmtune runs (see note)
+    calls: int = 1
+    activation: Optional[str] = None
+    activation_module: Optional[str] = None
+    routable: bool = True
+    note: str = ""
+
+    @property
+    def fused(self) -> Optional[str]:
+        """The epilogue op the kernel runs for the activation."""
+        return None if self.activation is None else self.activation.split("_")[0]
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "spec": self.spec.to_json() if self.spec else None, "calls": self.calls,
+                "activation": self.activation, "activation_module": self.activation_module,
+                "routable": self.routable, "note": self.note}
+
+    @staticmethod
+    def from_json(data: dict) -> "Site":
+        spec = GemmSpec.from_json(data["spec"]) if data["spec"] else None
+        return Site(data["name"], spec, data["calls"], data["activation"], data["activation_module"],
+                    data["routable"], data["note"])
+
+
+def _letter(t: torch.Tensor) -> str:
+    """The layout letter gemmtune.torch reads `t` with (its _as_stored): 'n' row-major (or a copy), 't' a transpose."""
+    return "t" if not t.is_contiguous() and t.t().is_contiguous() else "n"
+
+
+def _gemm_dtype(x: torch.Tensor) -> str:
+    if x.dtype not in _DTYPES:
+        raise SpecError(f"{x.dtype} input (gemmtune takes float16, bfloat16, float32)")
+    tf32 = x.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+    return "tf32" if tf32 else _DTYPES[x.dtype]  # as gemmtune.torch.linear will compute it
+
+
+def linear_spec(x: torch.Tensor, linear: nn.Linear, activation: Optional[str] = None) -> GemmSpec:
+    """The spec gemmtune.torch.linear(x, weight, bias, activation) builds its kernel for."""
+    flat = x.reshape(-1, x.shape[-1])
+    ops = (["bias_col"] if linear.bias is not None else []) + ([activation] if activation else [])
+    return GemmSpec(flat.shape[0], linear.out_features, linear.in_features, layout=_letter(flat) + _letter(linear.weight.t()),
+                    dtype=_gemm_dtype(x), epilogue=Epilogue.parse("+".join(ops) or "none"))
+
+
+def _activation_kind(module: nn.Module) -> Optional[str]:
+    if isinstance(module, nn.ReLU):
+        return "relu"
+    if isinstance(module, nn.GELU):
+        return "gelu_tanh" if module.approximate == "tanh" else "gelu_erf"
+    return None
+
+
+@dataclass
+class _Trace:
+    """What one forward showed: each Linear's calls, each activation module's inputs, reads per output."""
+
+    linear_calls: dict = field(default_factory=lambda: defaultdict(list))  # name -> [(input, spec or error)]
+    outputs: dict = field(default_factory=dict)  # id(output) -> (linear name, output): kept alive, ids stay unique
+    reads: Counter = field(default_factory=Counter)  # id(output) -> ops that read it
+    fed: dict = field(default_factory=lambda: defaultdict(list))  # activation name -> [linear name or None]
+
+    def linear_hook(self, name: str) -> Callable:
+        def hook(module: nn.Linear, args: tuple, out: torch.Tensor) -> None:
+            try:
+                spec: Any = linear_spec(args[0], module)
+            except GemmtuneError as err:
+                spec = str(err)
+            self.linear_calls[name].append(spec)
+            self.outputs[id(out)] = (name, out)
+        return hook
+
+    def activation_hook(self, name: str) -> Callable:
+        def hook(module: nn.Module, args: tuple) -> None:
+            source = self.outputs.get(id(args[0])) if args else None
+            self.fed[name].append(source[0] if source is not None and source[1] is args[0] else None)
+        return hook
+
+    def count_reads(self, args: tuple, kwargs: dict) -> None:
+        for leaf in torch.utils._pytree.tree_leaves((args, kwargs)):
+            seen = self.outputs.get(id(leaf))
+            if seen is not None and seen[1] is leaf:
+                self.reads[id(leaf)] += 1
+
+
+def _reads_mode(trace: _Trace) -> Any:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Reads(TorchDispatchMode):  # every aten op sees the real tensors: count who reads a Linear's output
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's protocol
+            trace.count_reads(args, kwargs or {})
+            return func(*args, **(kwargs or {}))
+    return Reads()
+
+
+def _run_traced(model: nn.Module, inputs: tuple) -> tuple[_Trace, dict[str, str]]:
+    """One forward under hooks; returns the trace and {activation module name: its kind}."""
+    trace, kinds, handles = _Trace(), {}, []
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            handles.append(module.register_forward_hook(trace.linear_hook(name)))
+        elif _activation_kind(module) is not None:
+            kinds[name] = _activation_kind(module)
+            handles.append(module.register_forward_pre_hook(trace.activation_hook(name)))
+    try:
+        with torch.no_grad(), _reads_mode(trace):
+            model(*inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return trace, kinds
+
+
+def _pairs(trace: _Trace, kinds: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """{linear name: (activation module, kind)} where each call of the activation reads an output of
+    that one Linear, once for each of its calls, and nothing else reads those outputs: fusing changes no
+    other reader, and replacing the module by Identity drops no other caller's activation."""
+    pairs = {}
+    for act, sources in trace.fed.items():
+        linear = sources[0]
+        outs = [key for key, (name, _) in trace.outputs.items() if name == linear]
+        if (linear is not None and all(s == linear for s in sources) and len(sources) == len(outs)
+                and all(trace.reads[key] == 1 for key in outs)):
+            pairs[linear] = (act, kinds[act])
+    return pairs
+
+
+def _site(name: str, calls: list, pair: Optional[tuple[str, str]], erf_gelu_atol: Optional[float]) -> Site:
+    first, count = calls[0], len(calls)
+    if isinstance(first, str):
+        return Site(name, None, count, routable=False, note=f"not a gemmtune GEMM: {first}")
+    if any(c != first for c in calls):
+        return Site(name, first, count, routable=False, note="called with several shapes in one forward")
+    if pair is not None and pair[1] == "gelu_erf" and not (erf_gelu_atol or 0.0) >= ERF_GAP:
+        return Site(name, first, count, note="erf GELU not fused (kernels' GELU is tanh; erf_gelu_atol >= 4.74e-4 fuses it)")
+    if pair is None:
+        return Site(name, first, count)
+    ops = "+".join(list(first.epilogue.ops) + [pair[1].split("_")[0]])
+    spec = GemmSpec(first.m, first.n, first.k, layout=first.layout, dtype=first.dtype, epilogue=Epilogue.parse(ops))
+    return Site(name, spec, count, pair[1], pair[0])
+
+
+def capture_sites(model: nn.Module, inputs: Sequence[Any], erf_gelu_atol: Optional[float] = None) -> tuple[Site, ...]:
+    """Every nn.Linear `model(*inputs)` calls, in call order, with the activation fused where it may be
+    (runs on any device, CPU and meta included)."""
+    trace, kinds = _run_traced(model, tuple(inputs))
+    pairs = _pairs(trace, kinds)
+    return tuple(_site(name, calls, pairs.get(name), erf_gelu_atol) for name, calls in trace.linear_calls.items())
+
+
+# --- the plan ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SiteTiming:
+    """Seconds per call inside a CUDA graph: gemmtune's kernel and torch's ops (F.linear + activation)."""
+
+    gemmtune_s: Optional[float]
+    torch_s: Optional[float]
+    error: str = ""  # why gemmtune's side has no time (wrong output, no kernel)
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    site: Site
+    family: str
+    config: dict  # the family's Config as JSON
+    timing: SiteTiming
+    routed: bool
+    reason: str
+
+    def to_json(self) -> dict:
+        t = self.timing
+        return {**self.site.to_json(), "family": self.family, "config": self.config, "gemmtune_s": t.gemmtune_s,
+                "torch_s": t.torch_s, "error": t.error, "routed": self.routed, "reason": self.reason}
+
+    @staticmethod
+    def from_json(data: dict) -> "LayerPlan":
+        timing = SiteTiming(data["gemmtune_s"], data["torch_s"], data.get("error", ""))
+        return LayerPlan(Site.from_json(data), data["family"], data["config"], timing, data["routed"], data["reason"])
+
+
+@dataclass(frozen=True)
+class OptimizeReport:
+    """The plan optimize() made or reloaded: per layer, and the model's eager time before and after."""
+
+    layers: tuple[LayerPlan, ...]
+    device: str
+    model_before_s: Optional[float]
+    model_after_s: Optional[float]
+    plan_path: Path
+    tuning_s: float = 0.0
+    reloaded: bool = False
+
+    def to_json(self) -> dict:
+        return {"gemmtune_plan": PLAN_VERSION, "device": self.device, "model_before_s": self.model_before_s,
+                "model_after_s": self.model_after_s, "tuning_s": self.tuning_s,
+                "layers": [layer.to_json() for layer in self.layers]}
+
+    def table(self) -> str:
+        """Markdown: one row a layer, then the model end to end."""
+        us = lambda s: f"{s * 1e6:.1f}" if s else "—"  # noqa: E731
+        rows = ["| layer | GEMM | calls | torch µs | gemmtune µs | × | routed | why |", "|---|---|---:|---:|---:|---:|---|---|"]
+        for p in self.layers:
+            t = p.timing
+            ratio = f"{t.torch_s / t.gemmtune_s:.2f}" if t.torch_s and t.gemmtune_s else "—"
+            rows.append(f"| {p.site.name} | {p.site.spec.short() if p.site.spec else '—'} | {p.site.calls} | {us(t.torch_s)} | "
+                        f"{us(t.gemmtune_s)} | {ratio} | {'yes' if p.routed else 'no'} | {p.reason} |")
+        b, a = self.model_before_s, self.model_after_s
+        whole = f"{b * 1e3:.3f} ms → {a * 1e3:.3f} ms ({b / a:.2f}×)" if a and b else "not timed"
+        how = "reloaded, no tuning or timing" if self.reloaded else f"tuned {self.tuning_s:.0f} s"
+        return "\n".join(rows + ["", f"model, eager, {self.device}: {whole}; {how}; plan {self.plan_path}"])
+
+
+def save_plan(report: OptimizeReport) -> None:
+    """Written whole or not at all (os.replace)."""
+    report.plan_path.parent.mkdir(parents=True, exist_ok=True)
+    partial = report.plan_path.with_name(report.plan_path.name + ".partial")
+    partial.write_text(json.dumps(report.to_json(), indent=1))
+    os.replace(partial, report.plan_path)
+
+
+def load_plan(path: Path) -> OptimizeReport:
+    data = read_json_object(path, "a gemmtune optimize plan")
+    if data.get("gemmtune_plan") != PLAN_VERSION:
+        raise InputFileError(f"{path} is not a gemmtune optimize plan of version {PLAN_VERSION}")
+    try:
+        layers = tuple(LayerPlan.from_json(layer) for layer in data["layers"])
+    except (KeyError, TypeError, GemmtuneError) as err:
+        raise InputFileError(f"{path}: a layer of the plan is damaged ({type(err).__name__}: {err})") from None
+    return OptimizeReport(layers, data["device"], data["model_before_s"], data["model_after_s"], path,
+                          data.get("tuning_s", 0.0), reloaded=True)
+
+
+def default_plan_path(db_path: Path, model: nn.Module, sites: Sequence[Site]) -> Path:
+    """Next to the database, named by the model's class and a digest of its GEMMs."""
+    digest = hashlib.sha256(json.dumps([s.to_json() for s in sites], sort_keys=True).encode()).hexdigest()[:10]
+    return db_path.parent / "plans" / f"{type(model).__name__}-{digest}.json"
+
+
+# --- routing ----------------------------------------------------------------------------------------
+class RoutedLinear(nn.Linear):
+    """An nn.Linear run by gemmtune.torch.linear, with the activation that followed it fused. It holds
+    the original Parameters, so state_dict keys and shared weights stay as they were."""
+
+    def __init__(self, linear: nn.Linear, activation: Optional[str] = None):
+        nn.Module.__init__(self)  # not nn.Linear's: that would allocate fresh weights
+        self.in_features, self.out_features, self.activation = linear.in_features, linear.out_features, activation
+        self.weight = linear.weight
+        self.register_parameter("bias", linear.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from .torch import linear
+
+        return linear(x, self.weight, self.bias, self.activation)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", gemmtune, activation={self.activation}"
+
+
+def _swap(model: nn.Module, name: str, module: nn.Module) -> None:
+    parent, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent) if parent else model, child, module)
+
+
+def route(model: nn.Module, layers: Sequence[LayerPlan]) -> None:
+    """Swap every routed layer for a RoutedLinear and its fused activation module for Identity."""
+    for plan in layers:
+        if plan.routed:
+            _swap(model, plan.site.name, RoutedLinear(model.get_submodule(plan.site.name), plan.site.fused))
+            if plan.site.activation_module:
+                _swap(model, plan.site.activation_module, nn.Identity())
+
+
+def _check_fits(model: nn.Module, layers: Sequence[LayerPlan], path: Path) -> None:
+    """Each routed layer of the plan is an nn.Linear of the model with the plan's sizes (one line if not)."""
+    for plan in (p for p in layers if p.routed):
+        spec, module = plan.site.spec, dict(model.named_modules()).get(plan.site.name)
+        if not isinstance(module, nn.Linear) or (module.out_features, module.in_features) != (spec.n, spec.k):
+            raise InputFileError(f"plan {path} does not fit this model: {plan.site.name} is not an "
+                                 f"nn.Linear({spec.k}, {spec.n}); optimize again with another plan path")
+
+
+# --- what touches the GPU: one seam, faked in tests -------------------------------------------------
+class Backend(Protocol):
+    def device_name(self) -> str: ...
+    def tune(self, workload: Workload, budget_s: float, db_path: Path, show: bool) -> None: ...
+    def config(self, spec: GemmSpec, db_path: Path, tuned: bool) -> tuple[str, dict]: ...
+    def install(self, spec: GemmSpec, family: str, config: dict) -> None: ...
+    def time_site(self, site: Site) -> SiteTiming: ...
+    def time_model(self, model: nn.Module, inputs: tuple) -> float: ...
+
+
+def graph_seconds(fn: Callable[[], Any], reps: int = 20, samples: int = 15) -> float:
+    """Median seconds per call of `fn` replayed in a CUDA graph of `reps` calls (kernel time, no host
+    overhead), after warm-up on a side stream (builds, cuBLAS workspaces)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(reps):
+            fn()
+    graph.replay()
+    return _event_median(graph.replay, samples) / reps
+
+
+def eager_seconds(fn: Callable[[], Any], samples: int = 20, warmup: int = 3) -> float:
+    """Median seconds of one eager call of `fn`, CUDA events around each."""
+    for _ in range(warmup):
+        fn()
+    return _event_median(fn, samples)
+
+
+def _event_median(fn: Callable[[], Any], samples: int) -> float:
+    times = []
+    for _ in range(samples):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) / 1e3)
+    return statistics.median(times)
+
+
+_EAGER = {None: lambda y: y, "relu": torch.relu, "gelu_tanh": lambda y: nn.functional.gelu(y, approximate="tanh"),
+          "gelu_erf": nn.functional.gelu}
+
+
+@dataclass(frozen=True)
+class GpuBackend:
+    """The real thing, on GPU `device` (default: the current one)."""
+
+    device: Optional[int] = None
+
+    @property
+    def index(self) -> int:
+        return torch.cuda.current_device() if self.device is None else self.device
+
+    def device_name(self) -> str:
+        return torch.cuda.get_device_name(self.index)
+
+    def tune(self, workload: Workload, budget_s: float, db_path: Path, show: bool) -> None:
+        _tune_many(workload, budget_s, db_path, show)
+
+    def config(self, spec: GemmSpec, db_path: Path, tuned: bool) -> tuple[str, dict]:
+        """The tuned best from the database, else (budget 0, or no trial ran) build()'s untuned pick."""
+        from .device import query_device
+        from .kernels import family_of_config
+        from .tune.db import best_known_trial
+        from .tune.many import family_of, untuned_config
+
+        device = query_device(self.index)
+        found = best_known_trial(spec, device, db_path) if tuned else None
+        config = found.result.config if found else untuned_config(spec, device.arch, family_of(spec, device.arch, None))
+        return family_of_config(config).name, config.to_json()
+
+    def install(self, spec: GemmSpec, family: str, config: dict) -> None:
+        """Build the planned kernel and put it in gemmtune.torch's kernel cache, where linear() finds it
+        (the cache would otherwise build from the default database, not the plan)."""
+        from . import torch as gt
+        from .build import build
+        from .kernels import get_family
+
+        kernel = build(spec, config=get_family(family).config_from_json(config), arch=gt._arch_of(self.index))
+        with gt._kernels_lock:
+            gt._kernels[(spec, self.index)] = kernel
+
+    def time_site(self, site: Site) -> SiteTiming:
+        from . import torch as gt
+        from .verify import tolerance
+
+        x, w, b = _operands(site.spec, self.index)
+        ours = lambda: gt.linear(x, w, b, site.fused)  # noqa: E731
+        theirs = lambda: _EAGER[site.activation](nn.functional.linear(x, w, b))  # noqa: E731
+        got, want = ours().float(), theirs().float()
+        error = float((got - want).norm() / want.norm().clamp_min(1e-30))
+        if not error <= 2 * tolerance(site.spec.dtype, site.spec.k, roundings=2):
+            return SiteTiming(None, graph_seconds(theirs), f"wrong output (relative error {error:.2e})")
+        return SiteTiming(graph_seconds(ours), graph_seconds(theirs))
+
+    def time_model(self, model: nn.Module, inputs: tuple) -> float:
+        with torch.no_grad():
+            return eager_seconds(lambda: model(*inputs))
+
+
+def _operands(spec: GemmSpec, index: int) -> tuple:
+    """x (M×K), weight (N×K), bias (N) in the spec's storage (uniform in ±1), each as the spec reads it."""
+    kind = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(spec.dtype, torch.float32)
+    make = lambda *shape: torch.rand(*shape, device=f"cuda:{index}").mul_(2).sub_(1).to(kind)  # noqa: E731
+    x = make(spec.k, spec.m).t() if spec.layout[0] == "t" else make(spec.m, spec.k)
+    w = make(spec.n, spec.k) if spec.layout[1] == "t" else make(spec.k, spec.n).t()
+    return x, w, (make(spec.n) if "bias_col" in spec.epilogue.ops else None)
+
+
+def _tune_many(workload: Workload, budget_s: float, db_path: Path, show: bool) -> None:
+    """tune-many's own path: its runners (a local Dask cluster, one worker a GPU, when several GPUs are
+    visible and the dask extra is installed), its per-shape progress bars, its priming."""
+    import argparse
+    from contextlib import closing, nullcontext
+
+    from .build import target_arch
+    from .cli.many_cmds import ShapeProgress, runner_source, worker_count
+    from .tune.db import TuningDB
+    from .tune.many import tune_many, workload_families
+    from .tune.priming import primed_candidates
+    from .tune.tuner import TuneOptions
+
+    args = argparse.Namespace(simulate=None, scheduler=None, workers=None, timeout=60.0)
+    arch = target_arch(None)
+    runner_for, _, client, _ = runner_source(args, dict(zip((s.spec for s in workload.shapes), workload.shares())))
+    at_once = 1 if client is None else min(len(workload.shapes), worker_count(client, args))
+    options = TuneOptions(strategy="evolutionary", remeasure_top=3, lookahead=client is not None)
+    display = ShapeProgress()
+    with TuningDB(db_path) as db, closing(client) if client is not None else nullcontext(), closing(display), \
+            primed_candidates(workload_families(workload, arch, None), arch):
+        tune_many(workload, runner_for, db, arch, options, None, budget_s, None,
+                  on_shape=display.start if show else None, shapes_at_once=at_once)
+
+
+# --- optimize ---------------------------------------------------------------------------------------
+def flop_workload(sites: Sequence[Site]) -> Workload:
+    """The distinct GEMMs, each with its count and its share of the FLOPs (tune-many splits the budget
+    by it, at least 1 s a GEMM)."""
+    counts: Counter = Counter()
+    for site in sites:
+        if site.routable:
+            counts[site.spec] += site.calls
+    total = sum(spec.flops * n for spec, n in counts.items()) or 1
+    return Workload(tuple(WorkloadShape(spec, n, spec.flops * n / total) for spec, n in counts.items()))
+
+
+class _Bar:
+    """The project's trial progress bar (cli.tune_cmds.trial_progress) over the layers being timed."""
+
+    def __init__(self, total: int, show: bool):
+        from .cli.tune_cmds import trial_progress
+
+        self.bar = trial_progress("[bold]timing {task.description}") if show and total else None
+        if self.bar is not None:
+            self.bar.start()
+            self.task = self.bar.add_task("layers vs torch", total=total, failures=0, best="—")
+
+    def step(self, kept: int) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, advance=1, failures=kept, best=f"{kept} kept as torch")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _plan_site(site: Site, backend: Backend, db_path: Path, tuned: bool, memo: dict) -> LayerPlan:
+    """Time one layer (a GEMM seen before is not timed again) and decide: gemmtune only where faster."""
+    if not site.routable:
+        return LayerPlan(site, "", {}, SiteTiming(None, None), False, site.note)
+    key = (site.spec, site.activation)
+    if key not in memo:
+        try:
+            family, config = backend.config(site.spec, db_path, tuned)
+            backend.install(site.spec, family, config)
+            memo[key] = (family, config, backend.time_site(site))
+        except GemmtuneError as err:
+            memo[key] = ("", {}, SiteTiming(None, None, f"no kernel: {err}"))
+    family, config, timing = memo[key]
+    faster = timing.gemmtune_s is not None and timing.torch_s is not None and timing.gemmtune_s < timing.torch_s
+    reason = timing.error or ("gemmtune faster" if faster else "torch faster")
+    return LayerPlan(site, family, config, timing, faster, reason + (f"; {site.note}" if site.note else ""))
+
+
+def _reload(model: nn.Module, path: Path, backend: Backend) -> OptimizeReport:
+    report = load_plan(path)
+    here = backend.device_name()
+    if here != report.device:
+        raise InputFileError(f"plan {path} was made on {report.device}, this GPU is {here}: optimize again")
+    _check_fits(model, report.layers, path)
+    for plan in (p for p in report.layers if p.routed):
+        backend.install(plan.site.spec, plan.family, plan.config)
+    route(model, report.layers)
+    return report
+
+
+def optimize(model: nn.Module, example_inputs: Any, budget: float = 60.0, *, plan: Optional[str | Path] = None,
+             db: Optional[str | Path] = None, erf_gelu_atol: Optional[float] = None, progress: bool = True,
+             backend: Optional[Backend] = None) -> OptimizeReport:
+    """Route `model`'s nn.Linear layers (in place) to gemmtune where its kernel is faster, and return
+    the report. `budget`: seconds of tuning in all (0: build()'s untuned pick, timed and routed).
+    `plan`: the plan file; when it exists it is reloaded (no tuning, no timing), else written there
+    (default: next to the database `db`, under plans/). `erf_gelu_atol`: the error an exact-erf
+    nn.GELU may take to be fused as the kernels' tanh GELU (at least ERF_GAP fuses it)."""
+    backend = backend or GpuBackend()
+    inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    if plan is not None and Path(plan).exists():
+        return _reload(model, Path(plan), backend)
+    if budget < 0:
+        raise SpecError(f"budget is seconds of tuning, 0 or more, not {budget}")
+    from .tune.db import default_db_path
+
+    db_path = Path(db) if db is not None else default_db_path()
+    sites = capture_sites(model, inputs, erf_gelu_atol)
+    started = time.monotonic()
+    workload = flop_workload(sites)
+    if budget > 0 and workload.shapes:
+        backend.tune(workload, float(budget), db_path, progress)
+    tuning_s = time.monotonic() - started
+    before = backend.time_model(model, inputs)
+    layers, memo, bar = [], {}, _Bar(len(sites), progress)
+    try:
+        for site in sites:
+            layers.append(_plan_site(site, backend, db_path, budget > 0, memo))
+            bar.step(sum(not p.routed for p in layers))
+    finally:
+        bar.close()
+    route(model, layers)
+    path = Path(plan) if plan is not None else default_plan_path(db_path, model, sites)
+    report = OptimizeReport(tuple(layers), backend.device_name(), before, backend.time_model(model, inputs), path,
+                            tuning_s)
+    save_plan(report)
+    return report
