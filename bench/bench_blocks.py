@@ -1,0 +1,193 @@
+"""Model blocks end to end (issue 68 item 3): torch eager, torch.compile(mode="max-autotune"), the block
+after gemmtune.torch_optimize.optimize() eagerly, and optimized + torch.compile(max-autotune), in one run.
+
+    PYTHONPATH=$PWD/src python bench/bench_blocks.py --quick --out bench/results/2026-11-29-h200-blocks.md
+    PYTHONPATH=$PWD/src python bench/bench_blocks.py --budget 300 --blocks llama-prefill,vit
+
+Blocks, bf16, random weights, sizes from bench/model_shapes.py's published configs (no downloads):
+- llama-prefill: a Llama-3-8B decoder layer (hidden 4096, 32 heads, 8 KV heads of 128, SwiGLU MLP 14336,
+  RMSNorm), 2048 tokens at batch 1, causal F.scaled_dot_product_attention (no rotary embedding: it
+  changes no GEMM);
+- llama-decode: the same layer, 16 sequences of one new token each, over a KV cache of 512 tokens;
+- vit: a ViT-B/16 encoder block (hidden 768, 12 heads, MLP 3072, erf GELU), batch 32 x 197 tokens.
+  optimize() fuses its GELU as the kernels' tanh form (erf_gelu_atol=1e-3: the two differ by at most
+  4.74e-4, under half a bf16 step of any output above 1/8).
+Times: median of CUDA-event-timed forwards without grad (compiled: after warm-up calls that compile and
+autotune). GEMM share: Σ calls x torch's time for each Linear (F.linear + its activation, as optimize()
+timed it in CUDA graphs) over the eager block's time; the products inside SDPA are not counted.
+--quick: budget 0 (the chooser's untuned picks, timed and routed) and fewer samples (about 4 minutes on
+an H200, mostly inductor's autotuning). --budget: seconds of gemmtune tuning per block.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from model_shapes import LLAMA3_8B, VIT_B16  # noqa: E402
+
+from gemmtune.torch_optimize import eager_seconds, optimize  # noqa: E402
+
+BF16 = torch.bfloat16
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-5):
+        super().__init__()
+        self.weight, self.eps = nn.Parameter(torch.ones(dim)), eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scale = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
+        return (x.float() * scale).to(x.dtype) * self.weight
+
+
+class LlamaLayer(nn.Module):
+    """One decoder layer; with `cache` > 0 each call attends over that many cached tokens plus its own."""
+
+    def __init__(self, batch: int = 1, cache: int = 0, c=LLAMA3_8B):
+        super().__init__()
+        self.heads, self.kv, self.hd = c.heads, c.kv_heads, c.head_dim
+        self.q_proj, self.o_proj = nn.Linear(c.hidden, c.heads * c.head_dim, bias=False), nn.Linear(c.heads * c.head_dim, c.hidden, bias=False)
+        self.k_proj, self.v_proj = (nn.Linear(c.hidden, c.kv_heads * c.head_dim, bias=False) for _ in range(2))
+        self.gate_proj, self.up_proj = (nn.Linear(c.hidden, c.intermediate, bias=False) for _ in range(2))
+        self.down_proj = nn.Linear(c.intermediate, c.hidden, bias=False)
+        self.norm1, self.norm2 = RMSNorm(c.hidden), RMSNorm(c.hidden)
+        self.cache = cache
+        if cache:
+            self.register_buffer("k_cache", torch.randn(batch, c.kv_heads, cache, c.head_dim))
+            self.register_buffer("v_cache", torch.randn(batch, c.kv_heads, cache, c.head_dim))
+
+    def heads_of(self, y: torch.Tensor, heads: int) -> torch.Tensor:
+        return y.view(y.shape[0], y.shape[1], heads, self.hd).transpose(1, 2)
+
+    def attention(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        q = self.heads_of(self.q_proj(x), self.heads)
+        k, v = self.heads_of(self.k_proj(x), self.kv), self.heads_of(self.v_proj(x), self.kv)
+        if self.cache:
+            k, v = torch.cat([self.k_cache, k], 2), torch.cat([self.v_cache, v], 2)
+        k, v = (z.repeat_interleave(self.heads // self.kv, 1) for z in (k, v))
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=not self.cache)
+        return self.o_proj(o.transpose(1, 2).reshape(b, t, self.heads * self.hd))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attention(self.norm1(x))
+        h = self.norm2(x)
+        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
+class VitBlock(nn.Module):
+    def __init__(self, c=VIT_B16, heads: int = 12):
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = nn.LayerNorm(c.hidden, eps=1e-6), nn.LayerNorm(c.hidden, eps=1e-6)
+        self.qkv, self.proj = nn.Linear(c.hidden, 3 * c.hidden), nn.Linear(c.hidden, c.hidden)
+        self.fc1, self.act, self.fc2 = nn.Linear(c.hidden, c.intermediate), nn.GELU(), nn.Linear(c.intermediate, c.hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        x = x + self.proj(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, t, c))
+        return x + self.fc2(self.act(self.fc1(self.norm2(x))))
+
+
+BLOCKS = {"llama-prefill": (lambda: LlamaLayer(), (1, 2048, LLAMA3_8B.hidden)),
+          "llama-decode": (lambda: LlamaLayer(batch=16, cache=512), (16, 1, LLAMA3_8B.hidden)),
+          "vit": (lambda: VitBlock(), (32, 197, VIT_B16.hidden))}
+
+
+@dataclass(frozen=True)
+class Row:
+    block: str
+    eager_s: float
+    compiled_s: float | None
+    optimized_s: float
+    optimized_compiled_s: float | None
+    gemm_share: float
+    routed: str
+    max_error: float
+    report: str
+
+
+def compiled_seconds(model: nn.Module, x: torch.Tensor, samples: int) -> float | None:
+    """max-autotune (CUDA graphs included); None with a line on stderr when inductor fails."""
+    torch._dynamo.reset()
+    compiled = torch.compile(model, mode="max-autotune")
+    try:
+        return eager_seconds(lambda: compiled(x), samples, warmup=5)
+    except Exception as err:  # noqa: BLE001 - a compiler failure is this cell's result, not the run's end
+        print(f"bench_blocks: torch.compile failed: {type(err).__name__}: {str(err).splitlines()[0]}", file=sys.stderr)
+        return None
+
+
+def run_block(name: str, args: argparse.Namespace) -> Row:
+    torch.manual_seed(0)
+    factory, shape = BLOCKS[name]
+    model, x = factory().cuda().to(BF16).eval(), torch.randn(*shape, device="cuda", dtype=BF16)
+    with torch.no_grad():
+        want = model(x).float()
+        eager = eager_seconds(lambda: model(x), args.samples)
+        compiled = compiled_seconds(model, x, args.samples)
+        optimized = copy.deepcopy(model)
+        report = optimize(optimized, (x,), budget=args.budget, db=args.db, erf_gelu_atol=1e-3)
+        error = float((optimized(x).float() - want).norm() / want.norm())
+        opt_eager = eager_seconds(lambda: optimized(x), args.samples)
+        opt_compiled = compiled_seconds(optimized, x, args.samples)
+    gemm_s = sum(p.site.calls * p.timing.torch_s for p in report.layers if p.timing.torch_s)
+    routed = f"{sum(p.routed for p in report.layers)}/{len(report.layers)}"
+    return Row(name, eager, compiled, opt_eager, opt_compiled, gemm_s / eager, routed, error, report.table())
+
+
+def _ms(seconds: float | None) -> str:
+    return f"{seconds * 1e3:.3f}" if seconds else "failed"
+
+
+def _x(before: float | None, after: float | None) -> str:
+    return f"{before / after:.2f}" if before and after else "—"
+
+
+def table(rows: list[Row]) -> str:
+    lines = ["| block | eager ms | compile ms | optimized ms | optimized+compile ms | opt/eager × | "
+             "opt+compile/compile × | GEMM share | routed | rel. error |", "|---|" + "---:|" * 9]
+    for r in rows:
+        lines.append(f"| {r.block} | {_ms(r.eager_s)} | {_ms(r.compiled_s)} | {_ms(r.optimized_s)} | "
+                     f"{_ms(r.optimized_compiled_s)} | {_x(r.eager_s, r.optimized_s)} | "
+                     f"{_x(r.compiled_s, r.optimized_compiled_s)} | {100 * r.gemm_share:.0f}% | {r.routed} | {r.max_error:.1e} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget", type=float, default=120.0, help="seconds of gemmtune tuning per block (default 120)")
+    parser.add_argument("--blocks", default=",".join(BLOCKS), help=f"comma-separated, of {', '.join(BLOCKS)}")
+    parser.add_argument("--out", type=Path, help="write the markdown tables here")
+    parser.add_argument("--db", type=Path, help="tuning database (default gemmtune's)")
+    parser.add_argument("--samples", type=int, default=50, help="timed forwards per column (default 50)")
+    parser.add_argument("--quick", action="store_true", help="budget 0 and 15 samples")
+    args = parser.parse_args(argv)
+    names = [n.strip() for n in args.blocks.split(",") if n.strip()]
+    unknown = [n for n in names if n not in BLOCKS]
+    if unknown or not torch.cuda.is_available():
+        print(f"bench_blocks: {'unknown block ' + unknown[0] if unknown else 'needs a CUDA GPU'}", file=sys.stderr)
+        return 2 if unknown else 3
+    if args.quick:
+        args.budget, args.samples = 0.0, 15
+    rows = [run_block(name, args) for name in names]
+    summary = table(rows)
+    if args.out is not None:
+        details = "\n\n".join(f"### {r.block}: optimize()'s layers\n\n{r.report}" for r in rows)
+        args.out.write_text(f"# Blocks end to end on {torch.cuda.get_device_name()}, bf16 (bench/bench_blocks.py, "
+                            f"budget {args.budget:g} s a block)\n\n{summary}\n\n{details}\n")
+    print(summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
