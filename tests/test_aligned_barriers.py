@@ -135,3 +135,30 @@ __device__ __forceinline__ void spin(unsigned* p) { asm volatile("W:\\n ld.u32 x
     # Comments neither hide nor invent a branch.
     commented = helpers + 'extern "C" __global__ void k(float* p) { /* if */ arrive(); // for\n }'
     assert misplaced_aligned_barriers(commented) == []
+
+
+# An aligned block barrier: __syncthreads() or PTX bar.sync / barrier.sync.aligned (named barriers too).
+ALIGNED_BLOCK_BARRIER = re.compile(r"__syncthreads\s*\(|\bbar\.sync\b|\bbarrier\.sync\.aligned\b")
+CLUSTER_WAIT = re.compile(r"barrier\.cluster\.wait\b")
+
+
+def block_barriers_after_cluster_wait(code: str) -> list[str]:
+    """Each aligned block barrier that follows a cluster wait in the kernel: a thread leaves the (non-aligned)
+    wait on its own, so the warp may reach it split (gemv/render.py's CLUSTER_STARTED says what synccheck saw)."""
+    text = kernel_text(code)
+    wait = CLUSTER_WAIT.search(text)
+    if wait is None:
+        return []
+    return [" ".join(text[max(0, m.start() - 60):m.end() + 20].split())
+            for m in ALIGNED_BLOCK_BARRIER.finditer(text, wait.end())]
+
+
+@pytest.mark.parametrize("name", [n for n in SOURCES if n.startswith("1x")])
+def test_no_aligned_block_barrier_after_a_gemv_cluster_wait(name):
+    assert not block_barriers_after_cluster_wait(SOURCES[name])
+
+
+def test_the_block_barrier_rule_finds_one():
+    wait = '__device__ void w() { asm volatile("barrier.cluster.wait.acquire;"); }\n'
+    assert block_barriers_after_cluster_wait(wait + 'extern "C" __global__ void k() { w(); __syncthreads(); }')
+    assert not block_barriers_after_cluster_wait(wait + 'extern "C" __global__ void k() { __syncthreads(); w(); }')

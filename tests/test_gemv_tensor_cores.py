@@ -30,7 +30,7 @@ def _reasons(config, spec, arch="sm_90") -> str:
 
 # --- constraints -----------------------------------------------------------------------------------
 def test_valid_for_a_few_rows_of_16_bit_or_tf32_a_in_layout_nt_on_sm_80_and_newer():
-    for m in (2, 7, 8, 16):
+    for m in (2, 7, 8, 16, 17, 33, 64):  # past 16: blocks of 16 rows
         for dtype in ("bf16", "fp16", "tf32"):
             for arch in ("sm_80", "sm_86", "sm_89", "sm_90", "sm_100"):
                 assert FAMILY.rejections(TC, GemmSpec(m, 1000, 1000, "nt", dtype), arch) == {}, (m, dtype, arch)
@@ -41,8 +41,8 @@ def test_valid_for_a_few_rows_of_16_bit_or_tf32_a_in_layout_nt_on_sm_80_and_newe
     (GemmSpec(16, 4096, 4096, "tt", "bf16"), "sm_90", "layout nt"),
     (GemmSpec(16, 4096, 4096, "nt", "fp32"), "sm_90", "bf16 or fp16 or tf32, not fp32"),
     (GemmSpec(16, 4096, 1002, "nt", "tf32"), "sm_90", "K = 1002 is not a multiple of 4"),
-    (GemmSpec(1, 4096, 4096, "nt", "bf16"), "sm_90", "2-16 rows of A"),
-    (GemmSpec(4096, 1, 4096, "nt", "bf16"), "sm_90", "2-16 rows of A"),  # N = 1: A is streamed, one vector
+    (GemmSpec(1, 4096, 4096, "nt", "bf16"), "sm_90", "2-64 rows of A in layout nt"),
+    (GemmSpec(4096, 1, 4096, "nt", "bf16"), "sm_90", "2-64 rows of A"),  # N = 1: A is streamed, one vector
     (GemmSpec(16, 4096, 4096, "nt", "fp16"), "sm_75", "sm_80+"),
     (GemmSpec(16, 4096, 1004, "nt", "bf16"), "sm_90", "K = 1004 is not a multiple of 8"),
     (GemmSpec(7, 100, 13, "nt", "fp16"), "sm_80", "K = 13 is not a multiple of 8"),

@@ -56,6 +56,25 @@ def test_tensor_core_kernels_are_right(dtype):
     assert _all_right(jobs) == []
 
 
+WIDE_ROWS = (17, 31, 33, 48, 64)  # past 16 rows: blocks of 16 vectors, the last one partly padding
+WIDE_CONFIGS = CONFIGS + (GemvConfig(threads=256, warps_per_output=8, unroll=2, tensor_cores=True, mma_tiles=2),
+                          GemvConfig(threads=128, warps_per_output=4, unroll=2, tensor_cores=True, mma_tiles=2))
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "tf32"])
+def test_tensor_core_kernels_past_16_rows_are_right(dtype):
+    """17-64 rows (asked by name: family_for hands them to gemv only up to CHOSEN_TENSOR_CORE_ROWS)."""
+    arch = _arch()
+    family = get_family("gemv")
+    shapes = [(m, n, k) for m in WIDE_ROWS for n in (8, 127, 1000, 4096) for k in (64, 1000)]
+    jobs = []
+    for i, (m, n, k) in enumerate(shapes):
+        spec = GemmSpec(m, n, k, "nt", dtype, EPILOGUES[i % len(EPILOGUES)])
+        jobs += [(spec, c, arch) for c in WIDE_CONFIGS if not family.rejections(c, spec, arch)]
+    assert len(jobs) > 150
+    assert _all_right(jobs) == []
+
+
 def test_fp32_output_and_c_from_bf16():
     arch = _arch()
     jobs = [(GemmSpec(m, 1000, 4096, "nt", "bf16", epilogue, "fp32"), CONFIGS[-1], arch)

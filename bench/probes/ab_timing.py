@@ -77,14 +77,14 @@ def moved_wgmma_picks(dtypes: list[str], shapes, old_pick, new_pick) -> list[tup
 
 
 def time_variants(cases: list[tuple], out=None) -> list[dict]:
-    """(spec, label, config) wgmma cases: those the family rejects listed, the others compiled and timed
-    spec by spec (time_alternately), a line each; the rows (written to `out` after each spec)."""
+    """(spec, label, config) cases of any family: those the config's family rejects listed, the others
+    compiled and timed spec by spec (time_alternately), a line each; the rows (written to `out` after each spec)."""
     from gemmtune.build import compile_configs
-    from gemmtune.kernels.wgmma import FAMILY
+    from gemmtune.kernels import family_of_config
 
     valid = []
     for spec, label, config in cases:
-        problems = FAMILY.rejections(config, spec, "sm_90a")
+        problems = family_of_config(config).rejections(config, spec, "sm_90a")
         if problems:
             print(f"{spec.short():24s} {label:16s} rejected: {'; '.join(problems.values())}")
         else:

@@ -8,7 +8,7 @@ family to use (a tile-based GEMM would waste all but one row of every tile).
 from __future__ import annotations
 
 from .. import Family
-from .config import NAME, VERSION, GemvConfig, default_config, ladder, rejections, supports
+from .config import NAME, VERSION, GemvConfig, default_config, ladder, rejections, supports, yields
 from .render import render
 
 
@@ -19,5 +19,5 @@ def _space():
 
 
 FAMILY = Family(name=NAME, version=VERSION, config_type=GemvConfig, supports=supports, render=render,
-                ladder=ladder, default_config=default_config, rejections=rejections, space=_space,
+                ladder=ladder, default_config=default_config, rejections=rejections, space=_space, yields=yields,
                 description="M = 1 or N = 1: a stream over the matrix at HBM bandwidth (16-byte loads)")

@@ -21,7 +21,7 @@ from ..parts.floats import PACK_PAIR
 from ..parts.tf32_split import TF32_PARTS
 from ..parts.writeback import PairFragment, pair_io, pair_stores
 from .config import GemvConfig, a_fragment_rows
-from .tensor_cores import GROUP_SETUP, OUTPUT, PERMUTATION_TF32, REDUCE, VECTOR_LOAD, VECTOR_ROWS, constants
+from .tensor_cores import GROUP_SETUP, OUTPUT, PERMUTATION_TF32, VECTOR_LOAD, VECTOR_ROWS, constants, reduce_partials
 
 
 def fragment(tiles: int) -> PairFragment:
@@ -232,6 +232,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {entry}({params}) {{
         if (k < K) {{  // the span that K ends in
 {_loads(spec, True)}        }}
     }}
-{REDUCE}
+{reduce_partials("acc[j][v]")}
 {pair_stores(spec, fragment(config.mma_tiles), OUTPUT)}}}
 """

@@ -31,6 +31,9 @@ NAME = "gemv"
 VERSION = "1"
 DTYPES = ("fp32", "tf32", "bf16", "fp16")
 MAX_ROWS = 16  # rows of A the family takes (each a vector the streamed B meets)
+# ... and the tensor-core rows kernel (layout nt): 16-row blocks of vectors, one mma each per tile of W, so W is
+# still read once; past 16 rows only it runs (the CUDA-core kernels spend an FMA per row on every weight).
+MAX_TENSOR_CORE_ROWS = 64
 MAX_ACCUMULATORS = 64  # fp32 sums per thread: more spills once the loads in flight are counted
 INPUT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
 LOAD_BYTES = 16  # one vector load: 4 fp32 or 8 16-bit values
@@ -173,9 +176,25 @@ def block_outputs(c: GemvConfig, s: GemmSpec) -> int:
     return c.outputs_per_block() if stream_kind(s) == "rows" or c.tensor_cores else c.threads_x * vec(s)
 
 
+# Up to how many rows of A family_for hands a spec to the tensor-core rows kernel rather than a tile family
+# (asked by name, gemv runs up to MAX_TENSOR_CORE_ROWS).
+CHOSEN_TENSOR_CORE_ROWS = 16
+
+
+def yields(spec: GemmSpec, arch: str) -> str | None:
+    """Why family_for passes gemv over for a spec it supports: past CHOSEN_TENSOR_CORE_ROWS rows a tile
+    family is the faster (None: gemv runs it)."""
+    if spec.n != 1 and spec.m > CHOSEN_TENSOR_CORE_ROWS:
+        return f"past {CHOSEN_TENSOR_CORE_ROWS} rows of A a tile family runs it faster"
+    return None
+
+
 def supports(spec: GemmSpec, arch: str) -> str | None:
     if spec.m > MAX_ROWS and spec.n != 1:
-        return f"gemv runs N = 1 or M ≤ {MAX_ROWS}, not {spec.m}x{spec.n}"
+        wide = spec.m <= MAX_TENSOR_CORE_ROWS and spec.layout == "nt" and tensor_core_rejection(spec, arch) is None
+        if not wide:
+            return (f"gemv runs N = 1 or M ≤ {MAX_ROWS} (M ≤ {MAX_TENSOR_CORE_ROWS} on tensor cores: "
+                    f"bf16, fp16 or tf32 in layout nt, sm_80+), not {spec.m}x{spec.n} {spec.layout} {spec.dtype}")
     if spec.dtype not in DTYPES:
         return f"gemv reads {', '.join(DTYPES)}, not {spec.dtype}"
     if spec.math == "3xtf32":
@@ -243,9 +262,10 @@ def tensor_core_rejection(s: GemmSpec, arch: str) -> str | None:
     elif s.dtype not in TENSOR_CORE_DTYPES:
         return (f"tensor_cores in layout nt multiplies {' or '.join(TENSOR_CORE_DTYPES)}, not {s.dtype} "
                 f"(fp32: layout nn)")
-    if not MIN_TENSOR_CORE_ROWS <= vectors(s) <= MAX_ROWS:
-        return (f"tensor_cores takes {MIN_TENSOR_CORE_ROWS}-{MAX_ROWS} rows of A (the mma's 16 rows), "
-                f"not {vectors(s)}")
+    most = MAX_TENSOR_CORE_ROWS if s.layout == "nt" else MAX_ROWS
+    if not MIN_TENSOR_CORE_ROWS <= vectors(s) <= most:
+        return (f"tensor_cores takes {MIN_TENSOR_CORE_ROWS}-{most} rows of A in layout {s.layout} "
+                f"(the mma's 16 rows{', in blocks of 16' if most > 16 else ''}), not {vectors(s)}")
     if arch_number(arch) < 80:
         return f"tensor_cores needs mma.sync for bf16 and tf32 (sm_80+), not {arch}"
     piece = values_per_load(s)
@@ -256,6 +276,8 @@ def tensor_core_rejection(s: GemmSpec, arch: str) -> str | None:
 
 def _tensor_cores(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
     if not c.tensor_cores:
+        if vectors(s) > MAX_ROWS:
+            return f"{vectors(s)} rows of A: past {MAX_ROWS} only the tensor-core kernel runs (tensor_cores=True)"
         if s.math == "3xtf32":
             return "math 3xtf32 runs on the tensor-core path (tensor_cores=True)"
         return None if c.mma_tiles == 1 else f"mma_tiles={c.mma_tiles} is a tensor_cores option (1 without it)"
@@ -267,6 +289,9 @@ def _tensor_cores(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
         return (f"{c.mma_tiles} mma tiles × unroll {c.unroll} exceed {MAX_TENSOR_CORE_LOADS} loads of B in "
                 f"flight per thread (registers)")
     rejected = tensor_core_rejection(s, arch)
+    if rejected is None and tensor_core_smem_bytes(c, s) > STATIC_SMEM_BYTES:
+        return (f"{tensor_core_smem_bytes(c, s)} B of partial tiles exceed the {STATIC_SMEM_BYTES} B of static "
+                f"shared memory (fewer warps per output, tiles or rows)")
     if rejected is None and s.layout == "nn" and s.n % c.mma_tiles:
         return (f"mma_tiles={c.mma_tiles}: a lane loads that many neighbouring outputs of a row of B (aligned), "
                 f"and N = {s.n} is not a multiple of it")
@@ -274,9 +299,12 @@ def _tensor_cores(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
 
 
 def a_fragment_rows(s: GemmSpec) -> int:
-    """16-byte loads of A per chunk on the tensor-core path: rows g and g + 8 of the mma's A, or only
-    row g where M ≤ 8 (rows 8-15 are all zero padding)."""
-    return 2 if vectors(s) > 8 else 1
+    """16-byte loads of A per chunk on the tensor-core path: rows g and g + 8 of each 16-row block of
+    the mma's A, or only row g where M ≤ 8 (rows 8-15 are all zero padding)."""
+    return 1 if vectors(s) <= 8 else 2 * -(-vectors(s) // 16)
+
+
+STATIC_SMEM_BYTES = 48 * 1024  # a block's static shared memory
 
 
 def tensor_core_smem_bytes(c: GemvConfig, s: GemmSpec) -> int:
@@ -291,7 +319,8 @@ def estimated_registers(c: GemvConfig, s: GemmSpec) -> int:
         return vectors(s) * 4 + 16 + 4 + 24
     if c.tensor_cores:  # fp32 sums of each 16x8 tile, B and A loads in flight, a pointer per row of B
         split = 4 * c.mma_tiles + 8 if s.dtype == "fp32" else 0  # 3xtf32: a chunk's tile sums, the residuals
-        return c.mma_tiles * (4 + 4 * c.unroll + 2) + 4 * c.unroll * a_fragment_rows(s) + 24 + split
+        sums = 4 * max(1, a_fragment_rows(s) // 2)  # a 16x8 tile per block of 16 rows
+        return c.mma_tiles * (sums + 4 * c.unroll + 2) + 4 * c.unroll * a_fragment_rows(s) + 24 + split
     if stream_kind(s) == "rows":
         return c.outputs_per_warp * (vectors(s) + 4 * c.unroll + v) + v + 24
     return vectors(s) * v + 4 * c.unroll + v + 24
@@ -312,6 +341,7 @@ K_SPLITS = (1, 2, 4, 8, 16)  # a strip's splits are one cluster: 16 is past PORT
 WIDE_CLUSTER_ARCHS = (90, 100)  # where clusters of 16 exist (H100/H200, B200); other GPUs keep to 8
 MIN_SPLIT_K = 64  # K values a split must at least hold
 SPLIT_SUMS_MAX_BYTES = 16384  # the first block's shared memory for every split's sums
+PARTIAL_SUMS_BYTES = 16384  # the block's buffer of warp sums (render.py's GROUP_FIT)
 
 
 def _k_splits(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
@@ -327,6 +357,9 @@ def _k_splits(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
         return f"k_splits={c.k_splits} needs clusters of {c.k_splits} blocks: sm_90 or sm_100, not {arch}"
     if s.k < MIN_SPLIT_K * c.k_splits:
         return f"K = {s.k} over {c.k_splits} splits leaves under {MIN_SPLIT_K} values a split"
+    if vectors(s) * block_threads(c) // 32 * c.threads_x * vec(s) * 4 > PARTIAL_SUMS_BYTES:
+        # one pass over the vectors, so that no block barrier follows the cluster wait (gemv/render.py)
+        return f"{vectors(s)} vectors of warp sums exceed the {PARTIAL_SUMS_BYTES} B a K split sums in one pass"
     if c.k_splits * vectors(s) * c.threads_x * vec(s) * 4 > SPLIT_SUMS_MAX_BYTES:
         return f"{c.k_splits} splits of {vectors(s)} vectors × {c.threads_x * vec(s)} outputs exceed {SPLIT_SUMS_MAX_BYTES} B of sums"
     return None

@@ -426,7 +426,7 @@ extern "C" __global__ void __launch_bounds__(THREADS){" __cluster_dims__(1, SPLI
         for (int i = 0; i < VEC; ++i)
             #pragma unroll
             for (int lanes = TX; lanes < 32; lanes *= 2) acc[r][i] += __shfl_xor_sync(0xffffffffu, acc[r][i], lanes);
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;{CLUSTER_STARTED if split else ""}
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;{SPLIT_ONE_PASS if split else ""}
     #pragma unroll
     for (int r0 = 0; r0 < R; r0 += GROUP) {{
         if (lane < TX) {{
@@ -436,7 +436,7 @@ extern "C" __global__ void __launch_bounds__(THREADS){" __cluster_dims__(1, SPLI
                 for (int i = 0; i < VEC; ++i)
                     if (r0 + g < R) partial[warp][g][tx * VEC + i] = acc[r0 + g < R ? r0 + g : 0][i];
         }}
-        __syncthreads();
+        __syncthreads();{CLUSTER_STARTED if split else ""}
         for (int idx = threadIdx.x; idx < GROUP * COLS; idx += THREADS) {{
             const int g = idx / COLS, c = idx % COLS, r = r0 + g, p = blockIdx.x * COLS + c;
             if (r < R && p < P) {{
@@ -445,8 +445,7 @@ extern "C" __global__ void __launch_bounds__(THREADS){" __cluster_dims__(1, SPLI
                 for (int w = 0; w < WARPS; ++w) sum += partial[w][g][c];  // warp order: deterministic
                 {keep}
             }}
-        }}
-        {"if (r0 + GROUP < R) " if split else ""}__syncthreads();  // the buffer is reused by the next pass
+        }}{"" if split else PASS_END}
     }}{_split_finish(store) if split else ""}
 }}
 """
@@ -454,9 +453,20 @@ extern "C" __global__ void __launch_bounds__(THREADS){" __cluster_dims__(1, SPLI
 
 # k_splits: a block may write into the first block's shared memory only once every block of the cluster
 # runs (each says so at its start, SPLIT_RANGE, and waits here, long after, before its sums go there).
-# Reached after the K walk and the shuffles, the barrier is the part's non-aligned form (cluster_barrier.py).
+# The wait is the part's non-aligned form (cluster_barrier.py), and no block barrier follows it: a thread
+# leaves that wait on its own, so a warp may come out of it split, and the compiler's reconvergence points
+# (BSSY/BSYNC) after it only regather threads that reached them together. An aligned __syncthreads() there
+# then met a split warp: synccheck's "Divergent thread(s) in warp" at the BAR.SYNC after UCGABAR_WAIT
+# (issue 66; ptxas removes a __syncwarp() placed between them). So the wait comes after the pass's only
+# block barrier, and a split kernel sums all its vectors in one pass (config.py's _k_splits).
 CLUSTER_STARTED = """
-    cluster_wait();  // every block of the cluster is running"""
+        cluster_wait();  // every block of the cluster is running (after the block barrier: see render.py)"""
+
+PASS_END = """
+        __syncthreads();  // the buffer is reused by the next pass"""
+
+SPLIT_ONE_PASS = """
+    static_assert(GROUP == R, "a K split sums all its vectors in one pass: no block barrier after its cluster wait");"""
 
 # A split's contiguous share of K, in whole quads (4 values) so the quads walk keeps its alignment.
 SPLIT_RANGE = """

@@ -17,9 +17,9 @@ GEMV_DOMAINS: tuple[tuple[str, tuple], ...] = (
 GEMV_READS: dict[str, tuple[str, ...]] = {
     "dtype": (), "threads": ("threads",), "rows": ("threads", "warps_per_output"),
     "columns": ("threads_x",), "unroll": ("unroll",), "group": ("outputs_per_warp", "unroll"),
-    "tensor_cores": ("tensor_cores", "mma_tiles", "outputs_per_warp", "unroll"),
+    "tensor_cores": ("tensor_cores", "mma_tiles", "outputs_per_warp", "unroll", "threads", "warps_per_output"),
     "registers": ("threads", "outputs_per_warp", "unroll", "tensor_cores", "mma_tiles", "ring_stages"),
-    "k_splits": ("k_splits", "tensor_cores", "threads_x"),
+    "k_splits": ("k_splits", "tensor_cores", "threads_x", "threads", "ring_stages"),
     "ring_stages": ("ring_stages", "threads", "threads_x", "unroll", "tensor_cores", "k_splits"),
 }
 

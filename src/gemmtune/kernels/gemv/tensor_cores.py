@@ -1,5 +1,5 @@
-"""The gemv family's tensor-core rows kernel: 2-16 rows of A against B stored N×K (layout nt), bf16,
-fp16 or tf32.
+"""The gemv family's tensor-core rows kernel: 2-64 rows of A against B stored N×K (layout nt), bf16,
+fp16 or tf32 (past 16 rows, the vectors are blocks of 16: one mma each per tile of W).
 
 The CUDA-core rows kernel spends R FMAs (and the conversions) on every weight it loads, so with a
 batch of 8-16 vectors it is bound by the SM, not by HBM. Here the vectors are the A operand of
@@ -21,12 +21,13 @@ from ..parts.floats import PACK_PAIR
 from ..parts.writeback import CRead, PairFragment, PairOutput, pair_io, pair_stores
 from .config import GemvConfig, a_fragment_rows, values_per_load
 
-# The accumulator fragment of a group's 16x8 tile j: thread (g, t) holds vector g (and g + 8) of
-# outputs n0 + 8j + 2t and + 1. Rows past M are the zero padding of A: never stored.
+# The accumulator fragment of a group's 16x8 tile j in row block b (vectors 16b .. 16b + 15): thread
+# (g, t) holds vectors 16b + g and 16b + g + 8, i.e. g + 8h for h = 2b and 2b + 1, of outputs n0 + 8j + 2t
+# and + 1. Rows past M are the zero padding of A: never stored.
 FRAGMENT = PairFragment(
     loops=(("h", "A_ROWS"), ("j", "TILES")), row="g + 8 * h", col="n0 + 8 * j + 2 * t",
-    values=("acc[j][2 * h]", "acc[j][2 * h + 1]"), row_depth=1,
-    note="Thread (g, t) holds vectors g (and g + 8) of outputs n0 + 8j + 2t and + 1 of each tile j.")
+    values=("acc[j][h / 2][2 * (h % 2)]", "acc[j][h / 2][2 * (h % 2) + 1]"), row_depth=1,
+    note="Thread (g, t) holds vectors g + 8h of outputs n0 + 8j + 2t and + 1 of each tile j.")
 
 # C is read a pair at a time where N is even; bias as a FloatView of D's type (as the rows kernel).
 OUTPUT = PairOutput(Operands(CArg.VALUE, VectorArg.VIEW), CRead.POINTER, bias="FloatView<out_t>{bias}",
@@ -82,13 +83,16 @@ def constants(spec: GemmSpec, config: GemvConfig,
               chunk_note: str = "k of one chunk: the 4 lanes of a row group load PIECE neighbouring k each") -> str:
     """The kernel's block shape and k walk as constants (the columns kernel passes its own notes)."""
     rows = a_fragment_rows(spec)
-    why = "rows g and g + 8 of the mma's A" if rows == 2 else "row g of the mma's A (rows 8-15 are zeros: M ≤ 8)"
+    why = ("row g of the mma's A (rows 8-15 are zeros: M ≤ 8)" if rows == 1
+           else "rows g and g + 8 of the mma's A" if rows == 2
+           else f"rows g + 8h of the mma's A: {rows // 2} row blocks of 16 vectors, each its own mma")
     return f"""constexpr int THREADS = {config.threads}, UNROLL = {config.unroll};  // UNROLL chunks of k per step of a warp
 constexpr int WPO = {config.warps_per_output};  // warps sharing one group's K
 constexpr int TILES = {config.mma_tiles};  // {tiles_note}
 constexpr int NW = 8 * TILES;  // outputs of one group
 constexpr int GROUPS = THREADS / 32 / WPO;  // groups per block
 constexpr int A_ROWS = {rows};  // 16-byte loads of A per chunk: {why}
+constexpr int BLOCKS = (A_ROWS + 1) / 2;  // 16-row blocks of vectors: the mma's A, one after another
 constexpr int PIECE = {values_per_load(spec)};  // {piece_note}
 constexpr int CHUNK = 4 * PIECE;  // {chunk_note}
 constexpr int SPAN = UNROLL * CHUNK;  // k a warp covers per step of its loop
@@ -98,19 +102,23 @@ constexpr int FIRST_K = STEP;  // k a group reads in its first step
 
 
 def _multiply(spec: GemmSpec) -> str:
-    upper = ("a[1]" if a_fragment_rows(spec) == 2
+    upper = ("a[2 * b + 1]" if a_fragment_rows(spec) > 1
              else "make_uint4(0u, 0u, 0u, 0u)")
-    return f"""        // acc[j] += the chunk's two mma per tile, from this lane's 8 k of W's row in each tile (w[j])
-        // and of A's rows g (a[0]) and g + 8 (upper); see the permutation above.
+    return f"""        // acc[j][b] += the chunk's two mma per tile and row block, from this lane's 8 k of W's row in
+        // each tile (w[j]) and of A's rows 16b + g (a[2b]) and 16b + g + 8 (upper); see the permutation
+        // above. Each 16-byte load of W feeds 2·BLOCKS mma.
         auto multiply = [&](const uint4 (&w)[TILES], const uint4 (&a)[A_ROWS]) {{
-            const uint4 upper = {upper};  // vector g + 8
-            const u32 a_first[4] = {{a[0].x, upper.x, a[0].y, upper.y}};  // s = 0: the first half of this lane's piece
-            const u32 a_second[4] = {{a[0].z, upper.z, a[0].w, upper.w}};  // s = 1: the second half
             #pragma unroll
-            for (int j = 0; j < TILES; ++j) {{
-                const u32 b_first[2] = {{w[j].x, w[j].y}}, b_second[2] = {{w[j].z, w[j].w}};
-                mma_tile(acc[j], a_first, b_first);
-                mma_tile(acc[j], a_second, b_second);
+            for (int b = 0; b < BLOCKS; ++b) {{
+                const uint4 upper = {upper};  // vector 16b + g + 8
+                const u32 a_first[4] = {{a[2 * b].x, upper.x, a[2 * b].y, upper.y}};  // s = 0: the first half of this lane's piece
+                const u32 a_second[4] = {{a[2 * b].z, upper.z, a[2 * b].w, upper.w}};  // s = 1: the second half
+                #pragma unroll
+                for (int j = 0; j < TILES; ++j) {{
+                    const u32 b_first[2] = {{w[j].x, w[j].y}}, b_second[2] = {{w[j].z, w[j].w}};
+                    mma_tile(acc[j][b], a_first, b_first);
+                    mma_tile(acc[j][b], a_second, b_second);
+                }}
             }}
         }};
 """
@@ -157,23 +165,25 @@ VECTOR_ROWS = """        // ... and reads vectors g and g + 8 at the same k: the
         }
 """
 
-REDUCE = """    // The group's WPO partial sums meet in shared memory; its part-0 warp adds them in part order
+def reduce_partials(acc: str) -> str:
+    """The meeting of a group's WPO partial sums; `acc` is element v (0 .. 2·A_ROWS - 1) of tile j."""
+    return f"""    // The group's WPO partial sums meet in shared memory; its part-0 warp adds them in part order
     // (the same sum every run) and writes D.
-    if (WPO > 1) {
+    if (WPO > 1) {{
         __shared__ float partial[THREADS / 32][TILES][2 * A_ROWS][32];  // lane fastest: no bank conflicts
         if (part != 0)
             #pragma unroll
             for (int j = 0; j < TILES; ++j)
                 #pragma unroll
-                for (int v = 0; v < 2 * A_ROWS; ++v) partial[warp][j][v][lane] = acc[j][v];
+                for (int v = 0; v < 2 * A_ROWS; ++v) partial[warp][j][v][lane] = {acc};
         __syncthreads();
         if (part != 0) return;
         for (int p = 1; p < WPO; ++p)
             #pragma unroll
             for (int j = 0; j < TILES; ++j)
                 #pragma unroll
-                for (int v = 0; v < 2 * A_ROWS; ++v) acc[j][v] += partial[warp + p][j][v][lane];
-    }
+                for (int v = 0; v < 2 * A_ROWS; ++v) {acc} += partial[warp + p][j][v][lane];
+    }}
 """
 
 
@@ -186,7 +196,7 @@ def body(spec: GemmSpec, config: GemvConfig, entry: str, params: str, operands: 
 // (THREADS, 1): ptxas may then spend registers on keeping all of a step's loads in flight; with
 // (THREADS) alone it moved them between the mma (about 3 in flight) to save registers (sm_90, NVRTC 13).
 extern "C" __global__ void __launch_bounds__(THREADS, 1) {entry}({params}) {{
-{operands}{GROUP_SETUP}    float acc[TILES][4] = {{}};  // the 16x8 tile j of D (transposed: vectors x outputs), fp32
+{operands}{GROUP_SETUP}    float acc[TILES][BLOCKS][4] = {{}};  // the 16x8 tile j of D for row block b (transposed: vectors x outputs), fp32
     if (n0 < P) {{
         // Lane (g, t) streams row n0 + 8j + g of W for tile j, PIECE k per chunk from PIECE·t on. Outputs past P
         // read row P - 1 instead (in bounds; never stored), so the loop needs no output guard.
@@ -199,6 +209,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) {entry}({params}) {{
         if (k < K) {{  // the span that K ends in
 {_loads(True)}        }}
     }}
-{REDUCE}
+{reduce_partials("acc[j][v / 4][v % 4]")}
 {pair_stores(spec, FRAGMENT, OUTPUT)}}}
 """
