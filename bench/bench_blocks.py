@@ -54,7 +54,8 @@ class LlamaLayer(nn.Module):
     def __init__(self, batch: int = 1, cache: int = 0, c=LLAMA3_8B):
         super().__init__()
         self.heads, self.kv, self.hd = c.heads, c.kv_heads, c.head_dim
-        self.q_proj, self.o_proj = nn.Linear(c.hidden, c.heads * c.head_dim, bias=False), nn.Linear(c.heads * c.head_dim, c.hidden, bias=False)
+        width = c.heads * c.head_dim
+        self.q_proj, self.o_proj = nn.Linear(c.hidden, width, bias=False), nn.Linear(width, c.hidden, bias=False)
         self.k_proj, self.v_proj = (nn.Linear(c.hidden, c.kv_heads * c.head_dim, bias=False) for _ in range(2))
         self.gate_proj, self.up_proj = (nn.Linear(c.hidden, c.intermediate, bias=False) for _ in range(2))
         self.down_proj = nn.Linear(c.intermediate, c.hidden, bias=False)
@@ -89,7 +90,8 @@ class VitBlock(nn.Module):
         self.heads = heads
         self.norm1, self.norm2 = nn.LayerNorm(c.hidden, eps=1e-6), nn.LayerNorm(c.hidden, eps=1e-6)
         self.qkv, self.proj = nn.Linear(c.hidden, 3 * c.hidden), nn.Linear(c.hidden, c.hidden)
-        self.fc1, self.act, self.fc2 = nn.Linear(c.hidden, c.intermediate), nn.GELU(), nn.Linear(c.intermediate, c.hidden)
+        self.fc1, self.act = nn.Linear(c.hidden, c.intermediate), nn.GELU()
+        self.fc2 = nn.Linear(c.intermediate, c.hidden)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, c = x.shape
@@ -159,13 +161,14 @@ def table(rows: list[Row]) -> str:
     for r in rows:
         lines.append(f"| {r.block} | {_ms(r.eager_s)} | {_ms(r.compiled_s)} | {_ms(r.optimized_s)} | "
                      f"{_ms(r.optimized_compiled_s)} | {_x(r.eager_s, r.optimized_s)} | "
-                     f"{_x(r.compiled_s, r.optimized_compiled_s)} | {100 * r.gemm_share:.0f}% | {r.routed} | {r.max_error:.1e} |")
+                     f"{_x(r.compiled_s, r.optimized_compiled_s)} | {100 * r.gemm_share:.0f}% | {r.routed} | "
+                     f"{r.max_error:.1e} |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--budget", type=float, default=120.0, help="seconds of gemmtune tuning per block (default 120)")
+    parser.add_argument("--budget", type=float, default=120.0, help="seconds of tuning per block (default 120)")
     parser.add_argument("--blocks", default=",".join(BLOCKS), help=f"comma-separated, of {', '.join(BLOCKS)}")
     parser.add_argument("--out", type=Path, help="write the markdown tables here")
     parser.add_argument("--db", type=Path, help="tuning database (default gemmtune's)")

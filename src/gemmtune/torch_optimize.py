@@ -89,8 +89,9 @@ def linear_spec(x: torch.Tensor, linear: nn.Linear, activation: Optional[str] = 
     """The spec gemmtune.torch.linear(x, weight, bias, activation) builds its kernel for."""
     flat = x.reshape(-1, x.shape[-1])
     ops = (["bias_col"] if linear.bias is not None else []) + ([activation] if activation else [])
-    return GemmSpec(flat.shape[0], linear.out_features, linear.in_features, layout=_letter(flat) + _letter(linear.weight.t()),
-                    dtype=_gemm_dtype(x), epilogue=Epilogue.parse("+".join(ops) or "none"))
+    layout = _letter(flat) + _letter(linear.weight.t())
+    return GemmSpec(flat.shape[0], linear.out_features, linear.in_features, layout=layout, dtype=_gemm_dtype(x),
+                    epilogue=Epilogue.parse("+".join(ops) or "none"))
 
 
 def _activation_kind(module: nn.Module) -> Optional[str]:
@@ -182,7 +183,7 @@ def _site(name: str, calls: list, pair: Optional[tuple[str, str]], erf_gelu_atol
     if any(c != first for c in calls):
         return Site(name, first, count, routable=False, note="called with several shapes in one forward")
     if pair is not None and pair[1] == "gelu_erf" and not (erf_gelu_atol or 0.0) >= ERF_GAP:
-        return Site(name, first, count, note="erf GELU not fused (kernels' GELU is tanh; erf_gelu_atol >= 4.74e-4 fuses it)")
+        return Site(name, first, count, note="erf GELU not fused (kernels' GELU: tanh)")
     if pair is None:
         return Site(name, first, count)
     ops = "+".join(list(first.epilogue.ops) + [pair[1].split("_")[0]])
@@ -248,12 +249,14 @@ class OptimizeReport:
     def table(self) -> str:
         """Markdown: one row a layer, then the model end to end."""
         us = lambda s: f"{s * 1e6:.1f}" if s else "—"  # noqa: E731
-        rows = ["| layer | GEMM | calls | torch µs | gemmtune µs | × | routed | why |", "|---|---|---:|---:|---:|---:|---|---|"]
+        rows = ["| layer | GEMM | calls | torch µs | gemmtune µs | × | routed | why |",
+                "|---|---|---:|---:|---:|---:|---|---|"]
         for p in self.layers:
             t = p.timing
             ratio = f"{t.torch_s / t.gemmtune_s:.2f}" if t.torch_s and t.gemmtune_s else "—"
-            rows.append(f"| {p.site.name} | {p.site.spec.short() if p.site.spec else '—'} | {p.site.calls} | {us(t.torch_s)} | "
-                        f"{us(t.gemmtune_s)} | {ratio} | {'yes' if p.routed else 'no'} | {p.reason} |")
+            gemm = p.site.spec.short() if p.site.spec else "—"
+            rows.append(f"| {p.site.name} | {gemm} | {p.site.calls} | {us(t.torch_s)} | {us(t.gemmtune_s)} | {ratio} | "
+                        f"{'yes' if p.routed else 'no'} | {p.reason} |")
         b, a = self.model_before_s, self.model_after_s
         whole = f"{b * 1e3:.3f} ms → {a * 1e3:.3f} ms ({b / a:.2f}×)" if a and b else "not timed"
         how = "reloaded, no tuning or timing" if self.reloaded else f"tuned {self.tuning_s:.0f} s"
