@@ -281,6 +281,12 @@ def test_gemv_compiles_every_layout_and_epilogue(dtype):
                     assert compiled.resources.spills == 0
 
 
+# Picks moved on purpose since that table, with why (each still differs from the table's).
+MOVED_SINCE_THE_TABLE = {
+    ("1x1024x4096 nn fp32", "fp32"): "the cluster K split is no longer picked (synccheck, 2026-11-29)",
+}
+
+
 def test_shipped_chooser_still_picks_what_the_results_table_measured():
     """bench/results/2026-11-27-h100-eval-untuned.* measured the shipped chooser's picks on the eval
     set in four dtypes; a change to the candidates or the model that moves a pick makes that table
@@ -297,6 +303,9 @@ def test_shipped_chooser_still_picks_what_the_results_table_measured():
         m, n, k = (int(x) for x in row["spec"].split()[0].split("x"))
         spec = GemmSpec(m, n, k, row["spec"].split()[1], row["dtype"])
         if row["source"] != "chooser":  # the shipped table's rows (known-configs) are not the chooser's
+            continue
+        if (row["spec"], row["dtype"]) in MOVED_SINCE_THE_TABLE:
+            assert choose(spec, "sm_90a").config.describe() != row["config"], row["spec"]  # still moved
             continue
         assert family_for(spec, "sm_90a").name == row["family"], row["spec"]
         assert choose(spec, "sm_90a").config.describe() == row["config"], row["spec"]

@@ -1,5 +1,5 @@
 """The columns kernel with K split over a cluster (GemvConfig.k_splits), without a GPU: which shapes the
-chooser gives it, what its source declares (the cluster, the early start, the prefetch inside its split),
+chooser's rule gives it (the rule is off: chooser.candidates.CLUSTER_SPLIT_UNTUNED), what its source declares (the cluster, the early start, the prefetch inside its split),
 that it compiles without spills, and that the runtime and the exported launcher allow clusters of 16
 (the GPU correctness tests are in test_gpu_gemv_splitk.py and test_gpu_dependent_launch.py)."""
 from __future__ import annotations
@@ -28,10 +28,18 @@ ONE_VECTOR = GemmSpec(1, 1024, 4096, "nn", "fp32")
     (GemmSpec(1, 1024, 4096, "nn", "bf16"), 8, 4),  # 2-byte values: 128-byte strips hold 64 outputs
     (GemmSpec(1, 4096, 4096, "nn", "fp16"), 16, 2),  # rows of 8 KB: still split
 ])
-def test_one_vector_of_few_outputs_takes_the_split_on_sm_90(spec, across, unroll):
-    pick = choose(spec, "sm_90a").config
-    assert pick == GemvConfig(threads=256, warps_per_output=1, threads_x=across, unroll=unroll, k_splits=SPLIT_WAYS)
-    assert pick == split_config(spec, 132)
+def test_one_vector_of_few_outputs_takes_the_split_on_sm_90_only_while_it_is_on(spec, across, unroll, monkeypatch):
+    """The rule's block shape; the chooser picks it only with CLUSTER_SPLIT_UNTUNED on (off since 2026-11-29:
+    synccheck's report), and with it off the tuner's space has no split either."""
+    import importlib
+
+    candidates = importlib.import_module("gemmtune.chooser.candidates")  # the package re-exports a function of that name
+
+    split = GemvConfig(threads=256, warps_per_output=1, threads_x=across, unroll=unroll, k_splits=SPLIT_WAYS)
+    assert split_config(spec, 132) == split
+    assert choose(spec, "sm_90a").config.k_splits == 1
+    monkeypatch.setattr(candidates, "CLUSTER_SPLIT_UNTUNED", True)
+    assert candidates.split_rule(spec, "sm_90a", 132) == split
 
 
 @pytest.mark.parametrize("spec, arch", [

@@ -169,6 +169,22 @@ def fitted_twin(spec: GemmSpec, config: Any) -> WgmmaConfig | None:
     return None if get_family("wgmma").rejections(twin, spec, "sm_90a") else twin
 
 
+# Where M fits one 64-row tile, taller tiles are mostly rows outside D: wgmma work and, where the tiles are
+# few and split along K, partial-sum traffic through L2 for nothing, while no operand is reused more. The
+# model (trained on few such shapes) ranked 128-row tiles first there and they ran 0.55-0.77x cuBLAS
+# where 64-row ones ran 0.77-0.89x (H200, 2026-11-29, 24x4096x4096, 40x1024x4096, 40x3072x8192 bf16,
+# every ranked candidate timed: bench/results/2026-11-29-h200-short-m-tiles.md).
+SHORT_M_ROWS = 64
+
+
+def short_m_tiles(spec: GemmSpec, tiles: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+    """`tiles`, less those taller than SHORT_M_ROWS where M fits that many rows."""
+    if spec.m > SHORT_M_ROWS:
+        return tiles
+    short = tuple((bm, bn) for bm, bn in tiles if bm <= SHORT_M_ROWS)
+    return short or tiles
+
+
 def wgmma_tiles(spec: GemmSpec) -> tuple[tuple[int, int], ...]:
     """WGMMA_TILES, less those a transposed tf32 operand (stored MN-major) makes slow: the consumers'
     transpose costs 4/BM bytes of shared memory a FLOP for B (4/BN for A), which the model, trained
@@ -177,9 +193,10 @@ def wgmma_tiles(spec: GemmSpec) -> tuple[tuple[int, int], ...]:
     2026-11-26-h100-transposed-wgmma.md: nn 4096^3 128x192 0.68x cuBLAS, 128x256 0.74x, 256x128
     0.82x; tt 4096^3 128x192 0.71x, 128x256 0.88x). In layout nt the model keeps every tile: taking
     128x192 away there moved its picks to 128x128 and the tf32 eval geomean from 0.998 to 0.996x."""
+    tiles = short_m_tiles(spec, WGMMA_TILES)
     if not transposes_tf32(spec):
-        return WGMMA_TILES
-    tiles = tuple(tile for tile in WGMMA_TILES if tile != (128, 192))
+        return tiles
+    tiles = tuple(tile for tile in tiles if tile != (128, 192))
     a_kmajor, b_kmajor = k_major(spec)
     if a_kmajor and not b_kmajor:
         return tuple((bm, bn) for bm, bn in tiles if bm >= bn)
@@ -362,6 +379,13 @@ SPLIT_RULE_MAX_ROW_BYTES = 8192  # inclusive: 2048 fp32 outputs, 4096 bf16
 SPLIT_WAYS = 16
 SPLIT_SM_SHARE = 2.5  # blocks per SM the wider strips must still give (1536 fp32 outputs: 2.9 -> 16 across)
 SPLIT_ARCHS = (90,)  # measured on sm_90 only (clusters of 16 also exist on sm_100: unmeasured)
+# Off since 2026-11-29: compute-sanitizer's synccheck reports "Divergent thread(s) in warp" at the block barrier
+# of the split's partial-sum pass in 1-3 of every 6-10 runs (H200), with the cluster wait moved after that
+# barrier, with the dependent launch, its prefetch or the early cluster arrive each removed; the unsplit
+# kernel of the same block shape stayed clean (bench/results/2026-11-29-h200-synccheck-k-split.md). Until
+# that is understood, no untuned or tuned pick takes the split (the tuner's space holds k_splits = 1 only);
+# GemvConfig(k_splits=...) still builds it when asked for by name.
+CLUSTER_SPLIT_UNTUNED = False
 
 
 def split_config(spec: GemmSpec, sm_count: int) -> GemvConfig:
@@ -374,7 +398,7 @@ def split_config(spec: GemmSpec, sm_count: int) -> GemvConfig:
 
 def split_rule(spec: GemmSpec, arch: str, sm_count: int) -> GemvConfig | None:
     """split_config where its rule applies to `spec` on `arch` and the family takes it, else None."""
-    if (stream_kind(spec) != "columns" or vectors(spec) != 1
+    if (not CLUSTER_SPLIT_UNTUNED or stream_kind(spec) != "columns" or vectors(spec) != 1
             or outputs(spec) * spec.element_bytes > SPLIT_RULE_MAX_ROW_BYTES or arch_number(arch) not in SPLIT_ARCHS):
         return None
     config = split_config(spec, sm_count)
