@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from .spec import GemmSpec
 
 # Argument kinds a kernel may take, in the names the runtime binds them by.
-POINTER_ARGS = ("A", "B", "C", "bias", "D")
+POINTER_ARGS = ("A", "B", "C", "bias", "D", "offs")  # offs: a grouped GEMM's group end rows (int32)
 SCALAR_ARGS = ("alpha", "beta")
 TENSOR_MAP_DTYPES = {"fp16": 2, "bf16": 2, "fp32": 4}  # storage types a tensor map may describe
 SWIZZLES = (0, 32, 64, 128)

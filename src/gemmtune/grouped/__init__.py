@@ -1,0 +1,12 @@
+"""Grouped GEMMs (MoE experts in one launch): D[rows of g] = A[rows of g] · B[g], group ends on the device.
+
+`spec.py` (GroupedSpec, the float64 reference), `config.py` (tile shapes and their limits),
+`schedule.py` (the tile scheduler over all groups, as CUDA and its Python twin), `render.py` (the
+persistent warp-specialized wgmma kernel), `launch.py` (compile, load, launch), `torch_ops.py`
+(`gemmtune::grouped_mm`). Design: docs/families/grouped.md.
+"""
+from .config import GroupedConfig, candidates, default_config, rejections
+from .spec import GroupedSpec, group_offsets, reference
+
+__all__ = ["GroupedSpec", "GroupedConfig", "group_offsets", "reference", "default_config", "candidates",
+           "rejections"]

@@ -1,0 +1,95 @@
+"""GroupedConfig: the grouped kernel's tile shape and ring depth, their limits with reasons, a default
+and a short candidate list."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, replace
+
+from .spec import GroupedSpec
+
+SMEM_LIMIT = 232448  # bytes of shared memory one block may opt in to on sm_90 (227 KB)
+TILE_ROW_BYTES = 128  # a tile row in shared memory: 64 16-bit values of K (BK), one 128-byte swizzle row
+MAX_ACCUMULATORS = 128  # fp32 sums a consumer thread holds: beside them the 232-register budget fits the rest
+SMALL_GROUP_ROWS = 64  # at most this many rows per group on average: 64-row tiles (fewer rows computed for nothing)
+
+
+@dataclass(frozen=True, order=True)
+class GroupedConfig:
+    bm: int = 128        # tile rows (64 or 128), split by rows over the consumer warpgroups
+    bn: int = 128        # tile columns (64, 128 or 256): the width of one wgmma
+    stages: int = 6      # shared-memory ring depth (k-blocks in flight)
+    consumers: int = 2   # warpgroups issuing wgmma (one more warpgroup loads)
+
+    @property
+    def threads(self) -> int:
+        return 128 * (1 + self.consumers)
+
+    @property
+    def rows_per_consumer(self) -> int:
+        return self.bm // self.consumers
+
+    @property
+    def stage_bytes(self) -> int:
+        return (self.bm + self.bn) * TILE_ROW_BYTES
+
+    @property
+    def dynamic_smem(self) -> int:
+        """The ring plus up to 1024 bytes to realign it (wgmma's swizzled tiles start on 1024 bytes)."""
+        return self.stages * self.stage_bytes + 1024
+
+    def static_smem(self, spec: GroupedSpec) -> int:
+        """mbarriers (two per stage) and the groups' ends and tile prefix (two ints per group)."""
+        return 16 * self.stages + 8 * spec.groups
+
+    def with_(self, **changes: int) -> "GroupedConfig":
+        return replace(self, **changes)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def key(self) -> str:
+        return json.dumps(self.to_json(), sort_keys=True)
+
+
+def rejections(config: GroupedConfig, spec: GroupedSpec) -> dict[str, str]:
+    """{constraint: reason} for each limit the config breaks for `spec`; empty when valid."""
+    c, problems = config, {}
+    if c.bm not in (64, 128) or c.bn not in (64, 128, 256):
+        problems["tile"] = f"{c.bm}x{c.bn}: bm is 64 or 128, bn 64, 128 or 256"
+    if c.consumers not in (1, 2) or c.bm % (64 * c.consumers):
+        problems["consumers"] = f"{c.consumers} consumers of a {c.bm}-row tile: 1 or 2, 64 rows (a wgmma) or more each"
+    elif c.rows_per_consumer // 64 * c.bn // 2 > MAX_ACCUMULATORS:
+        problems["registers"] = (f"{c.rows_per_consumer}x{c.bn} per consumer is "
+                                 f"{c.rows_per_consumer // 64 * c.bn // 2} fp32 sums a thread, over {MAX_ACCUMULATORS}")
+    if not 2 <= c.stages <= 16:
+        problems["stages"] = f"stages={c.stages}: 2 to 16 (the producer runs ahead by at least one)"
+    smem = c.dynamic_smem + c.static_smem(spec)
+    if smem > SMEM_LIMIT:
+        problems["shared_memory"] = f"{c.stages} stages of {c.bm}x{c.bn} need {smem} B of shared memory, over {SMEM_LIMIT}"
+    return problems
+
+
+def _deepest(config: GroupedConfig, spec: GroupedSpec) -> GroupedConfig:
+    """The config with as many stages as shared memory holds (at most 8: more buys nothing measurable yet)."""
+    for stages in range(8, 1, -1):
+        if not rejections(config.with_(stages=stages), spec):
+            return config.with_(stages=stages)
+    return config
+
+
+def default_config(spec: GroupedSpec) -> GroupedConfig:
+    """128x128 tiles over two consumers; 64x128 tiles of one consumer where the groups average
+    SMALL_GROUP_ROWS rows or fewer (MoE decode: a 128-row tile would mostly compute rows of other groups)."""
+    small = spec.total_m <= SMALL_GROUP_ROWS * spec.groups
+    return _deepest(GroupedConfig(bm=64, bn=128, consumers=1) if small else GroupedConfig(), spec)
+
+
+def candidates(spec: GroupedSpec) -> list[GroupedConfig]:
+    """The default first, then the few shapes worth timing against it (each valid for `spec`)."""
+    shapes = [default_config(spec), GroupedConfig(128, 128, consumers=2), GroupedConfig(128, 256, consumers=2),
+              GroupedConfig(64, 128, consumers=1), GroupedConfig(64, 256, consumers=1)]
+    found: list[GroupedConfig] = []
+    for config in (_deepest(shape, spec) for shape in shapes):
+        if config not in found and not rejections(config, spec):
+            found.append(config)
+    return found

@@ -1,0 +1,235 @@
+"""GroupedConfig + GroupedSpec -> KernelSource: every group's GEMM in one persistent launch on sm_90a.
+
+Warpgroup 0 is the producer: one thread walks the block's tiles (schedule.py) and copies each
+k-block's A and B tiles into a ring of STAGES shared-memory slots by TMA. Warpgroups 1..CONSUMERS
+multiply them with wgmma m64nBNk16 into fp32 sums and store their rows of the tile from registers,
+guarded by the group's end row: the rows past it that the A tile holds (the next group's, or zeros
+past A) were multiplied for nothing but are never stored. No TMA store: its box would write them.
+
+Shared memory per stage: the A tile then the B tile, each as rows of 128 bytes (64 values of K) in
+TMA's 128-byte swizzle, which wgmma's descriptors read without bank conflicts.
+"""
+from __future__ import annotations
+
+from ..arch import geometry
+from ..kernel_source import KernelSource, TensorMapArg
+from ..kernels.parts.epilogue import CArg, Operands, VectorArg, epilogue_function
+from ..kernels.parts.floats import FLOAT_VIEW, TO_OUT
+from ..kernels.parts.ring import RING
+from ..kernels.parts.writeback import CRead, OddEdge, PairFragment, PairOutput, pair_io, pair_stores
+from ..kernels.wgmma import ptx
+from ..kernels.wgmma.consumer import CONSUMER_REGS
+from ..kernels.wgmma.producer import PRODUCER_REGS
+from ..errors import ConfigError
+from .config import GroupedConfig, default_config, rejections
+from .schedule import SCHEDULER
+from .spec import GroupedSpec
+
+FAMILY, VERSION = "grouped_wgmma", "1"
+BK = 64  # K per k-block: one 128-byte swizzled row of 16-bit values
+C_TYPES = {"bf16": "bf16_t", "fp16": "fp16_t"}
+
+TMA_3D = r"""
+// TMA: copy one box of a 3-D tensor (coordinates innermost first) into shared memory; the bytes count
+// towards `bar`'s expected transaction; elements outside the tensor arrive as zeros.
+__device__ __forceinline__ void tma_load_3d(void* dst, const TmaDescriptor* map, u64* bar, int c0, int c1, int c2) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4, %5}], [%2];"
+                 :: "r"(smem_addr(dst)), "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+"""
+
+
+def entry_name(spec: GroupedSpec, config: GroupedConfig) -> str:
+    return f"{spec.slug()}_{config.bm}x{config.bn}s{config.stages}c{config.consumers}"
+
+
+def tensor_maps(spec: GroupedSpec, config: GroupedConfig) -> tuple[TensorMapArg, TensorMapArg]:
+    """A as one 2-D map over (K, total_m); B (G weights stored (N, K)) as one 3-D map over (K, N, G),
+    so a box never crosses into the next group's weights: columns past N arrive as zeros."""
+    kind, row = spec.dtype, spec.k * 2
+    a = TensorMapArg("tma_A", "A", kind, (spec.k, spec.total_m), (row,), (BK, config.bm))
+    b = TensorMapArg("tma_B", "B", kind, (spec.k, spec.n, spec.groups), (row, row * spec.n), (BK, config.bn, 1))
+    return a, b
+
+
+def _constants(spec: GroupedSpec, config: GroupedConfig) -> str:
+    return f"""
+// Problem and tile shape, baked in at generation time (the group ends come at run time, in offs).
+constexpr int GROUPS = {spec.groups}, TOTAL_M = {spec.total_m}, N = {spec.n}, K = {spec.k};
+constexpr int BM = {config.bm}, BN = {config.bn}, BK = {BK};   // block tile; BK·2 B = one 128-byte row
+constexpr int STAGES = {config.stages};                  // shared-memory ring depth
+constexpr int CONSUMERS = {config.consumers};            // warpgroups issuing wgmma, each its own rows of the tile
+constexpr int ROWS_PER_CONSUMER = BM / CONSUMERS, M_BLOCKS = ROWS_PER_CONSUMER / 64;
+constexpr int K_STEP = 16;                               // K of one wgmma instruction
+constexpr int K_BLOCKS = (K + BK - 1) / BK;              // the last block's tail is TMA zero-fill
+constexpr int TILES_N = (N + BN - 1) / BN;
+constexpr int A_TILE_BYTES = BM * 128, B_TILE_BYTES = BN * 128, STAGE_BYTES = A_TILE_BYTES + B_TILE_BYTES;
+typedef {C_TYPES[spec.dtype]} in_t;
+typedef {C_TYPES[spec.dtype]} out_t;
+"""
+
+
+LOAD_STAGE = r"""
+// Producer: k-block `kb` of `tile` into one ring slot; completion (bytes) is counted on `full`. TMA
+// counts whole boxes, zero-filled edges included, so every k-block expects STAGE_BYTES.
+__device__ __forceinline__ void load_stage(const TmaDescriptor& tma_A, const TmaDescriptor& tma_B, unsigned char* slot,
+                                           u64* full, const GroupTile& tile, int kb) {
+    mbarrier_arrive_expect_tx(full, STAGE_BYTES);
+    tma_load_2d(slot, &tma_A, full, kb * BK, tile.row_begin + tile.tile_m * BM);
+    tma_load_3d(slot + A_TILE_BYTES, &tma_B, full, kb * BK, tile.tile_n * BN, tile.group);
+}
+"""
+
+
+def _mma_stage(config: GroupedConfig) -> str:
+    return f"""
+// Consumer: this warpgroup's rows of the A tile times the whole B tile for one k-block, BK / K_STEP
+// wgmma per 64-row block. Both operands are K-major: a step along K is K_STEP·2 bytes into the
+// swizzled row; SBO = 1024 (eight 128-byte rows per core-matrix group).
+__device__ __forceinline__ void mma_stage(float (&acc)[M_BLOCKS][BN / 2], const unsigned char* slot, int consumer) {{
+    const unsigned char* a_rows = slot + consumer * ROWS_PER_CONSUMER * 128;
+    const unsigned char* b_rows = slot + A_TILE_BYTES;
+    #pragma unroll
+    for (int ks = 0; ks < BK / K_STEP; ++ks) {{
+        const u64 desc_b = smem_descriptor(b_rows + ks * K_STEP * 2, BK * 128, 1024);
+        #pragma unroll
+        for (int mb = 0; mb < M_BLOCKS; ++mb) {{
+            const u64 desc_a = smem_descriptor(a_rows + mb * 64 * 128 + ks * K_STEP * 2, BK * 128, 1024);
+            wgmma_m64n{config.bn}<0, 0>(acc[mb], desc_a, desc_b);
+        }}
+    }}
+}}
+"""
+
+
+# apply_epilogue takes the bias element as a value; the write-back reads it from the group's row of bias.
+OPERANDS = Operands(CArg.VALUE, VectorArg.VALUE)
+OUTPUT = PairOutput(OPERANDS, CRead.VIEW, bias="group_bias", odd_edge=OddEdge.PAIR_OR_FIRST)
+
+
+def _fragment(config: GroupedConfig) -> PairFragment:
+    """wgmma's accumulator fragment, rows counted from the group's first row. A 256-column tile reads
+    its bias in place (staging 64 bias floats beside 128 sums spills in the wgmma family)."""
+    return PairFragment(
+        loops=(("mb", "M_BLOCKS"), ("half", "2"), ("j", "BN / 8")),
+        row="tile.row_begin + tile.tile_m * BM + consumer * ROWS_PER_CONSUMER + mb * 64 + warp * 16 + lane / 4 + 8 * half",
+        col="tile.tile_n * BN + j * 8 + 2 * (lane % 4)",
+        values=("acc[mb][4 * j + 2 * half]", "acc[mb][4 * j + 2 * half + 1]"), row_depth=2,
+        note="In each 64-row block, thread t of the warpgroup holds rows 16·warp + lane/4 (+8), columns 8·j + 2·(lane%4) (+1).",
+        col_loop="j" if config.bn <= 128 else "", row_loops=("mb", "half"))
+
+
+def _store_tile(spec: GroupedSpec, config: GroupedConfig) -> str:
+    gemm = spec.as_gemm()
+    bias = ("\n    const FloatView<out_t> group_bias{bias + (size_t)tile.group * N};  // this group's row of bias"
+            if spec.has_bias else "")
+    return (epilogue_function(spec.epilogue, OPERANDS, out_dtype=spec.dtype) + TO_OUT + pair_io(gemm, OUTPUT) + f"""
+// The write-back of one consumer's rows of a tile. M is the group's end row here: the rows from it on
+// belong to the next group (or lie past D), so the shared pair stores skip them like rows past a matrix.
+__device__ __forceinline__ void store_tile(const float (&acc)[M_BLOCKS][BN / 2], const GroupTile& tile, int consumer,
+                                           out_t* __restrict__ D, const out_t* __restrict__ bias) {{
+    const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+    const int M = tile.row_end;{bias}
+{pair_stores(gemm, _fragment(config), OUTPUT)}}}
+""")
+
+
+def _registers(config: GroupedConfig, side: str) -> str:
+    """setmaxnreg with two consumers (the producer's registers go to them); one consumer keeps the
+    compiler's count (with 256 threads a block may already hold 255 registers a thread)."""
+    if config.consumers == 1:
+        return ""
+    return (f"setmaxnreg_dec<{PRODUCER_REGS}>();  // the producer needs few registers: give them to the consumers"
+            if side == "producer" else f"setmaxnreg_inc<{CONSUMER_REGS}>();")
+
+
+def _kernel(spec: GroupedSpec, config: GroupedConfig, entry: str) -> str:
+    bias = "const out_t* __restrict__ bias, " if spec.has_bias else ""
+    return f"""
+extern "C" __global__ void __launch_bounds__({config.threads}, 1)
+{entry}(const int* __restrict__ offs, {bias}out_t* __restrict__ D,
+        const __grid_constant__ TmaDescriptor tma_A, const __grid_constant__ TmaDescriptor tma_B) {{
+    __shared__ int group_end[GROUPS], tile_end[GROUPS];  // filled by scan_groups (schedule.py)
+    __shared__ alignas(8) u64 full[STAGES];   // slot s has landed
+    __shared__ alignas(8) u64 empty[STAGES];  // slot s may be refilled (each consumer arrives once)
+    // The ring in dynamic shared memory realigned to 1024 bytes: the 128-byte swizzle repeats every
+    // 8 rows, and wgmma descriptors assume tiles start on that boundary.
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* ring_base = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    const int warpgroup = threadIdx.x / 128;
+    if (threadIdx.x == 0) {{
+        tma_prefetch_descriptor(&tma_A);
+        tma_prefetch_descriptor(&tma_B);
+        for (int s = 0; s < STAGES; ++s) {{
+            mbarrier_init(&full[s], 1);
+            mbarrier_init(&empty[s], CONSUMERS);
+        }}
+        fence_barrier_init();
+    }}
+    if (threadIdx.x < 32) scan_groups(offs, group_end, tile_end);  // offs read on the device: no host sync
+    __syncthreads();
+    const int tiles = tile_end[GROUPS - 1];  // every group's tiles, this launch
+    if (warpgroup == 0) {{
+        {_registers(config, "producer")}
+        if (threadIdx.x == 0) {{
+            Ring ring;
+            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {{
+                const GroupTile tile = group_tile(group_end, tile_end, t);
+                for (int kb = 0; kb < K_BLOCKS; ++kb) {{
+                    mbarrier_wait(&empty[ring.s], ring.phase ^ 1);  // passes at once on the first lap
+                    load_stage(tma_A, tma_B, ring_base + ring.s * STAGE_BYTES, &full[ring.s], tile, kb);
+                    ring.advance();
+                }}
+            }}
+        }}
+    }} else {{
+        {_registers(config, "consumer")}
+        const int consumer = warpgroup - 1;
+        Ring ring;  // walks the ring in step with the producer, tile after tile
+        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {{
+            const GroupTile tile = group_tile(group_end, tile_end, t);
+            float acc[M_BLOCKS][BN / 2];
+            #pragma unroll
+            for (int mb = 0; mb < M_BLOCKS; ++mb)
+                #pragma unroll
+                for (int i = 0; i < BN / 2; ++i) acc[mb][i] = 0.0f;
+            int previous = -1;  // the slot of the k-block before: released once its wgmma are done
+            for (int kb = 0; kb < K_BLOCKS; ++kb) {{
+                mbarrier_wait(&full[ring.s], ring.phase);
+                wgmma_fence();
+                mma_stage(acc, ring_base + ring.s * STAGE_BYTES, consumer);
+                wgmma_commit();
+                wgmma_wait<1>();  // one group in flight: the k-block before is done reading its slot
+                if (previous >= 0 && threadIdx.x % 128 == 0) mbarrier_arrive(&empty[previous]);
+                previous = ring.s;
+                ring.advance();
+            }}
+            wgmma_wait<0>();
+            if (threadIdx.x % 128 == 0) mbarrier_arrive(&empty[previous]);
+            store_tile(acc, tile, consumer, D, {"bias" if spec.has_bias else "nullptr"});
+        }}
+    }}
+}}
+"""
+
+
+def code(spec: GroupedSpec, config: GroupedConfig, entry: str) -> str:
+    return (ptx.helpers(spec.dtype, config.bn) + TMA_3D + FLOAT_VIEW + _constants(spec, config) + RING + SCHEDULER
+            + LOAD_STAGE + _mma_stage(config) + _store_tile(spec, config) + _kernel(spec, config, entry))
+
+
+def render(spec: GroupedSpec, config: GroupedConfig | None = None, sm_count: int | None = None) -> KernelSource:
+    """The kernel for `spec` (default_config where `config` is None) on a grid of `sm_count` blocks
+    (the GPU's SMs; None: the sm_90a table's). Raises ConfigError naming a broken limit."""
+    config = config or default_config(spec)
+    problems = rejections(config, spec)
+    if problems:
+        raise ConfigError(f"grouped config {config.to_json()}: " + "; ".join(problems.values()))
+    entry = entry_name(spec, config)
+    args = ("offs", *(("bias",) if spec.has_bias else ()), "D", "tma_A", "tma_B")
+    grid = sm_count or geometry(None, "sm_90a").sm_count
+    return KernelSource(code=code(spec, config, entry), entry=entry, grid=(grid, 1, 1), block=(config.threads, 1, 1),
+                        args=args, spec=spec.as_gemm(), family=FAMILY, family_version=VERSION,
+                        config=config.to_json(), dynamic_smem=config.dynamic_smem,
+                        tensor_maps=tensor_maps(spec, config), arch_specific=True)
