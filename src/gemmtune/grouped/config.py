@@ -1,8 +1,6 @@
-"""GroupedConfig: the grouped kernel's tile shape and ring depth, their limits with reasons, a default
-and a short candidate list."""
+"""GroupedConfig: tile shape and ring depth, their limits with reasons, a default, a few candidates."""
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, replace
 
 from .spec import GroupedSpec
@@ -47,9 +45,6 @@ class GroupedConfig:
     def to_json(self) -> dict:
         return asdict(self)
 
-    def key(self) -> str:
-        return json.dumps(self.to_json(), sort_keys=True)
-
 
 def rejections(config: GroupedConfig, spec: GroupedSpec) -> dict[str, str]:
     """{constraint: reason} for each limit the config breaks for `spec`; empty when valid."""
@@ -70,7 +65,7 @@ def rejections(config: GroupedConfig, spec: GroupedSpec) -> dict[str, str]:
 
 
 def _deepest(config: GroupedConfig, spec: GroupedSpec) -> GroupedConfig:
-    """The config with as many stages as shared memory holds (at most 8: more buys nothing measurable yet)."""
+    """As many stages as shared memory holds, at most 8 (deeper is untried)."""
     for stages in range(8, 1, -1):
         if not rejections(config.with_(stages=stages), spec):
             return config.with_(stages=stages)
@@ -78,8 +73,7 @@ def _deepest(config: GroupedConfig, spec: GroupedSpec) -> GroupedConfig:
 
 
 def default_config(spec: GroupedSpec) -> GroupedConfig:
-    """128x128 tiles over two consumers; 64x128 tiles of one consumer where the groups average
-    SMALL_GROUP_ROWS rows or fewer (MoE decode: a 128-row tile would mostly compute rows of other groups)."""
+    """128x128 tiles over two consumers; 64x128 of one where groups average <= SMALL_GROUP_ROWS rows."""
     small = spec.total_m <= SMALL_GROUP_ROWS * spec.groups
     return _deepest(GroupedConfig(bm=64, bn=128, consumers=1) if small else GroupedConfig(), spec)
 

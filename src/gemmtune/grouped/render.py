@@ -1,13 +1,10 @@
 """GroupedConfig + GroupedSpec -> KernelSource: every group's GEMM in one persistent launch on sm_90a.
 
-Warpgroup 0 is the producer: one thread walks the block's tiles (schedule.py) and copies each
-k-block's A and B tiles into a ring of STAGES shared-memory slots by TMA. Warpgroups 1..CONSUMERS
-multiply them with wgmma m64nBNk16 into fp32 sums and store their rows of the tile from registers,
-guarded by the group's end row: the rows past it that the A tile holds (the next group's, or zeros
-past A) were multiplied for nothing but are never stored. No TMA store: its box would write them.
-
-Shared memory per stage: the A tile then the B tile, each as rows of 128 bytes (64 values of K) in
-TMA's 128-byte swizzle, which wgmma's descriptors read without bank conflicts.
+Warpgroup 0's thread 0 walks the block's tiles (schedule.py) and TMA-copies each k-block's A and B
+tiles into a ring of STAGES slots (rows of 128 bytes in the 128-byte swizzle wgmma reads). The
+consumer warpgroups multiply them (wgmma m64nBNk16, fp32 sums) and store their rows from registers
+below the group's end row: the A tile's rows past it (the next group's, or zeros) are multiplied for
+nothing and never stored. No TMA store: its box would write them.
 """
 from __future__ import annotations
 
@@ -30,8 +27,7 @@ BK = 64  # K per k-block: one 128-byte swizzled row of 16-bit values
 C_TYPES = {"bf16": "bf16_t", "fp16": "fp16_t"}
 
 TMA_3D = r"""
-// TMA: copy one box of a 3-D tensor (coordinates innermost first) into shared memory; the bytes count
-// towards `bar`'s expected transaction; elements outside the tensor arrive as zeros.
+// TMA: one box of a 3-D tensor (coordinates innermost first) into shared memory, as tma_load_2d.
 __device__ __forceinline__ void tma_load_3d(void* dst, const TmaDescriptor* map, u64* bar, int c0, int c1, int c2) {
     asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
                  " [%0], [%1, {%3, %4, %5}], [%2];"
@@ -45,8 +41,8 @@ def entry_name(spec: GroupedSpec, config: GroupedConfig) -> str:
 
 
 def tensor_maps(spec: GroupedSpec, config: GroupedConfig) -> tuple[TensorMapArg, TensorMapArg]:
-    """A as one 2-D map over (K, total_m); B (G weights stored (N, K)) as one 3-D map over (K, N, G),
-    so a box never crosses into the next group's weights: columns past N arrive as zeros."""
+    """A: a 2-D map over (K, total_m); B (weights stored (G, N, K)): a 3-D map over (K, N, G), so a
+    box never reads the next group's weights (columns past N arrive as zeros)."""
     kind, row = spec.dtype, spec.k * 2
     a = TensorMapArg("tma_A", "A", kind, (spec.k, spec.total_m), (row,), (BK, config.bm))
     b = TensorMapArg("tma_B", "B", kind, (spec.k, spec.n, spec.groups), (row, row * spec.n), (BK, config.bn, 1))
@@ -71,8 +67,7 @@ typedef {C_TYPES[spec.dtype]} out_t;
 
 
 LOAD_STAGE = r"""
-// Producer: k-block `kb` of `tile` into one ring slot; completion (bytes) is counted on `full`. TMA
-// counts whole boxes, zero-filled edges included, so every k-block expects STAGE_BYTES.
+// Producer: k-block `kb` of `tile` into a ring slot. TMA counts whole boxes (zero-filled edges too).
 __device__ __forceinline__ void load_stage(const TmaDescriptor& tma_A, const TmaDescriptor& tma_B, unsigned char* slot,
                                            u64* full, const GroupTile& tile, int kb) {
     mbarrier_arrive_expect_tx(full, STAGE_BYTES);
@@ -84,9 +79,8 @@ __device__ __forceinline__ void load_stage(const TmaDescriptor& tma_A, const Tma
 
 def _mma_stage(config: GroupedConfig) -> str:
     return f"""
-// Consumer: this warpgroup's rows of the A tile times the whole B tile for one k-block, BK / K_STEP
-// wgmma per 64-row block. Both operands are K-major: a step along K is K_STEP·2 bytes into the
-// swizzled row; SBO = 1024 (eight 128-byte rows per core-matrix group).
+// Consumer: this warpgroup's rows of A times the B tile for one k-block. Both operands K-major: a
+// step along K is K_STEP·2 bytes into the swizzled row; SBO = 1024 (8 rows of 128 bytes).
 __device__ __forceinline__ void mma_stage(float (&acc)[M_BLOCKS][BN / 2], const unsigned char* slot, int consumer) {{
     const unsigned char* a_rows = slot + consumer * ROWS_PER_CONSUMER * 128;
     const unsigned char* b_rows = slot + A_TILE_BYTES;
@@ -109,14 +103,12 @@ OUTPUT = PairOutput(OPERANDS, CRead.VIEW, bias="group_bias", odd_edge=OddEdge.PA
 
 
 def _fragment(config: GroupedConfig) -> PairFragment:
-    """wgmma's accumulator fragment, rows counted from the group's first row. A 256-column tile reads
-    its bias in place (staging 64 bias floats beside 128 sums spills in the wgmma family)."""
+    """wgmma's fragment from the group's first row; 256-column tiles read the bias in place (staged, it spills)."""
     return PairFragment(
         loops=(("mb", "M_BLOCKS"), ("half", "2"), ("j", "BN / 8")),
         row="tile.row_begin + tile.tile_m * BM + consumer * ROWS_PER_CONSUMER + mb * 64 + warp * 16 + lane / 4 + 8 * half",
         col="tile.tile_n * BN + j * 8 + 2 * (lane % 4)",
         values=("acc[mb][4 * j + 2 * half]", "acc[mb][4 * j + 2 * half + 1]"), row_depth=2,
-        note="In each 64-row block, thread t of the warpgroup holds rows 16·warp + lane/4 (+8), columns 8·j + 2·(lane%4) (+1).",
         col_loop="j" if config.bn <= 128 else "", row_loops=("mb", "half"))
 
 
@@ -125,8 +117,7 @@ def _store_tile(spec: GroupedSpec, config: GroupedConfig) -> str:
     bias = ("\n    const FloatView<out_t> group_bias{bias + (size_t)tile.group * N};  // this group's row of bias"
             if spec.has_bias else "")
     return (epilogue_function(spec.epilogue, OPERANDS, out_dtype=spec.dtype) + TO_OUT + pair_io(gemm, OUTPUT) + f"""
-// The write-back of one consumer's rows of a tile. M is the group's end row here: the rows from it on
-// belong to the next group (or lie past D), so the shared pair stores skip them like rows past a matrix.
+// One consumer's rows of a tile to D. M is the group's end row: the pair stores skip rows past it.
 __device__ __forceinline__ void store_tile(const float (&acc)[M_BLOCKS][BN / 2], const GroupTile& tile, int consumer,
                                            out_t* __restrict__ D, const out_t* __restrict__ bias) {{
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
@@ -136,11 +127,10 @@ __device__ __forceinline__ void store_tile(const float (&acc)[M_BLOCKS][BN / 2],
 
 
 def _registers(config: GroupedConfig, side: str) -> str:
-    """setmaxnreg with two consumers (the producer's registers go to them); one consumer keeps the
-    compiler's count (with 256 threads a block may already hold 255 registers a thread)."""
+    """setmaxnreg with two consumers only: 256 threads may hold 255 registers each already."""
     if config.consumers == 1:
         return ""
-    return (f"setmaxnreg_dec<{PRODUCER_REGS}>();  // the producer needs few registers: give them to the consumers"
+    return (f"setmaxnreg_dec<{PRODUCER_REGS}>();  // to the consumers"
             if side == "producer" else f"setmaxnreg_inc<{CONSUMER_REGS}>();")
 
 
@@ -153,8 +143,7 @@ extern "C" __global__ void __launch_bounds__({config.threads}, 1)
     __shared__ int group_end[GROUPS], tile_end[GROUPS];  // filled by scan_groups (schedule.py)
     __shared__ alignas(8) u64 full[STAGES];   // slot s has landed
     __shared__ alignas(8) u64 empty[STAGES];  // slot s may be refilled (each consumer arrives once)
-    // The ring in dynamic shared memory realigned to 1024 bytes: the 128-byte swizzle repeats every
-    // 8 rows, and wgmma descriptors assume tiles start on that boundary.
+    // The ring, realigned to 1024 bytes: where wgmma descriptors assume the swizzle pattern starts.
     extern __shared__ unsigned char smem_raw[];
     unsigned char* ring_base = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     const int warpgroup = threadIdx.x / 128;
@@ -220,8 +209,7 @@ def code(spec: GroupedSpec, config: GroupedConfig, entry: str) -> str:
 
 
 def render(spec: GroupedSpec, config: GroupedConfig | None = None, sm_count: int | None = None) -> KernelSource:
-    """The kernel for `spec` (default_config where `config` is None) on a grid of `sm_count` blocks
-    (the GPU's SMs; None: the sm_90a table's). Raises ConfigError naming a broken limit."""
+    """The kernel on `sm_count` blocks (None: the sm_90a table's SMs); ConfigError names a broken limit."""
     config = config or default_config(spec)
     problems = rejections(config, spec)
     if problems:

@@ -1,11 +1,9 @@
-"""The grouped tile scheduler: one global tile index over every group's tiles, as CUDA and its Python twin.
+"""The grouped tile scheduler (one tile index over all groups' tiles), as CUDA and its Python twin.
 
-Every block reads the group ends (offs) once into shared memory, counts each group's tiles
-(ceil(rows_g / BM) * ceil(N / BN)) and takes their inclusive prefix sum with one warp's scan. Tile t
-belongs to the first group whose prefix exceeds t (a binary search: G <= 1024, ten steps); inside
-its group, tile_m runs fastest, so the blocks running at one time share the group's B panels in L2.
-Producer and consumers compute the same mapping from the same shared arrays: no tile travels
-between them. The twin below is what the CPU tests check (every tile of every group exactly once).
+Each block reads offs into shared memory, counts each group's tiles (ceil(rows / BM) · ceil(N / BN))
+and scans them with one warp. Tile t is in the first group whose prefix exceeds t (binary search);
+in a group tile_m runs fastest, so blocks running together share B panels in L2. Producer and
+consumers map tiles alike from the same arrays: nothing passes between them.
 """
 from __future__ import annotations
 
@@ -32,7 +30,7 @@ class Tile:
 
 @dataclass(frozen=True)
 class TilePlan:
-    """The twin of the shared arrays: each group's clamped end row and inclusive tile prefix."""
+    """The shared arrays' twin: clamped end rows, inclusive tile prefix."""
 
     ends: tuple[int, ...]
     tile_prefix: tuple[int, ...]
@@ -62,14 +60,13 @@ def plan(offs: np.ndarray, total_m: int, n: int, bm: int, bn: int) -> TilePlan:
 
 
 SCHEDULER = r"""
-// A group's end row as the kernel uses it: offs[g] clamped to [0, TOTAL_M] (offs[-1] = 0), so a bad
-// offset can empty a group but never send a store outside D.
+// offs[g] clamped to [0, TOTAL_M] (offs[-1] = 0): a bad offset empties a group, never stores outside D.
 __device__ __forceinline__ int clamped_end(const int* __restrict__ offs, int g) {
     return g < 0 ? 0 : min(max(__ldg(offs + g), 0), TOTAL_M);
 }
 
-// Warp 0 fills group_end[g] and tile_end[g] (the inclusive prefix of the groups' tile counts): each
-// lane counts GROUPS_PER_LANE consecutive groups, then one shuffle scan adds the lanes before it.
+// Warp 0: group_end[g], and tile_end[g] (inclusive prefix of tile counts): a lane counts its groups,
+// a shuffle scan adds the lanes before.
 __device__ __forceinline__ void scan_groups(const int* __restrict__ offs, int* group_end, int* tile_end) {
     constexpr int GROUPS_PER_LANE = (GROUPS + 31) / 32;
     const int lane = threadIdx.x % 32;
@@ -91,8 +88,7 @@ __device__ __forceinline__ void scan_groups(const int* __restrict__ offs, int* g
     for (int g = first; g < last; ++g) tile_end[g] += before;
 }
 
-// Tile t of the whole launch: its group (the first whose tile_end exceeds t), the tile's place in
-// the group (tile_m fastest) and the group's rows [row_begin, row_end).
+// Tile t: its group (the first whose tile_end exceeds t), place (tile_m fastest), rows [row_begin, row_end).
 struct GroupTile { int group, tile_m, tile_n, row_begin, row_end; };
 
 __device__ __forceinline__ GroupTile group_tile(const int* group_end, const int* tile_end, int t) {

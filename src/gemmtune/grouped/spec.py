@@ -1,9 +1,8 @@
-"""GroupedSpec: what a grouped GEMM computes, checked, with its float64 reference and FLOP count.
+"""GroupedSpec: a grouped GEMM, checked, with its float64 reference and FLOP count.
 
-Semantics of torch._grouped_mm(a, b, offs): A is (total_m, K), all groups' rows back to back; B is
-(G, K, N), each group's weights stored (N, K) row-major (K-contiguous: layout "nt" per group); offs
-(G,) int32 holds each group's END row, so group g covers rows offs[g-1] .. offs[g]-1 (offs[-1] = 0).
-Empty groups are allowed; rows past offs[G-1] are left as they were. D is (total_m, N).
+torch._grouped_mm(a, b, offs): A (total_m, K), the groups' rows back to back; B (G, K, N), weights
+stored (G, N, K) (layout nt per group); offs (G,) int32: group g's rows are offs[g-1] .. offs[g]-1
+(offs[-1] = 0; empty groups allowed); D (total_m, N), rows past offs[G-1] left as they were.
 """
 from __future__ import annotations
 
@@ -22,7 +21,7 @@ TMA_ELEMENTS = 8  # K must be a multiple of 8: TMA rows start on 16-byte boundar
 
 
 def parse_epilogue(text: str | Epilogue | None) -> Epilogue:
-    """'none', 'bias', 'relu', 'gelu', 'bias+relu', 'bias+gelu' ('bias' is bias_col: per group, per column)."""
+    """none, bias, relu, gelu, bias+relu, bias+gelu (bias: bias_col, a row of (G, N) per group)."""
     if isinstance(text, Epilogue):
         epilogue = text
     else:
@@ -67,8 +66,7 @@ class GroupedSpec:
         return "bias_col" in self.epilogue.ops
 
     def as_gemm(self) -> GemmSpec:
-        """The whole (total_m, N, K) problem as a GemmSpec: what the shared write-back parts and
-        KernelSource read (layout nt; the bias is per group, (G, N), not the GemmSpec's (N,))."""
+        """The (total_m, N, K) problem as the GemmSpec the write-back parts and KernelSource read."""
         return GemmSpec(self.total_m, self.n, self.k, "nt", self.dtype, self.epilogue)
 
     def slug(self) -> str:
@@ -106,8 +104,7 @@ def group_sizes(offs: np.ndarray, total_m: int) -> np.ndarray:
 
 def reference(spec: GroupedSpec, a: np.ndarray, b: np.ndarray, offs: np.ndarray,
               bias: np.ndarray | None = None) -> np.ndarray:
-    """float64 D (total_m, N) for a (total_m, K), b (G, K, N), offs (G,), bias (G, N); rows past the
-    last group are NaN (the kernel leaves them untouched)."""
+    """float64 D for a (total_m, K), b (G, K, N), offs (G,), bias (G, N); NaN past the last group."""
     out = np.full((spec.total_m, spec.n), np.nan)
     ends = group_ends(offs, spec.total_m)
     starts = np.concatenate(([0], ends[:-1]))
@@ -116,5 +113,5 @@ def reference(spec: GroupedSpec, a: np.ndarray, b: np.ndarray, offs: np.ndarray,
             continue
         value = a[start:end].astype(np.float64) @ b[g].astype(np.float64)
         operands = {"bias": bias[g].astype(np.float64)} if spec.has_bias else {}
-        out[start:end] = spec.epilogue.reference(value, operands)  # the ops in the chain's order
+        out[start:end] = spec.epilogue.reference(value, operands)
     return out

@@ -1,0 +1,51 @@
+"""A grouped kernel compiled (NVRTC), loaded and launched through the project's runtime; kept per
+(spec, config, GPU). No torch here: pointers in, one launch (torch_ops.py wraps it)."""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from ..compiler import compile_kernel
+from ..device import query_device
+from ..errors import LaunchError
+from ..invoke import launch_on
+from ..runtime import LoadedKernel
+from .config import GroupedConfig, default_config
+from .render import render
+from .spec import GroupedSpec
+
+
+@dataclass(frozen=True)
+class GroupedKernel:
+    spec: GroupedSpec
+    config: GroupedConfig
+    loaded: LoadedKernel
+    ordinal: int
+
+    def __call__(self, a: int, b: int, offs: int, d: int, bias: int | None = None, stream: int = 0) -> None:
+        """Enqueue D = epilogue(A·B per group) on `stream`: device pointers to A (total_m, K), the
+        weights (G, N, K), offs (G,) int32, D (total_m, N) and bias (G, N) where the epilogue adds one."""
+        bindings = {"A": a, "B": b, "offs": offs, "D": d}
+        if self.spec.has_bias:
+            if not bias:
+                raise LaunchError(f"{self.loaded.source.entry} adds a bias: pass bias (G, N)")
+            bindings["bias"] = bias
+        launch_on(self.loaded, bindings, self.ordinal, stream)
+
+
+_kernels: dict[tuple[GroupedSpec, GroupedConfig, int], GroupedKernel] = {}
+_lock = threading.Lock()
+
+
+def build(spec: GroupedSpec, config: GroupedConfig | None = None, ordinal: int = 0) -> GroupedKernel:
+    """The kernel for `spec` on GPU `ordinal` (a persistent grid of its SM count), built once and kept."""
+    config = config or default_config(spec)
+    key = (spec, config, ordinal)
+    with _lock:
+        if key not in _kernels:
+            info = query_device(ordinal)
+            if info.cc != (9, 0):
+                raise LaunchError(f"grouped GEMM kernels use wgmma and TMA (sm_90a); GPU {ordinal} is sm_{info.cc[0]}{info.cc[1]}")
+            compiled = compile_kernel(render(spec, config, info.sm_count), "sm_90a")
+            _kernels[key] = GroupedKernel(spec, config, LoadedKernel(compiled, ordinal), ordinal)
+        return _kernels[key]
