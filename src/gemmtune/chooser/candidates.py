@@ -259,8 +259,16 @@ def _c_through_ring(config: WgmmaConfig, spec: GemmSpec, sm_count: int) -> Wgmma
     for slices in (1, 2, 4):
         ring = _deepest(config.with_(c_ring=True, store_slices=slices), spec)
         if not family.rejections(ring, spec, "sm_90a"):
-            return with_c_path(ring, spec, "sm_90a", sm_count)
-    return _deepest(config.with_(c_spread=True), spec)
+            return with_serpentine(with_c_path(ring, spec, "sm_90a", sm_count), spec)
+    return with_serpentine(_deepest(config.with_(c_spread=True), spec), spec)
+
+
+def with_serpentine(config: WgmmaConfig, spec: GemmSpec) -> WgmmaConfig:
+    """The config walking K back and forth (serpentine) where the family takes it: the plain picks carry
+    it (WRITE_BACK_OPTIONS) and it is a matter of the schedule, not of where C goes; the C paths had
+    gone without it (H200, 2026-11-29, bench/probes/wgmma_fused_paths.py)."""
+    trial = config.with_(serpentine=True)
+    return trial if not get_family("wgmma").rejections(trial, spec, "sm_90a") else config
 
 
 def _deepest(config: WgmmaConfig, spec: GemmSpec) -> WgmmaConfig:
