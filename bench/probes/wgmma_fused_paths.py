@@ -8,6 +8,8 @@ within 0.3%, so dropped); C in 16-row boxes (c_spread) instead of through the ri
 ping-pong consumers on 64-row tiles (one's epilogue under the other's main loop); and the plain pick of the
 same shape without the epilogue (the bar: fusion must not cost more than C's bytes). Shapes of public
 configs, not the model-shape suite's (short K with GELU, bias or ReLU; C at large M and at decode batch).
+Run 3 (this list): the C path with and without serpentine K on long-K and few-tile C shapes.
+Run 2 (RUN_2_SHAPES) timed short K with GELU, bias or ReLU and C at a decode batch.
 Run 1 (2026-11-29, ba545ac) timed long-K and C-path shapes: Qwen-like 2048x3584x16384 add, OPT-like
 2048x5120x13824, BERT-base-like 4096x768x3072, ViT-like 5000x768x3072, Whisper-like 1600x1280x5120
 (bias_col+add) and 4096x3072x768 bias_col+gelu.
@@ -20,8 +22,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-SHAPES = (((4096, 3072, 768), "bias_col+gelu"), ((1600, 5120, 1280), "bias_col+gelu"), ((5000, 2304, 768), "bias_col"),
-          ((2048, 4096, 1024), "bias_col+relu"), ((4096, 768, 3072), "bias_col+add"), ((32, 4096, 5120), "add"))
+SHAPES = (((2048, 3584, 20480), "add"), ((4096, 1024, 3584), "bias_col+add"), ((1600, 1280, 6144), "bias_col+add"),
+          ((3000, 1280, 4096), "add"))
+EXTRA_VARIANTS = False  # runs 1 and 2: True (C in boxes, direct stores, ping-pong)
+RUN_2_SHAPES = (((4096, 3072, 768), "bias_col+gelu"), ((1600, 5120, 1280), "bias_col+gelu"), ((5000, 2304, 768), "bias_col"),
+                ((2048, 4096, 1024), "bias_col+relu"), ((4096, 768, 3072), "bias_col+add"), ((32, 4096, 5120), "add"))
 
 
 def variants(spec):
@@ -31,7 +36,10 @@ def variants(spec):
 
     family = get_family("wgmma")
     pick = choose_config(spec, "sm_90a").config
-    found = [("pick", pick),
+    found = [("pick", pick), ("no serpentine", pick.with_(serpentine=False))]
+    if not EXTRA_VARIANTS:  # run 3: serpentine alone
+        return [(label, c) for label, c in found if not family.rejections(c, spec, "sm_90a")]
+    found += [
              ("c_spread", pick.with_(c_ring=False, c_spread=True, d_over_c=False, c_first_buffer=False,
                                      c_l2_prefetch=False)),
              ("direct", pick.with_(tma_store=False, c_ring=False, c_spread=False, d_over_c=False, c_first_buffer=False,
@@ -41,7 +49,7 @@ def variants(spec):
     found += [(f"pingpong 64x{bn}", pick.with_(bm=64, bn=bn, pingpong=True, split_tail=False, overlap_epilogue=False,
                                                 store_slices=1, c_ring=False, c_spread=spec.epilogue.reads_c,
                                                 d_over_c=False, c_first_buffer=False, c_l2_prefetch=False))
-              for bn in (128, 192, 256)]
+              for bn in (128, 192, 256) if not spec.epilogue.reads_c]
     deepest = [(label, _deepest(c, spec)) for label, c in found]  # the ring as deep as the variant's buffers allow
     return [(label, c) for label, c in deepest if not family.rejections(c, spec, "sm_90a")]
 
