@@ -1,5 +1,5 @@
 """Model blocks end to end (issue 68 item 3): torch eager, torch.compile(mode="max-autotune"), the block
-after gemmtune.torch_optimize.optimize() eagerly, and optimized + torch.compile(max-autotune), in one run.
+after gemmtune.torch.optimize() eagerly, and optimized + torch.compile(max-autotune), in one run.
 
     PYTHONPATH=$PWD/src python bench/bench_blocks.py --quick --out bench/results/2026-11-29-h200-blocks.md
     PYTHONPATH=$PWD/src python bench/bench_blocks.py --budget 300 --blocks llama-prefill,vit
@@ -15,6 +15,8 @@ Blocks, bf16, random weights, sizes from bench/model_shapes.py's published confi
 Times: median of CUDA-event-timed forwards without grad (compiled: after warm-up calls that compile and
 autotune). GEMM share: Σ calls x torch's time for each Linear (F.linear + its activation, as optimize()
 timed it in CUDA graphs) over the eager block's time; the products inside SDPA are not counted.
+--calls: only the host cost per eager call, torch.mm against gemmtune.torch.mm at 1x4096x4096 and 64x64x64
+(issue 68's bar), 3 rounds of 300 calls in a loop synchronised at the end, median.
 --quick: budget 0 (the chooser's untuned picks, timed and routed) and fewer samples (about 4 minutes on
 an H200, mostly inductor's autotuning). --budget: seconds of gemmtune tuning per block.
 """
@@ -33,7 +35,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from model_shapes import LLAMA3_8B, VIT_B16  # noqa: E402
 
-from gemmtune.torch_optimize import eager_seconds, optimize  # noqa: E402
+from gemmtune.torch.optimize_model import eager_seconds, optimize  # noqa: E402
 
 BF16 = torch.bfloat16
 
@@ -166,6 +168,49 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+# --- host cost per eager call (--calls) -------------------------------------------------------------
+CALL_SHAPES = ((1, 4096, 4096), (64, 64, 64))
+
+
+def _per_call(fn, loops: int, rounds: int) -> float:
+    """Median over `rounds` of the seconds per call of `loops` calls in a Python loop, synchronised at
+    the end of each round (the GPU work of these shapes is shorter than the host's)."""
+    import statistics
+    import time
+
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(loops):
+            fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) / loops)
+    return statistics.median(times)
+
+
+def call_costs(loops: int = 300, rounds: int = 3) -> str:
+    """torch.mm against gemmtune.torch.mm (and F.linear against gemmtune.torch.linear, and a
+    gemmtune.build kernel called directly) per eager call, bf16, x (M, K) and w (N, K) as nn.Linear stores it."""
+    import gemmtune
+    import gemmtune.torch as gt
+
+    lines = ["| M×N×K | torch.mm µs | gt.mm µs | gt.mm / torch.mm | gt.mm - torch.mm µs | F.linear µs | "
+             "gt.linear µs | build() kernel µs |", "|---|" + "---:|" * 7]
+    for m, n, k in CALL_SHAPES:
+        x = torch.randn(m, k, device="cuda", dtype=BF16)
+        w = torch.randn(n, k, device="cuda", dtype=BF16)
+        kernel = gemmtune.build(gemmtune.GemmSpec(m, n, k, "nt", "bf16"))
+        got = {name: _per_call(fn, loops, rounds) * 1e6 for name, fn in (
+            ("mm", lambda: torch.mm(x, w.t())), ("gt", lambda: gt.mm(x, w.t())),
+            ("lin", lambda: F.linear(x, w)), ("gtlin", lambda: gt.linear(x, w)), ("build", lambda: kernel(x, w)))}
+        lines.append(f"| {m}×{n}×{k} | {got['mm']:.1f} | {got['gt']:.1f} | {got['gt'] / got['mm']:.2f} | "
+                     f"{got['gt'] - got['mm']:+.1f} | {got['lin']:.1f} | {got['gtlin']:.1f} | {got['build']:.1f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=float, default=120.0, help="seconds of tuning per block (default 120)")
@@ -174,7 +219,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--db", type=Path, help="tuning database (default gemmtune's)")
     parser.add_argument("--samples", type=int, default=50, help="timed forwards per column (default 50)")
     parser.add_argument("--quick", action="store_true", help="budget 0 and 15 samples")
+    parser.add_argument("--calls", action="store_true",
+                        help="only the host cost per eager call: torch.mm against gemmtune.torch.mm (3 x 300 calls)")
     args = parser.parse_args(argv)
+    if args.calls:
+        if not torch.cuda.is_available():
+            print("bench_blocks: needs a CUDA GPU", file=sys.stderr)
+            return 3
+        calls = call_costs()
+        if args.out is not None:
+            args.out.write_text(f"# Host cost per eager call on {torch.cuda.get_device_name()} (bench/bench_blocks.py "
+                                f"--calls: 3 rounds of 300 calls, synchronised at the end, median)\n\n{calls}\n")
+        print(calls)
+        return 0
     names = [n.strip() for n in args.blocks.split(",") if n.strip()]
     unknown = [n for n in names if n not in BLOCKS]
     if unknown or not torch.cuda.is_available():

@@ -9,7 +9,7 @@ from gemmtune.errors import SpecError
 from gemmtune.invoke import launch_stream, stream_handle
 
 torch = pytest.importorskip("torch")
-gt = pytest.importorskip("gemmtune.torch")
+gt = pytest.importorskip("gemmtune.torch.operators")
 
 BF16 = torch.bfloat16
 

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from gemmtune.input_files import InputFileError  # noqa: E402
-from gemmtune.torch_optimize import (GpuBackend, RoutedLinear, SiteTiming, capture_sites, flop_workload,  # noqa: E402
+from gemmtune.torch.optimize_model import (GpuBackend, RoutedLinear, SiteTiming, capture_sites, flop_workload,  # noqa: E402
                                      load_plan, optimize)
 
 BF16 = torch.bfloat16

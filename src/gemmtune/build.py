@@ -79,14 +79,19 @@ def chosen_config(spec: GemmSpec, config: Any, arch: str, family: str | None,
     return chosen_family, parse_config(config, spec, arch, chosen_family)
 
 
+BOUND_LAUNCHES_KEPT = 64  # a Kernel's bound launches (by pointers, scalars and stream); the oldest goes first
+
+
 class Kernel:
-    """A compiled kernel for one spec; loads onto a GPU on its first call there."""
+    """A compiled kernel for one spec; loads onto a GPU on its first call there. A call with operands
+    at pointers seen before reuses their bound launch (packed arguments, tensor maps)."""
 
     def __init__(self, compiled: CompiledKernel, config: Any, config_source: str):
         self.compiled = compiled
         self.config = config
         self.config_source = config_source
         self._loaded: dict[int, Any] = {}  # GPU ordinal -> LoadedKernel
+        self._bound: dict[tuple, Any] = {}  # (ordinal, stream, bindings) -> runtime.BoundLaunch, newest last
 
     @property
     def spec(self) -> GemmSpec:
@@ -124,8 +129,16 @@ class Kernel:
         values = collect_operands(self.spec, operands, named)
         if out is None:
             out = empty_like_framework(A, (self.spec.m, self.spec.n), self.spec.out_dtype)
-        launch_on(self.loaded(device_ordinal(A)), bind(self.compiled.source, A, B, values, out),
-                  device_ordinal(A), launch_stream(A, stream))
+        ordinal = device_ordinal(A)
+        bindings = bind(self.compiled.source, A, B, values, out)
+        handle = launch_stream(A, stream)
+        key = (ordinal, handle, tuple(bindings.items()))
+        bound = self._bound.get(key)
+        if bound is None:  # packed arguments and tensor maps, once per pointer set (launch_on's bind)
+            bound = self._bound[key] = self.loaded(ordinal).bind(bindings, handle)
+            if len(self._bound) > BOUND_LAUNCHES_KEPT:
+                del self._bound[next(iter(self._bound))]
+        launch_on(bound, ordinal)
         return out
 
     def __repr__(self) -> str:

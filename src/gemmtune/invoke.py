@@ -122,10 +122,10 @@ def launch_stream(example: Any, stream: Any = None) -> int:
     return 0
 
 
-def launch_on(kernel: Any, bindings: dict[str, int | float], ordinal: int, stream: int) -> None:
-    """Enqueue `kernel` (a runtime.LoadedKernel of GPU `ordinal`) on `stream`, with that GPU's
-    primary context current on this thread (torch's autograd threads may hold another)."""
+def launch_on(bound: Any, ordinal: int) -> None:
+    """Enqueue `bound` (a runtime.BoundLaunch of a kernel loaded on GPU `ordinal`: it knows its stream),
+    with that GPU's primary context current on this thread (torch's autograd threads may hold another)."""
     from .device import ensure_context
 
     ensure_context(ordinal)
-    kernel.launch(bindings, stream)
+    bound()

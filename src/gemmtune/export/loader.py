@@ -95,7 +95,7 @@ class ExportedGemm:
         if ordinal != self.ordinal:
             raise SpecError(f"this export was loaded on GPU {self.ordinal}, but A is on GPU {ordinal}: "
                             f"gemmtune.load(path, ordinal={ordinal})")
-        launch_on(self.kernel, bind(self.compiled.source, A, B, values, out), ordinal, launch_stream(A, stream))
+        launch_on(self.kernel.bind(bind(self.compiled.source, A, B, values, out), launch_stream(A, stream)), ordinal)
         return out
 
     def __repr__(self) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..compiler import compile_kernel
 from ..device import query_device
@@ -21,6 +21,7 @@ class GroupedKernel:
     config: GroupedConfig
     loaded: LoadedKernel
     ordinal: int
+    bound: dict = field(default_factory=dict, compare=False)  # (bindings, stream) -> BoundLaunch, newest last
 
     def __call__(self, a: int, b: int, offs: int, d: int, bias: int | None = None, stream: int = 0) -> None:
         """Enqueue D = epilogue(A·B per group) on `stream`: device pointers to A (total_m, K), the
@@ -30,7 +31,13 @@ class GroupedKernel:
             if not bias:
                 raise LaunchError(f"{self.loaded.source.entry} adds a bias: pass bias (G, N)")
             bindings["bias"] = bias
-        launch_on(self.loaded, bindings, self.ordinal, stream)
+        key = (tuple(bindings.items()), stream)
+        launch = self.bound.get(key)
+        if launch is None:  # packed arguments and tensor maps, once per pointer set
+            launch = self.bound[key] = self.loaded.bind(bindings, stream)
+            if len(self.bound) > 64:
+                del self.bound[next(iter(self.bound))]
+        launch_on(launch, self.ordinal)
 
 
 _kernels: dict[tuple[GroupedSpec, GroupedConfig, int], GroupedKernel] = {}

@@ -28,11 +28,11 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 import torch
 from torch import nn
 
-from .epilogue import Epilogue
-from .errors import GemmtuneError, SpecError
-from .input_files import InputFileError, read_json_object
-from .spec import GemmSpec
-from .workload import Workload, WorkloadShape
+from ..epilogue import Epilogue
+from ..errors import GemmtuneError, SpecError
+from ..input_files import InputFileError, read_json_object
+from ..spec import GemmSpec
+from ..workload import Workload, WorkloadShape
 
 __all__ = ["optimize", "OptimizeReport", "LayerPlan", "Site", "SiteTiming", "RoutedLinear", "capture_sites",
            "GpuBackend", "graph_seconds", "eager_seconds"]
@@ -301,7 +301,7 @@ class RoutedLinear(nn.Linear):
         self.register_parameter("bias", linear.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from .torch import linear
+        from .operators import linear
 
         return linear(x, self.weight, self.bias, self.activation)
 
@@ -400,10 +400,10 @@ class GpuBackend:
 
     def config(self, spec: GemmSpec, db_path: Path, tuned: bool) -> tuple[str, dict]:
         """The tuned best from the database, else (budget 0, or no trial ran) build()'s untuned pick."""
-        from .device import query_device
-        from .kernels import family_of_config
-        from .tune.db import best_known_trial
-        from .tune.many import family_of, untuned_config
+        from ..device import query_device
+        from ..kernels import family_of_config
+        from ..tune.db import best_known_trial
+        from ..tune.many import family_of, untuned_config
 
         device = query_device(self.index)
         found = best_known_trial(spec, device, db_path) if tuned else None
@@ -413,17 +413,16 @@ class GpuBackend:
     def install(self, spec: GemmSpec, family: str, config: dict) -> None:
         """Build the planned kernel and put it in gemmtune.torch's kernel cache, where linear() finds it
         (the cache would otherwise build from the default database, not the plan)."""
-        from . import torch as gt
-        from .build import build
-        from .kernels import get_family
+        from . import operators as gt
+        from ..build import build
+        from ..kernels import get_family
 
         kernel = build(spec, config=get_family(family).config_from_json(config), arch=gt._arch_of(self.index))
-        with gt._kernels_lock:
-            gt._kernels[(spec, self.index)] = kernel
+        gt.install_kernel(spec, self.index, kernel)
 
     def time_site(self, site: Site) -> SiteTiming:
-        from . import torch as gt
-        from .verify import tolerance
+        from . import operators as gt
+        from ..verify import tolerance
 
         x, w, b = _operands(site.spec, self.index)
         ours = lambda: gt.linear(x, w, b, site.fused)  # noqa: E731
@@ -454,12 +453,12 @@ def _tune_many(workload: Workload, budget_s: float, db_path: Path, show: bool) -
     import argparse
     from contextlib import closing, nullcontext
 
-    from .build import target_arch
-    from .cli.many_cmds import ShapeProgress, runner_source, worker_count
-    from .tune.db import TuningDB
-    from .tune.many import tune_many, workload_families
-    from .tune.priming import primed_candidates
-    from .tune.tuner import TuneOptions
+    from ..build import target_arch
+    from ..cli.many_cmds import ShapeProgress, runner_source, worker_count
+    from ..tune.db import TuningDB
+    from ..tune.many import tune_many, workload_families
+    from ..tune.priming import primed_candidates
+    from ..tune.tuner import TuneOptions
 
     args = argparse.Namespace(simulate=None, scheduler=None, workers=None, timeout=60.0)
     arch = target_arch(None)
@@ -489,7 +488,7 @@ class _Bar:
     """The project's trial progress bar (cli.tune_cmds.trial_progress) over the layers being timed."""
 
     def __init__(self, total: int, show: bool):
-        from .cli.tune_cmds import trial_progress
+        from ..cli.tune_cmds import trial_progress
 
         self.bar = trial_progress("[bold]timing {task.description}") if show and total else None
         if self.bar is not None:
@@ -549,7 +548,7 @@ def optimize(model: nn.Module, example_inputs: Any, budget: float = 60.0, *, pla
         return _reload(model, Path(plan), backend)
     if budget < 0:
         raise SpecError(f"budget is seconds of tuning, 0 or more, not {budget}")
-    from .tune.db import default_db_path
+    from ..tune.db import default_db_path
 
     db_path = Path(db) if db is not None else default_db_path()
     sites = capture_sites(model, inputs, erf_gelu_atol)

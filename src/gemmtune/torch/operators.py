@@ -1,4 +1,4 @@
-"""gemmtune kernels as PyTorch operators.
+"""gemmtune kernels as PyTorch operators (gemmtune.torch re-exports them).
 
     import gemmtune.torch as gt
     y = gt.mm(a, b)                                 # a (M, K) @ b (K, N); transposed views read in place
@@ -13,28 +13,35 @@ break. Kernels are enqueued on torch's current stream, so CUDA-graph capture and
 them (a kernel with state of its own, such as a split tail's partial tiles, runs one launch at a time
 across streams: stream_order.py). A kernel is built (NVRTC) once per (spec, device) and kept. Autograd works: the backward is two
 more gemmtune GEMMs (plus one that recomputes the pre-activation when the epilogue has relu or gelu).
+
+The call path (issue 68): what does not change between calls is kept in a launch plan per (shape, layout,
+dtype, epilogue, GPU): the loaded kernel, its operands' expected types and shapes, and its bound launches
+(packed arguments, TMA descriptors, the dependent-launch configuration) by operand pointers and stream, so
+a call with pointers seen before only launches. Eager calls that need no autograd and
+run under no tracing or dispatch mode skip the operator's dispatcher (`_direct`); everything else (autograd,
+torch.compile, make_fx, fake tensors) goes through `gemmtune::gemm`, which runs the same plan.
 """
 from __future__ import annotations
 
 import math
 import threading
-from typing import Optional
+from typing import Any, Optional
 
 try:
     import torch
 except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environment
-    from .errors import GemmtuneError
+    from ..errors import GemmtuneError
 
     raise GemmtuneError("gemmtune.torch needs PyTorch: pip install 'gemmtune[torch]'") from exc
 
 from torch import Tensor
 
-from .build import Kernel, build
-from .epilogue import Epilogue
-from .errors import SpecError
-from .spec import GemmSpec
+from ..build import Kernel, build
+from ..epilogue import Epilogue
+from ..errors import SpecError
+from ..spec import GemmSpec
 
-__all__ = ["mm", "addmm", "linear", "Linear", "kernel_for", "cached_kernels"]
+__all__ = ["mm", "addmm", "linear", "Linear", "kernel_for", "cached_kernels", "install_kernel", "grouped_mm", "bmm"]
 
 # torch element type -> gemmtune dtype of A and B (float32 becomes tf32 where torch allows tf32).
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
@@ -65,6 +72,92 @@ def cached_kernels() -> dict[tuple[GemmSpec, int], Kernel]:
     """A copy of the cache: {(spec, device index): kernel}."""
     with _kernels_lock:
         return dict(_kernels)
+
+
+def install_kernel(spec: GemmSpec, device_index: int, kernel: Kernel) -> None:
+    """Make `kernel` the one calls of `spec` on GPU `device_index` run (optimize_model's plans), dropping
+    any launch plan built on the kernel it replaces."""
+    with _kernels_lock:
+        _kernels[(spec, device_index)] = kernel
+        _plans.clear()
+
+
+# --- launch plans: what does not change between calls ----------------------------------------------
+BOUND_PER_PLAN = 64  # bound launches a plan keeps (by pointers, scalars and stream); the oldest goes first
+
+
+class _Plan:
+    """One kernel on one GPU, and what its calls need besides their pointers: D's type, C's and the
+    bias's expected shape, and bound launches (runtime.BoundLaunch: packed arguments, tensor maps,
+    staging copies) by (A, B, D, C, bias pointers, alpha, beta, stream)."""
+
+    __slots__ = ("spec", "loaded", "out_type", "in_type", "needs", "launches")
+
+    def __init__(self, spec: GemmSpec, kernel: Kernel, index: int):
+        self.spec = spec
+        self.loaded = kernel.loaded(index)
+        self.out_type = _STORAGE[spec.out_dtype]
+        self.in_type = _STORAGE[spec.dtype]
+        self.needs = {op.name: op.shape(spec.m, spec.n) for op in spec.epilogue.operands()}
+        self.launches: dict[tuple, Any] = {}
+
+    def launch(self, key: tuple, stream: int) -> None:
+        bound = self.launches.get(key)
+        if bound is None:
+            bound = self._bind(key, stream)
+        bound()
+
+    def _bind(self, key: tuple, stream: int) -> Any:
+        a, b, d, c, bias, alpha, beta, _ = key
+        values = {"A": a, "B": b, "D": d, "C": c, "bias": bias, "alpha": alpha, "beta": beta}
+        source = self.loaded.source
+        wanted = set(source.args) | {t.operand for t in source.tensor_maps}
+        bound = self.loaded.bind({name: values[name] for name in wanted if name in values}, stream)
+        if len(self.launches) >= BOUND_PER_PLAN:
+            del self.launches[next(iter(self.launches))]
+        self.launches[key] = bound
+        return bound
+
+
+_plans: dict[tuple, _Plan] = {}
+# The raw handle of torch's current stream on a GPU, without building a torch.cuda.Stream (~4 µs a call).
+_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _current_stream(index: int) -> int:
+    if _RAW_STREAM is not None:
+        return _RAW_STREAM(index)
+    return torch.cuda.current_stream(index).cuda_stream
+_context_ready = threading.local()  # .devices: GPUs whose primary context this thread has made current
+
+
+def _plan_for(a: Tensor, b: Tensor, layout: str, epilogue: str, dtype: str, index: int) -> _Plan:
+    m, n, k = _problem(a, b, layout)
+    key = (m, n, k, layout, epilogue, dtype, index)
+    plan = _plans.get(key)
+    if plan is None:
+        spec = _spec(a, b, layout, epilogue, dtype)
+        plan = _Plan(spec, kernel_for(spec, index), index)
+        with _kernels_lock:
+            _plans[key] = plan
+    return plan
+
+
+def _on_device(index: int) -> None:
+    """The primary context of GPU `index` current on this thread, as the loaded kernels need: made so
+    once per thread and device while torch's current device is that GPU (torch's runtime keeps its
+    primary context current then), else every call."""
+    from ..device import ensure_context
+
+    devices = getattr(_context_ready, "devices", None)
+    if devices is None:
+        devices = _context_ready.devices = set()
+    if torch.cuda.current_device() != index:
+        ensure_context(index)
+        devices.discard(index)
+    elif index not in devices:
+        ensure_context(index)
+        devices.add(index)
 
 
 # --- the operator -----------------------------------------------------------------------------------
@@ -113,23 +206,58 @@ def _ready(x: Optional[Tensor]) -> Optional[Tensor]:
     return x if x.data_ptr() % 16 == 0 else x.clone()
 
 
+def _pointer(x: Optional[Tensor]) -> tuple[Optional[Tensor], int]:
+    """`x` as the kernel reads it (_ready: a copy only when not row-major or not 16-byte aligned), and its
+    address (0 for None). The tensor is returned so that a copy lives until the launch is enqueued."""
+    if x is None:
+        return None, 0
+    if not x.is_contiguous() or x.data_ptr() % 16:
+        x = _ready(x)
+    return x, x.data_ptr()
+
+
+def _run(a: Tensor, b: Tensor, c: Optional[Tensor], bias: Optional[Tensor], alpha: float, beta: float,
+         layout: str, epilogue: str, dtype: str) -> Tensor:
+    """The operator's work: the plan for the problem (built and checked on its first call), D allocated,
+    the operands' pointers bound (once per pointer set) and the kernel enqueued on torch's current stream."""
+    if not a.is_cuda:
+        raise SpecError(f"gemmtune::gemm runs on CUDA tensors; A is on {a.device}")
+    index = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    plan = _plan_for(a, b, layout, epilogue, dtype, index)
+    if a.dtype is not plan.in_type or b.dtype is not plan.in_type or any(
+            (t is None) != (name not in plan.needs) or (t is not None and (tuple(t.shape) != plan.needs[name]
+                                                                          or t.dtype is not plan.out_type))
+            for name, t in (("C", c), ("bias", bias))):
+        _spec(a, b, layout, epilogue, dtype)  # the one-line error that says what does not fit
+        _check_operands(plan.spec, c, bias)
+    out = torch.empty((plan.spec.m, plan.spec.n), dtype=plan.out_type, device=a.device)
+    (a, pa), (b, pb), (c, pc), (bias, pbias) = _pointer(a), _pointer(b), _pointer(c), _pointer(bias)
+    stream = _current_stream(index)
+    _on_device(index)
+    plan.launch((pa, pb, out.data_ptr(), pc, pbias, alpha, beta, stream), stream)
+    return out
+
+
 @torch.library.custom_op("gemmtune::gemm", mutates_args=())
 def gemm(a: Tensor, b: Tensor, c: Optional[Tensor], bias: Optional[Tensor], alpha: float, beta: float,
          layout: str, epilogue: str, dtype: str) -> Tensor:
     """D = epilogue(op(a)·op(b)) for stored operands `a`, `b` in `layout` (nn/nt/tn/tt), computed by
     the gemmtune kernel for the spec (dtype: fp32, tf32, fp16 or bf16)."""
-    spec = _spec(a, b, layout, epilogue, dtype)
-    _check_operands(spec, c, bias)
-    if not a.is_cuda:
-        raise SpecError(f"gemmtune::gemm runs on CUDA tensors; A is on {a.device}")
-    index = a.device.index if a.device.index is not None else torch.cuda.current_device()
-    kernel = kernel_for(spec, index)
-    out = torch.empty((spec.m, spec.n), dtype=_STORAGE[spec.out_dtype], device=a.device)
-    named = {"C": _ready(c), "bias": _ready(bias), "alpha": alpha, "beta": beta}
-    operands = {op.name: named[op.name] for op in spec.epilogue.operands()}
-    with torch.cuda.device(index):
-        kernel(_ready(a), _ready(b), out=out, stream=torch.cuda.current_stream(a.device), **operands)
-    return out
+    return _run(a, b, c, bias, alpha, beta, layout, epilogue, dtype)
+
+
+def _direct(*tensors: Optional[Tensor]) -> bool:
+    """Whether an eager call may skip the operator's dispatcher: no autograd needed, plain CUDA tensors,
+    and no torch.compile tracing, torch function or dispatch mode that should see the operator."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    if torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None:
+        return False
+    if torch._C._is_torch_function_mode_enabled():
+        return False
+    grad = torch.is_grad_enabled()
+    return tensors[0].is_cuda and all(t is None or (type(t) is Tensor and not (grad and t.requires_grad))
+                                      for t in tensors)
 
 
 @gemm.register_fake
@@ -224,7 +352,8 @@ def _mm(a: Tensor, b: Tensor, dtype: str, epilogue: str = "none", c: Optional[Te
     stored_a, layout_a = _as_stored(a)
     stored_b, layout_b = _as_stored(b)
     c = c.contiguous() if c is not None else None
-    return gemm(stored_a, stored_b, c, bias, float(alpha), float(beta), layout_a + layout_b, epilogue, dtype)
+    call = _run if _direct(stored_a, stored_b, c, bias) else gemm
+    return call(stored_a, stored_b, c, bias, float(alpha), float(beta), layout_a + layout_b, epilogue, dtype)
 
 
 def mm(a: Tensor, b: Tensor, epilogue: Optional[str] = None, *, c: Optional[Tensor] = None,
@@ -280,3 +409,20 @@ class Linear(torch.nn.Linear):
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", activation={self.activation}"
+
+
+# --- what lives in other modules, under this one's name ---------------------------------------------
+def grouped_mm(a: Tensor, b: Tensor, offs: Tensor, bias: Optional[Tensor] = None,
+               activation: Optional[str] = None) -> Tensor:
+    """torch._grouped_mm(a, b, offs) in one gemmtune launch (sm_90a): a (total_M, K), b (G, K, N), offs
+    int32 cumulative row ends on the device; + bias (G, N) and relu/gelu fused (grouped/torch_ops.py)."""
+    from ..grouped.torch_ops import grouped_mm as run
+
+    return run(a, b, offs, bias, activation)
+
+
+def bmm(a: Tensor, b: Tensor) -> Tensor:
+    """a (B, M, K) @ b (B, K, N) as B equal groups of the grouped kernel (sm_90a, bf16/fp16)."""
+    from ..grouped.torch_ops import bmm as run
+
+    return run(a, b)

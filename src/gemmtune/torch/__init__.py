@@ -1,0 +1,16 @@
+"""gemmtune inside PyTorch: kernels as torch operators (operators.py) and a whole model routed to them
+where they are faster (optimize_model.py).
+
+    import gemmtune.torch as gt
+    y = gt.linear(x, w, b, activation="gelu")        # F.linear + activation, one kernel
+    report = gt.optimize(model, example_inputs, budget=60)   # route nn.Linear layers that gemmtune runs faster
+    y = gt.grouped_mm(x, w.transpose(1, 2), offs)    # torch._grouped_mm: every MoE expert in one launch
+"""
+from __future__ import annotations
+
+from .operators import (Linear, addmm, bmm, cached_kernels, gemm, grouped_mm, install_kernel, kernel_for, linear,
+                        mm)
+from .optimize_model import OptimizeReport, optimize
+
+__all__ = ["mm", "addmm", "linear", "Linear", "gemm", "kernel_for", "cached_kernels", "install_kernel", "grouped_mm",
+           "bmm", "optimize", "OptimizeReport"]
