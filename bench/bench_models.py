@@ -2,7 +2,7 @@
 after it, ours untuned against cuBLAS, torch eager and torch.compile in one run.
 
     python bench/bench_models.py --list                        # the suite; no GPU needed
-    PYTHONPATH=$PWD/src python bench/bench_models.py --out bench/results/2026-11-28-h200-models.md \\
+    PYTHONPATH=$PWD/src python bench/bench_models.py --out bench/results/2026-11-29-h200-models.md \\
         --json models.json --budget-s 540                     # bf16 + fp16, peers cuBLAS and eager
     PYTHONPATH=$PWD/src python bench/bench_models.py --subset quick --dtypes bf16 \\
         --peers eager,compile --budget-s 540                  # with torch.compile, on 17 GEMMs
@@ -604,6 +604,19 @@ def write_outputs(args: argparse.Namespace, outcomes: list[Outcome], header: lis
     return text
 
 
+def outcomes_from_json(path: Path) -> tuple[list[Outcome], list[str]]:
+    """The outcomes and header a run's --json kept: its tables written again without the GPU."""
+    data = json.loads(Path(path).read_text())
+    outcomes = []
+    for row in data["rows"]:
+        gemm = ModelGemm(row["model"], row["layer"], row["m"], row["n"], row["k"], row["epilogue"], row["regime"],
+                         row["source"], "")
+        times = {name: [t / 1e6 for t in values] for name, values in row["times_us"].items()}
+        outcomes.append(Outcome(Case(gemm, row["dtype"]), times, row["checks"], row["kernels"], row["compile_s"],
+                                tuple(row["notes"])))
+    return outcomes, data["header"]
+
+
 def run(args: argparse.Namespace, cases: list[Case]) -> int:
     started = time.perf_counter()
     compile_where = f" (compile on the {args.compile_subset} subset's GEMMs)" if "compile" in args.peer_names else ""
@@ -667,6 +680,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, help="write the markdown table here (rewritten after every case)")
     parser.add_argument("--json", type=Path, help="write every row with its per-round times here")
     parser.add_argument("--commit", help="the commit measured, for the header (default: git's HEAD where it can tell)")
+    parser.add_argument("--from-json", type=Path, metavar="FILE",
+                        help="no GPU: write --out again from a run's --json (its rows and header)")
     args = parser.parse_args(argv)
     asked = set(_names(args.peers))
     args.peer_names = tuple(peer for peer in PEERS if peer in asked or peer == "eager")
@@ -684,6 +699,13 @@ def main(argv: list[str] | None = None) -> int:
                          args.compile_subset)
     if args.list:
         print(list_text(cases))
+        return 0
+    if args.from_json:
+        outcomes, header = outcomes_from_json(args.from_json)
+        text = table_text(outcomes, header)
+        if args.out:
+            args.out.write_text(text)
+        print(summary_text(outcomes))
         return 0
     if not cases:
         print("no case matches the filters", file=sys.stderr)

@@ -256,8 +256,11 @@ def _direct(*tensors: Optional[Tensor]) -> bool:
     if torch._C._is_torch_function_mode_enabled():
         return False
     grad = torch.is_grad_enabled()
-    return tensors[0].is_cuda and all(t is None or (type(t) is Tensor and not (grad and t.requires_grad))
+    return tensors[0].is_cuda and all(t is None or (type(t) in _PLAIN and not (grad and t.requires_grad))
                                       for t in tensors)
+
+
+_PLAIN = (Tensor, torch.nn.Parameter)  # tensor types the direct path takes (a subclass may override ops)
 
 
 @gemm.register_fake
