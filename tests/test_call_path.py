@@ -58,3 +58,145 @@ def test_the_direct_path_skips_the_dispatcher_only_for_plain_eager_cuda_calls():
     assert not ops._direct(meta, meta)  # not CUDA: the fake implementation answers
     param = torch.nn.Parameter(torch.empty(4, 4, device="meta"))
     assert type(param) in ops._PLAIN and torch.Tensor in ops._PLAIN
+
+
+# --- the plan's checks and keys ---------------------------------------------------------------------
+BF16 = torch.bfloat16
+
+
+def meta(*shape, dtype=BF16):
+    return torch.empty(*shape, device="meta", dtype=dtype)
+
+
+class FakeKernel:
+    def loaded(self, index):
+        return FakeLoaded()
+
+
+@pytest.fixture
+def fake_kernels(monkeypatch):
+    """kernel_for without NVRTC: every spec gets a FakeKernel; returns the specs asked for."""
+    asked = []
+    monkeypatch.setattr(ops, "kernel_for", lambda spec, index: asked.append((spec, index)) or FakeKernel())
+    monkeypatch.setattr(ops, "_plans", {})
+    return asked
+
+
+def test_plans_are_kept_per_shape_layout_epilogue_dtype_and_gpu(fake_kernels):
+    a, b = meta(8, 32), meta(16, 32)
+    first = ops._checked_plan(a, b, None, None, "nt", "none", "bf16", 0)
+    assert ops._checked_plan(a, b, None, None, "nt", "none", "bf16", 0) is first and len(fake_kernels) == 1
+    others = [ops._checked_plan(a, b, None, None, "nt", "none", "bf16", 1),
+              ops._checked_plan(a, b, None, None, "nt", "relu", "bf16", 0),
+              ops._checked_plan(a, meta(32, 16), None, None, "nn", "none", "bf16", 0),
+              ops._checked_plan(meta(9, 32), b, None, None, "nt", "none", "bf16", 0)]
+    assert len({id(p) for p in [first, *others]}) == 5
+    assert [(s.short(), i) for s, i in fake_kernels][1] == (first.spec.short(), 1)
+
+
+def test_installing_a_kernel_drops_the_plans(fake_kernels, monkeypatch):
+    monkeypatch.setattr(ops, "_kernels", {})
+    ops._checked_plan(meta(8, 32), meta(16, 32), None, None, "nt", "none", "bf16", 0)
+    ops.install_kernel(ops._spec(meta(8, 32), meta(16, 32), "nt", "none", "bf16"), 0, FakeKernel())
+    assert ops._plans == {}
+
+
+@pytest.mark.parametrize("c, bias, a_type, message", [
+    (None, None, torch.float16, "cast one of them"),
+    (None, None, None, "needs C"),
+    (meta(8, 15), None, None, "must be"),
+    (meta(8, 16, dtype=torch.float32), None, None, "must be"),
+    (meta(8, 16), meta(16), None, "takes no bias"),
+])
+def test_a_misfit_on_a_known_plan_is_the_same_one_line_error(fake_kernels, c, bias, a_type, message):
+    a, b = meta(8, 32), meta(16, 32)
+    good = ops._checked_plan(a, b, meta(8, 16), None, "nt", "relu+add", "bf16", 0)
+    assert good.fits(a, b, meta(8, 16), None)
+    a = meta(8, 32, dtype=a_type) if a_type else a
+    assert not good.fits(a, b, c, bias)
+    with pytest.raises(ops.SpecError, match=message) as info:
+        ops._checked_plan(a, b, c, bias, "nt", "relu+add", "bf16", 0)
+    assert "\n" not in str(info.value)
+    with pytest.raises(ops.SpecError, match=message):  # the fake implementation says the same
+        ops._gemm_fake(a, b, c, bias, 1.0, 1.0, "nt", "relu+add", "bf16")
+
+
+def test_the_context_is_made_current_once_per_thread_and_gpu(monkeypatch):
+    import threading
+
+    made = []
+    monkeypatch.setattr(ops, "ensure_context", made.append)
+    monkeypatch.setattr(ops, "_context_ready", threading.local())
+    for index in (0, 0, 1, 0, 1):
+        ops._on_device(index)
+    assert made == [0, 1]
+    worker = threading.Thread(target=ops._on_device, args=(0,))  # an autograd thread: its own current context
+    worker.start()
+    worker.join()
+    assert made == [0, 1, 0]
+
+
+def test_the_operator_is_a_library_definition_with_fake_and_autograd():
+    a = torch.empty(8, 32, device="meta", dtype=BF16, requires_grad=True)
+    b = torch.empty(16, 32, device="meta", dtype=BF16, requires_grad=True)
+    out = ops.gemm(a, b, None, None, 1.0, 1.0, "nt", "none", "bf16")
+    assert out.shape == (8, 16) and out.requires_grad
+    with pytest.raises(ops.SpecError, match="runs on CUDA tensors"):  # CPU tensors: gemmtune's error
+        ops.gemm(torch.zeros(8, 32, dtype=BF16), torch.zeros(16, 32, dtype=BF16), None, None, 1.0, 1.0, "nt",
+                 "none", "bf16")
+
+
+def test_linear_reads_a_row_major_weight_as_stored_b_like_as_stored():
+    for weight in (meta(16, 32), meta(1, 32), meta(16, 1)):
+        fast = (weight, "t") if weight.is_contiguous() and min(weight.shape) > 1 else ops._as_stored(weight.t())
+        assert fast[1] == ops._as_stored(weight.t())[1]
+    assert ops.linear(meta(2, 3, 32), meta(16, 32), meta(16)).shape == (2, 3, 16)
+
+
+# --- gemmtune.build kernels called from Python ------------------------------------------------------
+def _kernel(epilogue: str = "alpha+beta"):
+    """A build.Kernel of the wgmma family's default config, rendered (not compiled) for sm_90a."""
+    from types import SimpleNamespace
+
+    from gemmtune import GemmSpec
+    from gemmtune.build import Kernel
+    from gemmtune.kernels import family_for
+
+    spec = GemmSpec(64, 64, 64, layout="nt", dtype="bf16", epilogue=epilogue)
+    family = family_for(spec, "sm_90a")
+    source = family.render(spec, family.default_config(spec, "sm_90a"), "sm_90a")
+    kernel = Kernel(SimpleNamespace(source=source), None, "given")
+    kernel._loaded[0] = FakeLoaded()
+    return kernel
+
+
+def test_torch_operands_bind_in_binds_order_and_leave_other_arrays_to_bind():
+    from gemmtune.invoke import TorchOperands, _bound_names
+
+    source = _kernel().compiled.source
+    plan = TorchOperands.of(source)
+    assert plan.names == _bound_names(source, {"A", "B", "C", "D", "alpha", "beta"})
+    assert [n for n, t in zip(plan.names, plan.dtypes) if t is None] == ["alpha", "beta"]
+    cpu = {n: torch.zeros(64, 64, dtype=BF16) for n in ("A", "B", "C", "D")}
+    assert plan.bindings({**cpu, "alpha": 1.0, "beta": 2.0}) is None  # not CUDA: bind() checks and says why
+
+
+def test_a_build_kernel_binds_once_per_pointers_and_stream(monkeypatch):
+    import sys
+
+    from gemmtune.runtime import DeviceBuffer
+
+    build_module = sys.modules["gemmtune.build"]  # gemmtune.build, the attribute, is the function
+
+    launched = []
+    monkeypatch.setattr(build_module, "launch_on", lambda bound, ordinal: launched.append(ordinal) or bound())
+    kernel = _kernel("none")
+    a, b, d, other = (DeviceBuffer(0x10000 * (i + 1), 64 * 64 * 2) for i in range(4))
+    for stream in (5, 5, 6):
+        kernel(a, b, out=d, stream=stream)
+    kernel(a, b, out=other, stream=5)
+    loaded = kernel._loaded[0]
+    assert [(s, binding["D"]) for binding, s in loaded.binds] == [(5, d.ptr), (6, d.ptr), (5, other.ptr)]
+    assert loaded.launched == 4 and launched == [0] * 4
+    with pytest.raises(ops.SpecError, match="buffer holds"):  # a misfit still gets bind()'s one-line error
+        kernel(a, DeviceBuffer(0x90000, 16), out=d, stream=5)

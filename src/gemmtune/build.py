@@ -13,7 +13,8 @@ from typing import Any
 
 from .compiler import CompiledKernel, ResourceUsage, compile_kernel, ptx_image
 from .errors import ConfigError, GemmtuneError
-from .invoke import bind, collect_operands, device_ordinal, empty_like_framework, launch_on, launch_stream
+from .invoke import (TorchOperands, bind, collect_operands, device_ordinal, empty_like_framework, framework_of,
+                     launch_on, launch_stream)
 from .kernels import Family, family_for, family_of_config
 from .spec import GemmSpec
 
@@ -92,6 +93,7 @@ class Kernel:
         self.config_source = config_source
         self._loaded: dict[int, Any] = {}  # GPU ordinal -> LoadedKernel
         self._bound: dict[tuple, Any] = {}  # (ordinal, stream, bindings) -> runtime.BoundLaunch, newest last
+        self._torch: Any = None  # invoke.TorchOperands, made on the first call with a torch tensor
 
     @property
     def spec(self) -> GemmSpec:
@@ -130,16 +132,25 @@ class Kernel:
         if out is None:
             out = empty_like_framework(A, (self.spec.m, self.spec.n), self.spec.out_dtype)
         ordinal = device_ordinal(A)
-        bindings = bind(self.compiled.source, A, B, values, out)
+        bindings = self._torch_bindings(A, B, values, out) or bind(self.compiled.source, A, B, values, out)
         handle = launch_stream(A, stream)
         key = (ordinal, handle, tuple(bindings.items()))
         bound = self._bound.get(key)
         if bound is None:  # packed arguments and tensor maps, once per pointer set (launch_on's bind)
             bound = self._bound[key] = self.loaded(ordinal).bind(bindings, handle)
             if len(self._bound) > BOUND_LAUNCHES_KEPT:
-                del self._bound[next(iter(self._bound))]
+                self._bound.pop(next(iter(self._bound)), None)  # another thread may have dropped it
         launch_on(bound, ordinal)
         return out
+
+    def _torch_bindings(self, A: Any, B: Any, values: dict[str, Any], out: Any) -> dict[str, int | float] | None:
+        """bind()'s result by TorchOperands' quick checks where every operand is a plain torch CUDA tensor
+        that fits; None otherwise (bind() then checks, and says what does not fit)."""
+        if framework_of(A) != "torch":
+            return None
+        if self._torch is None:
+            self._torch = TorchOperands.of(self.compiled.source)
+        return self._torch.bindings({"A": A, "B": B, "D": out, **values})
 
     def __repr__(self) -> str:
         return (f"Kernel({self.spec.short()}, {self.family} {self.config.describe()}, {self.arch}, "
