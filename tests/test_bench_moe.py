@@ -1,0 +1,39 @@
+"""bench/bench_moe.py without a GPU: its cases (3 MoE configs x 3 token counts x 2 routings x 2 projections),
+routings that place every routed row (balanced within one row, Zipf skewed, seeded, with empty experts
+where tokens are few), and --list."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import bench_moe  # noqa: E402
+
+
+def test_every_config_token_count_routing_and_projection_is_a_case():
+    cases = bench_moe.cases()
+    assert len(cases) == 3 * 3 * 2 * 2
+    assert {c.config.experts for c in cases} == {8, 128, 256}
+    mixtral_up = next(c for c in cases if c.config.experts == 8 and c.projection == "up")
+    assert (mixtral_up.n, mixtral_up.k) == (2 * 14336, 4096)  # gate and up stacked, as SwiGLU experts store them
+    deepseek_down = next(c for c in cases if c.config.experts == 256 and c.projection == "down")
+    assert (deepseek_down.n, deepseek_down.k) == (7168, 2048)
+
+
+def test_routings_place_every_row():
+    for experts, rows in ((8, 256), (128, 1024), (256, 131072), (256, 7)):
+        balanced = bench_moe.group_rows(experts, rows, "balanced")
+        assert sum(balanced) == rows and max(balanced) - min(balanced) <= 1
+        skewed = bench_moe.group_rows(experts, rows, "zipf")
+        assert sum(skewed) == rows and len(skewed) == experts and min(skewed) >= 0
+        assert skewed == bench_moe.group_rows(experts, rows, "zipf")  # seeded: the same every run
+    skewed = bench_moe.group_rows(256, 1024, "zipf")
+    assert max(skewed) > 50 * (1024 // 256) and skewed.count(0) > 0  # one hot expert, several empty ones
+
+
+def test_list_prints_every_case(capsys):
+    assert bench_moe.main(["--list"]) == 0
+    assert len(capsys.readouterr().out.strip().splitlines()) == 36
+    assert bench_moe.main(["--list", "--models", "qwen"]) == 0
+    assert all("Qwen3" in line for line in capsys.readouterr().out.strip().splitlines())
+    assert bench_moe.main(["--models", "nothing"]) == 2
