@@ -200,3 +200,11 @@ def test_a_build_kernel_binds_once_per_pointers_and_stream(monkeypatch):
     assert loaded.launched == 4 and launched == [0] * 4
     with pytest.raises(ops.SpecError, match="buffer holds"):  # a misfit still gets bind()'s one-line error
         kernel(a, DeviceBuffer(0x90000, 16), out=d, stream=5)
+
+
+def test_plan_stats_count_the_binds_calls_made():
+    before = ops.plan_stats()["binds"]
+    plan = _plan()
+    for stream in (1, 1, 2):
+        plan.launch((0x1000, 0x2000, 0x3000, 0, 0, 1.0, 1.0, stream), stream)
+    assert ops.plan_stats()["binds"] - before == 2  # one per stream: the repeat was a hit

@@ -227,3 +227,23 @@ def test_gpu_optimize_with_real_timing_then_reload_under_10_s(tmp_path):
         assert time.monotonic() - started < 10 and again.reloaded
         assert [type(m) for m in fresh.modules()] == [type(m) for m in model.modules()]
         assert _close(fresh(x), want)
+
+
+def test_a_model_slower_end_to_end_with_its_routed_layers_gets_them_back(tmp_path):
+    """Each layer faster alone (the injected times), the whole slower once routed: optimize swaps the
+    original modules back, so the model is never slower than without it, and the plan says why."""
+
+    class SlowerWhenRouted(FakeBackend):
+        def time_model(self, model, inputs) -> float:
+            self.timed.append("model")
+            return 2e-3 if any(isinstance(m, RoutedLinear) for m in model.modules()) else 1e-3
+
+    model = _block()
+    kinds = [type(m) for m in model.modules()]
+    backend = SlowerWhenRouted({n: (1e-6, 2e-6) for n in ("fc1", "fc2", "fc3", "fc4", "fc5")})
+    report = optimize(model, (X,), budget=0, plan=tmp_path / "p.json", backend=backend, progress=False)
+    assert [type(m) for m in model.modules()] == kinds  # every original module back in place, activations too
+    assert not any(p.routed for p in report.layers) and all("kept as torch" in p.reason for p in report.layers)
+    assert report.model_after_s == report.model_before_s == 1e-3
+    assert not any(p.routed for p in optimize(_block(), (X,), plan=tmp_path / "p.json", backend=backend,
+                                               progress=False).layers)  # the plan reloads as it was saved

@@ -134,6 +134,7 @@ class _Plan:
         source = self.loaded.source
         wanted = set(source.args) | {t.operand for t in source.tensor_maps}
         bound = self.loaded.bind({name: values[name] for name in wanted if name in values}, stream)
+        _binds[0] += 1
         if len(self.launches) >= BOUND_PER_PLAN:  # pop: another thread may have dropped it already
             self.launches.pop(next(iter(self.launches)), None)
         self.launches[key] = bound
@@ -141,6 +142,13 @@ class _Plan:
 
 
 _plans: dict[tuple, _Plan] = {}
+_binds = [0]  # launches bound so far (plan misses: argument packing and tensor maps), for plan_stats
+
+
+def plan_stats() -> dict[str, int]:
+    """Launch plans, the bound launches they keep, and how many binds (misses) calls have made so far: an
+    eager loop whose binds keep growing pays the packing and tensor maps on every call."""
+    return {"plans": len(_plans), "bound": sum(len(p.launches) for p in _plans.values()), "binds": _binds[0]}
 # The raw handle of torch's current stream on a GPU, without building a torch.cuda.Stream (~4 µs a call).
 _RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 

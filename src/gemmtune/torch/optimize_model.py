@@ -21,7 +21,7 @@ import os
 import statistics
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional, Protocol, Sequence
 
@@ -565,9 +565,24 @@ def optimize(model: nn.Module, example_inputs: Any, budget: float = 60.0, *, pla
             bar.step(sum(not p.routed for p in layers))
     finally:
         bar.close()
+    originals = {name: model.get_submodule(name) for p in layers if p.routed
+                 for name in (p.site.name, p.site.activation_module) if name}
     route(model, layers)
+    after = backend.time_model(model, inputs)
+    if after > before:  # never slower than the model without it: every layer back to torch
+        layers, after = _unrouted(model, layers, originals, before, after), backend.time_model(model, inputs)
     path = Path(plan) if plan is not None else default_plan_path(db_path, model, sites)
-    report = OptimizeReport(tuple(layers), backend.device_name(), before, backend.time_model(model, inputs), path,
-                            tuning_s)
+    report = OptimizeReport(tuple(layers), backend.device_name(), before, after, path, tuning_s)
     save_plan(report)
     return report
+
+
+def _unrouted(model: nn.Module, layers: list[LayerPlan], originals: dict[str, nn.Module], before: float,
+              after: float) -> list[LayerPlan]:
+    """The model's routed layers swapped back for the modules they replaced, where the routed model ran
+    slower end to end than before (each layer faster alone, yet the whole slower: eager host cost, say),
+    and the plans saying so."""
+    for name, module in originals.items():
+        _swap(model, name, module)
+    why = f"kept as torch: the routed model ran {before * 1e3:.3f} → {after * 1e3:.3f} ms end to end"
+    return [replace(p, routed=False, reason=why) if p.routed else p for p in layers]
