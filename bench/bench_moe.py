@@ -12,7 +12,8 @@ exponent 1.2 over a seeded random order of the experts), for both projections of
 hidden, K = intermediate). bf16, weights stored (G, N, K) as torch.nn.Linear stores each expert.
 
 Timing: each of the three launches captured in its own CUDA graph (torch's loop included: one graph of G
-launches), then --rounds rounds of the three replays in a rotating order, CUDA events around each replay,
+launches; bench_models.graph_replay), then --rounds rounds of the three replays in timing.round_order's
+balanced order, CUDA events around each replay,
 no L2 flush (the weights of the large cases exceed L2; the small ones stay warm, as in a decode step);
 ratios are medians of per-round ratios (peer time / ours). Each of ours is checked against torch._grouped_mm
 in the same run (bf16 results, relative max error over the largest |value|). DeepGEMM is not run: no build on
@@ -101,20 +102,6 @@ def list_text(selected: list[MoeCase]) -> str:
 
 
 # --- on the GPU ----------------------------------------------------------------------------------------
-def _graph(torch, call):
-    """`call` captured once (after a warm-up on a side stream): its replay."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        call()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        call()
-    torch.cuda.synchronize()
-    return graph.replay
-
-
 def _replay_us(torch, replay) -> float:
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
@@ -129,6 +116,8 @@ def measure(case: MoeCase, rounds: int) -> dict:
     import torch
 
     import gemmtune.torch as gt
+    from bench_models import graph_replay
+    from gemmtune.timing import round_order
 
     rows = case.group_rows()
     x = torch.randn(sum(rows), case.k, device="cuda", dtype=torch.bfloat16)
@@ -139,13 +128,13 @@ def measure(case: MoeCase, rounds: int) -> dict:
     pieces = [(x[s:e], b[g]) for g, (s, e) in enumerate(zip([0] + ends[:-1], ends)) if e > s]
     ours, want = gt.grouped_mm(x, b, offs), torch._grouped_mm(x, b, offs=offs)
     error = float((ours.float() - want.float()).abs().max() / want.float().abs().max().clamp_min(1e-30))
-    replays = {"ours": _graph(torch, lambda: gt.grouped_mm(x, b, offs)),
-               "grouped_mm": _graph(torch, lambda: torch._grouped_mm(x, b, offs=offs)),
-               "loop": _graph(torch, lambda: [torch.mm(p, w) for p, w in pieces])}
+    calls = {"ours": lambda: gt.grouped_mm(x, b, offs), "grouped_mm": lambda: torch._grouped_mm(x, b, offs=offs),
+             "loop": lambda: [torch.mm(p, w) for p, w in pieces]}
+    replays = {name: graph_replay(torch, call)[0] for name, call in calls.items()}
     names = list(replays)
     times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
-        for name in names[r % 3:] + names[:r % 3]:  # rotating order: no launch always first
+        for name in round_order(names, r):  # balanced: every launch in every place and after every other
             times[name].append(_replay_us(torch, replays[name]))
     ratio = {peer: statistics.median(p / o for p, o in zip(times[peer], times["ours"])) for peer in names[1:]}
     flops = 2 * sum(rows) * case.n * case.k

@@ -30,7 +30,7 @@ class FakeLoaded:
 
 def _plan() -> "ops._Plan":
     plan = ops._Plan.__new__(ops._Plan)
-    plan.loaded, plan.launches = FakeLoaded(), {}
+    plan.loaded, plan.launches = FakeLoaded(), ops.BoundLaunches(ops.BOUND_PER_PLAN)
     return plan
 
 

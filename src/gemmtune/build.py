@@ -13,7 +13,7 @@ from typing import Any
 
 from .compiler import CompiledKernel, ResourceUsage, compile_kernel, ptx_image
 from .errors import ConfigError, GemmtuneError
-from .invoke import (TorchOperands, bind, collect_operands, device_ordinal, empty_like_framework, framework_of,
+from .invoke import (BoundLaunches, TorchOperands, bind, collect_operands, device_ordinal, empty_like_framework, framework_of,
                      launch_on, launch_stream)
 from .kernels import Family, family_for, family_of_config
 from .spec import GemmSpec
@@ -80,9 +80,6 @@ def chosen_config(spec: GemmSpec, config: Any, arch: str, family: str | None,
     return chosen_family, parse_config(config, spec, arch, chosen_family)
 
 
-BOUND_LAUNCHES_KEPT = 64  # a Kernel's bound launches (by pointers, scalars and stream); the oldest goes first
-
-
 class Kernel:
     """A compiled kernel for one spec; loads onto a GPU on its first call there. A call with operands
     at pointers seen before reuses their bound launch (packed arguments, tensor maps)."""
@@ -92,7 +89,7 @@ class Kernel:
         self.config = config
         self.config_source = config_source
         self._loaded: dict[int, Any] = {}  # GPU ordinal -> LoadedKernel
-        self._bound: dict[tuple, Any] = {}  # (ordinal, stream, bindings) -> runtime.BoundLaunch, newest last
+        self._bound = BoundLaunches()  # by (ordinal, stream, bindings)
         self._torch: Any = None  # invoke.TorchOperands, made on the first call with a torch tensor
 
     @property
@@ -134,12 +131,8 @@ class Kernel:
         ordinal = device_ordinal(A)
         bindings = self._torch_bindings(A, B, values, out) or bind(self.compiled.source, A, B, values, out)
         handle = launch_stream(A, stream)
-        key = (ordinal, handle, tuple(bindings.items()))
-        bound = self._bound.get(key)
-        if bound is None:  # packed arguments and tensor maps, once per pointer set (launch_on's bind)
-            bound = self._bound[key] = self.loaded(ordinal).bind(bindings, handle)
-            if len(self._bound) > BOUND_LAUNCHES_KEPT:
-                self._bound.pop(next(iter(self._bound)), None)  # another thread may have dropped it
+        bound = self._bound.get((ordinal, handle, tuple(bindings.items())),
+                                lambda: self.loaded(ordinal).bind(bindings, handle))
         launch_on(bound, ordinal)
         return out
 

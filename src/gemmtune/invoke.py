@@ -8,7 +8,7 @@ the framework's back (a CUDA graph being captured on torch's stream would silent
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from .errors import SpecError
 from .kernel_source import KernelSource
@@ -186,6 +186,32 @@ def torch_current_stream(index: int | None) -> int:
     if raw is not None:
         return int(raw(index))
     return int(torch.cuda.current_stream(index).cuda_stream)
+
+
+class BoundLaunches:
+    """Bound launches (runtime.BoundLaunch: packed arguments, tensor maps, staging copies) by a call's key
+    (its pointers, scalars and stream), at most `kept`, the oldest dropped first: a call whose key was
+    seen before only enqueues. Shared by build() kernels, torch's launch plans and grouped kernels."""
+
+    def __init__(self, kept: int = 64):
+        self.kept = kept
+        self._launches: dict[Any, Any] = {}
+
+    def get(self, key: Any, bind: Callable[[], Any]) -> Any:
+        """The launch bound for `key`, bound by `bind()` on the first call with it."""
+        bound = self._launches.get(key)
+        if bound is None:
+            bound = bind()
+            if len(self._launches) >= self.kept:  # pop: another thread may have dropped it already
+                self._launches.pop(next(iter(self._launches)), None)
+            self._launches[key] = bound
+        return bound
+
+    def __len__(self) -> int:
+        return len(self._launches)
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self._launches
 
 
 def launch_on(bound: Any, ordinal: int) -> None:

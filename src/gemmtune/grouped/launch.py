@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from ..compiler import compile_kernel
 from ..device import query_device
 from ..errors import LaunchError
-from ..invoke import launch_on
+from ..invoke import BoundLaunches, launch_on
 from ..runtime import LoadedKernel
 from .config import GroupedConfig, default_config
 from .render import render
@@ -21,7 +21,7 @@ class GroupedKernel:
     config: GroupedConfig
     loaded: LoadedKernel
     ordinal: int
-    bound: dict = field(default_factory=dict, compare=False)  # (bindings, stream) -> BoundLaunch, newest last
+    bound: BoundLaunches = field(default_factory=BoundLaunches, compare=False)  # by (bindings, stream)
 
     def __call__(self, a: int, b: int, offs: int, d: int, bias: int | None = None, stream: int = 0) -> None:
         """Enqueue D = epilogue(A·B per group) on `stream`: device pointers to A (total_m, K), the
@@ -31,12 +31,7 @@ class GroupedKernel:
             if not bias:
                 raise LaunchError(f"{self.loaded.source.entry} adds a bias: pass bias (G, N)")
             bindings["bias"] = bias
-        key = (tuple(bindings.items()), stream)
-        launch = self.bound.get(key)
-        if launch is None:  # packed arguments and tensor maps, once per pointer set
-            launch = self.bound[key] = self.loaded.bind(bindings, stream)
-            if len(self.bound) > 64:
-                del self.bound[next(iter(self.bound))]
+        launch = self.bound.get((tuple(bindings.items()), stream), lambda: self.loaded.bind(bindings, stream))
         launch_on(launch, self.ordinal)
 
 

@@ -46,6 +46,7 @@ from ..build import Kernel, build
 from ..device import ensure_context
 from ..epilogue import Epilogue
 from ..errors import SpecError
+from ..invoke import BoundLaunches, torch_current_stream
 from ..spec import GemmSpec
 
 __all__ = ["mm", "addmm", "linear", "Linear", "kernel_for", "cached_kernels", "install_kernel", "grouped_mm", "bmm"]
@@ -106,7 +107,7 @@ class _Plan:
         self.out_type = _STORAGE[spec.out_dtype]
         self.in_type = _STORAGE[spec.dtype]
         self.needs = {op.name: op.shape(spec.m, spec.n) for op in spec.epilogue.operands()}
-        self.launches: dict[tuple, Any] = {}
+        self.launches = BoundLaunches(BOUND_PER_PLAN)
 
     def fits(self, a: Tensor, b: Tensor, c: Optional[Tensor], bias: Optional[Tensor]) -> bool:
         """Whether the operands are what the plan's spec takes (shapes of A and B are in the plan's
@@ -123,22 +124,15 @@ class _Plan:
         return True
 
     def launch(self, key: tuple, stream: int) -> None:
-        bound = self.launches.get(key)
-        if bound is None:
-            bound = self._bind(key, stream)
-        bound()
+        self.launches.get(key, lambda: self._bind(key, stream))()
 
     def _bind(self, key: tuple, stream: int) -> Any:
         a, b, d, c, bias, alpha, beta, _ = key
         values = {"A": a, "B": b, "D": d, "C": c, "bias": bias, "alpha": alpha, "beta": beta}
         source = self.loaded.source
         wanted = set(source.args) | {t.operand for t in source.tensor_maps}
-        bound = self.loaded.bind({name: values[name] for name in wanted if name in values}, stream)
         _binds[0] += 1
-        if len(self.launches) >= BOUND_PER_PLAN:  # pop: another thread may have dropped it already
-            self.launches.pop(next(iter(self.launches)), None)
-        self.launches[key] = bound
-        return bound
+        return self.loaded.bind({name: values[name] for name in wanted if name in values}, stream)
 
 
 _plans: dict[tuple, _Plan] = {}
@@ -149,14 +143,6 @@ def plan_stats() -> dict[str, int]:
     """Launch plans, the bound launches they keep, and how many binds (misses) calls have made so far: an
     eager loop whose binds keep growing pays the packing and tensor maps on every call."""
     return {"plans": len(_plans), "bound": sum(len(p.launches) for p in _plans.values()), "binds": _binds[0]}
-# The raw handle of torch's current stream on a GPU, without building a torch.cuda.Stream (~4 µs a call).
-_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-
-
-def _current_stream(index: int) -> int:
-    if _RAW_STREAM is not None:
-        return _RAW_STREAM(index)
-    return torch.cuda.current_stream(index).cuda_stream
 
 
 _context_ready = threading.local()  # .devices: GPUs whose primary context this thread has made current
@@ -265,7 +251,7 @@ def _run(a: Tensor, b: Tensor, c: Optional[Tensor], bias: Optional[Tensor], alph
     plan = _checked_plan(a, b, c, bias, layout, epilogue, dtype, index)
     out = torch.empty((plan.spec.m, plan.spec.n), dtype=plan.out_type, device=a.device)
     (a, pa), (b, pb), (c, pc), (bias, pbias) = _pointer(a), _pointer(b), _pointer(c), _pointer(bias)
-    stream = _current_stream(index)
+    stream = torch_current_stream(index)
     if torch.cuda.current_device() == index:
         _on_device(index)
         plan.launch((pa, pb, out.data_ptr(), pc, pbias, alpha, beta, stream), stream)
