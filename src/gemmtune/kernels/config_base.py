@@ -11,6 +11,9 @@ from typing import Any, Callable, Mapping
 from ..spec import GemmSpec, stable_hash
 
 
+STATIC_SMEM_LIMIT = 48 * 1024  # bytes of static shared memory a block may declare (every arch)
+
+
 def arch_number(arch: str) -> int:
     """'sm_90a' -> 90."""
     digits = "".join(ch for ch in arch if ch.isdigit())

@@ -25,7 +25,7 @@ from typing import Callable
 
 from ...kernel_source import PORTABLE_CLUSTER_BLOCKS
 from ...spec import GemmSpec
-from ..config_base import FamilyConfig, arch_number, rejections_by
+from ..config_base import STATIC_SMEM_LIMIT, FamilyConfig, arch_number, rejections_by
 
 NAME = "gemv"
 VERSION = "1"
@@ -289,8 +289,8 @@ def _tensor_cores(c: GemvConfig, s: GemmSpec, arch: str) -> str | None:
         return (f"{c.mma_tiles} mma tiles × unroll {c.unroll} exceed {MAX_TENSOR_CORE_LOADS} loads of B in "
                 f"flight per thread (registers)")
     rejected = tensor_core_rejection(s, arch)
-    if rejected is None and tensor_core_smem_bytes(c, s) > STATIC_SMEM_BYTES:
-        return (f"{tensor_core_smem_bytes(c, s)} B of partial tiles exceed the {STATIC_SMEM_BYTES} B of static "
+    if rejected is None and tensor_core_smem_bytes(c, s) > STATIC_SMEM_LIMIT:
+        return (f"{tensor_core_smem_bytes(c, s)} B of partial tiles exceed the {STATIC_SMEM_LIMIT} B of static "
                 f"shared memory (fewer warps per output, tiles or rows)")
     if rejected is None and s.layout == "nn" and s.n % c.mma_tiles:
         return (f"mma_tiles={c.mma_tiles}: a lane loads that many neighbouring outputs of a row of B (aligned), "
@@ -303,8 +303,6 @@ def a_fragment_rows(s: GemmSpec) -> int:
     the mma's A, or only row g where M ≤ 8 (rows 8-15 are all zero padding)."""
     return 1 if vectors(s) <= 8 else 2 * -(-vectors(s) // 16)
 
-
-STATIC_SMEM_BYTES = 48 * 1024  # a block's static shared memory
 
 
 def tensor_core_smem_bytes(c: GemvConfig, s: GemmSpec) -> int:

@@ -15,8 +15,8 @@ from ..parts.epilogue import CArg, Operands, VectorArg, epilogue_call, epilogue_
 from ..parts.floats import FLOAT_VIEW, HALF_FLOATS, TO_OUT
 from ..parts import cluster_barrier, dependent_launch
 from . import columns_ring, columns_tensor_cores, tensor_cores
-from .config import (NAME, VERSION, GemvConfig, block_outputs, block_threads, outputs, quads, rejections,
-                     ring_smem_bytes, ring_strip_bytes, stream_kind, streams_b, vec, vectors)
+from .config import (NAME, PARTIAL_SUMS_BYTES, VERSION, GemvConfig, block_outputs, block_threads, outputs, quads,
+                     rejections, ring_smem_bytes, ring_strip_bytes, stream_kind, streams_b, vec, vectors)
 
 STORAGE_TYPES = {"fp32": "float", "tf32": "float", "bf16": "bf16_t", "fp16": "fp16_t"}
 
@@ -398,7 +398,7 @@ constexpr int TX = {config.threads_x}, TK = THREADS / TX;  // threads across out
 constexpr int COLS = TX * VEC;  // outputs per block
 constexpr int WARPS = THREADS / 32;
 // Vectors whose warp sums share the buffer at once: as many as fit 16 KB (one at least).
-constexpr int GROUP_FIT = 16384 / (WARPS * COLS * 4);
+constexpr int GROUP_FIT = {PARTIAL_SUMS_BYTES} / (WARPS * COLS * 4);
 constexpr int GROUP = GROUP_FIT < 1 ? 1 : GROUP_FIT > R ? R : GROUP_FIT;
 {quad_step}{first_rows}{_split_declarations(config) if split else ""}
 // columns: thread (tx, tk) owns VEC neighbouring outputs and {note} of W;

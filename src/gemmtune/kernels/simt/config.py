@@ -10,12 +10,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ...spec import GemmSpec
-from ..config_base import FamilyConfig, arch_number, rejections_by  # noqa: F401 (arch_number: re-exported)
+from ..config_base import STATIC_SMEM_LIMIT, FamilyConfig, arch_number, rejections_by  # noqa: F401 (arch_number: re-exported)
 
 NAME = "simt"
 VERSION = "3"
 KINDS = ("naive", "coalesced", "tiled")
-STATIC_SMEM_LIMIT = 48 * 1024  # bytes of static shared memory a block may declare
 MAX_ACCUMULATORS = 128  # per thread; more spills on sm_80/sm_90 with 255 registers
 C_STAGE_PAD = 4  # floats of padding per row of the staged C tile (bank conflicts; keeps 16 B alignment)
 # Shared memory one block may opt in to, per architecture (CUDA programming guide, compute capabilities).
