@@ -42,11 +42,12 @@ def test_reference_is_a_loop_over_groups_and_leaves_the_tail():
 
 
 @pytest.mark.parametrize("sizes", SIZES)
-@pytest.mark.parametrize("bm, bn, n", [(64, 128, 333), (128, 256, 4096), (128, 64, 64)])
-def test_scheduler_twin_covers_every_tile_once(sizes, bm, bn, n):
+@pytest.mark.parametrize("bm, bn, n, band_m", [(64, 128, 333, 0), (128, 256, 4096, 0), (128, 64, 64, 0),
+                                               (64, 128, 333, 3), (128, 64, 1000, 2), (64, 64, 200, 1)])
+def test_scheduler_twin_covers_every_tile_once(sizes, bm, bn, n, band_m):
     offs = group_offsets(sizes)
     total_m = int(offs[-1]) + 3
-    tiles = plan(offs, total_m, n, bm, bn)
+    tiles = plan(offs, total_m, n, bm, bn, band_m)
     seen = [tiles.tile(t) for t in range(tiles.total)]
     expected = {(g, m, j) for g, rows in enumerate(sizes) for m in range(-(-rows // bm)) for j in range(-(-n // bn))}
     assert len(seen) == len(expected) and {(t.group, t.tile_m, t.tile_n) for t in seen} == expected
@@ -54,6 +55,15 @@ def test_scheduler_twin_covers_every_tile_once(sizes, bm, bn, n):
     for t in seen:  # the rows a tile stores lie inside its group
         assert (t.row_begin, t.row_end) == (starts[t.group], offs[t.group])
         assert t.row_begin + t.tile_m * bm < t.row_end
+
+
+def test_bands_walk_tile_rows_fastest_inside_a_band():
+    # one group of 5 tile rows and 3 tile columns in bands of 2: (0,0) (1,0) (0,1) (1,1) (0,2) (1,2), then
+    # the rows 2-3 band, then the last band of one row
+    tiles = plan(np.array([5 * 64]), 5 * 64, 3 * 64, 64, 64, band_m=2)
+    order = [(tiles.tile(t).tile_m, tiles.tile(t).tile_n) for t in range(tiles.total)]
+    assert order[:6] == [(0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)]
+    assert order[6:8] == [(2, 0), (3, 0)] and order[12:] == [(4, 0), (4, 1), (4, 2)]
 
 
 def test_scheduler_twin_clamps_offsets_past_the_rows():

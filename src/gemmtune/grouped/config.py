@@ -17,6 +17,7 @@ class GroupedConfig:
     bn: int = 128        # tile columns (64, 128 or 256): the width of one wgmma
     stages: int = 6      # shared-memory ring depth (k-blocks in flight)
     consumers: int = 2   # warpgroups issuing wgmma (one more warpgroup loads)
+    band_m: int = 0      # tile rows a band of a group's tiles, tile_m fastest in it (0: the whole group)
 
     @property
     def threads(self) -> int:
@@ -56,6 +57,8 @@ def rejections(config: GroupedConfig, spec: GroupedSpec) -> dict[str, str]:
     elif c.rows_per_consumer // 64 * c.bn // 2 > MAX_ACCUMULATORS:
         problems["registers"] = (f"{c.rows_per_consumer}x{c.bn} per consumer is "
                                  f"{c.rows_per_consumer // 64 * c.bn // 2} fp32 sums a thread, over {MAX_ACCUMULATORS}")
+    if c.band_m < 0:
+        problems["band_m"] = f"band_m={c.band_m}: 0 (whole groups) or a count of tile rows"
     if not 2 <= c.stages <= 16:
         problems["stages"] = f"stages={c.stages}: 2 to 16 (the producer runs ahead by at least one)"
     smem = c.dynamic_smem + c.static_smem(spec)

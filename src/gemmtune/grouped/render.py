@@ -19,7 +19,7 @@ from ..kernels.wgmma.consumer import CONSUMER_REGS
 from ..kernels.wgmma.producer import PRODUCER_REGS
 from ..errors import ConfigError
 from .config import GroupedConfig, default_config, rejections
-from .schedule import SCHEDULER
+from .schedule import scheduler
 from .spec import GroupedSpec
 
 FAMILY, VERSION = "grouped_wgmma", "1"
@@ -37,7 +37,8 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const TmaDescriptor* map,
 
 
 def entry_name(spec: GroupedSpec, config: GroupedConfig) -> str:
-    return f"{spec.slug()}_{config.bm}x{config.bn}s{config.stages}c{config.consumers}"
+    band = f"b{config.band_m}" if config.band_m else ""
+    return f"{spec.slug()}_{config.bm}x{config.bn}s{config.stages}c{config.consumers}{band}"
 
 
 def tensor_maps(spec: GroupedSpec, config: GroupedConfig) -> tuple[TensorMapArg, TensorMapArg]:
@@ -204,7 +205,7 @@ extern "C" __global__ void __launch_bounds__({config.threads}, 1)
 
 
 def code(spec: GroupedSpec, config: GroupedConfig, entry: str) -> str:
-    return (ptx.helpers(spec.dtype, config.bn) + TMA_3D + FLOAT_VIEW + _constants(spec, config) + RING + SCHEDULER
+    return (ptx.helpers(spec.dtype, config.bn) + TMA_3D + FLOAT_VIEW + _constants(spec, config) + RING + scheduler(config.band_m)
             + LOAD_STAGE + _mma_stage(config) + _store_tile(spec, config) + _kernel(spec, config, entry))
 
 
