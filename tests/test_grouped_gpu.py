@@ -53,6 +53,16 @@ def test_grouped_matches_the_float64_reference(sizes, n, k, epilogue, dtype):
         _run(spec, sizes, config)
 
 
+@pytest.mark.parametrize("band_m", [1, 2, 3])
+def test_banded_tiles_match_the_float64_reference(band_m):
+    from gemmtune.grouped.config import GroupedConfig, _deepest
+
+    for sizes, n, k, epilogue in (CASES[0], CASES[4]):
+        spec = GroupedSpec(len(sizes), sum(sizes) + 7, n, k, "bf16", epilogue)
+        for base in (GroupedConfig(128, 128, band_m=band_m), GroupedConfig(64, 128, consumers=1, band_m=band_m)):
+            _run(spec, sizes, _deepest(base, spec))
+
+
 def test_all_groups_empty_writes_nothing():
     _run(GroupedSpec(4, 64, 128, 64), (0, 0, 0, 0))
 
