@@ -76,9 +76,14 @@ def _deepest(config: GroupedConfig, spec: GroupedSpec) -> GroupedConfig:
 
 
 def default_config(spec: GroupedSpec) -> GroupedConfig:
-    """128x128 tiles over two consumers; 64x128 of one where groups average <= SMALL_GROUP_ROWS rows."""
+    """128x256 tiles over two consumers; 64x256 of one where groups average <= SMALL_GROUP_ROWS rows.
+
+    Timed on ten MoE shapes outside bench_moe.py (bench/results/2026-11-29-h200-grouped-configs.md): 256-column
+    tiles led 128-column ones of the same rows on all ten (by 0-7 points of torch._grouped_mm's time); 64x256 led
+    where groups averaged <= 64 rows, 128x256 elsewhere; bands of tile rows changed nothing (within 0.01)."""
     small = spec.total_m <= SMALL_GROUP_ROWS * spec.groups
-    return _deepest(GroupedConfig(bm=64, bn=128, consumers=1) if small else GroupedConfig(), spec)
+    shape = GroupedConfig(bm=64, bn=256, consumers=1) if small else GroupedConfig(bm=128, bn=256, consumers=2)
+    return _deepest(shape, spec)
 
 
 def candidates(spec: GroupedSpec) -> list[GroupedConfig]:
