@@ -15,9 +15,10 @@ Timing: each of the three launches captured in its own CUDA graph (torch's loop 
 launches; bench_models.graph_replay), then --rounds rounds of the three replays in timing.round_order's
 balanced order, CUDA events around each replay,
 no L2 flush (the weights of the large cases exceed L2; the small ones stay warm, as in a decode step);
-ratios are medians of per-round ratios (peer time / ours). Each of ours is checked against torch._grouped_mm
-in the same run (bf16 results, relative max error over the largest |value|). DeepGEMM is not run: no build on
-the device machine yet (say so in the table's notes).
+ratios are medians of per-round ratios (peer time / ours). Each of ours is checked against a float64 reference
+of up to 256 rows of four groups (max error over the largest |value|; one bf16 rounding is 2^-9 = 2.0e-3 of a
+value). DeepGEMM is not run: no build on the device machine (said under the table).
+--bmm: gemmtune.torch.bmm against torch.bmm on issue 69's four batched shapes, the same protocol.
 """
 from __future__ import annotations
 
@@ -126,8 +127,8 @@ def measure(case: MoeCase, rounds: int) -> dict:
     offs = torch.tensor(rows, device="cuda").cumsum(0).to(torch.int32)
     ends = offs.tolist()
     pieces = [(x[s:e], b[g]) for g, (s, e) in enumerate(zip([0] + ends[:-1], ends)) if e > s]
-    ours, want = gt.grouped_mm(x, b, offs), torch._grouped_mm(x, b, offs=offs)
-    error = float((ours.float() - want.float()).abs().max() / want.float().abs().max().clamp_min(1e-30))
+    ours = gt.grouped_mm(x, b, offs)
+    error = _sampled_error(torch, ours, x, weights, ends)
     calls = {"ours": lambda: gt.grouped_mm(x, b, offs), "grouped_mm": lambda: torch._grouped_mm(x, b, offs=offs),
              "loop": lambda: [torch.mm(p, w) for p, w in pieces]}
     replays = {name: graph_replay(torch, call)[0] for name, call in calls.items()}
@@ -144,6 +145,56 @@ def measure(case: MoeCase, rounds: int) -> dict:
             "tflops": flops / statistics.median(times["ours"]) / 1e6, "ratio": ratio}
 
 
+def _sampled_error(torch, ours, x, weights, ends: list[int], groups: int = 4, rows: int = 256) -> float:
+    """Max |ours - float64 reference| over the largest |reference|, on up to `rows` rows of each of `groups`
+    non-empty groups spread over the experts (the whole float64 product would not fit the GPU's memory)."""
+    starts = [0] + ends[:-1]
+    busy = [g for g, (s, e) in enumerate(zip(starts, ends)) if e > s]
+    picked = busy[:: max(1, len(busy) // groups)][:groups]
+    worst, scale = 0.0, 0.0
+    for g in picked:
+        s, e = starts[g], min(ends[g], starts[g] + rows)
+        want = x[s:e].double() @ weights[g].double().t()
+        worst = max(worst, float((ours[s:e].double() - want).abs().max()))
+        scale = max(scale, float(want.abs().max()))
+    return worst / max(scale, 1e-30)
+
+
+# Issue 69's batched shapes (batch, M, N, K): attention scores, a large batch, many small ones, an odd one.
+BMM_SHAPES = ((32, 512, 512, 64), (8, 2048, 4096, 4096), (64, 128, 128, 128), (12, 333, 200, 72))
+
+
+def measure_bmm(shape: tuple[int, int, int, int], rounds: int) -> dict:
+    """gemmtune.torch.bmm against torch.bmm: b a transposed view of (B, N, K) storage, as k in q·kᵀ."""
+    import torch
+
+    import gemmtune.torch as gt
+    from bench_models import graph_replay
+    from gemmtune.timing import round_order
+
+    batch, m, n, k = shape
+    a = torch.randn(batch, m, k, device="cuda", dtype=torch.bfloat16)
+    b = (torch.randn(batch, n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5).transpose(1, 2)
+    want = a.double() @ b.double()
+    error = float((gt.bmm(a, b).double() - want).abs().max() / want.abs().max())
+    replays = {name: graph_replay(torch, call)[0] for name, call in
+               (("ours", lambda: gt.bmm(a, b)), ("bmm", lambda: torch.bmm(a, b)))}
+    times: dict[str, list[float]] = {name: [] for name in replays}
+    for r in range(rounds):
+        for name in round_order(list(replays), r):
+            times[name].append(_replay_us(torch, replays[name]))
+    ratio = statistics.median(p / o for p, o in zip(times["bmm"], times["ours"]))
+    return {"shape": "x".join(map(str, shape)), "us": {name: statistics.median(t) for name, t in times.items()},
+            "ratio": ratio, "error": error}
+
+
+def bmm_table(rows: list[dict]) -> str:
+    lines = ["| batch×M×N×K | ours µs | torch.bmm µs | × torch.bmm | error vs float64 |", "|---|---:|---:|---:|---:|"]
+    lines += [f"| {r['shape']} | {r['us']['ours']:.1f} | {r['us']['bmm']:.1f} | {r['ratio']:.2f} | {r['error']:.1e} |"
+              for r in rows]
+    return "\n".join(lines + ["", f"Issue 69's bmm bar (≥ 1.00× torch.bmm on each): lowest {min(r['ratio'] for r in rows):.3f}"])
+
+
 def _geomean(values: list[float]) -> float:
     import math
 
@@ -152,7 +203,7 @@ def _geomean(values: list[float]) -> float:
 
 def table_text(rows: list[dict]) -> str:
     lines = ["| case | G | rows | N×K | ours µs (TFLOP/s) | torch._grouped_mm µs | loop µs | × grouped_mm | × loop | "
-             "rel. error |", "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+             "error vs float64 |", "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['case']} | {r['experts']} | {r['rows']} | {r['n']}×{r['k']} | {r['us']['ours']:.1f} "
                      f"({r['tflops']:.0f}) | {r['us']['grouped_mm']:.1f} | {r['us']['loop']:.1f} | "
@@ -175,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", help="only configs whose name contains one of these, e.g. mixtral,qwen")
     parser.add_argument("--rounds", type=int, default=30, help="paired rounds per case (default 30)")
     parser.add_argument("--out", type=Path, help="write the markdown table here (rewritten after every case)")
+    parser.add_argument("--bmm", action="store_true", help="also time gemmtune.torch.bmm against torch.bmm")
     args = parser.parse_args(argv)
     wanted = [w.strip().lower() for w in (args.models or "").split(",") if w.strip()]
     selected = [c for c in cases() if not wanted or any(w in c.config.model.lower() for w in wanted)]
@@ -195,7 +247,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.out:
             args.out.write_text(f"# MoE grouped GEMMs on {torch.cuda.get_device_name()}, bf16 (bench/bench_moe.py)\n\n"
                                 f"{table_text(rows)}\n")
-    print(table_text(rows))
+    text = table_text(rows)
+    if args.bmm:
+        text += "\n\n## bmm\n\n" + bmm_table([measure_bmm(shape, args.rounds) for shape in BMM_SHAPES])
+        if args.out:
+            args.out.write_text(f"# MoE grouped GEMMs on {torch.cuda.get_device_name()}, bf16 (bench/bench_moe.py)\n\n{text}\n")
+    print(text)
     return 0
 
 
