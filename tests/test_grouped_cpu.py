@@ -81,6 +81,9 @@ def test_rejections_name_the_broken_limit():
     assert "registers" in rejections(GroupedConfig(128, 256, 4, consumers=1), spec)
     assert "shared_memory" in rejections(GroupedConfig(128, 256, 8, consumers=2), spec)
     assert "consumers" in rejections(GroupedConfig(64, 128, 4, consumers=2), spec)
+    assert "pingpong" in rejections(GroupedConfig(64, 256, 4, consumers=1, pingpong=True), spec)
+    assert "registers" in rejections(GroupedConfig(128, 256, 4, consumers=2, pingpong=True), spec)  # 128x256 a consumer
+    assert not rejections(GroupedConfig(64, 256, 4, consumers=2, pingpong=True), spec)  # 64 rows is a whole wgmma
     with pytest.raises(ConfigError):
         render(spec, GroupedConfig(128, 256, 8, 2))
 

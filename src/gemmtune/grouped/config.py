@@ -18,6 +18,7 @@ class GroupedConfig:
     stages: int = 6      # shared-memory ring depth (k-blocks in flight)
     consumers: int = 2   # warpgroups issuing wgmma (one more warpgroup loads)
     band_m: int = 0      # tile rows a band of a group's tiles, tile_m fastest in it (0: the whole group)
+    pingpong: bool = False  # two consumers take alternate tiles whole: one's epilogue under the other's mainloop
 
     @property
     def threads(self) -> int:
@@ -25,7 +26,8 @@ class GroupedConfig:
 
     @property
     def rows_per_consumer(self) -> int:
-        return self.bm // self.consumers
+        """Rows of a tile one consumer multiplies: all of them in ping-pong, else its share."""
+        return self.bm if self.pingpong else self.bm // self.consumers
 
     @property
     def stage_bytes(self) -> int:
@@ -52,7 +54,9 @@ def rejections(config: GroupedConfig, spec: GroupedSpec) -> dict[str, str]:
     c, problems = config, {}
     if c.bm not in (64, 128) or c.bn not in (64, 128, 256):
         problems["tile"] = f"{c.bm}x{c.bn}: bm is 64 or 128, bn 64, 128 or 256"
-    if c.consumers not in (1, 2) or c.bm % (64 * c.consumers):
+    if c.pingpong and c.consumers != 2:
+        problems["pingpong"] = f"pingpong with {c.consumers} consumers: it alternates tiles between two"
+    elif c.consumers not in (1, 2) or c.bm % (64 * (1 if c.pingpong else c.consumers)):
         problems["consumers"] = f"{c.consumers} consumers of a {c.bm}-row tile: 1 or 2, 64 rows (a wgmma) or more each"
     elif c.rows_per_consumer // 64 * c.bn // 2 > MAX_ACCUMULATORS:
         problems["registers"] = (f"{c.rows_per_consumer}x{c.bn} per consumer is "
@@ -89,7 +93,8 @@ def default_config(spec: GroupedSpec) -> GroupedConfig:
 def candidates(spec: GroupedSpec) -> list[GroupedConfig]:
     """The default first, then the few shapes worth timing against it (each valid for `spec`)."""
     shapes = [default_config(spec), GroupedConfig(128, 128, consumers=2), GroupedConfig(128, 256, consumers=2),
-              GroupedConfig(64, 128, consumers=1), GroupedConfig(64, 256, consumers=1)]
+              GroupedConfig(64, 128, consumers=1), GroupedConfig(64, 256, consumers=1),
+              GroupedConfig(64, 256, consumers=2, pingpong=True), GroupedConfig(128, 128, consumers=2, pingpong=True)]
     found: list[GroupedConfig] = []
     for config in (_deepest(shape, spec) for shape in shapes):
         if config not in found and not rejections(config, spec):

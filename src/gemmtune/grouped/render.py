@@ -2,9 +2,10 @@
 
 Warpgroup 0's thread 0 walks the block's tiles (schedule.py) and TMA-copies each k-block's A and B
 tiles into a ring of STAGES slots (rows of 128 bytes in the 128-byte swizzle wgmma reads). The
-consumer warpgroups multiply them (wgmma m64nBNk16, fp32 sums) and store their rows from registers
-below the group's end row: the A tile's rows past it (the next group's, or zeros) are multiplied for
-nothing and never stored. No TMA store: its box would write them.
+consumer warpgroups multiply them (wgmma m64nBNk16, fp32 sums; each its rows of every tile, or in
+ping-pong alternate tiles whole) and store their rows from registers below the group's end row: the
+A tile's rows past it (the next group's, or zeros) are multiplied for nothing and never stored. No
+TMA store: its box would write them.
 """
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const TmaDescriptor* map,
 
 def entry_name(spec: GroupedSpec, config: GroupedConfig) -> str:
     band = f"b{config.band_m}" if config.band_m else ""
-    return f"{spec.slug()}_{config.bm}x{config.bn}s{config.stages}c{config.consumers}{band}"
+    pingpong = "pp" if config.pingpong else ""
+    return f"{spec.slug()}_{config.bm}x{config.bn}s{config.stages}c{config.consumers}{pingpong}{band}"
 
 
 def tensor_maps(spec: GroupedSpec, config: GroupedConfig) -> tuple[TensorMapArg, TensorMapArg]:
@@ -56,8 +58,11 @@ def _constants(spec: GroupedSpec, config: GroupedConfig) -> str:
 constexpr int GROUPS = {spec.groups}, TOTAL_M = {spec.total_m}, N = {spec.n}, K = {spec.k};
 constexpr int BM = {config.bm}, BN = {config.bn}, BK = {BK};   // block tile; BK·2 B = one 128-byte row
 constexpr int STAGES = {config.stages};                  // shared-memory ring depth
-constexpr int CONSUMERS = {config.consumers};            // warpgroups issuing wgmma, each its own rows of the tile
-constexpr int ROWS_PER_CONSUMER = BM / CONSUMERS, M_BLOCKS = ROWS_PER_CONSUMER / 64;
+constexpr int CONSUMERS = {config.consumers};            // warpgroups issuing wgmma
+// Ping-pong: the consumers take alternate tiles of the block, each tile whole, so one's epilogue runs
+// while the other's wgmma run. Otherwise both work on every tile, each on its own rows.
+constexpr bool PINGPONG = {str(config.pingpong).lower()};
+constexpr int ROWS_PER_CONSUMER = {config.rows_per_consumer}, M_BLOCKS = ROWS_PER_CONSUMER / 64;
 constexpr int K_STEP = 16;                               // K of one wgmma instruction
 constexpr int K_BLOCKS = (K + BK - 1) / BK;              // the last block's tail is TMA zero-fill
 constexpr int TILES_N = (N + BN - 1) / BN;
@@ -143,7 +148,7 @@ extern "C" __global__ void __launch_bounds__({config.threads}, 1)
         const __grid_constant__ TmaDescriptor tma_A, const __grid_constant__ TmaDescriptor tma_B) {{
     __shared__ int group_end[GROUPS], tile_end[GROUPS];  // filled by scan_groups (schedule.py)
     __shared__ alignas(8) u64 full[STAGES];   // slot s has landed
-    __shared__ alignas(8) u64 empty[STAGES];  // slot s may be refilled (each consumer arrives once)
+    __shared__ alignas(8) u64 empty[STAGES];  // slot s may be refilled (each consumer reading it arrives once)
     // The ring, realigned to 1024 bytes: where wgmma descriptors assume the swizzle pattern starts.
     extern __shared__ unsigned char smem_raw[];
     unsigned char* ring_base = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -153,7 +158,7 @@ extern "C" __global__ void __launch_bounds__({config.threads}, 1)
         tma_prefetch_descriptor(&tma_B);
         for (int s = 0; s < STAGES; ++s) {{
             mbarrier_init(&full[s], 1);
-            mbarrier_init(&empty[s], CONSUMERS);
+            mbarrier_init(&empty[s], PINGPONG ? 1 : CONSUMERS);  // the consumers that read slot s
         }}
         fence_barrier_init();
     }}
@@ -176,8 +181,14 @@ extern "C" __global__ void __launch_bounds__({config.threads}, 1)
     }} else {{
         {_registers(config, "consumer")}
         const int consumer = warpgroup - 1;
+        const int part = PINGPONG ? 0 : consumer;  // which rows of its tiles this warpgroup multiplies
         Ring ring;  // walks the ring in step with the producer, tile after tile
-        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {{
+        int turn = 0;  // the block's tiles so far: in ping-pong, consumer c takes those with turn % 2 == c
+        for (int t = blockIdx.x; t < tiles; t += gridDim.x, ++turn) {{
+            if (PINGPONG && turn % 2 != consumer) {{
+                ring.skip(K_BLOCKS);  // the other consumer's tile: its k-blocks fill the slots in between
+                continue;
+            }}
             const GroupTile tile = group_tile(group_end, tile_end, t);
             float acc[M_BLOCKS][BN / 2];
             #pragma unroll
@@ -188,7 +199,7 @@ extern "C" __global__ void __launch_bounds__({config.threads}, 1)
             for (int kb = 0; kb < K_BLOCKS; ++kb) {{
                 mbarrier_wait(&full[ring.s], ring.phase);
                 wgmma_fence();
-                mma_stage(acc, ring_base + ring.s * STAGE_BYTES, consumer);
+                mma_stage(acc, ring_base + ring.s * STAGE_BYTES, part);
                 wgmma_commit();
                 wgmma_wait<1>();  // one group in flight: the k-block before is done reading its slot
                 if (previous >= 0 && threadIdx.x % 128 == 0) mbarrier_arrive(&empty[previous]);
@@ -197,7 +208,7 @@ extern "C" __global__ void __launch_bounds__({config.threads}, 1)
             }}
             wgmma_wait<0>();
             if (threadIdx.x % 128 == 0) mbarrier_arrive(&empty[previous]);
-            store_tile(acc, tile, consumer, D, {"bias" if spec.has_bias else "nullptr"});
+            store_tile(acc, tile, part, D, {"bias" if spec.has_bias else "nullptr"});
         }}
     }}
 }}
