@@ -39,8 +39,9 @@ class GroupedConfig:
         return self.stages * self.stage_bytes + 1024
 
     def static_smem(self, spec: GroupedSpec) -> int:
-        """mbarriers (two per stage) and the groups' ends and tile prefix (two ints per group)."""
-        return 16 * self.stages + 8 * spec.groups
+        """mbarriers (two per stage, two for ping-pong's turns) and the groups' ends and tile prefix (two
+        ints per group)."""
+        return 16 * self.stages + 16 + 8 * spec.groups
 
     def with_(self, **changes: int) -> "GroupedConfig":
         return replace(self, **changes)

@@ -149,6 +149,9 @@ extern "C" __global__ void __launch_bounds__({config.threads}, 1)
     __shared__ int group_end[GROUPS], tile_end[GROUPS];  // filled by scan_groups (schedule.py)
     __shared__ alignas(8) u64 full[STAGES];   // slot s has landed
     __shared__ alignas(8) u64 empty[STAGES];  // slot s may be refilled (each consumer reading it arrives once)
+    // Ping-pong: consumer c's main loop is done (all its slots landed). The other waits for it before its
+    // own, so its waits on `full` are never a lap ahead of the producer (parity alone cannot tell laps apart).
+    __shared__ alignas(8) u64 mainloop_done[2];
     // The ring, realigned to 1024 bytes: where wgmma descriptors assume the swizzle pattern starts.
     extern __shared__ unsigned char smem_raw[];
     unsigned char* ring_base = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -160,6 +163,8 @@ extern "C" __global__ void __launch_bounds__({config.threads}, 1)
             mbarrier_init(&full[s], 1);
             mbarrier_init(&empty[s], PINGPONG ? 1 : CONSUMERS);  // the consumers that read slot s
         }}
+        mbarrier_init(&mainloop_done[0], 1);
+        mbarrier_init(&mainloop_done[1], 1);
         fence_barrier_init();
     }}
     if (threadIdx.x < 32) scan_groups(offs, group_end, tile_end);  // offs read on the device: no host sync
@@ -196,6 +201,8 @@ extern "C" __global__ void __launch_bounds__({config.threads}, 1)
                 #pragma unroll
                 for (int i = 0; i < BN / 2; ++i) acc[mb][i] = 0.0f;
             int previous = -1;  // the slot of the k-block before: released once its wgmma are done
+            // Ping-pong: the block's tile before was the other consumer's, its ((turn - 1) / 2)-th.
+            if (PINGPONG && turn > 0) mbarrier_wait(&mainloop_done[1 - consumer], ((turn - 1) / 2) & 1);
             for (int kb = 0; kb < K_BLOCKS; ++kb) {{
                 mbarrier_wait(&full[ring.s], ring.phase);
                 wgmma_fence();
@@ -206,6 +213,7 @@ extern "C" __global__ void __launch_bounds__({config.threads}, 1)
                 previous = ring.s;
                 ring.advance();
             }}
+            if (PINGPONG && threadIdx.x % 128 == 0) mbarrier_arrive(&mainloop_done[consumer]);  // the other's turn
             wgmma_wait<0>();
             if (threadIdx.x % 128 == 0) mbarrier_arrive(&empty[previous]);
             store_tile(acc, tile, part, D, {"bias" if spec.has_bias else "nullptr"});
