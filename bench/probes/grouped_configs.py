@@ -1,5 +1,5 @@
-"""Which grouped tile configuration wins where (issue 69): every candidate of grouped.config, with and
-without bands of tile rows, timed against torch._grouped_mm on MoE shapes that bench_moe.py does not
+"""Which grouped tile configuration wins where (issue 69): every candidate of grouped.config (ping-pong
+ones included; bands of tile rows where BANDS names some), timed against torch._grouped_mm on MoE shapes that bench_moe.py does not
 hold (its cases are the evaluation set), in CUDA graphs, rounds in a balanced order.
 
     PYTHONPATH=$PWD/src:$PWD/bench python bench/probes/grouped_configs.py --out /tmp/grouped_configs.md
@@ -36,12 +36,15 @@ SHAPES = (Shape("qwen2-57b up 8k tok", 64, 8192 * 8, 5120, 3584), Shape("qwen2-5
           Shape("olmoe up 16k tok", 64, 16384 * 8, 2048, 2048), Shape("olmoe down 16k tok zipf", 64, 16384 * 8, 2048, 1024, "zipf"))
 
 
+BANDS: tuple[int, ...] = ()  # bands of tile rows to time beside the candidates (a05247f timed 4, 8, 16: no effect)
+
+
 def configs(spec):
     from gemmtune.grouped.config import GroupedConfig, _deepest, candidates, rejections
 
     found = list(candidates(spec))
     for base in (GroupedConfig(128, 128, consumers=2), GroupedConfig(128, 256, consumers=2)):
-        for band in (4, 8, 16):
+        for band in BANDS:
             c = _deepest(base.with_(band_m=band), spec)
             if c not in found and not rejections(c, spec):
                 found.append(c)
@@ -66,7 +69,9 @@ def measure(shape: Shape, rounds: int) -> list[tuple[str, float, float]]:
     calls = {"torch": lambda: torch._grouped_mm(x, w.transpose(1, 2), offs=offs)}
     labels = {}
     for config in configs(spec):
-        kernel, label = build(spec, config), f"{config.bm}x{config.bn} s{config.stages} c{config.consumers} band{config.band_m}"
+        kernel = build(spec, config)
+        label = (f"{config.bm}x{config.bn} s{config.stages} c{config.consumers}{' pp' if config.pingpong else ''}"
+                 f"{f' band{config.band_m}' if config.band_m else ''}")
         out = torch.full_like(want, float("nan"))
 
         def call(kernel=kernel, out=out):
