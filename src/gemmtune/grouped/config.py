@@ -80,14 +80,23 @@ def _deepest(config: GroupedConfig, spec: GroupedSpec) -> GroupedConfig:
     return config
 
 
-def default_config(spec: GroupedSpec) -> GroupedConfig:
-    """128x256 tiles over two consumers; 64x256 of one where groups average <= SMALL_GROUP_ROWS rows.
+PINGPONG_MAX_K = 2560  # at most this K (short main loops), ping-pong 128x128 tiles over 128x256 ones
 
-    Timed on ten MoE shapes outside bench_moe.py (bench/results/2026-11-29-h200-grouped-configs.md): 256-column
-    tiles led 128-column ones of the same rows on all ten (by 0-7 points of torch._grouped_mm's time); 64x256 led
-    where groups averaged <= 64 rows, 128x256 elsewhere; bands of tile rows changed nothing (within 0.01)."""
-    small = spec.total_m <= SMALL_GROUP_ROWS * spec.groups
-    shape = GroupedConfig(bm=64, bn=256, consumers=1) if small else GroupedConfig(bm=128, bn=256, consumers=2)
+
+def default_config(spec: GroupedSpec) -> GroupedConfig:
+    """64x256 ping-pong tiles where groups average <= SMALL_GROUP_ROWS rows; else 128x128 ping-pong where
+    K <= PINGPONG_MAX_K (an epilogue per few k-blocks: worth hiding under the other consumer's wgmma), and
+    128x256 over two consumers for longer K (wider B reuse).
+
+    Timed on ten MoE shapes outside bench_moe.py (bench/results/2026-11-29-h200-grouped-configs.md): 64x256
+    ping-pong led both small-group shapes; 128x128 ping-pong led four of five shapes with K <= 2560 (by 4-11
+    points of torch._grouped_mm's time), 128x256 three of three with K >= 3584 and the fifth (K = 1408)."""
+    if spec.total_m <= SMALL_GROUP_ROWS * spec.groups:
+        shape = GroupedConfig(bm=64, bn=256, consumers=2, pingpong=True)
+    elif spec.k <= PINGPONG_MAX_K:
+        shape = GroupedConfig(bm=128, bn=128, consumers=2, pingpong=True)
+    else:
+        shape = GroupedConfig(bm=128, bn=256, consumers=2)
     return _deepest(shape, spec)
 
 
