@@ -84,6 +84,8 @@ def test_rejections_name_the_broken_limit():
     assert "pingpong" in rejections(GroupedConfig(64, 256, 4, consumers=1, pingpong=True), spec)
     assert "registers" in rejections(GroupedConfig(128, 256, 4, consumers=2, pingpong=True), spec)  # 128x256 a consumer
     assert not rejections(GroupedConfig(64, 256, 4, consumers=2, pingpong=True), spec)  # 64 rows is a whole wgmma
+    assert "staged_store" in rejections(GroupedConfig(64, 256, 4, staged_store=True), GroupedSpec(8, 4096, 4100, 1024))
+    assert "shared_memory" in rejections(GroupedConfig(128, 256, 4, staged_store=True), spec)  # 3 stages beside 64 KiB
     with pytest.raises(ConfigError):
         render(spec, GroupedConfig(128, 256, 8, 2))
 

@@ -33,7 +33,8 @@ SHAPES = (Shape("qwen2-57b up 8k tok", 64, 8192 * 8, 5120, 3584), Shape("qwen2-5
           Shape("dsv2-lite up 4k tok", 64, 4096 * 6, 2816, 2048), Shape("dsv2-lite down 32k tok zipf", 64, 32768 * 6, 2048, 1408, "zipf"),
           Shape("grok-like up 8k tok", 8, 8192 * 2, 8192, 6144), Shape("grok-like down 1k tok", 8, 1024 * 2, 6144, 8192),
           Shape("arctic-like up 4k tok", 128, 4096 * 2, 9728, 7168, "zipf"),
-          Shape("olmoe up 16k tok", 64, 16384 * 8, 2048, 2048), Shape("olmoe down 16k tok zipf", 64, 16384 * 8, 2048, 1024, "zipf"))
+          Shape("olmoe up 16k tok", 64, 16384 * 8, 2048, 2048), Shape("olmoe down 16k tok zipf", 64, 16384 * 8, 2048, 1024, "zipf"),
+          Shape("attention-like 16 heads", 16, 16 * 1024, 1024, 128), Shape("short K 32 x 2048 rows", 32, 32 * 2048, 4096, 512))
 
 
 BANDS: tuple[int, ...] = ()  # bands of tile rows to time beside the candidates (a05247f timed 4, 8, 16: no effect)
@@ -71,6 +72,7 @@ def measure(shape: Shape, rounds: int) -> list[tuple[str, float, float]]:
     for config in configs(spec):
         kernel = build(spec, config)
         label = (f"{config.bm}x{config.bn} s{config.stages} c{config.consumers}{' pp' if config.pingpong else ''}"
+                 f"{' st' if config.staged_store else ''}"
                  f"{f' band{config.band_m}' if config.band_m else ''}")
         out = torch.full_like(want, float("nan"))
 

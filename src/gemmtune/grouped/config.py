@@ -19,6 +19,7 @@ class GroupedConfig:
     consumers: int = 2   # warpgroups issuing wgmma (one more warpgroup loads)
     band_m: int = 0      # tile rows a band of a group's tiles, tile_m fastest in it (0: the whole group)
     pingpong: bool = False  # two consumers take alternate tiles whole: one's epilogue under the other's mainloop
+    staged_store: bool = False  # D written through shared memory in 16-byte pieces of rows (parts/staged_rows.py)
 
     @property
     def threads(self) -> int:
@@ -34,9 +35,15 @@ class GroupedConfig:
         return (self.bm + self.bn) * TILE_ROW_BYTES
 
     @property
+    def staging_bytes(self) -> int:
+        """Every consumer's staged rows of a tile (16-bit outputs), 0 where D is stored from registers."""
+        return self.consumers * self.rows_per_consumer * self.bn * 2 if self.staged_store else 0
+
+    @property
     def dynamic_smem(self) -> int:
-        """The ring plus up to 1024 bytes to realign it (wgmma's swizzled tiles start on 1024 bytes)."""
-        return self.stages * self.stage_bytes + 1024
+        """The ring, the staged rows after it, and up to 1024 bytes to realign the ring (wgmma's swizzled
+        tiles start on 1024 bytes)."""
+        return self.stages * self.stage_bytes + self.staging_bytes + 1024
 
     def static_smem(self, spec: GroupedSpec) -> int:
         """mbarriers (two per stage, two for ping-pong's turns) and the groups' ends and tile prefix (two
@@ -64,6 +71,8 @@ def rejections(config: GroupedConfig, spec: GroupedSpec) -> dict[str, str]:
                                  f"{c.rows_per_consumer // 64 * c.bn // 2} fp32 sums a thread, over {MAX_ACCUMULATORS}")
     if c.band_m < 0:
         problems["band_m"] = f"band_m={c.band_m}: 0 (whole groups) or a count of tile rows"
+    if c.staged_store and spec.n % 8:
+        problems["staged_store"] = f"staged_store writes 16-byte pieces of rows: N % 8 == 0, not N = {spec.n}"
     if not 2 <= c.stages <= 16:
         problems["stages"] = f"stages={c.stages}: 2 to 16 (the producer runs ahead by at least one)"
     smem = c.dynamic_smem + c.static_smem(spec)
@@ -104,7 +113,10 @@ def candidates(spec: GroupedSpec) -> list[GroupedConfig]:
     """The default first, then the few shapes worth timing against it (each valid for `spec`)."""
     shapes = [default_config(spec), GroupedConfig(128, 128, consumers=2), GroupedConfig(128, 256, consumers=2),
               GroupedConfig(64, 128, consumers=1), GroupedConfig(64, 256, consumers=1),
-              GroupedConfig(64, 256, consumers=2, pingpong=True), GroupedConfig(128, 128, consumers=2, pingpong=True)]
+              GroupedConfig(64, 256, consumers=2, pingpong=True), GroupedConfig(128, 128, consumers=2, pingpong=True),
+              GroupedConfig(64, 256, consumers=2, pingpong=True, staged_store=True),
+              GroupedConfig(128, 128, consumers=2, pingpong=True, staged_store=True),
+              GroupedConfig(128, 256, consumers=2, staged_store=True)]
     found: list[GroupedConfig] = []
     for config in (_deepest(shape, spec) for shape in shapes):
         if config not in found and not rejections(config, spec):

@@ -14,6 +14,7 @@ from ..kernel_source import KernelSource, TensorMapArg
 from ..kernels.parts.epilogue import CArg, Operands, VectorArg, epilogue_function
 from ..kernels.parts.floats import FLOAT_VIEW, TO_OUT
 from ..kernels.parts.ring import RING
+from ..kernels.parts.staged_rows import STAGED_ROWS, staged_pair_writes
 from ..kernels.parts.writeback import CRead, OddEdge, PairFragment, PairOutput, pair_io, pair_stores
 from ..kernels.wgmma import ptx
 from ..kernels.wgmma.consumer import CONSUMER_REGS
@@ -40,7 +41,8 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const TmaDescriptor* map,
 def entry_name(spec: GroupedSpec, config: GroupedConfig) -> str:
     band = f"b{config.band_m}" if config.band_m else ""
     pingpong = "pp" if config.pingpong else ""
-    return f"{spec.slug()}_{config.bm}x{config.bn}s{config.stages}c{config.consumers}{pingpong}{band}"
+    staged = "st" if config.staged_store else ""
+    return f"{spec.slug()}_{config.bm}x{config.bn}s{config.stages}c{config.consumers}{pingpong}{staged}{band}"
 
 
 def tensor_maps(spec: GroupedSpec, config: GroupedConfig) -> tuple[TensorMapArg, TensorMapArg]:
@@ -67,6 +69,7 @@ constexpr int K_STEP = 16;                               // K of one wgmma instr
 constexpr int K_BLOCKS = (K + BK - 1) / BK;              // the last block's tail is TMA zero-fill
 constexpr int TILES_N = (N + BN - 1) / BN;
 constexpr int A_TILE_BYTES = BM * 128, B_TILE_BYTES = BN * 128, STAGE_BYTES = A_TILE_BYTES + B_TILE_BYTES;
+constexpr int STAGING_BYTES = {config.staging_bytes // max(config.consumers, 1)};  // a consumer's staged rows (0: stored from registers)
 typedef {C_TYPES[spec.dtype]} in_t;
 typedef {C_TYPES[spec.dtype]} out_t;
 """
@@ -122,6 +125,22 @@ def _store_tile(spec: GroupedSpec, config: GroupedConfig) -> str:
     gemm = spec.as_gemm()
     bias = ("\n    const FloatView<out_t> group_bias{bias + (size_t)tile.group * N};  // this group's row of bias"
             if spec.has_bias else "")
+    if config.staged_store:
+        return (epilogue_function(spec.epilogue, OPERANDS, out_dtype=spec.dtype) + TO_OUT + STAGED_ROWS + f"""
+// One consumer's rows of a tile to D through its staging buffer (parts/staged_rows.py): 16-byte stores
+// of whole rows. M is the group's end row: rows past it are not copied. `barrier`: this warpgroup's.
+__device__ __forceinline__ void store_tile(const float (&acc)[M_BLOCKS][BN / 2], const GroupTile& tile, int consumer,
+                                           out_t* __restrict__ D, const out_t* __restrict__ bias,
+                                           unsigned char* staging, int barrier) {{
+    const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+    const int M = tile.row_end;{bias}
+    const int row0 = tile.row_begin + tile.tile_m * BM + consumer * ROWS_PER_CONSUMER, col0 = tile.tile_n * BN;
+    named_barrier(barrier, 128);  // the buffer's rows of the tile before are copied out
+{staged_pair_writes(gemm, _fragment(config), OUTPUT, "staging", "row0", "col0", "BN")}
+    named_barrier(barrier, 128);  // every pair of the tile is in the buffer
+    copy_staged_rows<ROWS_PER_CONSUMER, BN>(staging, D, row0, col0, M, threadIdx.x % 128);
+}}
+""")
     return (epilogue_function(spec.epilogue, OPERANDS, out_dtype=spec.dtype) + TO_OUT + pair_io(gemm, OUTPUT) + f"""
 // One consumer's rows of a tile to D. M is the group's end row: the pair stores skip rows past it.
 __device__ __forceinline__ void store_tile(const float (&acc)[M_BLOCKS][BN / 2], const GroupTile& tile, int consumer,
@@ -130,6 +149,13 @@ __device__ __forceinline__ void store_tile(const float (&acc)[M_BLOCKS][BN / 2],
     const int M = tile.row_end;{bias}
 {pair_stores(gemm, _fragment(config), OUTPUT)}}}
 """)
+
+
+def _staging_args(config: GroupedConfig) -> str:
+    """store_tile's staging buffer (after the ring, one per consumer) and named barrier (1 + consumer)."""
+    if not config.staged_store:
+        return ""
+    return ", ring_base + STAGES * STAGE_BYTES + consumer * STAGING_BYTES, 1 + consumer"
 
 
 def _registers(config: GroupedConfig, side: str) -> str:
@@ -216,7 +242,7 @@ extern "C" __global__ void __launch_bounds__({config.threads}, 1)
             if (PINGPONG && threadIdx.x % 128 == 0) mbarrier_arrive(&mainloop_done[consumer]);  // the other's turn
             wgmma_wait<0>();
             if (threadIdx.x % 128 == 0) mbarrier_arrive(&empty[previous]);
-            store_tile(acc, tile, part, D, {"bias" if spec.has_bias else "nullptr"});
+            store_tile(acc, tile, part, D, {"bias" if spec.has_bias else "nullptr"}{_staging_args(config)});
         }}
     }}
 }}
