@@ -89,23 +89,18 @@ def _deepest(config: GroupedConfig, spec: GroupedSpec) -> GroupedConfig:
     return config
 
 
-PINGPONG_MAX_K = 2560  # at most this K (short main loops), ping-pong 128x128 tiles over 128x256 ones
-
-
 def default_config(spec: GroupedSpec) -> GroupedConfig:
-    """64x256 ping-pong tiles where groups average <= SMALL_GROUP_ROWS rows; else 128x128 ping-pong where
-    K <= PINGPONG_MAX_K (an epilogue per few k-blocks: worth hiding under the other consumer's wgmma), and
-    128x256 over two consumers for longer K (wider B reuse).
+    """Ping-pong tiles with D staged through shared memory: 64x256 where groups average <= SMALL_GROUP_ROWS
+    rows, else 128x128 (stored from registers where N % 8 != 0, which staged rows cannot write).
 
-    Timed on ten MoE shapes outside bench_moe.py (bench/results/2026-11-29-h200-grouped-configs.md): 64x256
-    ping-pong led both small-group shapes; 128x128 ping-pong led four of five shapes with K <= 2560 (by 4-11
-    points of torch._grouped_mm's time), 128x256 three of three with K >= 3584 and the fifth (K = 1408)."""
-    if spec.total_m <= SMALL_GROUP_ROWS * spec.groups:
-        shape = GroupedConfig(bm=64, bn=256, consumers=2, pingpong=True)
-    elif spec.k <= PINGPONG_MAX_K:
-        shape = GroupedConfig(bm=128, bn=128, consumers=2, pingpong=True)
-    else:
-        shape = GroupedConfig(bm=128, bn=256, consumers=2)
+    Timed on twelve grouped shapes outside bench_moe.py (bench/results/2026-11-29-h200-grouped-configs.md,
+    third run): a staged config led on all twelve, 0.97-1.41x torch._grouped_mm; 128x128 ping-pong staged was
+    first or within 0.05 of the first on all ten large-group shapes, 64x256 ping-pong staged on both small ones."""
+    small = spec.total_m <= SMALL_GROUP_ROWS * spec.groups
+    shape = GroupedConfig(bm=64, bn=256) if small else GroupedConfig(bm=128, bn=128)
+    shape = shape.with_(consumers=2, pingpong=True, staged_store=True)
+    if rejections(_deepest(shape, spec), spec):
+        shape = shape.with_(staged_store=False)
     return _deepest(shape, spec)
 
 
