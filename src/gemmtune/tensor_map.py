@@ -12,7 +12,9 @@ from .errors import LaunchError, SpecError
 from .kernel_source import TensorMapArg
 
 _DATA_TYPES = {"fp16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16", "bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",
-               "fp32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32"}
+               "fp32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32",
+               # fp8 codes are moved as bytes: TMA has no fp8 type, and copies them unchanged
+               "e4m3": "CU_TENSOR_MAP_DATA_TYPE_UINT8", "e5m2": "CU_TENSOR_MAP_DATA_TYPE_UINT8"}
 _SWIZZLES = {0: "CU_TENSOR_MAP_SWIZZLE_NONE", 32: "CU_TENSOR_MAP_SWIZZLE_32B", 64: "CU_TENSOR_MAP_SWIZZLE_64B",
              128: "CU_TENSOR_MAP_SWIZZLE_128B"}
 TMA_ALIGNMENT = 16  # bytes: the global address of a tensor map's data

@@ -178,14 +178,16 @@ __device__ __forceinline__ u64 smem_descriptor(const void* tile, u32 lbo, u32 sb
 
 # wgmma's PTX type names and K depth per instruction, by gemmtune input dtype.
 # fp32 specs (math 3xtf32) multiply their split tf32 parts.
-WGMMA_TYPES = {"bf16": ("bf16", 16), "fp16": ("f16", 16), "tf32": ("tf32", 8), "fp32": ("tf32", 8)}
+WGMMA_TYPES = {"bf16": ("bf16", 16), "fp16": ("f16", 16), "tf32": ("tf32", 8), "fp32": ("tf32", 8),
+               "e4m3": ("e4m3", 32), "e5m2": ("e5m2", 32)}  # (PTX type, K of one instruction)
+TRANSPOSABLE = ("bf16", "f16")  # PTX types whose wgmma takes transpose flags; tf32 and fp8 read K-major only
 
 
 def wgmma_function(dtype: str, n: int, within: int | None = None, fresh: bool = False) -> str:
     """`wgmma_m64n{n}`: one warpgroup-wide D(64×n, fp32) += A(64×k) · B(k×n), both from shared memory.
 
     The accumulator fragment is n/2 floats per thread. 16-bit types take transpose flags (MN-major
-    operands); tf32 reads K-major operands only. With `within` (a wider tile's N), the function is
+    operands); tf32 and fp8 (e4m3, e5m2: k32) read K-major operands only. With `within` (a wider tile's N), the function is
     `wgmma_m64n{n}_at<AT, ...>(d, desc_a, desc_b, accumulate)`: it writes the n columns from column
     2·AT of that tile's fragment (floats AT .. AT + n/2 - 1 of its within/2), leaving the others to
     other wgmma, and with accumulate = 0 it overwrites them (D = A·B) instead of adding: a fresh
@@ -200,7 +202,7 @@ def wgmma_function(dtype: str, n: int, within: int | None = None, fresh: bool = 
     params = ["int AT"] if within else []
     inputs = ['"l"(desc_a)', '"l"(desc_b)']
     flags = "1, 1"
-    if ptx_type != "tf32":
+    if ptx_type in TRANSPOSABLE:
         params += ["int TRANS_A", "int TRANS_B"]
         flags += f", %{regs + 2}, %{regs + 3}"
         inputs += ['"n"(TRANS_A)', '"n"(TRANS_B)']
