@@ -124,3 +124,145 @@ def test_fake_impl_gives_shapes():
         assert torch.ops.gemmtune.grouped_mm(a, b, offs, bias, "gelu").shape == (100, 96)
         with pytest.raises(SpecError):
             torch.ops.gemmtune.grouped_mm(a, b, offs.long())
+
+
+# --- SwiGLU pair epilogue and the masked layout --------------------------------------------------------------
+@pytest.mark.parametrize("kwargs, word", [
+    (dict(swiglu=True, epilogue="bias"), "no bias"), (dict(swiglu=True, epilogue="relu"), "no bias or activation"),
+    (dict(swiglu="yes"), "True or False"), (dict(layout="ragged"), "layout"),
+    (dict(layout="masked", total_m=65), "groups (4) x capacity")])
+def test_variant_specs_refuse_bad_input_in_one_line(kwargs, word):
+    with pytest.raises(SpecError) as err:
+        GroupedSpec(**{**dict(groups=4, total_m=64, n=64, k=64), **kwargs})
+    assert word in str(err.value) and "\n" not in str(err.value)
+
+
+def test_masked_spec_names_its_capacity():
+    spec = GroupedSpec.masked(4, 96, 200, 64, swiglu=True)
+    assert (spec.total_m, spec.capacity, spec.weight_rows, spec.rows_operand) == (384, 96, 400, "counts")
+    assert spec.slug().endswith("_swiglu_masked96") and GroupedSpec(4, 384, 200, 64).slug() == "grouped_g4_m384_n200_k64_bf16"
+    with pytest.raises(SpecError, match="capacity"):
+        GroupedSpec.masked(4, 0, 64, 64)
+    begins, ends = spec.row_ranges(np.array([0, 5, 96, 500]))
+    assert begins.tolist() == [0, 96, 192, 288] and ends.tolist() == [0, 101, 288, 384]  # counts clamped to capacity
+    assert spec.flops(np.array([0, 5, 96, 500])) == 2 * (5 + 96 + 96) * 400 * 64
+    spec.check_offsets(np.array([0, 96, 3, 1]))  # counts need not rise
+    for bad in ([1, 2, 3], [0, 97, 0, 0], [-1, 0, 0, 0]):
+        with pytest.raises(SpecError, match="counts"):
+            spec.check_offsets(np.array(bad))
+
+
+def test_swiglu_reference_gates_the_up_half_with_silu_of_the_gate_half():
+    rng = np.random.default_rng(1)
+    f, sizes = 5, [4, 0, 6]
+    a = rng.standard_normal((12, 8))
+    w_gate, w_up = rng.standard_normal((3, f, 8)), rng.standard_normal((3, f, 8))
+    w = np.concatenate([w_gate, w_up], axis=1)  # stored (G, 2F, K): what torch.cat([w_gate, w_up], dim=1) gives
+    out = reference(GroupedSpec(3, 12, f, 8, swiglu=True), a, w.transpose(0, 2, 1), group_offsets(sizes))
+    gate, up = a[4:10] @ w_gate[2].T, a[4:10] @ w_up[2].T
+    assert out.shape == (12, f) and np.allclose(out[4:10], gate / (1 + np.exp(-gate)) * up)
+    assert np.isnan(out[10:]).all() and not np.isnan(out[:10]).any()
+    with np.errstate(over="raise", invalid="raise"):  # silu of a very negative gate is -0, without overflow
+        from gemmtune.grouped.spec import silu
+        assert silu(np.array([-1e4, 0.0, 1e4])).tolist() == [-0.0, 0.0, 1e4]
+
+
+def test_masked_reference_fills_each_slot_up_to_its_count():
+    rng = np.random.default_rng(2)
+    spec = GroupedSpec.masked(3, 4, 5, 8, epilogue="bias+relu")
+    a, b, bias = rng.standard_normal((12, 8)), rng.standard_normal((3, 8, 5)), rng.standard_normal((3, 5))
+    out = reference(spec, a, b, np.array([2, 0, 9]), bias)  # 9 > capacity: the whole slot
+    assert np.allclose(out[0:2], np.maximum(a[0:2] @ b[0] + bias[0], 0)) and np.isnan(out[2:8]).all()
+    assert np.allclose(out[8:12], np.maximum(a[8:12] @ b[2] + bias[2], 0))
+
+
+COUNTS = [(0, 0, 0, 0), (1, 0, 128, 3), (128, 128, 128, 128), (77, 200, 0, 1)]  # capacity 128; 200 is clamped
+
+
+@pytest.mark.parametrize("counts", COUNTS)
+@pytest.mark.parametrize("bm, bn, n, band_m", [(64, 128, 333, 0), (128, 64, 1000, 2), (64, 64, 200, 1)])
+def test_masked_scheduler_twin_covers_each_groups_counted_rows_once(counts, bm, bn, n, band_m):
+    from gemmtune.grouped.schedule import plan_for
+
+    spec = GroupedSpec.masked(4, 128, n, 64)
+    tiles = plan_for(spec, np.array(counts), bm, bn, band_m)
+    rows = [min(c, 128) for c in counts]
+    expected = {(g, m, j) for g, r in enumerate(rows) for m in range(-(-r // bm)) for j in range(-(-n // bn))}
+    seen = [tiles.tile(t) for t in range(tiles.total)]
+    assert len(seen) == len(expected) and {(t.group, t.tile_m, t.tile_n) for t in seen} == expected
+    for t in seen:  # a tile's rows start in its group's slot and stop at its count
+        assert (t.row_begin, t.row_end) == (t.group * 128, t.group * 128 + rows[t.group])
+        assert t.row_begin + t.tile_m * bm < t.row_end
+
+
+def test_swiglu_tiles_cover_output_columns_in_half_tiles():
+    from gemmtune.grouped.render import out_bn
+    from gemmtune.grouped.schedule import plan_for
+
+    spec, config = GroupedSpec(2, 300, 333, 64, swiglu=True), GroupedConfig(128, 128, 4, 2)
+    tiles = plan_for(spec, group_offsets([100, 200]), config.bm, out_bn(spec, config))
+    assert tiles.tiles_n == 6 and tiles.total == (1 + 2) * 6  # ceil(333 / 64) column tiles of 64 outputs
+    a, b = tensor_maps(spec, config)
+    assert (b.dims, b.strides, b.box) == ((64, 666, 2), (128, 128 * 666), (64, 64, 1))  # gate and up boxes
+
+
+def test_swiglu_and_masked_kernels_say_what_they_do():
+    swiglu = render(GroupedSpec(8, 1000, 333, 200, swiglu=True), GroupedConfig(128, 128, 4, 2)).code
+    assert "constexpr int OUT_BN = BN / 2;" in swiglu and "N + tile.tile_n * OUT_BN" in swiglu
+    assert "swiglu(acc[mb][4 * j + 2 * half], acc[mb][4 * (j + OUT_BN / 8) + 2 * half])" in swiglu
+    masked = render(GroupedSpec.masked(8, 96, 256, 64), GroupedConfig(64, 128, 4, 1))
+    assert "constexpr int CAPACITY = 96;" in masked.code and "scan_groups(counts, group_end, tile_end)" in masked.code
+    assert masked.args[0] == "offs" and "clamped_end" not in masked.code
+    plain = render(GroupedSpec(8, 768, 256, 64), GroupedConfig(64, 128, 4, 1)).code
+    assert "CAPACITY" not in plain and "swiglu" not in plain and "scan_groups(offs, group_end, tile_end)" in plain
+
+
+VARIANT_SPECS = [GroupedSpec(8, 4096, 1408, 2048, "bf16", swiglu=True), GroupedSpec(6, 70, 333, 200, "fp16", swiglu=True),
+                 GroupedSpec.masked(8, 256, 4096, 7168, "bf16", "bias+gelu"),
+                 GroupedSpec.masked(32, 64, 768, 2048, "bf16", swiglu=True)]
+
+
+@pytest.mark.parametrize("spec", VARIANT_SPECS, ids=lambda s: s.slug())
+def test_every_variant_candidate_compiles_for_sm90a_without_spills(spec, tmp_path):
+    compile_kernel = pytest.importorskip("gemmtune.compiler").compile_kernel
+    for config in candidates(spec):
+        compiled = compile_kernel(render(spec, config), "sm_90a", cache_dir=tmp_path)
+        assert compiled.resources.spills == 0 and compiled.resources.stack_bytes == 0, config
+        assert "C751" not in compiled.log, f"{config}: wgmma serialised"
+
+
+def test_fake_impls_give_swiglu_and_masked_shapes():
+    torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import gemmtune.torch as gt
+
+    with FakeTensorMode():
+        a = torch.empty(100, 64, dtype=torch.bfloat16)
+        w13 = torch.empty(4, 2 * 96, 64, dtype=torch.bfloat16).transpose(1, 2)
+        offs = torch.empty(4, dtype=torch.int32)
+        assert torch.ops.gemmtune.grouped_mm(a, w13, offs, None, "swiglu").shape == (100, 96)
+        x3, w = torch.empty(4, 32, 64, dtype=torch.bfloat16), torch.empty(4, 80, 64, dtype=torch.bfloat16)
+        assert torch.ops.gemmtune.grouped_mm_masked(x3, w.transpose(1, 2), offs).shape == (4, 32, 80)
+        assert gt.grouped_mm_masked(x3, w.transpose(1, 2), offs, None, "swiglu").shape == (4, 32, 40)
+        bias = torch.empty(4, 80, dtype=torch.bfloat16)
+        assert gt.grouped_mm_masked(x3, w.transpose(1, 2), offs, bias, "relu").shape == (4, 32, 80)
+        for bad, word in (((a, w13, offs, torch.empty(4, 192, dtype=torch.bfloat16), "swiglu"), "no bias"),
+                          ((a, torch.empty(4, 64, 95, dtype=torch.bfloat16), offs, None, "swiglu"), "odd"),
+                          ((a, w13, offs, None, "silu"), "unsupported")):
+            with pytest.raises(SpecError, match=word):
+                torch.ops.gemmtune.grouped_mm(*bad)
+        for bad in ((a, w.transpose(1, 2), offs), (x3, w.transpose(1, 2), offs[:3]), (x3, w.transpose(1, 2), offs.long())):
+            with pytest.raises(SpecError, match="grouped_mm_masked"):
+                torch.ops.gemmtune.grouped_mm_masked(*bad)
+
+
+def test_swiglu_refuses_staged_rows_of_32_columns():
+    from gemmtune.grouped.render import swiglu_rejections
+
+    spec, config = GroupedSpec(4, 256, 512, 64, swiglu=True), GroupedConfig(64, 64, 4, 1, staged_store=True)
+    assert "swiglu_staged" in swiglu_rejections(config, spec)
+    assert not swiglu_rejections(config.with_(bn=128), spec) and not swiglu_rejections(config, GroupedSpec(4, 256, 512, 64))
+    with pytest.raises(ConfigError, match="BN >= 128"):
+        render(spec, config)
+    assert all(not swiglu_rejections(c, spec) for c in candidates(spec))

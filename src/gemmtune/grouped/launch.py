@@ -25,7 +25,8 @@ class GroupedKernel:
 
     def __call__(self, a: int, b: int, offs: int, d: int, bias: int | None = None, stream: int = 0) -> None:
         """Enqueue D = epilogue(A·B per group) on `stream`: device pointers to A (total_m, K), the
-        weights (G, N, K), offs (G,) int32, D (total_m, N) and bias (G, N) where the epilogue adds one."""
+        weights (G, N, K) (SwiGLU: (G, 2N, K)), offs (G,) int32 (masked layout: the counts), D (total_m, N)
+        and bias (G, N) where the epilogue adds one."""
         bindings = {"A": a, "B": b, "offs": offs, "D": d}
         if self.spec.has_bias:
             if not bias:

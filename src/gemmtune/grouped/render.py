@@ -6,6 +6,12 @@ consumer warpgroups multiply them (wgmma m64nBNk16, fp32 sums; each its rows of 
 ping-pong alternate tiles whole) and store their rows from registers below the group's end row: the
 A tile's rows past it (the next group's, or zeros) are multiplied for nothing and never stored. No
 TMA store: its box would write them.
+
+SwiGLU (spec.swiglu): the weights are (G, 2N, K), gate rows [0, N) and up rows [N, 2N). A tile's B is
+loaded as two boxes of BN / 2 rows, gate rows from n0 and up rows from N + n0, one after the other in
+the slot, so the one wgmma's accumulator columns j < BN / 2 are gate and j + BN / 2 up of the same
+output column n0 + j, held by the same thread: the write-back stores silu(gate) * up, BN / 2 columns a
+tile. The masked layout changes only the scheduler's reading of group rows (schedule.py).
 """
 from __future__ import annotations
 
@@ -45,18 +51,32 @@ def entry_name(spec: GroupedSpec, config: GroupedConfig) -> str:
     return f"{spec.slug()}_{config.bm}x{config.bn}s{config.stages}c{config.consumers}{pingpong}{staged}{band}"
 
 
+def out_bn(spec: GroupedSpec, config: GroupedConfig) -> int:
+    """Columns of D a tile writes: BN, or BN / 2 with SwiGLU (the other half of the wgmma's are up)."""
+    return config.bn // 2 if spec.swiglu else config.bn
+
+
+def swiglu_rejections(config: GroupedConfig, spec: GroupedSpec) -> dict[str, str]:
+    """The limit SwiGLU adds to config.rejections: staged rows of BN / 2 columns need 8 16-byte pieces a row
+    (the staging swizzle XORs a piece index with the row's low 3 bits), so BN >= 128 there."""
+    if spec.swiglu and config.staged_store and config.bn < 128:
+        return {"swiglu_staged": f"swiglu stages rows of BN / 2 = {config.bn // 2} columns; staged_store needs BN >= 128"}
+    return {}
+
+
 def tensor_maps(spec: GroupedSpec, config: GroupedConfig) -> tuple[TensorMapArg, TensorMapArg]:
-    """A: a 2-D map over (K, total_m); B (weights stored (G, N, K)): a 3-D map over (K, N, G), so a
-    box never reads the next group's weights (columns past N arrive as zeros)."""
-    kind, row = spec.dtype, spec.k * 2
+    """A: a 2-D map over (K, total_m); B (weights stored (G, N, K), SwiGLU (G, 2N, K)): a 3-D map over
+    (K, rows, G), so a box never reads the next group's weights (rows past the last arrive as zeros). A
+    SwiGLU tile loads two boxes of BN / 2 rows, its gate and its up rows."""
+    kind, row, rows = spec.dtype, spec.k * 2, spec.weight_rows
     a = TensorMapArg("tma_A", "A", kind, (spec.k, spec.total_m), (row,), (BK, config.bm))
-    b = TensorMapArg("tma_B", "B", kind, (spec.k, spec.n, spec.groups), (row, row * spec.n), (BK, config.bn, 1))
+    b = TensorMapArg("tma_B", "B", kind, (spec.k, rows, spec.groups), (row, row * rows), (BK, out_bn(spec, config), 1))
     return a, b
 
 
 def _constants(spec: GroupedSpec, config: GroupedConfig) -> str:
     return f"""
-// Problem and tile shape, baked in at generation time (the group ends come at run time, in offs).
+// Problem and tile shape, baked in at generation time (the groups' rows come at run time: offs or counts).
 constexpr int GROUPS = {spec.groups}, TOTAL_M = {spec.total_m}, N = {spec.n}, K = {spec.k};
 constexpr int BM = {config.bm}, BN = {config.bn}, BK = {BK};   // block tile; BK·2 B = one 128-byte row
 constexpr int STAGES = {config.stages};                  // shared-memory ring depth
@@ -67,12 +87,23 @@ constexpr bool PINGPONG = {str(config.pingpong).lower()};
 constexpr int ROWS_PER_CONSUMER = {config.rows_per_consumer}, M_BLOCKS = ROWS_PER_CONSUMER / 64;
 constexpr int K_STEP = 16;                               // K of one wgmma instruction
 constexpr int K_BLOCKS = (K + BK - 1) / BK;              // the last block's tail is TMA zero-fill
-constexpr int TILES_N = (N + BN - 1) / BN;
+{_tile_columns(spec)}
 constexpr int A_TILE_BYTES = BM * 128, B_TILE_BYTES = BN * 128, STAGE_BYTES = A_TILE_BYTES + B_TILE_BYTES;
 constexpr int STAGING_BYTES = {config.staging_bytes // max(config.consumers, 1)};  // a consumer's staged rows (0: stored from registers)
 typedef {C_TYPES[spec.dtype]} in_t;
 typedef {C_TYPES[spec.dtype]} out_t;
 """
+
+
+def _tile_columns(spec: GroupedSpec) -> str:
+    if not spec.swiglu:
+        return """constexpr int OUT_BN = BN;                               // columns of D a tile writes
+constexpr int TILES_N = (N + OUT_BN - 1) / OUT_BN;"""
+    return """// SwiGLU: weights (G, 2N, K), gate rows [0, N), up rows [N, 2N). B's tile is two boxes of BN / 2 rows
+// (gate rows n0.., up rows N + n0..), so accumulator columns j and j + BN / 2 are gate and up of one output
+// column, in the same thread: a tile writes BN / 2 columns of D.
+constexpr int OUT_BN = BN / 2;                           // columns of D a tile writes
+constexpr int TILES_N = (N + OUT_BN - 1) / OUT_BN;"""
 
 
 LOAD_STAGE = r"""
@@ -82,6 +113,27 @@ __device__ __forceinline__ void load_stage(const TmaDescriptor& tma_A, const Tma
     mbarrier_arrive_expect_tx(full, STAGE_BYTES);
     tma_load_2d(slot, &tma_A, full, kb * BK, tile.row_begin + tile.tile_m * BM);
     tma_load_3d(slot + A_TILE_BYTES, &tma_B, full, kb * BK, tile.tile_n * BN, tile.group);
+}
+"""
+
+LOAD_STAGE_SWIGLU = r"""
+// Producer: k-block `kb` of `tile` into a ring slot, B as its gate rows then its up rows (OUT_BN each,
+// 1024-byte multiples: the second box starts a swizzle pattern of its own). The last tile's gate box runs
+// past row N into up rows: those columns are past N in D and never stored. TMA counts whole boxes.
+__device__ __forceinline__ void load_stage(const TmaDescriptor& tma_A, const TmaDescriptor& tma_B, unsigned char* slot,
+                                           u64* full, const GroupTile& tile, int kb) {
+    mbarrier_arrive_expect_tx(full, STAGE_BYTES);
+    tma_load_2d(slot, &tma_A, full, kb * BK, tile.row_begin + tile.tile_m * BM);
+    tma_load_3d(slot + A_TILE_BYTES, &tma_B, full, kb * BK, tile.tile_n * OUT_BN, tile.group);                   // gate
+    tma_load_3d(slot + A_TILE_BYTES + OUT_BN * 128, &tma_B, full, kb * BK, N + tile.tile_n * OUT_BN, tile.group);  // up
+}
+"""
+
+SWIGLU = r"""
+// SwiGLU of one output in fp32: silu(gate) * up = gate / (1 + e^-gate) * up. A gate far below zero makes
+// e^-gate infinite and silu -0, not NaN.
+__device__ __forceinline__ float swiglu(float gate, float up) {
+    return gate / (1.0f + __expf(-gate)) * up;
 }
 """
 
@@ -111,22 +163,27 @@ OPERANDS = Operands(CArg.VALUE, VectorArg.VALUE)
 OUTPUT = PairOutput(OPERANDS, CRead.VIEW, bias="group_bias", odd_edge=OddEdge.PAIR_OR_FIRST)
 
 
-def _fragment(config: GroupedConfig) -> PairFragment:
-    """wgmma's fragment from the group's first row; 256-column tiles read the bias in place (staged, it spills)."""
+def _fragment(spec: GroupedSpec, config: GroupedConfig) -> PairFragment:
+    """wgmma's fragment from the group's first row; 256-column tiles read the bias in place (staged, it spills).
+    SwiGLU: the pairs of the first OUT_BN columns, each with its up pair OUT_BN columns on (OUT_BN / 8 j's)."""
+    values = ("acc[mb][4 * j + 2 * half]", "acc[mb][4 * j + 2 * half + 1]")
+    if spec.swiglu:
+        up = ("acc[mb][4 * (j + OUT_BN / 8) + 2 * half]", "acc[mb][4 * (j + OUT_BN / 8) + 2 * half + 1]")
+        values = (f"swiglu({values[0]}, {up[0]})", f"swiglu({values[1]}, {up[1]})")
     return PairFragment(
-        loops=(("mb", "M_BLOCKS"), ("half", "2"), ("j", "BN / 8")),
+        loops=(("mb", "M_BLOCKS"), ("half", "2"), ("j", "OUT_BN / 8")),
         row="tile.row_begin + tile.tile_m * BM + consumer * ROWS_PER_CONSUMER + mb * 64 + warp * 16 + lane / 4 + 8 * half",
-        col="tile.tile_n * BN + j * 8 + 2 * (lane % 4)",
-        values=("acc[mb][4 * j + 2 * half]", "acc[mb][4 * j + 2 * half + 1]"), row_depth=2,
-        col_loop="j" if config.bn <= 128 else "", row_loops=("mb", "half"))
+        col="tile.tile_n * OUT_BN + j * 8 + 2 * (lane % 4)",
+        values=values, row_depth=2, col_loop="j" if config.bn <= 128 else "", row_loops=("mb", "half"))
 
 
 def _store_tile(spec: GroupedSpec, config: GroupedConfig) -> str:
-    gemm = spec.as_gemm()
+    gemm, fragment = spec.as_gemm(), _fragment(spec, config)
+    pieces = epilogue_function(spec.epilogue, OPERANDS, out_dtype=spec.dtype) + (SWIGLU if spec.swiglu else "") + TO_OUT
     bias = ("\n    const FloatView<out_t> group_bias{bias + (size_t)tile.group * N};  // this group's row of bias"
             if spec.has_bias else "")
     if config.staged_store:
-        return (epilogue_function(spec.epilogue, OPERANDS, out_dtype=spec.dtype) + TO_OUT + STAGED_ROWS + f"""
+        return (pieces + STAGED_ROWS + f"""
 // One consumer's rows of a tile to D through its staging buffer (parts/staged_rows.py): 16-byte stores
 // of whole rows. M is the group's end row: rows past it are not copied. `barrier`: this warpgroup's.
 __device__ __forceinline__ void store_tile(const float (&acc)[M_BLOCKS][BN / 2], const GroupTile& tile, int consumer,
@@ -134,20 +191,20 @@ __device__ __forceinline__ void store_tile(const float (&acc)[M_BLOCKS][BN / 2],
                                            unsigned char* staging, int barrier) {{
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
     const int M = tile.row_end;{bias}
-    const int row0 = tile.row_begin + tile.tile_m * BM + consumer * ROWS_PER_CONSUMER, col0 = tile.tile_n * BN;
+    const int row0 = tile.row_begin + tile.tile_m * BM + consumer * ROWS_PER_CONSUMER, col0 = tile.tile_n * OUT_BN;
     named_barrier(barrier, 128);  // the buffer's rows of the tile before are copied out
-{staged_pair_writes(gemm, _fragment(config), OUTPUT, "staging", "row0", "col0", "BN")}
+{staged_pair_writes(gemm, fragment, OUTPUT, "staging", "row0", "col0", "OUT_BN")}
     named_barrier(barrier, 128);  // every pair of the tile is in the buffer
-    copy_staged_rows<ROWS_PER_CONSUMER, BN>(staging, D, row0, col0, M, threadIdx.x % 128);
+    copy_staged_rows<ROWS_PER_CONSUMER, OUT_BN>(staging, D, row0, col0, M, threadIdx.x % 128);
 }}
 """)
-    return (epilogue_function(spec.epilogue, OPERANDS, out_dtype=spec.dtype) + TO_OUT + pair_io(gemm, OUTPUT) + f"""
+    return (pieces + pair_io(gemm, OUTPUT) + f"""
 // One consumer's rows of a tile to D. M is the group's end row: the pair stores skip rows past it.
 __device__ __forceinline__ void store_tile(const float (&acc)[M_BLOCKS][BN / 2], const GroupTile& tile, int consumer,
                                            out_t* __restrict__ D, const out_t* __restrict__ bias) {{
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
     const int M = tile.row_end;{bias}
-{pair_stores(gemm, _fragment(config), OUTPUT)}}}
+{pair_stores(gemm, fragment, OUTPUT)}}}
 """)
 
 
@@ -168,9 +225,10 @@ def _registers(config: GroupedConfig, side: str) -> str:
 
 def _kernel(spec: GroupedSpec, config: GroupedConfig, entry: str) -> str:
     bias = "const out_t* __restrict__ bias, " if spec.has_bias else ""
+    rows_in = spec.rows_operand  # offs (cumulative ends), or counts in the masked layout
     return f"""
 extern "C" __global__ void __launch_bounds__({config.threads}, 1)
-{entry}(const int* __restrict__ offs, {bias}out_t* __restrict__ D,
+{entry}(const int* __restrict__ {rows_in}, {bias}out_t* __restrict__ D,
         const __grid_constant__ TmaDescriptor tma_A, const __grid_constant__ TmaDescriptor tma_B) {{
     __shared__ int group_end[GROUPS], tile_end[GROUPS];  // filled by scan_groups (schedule.py)
     __shared__ alignas(8) u64 full[STAGES];   // slot s has landed
@@ -193,7 +251,7 @@ extern "C" __global__ void __launch_bounds__({config.threads}, 1)
         mbarrier_init(&mainloop_done[1], 1);
         fence_barrier_init();
     }}
-    if (threadIdx.x < 32) scan_groups(offs, group_end, tile_end);  // offs read on the device: no host sync
+    if (threadIdx.x < 32) scan_groups({rows_in}, group_end, tile_end);  // read on the device: no host sync
     __syncthreads();
     const int tiles = tile_end[GROUPS - 1];  // every group's tiles, this launch
     if (warpgroup == 0) {{
@@ -250,17 +308,21 @@ extern "C" __global__ void __launch_bounds__({config.threads}, 1)
 
 
 def code(spec: GroupedSpec, config: GroupedConfig, entry: str) -> str:
-    return (ptx.helpers(spec.dtype, config.bn) + TMA_3D + FLOAT_VIEW + _constants(spec, config) + RING + scheduler(config.band_m)
-            + LOAD_STAGE + _mma_stage(config) + _store_tile(spec, config) + _kernel(spec, config, entry))
+    capacity = spec.capacity if spec.masked_layout else 0
+    return (ptx.helpers(spec.dtype, config.bn) + TMA_3D + FLOAT_VIEW + _constants(spec, config) + RING
+            + scheduler(config.band_m, capacity) + (LOAD_STAGE_SWIGLU if spec.swiglu else LOAD_STAGE)
+            + _mma_stage(config) + _store_tile(spec, config) + _kernel(spec, config, entry))
 
 
 def render(spec: GroupedSpec, config: GroupedConfig | None = None, sm_count: int | None = None) -> KernelSource:
     """The kernel on `sm_count` blocks (None: the sm_90a table's SMs); ConfigError names a broken limit."""
     config = config or default_config(spec)
-    problems = rejections(config, spec)
+    problems = {**rejections(config, spec), **swiglu_rejections(config, spec)}
     if problems:
         raise ConfigError(f"grouped config {config.to_json()}: " + "; ".join(problems.values()))
     entry = entry_name(spec, config)
+    # The launch names the group-rows argument offs in both layouts (kernel_source.POINTER_ARGS); the masked
+    # kernel calls its parameter counts.
     args = ("offs", *(("bias",) if spec.has_bias else ()), "D", "tma_A", "tma_B")
     grid = sm_count or geometry(None, "sm_90a").sm_count
     return KernelSource(code=code(spec, config, entry), entry=entry, grid=(grid, 1, 1), block=(config.threads, 1, 1),

@@ -1,11 +1,14 @@
 """The grouped tile scheduler (one tile index over all groups' tiles), as CUDA and its Python twin.
 
-Each block reads offs into shared memory, counts each group's tiles (ceil(rows / BM) · ceil(N / BN))
-and scans them with one warp. Tile t is in the first group whose prefix exceeds t (binary search).
+Each block reads offs (masked layout: counts) into shared memory, counts each group's tiles
+(ceil(rows / BM) · ceil(N / BN)) and scans them with one warp. Tile t is in the first group whose prefix exceeds t (binary search).
 In a group, tiles go in bands of BAND_M tile rows (0: the whole group is one band); in a band tile_m
 runs fastest, so blocks running together share B panels in L2, and a band bounds the A rows they
 read (a large group's rows need not all stay in L2 while its column tiles pass). Producer and
 consumers map tiles alike from the same arrays: nothing passes between them.
+
+The layout decides only where a group's rows are: contiguous (offs are cumulative ends, a group starts
+where the one before ends) or masked (group g owns rows g·capacity onwards and holds counts[g] of them).
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .spec import group_ends
+from .spec import GroupedSpec, group_ends
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -38,6 +41,7 @@ class TilePlan:
     tile_prefix: tuple[int, ...]
     tiles_n: int
     band_m: int = 0  # tile rows per band (0: the whole group)
+    begins: tuple[int, ...] = ()  # each group's first row where it is not the end before (masked layout)
 
     @property
     def total(self) -> int:
@@ -46,7 +50,7 @@ class TilePlan:
     def tile(self, t: int) -> Tile:
         g = bisect_right(self.tile_prefix, t)  # the first group whose prefix exceeds t
         first = self.tile_prefix[g - 1] if g else 0
-        begin = self.ends[g - 1] if g else 0
+        begin = self.begins[g] if self.begins else self.ends[g - 1] if g else 0
         tiles_m = (self.tile_prefix[g] - first) // self.tiles_n
         tile_m, tile_n = band_place(t - first, tiles_m, self.tiles_n, self.band_m)
         return Tile(g, tile_m, tile_n, begin, self.ends[g])
@@ -71,28 +75,85 @@ def plan(offs: np.ndarray, total_m: int, n: int, bm: int, bn: int, band_m: int =
     return TilePlan(tuple(ends), tuple(prefix), tiles_n, band_m)
 
 
-def scheduler(band_m: int) -> str:
-    """The CUDA scheduler with BAND_M tile rows a band (0: a band is the whole group)."""
-    return f"\nconstexpr int BAND_M = {band_m};  // tile rows a band of a group's tiles (0: the whole group)\n" + _SCHEDULER
+def plan_masked(counts: np.ndarray, capacity: int, n: int, bm: int, bn: int, band_m: int = 0) -> TilePlan:
+    """The masked layout's plan: group g's rows from g·capacity, counts clamped to [0, capacity]."""
+    rows = [min(max(int(c), 0), capacity) for c in counts]
+    begins = [g * capacity for g in range(len(rows))]
+    tiles_n, prefix, running = ceil_div(n, bn), [], 0
+    for count in rows:
+        running += ceil_div(count, bm) * tiles_n
+        prefix.append(running)
+    ends = tuple(b + r for b, r in zip(begins, rows))
+    return TilePlan(ends, tuple(prefix), tiles_n, band_m, tuple(begins))
 
 
-_SCHEDULER = r"""
+def plan_for(spec: GroupedSpec, offs: np.ndarray, bm: int, out_bn: int, band_m: int = 0) -> TilePlan:
+    """The plan of `spec`'s kernel with BM x out_bn tiles of D (SwiGLU: a BN-wide wgmma tile writes BN / 2)."""
+    if spec.masked_layout:
+        return plan_masked(offs, spec.capacity, spec.n, bm, out_bn, band_m)
+    return plan(offs, spec.total_m, spec.n, bm, out_bn, band_m)
+
+
+def scheduler(band_m: int, capacity: int = 0) -> str:
+    """The CUDA scheduler with BAND_M tile rows a band (0: a band is the whole group); capacity > 0: the
+    masked layout's group rows (counts), else the contiguous layout's (offs)."""
+    rows = _MASKED_ROWS.replace("CAPACITY_VALUE", str(capacity)) if capacity else _CONTIGUOUS_ROWS
+    return (f"\nconstexpr int BAND_M = {band_m};  // tile rows a band of a group's tiles (0: the whole group)\n"
+            + _GROUP_ROWS + rows + _SCHEDULER)
+
+
+_GROUP_ROWS = r"""
+// A group's end row and its rows (0 where it is empty), as scan_groups reads them (the layout's read_group).
+struct GroupRows { int end, rows; };
+"""
+
+_CONTIGUOUS_ROWS = r"""
+// Contiguous layout (torch._grouped_mm): offs[g] is group g's end row, and it starts at group g-1's end.
 // offs[g] clamped to [0, TOTAL_M] (offs[-1] = 0): a bad offset empties a group, never stores outside D.
 __device__ __forceinline__ int clamped_end(const int* __restrict__ offs, int g) {
     return g < 0 ? 0 : min(max(__ldg(offs + g), 0), TOTAL_M);
 }
 
+__device__ __forceinline__ GroupRows read_group(const int* __restrict__ offs, int g) {
+    const int end = clamped_end(offs, g);
+    return GroupRows{end, max(end - clamped_end(offs, g - 1), 0)};  // a decreasing end: an empty group
+}
+
+// Group g's first row: the end of the group before (as scan_groups stored it).
+__device__ __forceinline__ int group_begin(const int* group_end, int g) {
+    return g ? group_end[g - 1] : 0;
+}
+"""
+
+_MASKED_ROWS = r"""
+// Masked layout (fixed shapes for CUDA graphs; the counts change on the device between replays): group g
+// owns rows [g·CAPACITY, (g+1)·CAPACITY) of A and D and holds the first counts[g] of them, clamped to
+// [0, CAPACITY]. Its other rows are never stored.
+constexpr int CAPACITY = CAPACITY_VALUE;
+
+__device__ __forceinline__ GroupRows read_group(const int* __restrict__ counts, int g) {
+    const int rows = min(max(__ldg(counts + g), 0), CAPACITY);
+    return GroupRows{g * CAPACITY + rows, rows};
+}
+
+// Group g's first row: its slot of CAPACITY rows.
+__device__ __forceinline__ int group_begin(const int*, int g) {
+    return g * CAPACITY;
+}
+"""
+
+_SCHEDULER = r"""
 // Warp 0: group_end[g], and tile_end[g] (inclusive prefix of tile counts): a lane counts its groups,
-// a shuffle scan adds the lanes before.
-__device__ __forceinline__ void scan_groups(const int* __restrict__ offs, int* group_end, int* tile_end) {
+// a shuffle scan adds the lanes before. `rows_in`: offs, or counts in the masked layout (read_group).
+__device__ __forceinline__ void scan_groups(const int* __restrict__ rows_in, int* group_end, int* tile_end) {
     constexpr int GROUPS_PER_LANE = (GROUPS + 31) / 32;
     const int lane = threadIdx.x % 32;
     const int first = lane * GROUPS_PER_LANE, last = min(first + GROUPS_PER_LANE, GROUPS);
     int mine = 0;  // this lane's groups' tiles, running
     for (int g = first; g < last; ++g) {
-        const int end = clamped_end(offs, g), rows = max(end - clamped_end(offs, g - 1), 0);
-        mine += (rows + BM - 1) / BM * TILES_N;
-        group_end[g] = end;
+        const GroupRows group = read_group(rows_in, g);
+        mine += (group.rows + BM - 1) / BM * TILES_N;
+        group_end[g] = group.end;
         tile_end[g] = mine;
     }
     int before = mine;  // inclusive scan over lanes, then minus this lane's own
@@ -123,6 +184,6 @@ __device__ __forceinline__ GroupTile group_tile(const int* group_end, const int*
     const int band_first = local / (band * TILES_N) * band;
     const int rows = min(band, tiles_m - band_first);
     const int within = local - band_first * TILES_N;
-    return GroupTile{lo, band_first + within % rows, within / rows, lo ? group_end[lo - 1] : 0, group_end[lo]};
+    return GroupTile{lo, band_first + within % rows, within / rows, group_begin(group_end, lo), group_end[lo]};
 }
 """

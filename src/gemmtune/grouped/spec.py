@@ -3,6 +3,15 @@
 torch._grouped_mm(a, b, offs): A (total_m, K), the groups' rows back to back; B (G, K, N), weights
 stored (G, N, K) (layout nt per group); offs (G,) int32: group g's rows are offs[g-1] .. offs[g]-1
 (offs[-1] = 0; empty groups allowed); D (total_m, N), rows past offs[G-1] left as they were.
+
+Two variants, each a field:
+- `layout="masked"` (decode with CUDA graphs: fixed shapes, counts on the device): A is (G, capacity, K)
+  viewed as (G·capacity, K), so total_m = G·capacity; `offs` holds counts (G,) int32 instead of ends, and
+  group g's rows are g·capacity .. g·capacity + min(counts[g], capacity) - 1; D (G·capacity, N), the rows
+  past a group's count left as they were.
+- `swiglu=True` (an MoE expert's gated MLP up-projection): D = silu(A·Wgᵀ) ⊙ (A·Wuᵀ), D (total_m, N), from
+  one weight W stored (G, 2N, K) whose rows [0, N) are the gate and [N, 2N) up: torch.cat([w_gate, w_up],
+  dim=1) of weights stored (G, N, K). B is its (G, K, 2N) view. No bias and no other activation with it.
 """
 from __future__ import annotations
 
@@ -18,6 +27,7 @@ MAX_GROUPS = 1024  # group ends and tile counts live in shared memory, scanned b
 DTYPES = ("bf16", "fp16")
 EPILOGUE_OPS = ("bias_col", "relu", "gelu")  # bias: (G, N), one row per group, added per column
 TMA_ELEMENTS = 8  # K must be a multiple of 8: TMA rows start on 16-byte boundaries
+LAYOUTS = ("contiguous", "masked")  # group rows from cumulative ends (offs), or from capacity and counts
 
 
 def parse_epilogue(text: str | Epilogue | None) -> Epilogue:
@@ -49,6 +59,8 @@ class GroupedSpec:
     k: int
     dtype: str = "bf16"  # A, B, D (and bias); fp32 accumulation and epilogue
     epilogue: Epilogue = field(default_factory=Epilogue)
+    swiglu: bool = False  # D (total_m, N) = silu(gate) * up from weights (G, 2N, K): gate rows [0, N), up [N, 2N)
+    layout: str = "contiguous"  # "masked": total_m = groups * capacity, offs holds each group's row count
 
     def __post_init__(self) -> None:
         for name in ("groups", "total_m", "n", "k"):
@@ -60,6 +72,41 @@ class GroupedSpec:
         if self.dtype not in DTYPES:
             raise SpecError(f"grouped GEMM: dtype '{self.dtype}' unsupported; use {' or '.join(DTYPES)}")
         object.__setattr__(self, "epilogue", parse_epilogue(self.epilogue))
+        if self.swiglu not in (False, True):
+            raise SpecError(f"grouped GEMM: swiglu={self.swiglu!r} must be True or False")
+        if self.swiglu and not self.epilogue.is_identity:
+            raise SpecError(f"grouped GEMM: swiglu with epilogue '{self.epilogue}' unsupported; "
+                            "swiglu takes no bias or activation")
+        if self.layout not in LAYOUTS:
+            raise SpecError(f"grouped GEMM: layout '{self.layout}' unsupported; use {' or '.join(LAYOUTS)}")
+        if self.layout == "masked" and self.total_m % self.groups:
+            raise SpecError(f"grouped GEMM: masked total_m={self.total_m} must be groups ({self.groups}) x capacity")
+
+    @classmethod
+    def masked(cls, groups: int, capacity: int, n: int, k: int, dtype: str = "bf16",
+               epilogue: Epilogue | str | None = None, swiglu: bool = False) -> "GroupedSpec":
+        """The masked layout: A (groups, capacity, K), counts (groups,) on the device, D (groups, capacity, N)."""
+        capacity = _positive("capacity", capacity)
+        return cls(groups, _positive("groups", groups) * capacity, n, k, dtype, epilogue, swiglu, "masked")
+
+    @property
+    def masked_layout(self) -> bool:
+        return self.layout == "masked"
+
+    @property
+    def capacity(self) -> int:
+        """Rows each group owns in the masked layout (total_m in the contiguous one)."""
+        return self.total_m // self.groups if self.masked_layout else self.total_m
+
+    @property
+    def weight_rows(self) -> int:
+        """Rows of each group's stored weights: N, or 2N for SwiGLU's gate and up halves."""
+        return 2 * self.n if self.swiglu else self.n
+
+    @property
+    def rows_operand(self) -> str:
+        """What the kernel's group-rows argument holds: offs (cumulative ends) or counts (masked)."""
+        return "counts" if self.masked_layout else "offs"
 
     @property
     def has_bias(self) -> bool:
@@ -71,18 +118,33 @@ class GroupedSpec:
 
     def slug(self) -> str:
         epi = "" if self.epilogue.is_identity else "_" + str(self.epilogue).replace("+", "_")
-        return f"grouped_g{self.groups}_m{self.total_m}_n{self.n}_k{self.k}_{self.dtype}{epi}"
+        variant = ("_swiglu" if self.swiglu else "") + (f"_masked{self.capacity}" if self.masked_layout else "")
+        return f"grouped_g{self.groups}_m{self.total_m}_n{self.n}_k{self.k}_{self.dtype}{epi}{variant}"
+
+    def row_ranges(self, offs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each group's first and end row as the kernel reads them from the host copy of offs (counts when
+        masked); a group with end <= begin is empty."""
+        if self.masked_layout:
+            begins = np.arange(self.groups, dtype=np.int64) * self.capacity
+            return begins, begins + np.clip(np.asarray(offs, dtype=np.int64), 0, self.capacity)
+        ends = group_ends(offs, self.total_m)
+        return np.concatenate(([0], ends[:-1])).astype(np.int64), ends
 
     def flops(self, offs: np.ndarray) -> int:
-        """2·N·K times the rows the groups actually hold (the host copy of offs)."""
-        return 2 * int(group_sizes(offs, self.total_m).sum()) * self.n * self.k
+        """2·K times the rows the groups actually hold (the host copy of offs) times the weights' rows."""
+        begins, ends = self.row_ranges(offs)
+        return 2 * int(np.maximum(ends - begins, 0).sum()) * self.weight_rows * self.k
 
     def check_offsets(self, offs: np.ndarray) -> None:
-        """Raise SpecError for host offsets of the wrong length, decreasing, or past total_m."""
+        """Raise SpecError for host offsets (counts when masked) of the wrong length, decreasing, or past
+        total_m (counts: outside [0, capacity])."""
         offs = np.asarray(offs)
+        what = "counts" if self.masked_layout else "offs"
         if offs.shape != (self.groups,):
-            raise SpecError(f"grouped GEMM: offs has shape {offs.shape}, expected ({self.groups},)")
-        if offs.size and (np.any(np.diff(offs) < 0) or offs[0] < 0 or offs[-1] > self.total_m):
+            raise SpecError(f"grouped GEMM: {what} has shape {offs.shape}, expected ({self.groups},)")
+        if self.masked_layout and (np.any(offs < 0) or np.any(offs > self.capacity)):
+            raise SpecError(f"grouped GEMM: counts must lie in [0, capacity={self.capacity}]")
+        if not self.masked_layout and (np.any(np.diff(offs) < 0) or offs[0] < 0 or offs[-1] > self.total_m):
             raise SpecError(f"grouped GEMM: offs must rise from 0 to at most total_m={self.total_m}")
 
 
@@ -102,16 +164,23 @@ def group_sizes(offs: np.ndarray, total_m: int) -> np.ndarray:
     return np.maximum(ends - np.concatenate(([0], ends[:-1])), 0)
 
 
+def silu(x: np.ndarray) -> np.ndarray:
+    """x·sigmoid(x), written so that a large negative x gives -0, not an overflow warning."""
+    return x * np.exp(-np.logaddexp(0.0, -x))
+
+
 def reference(spec: GroupedSpec, a: np.ndarray, b: np.ndarray, offs: np.ndarray,
               bias: np.ndarray | None = None) -> np.ndarray:
-    """float64 D for a (total_m, K), b (G, K, N), offs (G,), bias (G, N); NaN past the last group."""
+    """float64 D for a (total_m, K), b (G, K, N) (SwiGLU: (G, K, 2N), gate columns first), offs (G,) (counts
+    when masked), bias (G, N); NaN in every row no group holds."""
     out = np.full((spec.total_m, spec.n), np.nan)
-    ends = group_ends(offs, spec.total_m)
-    starts = np.concatenate(([0], ends[:-1]))
-    for g, (start, end) in enumerate(zip(starts, ends)):
+    for g, (start, end) in enumerate(zip(*spec.row_ranges(offs))):
         if end <= start:
             continue
         value = a[start:end].astype(np.float64) @ b[g].astype(np.float64)
+        if spec.swiglu:
+            out[start:end] = silu(value[:, :spec.n]) * value[:, spec.n:]
+            continue
         operands = {"bias": bias[g].astype(np.float64)} if spec.has_bias else {}
         out[start:end] = spec.epilogue.reference(value, operands)
     return out

@@ -5,12 +5,15 @@ where they are faster (optimize_model.py).
     y = gt.linear(x, w, b, activation="gelu")        # F.linear + activation, one kernel
     report = gt.optimize(model, example_inputs, budget=60)   # route nn.Linear layers that gemmtune runs faster
     y = gt.grouped_mm(x, w.transpose(1, 2), offs)    # torch._grouped_mm: every MoE expert in one launch
+    h = gt.grouped_mm(x, w13.transpose(1, 2), offs, activation="swiglu")  # w13 = cat([w_gate, w_up], dim=1)
+    y = gt.grouped_mm_masked(x3, w.transpose(1, 2), counts)  # x3 (G, capacity, K), counts on the device
 """
 from __future__ import annotations
 
 from .operators import (Linear, addmm, bmm, cached_kernels, gemm, grouped_mm, install_kernel, kernel_for, linear,
                         mm)
 from .optimize_model import OptimizeReport, optimize
+from ..grouped.torch_ops import grouped_mm_masked
 
 __all__ = ["mm", "addmm", "linear", "Linear", "gemm", "kernel_for", "cached_kernels", "install_kernel", "grouped_mm",
-           "bmm", "optimize", "OptimizeReport"]
+           "grouped_mm_masked", "bmm", "optimize", "OptimizeReport"]
