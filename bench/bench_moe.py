@@ -18,6 +18,8 @@ no L2 flush (the weights of the large cases exceed L2; the small ones stay warm,
 ratios are medians of per-round ratios (peer time / ours). Each of ours is checked against a float64 reference
 of up to 256 rows of four groups (max error over the largest |value|; one bf16 rounding is 2^-9 = 2.0e-3 of a
 value). DeepGEMM is not run: no build on the device machine (said under the table).
+Up projections are timed again with SwiGLU fused (gemmtune.torch.grouped_mm(..., activation="swiglu"): F = N/2
+columns of silu(gate) ⊙ up) against torch._grouped_mm followed by silu(g)·u, each in its CUDA graph.
 --bmm: gemmtune.torch.bmm against torch.bmm on issue 69's four batched shapes, the same protocol.
 """
 from __future__ import annotations
@@ -131,23 +133,38 @@ def measure(case: MoeCase, rounds: int) -> dict:
     error = _sampled_error(torch, ours, x, weights, ends)
     calls = {"ours": lambda: gt.grouped_mm(x, b, offs), "grouped_mm": lambda: torch._grouped_mm(x, b, offs=offs),
              "loop": lambda: [torch.mm(p, w) for p, w in pieces]}
+    swiglu_error = None
+    if case.projection == "up":  # gate and up stacked: SwiGLU fused, against torch's grouped GEMM then silu(g)·u
+        half = case.n // 2
+        calls["swiglu"] = lambda: gt.grouped_mm(x, b, offs, activation="swiglu")
+        calls["torch_swiglu"] = lambda: _swiglu(torch, torch._grouped_mm(x, b, offs=offs), half)
+        swiglu_error = _sampled_error(torch, calls["swiglu"](), x, weights, ends, post=lambda y: _swiglu(torch, y, half))
     replays = {name: graph_replay(torch, call)[0] for name, call in calls.items()}
     names = list(replays)
     times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
         for name in round_order(names, r):  # balanced: every launch in every place and after every other
             times[name].append(_replay_us(torch, replays[name]))
-    ratio = {peer: statistics.median(p / o for p, o in zip(times[peer], times["ours"])) for peer in names[1:]}
+    ratio = {peer: statistics.median(p / o for p, o in zip(times[peer], times["ours"]))
+             for peer in ("grouped_mm", "loop")}
+    if "swiglu" in times:
+        ratio["swiglu"] = statistics.median(p / o for p, o in zip(times["torch_swiglu"], times["swiglu"]))
     flops = 2 * sum(rows) * case.n * case.k
     return {"case": case.label, "experts": len(rows), "rows": sum(rows), "n": case.n, "k": case.k,
-            "rows_per_active": sum(rows) / max(1, sum(r > 0 for r in rows)), "error": error,
+            "rows_per_active": sum(rows) / max(1, sum(r > 0 for r in rows)), "error": error, "swiglu_error": swiglu_error,
             "us": {name: statistics.median(t) for name, t in times.items()},
             "tflops": flops / statistics.median(times["ours"]) / 1e6, "ratio": ratio}
 
 
-def _sampled_error(torch, ours, x, weights, ends: list[int], groups: int = 4, rows: int = 256) -> float:
+def _swiglu(torch, y, half: int):
+    """silu(gate) · up of a product whose first `half` columns are the gate's and the rest up's."""
+    return torch.nn.functional.silu(y[:, :half]) * y[:, half:]
+
+
+def _sampled_error(torch, ours, x, weights, ends: list[int], groups: int = 4, rows: int = 256, post=None) -> float:
     """Max |ours - float64 reference| over the largest |reference|, on up to `rows` rows of each of `groups`
-    non-empty groups spread over the experts (the whole float64 product would not fit the GPU's memory)."""
+    non-empty groups spread over the experts (the whole float64 product would not fit the GPU's memory);
+    `post` maps the reference product to what `ours` holds (SwiGLU)."""
     starts = [0] + ends[:-1]
     busy = [g for g, (s, e) in enumerate(zip(starts, ends)) if e > s]
     picked = busy[:: max(1, len(busy) // groups)][:groups]
@@ -155,6 +172,7 @@ def _sampled_error(torch, ours, x, weights, ends: list[int], groups: int = 4, ro
     for g in picked:
         s, e = starts[g], min(ends[g], starts[g] + rows)
         want = x[s:e].double() @ weights[g].double().t()
+        want = post(want) if post else want
         worst = max(worst, float((ours[s:e].double() - want).abs().max()))
         scale = max(scale, float(want.abs().max()))
     return worst / max(scale, 1e-30)
@@ -208,6 +226,15 @@ def table_text(rows: list[dict]) -> str:
         lines.append(f"| {r['case']} | {r['experts']} | {r['rows']} | {r['n']}×{r['k']} | {r['us']['ours']:.1f} "
                      f"({r['tflops']:.0f}) | {r['us']['grouped_mm']:.1f} | {r['us']['loop']:.1f} | "
                      f"{r['ratio']['grouped_mm']:.2f} | {r['ratio']['loop']:.2f} | {r['error']:.1e} |")
+    fused = [r for r in rows if "swiglu" in r["ratio"]]
+    if fused:
+        lines += ["", "Up projections with SwiGLU fused (D = silu(x·Wgᵀ) ⊙ (x·Wuᵀ), F = N/2 columns) against torch._grouped_mm then "
+                  "silu(g)·u, both in CUDA graphs:", "",
+                  "| case | ours fused µs | torch µs | × torch | error vs float64 |", "|---|---:|---:|---:|---:|"]
+        lines += [f"| {r['case']} | {r['us']['swiglu']:.1f} | {r['us']['torch_swiglu']:.1f} | {r['ratio']['swiglu']:.2f} | "
+                  f"{r['swiglu_error']:.1e} |" for r in fused]
+        lines += [f"", f"SwiGLU fused × torch: geomean {_geomean([r['ratio']['swiglu'] for r in fused]):.3f}, "
+                  f"lowest {min(r['ratio']['swiglu'] for r in fused):.3f}"]
     vs_torch = [r["ratio"]["grouped_mm"] for r in rows]
     few = [r["ratio"]["grouped_mm"] for r in rows if r["rows_per_active"] <= 64]
     vs_loop = [r["ratio"]["loop"] for r in rows]
