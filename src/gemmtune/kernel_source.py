@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from .spec import GemmSpec
 
 # Argument kinds a kernel may take, in the names the runtime binds them by.
-POINTER_ARGS = ("A", "B", "C", "bias", "D", "offs")  # offs: a grouped GEMM's group end rows (int32)
+POINTER_ARGS = ("A", "B", "C", "bias", "D", "offs",  # offs: a grouped GEMM's group end rows (int32)
+                "scale_a", "scale_b")  # fp8: float32 scales of A (one, or one a row) and B (one, or one a column)
 SCALAR_ARGS = ("alpha", "beta")
-TENSOR_MAP_DTYPES = {"fp16": 2, "bf16": 2, "fp32": 4}  # storage types a tensor map may describe
+TENSOR_MAP_DTYPES = {"fp16": 2, "bf16": 2, "fp32": 4, "e4m3": 1, "e5m2": 1}  # storage types a tensor map may describe (bytes)
 SWIZZLES = (0, 32, 64, 128)
 
 

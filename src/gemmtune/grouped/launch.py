@@ -23,15 +23,20 @@ class GroupedKernel:
     ordinal: int
     bound: BoundLaunches = field(default_factory=BoundLaunches, compare=False)  # by (bindings, stream)
 
-    def __call__(self, a: int, b: int, offs: int, d: int, bias: int | None = None, stream: int = 0) -> None:
+    def __call__(self, a: int, b: int, offs: int, d: int, bias: int | None = None, stream: int = 0, *,
+                 scale_a: int | None = None, scale_b: int | None = None) -> None:
         """Enqueue D = epilogue(A·B per group) on `stream`: device pointers to A (total_m, K), the
         weights (G, N, K) (SwiGLU: (G, 2N, K)), offs (G,) int32 (masked layout: the counts), D (total_m, N)
-        and bias (G, N) where the epilogue adds one."""
+        and bias (G, N) where the epilogue adds one; fp8: float32 scale_a (1 or total_m) and scale_b (1 or G·N)."""
         bindings = {"A": a, "B": b, "offs": offs, "D": d}
         if self.spec.has_bias:
             if not bias:
                 raise LaunchError(f"{self.loaded.source.entry} adds a bias: pass bias (G, N)")
             bindings["bias"] = bias
+        if self.spec.fp8:
+            if not scale_a or not scale_b:
+                raise LaunchError(f"{self.loaded.source.entry} scales fp8 operands: pass scale_a and scale_b")
+            bindings["scale_a"], bindings["scale_b"] = scale_a, scale_b
         launch = self.bound.get((tuple(bindings.items()), stream), lambda: self.loaded.bind(bindings, stream))
         launch_on(launch, self.ordinal)
 

@@ -31,8 +31,14 @@ from .schedule import scheduler
 from .spec import GroupedSpec
 
 FAMILY, VERSION = "grouped_wgmma", "1"
-BK = 64  # K per k-block: one 128-byte swizzled row of 16-bit values
-C_TYPES = {"bf16": "bf16_t", "fp16": "fp16_t"}
+ROW_BYTES = 128  # a k-block's row in shared memory: one 128-byte swizzle span (64 16-bit or 128 fp8 values of K)
+C_TYPES = {"bf16": "bf16_t", "fp16": "fp16_t", "e4m3": "unsigned char", "e5m2": "unsigned char"}
+K_STEPS = {"bf16": 16, "fp16": 16, "e4m3": 32, "e5m2": 32}  # K of one wgmma instruction
+
+
+def bk(spec: GroupedSpec) -> int:
+    """K per k-block: the values of one 128-byte row."""
+    return ROW_BYTES // spec.element_bytes
 
 TMA_3D = r"""
 // TMA: one box of a 3-D tensor (coordinates innermost first) into shared memory, as tma_load_2d.
@@ -68,9 +74,9 @@ def tensor_maps(spec: GroupedSpec, config: GroupedConfig) -> tuple[TensorMapArg,
     """A: a 2-D map over (K, total_m); B (weights stored (G, N, K), SwiGLU (G, 2N, K)): a 3-D map over
     (K, rows, G), so a box never reads the next group's weights (rows past the last arrive as zeros). A
     SwiGLU tile loads two boxes of BN / 2 rows, its gate and its up rows."""
-    kind, row, rows = spec.dtype, spec.k * 2, spec.weight_rows
-    a = TensorMapArg("tma_A", "A", kind, (spec.k, spec.total_m), (row,), (BK, config.bm))
-    b = TensorMapArg("tma_B", "B", kind, (spec.k, rows, spec.groups), (row, row * rows), (BK, out_bn(spec, config), 1))
+    kind, row, rows, block_k = spec.dtype, spec.k * spec.element_bytes, spec.weight_rows, bk(spec)
+    a = TensorMapArg("tma_A", "A", kind, (spec.k, spec.total_m), (row,), (block_k, config.bm))
+    b = TensorMapArg("tma_B", "B", kind, (spec.k, rows, spec.groups), (row, row * rows), (block_k, out_bn(spec, config), 1))
     return a, b
 
 
@@ -78,20 +84,21 @@ def _constants(spec: GroupedSpec, config: GroupedConfig) -> str:
     return f"""
 // Problem and tile shape, baked in at generation time (the groups' rows come at run time: offs or counts).
 constexpr int GROUPS = {spec.groups}, TOTAL_M = {spec.total_m}, N = {spec.n}, K = {spec.k};
-constexpr int BM = {config.bm}, BN = {config.bn}, BK = {BK};   // block tile; BK·2 B = one 128-byte row
+constexpr int BM = {config.bm}, BN = {config.bn}, BK = {bk(spec)};   // block tile; BK values of K = one 128-byte row
+constexpr int IN_BYTES = {spec.element_bytes};                   // bytes of one A or B value
 constexpr int STAGES = {config.stages};                  // shared-memory ring depth
 constexpr int CONSUMERS = {config.consumers};            // warpgroups issuing wgmma
 // Ping-pong: the consumers take alternate tiles of the block, each tile whole, so one's epilogue runs
 // while the other's wgmma run. Otherwise both work on every tile, each on its own rows.
 constexpr bool PINGPONG = {str(config.pingpong).lower()};
 constexpr int ROWS_PER_CONSUMER = {config.rows_per_consumer}, M_BLOCKS = ROWS_PER_CONSUMER / 64;
-constexpr int K_STEP = 16;                               // K of one wgmma instruction
+constexpr int K_STEP = {K_STEPS[spec.dtype]};                               // K of one wgmma instruction
 constexpr int K_BLOCKS = (K + BK - 1) / BK;              // the last block's tail is TMA zero-fill
 {_tile_columns(spec)}
 constexpr int A_TILE_BYTES = BM * 128, B_TILE_BYTES = BN * 128, STAGE_BYTES = A_TILE_BYTES + B_TILE_BYTES;
 constexpr int STAGING_BYTES = {config.staging_bytes // max(config.consumers, 1)};  // a consumer's staged rows (0: stored from registers)
 typedef {C_TYPES[spec.dtype]} in_t;
-typedef {C_TYPES[spec.dtype]} out_t;
+typedef {C_TYPES[spec.out_dtype]} out_t;
 """
 
 
@@ -138,20 +145,21 @@ __device__ __forceinline__ float swiglu(float gate, float up) {
 """
 
 
-def _mma_stage(config: GroupedConfig) -> str:
+def _mma_stage(spec: GroupedSpec, config: GroupedConfig) -> str:
+    transposes = "" if spec.fp8 else "<0, 0>"  # fp8 wgmma reads K-major operands only: no transpose flags
     return f"""
 // Consumer: this warpgroup's rows of A times the B tile for one k-block. Both operands K-major: a
-// step along K is K_STEP·2 bytes into the swizzled row; SBO = 1024 (8 rows of 128 bytes).
+// step along K is K_STEP·IN_BYTES bytes into the swizzled row; SBO = 1024 (8 rows of 128 bytes).
 __device__ __forceinline__ void mma_stage(float (&acc)[M_BLOCKS][BN / 2], const unsigned char* slot, int consumer) {{
     const unsigned char* a_rows = slot + consumer * ROWS_PER_CONSUMER * 128;
     const unsigned char* b_rows = slot + A_TILE_BYTES;
     #pragma unroll
     for (int ks = 0; ks < BK / K_STEP; ++ks) {{
-        const u64 desc_b = smem_descriptor(b_rows + ks * K_STEP * 2, BK * 128, 1024);
+        const u64 desc_b = smem_descriptor(b_rows + ks * K_STEP * IN_BYTES, BK * 128, 1024);
         #pragma unroll
         for (int mb = 0; mb < M_BLOCKS; ++mb) {{
-            const u64 desc_a = smem_descriptor(a_rows + mb * 64 * 128 + ks * K_STEP * 2, BK * 128, 1024);
-            wgmma_m64n{config.bn}<0, 0>(acc[mb], desc_a, desc_b);
+            const u64 desc_a = smem_descriptor(a_rows + mb * 64 * 128 + ks * K_STEP * IN_BYTES, BK * 128, 1024);
+            wgmma_m64n{config.bn}{transposes}(acc[mb], desc_a, desc_b);
         }}
     }}
 }}
@@ -167,6 +175,8 @@ def _fragment(spec: GroupedSpec, config: GroupedConfig) -> PairFragment:
     """wgmma's fragment from the group's first row; 256-column tiles read the bias in place (staged, it spills).
     SwiGLU: the pairs of the first OUT_BN columns, each with its up pair OUT_BN columns on (OUT_BN / 8 j's)."""
     values = ("acc[mb][4 * j + 2 * half]", "acc[mb][4 * j + 2 * half + 1]")
+    if spec.fp8:  # the product of fp8 codes times A's and B's scales, before the epilogue
+        values = tuple(f"{v} * {scale}" for v, scale in zip(values, _scale_factors(spec)))
     if spec.swiglu:
         up = ("acc[mb][4 * (j + OUT_BN / 8) + 2 * half]", "acc[mb][4 * (j + OUT_BN / 8) + 2 * half + 1]")
         values = (f"swiglu({values[0]}, {up[0]})", f"swiglu({values[1]}, {up[1]})")
@@ -175,6 +185,29 @@ def _fragment(spec: GroupedSpec, config: GroupedConfig) -> PairFragment:
         row="tile.row_begin + tile.tile_m * BM + consumer * ROWS_PER_CONSUMER + mb * 64 + warp * 16 + lane / 4 + 8 * half",
         col="tile.tile_n * OUT_BN + j * 8 + 2 * (lane % 4)",
         values=values, row_depth=2, col_loop="j" if config.bn <= 128 else "", row_loops=("mb", "half"))
+
+
+def _scale_params(spec: GroupedSpec) -> str:
+    return ",\n                                           const float* __restrict__ scale_a, const float* __restrict__ scale_b" \
+        if spec.fp8 else ""
+
+
+def _scale_setup(spec: GroupedSpec) -> str:
+    """fp8: the tile's scale (tensor) or its group's row of column scales (rowwise), before the stores."""
+    if not spec.fp8:
+        return ""
+    if spec.scaling == "tensor":
+        return "\n    const float scale = scale_a[0] * scale_b[0];  // A's and B's one scale each"
+    return "\n    const float* __restrict__ group_scale_b = scale_b + (size_t)tile.group * N;  // this group's column scales"
+
+
+def _scale_factors(spec: GroupedSpec) -> tuple[str, str]:
+    """The factors of a pair (row, col), (row, col + 1): rows and columns past the edge read the last scale
+    (their outputs are not stored)."""
+    if spec.scaling == "tensor":
+        return "scale", "scale"
+    row = "scale_a[min(row, TOTAL_M - 1)]"
+    return (f"{row} * group_scale_b[min(col, N - 1)]", f"{row} * group_scale_b[min(col + 1, N - 1)]")
 
 
 def _store_tile(spec: GroupedSpec, config: GroupedConfig) -> str:
@@ -187,10 +220,10 @@ def _store_tile(spec: GroupedSpec, config: GroupedConfig) -> str:
 // One consumer's rows of a tile to D through its staging buffer (parts/staged_rows.py): 16-byte stores
 // of whole rows. M is the group's end row: rows past it are not copied. `barrier`: this warpgroup's.
 __device__ __forceinline__ void store_tile(const float (&acc)[M_BLOCKS][BN / 2], const GroupTile& tile, int consumer,
-                                           out_t* __restrict__ D, const out_t* __restrict__ bias,
+                                           out_t* __restrict__ D, const out_t* __restrict__ bias{_scale_params(spec)},
                                            unsigned char* staging, int barrier) {{
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-    const int M = tile.row_end;{bias}
+    const int M = tile.row_end;{bias}{_scale_setup(spec)}
     const int row0 = tile.row_begin + tile.tile_m * BM + consumer * ROWS_PER_CONSUMER, col0 = tile.tile_n * OUT_BN;
     named_barrier(barrier, 128);  // the buffer's rows of the tile before are copied out
 {staged_pair_writes(gemm, fragment, OUTPUT, "staging", "row0", "col0", "OUT_BN")}
@@ -201,9 +234,9 @@ __device__ __forceinline__ void store_tile(const float (&acc)[M_BLOCKS][BN / 2],
     return (pieces + pair_io(gemm, OUTPUT) + f"""
 // One consumer's rows of a tile to D. M is the group's end row: the pair stores skip rows past it.
 __device__ __forceinline__ void store_tile(const float (&acc)[M_BLOCKS][BN / 2], const GroupTile& tile, int consumer,
-                                           out_t* __restrict__ D, const out_t* __restrict__ bias) {{
+                                           out_t* __restrict__ D, const out_t* __restrict__ bias{_scale_params(spec)}) {{
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-    const int M = tile.row_end;{bias}
+    const int M = tile.row_end;{bias}{_scale_setup(spec)}
 {pair_stores(gemm, fragment, OUTPUT)}}}
 """)
 
@@ -225,10 +258,11 @@ def _registers(config: GroupedConfig, side: str) -> str:
 
 def _kernel(spec: GroupedSpec, config: GroupedConfig, entry: str) -> str:
     bias = "const out_t* __restrict__ bias, " if spec.has_bias else ""
+    scales = "const float* __restrict__ scale_a, const float* __restrict__ scale_b, " if spec.fp8 else ""
     rows_in = spec.rows_operand  # offs (cumulative ends), or counts in the masked layout
     return f"""
 extern "C" __global__ void __launch_bounds__({config.threads}, 1)
-{entry}(const int* __restrict__ {rows_in}, {bias}out_t* __restrict__ D,
+{entry}(const int* __restrict__ {rows_in}, {bias}{scales}out_t* __restrict__ D,
         const __grid_constant__ TmaDescriptor tma_A, const __grid_constant__ TmaDescriptor tma_B) {{
     __shared__ int group_end[GROUPS], tile_end[GROUPS];  // filled by scan_groups (schedule.py)
     __shared__ alignas(8) u64 full[STAGES];   // slot s has landed
@@ -287,6 +321,9 @@ extern "C" __global__ void __launch_bounds__({config.threads}, 1)
             int previous = -1;  // the slot of the k-block before: released once its wgmma are done
             // Ping-pong: the block's tile before was the other consumer's, its ((turn - 1) / 2)-th.
             if (PINGPONG && turn > 0) mbarrier_wait(&mainloop_done[1 - consumer], ((turn - 1) / 2) & 1);
+            // Not unrolled: with one or two k-blocks a tile, ptxas unrolled this loop and then waited on the
+            // wgmma in flight before the epilogue's use of acc (C7519, warpgroup.arrive injected).
+            #pragma unroll 1
             for (int kb = 0; kb < K_BLOCKS; ++kb) {{
                 mbarrier_wait(&full[ring.s], ring.phase);
                 wgmma_fence();
@@ -300,7 +337,7 @@ extern "C" __global__ void __launch_bounds__({config.threads}, 1)
             if (PINGPONG && threadIdx.x % 128 == 0) mbarrier_arrive(&mainloop_done[consumer]);  // the other's turn
             wgmma_wait<0>();
             if (threadIdx.x % 128 == 0) mbarrier_arrive(&empty[previous]);
-            store_tile(acc, tile, part, D, {"bias" if spec.has_bias else "nullptr"}{_staging_args(config)});
+            store_tile(acc, tile, part, D, {"bias" if spec.has_bias else "nullptr"}{", scale_a, scale_b" if spec.fp8 else ""}{_staging_args(config)});
         }}
     }}
 }}
@@ -311,7 +348,7 @@ def code(spec: GroupedSpec, config: GroupedConfig, entry: str) -> str:
     capacity = spec.capacity if spec.masked_layout else 0
     return (ptx.helpers(spec.dtype, config.bn) + TMA_3D + FLOAT_VIEW + _constants(spec, config) + RING
             + scheduler(config.band_m, capacity) + (LOAD_STAGE_SWIGLU if spec.swiglu else LOAD_STAGE)
-            + _mma_stage(config) + _store_tile(spec, config) + _kernel(spec, config, entry))
+            + _mma_stage(spec, config) + _store_tile(spec, config) + _kernel(spec, config, entry))
 
 
 def render(spec: GroupedSpec, config: GroupedConfig | None = None, sm_count: int | None = None) -> KernelSource:
@@ -323,7 +360,7 @@ def render(spec: GroupedSpec, config: GroupedConfig | None = None, sm_count: int
     entry = entry_name(spec, config)
     # The launch names the group-rows argument offs in both layouts (kernel_source.POINTER_ARGS); the masked
     # kernel calls its parameter counts.
-    args = ("offs", *(("bias",) if spec.has_bias else ()), "D", "tma_A", "tma_B")
+    args = ("offs", *(("bias",) if spec.has_bias else ()), *(("scale_a", "scale_b") if spec.fp8 else ()), "D", "tma_A", "tma_B")
     grid = sm_count or geometry(None, "sm_90a").sm_count
     return KernelSource(code=code(spec, config, entry), entry=entry, grid=(grid, 1, 1), block=(config.threads, 1, 1),
                         args=args, spec=spec.as_gemm(), family=FAMILY, family_version=VERSION,

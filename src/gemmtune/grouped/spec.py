@@ -12,6 +12,10 @@ Two variants, each a field:
 - `swiglu=True` (an MoE expert's gated MLP up-projection): D = silu(A·Wgᵀ) ⊙ (A·Wuᵀ), D (total_m, N), from
   one weight W stored (G, 2N, K) whose rows [0, N) are the gate and [N, 2N) up: torch.cat([w_gate, w_up],
   dim=1) of weights stored (G, N, K). B is its (G, K, 2N) view. No bias and no other activation with it.
+- fp8 (`dtype` e4m3 or e5m2; issue 70): A and B hold fp8 codes, D is `out_dtype` (bf16 or fp16), and the
+  product is scaled before the epilogue: `scaling="tensor"` multiplies by scale_a[0]·scale_b[0] (float32 on
+  the device), `"rowwise"` by scale_a[row] (one a row of A, total_m) and scale_b[g, col] (one a column of each
+  group's weights, (G, N)), as torch._scaled_mm and torch._scaled_grouped_mm take them.
 """
 from __future__ import annotations
 
@@ -24,9 +28,13 @@ from ..errors import SpecError
 from ..spec import GemmSpec
 
 MAX_GROUPS = 1024  # group ends and tile counts live in shared memory, scanned by one warp
-DTYPES = ("bf16", "fp16")
+DTYPES = ("bf16", "fp16", "e4m3", "e5m2")
+FP8 = ("e4m3", "e5m2")
+OUT_DTYPES = ("bf16", "fp16")
+SCALINGS = ("tensor", "rowwise")  # fp8 only (block scaling is not built yet)
+ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "e4m3": 1, "e5m2": 1}
 EPILOGUE_OPS = ("bias_col", "relu", "gelu")  # bias: (G, N), one row per group, added per column
-TMA_ELEMENTS = 8  # K must be a multiple of 8: TMA rows start on 16-byte boundaries
+TMA_ROW_BYTES = 16  # K·(element bytes) must be a multiple of 16: TMA rows start on 16-byte boundaries
 LAYOUTS = ("contiguous", "masked")  # group rows from cumulative ends (offs), or from capacity and counts
 
 
@@ -61,16 +69,21 @@ class GroupedSpec:
     epilogue: Epilogue = field(default_factory=Epilogue)
     swiglu: bool = False  # D (total_m, N) = silu(gate) * up from weights (G, 2N, K): gate rows [0, N), up [N, 2N)
     layout: str = "contiguous"  # "masked": total_m = groups * capacity, offs holds each group's row count
+    out_dtype: str = ""  # D's type: the inputs' for 16-bit inputs ("" or that), bf16 or fp16 for fp8 ("": bf16)
+    scaling: str = "none"  # fp8: "tensor" or "rowwise" (scale_a, scale_b on the device); "none" for 16-bit
 
     def __post_init__(self) -> None:
         for name in ("groups", "total_m", "n", "k"):
             object.__setattr__(self, name, _positive(name, getattr(self, name)))
         if self.groups > MAX_GROUPS:
             raise SpecError(f"grouped GEMM: {self.groups} groups; at most {MAX_GROUPS}")
-        if self.k % TMA_ELEMENTS:
-            raise SpecError(f"grouped GEMM: K={self.k} must be a multiple of {TMA_ELEMENTS} (TMA rows of 16 bytes)")
         if self.dtype not in DTYPES:
-            raise SpecError(f"grouped GEMM: dtype '{self.dtype}' unsupported; use {' or '.join(DTYPES)}")
+            raise SpecError(f"grouped GEMM: dtype '{self.dtype}' unsupported; use {', '.join(DTYPES)}")
+        elements = TMA_ROW_BYTES // ELEMENT_BYTES[self.dtype]
+        if self.k % elements:
+            raise SpecError(f"grouped GEMM: K={self.k} must be a multiple of {elements} for {self.dtype} "
+                            f"(TMA rows of {TMA_ROW_BYTES} bytes)")
+        self._check_fp8()
         object.__setattr__(self, "epilogue", parse_epilogue(self.epilogue))
         if self.swiglu not in (False, True):
             raise SpecError(f"grouped GEMM: swiglu={self.swiglu!r} must be True or False")
@@ -81,6 +94,29 @@ class GroupedSpec:
             raise SpecError(f"grouped GEMM: layout '{self.layout}' unsupported; use {' or '.join(LAYOUTS)}")
         if self.layout == "masked" and self.total_m % self.groups:
             raise SpecError(f"grouped GEMM: masked total_m={self.total_m} must be groups ({self.groups}) x capacity")
+
+    def _check_fp8(self) -> None:
+        """out_dtype and scaling: given or defaulted, and fitting the inputs' type."""
+        fp8 = self.dtype in FP8
+        out = self.out_dtype or ("bf16" if fp8 else self.dtype)
+        if (fp8 and out not in OUT_DTYPES) or (not fp8 and out != self.dtype):
+            allowed = " or ".join(OUT_DTYPES) if fp8 else self.dtype
+            raise SpecError(f"grouped GEMM: out_dtype '{out}' with {self.dtype} inputs; use {allowed}")
+        object.__setattr__(self, "out_dtype", out)
+        if fp8 and self.scaling not in SCALINGS:
+            raise SpecError(f"grouped GEMM: {self.dtype} needs scaling tensor or rowwise, not '{self.scaling}'")
+        if not fp8 and self.scaling != "none":
+            raise SpecError(f"grouped GEMM: scaling '{self.scaling}' is for fp8 inputs (e4m3, e5m2), not {self.dtype}")
+        if fp8 and self.swiglu:
+            raise SpecError("grouped GEMM: swiglu with fp8 inputs is not built yet; use bf16 or fp16")
+
+    @property
+    def fp8(self) -> bool:
+        return self.dtype in FP8
+
+    @property
+    def element_bytes(self) -> int:
+        return ELEMENT_BYTES[self.dtype]
 
     @classmethod
     def masked(cls, groups: int, capacity: int, n: int, k: int, dtype: str = "bf16",
@@ -113,13 +149,15 @@ class GroupedSpec:
         return "bias_col" in self.epilogue.ops
 
     def as_gemm(self) -> GemmSpec:
-        """The (total_m, N, K) problem as the GemmSpec the write-back parts and KernelSource read."""
-        return GemmSpec(self.total_m, self.n, self.k, "nt", self.dtype, self.epilogue)
+        """The (total_m, N, K) problem as the GemmSpec the write-back parts and KernelSource read (fp8 inputs:
+        the GemmSpec of D's type, which is all the write-back reads; the entry name says fp8)."""
+        return GemmSpec(self.total_m, self.n, self.k, "nt", self.out_dtype, self.epilogue)  # fp8: D's type stands in
 
     def slug(self) -> str:
         epi = "" if self.epilogue.is_identity else "_" + str(self.epilogue).replace("+", "_")
         variant = ("_swiglu" if self.swiglu else "") + (f"_masked{self.capacity}" if self.masked_layout else "")
-        return f"grouped_g{self.groups}_m{self.total_m}_n{self.n}_k{self.k}_{self.dtype}{epi}{variant}"
+        fp8 = f"_{self.scaling}_{self.out_dtype}" if self.fp8 else ""
+        return f"grouped_g{self.groups}_m{self.total_m}_n{self.n}_k{self.k}_{self.dtype}{fp8}{epi}{variant}"
 
     def row_ranges(self, offs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each group's first and end row as the kernel reads them from the host copy of offs (counts when
@@ -170,14 +208,20 @@ def silu(x: np.ndarray) -> np.ndarray:
 
 
 def reference(spec: GroupedSpec, a: np.ndarray, b: np.ndarray, offs: np.ndarray,
-              bias: np.ndarray | None = None) -> np.ndarray:
+              bias: np.ndarray | None = None, scale_a: np.ndarray | None = None,
+              scale_b: np.ndarray | None = None) -> np.ndarray:
     """float64 D for a (total_m, K), b (G, K, N) (SwiGLU: (G, K, 2N), gate columns first), offs (G,) (counts
-    when masked), bias (G, N); NaN in every row no group holds."""
+    when masked), bias (G, N); fp8: a and b the codes' values, scale_a (1,) or (total_m,) and scale_b (1,) or
+    (G, N) by `scaling`. NaN in every row no group holds."""
     out = np.full((spec.total_m, spec.n), np.nan)
     for g, (start, end) in enumerate(zip(*spec.row_ranges(offs))):
         if end <= start:
             continue
         value = a[start:end].astype(np.float64) @ b[g].astype(np.float64)
+        if spec.fp8:
+            sa, sb = np.asarray(scale_a, np.float64), np.asarray(scale_b, np.float64)
+            value = (value * sa[0] * sb[0] if spec.scaling == "tensor"
+                     else value * sa[start:end, None] * sb[g][None, :])
         if spec.swiglu:
             out[start:end] = silu(value[:, :spec.n]) * value[:, spec.n:]
             continue

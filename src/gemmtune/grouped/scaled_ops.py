@@ -1,0 +1,127 @@
+"""fp8 GEMMs as torch operators (issue 70), on the grouped wgmma kernel (k32 e4m3/e5m2 wgmma, fp32 sums,
+the scales applied before the epilogue):
+
+- `gemmtune::scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16)`: torch._scaled_mm's
+  operands. a (M, K) fp8 row-major; b (K, N) fp8 column-major (b.t() contiguous: weights stored (N, K));
+  scale_a and scale_b float32, one element each (per tensor) or (M, 1) and (1, N) (rowwise); bias (N,) of
+  out_dtype. One group of M rows.
+- `gemmtune::scaled_grouped_mm(a, b, scale_a, scale_b, offs, out_dtype=torch.bfloat16)`: torch.
+  _scaled_grouped_mm's rowwise form. a (total_m, K) fp8; b (G, K, N) the view of weights stored (G, N, K);
+  scale_a (total_m,) float32, scale_b (G, N) float32 (or one element each: per tensor); offs (G,) int32 ends.
+
+Both run on torch's current stream with fake implementations (torch.compile) and capture in CUDA graphs.
+Block scales (A 1×128, B 128×128) are not built yet.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from ..errors import SpecError
+from .launch import build
+from .spec import GroupedSpec
+
+_FP8 = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
+_OUT = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def _formats(op: str, a: Tensor, b: Tensor, out_dtype: torch.dtype) -> tuple[str, str]:
+    if a.dtype not in _FP8 or b.dtype != a.dtype:
+        raise SpecError(f"{op}: a and b must be the same fp8 type (float8_e4m3fn or float8_e5m2), got {a.dtype}, {b.dtype}")
+    if out_dtype not in _OUT:
+        raise SpecError(f"{op}: out_dtype must be torch.bfloat16 or torch.float16, not {out_dtype}")
+    return _FP8[a.dtype], _OUT[out_dtype]
+
+
+def _scaling(op: str, scale_a: Tensor, scale_b: Tensor, rows: int, cols: int) -> str:
+    """'tensor' (one scale each) or 'rowwise' (rows scales of A, cols of B), else a one-line SpecError."""
+    if scale_a.dtype != torch.float32 or scale_b.dtype != torch.float32:
+        raise SpecError(f"{op}: scales must be float32, got {scale_a.dtype} and {scale_b.dtype}")
+    if scale_a.numel() == 1 and scale_b.numel() == 1:
+        return "tensor"
+    if scale_a.numel() == rows and scale_b.numel() == cols:
+        return "rowwise"
+    raise SpecError(f"{op}: scale_a {tuple(scale_a.shape)} and scale_b {tuple(scale_b.shape)}: one element each "
+                    f"(per tensor) or {rows} for A's rows and {cols} for B's columns (rowwise)")
+
+
+def _run(spec: GroupedSpec, a: Tensor, weights: Tensor, offs: Tensor, out: Tensor, bias: Optional[Tensor],
+         scale_a: Tensor, scale_b: Tensor) -> None:
+    kernel = build(spec, ordinal=a.device.index or 0)
+    kernel(a.data_ptr(), weights.data_ptr(), offs.data_ptr(), out.data_ptr(),
+           bias.contiguous().data_ptr() if bias is not None else None, torch.cuda.current_stream(a.device).cuda_stream,
+           scale_a=scale_a.contiguous().data_ptr(), scale_b=scale_b.contiguous().data_ptr())
+
+
+# --- scaled_mm ---------------------------------------------------------------------------------------
+def _check_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Optional[Tensor],
+              out_dtype: torch.dtype) -> tuple[str, str, str]:
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise SpecError(f"scaled_mm: a {tuple(a.shape)}, b {tuple(b.shape)}; expected a (M, K), b (K, N)")
+    kind, out = _formats("scaled_mm", a, b, out_dtype)
+    if not a.is_contiguous() or not b.t().is_contiguous():
+        raise SpecError("scaled_mm: a must be row-major and b column-major (b.t() contiguous), as torch._scaled_mm")
+    if bias is not None and (tuple(bias.shape) != (b.shape[1],) or bias.dtype != out_dtype):
+        raise SpecError(f"scaled_mm: bias {tuple(bias.shape)} {bias.dtype}; expected ({b.shape[1]},) {out_dtype}")
+    return kind, out, _scaling("scaled_mm", scale_a, scale_b, a.shape[0], b.shape[1])
+
+
+_one_group: dict[tuple[int, torch.device], Tensor] = {}  # offs of one group of M rows, made once per M and device
+
+
+@torch.library.custom_op("gemmtune::scaled_mm", mutates_args=())
+def scaled_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Optional[Tensor] = None,
+              out_dtype: torch.dtype = torch.bfloat16) -> Tensor:
+    """torch._scaled_mm(a, b, scale_a, scale_b, bias, out_dtype=...): (a·scale_a)(b·scale_b) (+ bias), fp32 sums."""
+    kind, out_kind, scaling = _check_mm(a, b, scale_a, scale_b, bias, out_dtype)
+    (m, k), n = a.shape, b.shape[1]
+    out = torch.empty((m, n), dtype=out_dtype, device=a.device)
+    if out.numel() == 0:
+        return out
+    key = (m, a.device)
+    if key not in _one_group:
+        _one_group[key] = torch.tensor([m], dtype=torch.int32, device=a.device)
+    spec = GroupedSpec(1, m, n, k, kind, "bias" if bias is not None else "none", out_dtype=out_kind, scaling=scaling)
+    _run(spec, a, b.t(), _one_group[key], out, bias, scale_a, scale_b)
+    return out
+
+
+@scaled_mm.register_fake
+def _scaled_mm_fake(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16):
+    _check_mm(a, b, scale_a, scale_b, bias, out_dtype)
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=out_dtype)
+
+
+# --- scaled_grouped_mm -------------------------------------------------------------------------------
+def _check_grouped(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, offs: Tensor,
+                   out_dtype: torch.dtype) -> tuple[str, str, str]:
+    if (a.dim() != 2 or b.dim() != 3 or offs.dim() != 1 or b.shape[1] != a.shape[1] or offs.shape[0] != b.shape[0]
+            or offs.dtype != torch.int32):
+        raise SpecError(f"scaled_grouped_mm: a {tuple(a.shape)}, b {tuple(b.shape)}, offs {tuple(offs.shape)} {offs.dtype}; "
+                        "expected a (M, K), b (G, K, N), offs (G,) int32")
+    kind, out = _formats("scaled_grouped_mm", a, b, out_dtype)
+    if not a.is_contiguous() or not b.transpose(1, 2).is_contiguous():
+        raise SpecError("scaled_grouped_mm: a must be row-major and b the (G, K, N) view of weights stored (G, N, K)")
+    return kind, out, _scaling("scaled_grouped_mm", scale_a, scale_b, a.shape[0], b.shape[0] * b.shape[2])
+
+
+@torch.library.custom_op("gemmtune::scaled_grouped_mm", mutates_args=())
+def scaled_grouped_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, offs: Tensor,
+                      out_dtype: torch.dtype = torch.bfloat16) -> Tensor:
+    """Every group's (a·scale_a)(b[g]·scale_b[g]) in one launch, offs read on the device; rows past offs[-1]
+    are left unwritten."""
+    kind, out_kind, scaling = _check_grouped(a, b, scale_a, scale_b, offs, out_dtype)
+    out = torch.empty((a.shape[0], b.shape[2]), dtype=out_dtype, device=a.device)
+    if out.numel() == 0:
+        return out
+    spec = GroupedSpec(b.shape[0], a.shape[0], b.shape[2], a.shape[1], kind, out_dtype=out_kind, scaling=scaling)
+    _run(spec, a, b.transpose(1, 2), offs, out, None, scale_a, scale_b)
+    return out
+
+
+@scaled_grouped_mm.register_fake
+def _scaled_grouped_mm_fake(a, b, scale_a, scale_b, offs, out_dtype=torch.bfloat16):
+    _check_grouped(a, b, scale_a, scale_b, offs, out_dtype)
+    return a.new_empty((a.shape[0], b.shape[2]), dtype=out_dtype)

@@ -1,0 +1,179 @@
+"""fp8 (issue 70) on the grouped wgmma kernel: specs, the scaled float64 reference, sm_90a compiles and fake
+shapes without a GPU; on an H200, every scaling and format against the float64 reference of the fp8 values
+(D poisoned), scaled_mm against torch._scaled_mm and scaled_grouped_mm against torch's, graph replay."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gemmtune.errors import SpecError
+from gemmtune.grouped import GroupedSpec, group_offsets, reference
+
+torch = pytest.importorskip("torch")
+
+
+# --- no GPU -------------------------------------------------------------------------------------------
+def test_fp8_specs_need_a_scaling_and_16_byte_rows():
+    spec = GroupedSpec(4, 100, 64, 48, "e4m3", scaling="rowwise")
+    assert (spec.out_dtype, spec.element_bytes, spec.fp8) == ("bf16", 1, True)
+    assert "e4m3_rowwise_bf16" in spec.slug()
+    with pytest.raises(SpecError, match="needs scaling"):
+        GroupedSpec(4, 100, 64, 48, "e4m3")
+    with pytest.raises(SpecError, match="multiple of 16"):
+        GroupedSpec(4, 100, 64, 40, "e5m2", scaling="tensor")  # 40 bytes a row
+    with pytest.raises(SpecError, match="out_dtype"):
+        GroupedSpec(4, 100, 64, 48, "e4m3", out_dtype="e4m3", scaling="tensor")
+    with pytest.raises(SpecError, match="scaling 'tensor' is for fp8"):
+        GroupedSpec(4, 100, 64, 48, "bf16", scaling="tensor")
+    with pytest.raises(SpecError, match="swiglu"):
+        GroupedSpec(4, 100, 64, 48, "e4m3", swiglu=True, scaling="tensor")
+
+
+def test_scaled_reference_multiplies_rows_and_columns():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(7, 32)), rng.normal(size=(2, 32, 5))
+    offs = group_offsets([3, 4])
+    sa, sb = rng.uniform(0.5, 2, 7), rng.uniform(0.5, 2, (2, 5))
+    out = reference(GroupedSpec(2, 7, 5, 32, "e4m3", scaling="rowwise"), a, b, offs, scale_a=sa, scale_b=sb)
+    assert np.allclose(out[3:], (a[3:] * sa[3:, None]) @ (b[1] * sb[1][None, :]))
+    out = reference(GroupedSpec(2, 7, 5, 32, "e4m3", scaling="tensor"), a, b, offs, scale_a=[2.0], scale_b=[0.5])
+    assert np.allclose(out[:3], a[:3] @ b[0])
+
+
+@pytest.mark.parametrize("dtype, scaling, epilogue", [("e4m3", "tensor", "none"), ("e4m3", "rowwise", "bias+gelu"),
+                                                      ("e5m2", "rowwise", "relu")])
+def test_fp8_default_configs_compile_without_spills(dtype, scaling, epilogue, tmp_path):
+    compile_kernel = pytest.importorskip("gemmtune.compiler").compile_kernel
+    from gemmtune.grouped.config import default_config
+    from gemmtune.grouped.render import render
+
+    for spec in (GroupedSpec(8, 4096, 4096, 1024, dtype, epilogue, scaling=scaling),      # 128x128 ping-pong, staged
+                 GroupedSpec(64, 2048, 1000, 512, dtype, epilogue, scaling=scaling),      # 64x256, N % 8 != 0
+                 GroupedSpec(1, 300, 96, 208, dtype, epilogue, scaling=scaling)):         # K = 208: a partial k-block
+        source = render(spec, default_config(spec))
+        assert "wgmma.mma_async.sync.aligned.m64n" in source.code and f".{dtype}.{dtype}" in source.code
+        compiled = compile_kernel(source, "sm_90a", cache_dir=tmp_path)
+        assert compiled.resources.spills == 0 and "C751" not in compiled.log, spec
+
+
+def test_torch_entries_check_operands_on_meta_tensors():
+    from gemmtune.grouped.scaled_ops import scaled_grouped_mm, scaled_mm
+
+    a = torch.empty(300, 512, dtype=torch.float8_e4m3fn, device="meta")
+    w = torch.empty(1024, 512, dtype=torch.float8_e4m3fn, device="meta")
+    sa, sb = torch.empty(300, 1, device="meta"), torch.empty(1, 1024, device="meta")
+    assert scaled_mm(a, w.t(), sa, sb).shape == (300, 1024)
+    assert scaled_mm(a, w.t(), sa[:1], sb[:, :1], out_dtype=torch.float16).dtype == torch.float16
+    with pytest.raises(SpecError, match="column-major"):
+        scaled_mm(a, w.t().contiguous(), sa, sb)
+    with pytest.raises(SpecError, match="rowwise"):
+        scaled_mm(a, w.t(), sa, sb[:, :5])
+    wg = torch.empty(8, 1024, 512, dtype=torch.float8_e4m3fn, device="meta")
+    offs = torch.empty(8, dtype=torch.int32, device="meta")
+    out = scaled_grouped_mm(a, wg.transpose(1, 2), torch.empty(300, device="meta"), torch.empty(8, 1024, device="meta"), offs)
+    assert out.shape == (300, 1024) and out.dtype == torch.bfloat16
+
+
+# --- on an sm_90a GPU ---------------------------------------------------------------------------------
+def _hopper() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+FP8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+
+
+def _quantized(shape, fmt: str, scaling: str, rows_axis: int, seed: int):
+    """Random normal data as fp8 codes and float32 scales (amax / largest per tensor or per row along
+    `rows_axis`'s other axis), and the codes' exact values as float64."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(shape, generator=gen, device="cuda", dtype=torch.float64)
+    x[..., ::7] *= 30.0  # outlier columns: scales that differ a lot between rows
+    largest = torch.finfo(FP8[fmt]).max
+    amax = x.abs().amax() if scaling == "tensor" else x.abs().amax(dim=rows_axis, keepdim=True)
+    scale = (amax / largest).clamp_min(1e-12).float()
+    codes = (x / scale.double()).to(FP8[fmt])
+    return codes, scale, codes.double()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+@pytest.mark.parametrize("scaling", ["tensor", "rowwise"])
+@pytest.mark.parametrize("sizes, n, k, epilogue", [((700, 0, 1, 300, 64), 512, 1024, "none"),
+                                                   ((33, 129), 200, 80, "bias+gelu"), ((2000,), 1000, 4096, "relu")])
+def test_fp8_grouped_matches_the_float64_reference(fmt, scaling, sizes, n, k, epilogue):
+    if not _hopper():
+        pytest.skip("needs an sm_90a GPU")
+    from gemmtune.grouped.config import candidates
+    from gemmtune.grouped.launch import build
+    from gemmtune.verify import compare
+
+    spec = GroupedSpec(len(sizes), sum(sizes) + 5, n, k, fmt, epilogue, scaling=scaling)
+    offs = torch.tensor(group_offsets(sizes), device="cuda")
+    a, sa, a64 = _quantized((spec.total_m, k), fmt, scaling, 1, 1)
+    w, sb, w64 = _quantized((spec.groups, n, k), fmt, scaling, 2, 2)  # weights (G, N, K): a scale per column of B
+    bias = torch.randn(spec.groups, n, device="cuda").to(torch.bfloat16)
+    ref = reference(spec, a64.cpu().numpy(), w64.transpose(1, 2).cpu().numpy(), offs.cpu().numpy(),
+                    bias.double().cpu().numpy(), sa.reshape(-1).double().cpu().numpy(),
+                    sb.reshape(spec.groups, -1).double().cpu().numpy() if scaling == "rowwise" else sb.reshape(-1).cpu().numpy())
+    end = int(sum(sizes))
+    for config in candidates(spec):
+        out = torch.full((spec.total_m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        build(spec, config)(a.data_ptr(), w.data_ptr(), offs.data_ptr(), out.data_ptr(), bias.data_ptr(),
+                            scale_a=sa.data_ptr(), scale_b=sb.data_ptr())
+        torch.cuda.synchronize()
+        got = out.double().cpu().numpy()
+        # bf16's tolerance: the reference holds the fp8 values exactly, so what differs is the fp32 sums and
+        # D's rounding, which bf16 inputs' tolerance covers
+        result = compare(got[:end], ref[:end], "bf16", k)
+        assert result.ok, f"{config}: {result.message}"
+        assert np.isnan(got[end:]).all(), f"{config}: rows past the last group were written"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scaling", ["tensor", "rowwise"])
+def test_scaled_mm_matches_torch_scaled_mm(scaling):
+    if not _hopper():
+        pytest.skip("needs an sm_90a GPU")
+    from gemmtune.grouped.scaled_ops import scaled_mm
+
+    m, n, k = 1000, 2048, 4096
+    a, sa, _ = _quantized((m, k), "e4m3", scaling, 1, 3)
+    w, sb, _ = _quantized((n, k), "e4m3", scaling, 1, 4)
+    sa, sb = (sa.reshape(1, 1), sb.reshape(1, 1)) if scaling == "tensor" else (sa.reshape(m, 1), sb.reshape(1, n))
+    bias = torch.randn(n, device="cuda").to(torch.bfloat16)
+    want = torch._scaled_mm(a, w.t(), sa, sb, bias=bias, out_dtype=torch.bfloat16)
+    got = scaled_mm(a, w.t(), sa, sb, bias, torch.bfloat16)
+    torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2 * want.float().abs().max().item())
+
+
+@pytest.mark.gpu
+def test_scaled_grouped_mm_replays_in_a_graph_with_new_offsets():
+    if not _hopper():
+        pytest.skip("needs an sm_90a GPU")
+    from gemmtune.grouped.scaled_ops import scaled_grouped_mm
+
+    g, total, n, k = 8, 1500, 768, 512
+    a, sa, a64 = _quantized((total, k), "e4m3", "rowwise", 1, 5)
+    w, sb, w64 = _quantized((g, n, k), "e4m3", "rowwise", 2, 6)
+    sa, sb = sa.reshape(total), sb.reshape(g, n)
+    offs = torch.tensor(group_offsets([100] * 8), device="cuda")
+    scaled_grouped_mm(a, w.transpose(1, 2), sa, sb, offs)  # built before the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = scaled_grouped_mm(a, w.transpose(1, 2), sa, sb, offs)
+    for sizes in ([1, 0, 500, 3, 0, 64, 600, 32], [0] * 7 + [1200]):
+        offs.copy_(torch.tensor(group_offsets(sizes), device="cuda"))
+        graph.replay()
+        torch.cuda.synchronize()
+        start = 0
+        for group, rows in enumerate(sizes):
+            want = (a64[start:start + rows] * sa[start:start + rows, None].double()) @ (w64[group] * sb[group][:, None].double()).t()
+            if rows:
+                torch.testing.assert_close(out[start:start + rows].double(), want, rtol=2e-2, atol=2e-2 * want.abs().max().item())
+            start += rows
+    if hasattr(torch, "_scaled_grouped_mm"):
+        offs.copy_(torch.tensor(group_offsets([200] * 7 + [100]), device="cuda"))
+        want = torch._scaled_grouped_mm(a, w.transpose(1, 2), sa, sb, offs=offs, out_dtype=torch.bfloat16)
+        got = scaled_grouped_mm(a, w.transpose(1, 2), sa, sb, offs)
+        torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2 * want.float().abs().max().item())
