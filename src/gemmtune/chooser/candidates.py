@@ -343,7 +343,7 @@ QUAD_PAIR_SM_SHARE = 1.6  # blocks for about two per SM
 # Above 8 vectors (128 registers a thread: one 512-thread block per SM) blocks past one per SM run
 # in rounds: 172 blocks on 132 SMs leave 40 SMs a second block while the rest idle, so the widest
 # width must also keep the last round this full (whole rounds over the blocks' rounds, at most
-# QUAD_IMBALANCE). H100, 2026-11-26, back to back (bench/results/2026-11-26-h100-gemv-quads-rounds.md):
+# QUAD_IMBALANCE). H100, 2026-11-26, back to back (`git show ab42bb6:bench/results/2026-11-26-h100-gemv-quads-rounds.md`):
 # 16x11008x4096 16 across (172 blocks) 63% of copy, 8 across (344, 3 rounds of 2.6) 74%;
 # 16x5120x4096 8 across (160) 55%, 4 across (320) 57%. At 4 vectors (68 registers) and in the paired
 # shape the same rule lost (4x11008x4096: 16 across 99%, 8 across 91%; 6x11008x4096: 8 across 97%,

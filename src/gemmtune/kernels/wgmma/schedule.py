@@ -72,7 +72,7 @@ SHARE_GAIN = 2 * MIN_SHARE
 # one L2 round trip and one flag after another (H100, 96x96x65536 bf16 in 64x64 tiles split 32
 # ways: 34.9 µs serial, 21.0 in shares). With few pieces the extra hop (the pieces wait on each
 # other) costs more than it saves: serial ran 3-4% faster at 3 and 4 pieces, the same at 5, 3-6%
-# slower at 8 (bench/results/2026-11-26-h100-wgmma-scatter-reduce.md, measured with the shares then
+# slower at 8 (`git show ab42bb6:bench/results/2026-11-26-h100-wgmma-scatter-reduce.md`, measured with the shares then
 # summed for a finisher; writing D from the shares since saved 1 µs more at 64 pieces).
 SCATTER_SPLITS = 6
 
