@@ -27,6 +27,20 @@ def test_fp8_specs_need_a_scaling_and_16_byte_rows():
         GroupedSpec(4, 100, 64, 48, "bf16", scaling="tensor")
     with pytest.raises(SpecError, match="swiglu"):
         GroupedSpec(4, 100, 64, 48, "e4m3", swiglu=True, scaling="tensor")
+    from gemmtune.grouped.config import candidates, default_config
+    block = GroupedSpec(4, 100, 300, 256, "e4m3", scaling="block")
+    assert all(c.bn == 128 and c.rows_per_consumer == 64 for c in candidates(block))
+    assert (default_config(block).bm, default_config(block).consumers) == (128, 2)
+
+
+def test_block_scaled_reference_scales_each_block():
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(size=(5, 304)), rng.normal(size=(1, 304, 200))  # K: 3 blocks (the last partial), N: 2
+    sa, sb = rng.uniform(0.5, 2, (5, 3)), rng.uniform(0.5, 2, (1, 2, 3))
+    out = reference(GroupedSpec(1, 5, 200, 304, "e4m3", scaling="block"), a, b, group_offsets([5]), scale_a=sa, scale_b=sb)
+    want = sum((a[:, kb * 128:(kb + 1) * 128] * sa[:, kb:kb + 1]) @ np.concatenate(
+        [b[0, kb * 128:(kb + 1) * 128, nb * 128:(nb + 1) * 128] * sb[0, nb, kb] for nb in range(2)], axis=1) for kb in range(3))
+    assert np.allclose(out, want)
 
 
 def test_scaled_reference_multiplies_rows_and_columns():
@@ -41,7 +55,7 @@ def test_scaled_reference_multiplies_rows_and_columns():
 
 
 @pytest.mark.parametrize("dtype, scaling, epilogue", [("e4m3", "tensor", "none"), ("e4m3", "rowwise", "bias+gelu"),
-                                                      ("e5m2", "rowwise", "relu")])
+                                                      ("e5m2", "rowwise", "relu"), ("e4m3", "block", "bias+gelu")])
 def test_fp8_default_configs_compile_without_spills(dtype, scaling, epilogue, tmp_path):
     compile_kernel = pytest.importorskip("gemmtune.compiler").compile_kernel
     from gemmtune.grouped.config import default_config
@@ -82,6 +96,23 @@ def _hopper() -> bool:
 FP8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 
 
+def _block_quantized(shape, fmt: str, rows_block: int, seed: int):
+    """Random data (..., R, K) in fp8 with a scale per rows_block x 128 block (1 x 128 for A, 128 x 128 for the
+    weights stored (N, K)): codes, float32 scales (..., ceil(R/rows_block), ceil(K/128)), the codes' values."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(shape, generator=gen, device="cuda", dtype=torch.float64)
+    x[..., ::7] *= 30.0
+    rows, k = shape[-2:]
+    rb, kb = -(-rows // rows_block), -(-k // 128)
+    padded = torch.zeros(*shape[:-2], rb * rows_block, kb * 128, device="cuda", dtype=torch.float64)
+    padded[..., :rows, :k] = x
+    amax = padded.abs().reshape(*shape[:-2], rb, rows_block, kb, 128).amax(dim=(-3, -1))
+    scale = (amax / torch.finfo(FP8[fmt]).max).clamp_min(1e-12).float()
+    expanded = scale.double().repeat_interleave(rows_block, -2)[..., :rows, :].repeat_interleave(128, -1)[..., :k]
+    codes = (x / expanded).to(FP8[fmt])
+    return codes, scale.contiguous(), codes.double()
+
+
 def _quantized(shape, fmt: str, scaling: str, rows_axis: int, seed: int):
     """Random normal data as fp8 codes and float32 scales (amax / largest per tensor or per row along
     `rows_axis`'s other axis), and the codes' exact values as float64."""
@@ -97,7 +128,7 @@ def _quantized(shape, fmt: str, scaling: str, rows_axis: int, seed: int):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
-@pytest.mark.parametrize("scaling", ["tensor", "rowwise"])
+@pytest.mark.parametrize("scaling", ["tensor", "rowwise", "block"])
 @pytest.mark.parametrize("sizes, n, k, epilogue", [((700, 0, 1, 300, 64), 512, 1024, "none"),
                                                    ((33, 129), 200, 80, "bias+gelu"), ((2000,), 1000, 4096, "relu")])
 def test_fp8_grouped_matches_the_float64_reference(fmt, scaling, sizes, n, k, epilogue):
@@ -109,12 +140,18 @@ def test_fp8_grouped_matches_the_float64_reference(fmt, scaling, sizes, n, k, ep
 
     spec = GroupedSpec(len(sizes), sum(sizes) + 5, n, k, fmt, epilogue, scaling=scaling)
     offs = torch.tensor(group_offsets(sizes), device="cuda")
-    a, sa, a64 = _quantized((spec.total_m, k), fmt, scaling, 1, 1)
-    w, sb, w64 = _quantized((spec.groups, n, k), fmt, scaling, 2, 2)  # weights (G, N, K): a scale per column of B
+    if scaling == "block":
+        a, sa, a64 = _block_quantized((spec.total_m, k), fmt, 1, 1)  # (total_m, KB)
+        w, sb, w64 = _block_quantized((spec.groups, n, k), fmt, 128, 2)  # (G, NB, KB)
+        scales = (sa.double().cpu().numpy(), sb.double().cpu().numpy())
+    else:
+        a, sa, a64 = _quantized((spec.total_m, k), fmt, scaling, 1, 1)
+        w, sb, w64 = _quantized((spec.groups, n, k), fmt, scaling, 2, 2)  # weights (G, N, K): a scale per column of B
+        scales = (sa.reshape(-1).double().cpu().numpy(),
+                  sb.reshape(spec.groups, -1).double().cpu().numpy() if scaling == "rowwise" else sb.reshape(-1).cpu().numpy())
     bias = torch.randn(spec.groups, n, device="cuda").to(torch.bfloat16)
     ref = reference(spec, a64.cpu().numpy(), w64.transpose(1, 2).cpu().numpy(), offs.cpu().numpy(),
-                    bias.double().cpu().numpy(), sa.reshape(-1).double().cpu().numpy(),
-                    sb.reshape(spec.groups, -1).double().cpu().numpy() if scaling == "rowwise" else sb.reshape(-1).cpu().numpy())
+                    bias.double().cpu().numpy(), *scales)
     end = int(sum(sizes))
     for config in candidates(spec):
         out = torch.full((spec.total_m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
@@ -144,6 +181,21 @@ def test_scaled_mm_matches_torch_scaled_mm(scaling):
     want = torch._scaled_mm(a, w.t(), sa, sb, bias=bias, out_dtype=torch.bfloat16)
     got = scaled_mm(a, w.t(), sa, sb, bias, torch.bfloat16)
     torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2 * want.float().abs().max().item())
+
+
+@pytest.mark.gpu
+def test_scaled_mm_with_block_scales_matches_the_dequantized_product():
+    if not _hopper():
+        pytest.skip("needs an sm_90a GPU")
+    from gemmtune.grouped.scaled_ops import scaled_mm
+
+    m, n, k = 777, 1000, 2000  # partial blocks along every side
+    a, sa, a64 = _block_quantized((m, k), "e4m3", 1, 7)
+    w, sb, w64 = _block_quantized((n, k), "e4m3", 128, 8)
+    want = (a64 * sa.double().repeat_interleave(128, 1)[:, :k]) @ \
+        (w64 * sb.double().repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k]).t()
+    got = scaled_mm(a, w.t(), sa, sb, None, torch.bfloat16)
+    torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=1e-2 * want.abs().max().item())
 
 
 @pytest.mark.gpu

@@ -94,6 +94,7 @@ constexpr bool PINGPONG = {str(config.pingpong).lower()};
 constexpr int ROWS_PER_CONSUMER = {config.rows_per_consumer}, M_BLOCKS = ROWS_PER_CONSUMER / 64;
 constexpr int K_STEP = {K_STEPS[spec.dtype]};                               // K of one wgmma instruction
 constexpr int K_BLOCKS = (K + BK - 1) / BK;              // the last block's tail is TMA zero-fill
+constexpr int N_BLOCKS = (N + 127) / 128;                // fp8 block scales: 128-row blocks of a group's weights
 {_tile_columns(spec)}
 constexpr int A_TILE_BYTES = BM * 128, B_TILE_BYTES = BN * 128, STAGE_BYTES = A_TILE_BYTES + B_TILE_BYTES;
 constexpr int STAGING_BYTES = {config.staging_bytes // max(config.consumers, 1)};  // a consumer's staged rows (0: stored from registers)
@@ -175,7 +176,7 @@ def _fragment(spec: GroupedSpec, config: GroupedConfig) -> PairFragment:
     """wgmma's fragment from the group's first row; 256-column tiles read the bias in place (staged, it spills).
     SwiGLU: the pairs of the first OUT_BN columns, each with its up pair OUT_BN columns on (OUT_BN / 8 j's)."""
     values = ("acc[mb][4 * j + 2 * half]", "acc[mb][4 * j + 2 * half + 1]")
-    if spec.fp8:  # the product of fp8 codes times A's and B's scales, before the epilogue
+    if spec.fp8 and spec.scaling != "block":  # the product of fp8 codes times A's and B's scales, before the epilogue
         values = tuple(f"{v} * {scale}" for v, scale in zip(values, _scale_factors(spec)))
     if spec.swiglu:
         up = ("acc[mb][4 * (j + OUT_BN / 8) + 2 * half]", "acc[mb][4 * (j + OUT_BN / 8) + 2 * half + 1]")
@@ -194,7 +195,7 @@ def _scale_params(spec: GroupedSpec) -> str:
 
 def _scale_setup(spec: GroupedSpec) -> str:
     """fp8: the tile's scale (tensor) or its group's row of column scales (rowwise), before the stores."""
-    if not spec.fp8:
+    if not spec.fp8 or spec.scaling == "block":  # block scales are applied in the main loop
         return ""
     if spec.scaling == "tensor":
         return "\n    const float scale = scale_a[0] * scale_b[0];  // A's and B's one scale each"
@@ -254,6 +255,67 @@ def _registers(config: GroupedConfig, side: str) -> str:
         return ""
     return (f"setmaxnreg_dec<{PRODUCER_REGS}>();  // to the consumers"
             if side == "producer" else f"setmaxnreg_inc<{CONSUMER_REGS}>();")
+
+
+MAIN_LOOP = """            #pragma unroll 1
+            for (int kb = 0; kb < K_BLOCKS; ++kb) {
+                mbarrier_wait(&full[ring.s], ring.phase);
+                wgmma_fence();
+                mma_stage(acc, ring_base + ring.s * STAGE_BYTES, part);
+                wgmma_commit();
+                wgmma_wait<1>();  // one group in flight: the k-block before is done reading its slot
+                if (previous >= 0 && threadIdx.x % 128 == 0) mbarrier_arrive(&empty[previous]);
+                previous = ring.s;
+                ring.advance();
+            }"""
+
+# fp8 block scales: two-level accumulation. A k-block (128 values of K, one scale block) is summed by wgmma into
+# `sums` alone, then scaled by its A row scale times its B block scale and added into acc on the CUDA cores, so
+# the tensor cores' reduced-precision accumulation never runs across blocks of different scale.
+BLOCK_SCALED_LOOP = """            float sums[BN / 2];  // one k-block's sums (M_BLOCKS == 1: 64 rows a consumer)
+            // this thread's two rows of the fragment (lane / 4 and 8 below it) and the tile's column block
+            const int fragment_row = tile.row_begin + tile.tile_m * BM + part * ROWS_PER_CONSUMER
+                                     + (threadIdx.x % 128) / 32 * 16 + (threadIdx.x % 32) / 4;
+            const float* __restrict__ a_scales = scale_a + (size_t)min(fragment_row, TOTAL_M - 1) * K_BLOCKS;
+            const float* __restrict__ a_scales_8 = scale_a + (size_t)min(fragment_row + 8, TOTAL_M - 1) * K_BLOCKS;
+            const float* __restrict__ b_scales = scale_b + ((size_t)tile.group * N_BLOCKS + tile.tile_n) * K_BLOCKS;
+            #pragma unroll 1
+            for (int kb = 0; kb < K_BLOCKS; ++kb) {
+                const float scale_row = a_scales[kb], scale_row_8 = a_scales_8[kb], scale_block = b_scales[kb];
+                mbarrier_wait(&full[ring.s], ring.phase);
+                wgmma_fence();
+                mma_stage_fresh(sums, ring_base + ring.s * STAGE_BYTES, part);
+                wgmma_commit();
+                wgmma_wait<0>();  // the sums are read below
+                if (threadIdx.x % 128 == 0) mbarrier_arrive(&empty[ring.s]);
+                ring.advance();
+                const float upper = scale_row * scale_block, lower = scale_row_8 * scale_block;
+                #pragma unroll
+                for (int i = 0; i < BN / 2; ++i)  // fragment float i is row lane / 4 + 8 * ((i / 2) % 2)
+                    acc[0][i] = fmaf(sums[i], (i & 2) ? lower : upper, acc[0][i]);
+            }"""
+
+
+def _main_loop(spec: GroupedSpec) -> str:
+    return BLOCK_SCALED_LOOP if spec.scaling == "block" else MAIN_LOOP
+
+
+def _mma_stage_fresh(spec: GroupedSpec, config: GroupedConfig) -> str:
+    """Block scales: a k-block's wgmma into fresh sums (the first K step overwrites: no zeroing beside wgmma)."""
+    if spec.scaling != "block":
+        return ""
+    return ptx.wgmma_function(spec.dtype, config.bn, fresh=True) + f"""
+__device__ __forceinline__ void mma_stage_fresh(float (&sums)[BN / 2], const unsigned char* slot, int consumer) {{
+    const unsigned char* a_rows = slot + consumer * ROWS_PER_CONSUMER * 128;
+    const unsigned char* b_rows = slot + A_TILE_BYTES;
+    #pragma unroll
+    for (int ks = 0; ks < BK / K_STEP; ++ks) {{
+        const u64 desc_b = smem_descriptor(b_rows + ks * K_STEP * IN_BYTES, BK * 128, 1024);
+        const u64 desc_a = smem_descriptor(a_rows + ks * K_STEP * IN_BYTES, BK * 128, 1024);
+        wgmma_m64n{config.bn}(sums, desc_a, desc_b, ks > 0);
+    }}
+}}
+"""
 
 
 def _kernel(spec: GroupedSpec, config: GroupedConfig, entry: str) -> str:
@@ -323,20 +385,10 @@ extern "C" __global__ void __launch_bounds__({config.threads}, 1)
             if (PINGPONG && turn > 0) mbarrier_wait(&mainloop_done[1 - consumer], ((turn - 1) / 2) & 1);
             // Not unrolled: with one or two k-blocks a tile, ptxas unrolled this loop and then waited on the
             // wgmma in flight before the epilogue's use of acc (C7519, warpgroup.arrive injected).
-            #pragma unroll 1
-            for (int kb = 0; kb < K_BLOCKS; ++kb) {{
-                mbarrier_wait(&full[ring.s], ring.phase);
-                wgmma_fence();
-                mma_stage(acc, ring_base + ring.s * STAGE_BYTES, part);
-                wgmma_commit();
-                wgmma_wait<1>();  // one group in flight: the k-block before is done reading its slot
-                if (previous >= 0 && threadIdx.x % 128 == 0) mbarrier_arrive(&empty[previous]);
-                previous = ring.s;
-                ring.advance();
-            }}
+{_main_loop(spec)}
             if (PINGPONG && threadIdx.x % 128 == 0) mbarrier_arrive(&mainloop_done[consumer]);  // the other's turn
             wgmma_wait<0>();
-            if (threadIdx.x % 128 == 0) mbarrier_arrive(&empty[previous]);
+            if (previous >= 0 && threadIdx.x % 128 == 0) mbarrier_arrive(&empty[previous]);
             store_tile(acc, tile, part, D, {"bias" if spec.has_bias else "nullptr"}{", scale_a, scale_b" if spec.fp8 else ""}{_staging_args(config)});
         }}
     }}
@@ -348,7 +400,8 @@ def code(spec: GroupedSpec, config: GroupedConfig, entry: str) -> str:
     capacity = spec.capacity if spec.masked_layout else 0
     return (ptx.helpers(spec.dtype, config.bn) + TMA_3D + FLOAT_VIEW + _constants(spec, config) + RING
             + scheduler(config.band_m, capacity) + (LOAD_STAGE_SWIGLU if spec.swiglu else LOAD_STAGE)
-            + _mma_stage(spec, config) + _store_tile(spec, config) + _kernel(spec, config, entry))
+            + _mma_stage(spec, config) + _mma_stage_fresh(spec, config) + _store_tile(spec, config)
+            + _kernel(spec, config, entry))
 
 
 def render(spec: GroupedSpec, config: GroupedConfig | None = None, sm_count: int | None = None) -> KernelSource:

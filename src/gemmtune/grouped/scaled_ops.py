@@ -3,14 +3,16 @@ the scales applied before the epilogue):
 
 - `gemmtune::scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16)`: torch._scaled_mm's
   operands. a (M, K) fp8 row-major; b (K, N) fp8 column-major (b.t() contiguous: weights stored (N, K));
-  scale_a and scale_b float32, one element each (per tensor) or (M, 1) and (1, N) (rowwise); bias (N,) of
-  out_dtype. One group of M rows.
+  scale_a and scale_b float32, one element each (per tensor), (M, 1) and (1, N) (rowwise), or (M, ceil(K/128))
+  and (ceil(N/128), ceil(K/128)) (block: 1x128 groups of A, 128x128 blocks of the weights stored (N, K), as
+  DeepSeek-V3 quantizes); bias (N,) of out_dtype. One group of M rows.
 - `gemmtune::scaled_grouped_mm(a, b, scale_a, scale_b, offs, out_dtype=torch.bfloat16)`: torch.
   _scaled_grouped_mm's rowwise form. a (total_m, K) fp8; b (G, K, N) the view of weights stored (G, N, K);
-  scale_a (total_m,) float32, scale_b (G, N) float32 (or one element each: per tensor); offs (G,) int32 ends.
+  scale_a (total_m,) float32, scale_b (G, N) float32 (or one element each: per tensor; or block scales
+  (total_m, ceil(K/128)) and (G, ceil(N/128), ceil(K/128))); offs (G,) int32 ends.
 
 Both run on torch's current stream with fake implementations (torch.compile) and capture in CUDA graphs.
-Block scales (A 1×128, B 128×128) are not built yet.
+Block scales sum each 128 values of K apart and add them, scaled, on the CUDA cores (two-level accumulation).
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from torch import Tensor
 
 from ..errors import SpecError
 from .launch import build
-from .spec import GroupedSpec
+from .spec import BLOCK, GroupedSpec
 
 _FP8 = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 _OUT = {torch.bfloat16: "bf16", torch.float16: "fp16"}
@@ -35,16 +37,26 @@ def _formats(op: str, a: Tensor, b: Tensor, out_dtype: torch.dtype) -> tuple[str
     return _FP8[a.dtype], _OUT[out_dtype]
 
 
-def _scaling(op: str, scale_a: Tensor, scale_b: Tensor, rows: int, cols: int) -> str:
-    """'tensor' (one scale each) or 'rowwise' (rows scales of A, cols of B), else a one-line SpecError."""
+def _scaling(op: str, scale_a: Tensor, scale_b: Tensor, rows: int, cols: int, block_b: tuple[int, ...]) -> str:
+    """'tensor' (one scale each), 'block' (scale_a (rows, ceil(K/128)), scale_b of shape `block_b`) or 'rowwise'
+    (rows scales of A, cols of B), else a one-line SpecError."""
     if scale_a.dtype != torch.float32 or scale_b.dtype != torch.float32:
         raise SpecError(f"{op}: scales must be float32, got {scale_a.dtype} and {scale_b.dtype}")
     if scale_a.numel() == 1 and scale_b.numel() == 1:
         return "tensor"
+    if tuple(scale_a.shape) == (rows, block_b[-1]) and tuple(scale_b.shape) == block_b:
+        if not scale_a.is_contiguous() or not scale_b.is_contiguous():
+            raise SpecError(f"{op}: block scales must be contiguous (row-major)")
+        return "block"
     if scale_a.numel() == rows and scale_b.numel() == cols:
         return "rowwise"
     raise SpecError(f"{op}: scale_a {tuple(scale_a.shape)} and scale_b {tuple(scale_b.shape)}: one element each "
-                    f"(per tensor) or {rows} for A's rows and {cols} for B's columns (rowwise)")
+                    f"(per tensor), {rows} for A's rows and {cols} for B's columns (rowwise), or ({rows}, "
+                    f"{block_b[-1]}) and {block_b} (block: 1x128 groups of A, 128x128 blocks of B)")
+
+
+def _blocks(n: int) -> int:
+    return -(-n // BLOCK)
 
 
 def _run(spec: GroupedSpec, a: Tensor, weights: Tensor, offs: Tensor, out: Tensor, bias: Optional[Tensor],
@@ -65,7 +77,8 @@ def _check_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Opti
         raise SpecError("scaled_mm: a must be row-major and b column-major (b.t() contiguous), as torch._scaled_mm")
     if bias is not None and (tuple(bias.shape) != (b.shape[1],) or bias.dtype != out_dtype):
         raise SpecError(f"scaled_mm: bias {tuple(bias.shape)} {bias.dtype}; expected ({b.shape[1]},) {out_dtype}")
-    return kind, out, _scaling("scaled_mm", scale_a, scale_b, a.shape[0], b.shape[1])
+    block_b = (_blocks(b.shape[1]), _blocks(a.shape[1]))
+    return kind, out, _scaling("scaled_mm", scale_a, scale_b, a.shape[0], b.shape[1], block_b)
 
 
 _one_group: dict[tuple[int, torch.device], Tensor] = {}  # offs of one group of M rows, made once per M and device
@@ -104,7 +117,8 @@ def _check_grouped(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, offs:
     kind, out = _formats("scaled_grouped_mm", a, b, out_dtype)
     if not a.is_contiguous() or not b.transpose(1, 2).is_contiguous():
         raise SpecError("scaled_grouped_mm: a must be row-major and b the (G, K, N) view of weights stored (G, N, K)")
-    return kind, out, _scaling("scaled_grouped_mm", scale_a, scale_b, a.shape[0], b.shape[0] * b.shape[2])
+    block_b = (b.shape[0], _blocks(b.shape[2]), _blocks(a.shape[1]))
+    return kind, out, _scaling("scaled_grouped_mm", scale_a, scale_b, a.shape[0], b.shape[0] * b.shape[2], block_b)
 
 
 @torch.library.custom_op("gemmtune::scaled_grouped_mm", mutates_args=())

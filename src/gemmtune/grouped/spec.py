@@ -15,7 +15,10 @@ Two variants, each a field:
 - fp8 (`dtype` e4m3 or e5m2; issue 70): A and B hold fp8 codes, D is `out_dtype` (bf16 or fp16), and the
   product is scaled before the epilogue: `scaling="tensor"` multiplies by scale_a[0]·scale_b[0] (float32 on
   the device), `"rowwise"` by scale_a[row] (one a row of A, total_m) and scale_b[g, col] (one a column of each
-  group's weights, (G, N)), as torch._scaled_mm and torch._scaled_grouped_mm take them.
+  group's weights, (G, N)), as torch._scaled_mm and torch._scaled_grouped_mm take them; `"block"` (DeepSeek-V3's
+  and DeepGEMM's format) by scale_a[row, kb] (total_m, ceil(K/128)) for each 128 values of K of a row, and
+  scale_b[g, nb, kb] (G, ceil(N/128), ceil(K/128)) for each 128x128 block of a group's weights stored (N, K):
+  each k-block's sums are scaled and added into fp32 registers on the CUDA cores (two-level accumulation).
 """
 from __future__ import annotations
 
@@ -31,7 +34,8 @@ MAX_GROUPS = 1024  # group ends and tile counts live in shared memory, scanned b
 DTYPES = ("bf16", "fp16", "e4m3", "e5m2")
 FP8 = ("e4m3", "e5m2")
 OUT_DTYPES = ("bf16", "fp16")
-SCALINGS = ("tensor", "rowwise")  # fp8 only (block scaling is not built yet)
+SCALINGS = ("tensor", "rowwise", "block")  # fp8 only
+BLOCK = 128  # block scales: A in 1x128 groups along K, each group's weights in 128x128 (N x K) blocks
 ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "e4m3": 1, "e5m2": 1}
 EPILOGUE_OPS = ("bias_col", "relu", "gelu")  # bias: (G, N), one row per group, added per column
 TMA_ROW_BYTES = 16  # K·(element bytes) must be a multiple of 16: TMA rows start on 16-byte boundaries
@@ -207,6 +211,14 @@ def silu(x: np.ndarray) -> np.ndarray:
     return x * np.exp(-np.logaddexp(0.0, -x))
 
 
+def _block_scaled(a: np.ndarray, scale_a: np.ndarray, b: np.ndarray, scale_b: np.ndarray) -> np.ndarray:
+    """a (rows, K) · b (K, N) with a's 1x128 scales (rows, KB) and b's 128x128 block scales (NB, KB)."""
+    k, n = b.shape
+    a_scales = np.repeat(scale_a, BLOCK, axis=1)[:, :k]
+    b_scales = np.repeat(np.repeat(scale_b, BLOCK, axis=0), BLOCK, axis=1)[:n, :k].T  # (K, N)
+    return (a.astype(np.float64) * a_scales) @ (b.astype(np.float64) * b_scales)
+
+
 def reference(spec: GroupedSpec, a: np.ndarray, b: np.ndarray, offs: np.ndarray,
               bias: np.ndarray | None = None, scale_a: np.ndarray | None = None,
               scale_b: np.ndarray | None = None) -> np.ndarray:
@@ -218,7 +230,10 @@ def reference(spec: GroupedSpec, a: np.ndarray, b: np.ndarray, offs: np.ndarray,
         if end <= start:
             continue
         value = a[start:end].astype(np.float64) @ b[g].astype(np.float64)
-        if spec.fp8:
+        if spec.fp8 and spec.scaling == "block":
+            value = _block_scaled(a[start:end], np.asarray(scale_a, np.float64)[start:end], b[g],
+                                  np.asarray(scale_b, np.float64)[g])
+        elif spec.fp8:
             sa, sb = np.asarray(scale_a, np.float64), np.asarray(scale_b, np.float64)
             value = (value * sa[0] * sb[0] if spec.scaling == "tensor"
                      else value * sa[start:end, None] * sb[g][None, :])
