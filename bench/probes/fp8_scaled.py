@@ -1,5 +1,6 @@
 """fp8 on the grouped wgmma kernel against torch's fp8 GEMMs (issue 70), first numbers: gemmtune.torch.scaled_mm
-against torch._scaled_mm (per tensor and rowwise, e4m3, bf16 out) and scaled_grouped_mm against
+against torch._scaled_mm (per tensor and rowwise, e4m3, bf16 out; block scales against torch's per-tensor call, as
+this torch has no blockwise scaled mm on sm_90) and scaled_grouped_mm against
 torch._scaled_grouped_mm (rowwise), each checked against torch's result, then timed in CUDA graphs, rounds in a
 balanced order, medians (no L2 flush). Every config of the grouped kernel's candidates is timed, the default marked.
 
@@ -49,14 +50,29 @@ def plain(torch, m: int, n: int, k: int, scaling: str, rounds: int) -> list[str]
 
     a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
     w = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
-    sa, sb = ((torch.ones(1, 1, device="cuda"), torch.ones(1, 1, device="cuda")) if scaling == "tensor" else
-              (torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5))
-    want = torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16)
+    one = torch.ones(1, 1, device="cuda")
+    if scaling == "block":  # scales of one: the same product as torch's per-tensor call with ones (the time is the point)
+        sa, sb = torch.ones(m, -(-k // 128), device="cuda"), torch.ones(-(-n // 128), -(-k // 128), device="cuda")
+    else:
+        sa, sb = ((one, one) if scaling == "tensor" else
+                  (torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5))
+    peer_a, peer_b = (one, one) if scaling == "block" else (sa, sb)
+    want = torch._scaled_mm(a, w.t(), peer_a, peer_b, out_dtype=torch.bfloat16)
     spec = GroupedSpec(1, m, n, k, "e4m3", scaling=scaling)
     offs = torch.tensor([m], device="cuda", dtype=torch.int32)
-    calls = {"torch": lambda: torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16)}
+    calls = {"torch": lambda: torch._scaled_mm(a, w.t(), peer_a, peer_b, out_dtype=torch.bfloat16)}
     errors = {}
-    for config in candidates(spec):
+    if scaling == "block":  # torch's own blockwise scaled mm, where this torch and GPU have one
+        for layout, (ta, tb) in {"torch block": (sa.t().contiguous().t(), sb.t()), "torch block (row-major a)": (sa, sb.t())}.items():
+            try:
+                got = torch._scaled_mm(a, w.t(), ta, tb, out_dtype=torch.bfloat16)
+                torch.cuda.synchronize()
+                errors[layout] = _close(torch, got, want)
+                calls[layout] = lambda ta=ta, tb=tb: torch._scaled_mm(a, w.t(), ta, tb, out_dtype=torch.bfloat16)
+                break
+            except Exception as err:  # noqa: BLE001 - the probe reports what torch refuses
+                print(f"probe: {layout} at {m}x{n}x{k}: {type(err).__name__}: {str(err).splitlines()[0][:160]}", flush=True)
+    for config in (candidates(spec) if scaling != "block" else [default_config(spec)]):
         out, kernel = torch.empty(m, n, device="cuda", dtype=torch.bfloat16), build(spec, config)
 
         def call(kernel=kernel, out=out):
@@ -104,7 +120,7 @@ def main() -> int:
 
     lines = ["| shape | scaling | kernel | µs | TFLOP/s | × torch | max error vs torch |", "|---|---|---|---:|---:|---:|---:|"]
     for m, n, k in PLAIN:
-        for scaling in ("tensor", "rowwise"):
+        for scaling in ("tensor", "rowwise", "block"):
             lines += plain(torch, m, n, k, scaling, args.rounds)
             print(lines[-1] if "default" in lines[-1] else next(l for l in lines[::-1] if "default" in l), flush=True)
             if args.out:
