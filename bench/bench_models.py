@@ -265,6 +265,24 @@ def graph_replay(torch: Any, call: Callable[[], Any]) -> tuple[Callable[[], None
     return graph.replay, out
 
 
+def graph_times(torch: Any, calls: dict[str, Callable[[], Any]], rounds: int) -> dict[str, list[float]]:
+    """µs of each call's CUDA-graph replay, `rounds` rounds in timing.round_order's balanced order (every call
+    in every place and after every other), CUDA events around each replay."""
+    from gemmtune.timing import round_order
+
+    replays = {name: graph_replay(torch, call)[0] for name, call in calls.items()}
+    times: dict[str, list[float]] = {name: [] for name in replays}
+    for r in range(rounds):
+        for name in round_order(list(replays), r):
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            replays[name]()
+            stop.record()
+            stop.synchronize()
+            times[name].append(start.elapsed_time(stop) * 1e3)
+    return times
+
+
 # --- one case on the GPU ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Outcome:

@@ -105,22 +105,12 @@ def list_text(selected: list[MoeCase]) -> str:
 
 
 # --- on the GPU ----------------------------------------------------------------------------------------
-def _replay_us(torch, replay) -> float:
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    replay()
-    stop.record()
-    stop.synchronize()
-    return start.elapsed_time(stop) * 1e3
-
-
 def measure(case: MoeCase, rounds: int) -> dict:
     """Ours, torch._grouped_mm and the loop of mm for `case`: medians (µs), per-round ratios, the error."""
     import torch
 
     import gemmtune.torch as gt
-    from bench_models import graph_replay
-    from gemmtune.timing import round_order
+    from bench_models import graph_times
 
     rows = case.group_rows()
     x = torch.randn(sum(rows), case.k, device="cuda", dtype=torch.bfloat16)
@@ -139,12 +129,7 @@ def measure(case: MoeCase, rounds: int) -> dict:
         calls["swiglu"] = lambda: gt.grouped_mm(x, b, offs, activation="swiglu")
         calls["torch_swiglu"] = lambda: _swiglu(torch, torch._grouped_mm(x, b, offs=offs), half)
         swiglu_error = _sampled_error(torch, calls["swiglu"](), x, weights, ends, post=lambda y: _swiglu(torch, y, half))
-    replays = {name: graph_replay(torch, call)[0] for name, call in calls.items()}
-    names = list(replays)
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(rounds):
-        for name in round_order(names, r):  # balanced: every launch in every place and after every other
-            times[name].append(_replay_us(torch, replays[name]))
+    times = graph_times(torch, calls, rounds)
     ratio = {peer: statistics.median(p / o for p, o in zip(times[peer], times["ours"]))
              for peer in ("grouped_mm", "loop")}
     if "swiglu" in times:
@@ -187,20 +172,14 @@ def measure_bmm(shape: tuple[int, int, int, int], rounds: int) -> dict:
     import torch
 
     import gemmtune.torch as gt
-    from bench_models import graph_replay
-    from gemmtune.timing import round_order
+    from bench_models import graph_times
 
     batch, m, n, k = shape
     a = torch.randn(batch, m, k, device="cuda", dtype=torch.bfloat16)
     b = (torch.randn(batch, n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5).transpose(1, 2)
     want = a.double() @ b.double()
     error = float((gt.bmm(a, b).double() - want).abs().max() / want.abs().max())
-    replays = {name: graph_replay(torch, call)[0] for name, call in
-               (("ours", lambda: gt.bmm(a, b)), ("bmm", lambda: torch.bmm(a, b)))}
-    times: dict[str, list[float]] = {name: [] for name in replays}
-    for r in range(rounds):
-        for name in round_order(list(replays), r):
-            times[name].append(_replay_us(torch, replays[name]))
+    times = graph_times(torch, {"ours": lambda: gt.bmm(a, b), "bmm": lambda: torch.bmm(a, b)}, rounds)
     ratio = statistics.median(p / o for p, o in zip(times["bmm"], times["ours"]))
     return {"shape": "x".join(map(str, shape)), "us": {name: statistics.median(t) for name, t in times.items()},
             "ratio": ratio, "error": error}

@@ -23,20 +23,9 @@ GROUPED = ((8, 1024, 14336, 4096), (64, 512, 2816, 2048), (128, 64, 1536, 2048))
 
 
 def _time(torch, calls: dict, rounds: int) -> dict[str, float]:
-    from bench_models import graph_replay
-    from gemmtune.timing import round_order
+    from bench_models import graph_times
 
-    replays = {name: graph_replay(torch, call)[0] for name, call in calls.items()}
-    times: dict[str, list[float]] = {name: [] for name in replays}
-    for r in range(rounds):
-        for name in round_order(list(replays), r):
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            replays[name]()
-            stop.record()
-            stop.synchronize()
-            times[name].append(start.elapsed_time(stop) * 1e3)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return {name: statistics.median(t) for name, t in graph_times(torch, calls, rounds).items()}
 
 
 def _close(torch, got, want) -> float:

@@ -55,11 +55,10 @@ def configs(spec):
 def measure(shape: Shape, rounds: int) -> list[tuple[str, float, float]]:
     import torch
 
-    from bench_models import graph_replay
+    from bench_models import graph_times
     from bench_moe import group_rows
     from gemmtune.grouped.launch import build
     from gemmtune.grouped.spec import GroupedSpec
-    from gemmtune.timing import round_order
 
     rows = group_rows(shape.experts, shape.rows, shape.routing)
     x = torch.randn(sum(rows), shape.k, device="cuda", dtype=torch.bfloat16)
@@ -87,16 +86,7 @@ def measure(shape: Shape, rounds: int) -> list[tuple[str, float, float]]:
             print(f"probe: {shape.name} {label}: wrong (max rel error {err})", file=sys.stderr)
             continue
         calls[label], labels[label] = call, err
-    replays = {name: graph_replay(torch, call)[0] for name, call in calls.items()}
-    times: dict[str, list[float]] = {name: [] for name in replays}
-    for r in range(rounds):
-        for name in round_order(list(replays), r):
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            replays[name]()
-            stop.record()
-            stop.synchronize()
-            times[name].append(start.elapsed_time(stop) * 1e3)
+    times = graph_times(torch, calls, rounds)
     torch_us = statistics.median(times["torch"])
     return [(name, statistics.median(t), torch_us / statistics.median(t)) for name, t in times.items() if name != "torch"] \
         + [("torch._grouped_mm", torch_us, 1.0)]
