@@ -208,3 +208,167 @@ def test_plan_stats_count_the_binds_calls_made():
     for stream in (1, 1, 2):
         plan.launch((0x1000, 0x2000, 0x3000, 0, 0, 1.0, 1.0, stream), stream)
     assert ops.plan_stats()["binds"] - before == 2  # one per stream: the repeat was a hit
+
+
+# --- eager calls seen before (ops._calls): CPU tensors dressed as CUDA, the launch faked ---------------
+class RecordingLoaded(FakeLoaded):
+    """Binds record their pointers; launches count."""
+
+
+class RecordingKernel:
+    def __init__(self):
+        self.loaded_ = RecordingLoaded()
+
+    def loaded(self, index):
+        return self.loaded_
+
+
+@pytest.fixture
+def dressed(monkeypatch):
+    """CPU tensors that say they are CUDA (torch.Tensor.is_cuda patched), torch's CUDA queries and the
+    context faked, kernel_for recording each spec it is asked for: returns that list of (spec, kernel)."""
+    built = []
+
+    def kernel_for(spec, index):
+        built.append((spec, RecordingKernel()))
+        return built[-1][1]
+
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True), raising=False)
+    monkeypatch.setattr(ops, "_current_device", lambda: -1)  # CPU tensors' get_device()
+    monkeypatch.setattr(ops, "_raw_stream", lambda index: 7)
+    monkeypatch.setattr(ops, "_on_device", lambda index: None)
+    monkeypatch.setattr(ops, "kernel_for", kernel_for)
+    monkeypatch.setattr(ops, "_plans", {})
+    monkeypatch.setattr(ops, "_calls", {})
+    return built
+
+
+def _binds(built):
+    return [b for _, kernel in built for b, _ in kernel.loaded_.binds]
+
+
+def test_a_routed_layer_builds_once_per_shape_and_then_only_launches(dressed):
+    from gemmtune.torch.optimize_model import RoutedLinear
+
+    layer = RoutedLinear(torch.nn.Linear(32, 48, dtype=BF16), "gelu")
+    x = torch.randn(2, 8, 32, dtype=BF16)
+    with torch.no_grad():
+        outs = [layer(x) for _ in range(4)]
+    assert len(dressed) == 1 and dressed[0][0].short() == ops._spec(
+        meta(16, 32), meta(48, 32), "nt", "bias_col+gelu", "bf16").short()
+    assert all(o.shape == (2, 8, 48) and o.dtype == BF16 for o in outs)  # D made in the output's shape
+    loaded = dressed[0][1].loaded_
+    assert loaded.launched == 4 and len(ops._calls) == 1
+    bound = loaded.binds[0][0]
+    assert (bound["A"], bound["B"], bound["bias"]) == (x.data_ptr(), layer.weight.data_ptr(), layer.bias.data_ptr())
+    assert loaded.binds[0][1] == 7  # torch's current stream
+
+
+def test_a_new_shape_or_dtype_makes_a_new_plan_and_a_replaced_weight_a_new_bind(dressed):
+    from gemmtune.torch.optimize_model import RoutedLinear
+
+    layer = RoutedLinear(torch.nn.Linear(32, 48, dtype=BF16))
+    with torch.no_grad():
+        layer(torch.randn(16, 32, dtype=BF16))
+        layer(torch.randn(24, 32, dtype=BF16))  # another batch: another GEMM
+        assert [s.m for s, _ in dressed] == [16, 24]
+        layer.weight = torch.nn.Parameter(torch.randn(48, 32, dtype=BF16))  # same shape: same plan, new pointer
+        x = torch.randn(16, 32, dtype=BF16)
+        layer(x)
+        first = dressed[0][1].loaded_.binds
+        assert len(dressed) == 2 and len(first) == 2 and first[-1][0]["B"] == layer.weight.data_ptr()
+        layer.weight.data = layer.weight.data.half()  # the weight's type changed under the same Parameter
+        with pytest.raises(ops.SpecError, match="cast one of them"):
+            layer(x)
+        layer.to(torch.float16)
+        assert layer(x.half()).dtype == torch.float16 and dressed[-1][0].dtype == "fp16"
+
+
+def test_fp32_calls_follow_torchs_tf32_switch_after_the_first(dressed):
+    x, w = torch.randn(8, 16), torch.randn(24, 16)
+    before = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        ops.linear(x, w)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        ops.linear(x, w)
+        ops.mm(x, w.t())
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+    assert [s.dtype for s, _ in dressed] == ["tf32", "fp32"]  # mm's call is the same fp32 GEMM: its plan
+    assert dressed[1][1].loaded_.launched == 2
+
+
+def test_calls_that_need_the_operator_or_a_copy_still_get_it(dressed):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    w = torch.nn.Parameter(torch.randn(48, 32, dtype=BF16))
+    x = torch.randn(16, 32, dtype=BF16)
+    with torch.no_grad():
+        ops.linear(x, w)
+    y = ops.linear(x, w)  # grad enabled and the weight needs it: through the operator's autograd
+    assert y.requires_grad and y.grad_fn is not None
+    seen = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad(), Record():
+        ops.linear(x, w)
+        ops.mm(x, w.t())
+    assert seen.count("gemmtune.gemm.default") == 2  # a dispatch mode sees the operator
+    with torch.no_grad():
+        wide = torch.randn(16, 64, dtype=BF16)[:, ::2]  # not row-major: the general path copies it
+        assert ops.linear(wide, w).shape == (16, 48)
+        assert ops.mm(wide, w.t()).shape == (16, 48)
+        assert wide.data_ptr() not in [b["A"] for b in _binds(dressed)]
+
+
+def test_mm_reads_a_transposed_view_in_place_and_checks_its_operands(dressed):
+    a, w, c = torch.randn(16, 32, dtype=BF16), torch.randn(48, 32, dtype=BF16), torch.randn(16, 48, dtype=BF16)
+    with torch.no_grad():
+        for _ in range(2):
+            assert ops.mm(a, w.t()).shape == (16, 48)
+            assert ops.mm(a, w.t(), "relu+add", c=c).shape == (16, 48)
+        assert [(s.layout, str(s.epilogue)) for s, _ in dressed] == [("nt", "none"), ("nt", "relu+add")]
+        assert _binds(dressed)[0]["B"] == w.data_ptr()
+        for call, message in ((lambda: ops.mm(a, w.t(), "relu+add"), "needs C"),
+                              (lambda: ops.mm(a, w.t(), "relu+add", c=c[:, :40]), "must be"),
+                              (lambda: ops.mm(a, w.t(), bias=c[0]), "takes no bias"),
+                              (lambda: ops.mm(a, w[:, :16].t()), "inner dimensions differ")):
+            with pytest.raises(ops.SpecError, match=message):
+                call()
+
+
+def test_installing_a_kernel_forgets_the_calls_seen(dressed, monkeypatch):
+    monkeypatch.setattr(ops, "_kernels", {})
+    with torch.no_grad():
+        ops.linear(torch.randn(8, 32, dtype=BF16), torch.randn(16, 32, dtype=BF16))
+    assert ops._calls
+    ops.install_kernel(dressed[0][0], -1, RecordingKernel())
+    assert ops._calls == {} and ops._plans == {}
+
+
+def test_calls_seen_are_kept_up_to_a_bound(dressed, monkeypatch):
+    monkeypatch.setattr(ops, "CALLS_KEPT", 3)
+    w = torch.randn(16, 32, dtype=BF16)
+    with torch.no_grad():
+        for m in range(1, 6):
+            ops.linear(torch.randn(m + 1, 32, dtype=BF16), w)
+    assert len(ops._calls) == 3 and [k[0][0] for k in ops._calls] == [4, 5, 6]
+
+
+@pytest.mark.parametrize("shape, strides", [((16, 32), (32, 1)), ((16, 32), (1, 16)), ((1, 32), (64, 2)),
+                                            ((16, 1), (1, 5)), ((16, 32), (2, 64)), ((1, 1), (3, 3))])
+def test_the_layout_letter_is_as_stored_s_without_the_view(shape, strides):
+    x = torch.empty_strided(shape, strides, dtype=BF16)
+    letter = ops._as_stored(x)[1] if x.is_contiguous() or x.t().is_contiguous() else None
+    assert ops._letter(x) == letter
+
+
+def test_dynamo_sees_compiling_so_it_traces_the_operator_not_the_fast_path():
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: x + 1 if ops._is_compiling() else x - 1, fullgraph=True, backend="eager")
+    assert compiled(torch.zeros(2)).tolist() == [1.0, 1.0]

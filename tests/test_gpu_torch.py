@@ -262,3 +262,33 @@ def test_cupy_arrays_run_on_cupys_current_stream():
     ref = fresh.astype(np.float64) @ cupy.asnumpy(b).astype(np.float64) + cupy.asnumpy(bias)[None, :]
     error = float(np.linalg.norm(cupy.asnumpy(out) - ref) / np.linalg.norm(ref))
     assert error <= tolerance(spec.dtype, spec.k), error
+
+
+def _same(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """The same kernel's output (a split kernel may add its partial sums in another order)."""
+    return bool((got.float() - want.float()).abs().max() <= 1e-2 * want.float().abs().max())
+
+
+def test_eager_fast_path_matches_the_operator_and_takes_another_gpu():
+    """gt.linear / gt.mm / RoutedLinear on calls seen before (operators._calls: one lookup, then the
+    launch) give what the gemmtune::gemm operator gives, repeated calls included; with two GPUs, a
+    layer on GPU 1 while GPU 0 is current runs there and leaves GPU 0 current."""
+    from gemmtune.torch import operators as ops
+    from gemmtune.torch.optimize_model import RoutedLinear
+
+    devices = ["cuda:0"] + (["cuda:1"] if torch.cuda.device_count() > 1 else [])
+    for device in devices:
+        torch.manual_seed(5)
+        lin = torch.nn.Linear(256, 384, device=device, dtype=torch.bfloat16)
+        x = torch.randn(2, 48, 256, device=device, dtype=torch.bfloat16)
+        routed = RoutedLinear(lin, "gelu")
+        with torch.no_grad():
+            want = ops.gemm(x.reshape(-1, 256), lin.weight, None, lin.bias, 1.0, 1.0, "nt", "bias_col+gelu", "bf16")
+            for _ in range(3):
+                got = routed(x)
+                assert got.shape == (2, 48, 384) and got.device == x.device
+                assert _same(got.reshape(-1, 384), want)
+            a = x[0]
+            assert _same(gt.mm(a, lin.weight.t()), ops.gemm(a, lin.weight, None, None, 1.0, 1.0, "nt", "none", "bf16"))
+        assert torch.cuda.current_device() == 0
+    torch.cuda.synchronize()

@@ -196,6 +196,8 @@ class BoundLaunches:
     def __init__(self, kept: int = 64):
         self.kept = kept
         self._launches: dict[Any, Any] = {}
+        self.find = self._launches.get  # the launch bound for a key, or None: a hit costs one dict lookup
+
 
     def get(self, key: Any, bind: Callable[[], Any]) -> Any:
         """The launch bound for `key`, bound by `bind()` on the first call with it."""

@@ -386,6 +386,17 @@ class BoundLaunch:
     dependent: Any = None  # dependent_launch_config's result: launched with cuLaunchKernelEx
     order: StreamOrder | None = None  # the loaded kernel's, where it keeps state (stream_order.py)
 
+    def __post_init__(self) -> None:
+        # What every call passes to the driver, worked out once (a launch is in the eager path of every
+        # torch call): the driver function's name, its arguments, and the error's text.
+        src = self.source
+        if self.dependent is not None:
+            name, params = "cuLaunchKernelEx", (self.dependent, self.function, self.arguments.address, 0)
+        else:
+            name, params = "cuLaunchKernel", (self.function, *src.grid, *src.block, src.dynamic_smem, self.stream,
+                                              self.arguments.address, 0)
+        object.__setattr__(self, "_launch", (name, params, f"launching {src.entry}"))
+
     def __call__(self) -> None:
         if self.order is None:
             self._enqueue()
@@ -394,15 +405,27 @@ class BoundLaunch:
             self._enqueue()
 
     def _enqueue(self) -> None:
-        src = self.source
         for copy in self.copies:
             copy(self.stream)
-        if self.dependent is not None:
-            result = driver().cuLaunchKernelEx(self.dependent, self.function, self.arguments.address, 0)
-        else:
-            result = driver().cuLaunchKernel(self.function, *src.grid, *src.block, src.dynamic_smem, self.stream,
-                                             self.arguments.address, 0)
-        checked(result, f"launching {src.entry}")
+        name, params, what = self._launch
+        result = getattr(_driver_module(), name)(*params)
+        if result[0]:  # CUDA_SUCCESS is 0
+            checked(result, what)
+
+
+def _driver_module() -> Any:
+    """cuda.bindings.driver as device.driver() gives it (tests put a fake there), by one attribute read
+    once the package is imported rather than an import statement a call."""
+    package = _bindings[0]
+    if package is None:
+        driver()  # imports it, or says it is not installed
+        import cuda.bindings as package
+
+        _bindings[0] = package
+    return package.driver
+
+
+_bindings: list[Any] = [None]
 
 
 class LoadedKernel:

@@ -17,14 +17,17 @@ more gemmtune GEMMs (plus one that recomputes the pre-activation when the epilog
 The call path (issue 68): what does not change between calls is kept in a launch plan per (shape, layout,
 dtype, epilogue, GPU): the loaded kernel, its operands' expected types and shapes, and its bound launches
 (packed arguments, TMA descriptors, the dependent-launch configuration) by operand pointers and stream, so
-a call with pointers seen before only launches. Eager calls that need no autograd and
-run under no tracing or dispatch mode skip the operator's dispatcher (`_direct`); everything else (autograd,
-torch.compile, make_fx, fake tensors) goes through `gemmtune::gemm`, which runs the same plan. The context:
-made current once per thread and GPU (`_on_device`); a call on another GPU than torch's current one runs
-under torch.cuda.device, which switches back after. Python cost of the steps on a CPU (fake driver, 2026-11-29):
-the spec parsed per call was 5 µs, now a plan lookup and its checks 1.3 µs; binding (argument packing, two
-tensor maps) 23 µs, now a dict lookup; the dispatcher 13 µs (custom_op) or 8.6 (Library), now skipped where
-it may be; linear's reshapes and weight views 4.8 µs, now 0.4.
+a call with pointers seen before only launches. Eager calls that need no autograd and run under no
+tracing or dispatch mode skip the operator's dispatcher; linear() and mm() calls of a shape seen before
+(`_calls`: the plan, D's shape with x's leading dimensions, so no reshape) cost one dict lookup, a few
+attribute reads, D's allocation and the launch (`_linear_fast`, `_mm_fast`); everything else (autograd,
+torch.compile, make_fx, fake tensors, copies of operands that are not row-major or transposed views)
+goes through the general path and `gemmtune::gemm`, which run the same plans. The context: made current
+once per thread and GPU (`_on_device`); a call on another GPU than torch's current one runs under
+torch.cuda.device, which switches back after. Python cost a call on a CPU (scratch harness, CUDA and the
+driver faked, 2026-11-29): RoutedLinear's forward (module call included) 11.6-14.4 µs before the calls
+seen were kept, 5.7-6.6 after (nn.Linear's module call with F.linear on tiny CPU tensors: 4.8-6.7);
+gt.linear 8-11 → 3.6-4.1; gt.mm 10.4-10.9 → 5.1-5.4.
 """
 from __future__ import annotations
 
@@ -40,7 +43,6 @@ except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environm
     raise GemmtuneError("gemmtune.torch needs PyTorch: pip install 'gemmtune[torch]'") from exc
 
 from torch import Tensor
-from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from ..build import Kernel, build
 from ..device import ensure_context
@@ -88,6 +90,7 @@ def install_kernel(spec: GemmSpec, device_index: int, kernel: Kernel) -> None:
     with _kernels_lock:
         _kernels[(spec, device_index)] = kernel
         _plans.clear()
+        _calls.clear()
 
 
 # --- launch plans: what does not change between calls ----------------------------------------------
@@ -124,7 +127,10 @@ class _Plan:
         return True
 
     def launch(self, key: tuple, stream: int) -> None:
-        self.launches.get(key, lambda: self._bind(key, stream))()
+        bound = self.launches.find(key)
+        if bound is None:
+            bound = self.launches.get(key, lambda: self._bind(key, stream))
+        bound()
 
     def _bind(self, key: tuple, stream: int) -> Any:
         a, b, d, c, bias, alpha, beta, _ = key
@@ -166,8 +172,9 @@ def _on_device(index: int) -> None:
     that device's primary context current on the thread from then on (cudaSetDevice makes it current,
     and cudaGetDevice reports the device of whatever context is current, so a context another
     library made current shows as another torch device and comes back here through torch.cuda.device)."""
-    devices = getattr(_context_ready, "devices", None)
-    if devices is None:
+    try:
+        devices = _context_ready.devices
+    except AttributeError:
         devices = _context_ready.devices = set()
     if index not in devices:
         ensure_context(index)
@@ -247,19 +254,43 @@ def _run(a: Tensor, b: Tensor, c: Optional[Tensor], bias: Optional[Tensor], alph
     the operands' pointers bound (once per pointer set) and the kernel enqueued on torch's current stream."""
     if not a.is_cuda:
         raise SpecError(f"gemmtune::gemm runs on CUDA tensors; A is on {a.device}")
-    index = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    index = a.get_device()
+    for name, t in (("B", b), ("C", c), ("bias", bias)):
+        if t is not None and t.get_device() != index:
+            raise SpecError(f"{name} is on {t.device} but A on {a.device}: move them to one GPU")
     plan = _checked_plan(a, b, c, bias, layout, epilogue, dtype, index)
     out = torch.empty((plan.spec.m, plan.spec.n), dtype=plan.out_type, device=a.device)
     (a, pa), (b, pb), (c, pc), (bias, pbias) = _pointer(a), _pointer(b), _pointer(c), _pointer(bias)
-    stream = torch_current_stream(index)
-    if torch.cuda.current_device() == index:
-        _on_device(index)
-        plan.launch((pa, pb, out.data_ptr(), pc, pbias, alpha, beta, stream), stream)
-        return out
-    with torch.cuda.device(index):  # A on another GPU than torch's current one: switched back after
-        _on_device(index)
-        plan.launch((pa, pb, out.data_ptr(), pc, pbias, alpha, beta, stream), stream)
+    _launch(plan, index, pa, pb, out.data_ptr(), pc, pbias, alpha, beta)
     return out
+
+
+def _torch_current_device() -> int:
+    return torch.cuda.current_device()
+
+
+# torch's own C functions where torch has CUDA (a CUDA tensor exists, so CUDA is initialised): the current
+# GPU and the raw handle of its current stream without torch.cuda's Python wrappers.
+_current_device = getattr(torch._C, "_cuda_getDevice", None) or _torch_current_device
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or torch_current_stream
+
+
+def _launch(plan: _Plan, index: int, pa: int, pb: int, pd: int, pc: int, pbias: int, alpha: float,
+            beta: float) -> None:
+    """Enqueue the plan's kernel on torch's current stream of GPU `index` with these operand pointers: the
+    launch bound for them before, else bound now (argument packing, tensor maps). A call on another GPU
+    than torch's current one runs under torch.cuda.device, which switches back after."""
+    if _current_device() != index:
+        with torch.cuda.device(index):
+            _launch(plan, index, pa, pb, pd, pc, pbias, alpha, beta)
+        return
+    _on_device(index)
+    stream = _raw_stream(index)
+    key = (pa, pb, pd, pc, pbias, alpha, beta, stream)
+    bound = plan.launches.find(key)
+    if bound is None:
+        bound = plan.launches.get(key, lambda: plan._bind(key, stream))
+    bound()
 
 
 # D = epilogue(op(a)·op(b)) for stored operands a, b in `layout` (nn/nt/tn/tt), computed by the gemmtune
@@ -275,16 +306,22 @@ _LIB.impl("gemm", _run, "CPU")  # CPU tensors get _run's one-line SpecError, not
 gemm = torch.ops.gemmtune.gemm.default
 
 
+_is_compiling = torch.compiler.is_compiling  # dynamo folds it to True while it traces
+_function_mode = torch._C._is_torch_function_mode_enabled
+_dispatch_depth = torch._C._len_torch_dispatch_stack  # user and infra (fake, proxy, functional) modes
+_grad_enabled = torch.is_grad_enabled
+
+
 def _direct(*tensors: Optional[Tensor]) -> bool:
     """Whether an eager call may skip the operator's dispatcher: no autograd needed, plain CUDA tensors,
     and no torch.compile tracing, torch function or dispatch mode that should see the operator."""
-    if torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None:
+    if _is_compiling() or _dispatch_depth() or _function_mode() or not tensors[0].is_cuda:
         return False
-    if torch._C._is_torch_function_mode_enabled():
-        return False
-    grad = torch.is_grad_enabled()
-    return tensors[0].is_cuda and all(t is None or (type(t) in _PLAIN and not (grad and t.requires_grad))
-                                      for t in tensors)
+    grad = _grad_enabled()
+    for t in tensors:
+        if t is not None and (type(t) not in _PLAIN or (grad and t.requires_grad)):
+            return False
+    return True
 
 
 _PLAIN = (Tensor, torch.nn.Parameter)  # tensor types the direct path takes (a subclass may override ops)
@@ -393,10 +430,131 @@ def _call(a: Tensor, b: Tensor, layout: str, dtype: str, epilogue: str = "none",
     return call(a, b, c, bias, float(alpha), float(beta), layout, epilogue, dtype)
 
 
+# --- eager calls seen before: one lookup, then pointers and the launch ----------------------------------
+CALLS_KEPT = 256  # call shapes remembered (mm and linear together); the oldest goes first
+
+
+class _Seen:
+    """What an eager call of one shape needs besides its pointers: the plan, D's shape as the caller gets
+    it (linear: x's leading dimensions kept, so no reshape) and type, and for float32 inputs the gemmtune
+    dtype (tf32 or fp32) torch's switch gave when it was made (the switch may change)."""
+
+    __slots__ = ("plan", "out_shape", "out_type", "fp32_as")
+
+    def __init__(self, plan: _Plan, out_shape: tuple, fp32_as: Optional[str]):
+        self.plan, self.out_shape, self.out_type, self.fp32_as = plan, out_shape, plan.out_type, fp32_as
+
+
+_calls: dict[tuple, _Seen] = {}
+
+
+def _remember(key: tuple, seen: _Seen) -> _Seen:
+    with _kernels_lock:  # another thread's insertion would break the iteration
+        if len(_calls) >= CALLS_KEPT:
+            _calls.pop(next(iter(_calls)), None)
+        _calls[key] = seen
+    return seen
+
+
+def _plain_eager(x: Tensor, w: Tensor, b: Optional[Tensor], c: Optional[Tensor] = None) -> bool:
+    """_direct's test, with the compile check left to the caller (done first, so that dynamo traces none
+    of the fast path): plain CUDA tensors, no mode, no autograd needed."""
+    if _dispatch_depth() or _function_mode() or not x.is_cuda:
+        return False
+    if type(x) not in _PLAIN or type(w) not in _PLAIN or (b is not None and type(b) not in _PLAIN) \
+            or (c is not None and type(c) not in _PLAIN):
+        return False
+    return not (_grad_enabled() and (x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)
+                                     or (c is not None and c.requires_grad)))
+
+
+def _letter(x: Tensor) -> Optional[str]:
+    """_as_stored's layout letter of a 2-D `x` without making the transposed view: 'n' row-major, 't' a
+    transpose of a row-major tensor (same pointer), None when it needs a copy."""
+    if x.is_contiguous():
+        return "n"
+    (d0, d1), (s0, s1) = x.shape, x.stride()
+    return "t" if (d0 == 1 or s0 == 1) and (d1 == 1 or s1 == d0) else None
+
+
+def _mm_fast(a: Tensor, b: Tensor, epilogue: str, c: Optional[Tensor], bias: Optional[Tensor], alpha: float,
+             beta: float) -> Optional[Tensor]:
+    """mm() for a plain eager call of a shape seen before (built on its first): D allocated and the kernel
+    enqueued; None where the call needs the general path (which says what does not fit)."""
+    if a.dim() != 2 or b.dim() != 2 or not _plain_eager(a, b, bias, c) or b.dtype is not a.dtype:
+        return None
+    la, lb = _letter(a), _letter(b)
+    if la is None or lb is None:
+        return None
+    index = a.get_device()
+    key = (a.shape, b.shape, la, lb, a.dtype, epilogue, index)
+    seen = _calls.get(key)
+    if seen is None or (seen.fp32_as is not None and seen.fp32_as != _dtype_of(a)):
+        if a.dtype not in _DTYPES:
+            return None
+        dtype = _dtype_of(a)
+        stored_a, stored_b = (a.t() if la == "t" else a), (b.t() if lb == "t" else b)
+        plan = _checked_plan(stored_a, stored_b, c, bias, la + lb, epilogue, dtype, index)
+        seen = _remember(key, _Seen(plan, (plan.spec.m, plan.spec.n), dtype if a.dtype is torch.float32 else None))
+    plan = seen.plan
+    if c is None and bias is None:
+        if plan.needs:
+            return None
+        pc = pbias = 0
+    else:
+        if not plan.fits(a, b, c, bias) or (c is not None and not c.is_contiguous()) \
+                or (bias is not None and not bias.is_contiguous()):
+            return None
+        pc, pbias = (0 if c is None else c.data_ptr()), (0 if bias is None else bias.data_ptr())
+        if (c is not None and c.get_device() != index) or (bias is not None and bias.get_device() != index):
+            return None
+    pa, pb = a.data_ptr(), b.data_ptr()
+    if (pa | pb | pc | pbias) & 15 or b.get_device() != index:
+        return None
+    out = torch.empty(seen.out_shape, dtype=seen.out_type, device=a.device)
+    _launch(plan, index, pa, pb, out.data_ptr(), pc, pbias, float(alpha), float(beta))
+    return out
+
+
+def _linear_fast(x: Tensor, w: Tensor, b: Optional[Tensor], activation: Optional[str]) -> Optional[Tensor]:
+    """linear() for a plain eager call of a shape seen before (built on its first): x and the weight as
+    stored (layout nt), D allocated in the output's shape and the kernel enqueued; None where the call
+    needs the general path (which says what does not fit)."""
+    if not _plain_eager(x, w, b) or not (x.is_contiguous() and w.is_contiguous()) or w.dtype is not x.dtype:
+        return None
+    index = x.get_device()
+    key = (x.shape, x.dtype, w.shape, None if b is None else b.shape, activation, index)
+    seen = _calls.get(key)
+    if seen is None or (seen.fp32_as is not None and seen.fp32_as != _dtype_of(x)):
+        if x.dtype not in _DTYPES or x.dim() == 0 or w.dim() != 2 or min(w.shape) <= 1 \
+                or (activation is not None and activation not in _ACTIVATIONS):
+            return None
+        dtype = _dtype_of(x)
+        ops = (["bias_col"] if b is not None else []) + ([activation] if activation else [])
+        plan = _checked_plan(x.reshape(-1, x.shape[-1]), w, None, b, "nt", "+".join(ops) or "none", dtype, index)
+        seen = _remember(key, _Seen(plan, (*x.shape[:-1], w.shape[0]), dtype if x.dtype is torch.float32 else None))
+    pa, pb = x.data_ptr(), w.data_ptr()
+    if b is None:
+        pbias = 0
+    else:
+        if b.dtype is not seen.out_type or not b.is_contiguous() or b.get_device() != index:
+            return None
+        pbias = b.data_ptr()
+    if (pa | pb | pbias) & 15 or w.get_device() != index:
+        return None
+    out = torch.empty(seen.out_shape, dtype=seen.out_type, device=x.device)
+    _launch(seen.plan, index, pa, pb, out.data_ptr(), 0, pbias, 1.0, 1.0)
+    return out
+
+
 def mm(a: Tensor, b: Tensor, epilogue: Optional[str] = None, *, c: Optional[Tensor] = None,
        bias: Optional[Tensor] = None, alpha: float = 1.0, beta: float = 1.0) -> Tensor:
     """epilogue(a @ b) for 2-D a (M, K) and b (K, N): any gemmtune epilogue ("relu+add", "bias_col+gelu",
     "alpha+beta", ...) with its operands c (M, N), bias (M or N), alpha, beta in D's type."""
+    if not _is_compiling():
+        out = _mm_fast(a, b, epilogue or "none", c, bias, alpha, beta)
+        if out is not None:
+            return out
     if a.dim() != 2 or b.dim() != 2:
         raise SpecError(f"mm takes 2-D tensors, got {tuple(a.shape)} and {tuple(b.shape)}")
     return _mm(a, b, _dtype_of(a), epilogue or "none", c, bias, alpha, beta)
@@ -423,6 +581,10 @@ def addmm(input: Tensor, mat1: Tensor, mat2: Tensor, *, beta: float = 1.0, alpha
 def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, activation: Optional[str] = None) -> Tensor:
     """F.linear (x @ weightᵀ + bias) followed by `activation` (None, "relu" or "gelu" (tanh form)),
     one kernel. x may have leading batch dimensions."""
+    if not _is_compiling():
+        out = _linear_fast(x, weight, bias, activation)
+        if out is not None:
+            return out
     if activation is not None and activation not in _ACTIVATIONS:
         raise SpecError(f"activation must be one of {', '.join(_ACTIVATIONS)} or None, not {activation!r}")
     ops = (["bias_col"] if bias is not None else []) + ([activation] if activation else [])

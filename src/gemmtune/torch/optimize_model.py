@@ -33,6 +33,7 @@ from ..errors import GemmtuneError, SpecError
 from ..input_files import InputFileError, read_json_object
 from ..spec import GemmSpec
 from ..workload import Workload, WorkloadShape
+from .operators import linear as _linear
 
 __all__ = ["optimize", "OptimizeReport", "LayerPlan", "Site", "SiteTiming", "RoutedLinear", "capture_sites",
            "GpuBackend", "graph_seconds", "eager_seconds"]
@@ -301,9 +302,7 @@ class RoutedLinear(nn.Linear):
         self.register_parameter("bias", linear.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from .operators import linear
-
-        return linear(x, self.weight, self.bias, self.activation)
+        return _linear(x, self.weight, self.bias, self.activation)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", gemmtune, activation={self.activation}"
