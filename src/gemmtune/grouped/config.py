@@ -3,11 +3,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from .spec import GroupedSpec
+from .spec import BLOCK, GroupedSpec
 
 SMEM_LIMIT = 232448  # bytes of shared memory one block may opt in to on sm_90 (227 KB)
 TILE_ROW_BYTES = 128  # a tile row in shared memory: 64 16-bit values of K (BK), one 128-byte swizzle row
-BLOCK_SCALE = 128  # fp8 block scales: B's 128x128 blocks, A's 1x128 groups
 MAX_ACCUMULATORS = 128  # fp32 sums a consumer thread holds: beside them the 232-register budget fits the rest
 SMALL_GROUP_ROWS = 64  # at most this many rows per group on average: 64-row tiles (fewer rows computed for nothing)
 
@@ -70,8 +69,8 @@ def rejections(config: GroupedConfig, spec: GroupedSpec) -> dict[str, str]:
     elif c.rows_per_consumer // 64 * c.bn // 2 > MAX_ACCUMULATORS:
         problems["registers"] = (f"{c.rows_per_consumer}x{c.bn} per consumer is "
                                  f"{c.rows_per_consumer // 64 * c.bn // 2} fp32 sums a thread, over {MAX_ACCUMULATORS}")
-    if spec.scaling == "block" and (c.bn != BLOCK_SCALE or c.rows_per_consumer != 64):
-        problems["block_scales"] = (f"block scales: a {BLOCK_SCALE}-column tile (one B scale a k-block) of 64 rows a "
+    if spec.scaling == "block" and (c.bn != BLOCK or c.rows_per_consumer != 64):
+        problems["block_scales"] = (f"block scales: a {BLOCK}-column tile (one B scale a k-block) of 64 rows a "
                                     f"consumer (its k-block's sums beside the promoted ones), not {c.bm}x{c.bn}")
     if c.band_m < 0:
         problems["band_m"] = f"band_m={c.band_m}: 0 (whole groups) or a count of tile rows"
@@ -105,7 +104,7 @@ def default_config(spec: GroupedSpec) -> GroupedConfig:
     shape = GroupedConfig(bm=64, bn=256) if small else GroupedConfig(bm=128, bn=128)
     shape = shape.with_(consumers=2, pingpong=True, staged_store=True)
     if spec.scaling == "block":  # two consumers of 64 rows, each a k-block's sums beside its promoted ones (untimed)
-        shape = GroupedConfig(bm=128, bn=BLOCK_SCALE, consumers=2, staged_store=True)
+        shape = GroupedConfig(bm=128, bn=BLOCK, consumers=2, staged_store=True)
     if rejections(_deepest(shape, spec), spec):
         shape = shape.with_(staged_store=False)
     return _deepest(shape, spec)

@@ -28,7 +28,7 @@ from ..kernels.wgmma.producer import PRODUCER_REGS
 from ..errors import ConfigError
 from .config import GroupedConfig, default_config, rejections
 from .schedule import scheduler
-from .spec import GroupedSpec
+from .spec import BLOCK, GroupedSpec
 
 FAMILY, VERSION = "grouped_wgmma", "1"
 ROW_BYTES = 128  # a k-block's row in shared memory: one 128-byte swizzle span (64 16-bit or 128 fp8 values of K)
@@ -94,7 +94,7 @@ constexpr bool PINGPONG = {str(config.pingpong).lower()};
 constexpr int ROWS_PER_CONSUMER = {config.rows_per_consumer}, M_BLOCKS = ROWS_PER_CONSUMER / 64;
 constexpr int K_STEP = {K_STEPS[spec.dtype]};                               // K of one wgmma instruction
 constexpr int K_BLOCKS = (K + BK - 1) / BK;              // the last block's tail is TMA zero-fill
-constexpr int N_BLOCKS = (N + 127) / 128;                // fp8 block scales: 128-row blocks of a group's weights
+constexpr int N_BLOCKS = (N + {BLOCK} - 1) / {BLOCK};                // fp8 block scales: {BLOCK}-row blocks of a group's weights
 {_tile_columns(spec)}
 constexpr int A_TILE_BYTES = BM * 128, B_TILE_BYTES = BN * 128, STAGE_BYTES = A_TILE_BYTES + B_TILE_BYTES;
 constexpr int STAGING_BYTES = {config.staging_bytes // max(config.consumers, 1)};  // a consumer's staged rows (0: stored from registers)

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from ..errors import SpecError
+from ..kernels.config_base import ceil_div
 from .launch import build
 from .spec import BLOCK, GroupedSpec
 
@@ -55,9 +56,6 @@ def _scaling(op: str, scale_a: Tensor, scale_b: Tensor, rows: int, cols: int, bl
                     f"{block_b[-1]}) and {block_b} (block: 1x128 groups of A, 128x128 blocks of B)")
 
 
-def _blocks(n: int) -> int:
-    return -(-n // BLOCK)
-
 
 def _run(spec: GroupedSpec, a: Tensor, weights: Tensor, offs: Tensor, out: Tensor, bias: Optional[Tensor],
          scale_a: Tensor, scale_b: Tensor) -> None:
@@ -77,7 +75,7 @@ def _check_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Opti
         raise SpecError("scaled_mm: a must be row-major and b column-major (b.t() contiguous), as torch._scaled_mm")
     if bias is not None and (tuple(bias.shape) != (b.shape[1],) or bias.dtype != out_dtype):
         raise SpecError(f"scaled_mm: bias {tuple(bias.shape)} {bias.dtype}; expected ({b.shape[1]},) {out_dtype}")
-    block_b = (_blocks(b.shape[1]), _blocks(a.shape[1]))
+    block_b = (ceil_div(b.shape[1], BLOCK), ceil_div(a.shape[1], BLOCK))
     return kind, out, _scaling("scaled_mm", scale_a, scale_b, a.shape[0], b.shape[1], block_b)
 
 
@@ -117,7 +115,7 @@ def _check_grouped(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, offs:
     kind, out = _formats("scaled_grouped_mm", a, b, out_dtype)
     if not a.is_contiguous() or not b.transpose(1, 2).is_contiguous():
         raise SpecError("scaled_grouped_mm: a must be row-major and b the (G, K, N) view of weights stored (G, N, K)")
-    block_b = (b.shape[0], _blocks(b.shape[2]), _blocks(a.shape[1]))
+    block_b = (b.shape[0], ceil_div(b.shape[2], BLOCK), ceil_div(a.shape[1], BLOCK))
     return kind, out, _scaling("scaled_grouped_mm", scale_a, scale_b, a.shape[0], b.shape[0] * b.shape[2], block_b)
 
 

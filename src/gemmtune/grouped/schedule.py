@@ -17,11 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..kernels.config_base import ceil_div
 from .spec import GroupedSpec, group_ends
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 @dataclass(frozen=True)

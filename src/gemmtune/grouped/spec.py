@@ -28,6 +28,7 @@ import numpy as np
 
 from ..epilogue import Epilogue
 from ..errors import SpecError
+from ..fp8 import BLOCK
 from ..spec import GemmSpec
 
 MAX_GROUPS = 1024  # group ends and tile counts live in shared memory, scanned by one warp
@@ -35,7 +36,7 @@ DTYPES = ("bf16", "fp16", "e4m3", "e5m2")
 FP8 = ("e4m3", "e5m2")
 OUT_DTYPES = ("bf16", "fp16")
 SCALINGS = ("tensor", "rowwise", "block")  # fp8 only
-BLOCK = 128  # block scales: A in 1x128 groups along K, each group's weights in 128x128 (N x K) blocks
+# block scales: A in 1xBLOCK groups along K, each group's weights in BLOCKxBLOCK (N x K) blocks (fp8.BLOCK, 128)
 ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "e4m3": 1, "e5m2": 1}
 EPILOGUE_OPS = ("bias_col", "relu", "gelu")  # bias: (G, N), one row per group, added per column
 TMA_ROW_BYTES = 16  # K·(element bytes) must be a multiple of 16: TMA rows start on 16-byte boundaries
