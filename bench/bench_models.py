@@ -269,17 +269,13 @@ def graph_times(torch: Any, calls: dict[str, Callable[[], Any]], rounds: int) ->
     """µs of each call's CUDA-graph replay, `rounds` rounds in timing.round_order's balanced order (every call
     in every place and after every other), CUDA events around each replay."""
     from gemmtune.timing import round_order
+    from gemmtune.torch.optimize_model import event_seconds
 
     replays = {name: graph_replay(torch, call)[0] for name, call in calls.items()}
     times: dict[str, list[float]] = {name: [] for name in replays}
     for r in range(rounds):
         for name in round_order(list(replays), r):
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            replays[name]()
-            stop.record()
-            stop.synchronize()
-            times[name].append(start.elapsed_time(stop) * 1e3)
+            times[name].append(event_seconds(replays[name]) * 1e6)
     return times
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 
 
@@ -26,33 +25,24 @@ def _parse_shape(text: str) -> tuple[int, int, int]:
 
 def _graph_time(torch, body, calls: int, replays: int) -> float:
     """Median seconds per call of a graph of `calls` calls of body(), replayed `replays` times."""
+    from gemmtune.torch.optimize_model import eager_seconds
+
     body()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         for _ in range(calls):
             body()
-    return _timed(torch, graph.replay, replays) / calls
+    return eager_seconds(graph.replay, replays, warmup=0) / calls
 
 
-def _eager_time(torch, body, calls: int, replays: int) -> float:
+def _eager_time(body, calls: int, replays: int) -> float:
+    from gemmtune.torch.optimize_model import eager_seconds
+
     def many():
         for _ in range(calls):
             body()
-    many()
-    return _timed(torch, many, replays) / calls
-
-
-def _timed(torch, run, replays: int) -> float:
-    samples = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(samples)
+    return eager_seconds(many, replays, warmup=1) / calls
 
 
 def measure_shape(torch, m: int, n: int, k: int, calls: int, replays: int) -> dict:
@@ -72,7 +62,7 @@ def measure_shape(torch, m: int, n: int, k: int, calls: int, replays: int) -> di
     row = {"shape": f"{m}x{n}x{k}", "family": kernel.family, "config": kernel.config.describe()}
     for name, body in (("raw", raw), ("gt_mm", via_op), ("cublas", cublas)):
         row[f"{name}_graph_us"] = _graph_time(torch, body, calls, replays) * 1e6
-        row[f"{name}_eager_us"] = _eager_time(torch, body, calls, replays) * 1e6
+        row[f"{name}_eager_us"] = _eager_time(body, calls, replays) * 1e6
     row["graph_overhead_us"] = row["gt_mm_graph_us"] - row["raw_graph_us"]
     return row
 

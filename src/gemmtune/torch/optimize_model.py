@@ -365,16 +365,18 @@ def eager_seconds(fn: Callable[[], Any], samples: int = 20, warmup: int = 3) -> 
     return _event_median(fn, samples)
 
 
+def event_seconds(fn: Callable[[], Any]) -> float:
+    """Seconds between CUDA events recorded on the current stream before and after one call of `fn`."""
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop) / 1e3
+
+
 def _event_median(fn: Callable[[], Any], samples: int) -> float:
-    times = []
-    for _ in range(samples):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) / 1e3)
-    return statistics.median(times)
+    return statistics.median(event_seconds(fn) for _ in range(samples))
 
 
 _EAGER = {None: lambda y: y, "relu": torch.relu, "gelu_tanh": lambda y: nn.functional.gelu(y, approximate="tanh"),
