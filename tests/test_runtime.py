@@ -223,3 +223,19 @@ def test_ptx_of_an_older_arch_loads_on_any_newer_gpu(arch: str, ok: bool) -> Non
     """PTX (compiler.ptx_image) is JIT-compiled by the driver: an H100 runs compute_75 .. compute_90, not compute_100."""
     assert (arch_problem(arch, H100) is None) == ok
     assert arch_problem("compute_89", replace(H100, cc=(8, 6))) is not None
+
+
+def test_tensor_map_cache_encodes_each_pointer_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gemmtune.runtime as runtime
+    from gemmtune.kernel_source import TensorMapArg
+    made: list[int] = []
+    monkeypatch.setattr(runtime, "encode_tensor_map", lambda desc, ptr: made.append(ptr) or (ctypes.c_char * 128)())
+    desc = TensorMapArg("tma_B", "B", "bf16", (64, 64), (128,), (64, 64), 128)
+    cache = runtime.TensorMapCache(capacity=2)
+    first = pack_arguments(("tma_B", "D"), {"B": 0x1000, "D": 0x2000}, "k", (desc,), cache)
+    again = pack_arguments(("tma_B", "D"), {"B": 0x1000, "D": 0x3000}, "k", (desc,), cache)
+    assert made == [0x1000] and first.values[0] is again.values[0]
+    cache(desc, 0x4000), cache(desc, 0x5000)  # two more pointers: 0x1000, the oldest, is dropped
+    assert len(cache) == 2 and cache.encoded == 3
+    cache(desc, 0x1000)
+    assert made == [0x1000, 0x4000, 0x5000, 0x1000]

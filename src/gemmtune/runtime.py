@@ -6,6 +6,7 @@ LaunchError/ResourceError naming the CUresult (e.g. CUDA_ERROR_ILLEGAL_ADDRESS).
 from __future__ import annotations
 
 import ctypes
+from collections import OrderedDict
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
@@ -284,10 +285,12 @@ def _address_of(value: Any) -> int:
 
 
 def pack_arguments(names: tuple[str, ...], bindings: Mapping[str, Any], entry: str = "kernel",
-                   tensor_maps: tuple[TensorMapArg, ...] = ()) -> KernelArguments:
+                   tensor_maps: tuple[TensorMapArg, ...] = (),
+                   encode: Callable[[TensorMapArg, int], Any] = encode_tensor_map) -> KernelArguments:
     """Pack `bindings` in parameter order: alpha/beta as float32, a tensor-map parameter as the
-    128-byte TMA descriptor of its operand's pointer, every other parameter as a void* (the GEMM
-    operands, and buffers such as a TVM launch sequence's intermediates)."""
+    128-byte TMA descriptor of its operand's pointer (made by `encode`: a loaded kernel passes its
+    TensorMapCache), every other parameter as a void* (the GEMM operands, and buffers such as a TVM
+    launch sequence's intermediates)."""
     maps = {t.name: t for t in tensor_maps}
     values: list[Any] = []
     for name in names:
@@ -301,8 +304,36 @@ def pack_arguments(names: tuple[str, ...], bindings: Mapping[str, Any], entry: s
         ptr = int(value)  # ints and DeviceBuffers
         if ptr == 0:
             raise SpecError(f"{entry}: argument '{name}' is a null pointer")
-        values.append(encode_tensor_map(maps[name], ptr) if name in maps else ctypes.c_void_p(ptr))
+        values.append(encode(maps[name], ptr) if name in maps else ctypes.c_void_p(ptr))
     return _packed(values)
+
+
+class TensorMapCache:
+    """The tensor maps a loaded kernel has encoded, by (descriptor, pointer): a bind whose weight (or
+    any operand) sits where it sat before reuses its 128 bytes instead of calling cuTensorMapEncodeTiled
+    again. A map is a value (the kernel parameter is a copy taken at launch), so launches can share one.
+    Holds at most `capacity`; the least recently used goes first."""
+
+    def __init__(self, capacity: int = 256):
+        self.capacity = capacity
+        self._maps: OrderedDict[tuple[TensorMapArg, int], Any] = OrderedDict()
+        self.encoded = 0  # misses, for tests and plan statistics
+
+    def __call__(self, desc: TensorMapArg, pointer: int) -> Any:
+        key = (desc, pointer)
+        found = self._maps.get(key)
+        if found is not None:
+            self._maps.move_to_end(key)
+            return found
+        made = encode_tensor_map(desc, pointer)
+        self.encoded += 1
+        self._maps[key] = made
+        if len(self._maps) > self.capacity:
+            self._maps.popitem(last=False)
+        return made
+
+    def __len__(self) -> int:
+        return len(self._maps)
 
 
 def _packed(values: list[Any]) -> KernelArguments:
@@ -444,6 +475,7 @@ class LoadedKernel:
         self.source = compiled.source
         self._workspaces: dict[str, DeviceBuffer] = {}  # staged operand -> its workspace
         self._dependent_configs: dict[int, Any] = {}  # stream handle -> dependent_launch_config's result
+        self.tensor_maps = TensorMapCache()  # encoded once per (descriptor, operand pointer)
         # Module memory (split-K partials, flags) or staging workspaces that every launch uses: a launch on
         # another stream than the last waits for it (stream_order.py); kernels whose blocks wait on each
         # other share one order per GPU, so that two of them never split the SMs between their grids.
@@ -507,7 +539,8 @@ class LoadedKernel:
                 copies.append(StageLaunch(self.stage_function, pointer_arguments(pointers),
                                           staging.stage_grid(self.source.staged),
                                           f"launching {staging.stage_entry(self.source.entry)}"))
-        args = pack_arguments(self.source.args, bindings, self.source.entry, self.source.tensor_maps)
+        args = pack_arguments(self.source.args, bindings, self.source.entry, self.source.tensor_maps,
+                              self.tensor_maps)
         dependent = self._dependent_config(stream) if dependent_launch and self.source.dependent_launch else None
         return BoundLaunch(self.function, self.source, args, stream, tuple(copies), dependent, self._order)
 
