@@ -12,8 +12,9 @@ Blocks, bf16, random weights, sizes from bench/model_shapes.py's published confi
 - vit: a ViT-B/16 encoder block (hidden 768, 12 heads, MLP 3072, erf GELU), batch 32 x 197 tokens.
   optimize() fuses its GELU as the kernels' tanh form (erf_gelu_atol=1e-3: the two differ by at most
   4.74e-4, under half a bf16 step of any output above 1/8).
-Times: median of CUDA-event-timed forwards without grad (compiled: after warm-up calls that compile and
-autotune). GEMM share: Σ calls x torch's time for each Linear (F.linear + its activation, as optimize()
+Times: median of CUDA-event-timed forwards without grad, the four columns in alternating rounds (one
+forward of each a round, the order rotated) once all are built and warm (compiled: after warm-up calls
+that compile and autotune). GEMM share: Σ calls x torch's time for each Linear (F.linear + its activation, as optimize()
 timed it in CUDA graphs) over the eager block's time; the products inside SDPA are not counted.
 --calls: only the host cost per eager call, torch.mm against gemmtune.torch.mm at 1x4096x4096 and 64x64x64
 (issue 68's bar), 3 rounds of 300 calls in a loop synchronised at the end, median.
@@ -26,6 +27,7 @@ import argparse
 import copy
 import sys
 from dataclasses import dataclass
+from typing import Callable
 from pathlib import Path
 
 import torch
@@ -36,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from model_shapes import LLAMA3_8B, VIT_B16  # noqa: E402
 
 from gemmtune.torch.operators import plan_stats  # noqa: E402
-from gemmtune.torch.optimize_model import eager_seconds, optimize  # noqa: E402
+from gemmtune.torch.optimize_model import interleaved_seconds, optimize  # noqa: E402
 
 BF16 = torch.bfloat16
 
@@ -121,36 +123,45 @@ class Row:
     report: str
 
 
-def compiled_seconds(model: nn.Module, x: torch.Tensor, samples: int) -> float | None:
-    """max-autotune (CUDA graphs included); None with a line on stderr when inductor fails."""
-    torch._dynamo.reset()
-    compiled = torch.compile(model, mode="max-autotune")
+def compiled(model: nn.Module, x: torch.Tensor) -> Callable[[], torch.Tensor] | None:
+    """max-autotune (CUDA graphs included), compiled and autotuned by warm-up calls here; None with a
+    line on stderr when inductor fails."""
+    fn = torch.compile(model, mode="max-autotune")
     try:
-        return eager_seconds(lambda: compiled(x), samples, warmup=5)
+        for _ in range(5):
+            fn(x)
+        return lambda: fn(x)
     except Exception as err:  # noqa: BLE001 - a compiler failure is this cell's result, not the run's end
         print(f"bench_blocks: torch.compile failed: {type(err).__name__}: {str(err).splitlines()[0]}", file=sys.stderr)
         return None
 
 
 def run_block(name: str, args: argparse.Namespace) -> Row:
+    """The four columns timed in alternating rounds (interleaved_seconds: one forward of each a round,
+    order rotated), after every one is built, compiled and warm: eager blocks are host-bound, and a host
+    that drifts over the run would otherwise favour whichever column ran first."""
     torch.manual_seed(0)
+    torch._dynamo.reset()
     factory, shape = BLOCKS[name]
     model, x = factory().cuda().to(BF16).eval(), torch.randn(*shape, device="cuda", dtype=BF16)
     with torch.no_grad():
         want = model(x).float()
-        eager = eager_seconds(lambda: model(x), args.samples)
-        compiled = compiled_seconds(model, x, args.samples)
         optimized = copy.deepcopy(model)
         report = optimize(optimized, (x,), budget=args.budget, db=args.db, erf_gelu_atol=1e-3)
         error = float((optimized(x).float() - want).norm() / want.norm())
+        fns = {"eager": lambda: model(x), "optimized": lambda: optimized(x)}
+        for key, m in (("compiled", model), ("optimized_compiled", optimized)):
+            fn = compiled(m, x)
+            if fn is not None:
+                fns[key] = fn
         binds = plan_stats()["binds"]
-        opt_eager = eager_seconds(lambda: optimized(x), args.samples)
-        binds = plan_stats()["binds"] - binds  # launches bound during the timed eager forwards: 0 once warm
-        opt_compiled = compiled_seconds(optimized, x, args.samples)
+        times = interleaved_seconds(fns, args.samples)
+        binds = plan_stats()["binds"] - binds  # launches bound during the timed forwards: 0 once warm
     gemm_s = sum(p.site.calls * p.timing.torch_s for p in report.layers if p.timing.torch_s)
     routed = f"{sum(p.routed for p in report.layers)}/{len(report.layers)}"
-    notes = f"{report.table()}\n\nLaunches bound during the timed eager forwards of the optimized block: {binds}."
-    return Row(name, eager, compiled, opt_eager, opt_compiled, gemm_s / eager, routed, error, notes)
+    notes = f"{report.table()}\n\nLaunches bound during the timed forwards: {binds}."
+    return Row(name, times["eager"], times.get("compiled"), times["optimized"], times.get("optimized_compiled"),
+               gemm_s / times["eager"], routed, error, notes)
 
 
 def _ms(seconds: float | None) -> str:

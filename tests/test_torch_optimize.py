@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from gemmtune.input_files import InputFileError  # noqa: E402
+from gemmtune.spec import GemmSpec  # noqa: E402
 from gemmtune.torch.optimize_model import (GpuBackend, RoutedLinear, SiteTiming, capture_sites, flop_workload,  # noqa: E402
                                      load_plan, optimize)
 
@@ -256,3 +257,47 @@ def test_a_model_slower_end_to_end_with_its_routed_layers_gets_them_back(tmp_pat
     assert report.model_after_s == report.model_before_s == 1e-3
     assert not any(p.routed for p in optimize(_block(), (X,), plan=tmp_path / "p.json", backend=backend,
                                                progress=False).layers)  # the plan reloads as it was saved
+
+
+def test_a_host_bound_model_faster_with_every_layer_routed_gets_every_layer(tmp_path):
+    """Two layers faster alone, three slower on the GPU; the model runs faster the more layers are routed
+    (an eager block whose host cost each routed call lowers): optimize routes all five and says why, and
+    the variants were timed in alternating rounds, not one after another."""
+
+    class HostBound(FakeBackend):
+        def time_model(self, model, inputs) -> float:
+            routed = sum(isinstance(m, RoutedLinear) for m in model.modules())
+            self.timed.append(routed)
+            return 1e-3 - routed * 1e-5
+
+    times = {"fc1": (1e-6, 2e-6), "fc2": (1e-6, 2e-6), "fc3": (3e-6, 2e-6), "fc4": (3e-6, 2e-6), "fc5": (3e-6, 2e-6)}
+    model = _block()
+    backend = HostBound(times)
+    report = optimize(model, (X,), budget=0, plan=tmp_path / "p.json", backend=backend, progress=False)
+    assert all(p.routed for p in report.layers), report.table()
+    assert all(isinstance(model.get_submodule(n), RoutedLinear) for n in times)
+    assert report.layers[2].reason.startswith("routed with every layer") and report.layers[0].reason == "gemmtune faster"
+    assert report.model_before_s == 1e-3 and report.model_after_s == pytest.approx(1e-3 - 5e-5)
+    counts = [t for t in backend.timed if isinstance(t, int)]
+    assert len(counts) == 15 and counts[:3] == [0, 2, 5] and counts[3:6] == [2, 5, 0]  # rotated each round
+
+
+def test_a_layer_routed_for_host_time_runs_torchs_ops_under_compile(monkeypatch):
+    """routed_linear: a layer whose kernel lost inside CUDA graphs runs F.linear and the activation as
+    torch ran it while torch.compile traces (inductor fuses them); one whose kernel won keeps gemmtune."""
+    from gemmtune.torch import optimize_model as om
+
+    lin = nn.Linear(64, 32).to(BF16)
+    site = om.Site("fc", GemmSpec(16, 32, 64, "nt", "bf16", epilogue="bias_col+gelu"), activation="gelu_erf")
+    slower = om.LayerPlan(site, "wgmma", {}, SiteTiming(3e-6, 2e-6), True, "routed with every layer")
+    faster = om.LayerPlan(site, "wgmma", {}, SiteTiming(1e-6, 2e-6), True, "gemmtune faster")
+    assert om.routed_linear(lin, slower).compiled_by_torch and not om.routed_linear(lin, faster).compiled_by_torch
+    calls = []
+    monkeypatch.setattr(om, "_linear", lambda *args: calls.append(args) or torch.zeros(16, 32, dtype=BF16))
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    x = torch.randn(16, 64, dtype=BF16)
+    with torch.no_grad():
+        assert torch.equal(om.routed_linear(lin, slower)(x), nn.functional.gelu(nn.functional.linear(x, lin.weight, lin.bias)))
+        assert not calls
+        om.routed_linear(lin, faster)(x)
+    assert len(calls) == 1 and calls[0][3] == "gelu"

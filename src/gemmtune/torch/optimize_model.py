@@ -11,7 +11,10 @@ only when the caller accepts `erf_gelu_atol` >= ERF_GAP (the largest |tanh-GELU 
 else the Linear is routed alone and the GELU stays. Residual adds live in forward code, not modules, and
 stay as they are. The distinct GEMMs are tuned by tune-many (Dask when several GPUs are visible), each
 layer is timed against torch (F.linear + the activation, eager ops) inside CUDA graphs, so both sides
-count kernel time alone, and a layer is swapped for a RoutedLinear only where gemmtune is faster.
+count kernel time alone. Then the model itself decides, eagerly and end to end, in alternating rounds:
+unrouted, the layers faster alone routed, or every layer gemmtune runs right routed (an eager block is
+often host-bound, and a routed call costs less host time than F.linear's). A layer routed although its
+kernel lost inside CUDA graphs runs torch's ops under torch.compile, where no call pays host time.
 """
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ from ..workload import Workload, WorkloadShape
 from .operators import linear as _linear
 
 __all__ = ["optimize", "OptimizeReport", "LayerPlan", "Site", "SiteTiming", "RoutedLinear", "capture_sites",
-           "GpuBackend", "graph_seconds", "eager_seconds"]
+           "GpuBackend", "graph_seconds", "eager_seconds", "interleaved_seconds"]
 
 ERF_GAP = 4.74e-4  # max over x of |gelu_tanh(x) - gelu_erf(x)| (float64, at x = ±2.70)
 PLAN_VERSION = 1
@@ -293,19 +296,38 @@ def default_plan_path(db_path: Path, model: nn.Module, sites: Sequence[Site]) ->
 # --- routing ----------------------------------------------------------------------------------------
 class RoutedLinear(nn.Linear):
     """An nn.Linear run by gemmtune.torch.linear, with the activation that followed it fused. It holds
-    the original Parameters, so state_dict keys and shared weights stay as they were."""
+    the original Parameters, so state_dict keys and shared weights stay as they were.
 
-    def __init__(self, linear: nn.Linear, activation: Optional[str] = None):
+    `compiled_by_torch`: under torch.compile the layer runs as torch ran it (F.linear, then
+    `torch_activation`: relu, gelu_tanh or gelu_erf), which inductor can fuse and autotune. optimize() sets
+    it where gemmtune's kernel is the slower one inside CUDA graphs, the layer being routed only for the
+    host time an eager call saves: compiled code pays no per-call host cost, so there torch's is faster."""
+
+    def __init__(self, linear: nn.Linear, activation: Optional[str] = None, *, compiled_by_torch: bool = False,
+                 torch_activation: Optional[str] = None):
         nn.Module.__init__(self)  # not nn.Linear's: that would allocate fresh weights
         self.in_features, self.out_features, self.activation = linear.in_features, linear.out_features, activation
         self.weight = linear.weight
         self.register_parameter("bias", linear.bias)
+        self.compiled_by_torch, self.torch_activation = compiled_by_torch, torch_activation
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.compiled_by_torch and torch.compiler.is_compiling():
+            return _EAGER[self.torch_activation](nn.functional.linear(x, self.weight, self.bias))
         return _linear(x, self.weight, self.bias, self.activation)
 
     def extra_repr(self) -> str:
-        return super().extra_repr() + f", gemmtune, activation={self.activation}"
+        under = ", torch under torch.compile" if self.compiled_by_torch else ""
+        return super().extra_repr() + f", gemmtune, activation={self.activation}{under}"
+
+
+def routed_linear(linear: nn.Linear, plan: "LayerPlan") -> RoutedLinear:
+    """The RoutedLinear a plan puts in place of `linear`: torch's ops under torch.compile unless gemmtune's
+    kernel was the faster inside CUDA graphs."""
+    t = plan.timing
+    graph_faster = t.gemmtune_s is not None and t.torch_s is not None and t.gemmtune_s < t.torch_s
+    return RoutedLinear(linear, plan.site.fused, compiled_by_torch=not graph_faster,
+                        torch_activation=plan.site.activation)
 
 
 def _swap(model: nn.Module, name: str, module: nn.Module) -> None:
@@ -317,7 +339,7 @@ def route(model: nn.Module, layers: Sequence[LayerPlan]) -> None:
     """Swap every routed layer for a RoutedLinear and its fused activation module for Identity."""
     for plan in layers:
         if plan.routed:
-            _swap(model, plan.site.name, RoutedLinear(model.get_submodule(plan.site.name), plan.site.fused))
+            _swap(model, plan.site.name, routed_linear(model.get_submodule(plan.site.name), plan))
             if plan.site.activation_module:
                 _swap(model, plan.site.activation_module, nn.Identity())
 
@@ -363,6 +385,21 @@ def eager_seconds(fn: Callable[[], Any], samples: int = 20, warmup: int = 3) -> 
     for _ in range(warmup):
         fn()
     return _event_median(fn, samples)
+
+
+def interleaved_seconds(fns: dict[str, Callable[[], Any]], rounds: int = 20, warmup: int = 3) -> dict[str, float]:
+    """Median seconds of one eager call of each of `fns`, timed in alternating rounds (each round calls
+    every one once, in an order rotated round by round), so that drift in the host's speed over the run
+    (eager blocks are often host-bound) falls on each alike."""
+    names = list(fns)
+    for name in names:
+        for _ in range(warmup):
+            fns[name]()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            times[name].append(event_seconds(fns[name]))
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def event_seconds(fn: Callable[[], Any]) -> float:
@@ -558,7 +595,6 @@ def optimize(model: nn.Module, example_inputs: Any, budget: float = 60.0, *, pla
     if budget > 0 and workload.shapes:
         backend.tune(workload, float(budget), db_path, progress)
     tuning_s = time.monotonic() - started
-    before = backend.time_model(model, inputs)
     layers, memo, bar = [], {}, _Bar(len(sites), progress)
     try:
         for site in sites:
@@ -566,24 +602,75 @@ def optimize(model: nn.Module, example_inputs: Any, budget: float = 60.0, *, pla
             bar.step(sum(not p.routed for p in layers))
     finally:
         bar.close()
-    originals = {name: model.get_submodule(name) for p in layers if p.routed
-                 for name in (p.site.name, p.site.activation_module) if name}
-    route(model, layers)
-    after = backend.time_model(model, inputs)
-    if after > before:  # never slower than the model without it: every layer back to torch
-        layers, after = _unrouted(model, layers, originals, before, after), backend.time_model(model, inputs)
+    layers, before, after = _choose_end_to_end(model, inputs, layers, backend)
     path = Path(plan) if plan is not None else default_plan_path(db_path, model, sites)
     report = OptimizeReport(tuple(layers), backend.device_name(), before, after, path, tuning_s)
     save_plan(report)
     return report
 
 
-def _unrouted(model: nn.Module, layers: list[LayerPlan], originals: dict[str, nn.Module], before: float,
-              after: float) -> list[LayerPlan]:
-    """The model's routed layers swapped back for the modules they replaced, where the routed model ran
-    slower end to end than before (each layer faster alone, yet the whole slower: eager host cost, say),
-    and the plans saying so."""
-    for name, module in originals.items():
-        _swap(model, name, module)
-    why = f"kept as torch: the routed model ran {before * 1e3:.3f} → {after * 1e3:.3f} ms end to end"
-    return [replace(p, routed=False, reason=why) if p.routed else p for p in layers]
+MODEL_ROUNDS = 5  # rounds of the end-to-end comparison; each times every variant once, in a rotated order
+
+
+def _choose_end_to_end(model: nn.Module, inputs: tuple, layers: list[LayerPlan],
+                       backend: Backend) -> tuple[list[LayerPlan], float, float]:
+    """Route the variant of the model that runs fastest eagerly, end to end: no layer routed, the layers
+    faster alone, or every layer gemmtune runs right (an eager block is often host-bound: a routed call
+    costs less host time than F.linear's, so a layer a little slower on the GPU can still make the whole
+    faster). The variants are timed in alternating rounds (MODEL_ROUNDS, medians), so that the host's
+    drift over the run falls on each alike. Returns the plans (routed as chosen, each with why where the
+    whole overrode its own timing) and the model's time without and with them."""
+    variants = {"torch": [False] * len(layers), "faster": [p.routed for p in layers],
+                "every": [p.site.routable and p.timing.gemmtune_s is not None for p in layers]}
+    if variants["every"] == variants["faster"]:
+        del variants["every"]
+    if not any(variants["faster"]):
+        del variants["faster"]
+    if len(variants) == 1:
+        alone = backend.time_model(model, inputs)
+        return layers, alone, alone
+    modules = _layer_modules(model, layers)
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    names = list(variants)
+    for r in range(MODEL_ROUNDS):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            _set_routing(model, layers, modules, variants[name])
+            times[name].append(backend.time_model(model, inputs))
+    median = {name: statistics.median(t) for name, t in times.items()}
+    best = min(("faster", "torch", "every"), key=lambda name: median.get(name, float("inf")))  # ties: in this order
+    _set_routing(model, layers, modules, variants[best])
+    return _with_reasons(layers, variants[best], median), median["torch"], median[best]
+
+
+def _layer_modules(model: nn.Module, layers: Sequence[LayerPlan]) -> dict[str, tuple[nn.Module, nn.Module]]:
+    """Per module name a routable layer touches (its Linear, its fused activation's module): the original
+    and what routing puts there (a RoutedLinear, an Identity)."""
+    modules = {}
+    for p in layers:
+        if p.site.routable and p.timing.gemmtune_s is not None:
+            linear = model.get_submodule(p.site.name)
+            modules[p.site.name] = (linear, routed_linear(linear, p))
+            if p.site.activation_module:
+                modules[p.site.activation_module] = (model.get_submodule(p.site.activation_module), nn.Identity())
+    return modules
+
+
+def _set_routing(model: nn.Module, layers: Sequence[LayerPlan], modules: dict, flags: Sequence[bool]) -> None:
+    for p, routed in zip(layers, flags):
+        for name in (p.site.name, p.site.activation_module):
+            if name in modules:
+                _swap(model, name, modules[name][1 if routed else 0])
+
+
+def _with_reasons(layers: list[LayerPlan], flags: Sequence[bool], median: dict[str, float]) -> list[LayerPlan]:
+    """The plans routed as the chosen variant; where that overrode a layer's own timing, the plan says why."""
+    whole = ", ".join(f"{name} {t * 1e3:.3f} ms" for name, t in median.items())
+    out = []
+    for p, routed in zip(layers, flags):
+        if routed == p.routed:
+            out.append(p)
+        elif routed:
+            out.append(replace(p, routed=True, reason=f"routed with every layer: faster end to end ({whole})"))
+        else:
+            out.append(replace(p, routed=False, reason=f"kept as torch: faster end to end ({whole})"))
+    return out
