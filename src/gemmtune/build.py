@@ -16,7 +16,7 @@ from .errors import ConfigError, GemmtuneError
 from .invoke import (BoundLaunches, TorchOperands, bind, collect_operands, device_ordinal, empty_like_framework, framework_of,
                      launch_on, launch_stream)
 from .kernels import Family, family_for, family_of_config
-from .spec import GemmSpec
+from .spec import GemmSpec, refuse_fp8
 
 
 @dataclass(frozen=True)
@@ -125,6 +125,7 @@ class Kernel:
 
         It runs on `stream` when given (torch/cupy stream or handle), else on the current stream of
         A's framework, so CUDA-graph capture and side streams see it."""
+        refuse_fp8(self.spec, "calling a built kernel on arrays")  # it would need scales and its row count
         values = collect_operands(self.spec, operands, named)
         if out is None:
             out = empty_like_framework(A, (self.spec.m, self.spec.n), self.spec.out_dtype)

@@ -9,9 +9,13 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import SpecError
+from .fp8 import decode_codes, encode
 
-# numpy type of a host array that holds each storage type's bits (bf16: its uint16 pattern).
-STORAGE = {"fp32": np.float32, "tf32": np.float32, "fp16": np.float16, "bf16": np.uint16}
+# numpy type of a host array that holds each storage type's bits (bf16: its uint16 pattern; fp8: its uint8
+# code, gemmtune.fp8; int32: an fp8 kernel's row count, offs).
+STORAGE = {"fp32": np.float32, "tf32": np.float32, "fp16": np.float16, "bf16": np.uint16,
+           "e4m3": np.uint8, "e5m2": np.uint8, "int32": np.int32}
+FP8_STORAGE = ("e4m3", "e5m2")
 # A quiet NaN of each storage type, as the value cuMemsetD32 (4-byte) or cuMemsetD16 (2-byte) writes.
 NAN_BITS = {"fp32": 0x7FC00000, "fp16": 0x7E00, "bf16": 0x7FC0}
 # Unit roundoff of each storage type when the result is rounded to nearest: 2^-(mantissa bits + 1).
@@ -53,9 +57,12 @@ def round_to(values: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def to_storage(values: np.ndarray, dtype: str) -> np.ndarray:
-    """The host array to copy to the device for `dtype`: float32, float16, or bf16 bits as uint16."""
+    """The host array to copy to the device for `dtype`: float32, float16, bf16 bits as uint16, fp8 codes as
+    uint8 (values that are exactly fp8 values), or int32."""
     if _check(dtype) == "bf16":
         return bf16_bits(np.asarray(values, dtype=np.float32))
+    if dtype in FP8_STORAGE:
+        return encode(values, dtype)
     return np.ascontiguousarray(values, dtype=STORAGE[dtype])
 
 
@@ -63,4 +70,6 @@ def from_storage(array: np.ndarray, dtype: str) -> np.ndarray:
     """A host copy of device data of `dtype` (as to_storage lays it out) as float64."""
     if _check(dtype) == "bf16":
         return bf16_to_float32(array).astype(np.float64)
+    if dtype in FP8_STORAGE:
+        return decode_codes(array, dtype)
     return np.asarray(array).astype(np.float64)

@@ -1,5 +1,6 @@
 """fp8 on the host (issue 70, groundwork): the two formats, rounding to them, the scalings LLMs use, and the
-float64 reference of a GEMM of scaled fp8 operands. No kernel uses this yet: GemmSpec does not take fp8.
+float64 reference of a GEMM of scaled fp8 operands; the codes a device holds (`encode`, `decode_codes`); and an
+fp8 GemmSpec's random inputs and dequantized operands, which verify.py checks its kernels with.
 
 Formats (OCP FP8, as Hopper's cvt and torch's float8_e4m3fn / float8_e5m2 define them):
 - e4m3 ("fn": finite): 4 exponent bits (bias 7), 3 mantissa bits, no infinities, one NaN code per sign;
@@ -18,10 +19,14 @@ magnitude of each group lands on the format's largest value):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .errors import SpecError
+
+if TYPE_CHECKING:
+    from .spec import GemmSpec
 
 
 @dataclass(frozen=True)
@@ -146,3 +151,70 @@ def reference(a: Quantized, b: Quantized) -> np.ndarray:
     """D = dequantized(A) · dequantized(B) in float64: what a scaled fp8 GEMM approximates (its error is
     the accumulation's, not the quantization's, which both sides share)."""
     return a.dequantized() @ b.dequantized()
+
+
+# --- codes on the device --------------------------------------------------------------------------------
+def _code_table(name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Every finite value of `name` sorted, and its code (+0 for zero)."""
+    fmt = fp8_format(name)
+    pairs = sorted({fmt.decode(c): c for c in range(256) if np.isfinite(fmt.decode(c)) and c != 0x80}.items())
+    return np.array([v for v, _ in pairs]), np.array([c for _, c in pairs], dtype=np.uint8)
+
+
+def encode(values: np.ndarray, name: str) -> np.ndarray:
+    """The uint8 codes of `values`, each exactly a finite `name` value (round_fp8's output); SpecError otherwise."""
+    table, codes = _code_table(name)
+    x = np.asarray(values, dtype=np.float64)
+    at = np.clip(np.searchsorted(table, x), 0, len(table) - 1)
+    if not np.array_equal(table[at], x):  # also false for NaN
+        raise SpecError(f"encode: values that are not finite {name} values (round them with round_fp8 first)")
+    return codes[at]
+
+
+def decode_codes(codes: np.ndarray, name: str) -> np.ndarray:
+    """uint8 codes as the float64 values they stand for."""
+    fmt = fp8_format(name)
+    lookup = np.array([fmt.decode(c) for c in range(256)])
+    return lookup[np.asarray(codes, dtype=np.uint8)]
+
+
+# --- an fp8 GemmSpec's inputs -----------------------------------------------------------------------------
+def _spread(rng: np.random.Generator, shape: tuple[int, int], scaling: str, role: str) -> np.ndarray:
+    """Uniform values in [-1, 1] times a factor for each scaling group (2^-4 .. 2^4), so that the scales differ
+    from row to row, column to column and block to block: a kernel that applies the wrong one is far off."""
+    rows, cols = shape
+    x = rng.uniform(-1.0, 1.0, size=shape)
+    groups = _group_amax(np.ones(shape), scaling, role).shape
+    factors = np.exp2(rng.uniform(-4.0, 4.0, size=groups))
+    return x * _expand(factors, shape, scaling, role)
+
+
+def gemm_inputs(spec: "GemmSpec", rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """A (M×K) and B (stored N×K: layout nt) as fp8 values (float64), their float32 scales as the kernel
+    reads them, and offs: the row count the fp8 kernel (the grouped one, with one group) reads on the device.
+
+    Scales as the kernel reads them: tensor (1,) each; rowwise scale_a (M,), scale_b (N,); block scale_a
+    (M, ceil(K/128)) and scale_b (ceil(N/128), ceil(K/128)): row-major blocks of B as stored (N×K)."""
+    a = quantize(_spread(rng, (spec.m, spec.k), spec.scaling, "a"), spec.dtype, spec.scaling, "a")
+    b = quantize(_spread(rng, (spec.k, spec.n), spec.scaling, "b"), spec.dtype, spec.scaling, "b")
+    scale_b = b.scales.T if spec.scaling == "block" else b.scales  # (KB, NB) -> (NB, KB)
+    return {"A": a.values, "B": np.ascontiguousarray(b.values.T), "scale_a": _as_read(a.scales, spec.scaling),
+            "scale_b": _as_read(scale_b, spec.scaling), "offs": np.array([spec.m], dtype=np.int32)}
+
+
+def _as_read(scales: np.ndarray, scaling: str) -> np.ndarray:
+    """Scales as the kernel reads them: float32, row-major; one axis unless they are block scales."""
+    kept = scales if scaling == "block" else scales.reshape(-1)
+    return np.ascontiguousarray(kept, dtype=np.float32)
+
+
+def dequantized_operands(spec: "GemmSpec", inputs: dict) -> tuple[np.ndarray, np.ndarray]:
+    """A (M×K) and B as stored (N×K) in float64: the fp8 values times their scales (gemm_inputs' layout)."""
+    sa, sb = np.asarray(inputs["scale_a"], np.float64), np.asarray(inputs["scale_b"], np.float64)
+    if spec.scaling == "rowwise":
+        sa, sb = sa.reshape(-1, 1), sb.reshape(1, -1)
+    elif spec.scaling == "block":
+        sb = sb.T  # (NB, KB) -> B's K×N blocks (KB, NB)
+    a = Quantized(np.asarray(inputs["A"], np.float64), sa, spec.scaling, "a")
+    b = Quantized(np.asarray(inputs["B"], np.float64).T, sb, spec.scaling, "b")
+    return a.dequantized(), np.ascontiguousarray(b.dequantized().T)

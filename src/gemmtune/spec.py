@@ -11,6 +11,12 @@ significant products summed (fp32 accuracy); "tf32" is the tf32 dtype (one tf32 
 accuracy); "auto" (the default) lets the registry pick the fastest method that keeps fp32 accuracy
 (see gemmtune.precision).
 
+fp8 (issue 70): ``dtype`` e4m3 or e5m2 (OCP FP8; see gemmtune.fp8) with a ``scaling`` of the operands, "tensor"
+(one scale each), "rowwise" (one a row of A and one a column of B) or "block" (A in 1×128 groups along K, B in
+128×128 blocks); D = (A·scale_a)(B·scale_b) in fp32 sums, stored as ``out_dtype`` bf16 (the default) or fp16.
+fp8 wgmma reads K-major operands only, so fp8 specs take layout nt. ``scaling`` is "none" for other dtypes and
+then left out of names and JSON, so the keys of every spec written before fp8 stay as they were.
+
 Layout letters follow BLAS: the first describes A, the second B; 'n' means the operand is stored
 as used (A: M×K, B: K×N), 't' means it is stored transposed (A: K×M, B: N×K). So ``nt`` is A·Bᵀ
 with B kept as N×K, the usual layout of a linear layer's weight.
@@ -27,6 +33,12 @@ from .errors import SpecError
 
 LAYOUTS = ("nn", "nt", "tn", "tt")
 DTYPES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}  # input element bytes (tf32 is stored as fp32)
+FP8_DTYPES = {"e4m3": 1, "e5m2": 1}  # fp8 inputs (GemmSpec.scaling says how they are scaled)
+INPUT_DTYPES = {**DTYPES, **FP8_DTYPES}  # every type A and B may have
+SCALINGS = ("tensor", "rowwise", "block")  # fp8 only; gemmtune.fp8 defines each
+FP8_OUT_DTYPES = ("bf16", "fp16")  # D of an fp8 GEMM (the grouped fp8 kernel's 16-bit write-back)
+FP8_OPERANDS = {"scale_a": "fp32", "scale_b": "fp32", "offs": "int32"}  # what an fp8 kernel takes beyond A, B, D
+FP8_LAYOUT = "nt"  # fp8 wgmma reads K-major A and B only: A M×K, B stored N×K
 OUT_DTYPES = {"fp32": 4, "fp16": 2, "bf16": 2}  # storage types D (and C, bias) may have
 MATHS = ("auto", "simt", "3xtf32", "tf32")  # how fp32 inputs are multiplied (GemmSpec.math)
 MAX_DIM = 1 << 24
@@ -57,6 +69,7 @@ class GemmSpec:
     epilogue: Epilogue = field(default_factory=Epilogue)
     out_dtype: str | None = None  # None: default_out_dtype(dtype)
     math: str = "auto"  # fp32 only: auto, simt, 3xtf32 (tf32 becomes the tf32 dtype)
+    scaling: str = "none"  # fp8 only: tensor, rowwise or block
 
     def __post_init__(self) -> None:
         for name in ("m", "n", "k"):
@@ -66,11 +79,15 @@ class GemmSpec:
             raise SpecError(f"unknown layout '{self.layout}'; choose one of {', '.join(LAYOUTS)}")
         object.__setattr__(self, "layout", layout)
         dtype = str(self.dtype).lower()
-        if dtype not in DTYPES:
-            raise SpecError(f"unknown dtype '{self.dtype}'; supported: {', '.join(DTYPES)}")
+        if dtype not in INPUT_DTYPES:
+            raise SpecError(f"unknown dtype '{self.dtype}'; supported: {', '.join(INPUT_DTYPES)}")
         dtype, math = _math(dtype, self.math)
         object.__setattr__(self, "dtype", dtype)
         object.__setattr__(self, "math", math)
+        object.__setattr__(self, "scaling", _scaling(dtype, self.scaling))
+        if dtype in FP8_DTYPES and layout != FP8_LAYOUT:
+            raise SpecError(f"{dtype} takes layout {FP8_LAYOUT} only (fp8 wgmma reads K-major A and B: A M×K, "
+                            f"B stored N×K), not {layout}")
         object.__setattr__(self, "out_dtype", _out_dtype(dtype, self.out_dtype))
         if not isinstance(self.epilogue, Epilogue):
             object.__setattr__(self, "epilogue", Epilogue.parse(self.epilogue))
@@ -97,9 +114,14 @@ class GemmSpec:
         return (self.n, self.k) if self.b_trans else (self.k, self.n)
 
     @property
+    def fp8(self) -> bool:
+        """Whether A and B are fp8 (e4m3 or e5m2) with scales."""
+        return self.dtype in FP8_DTYPES
+
+    @property
     def element_bytes(self) -> int:
         """Bytes of one element of A or B."""
-        return DTYPES[self.dtype]
+        return INPUT_DTYPES[self.dtype]
 
     @property
     def out_element_bytes(self) -> int:
@@ -107,9 +129,13 @@ class GemmSpec:
         return OUT_DTYPES[self.out_dtype]
 
     def storage_dtype(self, operand: str) -> str:
-        """How operand `operand` (A, B, C, bias, D) is stored: fp32, fp16 or bf16 (tf32 data is fp32)."""
+        """How operand `operand` (A, B, C, bias, D) is stored: fp32, fp16 or bf16 (tf32 data is fp32); fp8
+        specs: A and B as e4m3 / e5m2 codes, their scales (scale_a, scale_b) fp32, and the row count the fp8
+        kernel reads (offs: it is the grouped kernel with one group) int32."""
         if operand in ("A", "B"):
             return "fp32" if self.dtype == "tf32" else self.dtype
+        if self.fp8 and operand in FP8_OPERANDS:
+            return FP8_OPERANDS[operand]
         return self.out_dtype
 
     @property
@@ -151,14 +177,16 @@ class GemmSpec:
         epi = "" if self.epilogue.is_identity else f" {self.epilogue}"
         out = "" if self.default_out else f"->{self.out_dtype}"
         math = "" if self.math == "auto" else f"/{self.math}"
-        return f"{self.m}x{self.n}x{self.k} {self.layout} {self.dtype}{math}{out}{epi}"
+        scaling = f"/{self.scaling}" if self.fp8 else ""
+        return f"{self.m}x{self.n}x{self.k} {self.layout} {self.dtype}{math}{scaling}{out}{epi}"
 
     def slug(self) -> str:
         """A file- and C-identifier-safe name."""
         epi = "" if self.epilogue.is_identity else "_" + str(self.epilogue).replace("+", "_")
         out = "" if self.default_out else f"_out{self.out_dtype}"
         math = "" if self.math == "auto" else f"_{self.math}"
-        return f"gemm_{self.dtype}{math}{out}_{self.layout}_{self.m}x{self.n}x{self.k}{epi}"
+        scaling = f"_{self.scaling}" if self.fp8 else ""
+        return f"gemm_{self.dtype}{math}{scaling}{out}_{self.layout}_{self.m}x{self.n}x{self.k}{epi}"
 
     def to_json(self) -> dict:
         """The spec's identity. out_dtype appears only when it is not the dtype's default, so specs
@@ -169,23 +197,36 @@ class GemmSpec:
             data["out_dtype"] = self.out_dtype
         if self.math != "auto":  # likewise: fp32 specs from before the math option keep their key
             data["math"] = self.math
+        if self.fp8:  # and non-fp8 specs keep the key they had before fp8
+            data["scaling"] = self.scaling
         return data
 
     @staticmethod
     def from_json(data: dict) -> "GemmSpec":
         return GemmSpec(data["m"], data["n"], data["k"], data.get("layout", "nn"), data.get("dtype", "fp32"),
-                        Epilogue.parse(data.get("epilogue")), data.get("out_dtype"), data.get("math", "auto"))
+                        Epilogue.parse(data.get("epilogue")), data.get("out_dtype"), data.get("math", "auto"),
+                        data.get("scaling", "none"))
 
     def without_epilogue(self) -> "GemmSpec":
         """The same GEMM with no epilogue (types kept)."""
-        return GemmSpec(self.m, self.n, self.k, self.layout, self.dtype, Epilogue(), self.out_dtype, self.math)
+        return GemmSpec(self.m, self.n, self.k, self.layout, self.dtype, Epilogue(), self.out_dtype, self.math,
+                        self.scaling)
 
     def key(self) -> str:
         return stable_hash(self.to_json())
 
 
+def refuse_fp8(spec: GemmSpec, stage: str) -> None:
+    """SpecError (one line) where `stage` does not take fp8 specs yet."""
+    if spec.fp8:
+        raise SpecError(f"{stage} does not support fp8 GEMMs yet ({spec.short()}); show, bench and "
+                        "gemmtune.build with evaluate do, and gemmtune.torch.scaled_mm runs them from torch")
+
+
 def default_out_dtype(dtype: str) -> str:
-    """D's type unless asked otherwise: 16-bit inputs give 16-bit D, fp32 and tf32 give fp32."""
+    """D's type unless asked otherwise: 16-bit inputs give 16-bit D, fp8 bf16, fp32 and tf32 fp32."""
+    if dtype in FP8_DTYPES:
+        return "bf16"
     return dtype if dtype in ("fp16", "bf16") else "fp32"
 
 
@@ -209,10 +250,28 @@ def _out_dtype(dtype: str, requested: str | None) -> str:
     out = str(requested).lower()
     if out not in OUT_DTYPES:
         raise SpecError(f"unknown out dtype '{requested}'; supported: {', '.join(OUT_DTYPES)}")
+    if dtype in FP8_DTYPES:
+        if out not in FP8_OUT_DTYPES:
+            raise SpecError(f"out dtype {out} with {dtype} inputs is not built yet (the fp8 kernel writes 16-bit D); "
+                            f"choose {' or '.join(FP8_OUT_DTYPES)}")
+        return out
     allowed = sorted({default, "fp32"})
     if out not in allowed:
         raise SpecError(f"out dtype {out} is not allowed with {dtype} inputs; choose {' or '.join(allowed)}")
     return out
+
+
+def _scaling(dtype: str, requested: object) -> str:
+    """The checked scaling: one of SCALINGS for fp8 inputs (required), "none" for every other dtype."""
+    scaling = str(requested or "none").lower()
+    if dtype not in FP8_DTYPES:
+        if scaling != "none":
+            raise SpecError(f"scaling {scaling} is for fp8 inputs ({', '.join(FP8_DTYPES)}), not {dtype}")
+        return scaling
+    if scaling not in SCALINGS:
+        what = "needs a scaling" if scaling == "none" else f"scaling '{requested}' is unknown"
+        raise SpecError(f"{dtype} {what}: choose {', '.join(SCALINGS)}")
+    return scaling
 
 
 def _elements(shape: tuple[int, ...]) -> int:
@@ -245,10 +304,11 @@ def parse_size_words(words: list[str]) -> dict[str, str]:
     return sizes
 
 
-def spec_from_words(words: list[str], layout: str = "nn", dtype: str = "fp32", epilogue: str | None = None,
+def spec_from_words(words: list[str], layout: str | None = "nn", dtype: str = "fp32", epilogue: str | None = None,
                     m: str | None = None, n: str | None = None, k: str | None = None,
-                    out_dtype: str | None = None, math: str | None = None) -> GemmSpec:
-    """Build a spec from size words plus flag values (flags fill what the words leave out)."""
+                    out_dtype: str | None = None, math: str | None = None, scaling: str | None = None) -> GemmSpec:
+    """Build a spec from size words plus flag values (flags fill what the words leave out). `layout`
+    None: nt for fp8 inputs (the only layout they take), else nn."""
     sizes = parse_size_words(words)
     for letter, flag in (("m", m), ("n", n), ("k", k)):
         if flag is not None:
@@ -258,5 +318,7 @@ def spec_from_words(words: list[str], layout: str = "nn", dtype: str = "fp32", e
     missing = [x.upper() for x in "mnk" if x not in sizes]
     if missing:
         raise SpecError(f"missing size {', '.join(missing)}: give e.g. M=1024 N=1024 K=1024 or MNK=1024")
+    if layout is None:
+        layout = FP8_LAYOUT if str(dtype).lower() in FP8_DTYPES else "nn"
     return GemmSpec(sizes["m"], sizes["n"], sizes["k"], layout, dtype, Epilogue.parse(epilogue), out_dtype,
-                    math or "auto")
+                    math or "auto", scaling or "none")

@@ -8,6 +8,10 @@ The tolerance is the sum of the errors a correct kernel may make:
                 (fp32 accumulation)   (tf32 only: 2^-10)          (fp16 out 2^-11, bf16 out 2^-8,
                                                                    fp32 out 0)
 
+fp8 inputs (e4m3, e5m2) are held by the reference as their exact values times their float32 scales (the
+dequantized operands, gemmtune.fp8), so their quantization is no error of the kernel's; what counts is the
+accumulation, whose Hopper fp8 tensor cores keep fewer bits than fp32 (FP8_ACCUMULATION), and D's rounding.
+
 fp16/bf16 inputs are exact in the reference (products of 16-bit values are exact in fp32), so only
 accumulation and the final rounding count. tf32 keeps an input term: the tensor cores truncate or
 round each fp32 input to a 10-bit mantissa, which the reference (of the fp32 values) does not.
@@ -31,12 +35,18 @@ import numpy as np
 
 from .dtypes import round_to
 from .errors import SpecError
-from .spec import OUT_DTYPES, GemmSpec, default_out_dtype
+from .fp8 import dequantized_operands, gemm_inputs
+from .spec import FP8_DTYPES, OUT_DTYPES, GemmSpec, default_out_dtype
 
 FP32_EPS = float(np.finfo(np.float32).eps)  # 2^-23
 # Input error the reference does not see: only tf32, whose fp32 inputs the tensor cores cut to a
 # 10-bit mantissa (fp16/bf16 inputs are rounded on the host, so the reference uses the same values).
-INPUT_ROUNDING = {"fp32": 0.0, "tf32": 2.0**-10, "fp16": 0.0, "bf16": 0.0}
+INPUT_ROUNDING = {"fp32": 0.0, "tf32": 2.0**-10, "fp16": 0.0, "bf16": 0.0, "e4m3": 0.0, "e5m2": 0.0}
+# fp8 wgmma's sums keep about 14 bits on Hopper (DeepSeek-V3's measurement on the H800): a relative error up
+# to 2^-14 at each of the K/32 instructions' additions, a random walk of them, with FP8_FACTOR of margin.
+FP8_ACCUMULATION = 2.0**-14
+FP8_FACTOR = 4.0
+FP8_K_STEP = 32  # K of one fp8 wgmma
 # Relative error of rounding the fp32 result to D's type (round to nearest): half an ulp.
 OUTPUT_ROUNDING = {"fp32": 0.0, "fp16": 2.0**-11, "bf16": 2.0**-8}
 K_FACTOR = 16.0  # sequential fp32 accumulation measures ≈0.15·eps·√k: ~100× margin
@@ -59,6 +69,8 @@ def tolerance(dtype: str, k: int, out_dtype: str | None = None, roundings: int =
     if dtype not in INPUT_ROUNDING:
         raise SpecError(f"no tolerance is defined for dtype '{dtype}'")
     accumulation = K_FACTOR * FP32_EPS * math.sqrt(k)
+    if dtype in FP8_DTYPES:
+        accumulation += FP8_FACTOR * FP8_ACCUMULATION * math.sqrt(max(k / FP8_K_STEP, 1.0))
     rounding = 4.0 * INPUT_ROUNDING[dtype] + roundings * OUTPUT_ROUNDING[_out_of(dtype, out_dtype)]
     return max(accumulation + rounding, FLOOR)
 
@@ -67,11 +79,13 @@ def tolerance(dtype: str, k: int, out_dtype: str | None = None, roundings: int =
 def make_inputs(spec: GemmSpec, rng: np.random.Generator) -> dict[str, np.ndarray | float]:
     """A, B as stored (spec.a_shape/b_shape) and each epilogue operand: uniform in [-1, 1], rounded
     (nearest even) to the type the kernel receives them in (A, B: dtype; C, bias: out_dtype) and
-    held as float32, which represents every such value exactly."""
+    held as float32, which represents every such value exactly. fp8: A and B quantized with their
+    scales, and the row count the kernel reads (fp8.gemm_inputs)."""
     def uniform(shape: tuple[int, ...], operand: str) -> np.ndarray:
         return round_to(rng.uniform(-1.0, 1.0, size=shape).astype(np.float32), spec.storage_dtype(operand))
 
-    inputs: dict[str, np.ndarray | float] = {"A": uniform(spec.a_shape, "A"), "B": uniform(spec.b_shape, "B")}
+    inputs: dict[str, np.ndarray | float] = (
+        dict(gemm_inputs(spec, rng)) if spec.fp8 else {"A": uniform(spec.a_shape, "A"), "B": uniform(spec.b_shape, "B")})
     for operand in spec.epilogue.operands():
         if operand.kind == "scalar":
             # Away from 0 and ±1 so a kernel that ignores the scalar cannot pass; rounded to
@@ -106,9 +120,15 @@ def gpu_reference(spec: GemmSpec) -> bool:
     return spec.flops > GPU_REFERENCE_FLOPS and _torch_cuda() is not None
 
 
+def _stored_operands(spec: GemmSpec, inputs: dict) -> tuple[np.ndarray, np.ndarray]:
+    """A and B as stored, in float64 (fp8: the values times their scales)."""
+    if spec.fp8:
+        return dequantized_operands(spec, inputs)
+    return np.asarray(inputs["A"], dtype=np.float64), np.asarray(inputs["B"], dtype=np.float64)
+
+
 def _product_numpy(spec: GemmSpec, inputs: dict) -> np.ndarray:
-    a = np.asarray(inputs["A"], dtype=np.float64)
-    b = np.asarray(inputs["B"], dtype=np.float64)
+    a, b = _stored_operands(spec, inputs)
     return (a.T if spec.a_trans else a) @ (b.T if spec.b_trans else b)
 
 
@@ -116,8 +136,7 @@ def _product_torch(spec: GemmSpec, inputs: dict) -> np.ndarray:
     torch = _torch_cuda()
     if torch is None:
         raise SpecError("the GPU reference needs torch with CUDA")
-    a = torch.from_numpy(np.asarray(inputs["A"])).cuda().double()
-    b = torch.from_numpy(np.asarray(inputs["B"])).cuda().double()
+    a, b = (torch.from_numpy(x).cuda() for x in _stored_operands(spec, inputs))
     product = (a.t() if spec.a_trans else a) @ (b.t() if spec.b_trans else b)
     return product.cpu().numpy()
 

@@ -5,7 +5,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..spec import DTYPES, LAYOUTS, MATHS, OUT_DTYPES, GemmSpec, spec_from_words
+from ..spec import (DTYPES, FP8_DTYPES, FP8_LAYOUT, FP8_OUT_DTYPES, LAYOUTS, MATHS, OUT_DTYPES, SCALINGS, GemmSpec,
+                    spec_from_words)
 
 
 def add_spec_arguments(parser: argparse.ArgumentParser, epilogue: bool = True) -> None:
@@ -13,13 +14,19 @@ def add_spec_arguments(parser: argparse.ArgumentParser, epilogue: bool = True) -
     parser.add_argument("-m", dest="m", metavar="M", help="rows of A and D")
     parser.add_argument("-n", dest="n", metavar="N", help="columns of B and D")
     parser.add_argument("-k", dest="k", metavar="K", help="reduction length")
-    parser.add_argument("--layout", default="nn", help=f"operand layout, one of {', '.join(LAYOUTS)} (default nn)")
+    parser.add_argument("--layout", default=None,
+                        help=f"operand layout, one of {', '.join(LAYOUTS)} (default nn; fp8: {FP8_LAYOUT}, its only one)")
     parser.add_argument("--dtype", default="fp32",
-                        help=f"element type of A and B, one of {', '.join(DTYPES)} (default fp32; tf32: fp32 data, "
-                             "tf32 products; fp16/bf16: 16-bit A, B and D, fp32 accumulation)")
+                        help=f"element type of A and B, one of {', '.join([*DTYPES, *FP8_DTYPES])} (default fp32; tf32: "
+                             "fp32 data, tf32 products; fp16/bf16: 16-bit A, B and D, fp32 accumulation; e4m3/e5m2: "
+                             "fp8 with --scale)")
+    parser.add_argument("--scale", dest="scaling", default=None,
+                        help=f"fp8 only, how A and B are scaled: {', '.join(SCALINGS)} (per tensor; per row of A and "
+                             "column of B; 1x128 blocks of A and 128x128 of B)")
     parser.add_argument("--out-dtype", dest="out_dtype", default=None,
                         help=f"element type of D (and C/bias): {', '.join(OUT_DTYPES)} (default: the input type, "
-                             "fp32 for tf32; fp32 may be asked for with fp16/bf16 inputs)")
+                             f"fp32 for tf32, bf16 for fp8; fp32 may be asked for with fp16/bf16 inputs, "
+                             f"{' or '.join(FP8_OUT_DTYPES)} with fp8)")
     parser.add_argument("--math", default="auto",
                         help=f"how fp32 inputs are multiplied, one of {', '.join(MATHS)} (default auto: the fastest "
                              "method that keeps fp32 accuracy; 3xtf32: tensor cores on split operands; simt: CUDA cores)")
@@ -31,7 +38,8 @@ def add_spec_arguments(parser: argparse.ArgumentParser, epilogue: bool = True) -
 def spec_from_args(args: argparse.Namespace) -> GemmSpec:
     return spec_from_words(args.sizes, layout=args.layout, dtype=args.dtype,
                            epilogue=getattr(args, "epilogue", None), m=args.m, n=args.n, k=args.k,
-                           out_dtype=getattr(args, "out_dtype", None), math=getattr(args, "math", None))
+                           out_dtype=getattr(args, "out_dtype", None), math=getattr(args, "math", None),
+                           scaling=getattr(args, "scaling", None))
 
 
 DB_HELP = "tuning database (default ~/.cache/gemmtune/tuning.sqlite)"

@@ -9,6 +9,7 @@ from typing import Any
 from ..bench import BenchRow, bench_many
 from ..build import build, target_arch
 from ..errors import ConfigError
+from ..spec import refuse_fp8
 from ..timing import TimingProtocol
 from .common import (add_db_argument, add_family_argument, add_spec_arguments, console, db_to_read,
                      family_from_args, spec_from_args)
@@ -148,6 +149,7 @@ def _failed(rows: list[BenchRow], ours: set[str]) -> list[BenchRow]:
 def run_bench(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     if args.accuracy:
+        refuse_fp8(spec, "bench --accuracy")
         return run_accuracy(spec, db_to_read(args.db), args.json_path)
     from ..baselines import parse_names, resolve, side_by_side
     from ..bench_report import BenchReport, write_csv, write_json

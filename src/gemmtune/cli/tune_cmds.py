@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from ..errors import SpecError
 from ..lifeline import Interrupted, stop_signals
-from ..spec import GemmSpec
+from ..spec import GemmSpec, refuse_fp8
 from .common import (add_db_argument, add_family_argument, add_spec_arguments, console, family_from_args,
                      spec_from_args)
 
@@ -197,6 +197,7 @@ def tuned_family(args: argparse.Namespace, spec: GemmSpec, arch: str | None = No
     """--family, checked against the spec, or the registry's choice for the spec on the target arch."""
     from ..build import target_arch
 
+    refuse_fp8(spec, "tuning")
     return family_from_args(args, spec, arch or target_arch(None)).name
 
 

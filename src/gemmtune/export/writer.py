@@ -18,7 +18,7 @@ from ..compiler import CompiledKernel, compile_kernel
 from ..errors import SpecError
 from ..kernel_source import KernelSource
 from ..kernels import get_family
-from ..spec import GemmSpec
+from ..spec import GemmSpec, refuse_fp8
 from .cmake import check_arch, cmake_text
 from .config_source import ConfigChoice, choose_config, given_config
 from .harness import harness_text
@@ -96,6 +96,7 @@ def write_folder(out: Path, files: dict[str, bytes]) -> None:
 def export_source(source: KernelSource, out: Path, arch: str = "sm_90", name: str | None = None,
                   provenance: Provenance | None = None, cache_dir: Path | None = None) -> ExportResult:
     """Compile `source` for `arch` and write the export folder `out` (name defaults to spec.slug())."""
+    refuse_fp8(source.spec, "export")  # the launcher and harness would need the scales and the row count
     name = check_name(name or source.spec.slug(), source)
     compiled = compile_kernel(source, check_arch(arch), cache_dir)
     provenance = provenance or Provenance("given", f"{source.family} kernel source passed in directly")

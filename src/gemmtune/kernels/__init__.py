@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import importlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from ..errors import ConfigError
 
@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 # M <= 16 and N = 1; wgmma aligned tensor-core specs on sm_90; mma every other tensor-core spec
 # (sm_75+); simt fp32.
 FAMILY_MODULES = ("gemv", "wgmma", "mma", "simt")
+# Families of one problem kind each, outside kernels/ (a module path and the kind, a GemmSpec property):
+# family_for asks them, and them only, for specs of their kind. fp8 GEMMs run on the grouped kernel.
+KIND_FAMILY_MODULES = (("gemmtune.grouped.as_gemm", "fp8"),)
 
 
 @dataclass(frozen=True)
@@ -71,11 +74,28 @@ def families() -> tuple[Family, ...]:
     return tuple(found)
 
 
+@functools.lru_cache(maxsize=None)
+def kind_families() -> tuple[tuple[str, Family], ...]:
+    """(kind, family) of every family that runs one kind of spec (KIND_FAMILY_MODULES)."""
+    return tuple((kind, importlib.import_module(module).FAMILY) for module, kind in KIND_FAMILY_MODULES)
+
+
+def _kind_of(spec: "GemmSpec") -> str | None:
+    """The kind of `spec` a kind family runs, or None for the general families' specs."""
+    return next((kind for _, kind in KIND_FAMILY_MODULES if getattr(spec, kind)), None)
+
+
+def _every_family() -> Iterator[Family]:
+    """The general families, then the kind families (imported only when the search gets to them)."""
+    yield from families()
+    yield from (family for _, family in kind_families())
+
+
 def get_family(name: str) -> Family:
-    for family in families():
+    for family in _every_family():
         if family.name == name:
             return family
-    raise ConfigError(f"unknown family '{name}'; known: {', '.join(f.name for f in families())}")
+    raise ConfigError(f"unknown family '{name}'; known: {', '.join(f.name for f in _every_family())}")
 
 
 def family_for(spec: "GemmSpec", arch: str, name: str | None = None) -> Family:
@@ -87,8 +107,10 @@ def family_for(spec: "GemmSpec", arch: str, name: str | None = None) -> Family:
         if reason:
             raise ConfigError(f"family {family.name} cannot run {spec.short()} on {arch}: {reason}")
         return family
+    kind = _kind_of(spec)
+    chosen = tuple(f for k, f in kind_families() if k == kind) if kind else families()
     reasons = []
-    for family in families():
+    for family in chosen:
         reason = family.supports(spec, arch) or (family.yields and family.yields(spec, arch))
         if not reason:
             return family
@@ -98,8 +120,8 @@ def family_for(spec: "GemmSpec", arch: str, name: str | None = None) -> Family:
 
 def family_of_config(config: Any) -> Family:
     """The registered family whose Config type `config` is an instance of (ConfigError otherwise)."""
-    for family in families():
+    for family in _every_family():
         if isinstance(config, family.config_type):
             return family
     raise ConfigError(f"a {type(config).__name__} is no registered family's config "
-                      f"(known: {', '.join(f.name for f in families())})")
+                      f"(known: {', '.join(f.name for f in _every_family())})")
