@@ -258,3 +258,103 @@ def test_swiglu_refuses_staged_rows_of_32_columns():
     with pytest.raises(ConfigError, match="BN >= 128"):
         render(spec, config)
     assert all(not swiglu_rejections(c, spec) for c in candidates(spec))
+
+
+# --- clusters of two sharing A by multicast (config.cluster = 2) -----------------------------------------------
+CLUSTER = GroupedConfig(128, 128, 5, 2, pingpong=True, staged_store=True, cluster=2)
+
+
+@pytest.mark.parametrize("sizes", SIZES)
+@pytest.mark.parametrize("bm, bn, n, band_m", [(64, 128, 333, 0), (128, 256, 4096, 0), (128, 64, 64, 0),
+                                               (64, 128, 333, 3), (128, 64, 1000, 2), (64, 64, 200, 1)])
+def test_cluster_pairs_cover_every_tile_once_and_share_rows(sizes, bm, bn, n, band_m):
+    offs = group_offsets(sizes)
+    total_m = int(offs[-1]) + 3
+    pairs = plan(offs, total_m, n, bm, bn, band_m, cluster=2)
+    tiles_n = -(-n // bn)
+    assert pairs.units_n == -(-tiles_n // 2) and pairs.total == plan(offs, total_m, n, bm, 2 * bn, band_m).total
+    seen = []
+    for t in range(pairs.total):
+        first, second = pairs.tile(t, 0), pairs.tile(t, 1)
+        # both blocks of the cluster: one group, one m-tile (the shared A rows), adjacent columns 2j and 2j + 1
+        assert (first.group, first.tile_m, first.row_begin) == (second.group, second.tile_m, second.row_begin)
+        assert first.tile_n % 2 == 0 and second.tile_n in (first.tile_n + 1, tiles_n)
+        assert second.tile_n < tiles_n or tiles_n % 2 == 1 and first.tile_n == tiles_n - 1  # idle: odd columns only
+        seen += [(tile.group, tile.tile_m, tile.tile_n) for tile in pairs.cluster_tiles(t)]
+    expected = {(g, m, j) for g, rows in enumerate(sizes) for m in range(-(-rows // bm)) for j in range(tiles_n)}
+    assert len(seen) == len(expected) and set(seen) == expected
+
+
+@pytest.mark.parametrize("counts", COUNTS)
+def test_masked_cluster_pairs_cover_each_groups_counted_rows_once(counts):
+    from gemmtune.grouped.schedule import plan_for
+
+    spec = GroupedSpec.masked(4, 128, 333, 64)  # 3 tile columns of 128: the second pair is half idle
+    pairs = plan_for(spec, np.array(counts), 64, 128, cluster=2)
+    rows = [min(c, 128) for c in counts]
+    seen = [(t.group, t.tile_m, t.tile_n) for u in range(pairs.total) for t in pairs.cluster_tiles(u)]
+    expected = {(g, m, j) for g, r in enumerate(rows) for m in range(-(-r // 64)) for j in range(3)}
+    assert len(seen) == len(expected) and set(seen) == expected
+
+
+def test_cluster_config_json_entry_and_rejections():
+    spec = GroupedSpec(8, 4096, 4096, 1024)
+    assert "cluster" not in GroupedConfig().to_json()  # older configs keep their JSON (and database keys)
+    assert CLUSTER.to_json()["cluster"] == 2 and CLUSTER.a_share_rows == 64
+    assert "cluster" in rejections(CLUSTER.with_(cluster=4), spec) and not rejections(CLUSTER, spec)
+    with pytest.raises(ConfigError, match="cluster=3"):
+        render(spec, CLUSTER.with_(cluster=3))
+    from gemmtune.grouped.render import entry_name
+    assert entry_name(spec, CLUSTER).endswith("ppstcl2") and entry_name(spec, CLUSTER.with_(cluster=1)).endswith("ppst")
+
+
+@pytest.mark.parametrize("spec", COMPILE_SPECS + VARIANT_SPECS, ids=lambda s: s.slug())
+def test_default_config_stays_without_clusters_and_candidates_add_them(spec):
+    assert default_config(spec).cluster == 1 and candidates(spec)[0] == default_config(spec)
+    pairs = [c for c in candidates(spec) if c.cluster == 2]
+    assert pairs and all(not rejections(c, spec) for c in pairs)
+    assert candidates(spec)[-len(pairs):] == pairs  # last: timed against the rest, untimed until then
+    assert not [c for c in candidates(GroupedSpec(4, 256, 128, 64)) if c.cluster == 2]  # one 128-column tile
+
+
+def test_cluster_kernel_multicasts_half_of_a_and_releases_slots_in_both_blocks():
+    spec = GroupedSpec(8, 4096, 4096, 1024)
+    source = render(spec, CLUSTER, sm_count=133)
+    code = source.code
+    assert source.grid == (132, 1, 1)  # whole clusters only
+    assert tensor_maps(spec, CLUSTER)[0].box == (64, 64) and tensor_maps(spec, CLUSTER.with_(cluster=1))[0].box == (64, 128)
+    assert "__cluster_dims__(2, 1, 1)" in code and "constexpr int CLUSTER = 2;" in code
+    assert "tma_load_2d_multicast(slot + rank * A_SHARE_BYTES" in code and "tma_load_2d(slot, &tma_A" not in code
+    assert "mbarrier_arrive_expect_tx(full, has_b ? STAGE_BYTES : A_TILE_BYTES);" in code
+    assert "(PINGPONG ? 1 : CONSUMERS) * CLUSTER" in code and "mbarrier_arrive(&empty[" not in code
+    assert code.count("release_slot(&empty[") == 3 and code.count("void release_slot(") == 1
+    assert code.count("cluster_sync();") == 2 and "__syncthreads();" not in code
+    assert "cluster_tile(group_end, tile_end, t, rank)" in code and "* PAIRS_N" in code and "* TILES_N;" not in code
+    plain = render(spec, CLUSTER.with_(cluster=1)).code
+    assert not any(word in plain for word in ("__cluster_dims__", "CLUSTER", "cluster_sync();", "release_slot",
+                                              "cluster_tile", "tma_load_2d_multicast(slot"))
+
+
+CLUSTER_SPECS = [GroupedSpec(8, 4096, 4096, 1024, "bf16", "bias+gelu"), GroupedSpec(6, 70, 333, 200, "fp16", "relu"),
+                 GroupedSpec(8, 4096, 1408, 2048, "bf16", swiglu=True), GroupedSpec.masked(8, 256, 333, 7168, "bf16"),
+                 GroupedSpec(4, 300, 1000, 512, "e4m3", scaling="rowwise", epilogue="bias+gelu"),
+                 GroupedSpec(4, 300, 1000, 512, "e5m2", scaling="tensor"), GroupedSpec(4, 300, 1000, 512, "e4m3", scaling="block")]
+CLUSTER_SHAPES = [CLUSTER, GroupedConfig(128, 256, 3, 2, staged_store=True, cluster=2),
+                  GroupedConfig(64, 128, 6, 1, band_m=2, cluster=2), GroupedConfig(128, 128, 6, 2, cluster=2),
+                  GroupedConfig(64, 256, 4, 2, pingpong=True, cluster=2)]
+
+
+@pytest.mark.parametrize("spec", CLUSTER_SPECS, ids=lambda s: s.slug())
+def test_cluster_configs_compile_for_sm90a_without_spills(spec, tmp_path):
+    compile_kernel = pytest.importorskip("gemmtune.compiler").compile_kernel
+    from gemmtune.grouped.render import swiglu_rejections
+
+    compiled = 0
+    for config in CLUSTER_SHAPES:
+        if rejections(config, spec) or swiglu_rejections(config, spec):
+            continue
+        result = compile_kernel(render(spec, config), "sm_90a", cache_dir=tmp_path)
+        assert result.resources.spills == 0 and result.resources.stack_bytes == 0, config
+        assert "C751" not in result.log, f"{config}: wgmma serialised"
+        compiled += 1
+    assert compiled >= 1

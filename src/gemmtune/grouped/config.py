@@ -20,6 +20,9 @@ class GroupedConfig:
     band_m: int = 0      # tile rows a band of a group's tiles, tile_m fastest in it (0: the whole group)
     pingpong: bool = False  # two consumers take alternate tiles whole: one's epilogue under the other's mainloop
     staged_store: bool = False  # D written through shared memory in 16-byte pieces of rows (parts/staged_rows.py)
+    # Blocks per thread-block cluster (1 or 2). With 2, the pair takes one m-tile and two adjacent n-tiles; each
+    # block loads half of the shared A tile and multicasts it to both (TMA .multicast::cluster), B alone.
+    cluster: int = 1
 
     @property
     def threads(self) -> int:
@@ -54,7 +57,16 @@ class GroupedConfig:
         return replace(self, **changes)
 
     def to_json(self) -> dict:
-        return asdict(self)
+        """Every field; `cluster` (added later) only where it is not 1, so older configs keep their JSON."""
+        data = asdict(self)
+        if data["cluster"] == 1:
+            del data["cluster"]
+        return data
+
+    @property
+    def a_share_rows(self) -> int:
+        """Rows of the A tile this block loads (and multicasts to its cluster): BM / cluster."""
+        return self.bm // self.cluster
 
 
 def rejections(config: GroupedConfig, spec: GroupedSpec) -> dict[str, str]:
@@ -76,6 +88,8 @@ def rejections(config: GroupedConfig, spec: GroupedSpec) -> dict[str, str]:
         problems["band_m"] = f"band_m={c.band_m}: 0 (whole groups) or a count of tile rows"
     if c.staged_store and spec.n % 8:
         problems["staged_store"] = f"staged_store writes 16-byte pieces of rows: N % 8 == 0, not N = {spec.n}"
+    if c.cluster not in (1, 2):
+        problems["cluster"] = f"cluster={c.cluster}: 1 (no cluster) or 2 (a pair sharing the A tile by multicast)"
     if not 2 <= c.stages <= 16:
         problems["stages"] = f"stages={c.stages}: 2 to 16 (the producer runs ahead by at least one)"
     smem = c.dynamic_smem + c.static_smem(spec)
@@ -110,8 +124,21 @@ def default_config(spec: GroupedSpec) -> GroupedConfig:
     return _deepest(shape, spec)
 
 
+def _cluster_shapes(spec: GroupedSpec, default: GroupedConfig) -> list[GroupedConfig]:
+    """Pairs sharing A by multicast (cluster=2): the default's shape, 128x128 ping-pong and 128x256 over two
+    consumers, staged. None where a group's tiles are one column wide: the pair's second block would never
+    have a tile of its own (valid, but half the grid idle)."""
+    out_bn = 128 // 2 if spec.swiglu else 128  # the narrowest of these tiles' columns of D
+    if spec.n <= out_bn:
+        return []
+    return [default.with_(cluster=2),
+            GroupedConfig(128, 128, consumers=2, pingpong=True, staged_store=True, cluster=2),
+            GroupedConfig(128, 256, consumers=2, staged_store=True, cluster=2)]
+
+
 def candidates(spec: GroupedSpec) -> list[GroupedConfig]:
-    """The default first, then the few shapes worth timing against it (each valid for `spec`)."""
+    """The default first, then the few shapes worth timing against it (each valid for `spec`); the cluster=2
+    ones last (untimed: the default stays without clusters until measured)."""
     shapes = [default_config(spec), GroupedConfig(128, 128, consumers=2), GroupedConfig(128, 256, consumers=2),
               GroupedConfig(64, 128, consumers=1), GroupedConfig(64, 256, consumers=1),
               GroupedConfig(64, 256, consumers=2, pingpong=True), GroupedConfig(128, 128, consumers=2, pingpong=True),
@@ -119,6 +146,7 @@ def candidates(spec: GroupedSpec) -> list[GroupedConfig]:
               GroupedConfig(128, 128, consumers=2, pingpong=True, staged_store=True),
               GroupedConfig(128, 256, consumers=2, staged_store=True),
               GroupedConfig(64, 128, consumers=2, pingpong=True, staged_store=True)]
+    shapes += _cluster_shapes(spec, shapes[0])
     found: list[GroupedConfig] = []
     for config in (_deepest(shape, spec) for shape in shapes):
         if config not in found and not rejections(config, spec):

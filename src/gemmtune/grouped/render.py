@@ -12,11 +12,22 @@ loaded as two boxes of BN / 2 rows, gate rows from n0 and up rows from N + n0, o
 the slot, so the one wgmma's accumulator columns j < BN / 2 are gate and j + BN / 2 up of the same
 output column n0 + j, held by the same thread: the write-back stores silu(gate) * up, BN / 2 columns a
 tile. The masked layout changes only the scheduler's reading of group rows (schedule.py).
+
+Clusters of two (config.cluster = 2): the blocks of a pair take the same m-tile and adjacent tile columns
+(schedule.py hands out pairs). A's tile is the same for both: each producer loads half its rows and multicasts
+them into the same slot of both blocks, so a slot of A is written by both producers and may be refilled only
+once both blocks' consumers have released it: consumers arrive on the `empty` barrier of both blocks
+(parts/cluster_ring.py), and each `full` barrier expects both halves of A plus the block's own B. Where the
+column count is odd, the last pair's second block has no tile: its producer still loads its half of A (its
+`full` expecting A alone) and its consumers wait for each slot and release it without multiplying.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..arch import geometry
 from ..kernel_source import KernelSource, TensorMapArg
+from ..kernels.parts.cluster_ring import RELEASE_SLOT
 from ..kernels.parts.epilogue import CArg, Operands, VectorArg, epilogue_function
 from ..kernels.parts.floats import FLOAT_VIEW, TO_OUT
 from ..kernels.parts.ring import RING
@@ -54,7 +65,8 @@ def entry_name(spec: GroupedSpec, config: GroupedConfig) -> str:
     band = f"b{config.band_m}" if config.band_m else ""
     pingpong = "pp" if config.pingpong else ""
     staged = "st" if config.staged_store else ""
-    return f"{spec.slug()}_{config.bm}x{config.bn}s{config.stages}c{config.consumers}{pingpong}{staged}{band}"
+    cluster = f"cl{config.cluster}" if config.cluster > 1 else ""
+    return f"{spec.slug()}_{config.bm}x{config.bn}s{config.stages}c{config.consumers}{pingpong}{staged}{band}{cluster}"
 
 
 def out_bn(spec: GroupedSpec, config: GroupedConfig) -> int:
@@ -73,9 +85,10 @@ def swiglu_rejections(config: GroupedConfig, spec: GroupedSpec) -> dict[str, str
 def tensor_maps(spec: GroupedSpec, config: GroupedConfig) -> tuple[TensorMapArg, TensorMapArg]:
     """A: a 2-D map over (K, total_m); B (weights stored (G, N, K), SwiGLU (G, 2N, K)): a 3-D map over
     (K, rows, G), so a box never reads the next group's weights (rows past the last arrive as zeros). A
-    SwiGLU tile loads two boxes of BN / 2 rows, its gate and its up rows."""
+    SwiGLU tile loads two boxes of BN / 2 rows, its gate and its up rows. With clusters of two, A's box is half
+    the tile's rows: each block of the pair loads one half for both."""
     kind, row, rows, block_k = spec.dtype, spec.k * spec.element_bytes, spec.weight_rows, bk(spec)
-    a = TensorMapArg("tma_A", "A", kind, (spec.k, spec.total_m), (row,), (block_k, config.bm))
+    a = TensorMapArg("tma_A", "A", kind, (spec.k, spec.total_m), (row,), (block_k, config.a_share_rows))
     b = TensorMapArg("tma_B", "B", kind, (spec.k, rows, spec.groups), (row, row * rows), (block_k, out_bn(spec, config), 1))
     return a, b
 
@@ -99,8 +112,20 @@ constexpr int N_BLOCKS = (N + {BLOCK} - 1) / {BLOCK};                // fp8 bloc
 constexpr int A_TILE_BYTES = BM * 128, B_TILE_BYTES = BN * 128, STAGE_BYTES = A_TILE_BYTES + B_TILE_BYTES;
 constexpr int STAGING_BYTES = {config.staging_bytes // max(config.consumers, 1)};  // a consumer's staged rows (0: stored from registers)
 typedef {C_TYPES[spec.dtype]} in_t;
-typedef {C_TYPES[spec.out_dtype]} out_t;
+typedef {C_TYPES[spec.out_dtype]} out_t;{_cluster_constants(config)}
 """
+
+
+def _cluster_constants(config: GroupedConfig) -> str:
+    if config.cluster == 1:
+        return ""
+    return f"""
+// Clusters: CLUSTER blocks take one m-tile and CLUSTER adjacent tile columns; each loads A_SHARE_ROWS rows of
+// the shared A tile and multicasts them to every block of the cluster (CLUSTER_MASK).
+constexpr int CLUSTER = {config.cluster};
+constexpr int PAIRS_N = (TILES_N + CLUSTER - 1) / CLUSTER;  // scheduled columns a tile row: pairs of tile columns
+constexpr int A_SHARE_ROWS = BM / CLUSTER, A_SHARE_BYTES = A_SHARE_ROWS * 128;  // 1024-byte multiples: whole swizzle spans
+constexpr unsigned short CLUSTER_MASK = (1 << CLUSTER) - 1;"""
 
 
 def _tile_columns(spec: GroupedSpec) -> str:
@@ -114,28 +139,51 @@ constexpr int OUT_BN = BN / 2;                           // columns of D a tile 
 constexpr int TILES_N = (N + OUT_BN - 1) / OUT_BN;"""
 
 
-LOAD_STAGE = r"""
-// Producer: k-block `kb` of `tile` into a ring slot. TMA counts whole boxes (zero-filled edges too).
+LOAD_B = """
+    tma_load_3d(slot + A_TILE_BYTES, &tma_B, full, kb * BK, tile.tile_n * BN, tile.group);"""
+LOAD_B_SWIGLU = """
+    tma_load_3d(slot + A_TILE_BYTES, &tma_B, full, kb * BK, tile.tile_n * OUT_BN, tile.group);                   // gate
+    tma_load_3d(slot + A_TILE_BYTES + OUT_BN * 128, &tma_B, full, kb * BK, N + tile.tile_n * OUT_BN, tile.group);  // up"""
+LOAD_STAGE_HEAD = """
 __device__ __forceinline__ void load_stage(const TmaDescriptor& tma_A, const TmaDescriptor& tma_B, unsigned char* slot,
                                            u64* full, const GroupTile& tile, int kb) {
     mbarrier_arrive_expect_tx(full, STAGE_BYTES);
-    tma_load_2d(slot, &tma_A, full, kb * BK, tile.row_begin + tile.tile_m * BM);
-    tma_load_3d(slot + A_TILE_BYTES, &tma_B, full, kb * BK, tile.tile_n * BN, tile.group);
-}
-"""
+    tma_load_2d(slot, &tma_A, full, kb * BK, tile.row_begin + tile.tile_m * BM);"""
 
-LOAD_STAGE_SWIGLU = r"""
+LOAD_STAGE = """
+// Producer: k-block `kb` of `tile` into a ring slot. TMA counts whole boxes (zero-filled edges too).""" + \
+    LOAD_STAGE_HEAD + LOAD_B + "\n}\n"
+
+LOAD_STAGE_SWIGLU = """
 // Producer: k-block `kb` of `tile` into a ring slot, B as its gate rows then its up rows (OUT_BN each,
 // 1024-byte multiples: the second box starts a swizzle pattern of its own). The last tile's gate box runs
-// past row N into up rows: those columns are past N in D and never stored. TMA counts whole boxes.
+// past row N into up rows: those columns are past N in D and never stored. TMA counts whole boxes.""" + \
+    LOAD_STAGE_HEAD + LOAD_B_SWIGLU + "\n}\n"
+
+LOAD_STAGE_CLUSTER = """
+// Producer (clusters): k-block `kb` of `tile` into a ring slot of every block of the cluster. The A tile is
+// the cluster's (one group, the same rows): this block loads its A_SHARE_ROWS of them and multicasts them to
+// the same slot, and the same `full` barrier, of each block. B is this block's own tile{swiglu}.
+// `full` expects the whole A tile (every block's share) and this block's B, or A alone where the block has no
+// tile (tile_n == TILES_N, the last pair of an odd column count). A peer's share may land before this block's
+// expect_tx: the phase completes only after that arrival too, and it cannot be the phase before (the producer
+// waited on `empty`, which every block's consumers release only after their wait on this slot's `full`).
 __device__ __forceinline__ void load_stage(const TmaDescriptor& tma_A, const TmaDescriptor& tma_B, unsigned char* slot,
-                                           u64* full, const GroupTile& tile, int kb) {
-    mbarrier_arrive_expect_tx(full, STAGE_BYTES);
-    tma_load_2d(slot, &tma_A, full, kb * BK, tile.row_begin + tile.tile_m * BM);
-    tma_load_3d(slot + A_TILE_BYTES, &tma_B, full, kb * BK, tile.tile_n * OUT_BN, tile.group);                   // gate
-    tma_load_3d(slot + A_TILE_BYTES + OUT_BN * 128, &tma_B, full, kb * BK, N + tile.tile_n * OUT_BN, tile.group);  // up
-}
+                                           u64* full, const GroupTile& tile, int kb, int rank) {{
+    const bool has_b = tile.tile_n < TILES_N;
+    mbarrier_arrive_expect_tx(full, has_b ? STAGE_BYTES : A_TILE_BYTES);
+    tma_load_2d_multicast(slot + rank * A_SHARE_BYTES, &tma_A, full, kb * BK,
+                          tile.row_begin + tile.tile_m * BM + rank * A_SHARE_ROWS, CLUSTER_MASK);
+    if (!has_b) return;{b}
+}}
 """
+
+
+def _load_stage(spec: GroupedSpec, config: GroupedConfig) -> str:
+    if config.cluster == 1:
+        return LOAD_STAGE_SWIGLU if spec.swiglu else LOAD_STAGE
+    swiglu = "\n// (SwiGLU: its gate rows, then its up rows)" if spec.swiglu else ""
+    return LOAD_STAGE_CLUSTER.format(swiglu=swiglu, b=LOAD_B_SWIGLU if spec.swiglu else LOAD_B)
 
 SWIGLU = r"""
 // SwiGLU of one output in fp32: silu(gate) * up = gate / (1 + e^-gate) * up. A gate far below zero makes
@@ -264,7 +312,7 @@ MAIN_LOOP = """            #pragma unroll 1
                 mma_stage(acc, ring_base + ring.s * STAGE_BYTES, part);
                 wgmma_commit();
                 wgmma_wait<1>();  // one group in flight: the k-block before is done reading its slot
-                if (previous >= 0 && threadIdx.x % 128 == 0) mbarrier_arrive(&empty[previous]);
+                RELEASE_PREVIOUS
                 previous = ring.s;
                 ring.advance();
             }"""
@@ -287,7 +335,7 @@ BLOCK_SCALED_LOOP = """            float sums[BN / 2];  // one k-block's sums (M
                 mma_stage_fresh(sums, ring_base + ring.s * STAGE_BYTES, part);
                 wgmma_commit();
                 wgmma_wait<0>();  // the sums are read below
-                if (threadIdx.x % 128 == 0) mbarrier_arrive(&empty[ring.s]);
+                RELEASE_CURRENT
                 ring.advance();
                 const float upper = scale_row * scale_block, lower = scale_row_8 * scale_block;
                 #pragma unroll
@@ -296,8 +344,19 @@ BLOCK_SCALED_LOOP = """            float sums[BN / 2];  // one k-block's sums (M
             }"""
 
 
-def _main_loop(spec: GroupedSpec) -> str:
-    return BLOCK_SCALED_LOOP if spec.scaling == "block" else MAIN_LOOP
+def _release(config: GroupedConfig, slot: str, after: str = "") -> str:
+    """A consumer warpgroup's release of ring slot `slot` (when `after` holds): one arrival on this block's
+    `empty`, or with clusters one on `empty` of every block of the cluster (parts/cluster_ring.py)."""
+    if config.cluster == 1:
+        return f"if ({after}threadIdx.x % 128 == 0) mbarrier_arrive(&empty[{slot}]);"
+    condition = f"if ({after[:-len(' && ')]}) " if after else ""
+    return f"{condition}release_slot(&empty[{slot}]);"
+
+
+def _main_loop(spec: GroupedSpec, config: GroupedConfig) -> str:
+    if spec.scaling == "block":
+        return BLOCK_SCALED_LOOP.replace("RELEASE_CURRENT", _release(config, "ring.s"))
+    return MAIN_LOOP.replace("RELEASE_PREVIOUS", _release(config, "previous", "previous >= 0 && "))
 
 
 def _mma_stage_fresh(spec: GroupedSpec, config: GroupedConfig) -> str:
@@ -318,12 +377,55 @@ __device__ __forceinline__ void mma_stage_fresh(float (&sums)[BN / 2], const uns
 """
 
 
+@dataclass(frozen=True)
+class Walk:
+    """How the kernel's warpgroups walk its work, as text spliced into _kernel: a block's tiles, or with
+    clusters the cluster's pairs of tiles (one block, one tile column of each)."""
+
+    attribute: str = ""  # after __launch_bounds__
+    empty_init: str = "mbarrier_init(&empty[s], PINGPONG ? 1 : CONSUMERS);  // the consumers that read slot s"
+    sync: str = "__syncthreads();"
+    rank: str = ""  # declarations after `tiles`
+    units: str = "int t = blockIdx.x; t < tiles; t += gridDim.x"
+    tile: str = "group_tile(group_end, tile_end, t)"
+    load_args: str = ""  # load_stage's arguments after kb
+    idle: str = ""  # a consumer's k-blocks of a unit without a tile of this block
+    end: str = ""
+
+
+CLUSTER_IDLE = """
+            if (tile.tile_n == TILES_N) {  // no tile column for this block (an odd TILES_N's last pair): its
+                // slots still take the pair's A, both shares: wait for each and release it in every block
+                for (int kb = 0; kb < K_BLOCKS; ++kb) {
+                    mbarrier_wait(&full[ring.s], ring.phase);
+                    release_slot(&empty[ring.s]);
+                    ring.advance();
+                }
+                if (PINGPONG && threadIdx.x % 128 == 0) mbarrier_arrive(&mainloop_done[consumer]);  // the other's turn
+                continue;
+            }"""
+
+
+def walk(config: GroupedConfig) -> Walk:
+    if config.cluster == 1:
+        return Walk()
+    return Walk(
+        attribute=f" __cluster_dims__({config.cluster}, 1, 1)",
+        empty_init="mbarrier_init(&empty[s], (PINGPONG ? 1 : CONSUMERS) * CLUSTER);  // its readers in every block",
+        sync="cluster_sync();  // every block's barriers are initialised before a peer's copy or arrival reaches them",
+        rank="\n    const int rank = (int)cluster_cta_rank();  // this block's tile column of each pair",
+        units="int t = blockIdx.x / CLUSTER; t < tiles; t += gridDim.x / CLUSTER",
+        tile="cluster_tile(group_end, tile_end, t, rank)", load_args=", rank", idle=CLUSTER_IDLE,
+        end="\n    cluster_sync();  // no block leaves while a peer may still multicast into it or arrive on its barriers")
+
+
 def _kernel(spec: GroupedSpec, config: GroupedConfig, entry: str) -> str:
     bias = "const out_t* __restrict__ bias, " if spec.has_bias else ""
     scales = "const float* __restrict__ scale_a, const float* __restrict__ scale_b, " if spec.fp8 else ""
     rows_in = spec.rows_operand  # offs (cumulative ends), or counts in the masked layout
+    w = walk(config)
     return f"""
-extern "C" __global__ void __launch_bounds__({config.threads}, 1)
+extern "C" __global__ void __launch_bounds__({config.threads}, 1){w.attribute}
 {entry}(const int* __restrict__ {rows_in}, {bias}{scales}out_t* __restrict__ D,
         const __grid_constant__ TmaDescriptor tma_A, const __grid_constant__ TmaDescriptor tma_B) {{
     __shared__ int group_end[GROUPS], tile_end[GROUPS];  // filled by scan_groups (schedule.py)
@@ -341,24 +443,24 @@ extern "C" __global__ void __launch_bounds__({config.threads}, 1)
         tma_prefetch_descriptor(&tma_B);
         for (int s = 0; s < STAGES; ++s) {{
             mbarrier_init(&full[s], 1);
-            mbarrier_init(&empty[s], PINGPONG ? 1 : CONSUMERS);  // the consumers that read slot s
+            {w.empty_init}
         }}
         mbarrier_init(&mainloop_done[0], 1);
         mbarrier_init(&mainloop_done[1], 1);
         fence_barrier_init();
     }}
     if (threadIdx.x < 32) scan_groups({rows_in}, group_end, tile_end);  // read on the device: no host sync
-    __syncthreads();
-    const int tiles = tile_end[GROUPS - 1];  // every group's tiles, this launch
+    {w.sync}
+    const int tiles = tile_end[GROUPS - 1];  // every group's tiles, this launch{" (pairs of them)" if config.cluster > 1 else ""}{w.rank}
     if (warpgroup == 0) {{
         {_registers(config, "producer")}
         if (threadIdx.x == 0) {{
             Ring ring;
-            for (int t = blockIdx.x; t < tiles; t += gridDim.x) {{
-                const GroupTile tile = group_tile(group_end, tile_end, t);
+            for ({w.units}) {{
+                const GroupTile tile = {w.tile};
                 for (int kb = 0; kb < K_BLOCKS; ++kb) {{
                     mbarrier_wait(&empty[ring.s], ring.phase ^ 1);  // passes at once on the first lap
-                    load_stage(tma_A, tma_B, ring_base + ring.s * STAGE_BYTES, &full[ring.s], tile, kb);
+                    load_stage(tma_A, tma_B, ring_base + ring.s * STAGE_BYTES, &full[ring.s], tile, kb{w.load_args});
                     ring.advance();
                 }}
             }}
@@ -369,12 +471,12 @@ extern "C" __global__ void __launch_bounds__({config.threads}, 1)
         const int part = PINGPONG ? 0 : consumer;  // which rows of its tiles this warpgroup multiplies
         Ring ring;  // walks the ring in step with the producer, tile after tile
         int turn = 0;  // the block's tiles so far: in ping-pong, consumer c takes those with turn % 2 == c
-        for (int t = blockIdx.x; t < tiles; t += gridDim.x, ++turn) {{
+        for ({w.units}, ++turn) {{
             if (PINGPONG && turn % 2 != consumer) {{
                 ring.skip(K_BLOCKS);  // the other consumer's tile: its k-blocks fill the slots in between
                 continue;
             }}
-            const GroupTile tile = group_tile(group_end, tile_end, t);
+            const GroupTile tile = {w.tile};
             float acc[M_BLOCKS][BN / 2];
             #pragma unroll
             for (int mb = 0; mb < M_BLOCKS; ++mb)
@@ -382,16 +484,16 @@ extern "C" __global__ void __launch_bounds__({config.threads}, 1)
                 for (int i = 0; i < BN / 2; ++i) acc[mb][i] = 0.0f;
             int previous = -1;  // the slot of the k-block before: released once its wgmma are done
             // Ping-pong: the block's tile before was the other consumer's, its ((turn - 1) / 2)-th.
-            if (PINGPONG && turn > 0) mbarrier_wait(&mainloop_done[1 - consumer], ((turn - 1) / 2) & 1);
+            if (PINGPONG && turn > 0) mbarrier_wait(&mainloop_done[1 - consumer], ((turn - 1) / 2) & 1);{w.idle}
             // Not unrolled: with one or two k-blocks a tile, ptxas unrolled this loop and then waited on the
             // wgmma in flight before the epilogue's use of acc (C7519, warpgroup.arrive injected).
-{_main_loop(spec)}
+{_main_loop(spec, config)}
             if (PINGPONG && threadIdx.x % 128 == 0) mbarrier_arrive(&mainloop_done[consumer]);  // the other's turn
             wgmma_wait<0>();
-            if (previous >= 0 && threadIdx.x % 128 == 0) mbarrier_arrive(&empty[previous]);
+            {_release(config, "previous", "previous >= 0 && ")}
             store_tile(acc, tile, part, D, {"bias" if spec.has_bias else "nullptr"}{", scale_a, scale_b" if spec.fp8 else ""}{_staging_args(config)});
         }}
-    }}
+    }}{w.end}
 }}
 """
 
@@ -399,13 +501,15 @@ extern "C" __global__ void __launch_bounds__({config.threads}, 1)
 def code(spec: GroupedSpec, config: GroupedConfig, entry: str) -> str:
     capacity = spec.capacity if spec.masked_layout else 0
     return (ptx.helpers(spec.dtype, config.bn) + TMA_3D + FLOAT_VIEW + _constants(spec, config) + RING
-            + scheduler(config.band_m, capacity) + (LOAD_STAGE_SWIGLU if spec.swiglu else LOAD_STAGE)
+            + (RELEASE_SLOT if config.cluster > 1 else "")
+            + scheduler(config.band_m, capacity, config.cluster) + _load_stage(spec, config)
             + _mma_stage(spec, config) + _mma_stage_fresh(spec, config) + _store_tile(spec, config)
             + _kernel(spec, config, entry))
 
 
 def render(spec: GroupedSpec, config: GroupedConfig | None = None, sm_count: int | None = None) -> KernelSource:
-    """The kernel on `sm_count` blocks (None: the sm_90a table's SMs); ConfigError names a broken limit."""
+    """The kernel on `sm_count` blocks (None: the sm_90a table's SMs; with clusters, the whole clusters that
+    always fit at once); ConfigError names a broken limit."""
     config = config or default_config(spec)
     problems = {**rejections(config, spec), **swiglu_rejections(config, spec)}
     if problems:
@@ -414,7 +518,8 @@ def render(spec: GroupedSpec, config: GroupedConfig | None = None, sm_count: int
     # The launch names the group-rows argument offs in both layouts (kernel_source.POINTER_ARGS); the masked
     # kernel calls its parameter counts.
     args = ("offs", *(("bias",) if spec.has_bias else ()), *(("scale_a", "scale_b") if spec.fp8 else ()), "D", "tma_A", "tma_B")
-    grid = sm_count or geometry(None, "sm_90a").sm_count
+    # A persistent grid: a block per SM, with clusters as many whole clusters as always fit at once
+    grid = geometry(None, "sm_90a", sm_count).cluster_grid(config.cluster)
     return KernelSource(code=code(spec, config, entry), entry=entry, grid=(grid, 1, 1), block=(config.threads, 1, 1),
                         args=args, spec=spec.as_gemm(), family=FAMILY, family_version=VERSION,
                         config=config.to_json(), dynamic_smem=config.dynamic_smem,

@@ -9,6 +9,11 @@ consumers map tiles alike from the same arrays: nothing passes between them.
 
 The layout decides only where a group's rows are: contiguous (offs are cumulative ends, a group starts
 where the one before ends) or masked (group g owns rows g·capacity onwards and holds counts[g] of them).
+
+Clusters of two blocks (config.cluster = 2): the scheduler hands out *pairs*, one m-tile and two adjacent
+tile columns 2j and 2j + 1, counted and banded as tiles are without clusters but over ceil(tiles_n / 2)
+pair columns. Both blocks of a cluster walk the same pairs; rank r takes tile column 2j + r, none where
+that is past the last column (an odd column count). The pair's blocks share the m-tile's rows of A.
 """
 from __future__ import annotations
 
@@ -39,18 +44,30 @@ class TilePlan:
     tiles_n: int
     band_m: int = 0  # tile rows per band (0: the whole group)
     begins: tuple[int, ...] = ()  # each group's first row where it is not the end before (masked layout)
+    cluster: int = 1  # blocks per cluster: the prefix counts units of `cluster` adjacent tile columns
+
+    @property
+    def units_n(self) -> int:
+        """Scheduled columns: tile columns (cluster 1) or pairs of them (cluster 2)."""
+        return ceil_div(self.tiles_n, self.cluster)
 
     @property
     def total(self) -> int:
+        """Scheduled units: tiles, or pairs of tiles with clusters of two."""
         return self.tile_prefix[-1] if self.tile_prefix else 0
 
-    def tile(self, t: int) -> Tile:
+    def tile(self, t: int, rank: int = 0) -> Tile:
+        """Unit t's tile for the cluster's block `rank`: tile_n == tiles_n where that block has none."""
         g = bisect_right(self.tile_prefix, t)  # the first group whose prefix exceeds t
         first = self.tile_prefix[g - 1] if g else 0
         begin = self.begins[g] if self.begins else self.ends[g - 1] if g else 0
-        tiles_m = (self.tile_prefix[g] - first) // self.tiles_n
-        tile_m, tile_n = band_place(t - first, tiles_m, self.tiles_n, self.band_m)
-        return Tile(g, tile_m, tile_n, begin, self.ends[g])
+        tiles_m = (self.tile_prefix[g] - first) // self.units_n
+        tile_m, unit_n = band_place(t - first, tiles_m, self.units_n, self.band_m)
+        return Tile(g, tile_m, min(unit_n * self.cluster + rank, self.tiles_n), begin, self.ends[g])
+
+    def cluster_tiles(self, t: int) -> list[Tile]:
+        """The tiles unit t gives the blocks of a cluster (one per rank that has one), sharing group and tile_m."""
+        return [tile for tile in (self.tile(t, rank) for rank in range(self.cluster)) if tile.tile_n < self.tiles_n]
 
 
 def band_place(local: int, tiles_m: int, tiles_n: int, band_m: int) -> tuple[int, int]:
@@ -62,41 +79,47 @@ def band_place(local: int, tiles_m: int, tiles_n: int, band_m: int) -> tuple[int
     return first + within % rows, within // rows
 
 
-def plan(offs: np.ndarray, total_m: int, n: int, bm: int, bn: int, band_m: int = 0) -> TilePlan:
-    ends = [int(e) for e in group_ends(offs, total_m)]
-    tiles_n, prefix, running = ceil_div(n, bn), [], 0
-    for g, end in enumerate(ends):
-        rows = max(end - (ends[g - 1] if g else 0), 0)
-        running += ceil_div(rows, bm) * tiles_n
+def _prefix(rows: list[int], bm: int, units_n: int) -> tuple[int, ...]:
+    """Inclusive prefix of each group's scheduled units: ceil(rows / bm) tile rows of units_n."""
+    prefix, running = [], 0
+    for count in rows:
+        running += ceil_div(count, bm) * units_n
         prefix.append(running)
-    return TilePlan(tuple(ends), tuple(prefix), tiles_n, band_m)
+    return tuple(prefix)
 
 
-def plan_masked(counts: np.ndarray, capacity: int, n: int, bm: int, bn: int, band_m: int = 0) -> TilePlan:
+def plan(offs: np.ndarray, total_m: int, n: int, bm: int, bn: int, band_m: int = 0, cluster: int = 1) -> TilePlan:
+    ends = [int(e) for e in group_ends(offs, total_m)]
+    rows = [max(end - (ends[g - 1] if g else 0), 0) for g, end in enumerate(ends)]
+    tiles_n = ceil_div(n, bn)
+    return TilePlan(tuple(ends), _prefix(rows, bm, ceil_div(tiles_n, cluster)), tiles_n, band_m, cluster=cluster)
+
+
+def plan_masked(counts: np.ndarray, capacity: int, n: int, bm: int, bn: int, band_m: int = 0,
+                cluster: int = 1) -> TilePlan:
     """The masked layout's plan: group g's rows from g·capacity, counts clamped to [0, capacity]."""
     rows = [min(max(int(c), 0), capacity) for c in counts]
     begins = [g * capacity for g in range(len(rows))]
-    tiles_n, prefix, running = ceil_div(n, bn), [], 0
-    for count in rows:
-        running += ceil_div(count, bm) * tiles_n
-        prefix.append(running)
+    tiles_n = ceil_div(n, bn)
     ends = tuple(b + r for b, r in zip(begins, rows))
-    return TilePlan(ends, tuple(prefix), tiles_n, band_m, tuple(begins))
+    return TilePlan(ends, _prefix(rows, bm, ceil_div(tiles_n, cluster)), tiles_n, band_m, tuple(begins), cluster)
 
 
-def plan_for(spec: GroupedSpec, offs: np.ndarray, bm: int, out_bn: int, band_m: int = 0) -> TilePlan:
+def plan_for(spec: GroupedSpec, offs: np.ndarray, bm: int, out_bn: int, band_m: int = 0, cluster: int = 1) -> TilePlan:
     """The plan of `spec`'s kernel with BM x out_bn tiles of D (SwiGLU: a BN-wide wgmma tile writes BN / 2)."""
     if spec.masked_layout:
-        return plan_masked(offs, spec.capacity, spec.n, bm, out_bn, band_m)
-    return plan(offs, spec.total_m, spec.n, bm, out_bn, band_m)
+        return plan_masked(offs, spec.capacity, spec.n, bm, out_bn, band_m, cluster)
+    return plan(offs, spec.total_m, spec.n, bm, out_bn, band_m, cluster)
 
 
-def scheduler(band_m: int, capacity: int = 0) -> str:
+def scheduler(band_m: int, capacity: int = 0, cluster: int = 1) -> str:
     """The CUDA scheduler with BAND_M tile rows a band (0: a band is the whole group); capacity > 0: the
-    masked layout's group rows (counts), else the contiguous layout's (offs)."""
+    masked layout's group rows (counts), else the contiguous layout's (offs); cluster 2: it counts and places
+    pairs of tile columns (PAIRS_N of them a tile row), and cluster_tile gives each block its column."""
     rows = _MASKED_ROWS.replace("CAPACITY_VALUE", str(capacity)) if capacity else _CONTIGUOUS_ROWS
+    walk = _SCHEDULER if cluster == 1 else _SCHEDULER.replace("TILES_N", "PAIRS_N") + _CLUSTER_TILE
     return (f"\nconstexpr int BAND_M = {band_m};  // tile rows a band of a group's tiles (0: the whole group)\n"
-            + _GROUP_ROWS + rows + _SCHEDULER)
+            + _GROUP_ROWS + rows + walk)
 
 
 _GROUP_ROWS = r"""
@@ -182,5 +205,16 @@ __device__ __forceinline__ GroupTile group_tile(const int* group_end, const int*
     const int rows = min(band, tiles_m - band_first);
     const int within = local - band_first * TILES_N;
     return GroupTile{lo, band_first + within % rows, within / rows, group_begin(group_end, lo), group_end[lo]};
+}
+"""
+
+_CLUSTER_TILE = r"""
+// Clusters of two: the walk above counts and places pairs (one m-tile, tile columns 2j and 2j + 1; PAIRS_N a
+// tile row) and both blocks of a cluster take the same pairs. Block `rank` takes column 2j + rank; with an odd
+// TILES_N the last pair's rank 1 gets TILES_N, no tile: it still loads its half of A for its peer.
+__device__ __forceinline__ GroupTile cluster_tile(const int* group_end, const int* tile_end, int pair, int rank) {
+    GroupTile tile = group_tile(group_end, tile_end, pair);
+    tile.tile_n = min(tile.tile_n * CLUSTER + rank, TILES_N);
+    return tile;
 }
 """
