@@ -244,3 +244,55 @@ def test_baselines_are_skipped_for_fp8_with_a_reason():
 
     chosen, skipped = resolve(None, fp8_spec())
     assert chosen == [] and skipped and all("no fp8 baseline" in s.reason for s in skipped)
+
+
+# --- evaluate's fp8 path on the fake driver (tests/fake_driver.py) ------------------------------------------
+def _python_fp8_gemm(spec: GemmSpec, wrong_block: bool = False):
+    """A 'kernel' reading (A, B, offs, scale_a, scale_b, D) as the fp8 kernel does: codes, one int32 row count,
+    float32 scales laid out as fp8.gemm_inputs says; D in bf16. `wrong_block`: B's block scales read as if
+    stored (KB, NB), the transposed layout."""
+    import ctypes
+
+    from fake_driver import device_array, param_pointer
+
+    from gemmtune.dtypes import from_storage, to_storage
+
+    kb, nb = -(-spec.k // 128), -(-spec.n // 128)
+    shapes = {"tensor": ((1,), (1,)), "rowwise": ((spec.m,), (spec.n,)), "block": ((spec.m, kb), (nb, kb))}
+
+    def kernel(params: int) -> None:
+        a, b = (from_storage(device_array(param_pointer(params, i), s, ctypes.c_uint8), spec.dtype)
+                for i, s in ((0, spec.a_shape), (1, spec.b_shape)))
+        assert device_array(param_pointer(params, 2), (1,), ctypes.c_int32)[0] == spec.m
+        sa_shape, sb_shape = shapes[spec.scaling]
+        if wrong_block:
+            sb_shape = sb_shape[::-1]
+        sa, sb = (device_array(param_pointer(params, i), s).astype(np.float64) for i, s in ((3, sa_shape), (4, sb_shape)))
+        inputs = {"A": a, "B": b, "scale_a": sa, "scale_b": sb.T if wrong_block else sb}
+        product = fp8.dequantized_operands(spec, inputs)
+        out = to_storage((product[0] @ product[1].T).astype(np.float32), "bf16")
+        device_array(param_pointer(params, 5), (spec.m, spec.n), ctypes.c_uint16)[:] = out
+    return kernel
+
+
+@pytest.mark.parametrize("scaling", ["tensor", "rowwise", "block"])
+def test_evaluate_uploads_codes_scales_and_row_count(scaling, monkeypatch):
+    from fake_driver import FakeDriver, installed
+
+    from gemmtune.compiler import CompiledKernel, ResourceUsage
+    from gemmtune.evaluate import evaluate
+    from gemmtune.kernel_source import KernelSource
+    from gemmtune.timing import TimingProtocol
+
+    spec = fp8_spec(77, 300, 544, dtype="e5m2", scaling=scaling)
+    kernels = {"fp8": _python_fp8_gemm(spec), "fp8_wrong": _python_fp8_gemm(spec, wrong_block=True)}
+    with installed(monkeypatch, FakeDriver(kernels)) as fake:
+        for entry in kernels:
+            source = KernelSource("// python", entry, (1, 1, 1), (128, 1, 1),
+                                  ("A", "B", "offs", "scale_a", "scale_b", "D"), spec, "fake", "1")
+            compiled = CompiledKernel(source, "sm_90a", b"cubin", "", ResourceUsage(32, 0, 0, 0, 0), "", 0.0, "13.0")
+            result = evaluate(compiled, TimingProtocol(warmup=1, min_reps=3, max_reps=5, min_time_s=0.0),
+                              np.random.default_rng(6))
+            right = entry == "fp8" or scaling != "block"  # the wrong layout differs only for block scales
+            assert result.ok == right, (entry, result.verify.message)
+        assert fake.memory == {}
