@@ -231,6 +231,10 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     (("export", "MNK=64", "--dtype", "e4m3", "--scale", "tensor", "--arch", "sm_90a", "--out", "{tmp}/x"),
      "export does not support fp8"),
     (("bench", "MNK=64", "--dtype", "e4m3", "--scale", "tensor", "--accuracy"), "bench --accuracy does not support fp8"),
+    (("ladder", "MNK=64", "--dtype", "e4m3", "--scale", "tensor", "--backend", "numba"), "the numba backend does not"),
+    (("ladder", "MNK=64", "--dtype", "e4m3", "--scale", "tensor", "--backend", "tvm"), "the TVM backend does not"),
+    (("tvm", "show-cuda", "MNK=64", "--dtype", "e5m2", "--scale", "block"), "the TVM backend does not support fp8"),
+    (("tune", "MNK=64", "--dtype", "e4m3", "--scale", "tensor", "--backend", "tvm"), "the TVM backend does not"),
 ])
 def test_bad_fp8_command_lines_exit_2_with_one_line(args, message, tmp_path):
     out = run_cli(*(a.replace("{tmp}", str(tmp_path)) for a in args))

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from ..spec import (DTYPES, FP8_DTYPES, FP8_LAYOUT, FP8_OUT_DTYPES, LAYOUTS, MATHS, OUT_DTYPES, SCALINGS, GemmSpec,
-                    spec_from_words)
+                    refuse_fp8, spec_from_words)
 
 
 def add_spec_arguments(parser: argparse.ArgumentParser, epilogue: bool = True) -> None:
@@ -35,11 +35,16 @@ def add_spec_arguments(parser: argparse.ArgumentParser, epilogue: bool = True) -
                             help="fused epilogue chain, e.g. relu+add, alpha+beta, bias_col+gelu (default none)")
 
 
-def spec_from_args(args: argparse.Namespace) -> GemmSpec:
-    return spec_from_words(args.sizes, layout=args.layout, dtype=args.dtype,
+def spec_from_args(args: argparse.Namespace, stage: str | None = None) -> GemmSpec:
+    """The spec the flags describe; `stage`: the backend or verb reading it where it takes no fp8 specs yet
+    (they are refused in one line, naming it)."""
+    spec = spec_from_words(args.sizes, layout=args.layout, dtype=args.dtype,
                            epilogue=getattr(args, "epilogue", None), m=args.m, n=args.n, k=args.k,
                            out_dtype=getattr(args, "out_dtype", None), math=getattr(args, "math", None),
                            scaling=getattr(args, "scaling", None))
+    if stage:
+        refuse_fp8(spec, stage)
+    return spec
 
 
 DB_HELP = "tuning database (default ~/.cache/gemmtune/tuning.sqlite)"

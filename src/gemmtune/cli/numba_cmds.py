@@ -29,7 +29,7 @@ def run_numba_ladder(args: argparse.Namespace) -> int:
     from ..numba_ladder.ladder import compile_ladder, steps
 
     require_numba()
-    spec, arch = spec_from_args(args), target_arch(getattr(args, "arch", None))
+    spec, arch = spec_from_args(args, "the numba backend"), target_arch(getattr(args, "arch", None))
     if args.show:
         (step, config), = steps(arch, args.show)
         compiled = compile_numba(spec, config, arch)

@@ -168,7 +168,7 @@ def run_tvm_ladder(args: argparse.Namespace) -> int:
     from ..tvm import ladder
     from ..tvm.rows import ladder_rows
 
-    spec, arch = spec_from_args(args), _arch(args)
+    spec, arch = spec_from_args(args, "the TVM backend"), _arch(args)
     if args.show:
         done = ladder.schedule_rung(spec, args.show)
         print(done.mod.script())
@@ -206,7 +206,7 @@ def run_tvm_test(args: argparse.Namespace) -> int:
     from ..tvm.check import cpu_rounds, gpu_rounds
     from ..tvm.schedules import named_source
 
-    spec, arch = spec_from_args(args), _arch(args)
+    spec, arch = spec_from_args(args, "the TVM backend"), _arch(args)
     if args.rounds < 1:
         raise ConfigError("--rounds must be at least 1")
     compiled = compile_kernel(named_source(spec, args.schedule, arch, tuned=tuned_from(args)), arch)
@@ -228,7 +228,7 @@ def run_tvm_evaluate(args: argparse.Namespace) -> int:
     from ..tvm.rows import module_row
     from ..tvm.schedules import named_schedule
 
-    spec, arch = spec_from_args(args), _arch(args)
+    spec, arch = spec_from_args(args, "the TVM backend"), _arch(args)
     if not _gpu():
         from ..errors import NoDeviceError
 
@@ -247,7 +247,7 @@ def run_tvm_show_cuda(args: argparse.Namespace) -> int:
     from ..tvm.convert import build_cuda, to_kernel_source
     from ..tvm.schedules import named_schedule
 
-    spec, arch = spec_from_args(args), _arch(args)
+    spec, arch = spec_from_args(args, "the TVM backend"), _arch(args)
     named = named_schedule(spec, args.schedule, arch, tuned=tuned_from(args))
     built = build_cuda(named.mod, arch, symbol=f"{spec.slug()}_tvm")
     if args.raw:
@@ -270,7 +270,7 @@ def run_tvm_tune(args: argparse.Namespace) -> int:
     from ..tvm.rows import source_row
     from ..tvm.tuning import TuneSettings, tune
 
-    spec, arch = spec_from_args(args), _arch(args)
+    spec, arch = spec_from_args(args, "the TVM backend"), _arch(args)
     backend = getattr(args, "backend", "tvm")
     if backend not in TUNE_BACKENDS:
         raise ConfigError(f"unknown TVM tuning backend '{backend}'; choose {', '.join(TUNE_BACKENDS)}")
