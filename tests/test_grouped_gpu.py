@@ -231,3 +231,93 @@ def test_torch_entries_against_torch():
     masked = gt.grouped_mm_masked(x3, w_gate.transpose(1, 2), torch.tensor(counts, device="cuda", dtype=torch.int32))
     for i, c in enumerate(counts):
         torch.testing.assert_close(masked[i, :c], x3[i, :c] @ w_gate[i].T, rtol=2e-2, atol=2e-2)
+
+
+# --- clusters of two sharing A by multicast (config.cluster = 2) -----------------------------------------------
+def _cluster_configs(spec: GroupedSpec):
+    """Every cluster shape valid for `spec`, as deep as shared memory holds: ping-pong and cooperative consumers,
+    one consumer, 64- and 128-row tiles (32- and 64-row A shares), 128- and 256-column tiles, bands, staged D."""
+    from gemmtune.grouped.config import GroupedConfig, _deepest, rejections
+    from gemmtune.grouped.render import swiglu_rejections
+
+    shapes = [GroupedConfig(128, 128, consumers=2, pingpong=True, staged_store=True), GroupedConfig(128, 256, consumers=2, staged_store=True),
+              GroupedConfig(64, 128, consumers=1, band_m=2), GroupedConfig(128, 128, consumers=2),
+              GroupedConfig(64, 256, consumers=2, pingpong=True)]
+    configs = [_deepest(shape.with_(cluster=2), spec) for shape in shapes]
+    return [c for c in configs if not rejections(c, spec) and not swiglu_rejections(c, spec)]
+
+
+# tile columns: even and odd counts (the last pair's second block idle), one column (always idle), one k-block
+CLUSTER_CASES = CASES + [((300, 0, 1, 77), 100, 64, "bias+relu"), ((513, 2, 1000), 640, 64, "none"),
+                         ((4000, 3000, 1, 2500), 1408, 320, "gelu")]
+
+
+@pytest.mark.parametrize("sizes, n, k, epilogue", CLUSTER_CASES, ids=lambda v: str(v)[:20])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_cluster_pairs_match_the_float64_reference(sizes, n, k, epilogue, dtype):
+    spec = GroupedSpec(len(sizes), sum(sizes) + 7, n, k, dtype, epilogue)
+    for config in _cluster_configs(spec):
+        _run(spec, sizes, config)
+
+
+def test_cluster_pairs_with_every_group_empty_write_nothing():
+    spec = GroupedSpec(4, 64, 384, 64)
+    for config in _cluster_configs(spec):
+        _run(spec, (0, 0, 0, 0), config)
+
+
+@pytest.mark.parametrize("sizes, f, k", SWIGLU_CASES + [((129, 1, 300), 333, 72)], ids=lambda v: str(v)[:20])
+def test_cluster_pairs_swiglu_match_the_float64_reference(sizes, f, k):
+    spec = GroupedSpec(len(sizes), sum(sizes) + 7, f, k, "bf16", swiglu=True)
+    for config in _cluster_configs(spec):
+        _run(spec, sizes, config)
+
+
+@pytest.mark.parametrize("groups, capacity, counts, n, k, epilogue", MASKED_CASES, ids=lambda v: str(v)[:20])
+def test_cluster_pairs_masked_match_the_float64_reference(groups, capacity, counts, n, k, epilogue):
+    spec = GroupedSpec.masked(groups, capacity, n, k, "bf16", epilogue)
+    for config in _cluster_configs(spec):
+        _run(spec, counts, config)
+
+
+@pytest.mark.parametrize("n", [384, 333])  # 3 tile columns of 128: the second pair's second block has none
+def test_cluster_pairs_replay_in_a_graph_with_new_offsets(n):
+    torch = pytest.importorskip("torch")
+    from gemmtune.grouped.launch import build
+
+    g, k, total = 8, 256, 1200
+    spec = GroupedSpec(g, total, n, k)
+    a = torch.randn(total, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(g, n, k, device="cuda", dtype=torch.bfloat16)  # stored (G, N, K)
+    offs = torch.tensor(group_offsets([100] * 8), device="cuda")
+    for config in _cluster_configs(spec):
+        kernel = build(spec, config)  # built and loaded before the capture
+        out = torch.empty(total, n, device="cuda", dtype=torch.bfloat16)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            kernel(a.data_ptr(), w.data_ptr(), offs.data_ptr(), out.data_ptr(), None, torch.cuda.current_stream().cuda_stream)
+        for sizes in ([1, 0, 500, 3, 0, 64, 600, 32], [0] * 7 + [1200], [150] * 7 + [0], [0] * 8):
+            offs.copy_(torch.tensor(group_offsets(sizes), device="cuda"))
+            out.fill_(float("nan"))
+            graph.replay()
+            ref = reference(spec, a.double().cpu().numpy(), w.double().cpu().numpy().transpose(0, 2, 1), group_offsets(sizes))
+            _check(spec, out.double().cpu().numpy(), ref, sum(sizes))
+
+
+def test_cluster_pairs_against_torch_grouped_mm():
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch, "_grouped_mm"):
+        pytest.skip("torch._grouped_mm is missing")
+    from gemmtune.grouped.launch import build
+
+    sizes, n, k = [2100, 0, 1, 900, 3000, 64, 2, 1933], 1408, 1024
+    a = torch.randn(sum(sizes), k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(len(sizes), n, k, device="cuda", dtype=torch.bfloat16)
+    offs = torch.tensor(group_offsets(sizes), device="cuda")
+    want = torch._grouped_mm(a, w.transpose(1, 2), offs)
+    spec = GroupedSpec(len(sizes), sum(sizes), n, k)
+    for config in _cluster_configs(spec):
+        out = torch.full_like(want, float("nan"))
+        build(spec, config)(a.data_ptr(), w.data_ptr(), offs.data_ptr(), out.data_ptr())
+        torch.testing.assert_close(out, want, rtol=2e-2, atol=2e-2, msg=lambda m, c=config: f"{c}: {m}")
