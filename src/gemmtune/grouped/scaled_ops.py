@@ -11,7 +11,8 @@ the scales applied before the epilogue):
   scale_a (total_m,) float32, scale_b (G, N) float32 (or one element each: per tensor; or block scales
   (total_m, ceil(K/128)) and (G, ceil(N/128), ceil(K/128))); offs (G,) int32 ends.
 
-Both run on torch's current stream with fake implementations (torch.compile) and capture in CUDA graphs.
+scaled_mm with M <= 16 and per-tensor or rowwise scales runs the fp8 decode GEMV instead (fp8_gemv.py: a stream
+over the weights on tensor cores). Both run on torch's current stream with fake implementations (torch.compile) and capture in CUDA graphs.
 Block scales sum each 128 values of K apart and add them, scaled, on the CUDA cores (two-level accumulation).
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ from torch import Tensor
 
 from ..errors import SpecError
 from ..kernels.config_base import ceil_div
+from .fp8_gemv import build as build_gemv, decode_spec
 from .launch import build
 from .spec import BLOCK, GroupedSpec
 
@@ -90,6 +92,12 @@ def scaled_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Opti
     (m, k), n = a.shape, b.shape[1]
     out = torch.empty((m, n), dtype=out_dtype, device=a.device)
     if out.numel() == 0:
+        return out
+    gemv = decode_spec(m, n, k, kind, scaling, out_kind, bias is not None)  # decode (M <= 16): a stream over b
+    if gemv is not None and a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0:
+        build_gemv(gemv, ordinal=a.device.index or 0)(
+            a.data_ptr(), b.data_ptr(), scale_a.contiguous().data_ptr(), scale_b.contiguous().data_ptr(), out.data_ptr(),
+            bias.contiguous().data_ptr() if bias is not None else None, torch.cuda.current_stream(a.device).cuda_stream)
         return out
     key = (m, a.device)
     if key not in _one_group:
