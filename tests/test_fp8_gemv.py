@@ -223,8 +223,11 @@ def test_fp8_gemv_matches_the_float64_reference(m, n, k, fmt, scaling):
     bias = torch.randn(n, device="cuda").to(torch.bfloat16) if with_bias else None
     ref = _reference(a64, sa, w64, sb, bias)
     spec = Fp8GemvSpec(m, n, k, fmt, scaling, "bf16", with_bias)
-    configs = [default_config(spec)] + [default_config(spec).with_(w_convert=wc, a_convert=ac) for wc, ac in CONVERTS]
-    for config in dict.fromkeys(configs + [Fp8GemvConfig(tiles=2, unroll=2)]):
+    configs = [default_config(spec)]
+    if n == 136:  # every conversion and a two-tile block on the shapes whose last tile is partial
+        configs += [default_config(spec).with_(w_convert=wc, a_convert=ac) for wc, ac in CONVERTS]
+        configs += [Fp8GemvConfig(tiles=2, unroll=2)]
+    for config in dict.fromkeys(configs):
         out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
         build(spec, config)(a.data_ptr(), w.data_ptr(), sa.data_ptr(), sb.data_ptr(), out.data_ptr(),
                             bias.data_ptr() if bias is not None else None, torch.cuda.current_stream().cuda_stream)
