@@ -120,35 +120,35 @@ constexpr float UNSCALE = {unscale(spec, config):.1f}f;  // undoes the integer e
 
 def _convert(name: str, convert: str, count: str) -> str:
     """Each 16-byte load of `name`[...] as 8 f16 pairs `name`_h[...][8] (pair 2s + HALF from word s)."""
-    return f"""            u32 {name}_h[{count}][8];
+    return f"""        u32 {name}_h[{count}][8];
+        #pragma unroll
+        for (int i = 0; i < {count}; ++i) {{
+            const u32 words[4] = {{{name}[i].x, {name}[i].y, {name}[i].z, {name}[i].w}};
             #pragma unroll
-            for (int i = 0; i < {count}; ++i) {{
-                const u32 words[4] = {{{name}[i].x, {name}[i].y, {name}[i].z, {name}[i].w}};
-                #pragma unroll
-                for (int s = 0; s < 4; ++s) {{
-                    {name}_h[i][2 * s] = to_f16x2_{convert}<0>(words[s]);
-                    {name}_h[i][2 * s + 1] = to_f16x2_{convert}<1>(words[s]);
-                }}
+            for (int s = 0; s < 4; ++s) {{
+                {name}_h[i][2 * s] = to_f16x2_{convert}<0>(words[s]);
+                {name}_h[i][2 * s + 1] = to_f16x2_{convert}<1>(words[s]);
             }}
+        }}
 """
 
 
 def _multiply(config: Fp8GemvConfig) -> str:
-    return f"""        // acc[j][b] += tile j of W (rows n0 + 16j + g, + 8: w[2j], w[2j + 1]) times vectors 8b + g (a[b]) over
-        // this lane's 16 k of the chunk: four mma, mma s from word s (the permutation above).
-        auto multiply = [&](const uint4 (&w)[2 * TILES], const uint4 (&a)[VB]) {{
-{_convert("a", config.a_convert, "VB")}{_convert("w", config.w_convert, "2 * TILES")}            #pragma unroll
-            for (int s = 0; s < 4; ++s)
+    return f"""    // acc[j][b] += tile j of W (rows n0 + 16j + g, + 8: w[2j], w[2j + 1]) times vectors 8b + g (a[b]) over
+    // this lane's 16 k of the chunk: four mma, mma s from word s (the permutation above).
+    auto multiply = [&](const uint4 (&w)[2 * TILES], const uint4 (&a)[VB]) {{
+{_convert("a", config.a_convert, "VB")}{_convert("w", config.w_convert, "2 * TILES")}        #pragma unroll
+        for (int s = 0; s < 4; ++s)
+            #pragma unroll
+            for (int j = 0; j < TILES; ++j) {{
+                const u32 tile[4] = {{w_h[2 * j][2 * s], w_h[2 * j + 1][2 * s], w_h[2 * j][2 * s + 1], w_h[2 * j + 1][2 * s + 1]}};
                 #pragma unroll
-                for (int j = 0; j < TILES; ++j) {{
-                    const u32 tile[4] = {{w_h[2 * j][2 * s], w_h[2 * j + 1][2 * s], w_h[2 * j][2 * s + 1], w_h[2 * j + 1][2 * s + 1]}};
-                    #pragma unroll
-                    for (int b = 0; b < VB; ++b) {{
-                        const u32 vectors[2] = {{a_h[b][2 * s], a_h[b][2 * s + 1]}};
-                        mma_tile(acc[j][b], tile, vectors);
-                    }}
+                for (int b = 0; b < VB; ++b) {{
+                    const u32 vectors[2] = {{a_h[b][2 * s], a_h[b][2 * s + 1]}};
+                    mma_tile(acc[j][b], tile, vectors);
                 }}
-        }};
+            }}
+    }};
 """
 
 
@@ -157,38 +157,38 @@ def _loads(guarded: bool) -> str:
     inside = "const bool inside = k + u * CHUNK + PIECE * t < K;  // K % PIECE == 0: a piece is all in or all out\n                "
     w_load = "inside ? stream_load(w_row[r] + k + u * CHUNK) : ZERO" if guarded else "stream_load(w_row[r] + k + u * CHUNK)"
     a_load = "inside ? vector_load(a_row[b] + k + u * CHUNK) : ZERO" if guarded else "vector_load(a_row[b] + k + u * CHUNK)"
-    return f"""            uint4 w[UNROLL][2 * TILES], a[UNROLL][VB];
+    return f"""        uint4 w[UNROLL][2 * TILES], a[UNROLL][VB];
+        #pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {{
+            {inside if guarded else ""}#pragma unroll
+            for (int r = 0; r < 2 * TILES; ++r) w[u][r] = {w_load};
             #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {{
-                {inside if guarded else ""}#pragma unroll
-                for (int r = 0; r < 2 * TILES; ++r) w[u][r] = {w_load};
-                #pragma unroll
-                for (int b = 0; b < VB; ++b) a[u][b] = {a_load};
-            }}
-            #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) multiply(w[u], a[u]);
+            for (int b = 0; b < VB; ++b) a[u][b] = {a_load};
+        }}
+        #pragma unroll
+        for (int u = 0; u < UNROLL; ++u) multiply(w[u], a[u]);
 """
 
 
 REDUCE = """    // The WPO warps' sums meet in shared memory; warp 0 adds them in warp order (the same sum every run).
     if (WPO > 1) {
-        __shared__ float partial[WPO][TILES][VB][4][32];  // lane fastest: no bank conflicts
-        if (warp != 0)
+    __shared__ float partial[WPO][TILES][VB][4][32];  // lane fastest: no bank conflicts
+    if (warp != 0)
+        #pragma unroll
+        for (int j = 0; j < TILES; ++j)
             #pragma unroll
-            for (int j = 0; j < TILES; ++j)
+            for (int b = 0; b < VB; ++b)
                 #pragma unroll
-                for (int b = 0; b < VB; ++b)
-                    #pragma unroll
-                    for (int v = 0; v < 4; ++v) partial[warp][j][b][v][lane] = acc[j][b][v];
-        __syncthreads();
-        if (warp != 0) return;
-        for (int p = 1; p < WPO; ++p)
+                for (int v = 0; v < 4; ++v) partial[warp][j][b][v][lane] = acc[j][b][v];
+    __syncthreads();
+    if (warp != 0) return;
+    for (int p = 1; p < WPO; ++p)
+        #pragma unroll
+        for (int j = 0; j < TILES; ++j)
             #pragma unroll
-            for (int j = 0; j < TILES; ++j)
+            for (int b = 0; b < VB; ++b)
                 #pragma unroll
-                for (int b = 0; b < VB; ++b)
-                    #pragma unroll
-                    for (int v = 0; v < 4; ++v) acc[j][b][v] += partial[p][j][b][v][lane];
+                for (int v = 0; v < 4; ++v) acc[j][b][v] += partial[p][j][b][v][lane];
     }
 """
 
