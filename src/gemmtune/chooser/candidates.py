@@ -223,7 +223,7 @@ def split_candidates_untuned(spec: GemmSpec) -> list[WgmmaConfig]:
 
 # Options every tuned wgmma config in data/known_configs.json carries (bf16, fp16 and tf32 at 4096³
 # and 8192³, H100 and H200) and the model cannot weigh (it was trained without them). On the untuned
-# eval set's wgmma shapes (H100, 2026-11-26, bench/probes/wgmma_chooser_options.py), adding them to
+# eval set's wgmma shapes (H100, 2026-11-26, git show 5f4c93d:bench/probes/wgmma_chooser_options.py), adding them to
 # the chooser's pick moved the geomean from 1.024 to 1.039× cuBLAS (bf16) and from 0.877 to 0.976×
 # (tf32, where the unsliced 4-byte store tile had left the 128x256 tile 2 ring stages).
 WRITE_BACK_OPTIONS = ("stmatrix", "serpentine", "overlap_epilogue")
@@ -284,7 +284,7 @@ def _deepest(config: WgmmaConfig, spec: GemmSpec) -> WgmmaConfig:
 
 
 # Whether the chooser hands an untuned shape the gemv tensor-core kernel. On since its GPU tests
-# passed (tests/test_gpu_gemv_tensor_cores.py) and the probe (bench/probes/gemv_tensor_cores.py, H100,
+# passed (tests/test_gpu_gemv_tensor_cores.py) and the probe (git show 5f4c93d:bench/probes/gemv_tensor_cores.py, H100,
 # 2026-11-26) measured it 1.1-2.3x faster than the CUDA-core kernel at 4-16 rows in bf16 and fp16,
 # 1.2-1.8x in tf32 (bench/results/2026-11-26-h100-gemv-tensor-cores{,-tf32}.md).
 GEMV_TENSOR_CORES_UNTUNED = True
@@ -322,7 +322,7 @@ ONE_VECTOR_ROWS_CONFIG = {2: GemvConfig(threads=512, warps_per_output=8, unroll=
 
 # The columns kernel walking K in quads (gemv render.quads: 4-byte values, several vectors stored
 # along K) wants few wide blocks: 512 threads, as many across the outputs as still give every SM
-# about one block, a short unroll at 16 vectors. In the probe (bench/probes/gemv_columns_quads.py,
+# about one block, a short unroll at 16 vectors. In the probe (git show 5f4c93d:bench/probes/gemv_columns_quads.py,
 # H100, 2026-11-26) this shape was the fastest of 45 block shapes or within 4% of it on 5 shapes at
 # 2-16 vectors, while the model's pick (trained on the row-by-row kernel: 128 threads, 2 across) ran
 # 1.2-1.7x slower in quads than this one.
@@ -421,7 +421,7 @@ def split_rule(spec: GemmSpec, arch: str, sm_count: int) -> GemvConfig | None:
 # TMA box), and the widest strip of RING_ACROSS that the quads rule would take (blocks for QUAD_SM_SHARE of
 # the SMs, the last round at least 1/QUAD_IMBALANCE full); where no width gives that many blocks the
 # register-fed pick stays. H100, 2026-11-27,
-# back to back against the chooser's register-fed pick (bench/probes/gemv_columns_tma.py, bench/results/
+# back to back against the chooser's register-fed pick (git show 5f4c93d:bench/probes/gemv_columns_tma.py, bench/results/
 # 2026-11-27-h100-gemv-columns-ring.md): fp32 16x4096x4096 77 -> 88% of copy, 16x4096x14336 87 -> 97%,
 # 16x11008x4096 74 -> 86%, 16x14336x4096 87 -> 91% (16 across; 8 across 85%), 16x2048x4096 60 -> 72% (4
 # across), 12x4096x4096 82 -> 88%, 8x4096x4096 84 -> 90-91%, 8x14336x4096 93 -> 94%; tf32 (against the

@@ -126,7 +126,7 @@ def _operands(spec: GemmSpec) -> str:
 
 
 # Bytes of W a block asks L2 for before it waits for the kernel ahead (parts/dependent_launch.py).
-# H100, 2026-11-26 (bench/probes/gemv_dependent_launch.py, budgets 4-32 KB): the tensor-core kernel's
+# H100, 2026-11-26 (git show 5f4c93d:bench/probes/gemv_dependent_launch.py, budgets 4-32 KB): the tensor-core kernel's
 # blocks (16 rows, all resident at once) streamed best near 16-32 KB and 32 KB cost 4% launched alone;
 # the CUDA-core rows kernel's (a few rows, several waves) best at 4-8 KB and worse from 16 KB. The
 # columns kernel's budget is the rows kernel's, not yet measured for it (its first step is the first
@@ -134,7 +134,7 @@ def _operands(spec: GemmSpec) -> str:
 PREFETCH_BYTES = {"tensor_cores": 16384, "cuda_cores": 8192, "columns": 8192, "columns_split": 12288,
                   "columns_ring": 32768}
 # columns_ring: the TMA-fed columns kernel asks L2 for whole stages of its strip of W, as many as fit (at least
-# one). H100, 2026-11-27, 16x4096x4096 fp32 (bench/probes/gemv_columns_tma.py): two stages of 16 KB.
+# one). H100, 2026-11-27, 16x4096x4096 fp32 (git show 5f4c93d:bench/probes/gemv_columns_tma.py): two stages of 16 KB.
 # columns_split: the columns kernel with K split over a cluster (k_splits), whose first step is the first
 # rows of its split's share. H100, 2026-11-27, 1x1024x4096 fp32 nn in 256-thread blocks 8 across, 16
 # splits, back to back (bench/results/2026-11-27-h100-gemv-cluster-k-splits-early.md): 8 KB 7.1-7.2 µs,

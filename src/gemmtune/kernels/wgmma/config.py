@@ -24,7 +24,7 @@ SMEM_SLACK = 1024  # the tiles are realigned to 1024 bytes (the swizzle atom) in
 # The tile widths the space and the chooser use. Any multiple of 8 from 64 to 256 is a wgmma N and
 # builds (a width fitted to N: 5000x300 in 128x104 tiles leaves 4% of the tiles outside D where 128x128
 # leaves 22%), but only these four have been measured; fitted widths are for explicit configs until
-# they are (bench/probes/wgmma_fitted_width.py, tests/test_gpu_wgmma.py::test_fitted_widths).
+# they are (git show 5f4c93d:bench/probes/wgmma_fitted_width.py, tests/test_gpu_wgmma.py::test_fitted_widths).
 MEASURED_BN = (64, 128, 192, 256)
 MAX_ACCUMULATORS = 128  # fp32 accumulators per consumer thread; more leaves no room to address
 # The SM count, the shared memory a block may opt in to and the persistent grid of clusters come from
