@@ -46,6 +46,9 @@ INPUT_BYTES = {"bf16": 2, "fp16": 2, "tf32": 4, "fp32": 4}
 # accumulator registers): 96 a thread (a 128x192 tile of 2 consumers) compile without spills in the
 # consumers' 232 registers (NVRTC 13.0, sm_90a); 128x256's 128 would need 256 for the sums alone.
 SPLIT_MAX_ACCUMULATORS = 96
+# Three consumer warpgroups and the producer are 512 threads: 128·40 + 384·152 registers fill the 64K, so a
+# consumer holds at most 96 sums (m64n192) beside its addresses and epilogue values.
+THREE_CONSUMER_MAX_ACCUMULATORS = 96
 # With an operand stored MN-major the split also transposes its chunks, holding a 4x4 block (16
 # values) per thread beside the sums: 128x192 then spills (nn 12 B, tn 64 B, tt 60 B at 4092^3;
 # NVRTC 13.0), 128x128 does not.
@@ -456,14 +459,20 @@ def _tile(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
         return f"tile {c.bm}x{c.bn}: bn must be a multiple of 8 from 64 to 256 (a wgmma N; one TMA box is at most 256)"
     if c.bn % 64 and not k_major(s)[1]:
         return f"bn={c.bn}: B stored N-contiguous is loaded in boxes of 64 columns (bn a multiple of 64)"
-    if c.consumers not in (1, 2) or c.rows_per_consumer % 64 or c.bm % c.rows_per_consumer:
+    if c.consumers not in (1, 2, 3) or c.rows_per_consumer % 64 or c.bm % c.rows_per_consumer:
         return f"bm={c.bm} does not split into {c.consumers} consumer warpgroup(s) of 64-row wgmma blocks"
     if c.pingpong and not (c.consumers == 2 and c.specialized and c.persistent):
         return "ping-pong needs 2 consumer warpgroups, the producer warpgroup and a persistent grid"
+    if c.consumers == 3 and not (c.specialized and s.dtype in ("fp16", "bf16")):
+        return ("3 consumer warpgroups (192-row tiles) run beside the producer warpgroup (its registers handed "
+                "to them by setmaxnreg), for 16-bit types")
     return None
 
 
 def _registers(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
+    if c.consumers == 3 and c.accumulators > THREE_CONSUMER_MAX_ACCUMULATORS:
+        return (f"{c.accumulators} fp32 accumulators per thread: 3 consumers get 152 registers each, room for "
+                f"{THREE_CONSUMER_MAX_ACCUMULATORS} (a 192x192 tile)")
     if c.accumulators > MAX_ACCUMULATORS:
         return f"{c.accumulators} fp32 accumulators per thread exceed {MAX_ACCUMULATORS} (registers would spill)"
     if splits_fp32(s) and c.accumulators > SPLIT_MAX_ACCUMULATORS:

@@ -15,6 +15,12 @@ from .config import SPLIT_BUFFERS, WgmmaConfig
 from .groups import CPath
 
 CONSUMER_REGS = 232  # setmaxnreg budget: 128·40 (producer) + 256·232 ≤ 64K registers
+THREE_CONSUMER_REGS = 152  # with 3 consumer warpgroups: 128·40 + 384·152 ≤ 64K
+
+
+def consumer_regs(config: WgmmaConfig) -> int:
+    """The registers a consumer thread asks for (setmaxnreg.inc): the 64K the producer does not keep."""
+    return THREE_CONSUMER_REGS if config.consumers == 3 else CONSUMER_REGS
 
 
 @dataclass(frozen=True)
@@ -165,7 +171,7 @@ def consumer_plain(spec: GemmSpec, config: WgmmaConfig, split: bool, share: str 
     return f"""
         // Consumer warpgroups: wait for a stage, multiply it, release the one before (one wgmma
         // group stays in flight so the tensor cores never wait on the release), then write back.{PINGPONG_NOTE if pingpong else ""}
-        setmaxnreg_inc<{CONSUMER_REGS}>();
+        setmaxnreg_inc<{consumer_regs(config)}>();
         const int consumer = threadIdx.x / 128 - 1;
         const int turn = PINGPONG ? consumer : 0;  // whose epilogue buffer and C barriers
         {c.pending}
@@ -305,7 +311,7 @@ def consumer_overlapped(spec: GemmSpec, config: WgmmaConfig, split: bool, share:
     store = StoreCall(spec, config, "&c_full[0], 0")
     ring_slot = "\n        Ring upper_c;  // the upper half's first C slot" if ring_c else ""
     return f"""
-        setmaxnreg_inc<{CONSUMER_REGS}>();
+        setmaxnreg_inc<{consumer_regs(config)}>();
         const int consumer = threadIdx.x / 128 - 1;
         Ring ring;  // the ring position, continued piece after piece as the producer fills it
         int previous = 0;          // the ring slot of the last k-block issued
@@ -337,7 +343,7 @@ def consumer_split(spec: GemmSpec, config: WgmmaConfig, split: bool, share: str 
     return f"""
         // Consumer warpgroups (3xtf32): split a stage into tf32 parts, multiply them into a fresh
         // partial sum, add it to the running sum in fp32; the next stage is split under the wgmma.
-        setmaxnreg_inc<{CONSUMER_REGS}>();
+        setmaxnreg_inc<{consumer_regs(config)}>();
         const int consumer = threadIdx.x / 128 - 1;
         const int turn = 0;  // the epilogue buffer and C barriers (cooperative consumers: one)
         {c.pending}
@@ -389,7 +395,7 @@ def consumer_transposing(spec: GemmSpec, config: WgmmaConfig, split: bool, share
     return f"""
         // Consumer warpgroups (tf32 stored MN-major): transpose a stage into the K-major layout wgmma
         // reads, multiply it, release the one before; the next stage is transposed under the wgmma.
-        setmaxnreg_inc<{CONSUMER_REGS}>();
+        setmaxnreg_inc<{consumer_regs(config)}>();
         const int consumer = threadIdx.x / 128 - 1;
         const int turn = 0;  // the epilogue buffer and C barriers (cooperative consumers: one)
         {c.pending}
