@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, replace
 
+from ...arch import arch_limits
 from ...errors import ConfigError, SpecError
 from ...spec import GemmSpec
 from ..config_base import arch_number, ceil_div
@@ -158,10 +159,11 @@ def check(config: Fp8GemvConfig, spec: Fp8GemvSpec, arch: str) -> None:
 WARPS_PER_SM = 16
 
 
-def default_config(spec: Fp8GemvSpec, sm_count: int = 132) -> Fp8GemvConfig:
+def default_config(spec: Fp8GemvSpec, sm_count: int | None = None) -> Fp8GemvConfig:
     """One 16-output tile a block, unroll 4 (256 k a warp's step); 8 warps splitting K, more (up to 32) where the
     tiles alone leave SMs without WARPS_PER_SM warps, fewer where K has fewer spans than warps. e5m2 converts with
     one byte permute (its codes are the top byte of an f16); e4m3 with the cvt instruction."""
+    sm_count = sm_count or arch_limits("sm_90").sm_count  # an H100 / H200 where the GPU is not known
     convert = "alu" if spec.fmt == "e5m2" else "cvt"
     config = Fp8GemvConfig(w_convert=convert, a_convert=convert)
     wanted = ceil_div(sm_count * WARPS_PER_SM, ceil_div(spec.n, TILE))
