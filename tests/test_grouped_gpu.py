@@ -320,4 +320,5 @@ def test_cluster_pairs_against_torch_grouped_mm():
     for config in _cluster_configs(spec):
         out = torch.full_like(want, float("nan"))
         build(spec, config)(a.data_ptr(), w.data_ptr(), offs.data_ptr(), out.data_ptr())
+        torch.cuda.synchronize()
         torch.testing.assert_close(out, want, rtol=2e-2, atol=2e-2, msg=lambda m, c=config: f"{c}: {m}")
