@@ -24,7 +24,7 @@ from ..kernels import family_for
 from ..kernels.wgmma.config import WgmmaConfig, overlap_idle, staging_seconds
 from ..kernels.wgmma.schedule import schedule_for
 from ..spec import GemmSpec
-from .candidates import candidates, fitted_twin
+from .candidates import candidates, fitted_twin, wave_fit_config, wave_share
 from .features import HBM_BYTES_PER_S, PEAK_FLOPS, EpilogueCost, epilogue_cost, features, has_geometry, roofline_s
 from .model import ChooserModel, FamilyModel, feature_matrix, load
 
@@ -174,7 +174,22 @@ def rank(spec: GemmSpec, arch: str, sm_count: int | None = None, family: str | N
     if sm_count is None:
         sm_count = arch_geometry(None, arch).sm_count
     picks = rank_configs(spec, chosen.name, candidates(chosen.name, spec, arch, sm_count), sm_count, model)
-    return on_plain_tile(spec, fitted(spec, picks, sm_count), arch, sm_count, model)
+    return wave_fitted(spec, on_plain_tile(spec, fitted(spec, picks, sm_count), arch, sm_count, model), sm_count)
+
+
+def wave_fitted(spec: GemmSpec, picks: list[Pick], sm_count: int) -> list[Pick]:
+    """The ranked picks with the first one's 192-row twin put first where its tiles fill whole waves and
+    the pick's do not (candidates.wave_fit_config); the model, which has never seen 3 consumers, does not
+    rank it: its prediction is the pick's scaled by the two wave shares."""
+    twin = wave_fit_config(spec, picks[0].config, sm_count) if picks else None
+    if twin is None:
+        return picks
+    pick = picks[0]
+    f = features(spec, twin, sm_count)
+    share = wave_share(spec, pick.config.bm, pick.config.bn, sm_count) / wave_share(spec, twin.bm, twin.bn, sm_count)
+    first = Pick(pick.family, twin, pick.predicted_s * share, "wave-fit rule (192-row tiles fill whole waves)",
+                 tuple(f.items()), split_tail(spec, twin, sm_count, f["blocks_per_sm"]), epilogue=pick.epilogue)
+    return [first] + [p for p in picks if p.config != twin]
 
 
 def fitted(spec: GemmSpec, picks: list[Pick], sm_count: int) -> list[Pick]:

@@ -227,6 +227,17 @@ def split_candidates_untuned(spec: GemmSpec) -> list[WgmmaConfig]:
 # the chooser's pick moved the geomean from 1.024 to 1.039× cuBLAS (bf16) and from 0.877 to 0.976×
 # (tf32, where the unsliced 4-byte store tile had left the 128x256 tile 2 ring stages).
 WRITE_BACK_OPTIONS = ("stmatrix", "serpentine", "overlap_epilogue")
+# overlap_epilogue issues every wgmma half the tile wide: 64 columns on 128-wide tiles, where it cost
+# 11-14% (H200, 2026-11-29, 128x128 picks of 6336x1024x4096 bf16/fp16 and 6336x768x2048 bf16: 0.75 ->
+# 0.85x cuBLAS without it; 256x128 picks 1% slower with it) and changed -1..+2% on 128x256 picks
+# (bench/results/2026-11-29-h200-three-consumers.md).
+OVERLAP_MIN_BN = 256
+
+
+def overlap_pays(config: WgmmaConfig, spec: GemmSpec) -> bool:
+    """Whether overlap_epilogue may be offered: not on tiles of 2 consumers narrower than OVERLAP_MIN_BN
+    in 16-bit types (what was measured; one consumer's 64-row tiles and tf32 keep it)."""
+    return not (config.consumers == 2 and config.bn < OVERLAP_MIN_BN and spec.dtype in ("bf16", "fp16"))
 
 
 def with_write_back_options(config: WgmmaConfig, spec: GemmSpec) -> WgmmaConfig:
@@ -243,6 +254,8 @@ def with_write_back_options(config: WgmmaConfig, spec: GemmSpec) -> WgmmaConfig:
                 best = sliced
                 break
     for option in WRITE_BACK_OPTIONS:
+        if option == "overlap_epilogue" and not overlap_pays(best, spec):
+            continue
         trial = _deepest(best.with_(**{option: True}), spec)
         if not family.rejections(trial, spec, "sm_90a") and trial.stages >= best.stages - 1:
             best = trial
@@ -521,3 +534,62 @@ def candidates(family: str, spec: GemmSpec, arch: str, sm_count: int) -> list[An
             seen.add(config)
             found.append(config)
     return found
+
+
+# --- 192-row tiles where they fill whole waves -----------------------------------------------------
+# Three consumer warpgroups hold a 192-row tile (64 rows each, beside the producer). Per tile they ran
+# about as fast as cuBLAS (0.99-1.03x) where their tiles filled whole waves of the SMs, and the model's
+# pick then trailed by its tail wave: 6336x1024x4096 0.75 -> 1.00x, 2112x3072x1024 0.86 -> 1.03x (H200,
+# 2026-11-29, 20 shapes outside the model-shape suite: bench/results/2026-11-29-h200-three-consumers.md).
+# Where the pick's tiles already filled their waves, or the 192-row ones did not, the pick was as fast
+# or faster (4096^3: 192x128 0.88x, the pick 1.01x). The rule was fitted on the first 12 shapes and
+# held on the 8 more chosen by it; 16-bit types in layout nt (what was measured).
+WAVE_FIT_MIN = 0.93  # the 192-row tiles' useful share of whole waves (3000x1024: 0.947, 0.82 -> 0.99x)
+WAVE_FIT_PICK_BELOW = 0.90  # ... where the pick's own share is under this
+WAVE_FIT_TILES = ((192, 128), (192, 192))
+
+
+def wave_share(spec: GemmSpec, bm: int, bn: int, sm_count: int) -> float:
+    """The share of the SMs' whole waves of `bm`x`bn` tiles that computes D: tiles over the slots of
+    the waves they take, times the rows and columns of the edge tiles inside D."""
+    tiles_m, tiles_n = ceil_div(spec.m, bm), ceil_div(spec.n, bn)
+    tiles = tiles_m * tiles_n
+    waves = ceil_div(tiles, sm_count)
+    return tiles / (waves * sm_count) * spec.m / (tiles_m * bm) * spec.n / (tiles_n * bn)
+
+
+def _wave_fit_variants(twin: WgmmaConfig, spec: GemmSpec) -> list[WgmmaConfig]:
+    """The twin with D stored in 2 slices, else 1, each with the deepest ring; where C came through the
+    ring, then the same with C in its own buffer (a 192-wide tile's C slices are not whole 128-byte rows
+    in 2 slices, and a whole one overflows a ring slot)."""
+    out = []
+    for c_path in ({}, dict(c_ring=False, c_l2_prefetch=False, d_over_c=False, c_first_buffer=False)):
+        if c_path and not twin.c_ring:
+            break
+        for slices in (2, 1):
+            out.append(_deepest(twin.with_(store_slices=slices, **c_path), spec) if twin.tma_store
+                       else _deepest(twin.with_(**c_path), spec))
+    return out
+
+
+def wave_fit_config(spec: GemmSpec, pick: Any, sm_count: int) -> WgmmaConfig | None:
+    """The pick's 192-row twin (3 consumers, the deepest ring, no overlapped write-back) where it fills
+    at least WAVE_FIT_MIN of whole waves and the pick under WAVE_FIT_PICK_BELOW, else None."""
+    if (not isinstance(pick, WgmmaConfig) or spec.dtype not in ("bf16", "fp16") or spec.layout != "nt"
+            or pick.consumers == 3 or wave_share(spec, pick.bm, pick.bn, sm_count) >= WAVE_FIT_PICK_BELOW):
+        return None
+    family = get_family("wgmma")
+    best = None
+    bias = any(op.name == "bias" for op in spec.epilogue.operands())
+    for bm, bn in WAVE_FIT_TILES:
+        if bn == 192 and bias:  # a bias beside 96 sums a thread spills (NVRTC 13.0: 48-96 B at 6336x1024x4096)
+            continue
+        share = wave_share(spec, bm, bn, sm_count)
+        if share < WAVE_FIT_MIN or (best is not None and share <= best[0]):
+            continue
+        twin = pick.with_(bm=bm, bn=bn, consumers=3, pingpong=False, overlap_epilogue=False, cluster_m=1)
+        for trial in _wave_fit_variants(twin, spec):
+            if not family.rejections(trial, spec, "sm_90a"):
+                best = (share, trial)
+                break
+    return None if best is None else best[1]
