@@ -9,7 +9,7 @@ from .config import CONSTRAINTS, FAMILY, MEASURED_BN, VERSION, WgmmaConfig
 
 WGMMA_DOMAINS: tuple[tuple[str, tuple], ...] = (
     ("bm", (64, 128, 192, 256)), ("bn", MEASURED_BN), ("stages", (2, 3, 4, 5, 6, 7)),
-    ("consumers", (1, 2)), ("specialized", (True,)), ("persistent", (False, True)),
+    ("consumers", (1, 2, 3)), ("specialized", (True,)), ("persistent", (False, True)),
     ("group_m", (1, 4, 8, 16)), ("cluster_m", (1, 2, 4)), ("tma_store", (False, True)), ("store_slices", (1, 2, 4)),
     ("pingpong", (False, True)), ("split_tail", (False, True)), ("c_spread", (False, True)),
     ("c_ring", (False, True)), ("c_l2_prefetch", (False, True)), ("stmatrix", (False, True)),
