@@ -312,7 +312,7 @@ UNTUNED_TENSOR_CORE_CONFIG = GemvConfig(threads=256, warps_per_output=8, unroll=
 
 # The columns kernel on tensor cores (layout nn: fp32 as 3xtf32, tf32 as one product): per dtype, the
 # vectors from which untuned shapes get it (a dtype left out: never), and its block shape. H100,
-# 2026-11-26 (bench/results/2026-11-26-h100-gemv-columns-tensor-cores.md, back to back): tf32 at 16
+# 2026-11-26 (git show 982ee83:bench/results/2026-11-26-h100-gemv-columns-tensor-cores.md, back to back): tf32 at 16
 # and 8 vectors streamed 88% and 89% of copy against the CUDA-core kernel's 77% and 85%, at 4 vectors
 # 89% against 90%. fp32 (three products and the split) streamed 73-77% against 77-90% at 4-16 vectors
 # on 4096x4096 and level at 16x14336x4096 and 16x4096x14336 (faster only in single launches at 16
@@ -347,9 +347,9 @@ QUAD_RULE_MIN_ROWS = 4  # below this the model's pick is kept (at 2 vectors quad
 # block's partial sums were reduced by shuffles (2026-11-26, bench/results/2026-11-26-h100-gemv-columns-
 # reduction.md), 8x4096x4096 streamed 26.0 µs in 256-thread blocks 4 across against 29.1 at the
 # 512-thread shape, and 8x14336x4096 85.4 against 104.8; at 4 and 12 vectors the 512-thread shape
-# stayed the faster (bench/results/2026-11-26-h100-gemv-columns-quads-2.md). 5-7 vectors are unmeasured.
+# stayed the faster (git show 982ee83:bench/results/2026-11-26-h100-gemv-columns-quads-2.md). 5-7 vectors are unmeasured.
 # Unroll 1 there: at unroll 4 ptxas spills 8 bytes at 8 vectors (unroll 1 and 4 streamed 26.3 and 26.0
-# µs; unroll 2, tried untested first, streamed 32.6: bench/results/2026-11-26-h100-gemv-stream.md's notes).
+# µs; unroll 2, tried untested first, streamed 32.6: git show 982ee83:bench/results/2026-11-26-h100-gemv-stream.md's notes).
 QUAD_PAIR_ROWS = (5, 8)  # vectors, inclusive
 QUAD_PAIR_THREADS = 256
 QUAD_PAIR_SM_SHARE = 1.6  # blocks for about two per SM

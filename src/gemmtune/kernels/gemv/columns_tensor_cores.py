@@ -10,7 +10,7 @@ no value moves between lanes. fp32 runs each product as three (big·big + big·s
 split of parts/tf32_split.py): fp32 accuracy. A chunk holding a value too small to split is summed
 on CUDA cores instead (rare: values below 2^-103). On an H100 this made tf32 at 8-16 vectors stream
 88-89% of copy; fp32, with three times the mma, was no faster back to back than the CUDA-core kernel
-(bench/results/2026-11-26-h100-gemv-columns-tensor-cores.md).
+(git show 982ee83:bench/results/2026-11-26-h100-gemv-columns-tensor-cores.md).
 """
 from __future__ import annotations
 

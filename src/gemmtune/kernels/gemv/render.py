@@ -137,11 +137,11 @@ PREFETCH_BYTES = {"tensor_cores": 16384, "cuda_cores": 8192, "columns": 8192, "c
 # one). H100, 2026-11-27, 16x4096x4096 fp32 (git show 5f4c93d:bench/probes/gemv_columns_tma.py): two stages of 16 KB.
 # columns_split: the columns kernel with K split over a cluster (k_splits), whose first step is the first
 # rows of its split's share. H100, 2026-11-27, 1x1024x4096 fp32 nn in 256-thread blocks 8 across, 16
-# splits, back to back (bench/results/2026-11-27-h100-gemv-cluster-k-splits-early.md): 8 KB 7.1-7.2 µs,
+# splits, back to back (git show 982ee83:bench/results/2026-11-27-h100-gemv-cluster-k-splits-early.md): 8 KB 7.1-7.2 µs,
 # 12 KB 6.9, 16-20 KB 7.0-7.1, the whole 32 KB share 8.1.
 # One vector on the CUDA-core rows kernel with W of ONE_VECTOR_LARGE_W_BYTES or more: half the budget. H100,
 # 2026-11-27, in the one-vector block shape (chooser ONE_VECTOR_ROWS_CONFIG), back to back
-# (bench/results/2026-11-27-h100-gemv-prefetch-budget.md): 4 KB against 8 KB streamed 1x4096x4096 bf16
+# (git show 982ee83:bench/results/2026-11-27-h100-gemv-prefetch-budget.md): 4 KB against 8 KB streamed 1x4096x4096 bf16
 # 11.2 -> 10.3 µs, tf32 21.9 -> 20.7, 1x4096x11008 and 1x4096x14336 2-3% faster, 1x11008x4096 and
 # 1x32000x4096 level; but 1x1024x4096 (8-16 MB) 3-7% slower and 1x2048x4096 tf32 5% slower.
 ONE_VECTOR_LARGE_W_BYTES = 32 << 20

@@ -148,7 +148,7 @@ class WgmmaConfig(FamilyConfig):
     split_cap: (split_tail, equal splits) cut each tile of the tail into at most this many K ranges
       (0: as many as fill the GPU, MIN_SHARE k-blocks each at least). Fewer pieces launch fewer
       blocks, and each sums fewer partial tiles after its main loop. Measured slower at every cap on
-      few-tile, long-K shapes (H100, bench/results/2026-11-26-h100-wgmma-split-cap.md), so neither the
+      few-tile, long-K shapes (H100, git show 982ee83:bench/results/2026-11-26-h100-wgmma-split-cap.md), so neither the
       chooser's candidates nor the tuner's space use it; it is there for probes and hand-written configs.
     """
 

@@ -36,7 +36,7 @@ of the tile over all of them, runs the epilogue on that share and stores it to D
 The pieces then wait on each other, which the grid's co-residency (checked at load) allows. (Until
 2026-11-26 the contributors stored their sums and a finisher waited for them, read them back and
 wrote D: two more L2 round trips one after another; measured side by side in
-bench/results/2026-11-26-h100-wgmma-exchange-cost.md; that code: `git show 751506f:src/gemmtune/kernels/wgmma/schedule.py`.)
+git show 982ee83:bench/results/2026-11-26-h100-wgmma-exchange-cost.md; that code: `git show 751506f:src/gemmtune/kernels/wgmma/schedule.py`.)
 
 This module is the Python twin of the CUDA scheduler (`next_piece` in the generated code): the
 tests walk it to check that every k-block of every tile is done exactly once.
