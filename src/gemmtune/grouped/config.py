@@ -8,6 +8,12 @@ from .spec import BLOCK, GroupedSpec
 SMEM_LIMIT = 232448  # bytes of shared memory one block may opt in to on sm_90 (227 KB)
 TILE_ROW_BYTES = 128  # a tile row in shared memory: 64 16-bit values of K (BK), one 128-byte swizzle row
 MAX_ACCUMULATORS = 128  # fp32 sums a consumer thread holds: beside them the 232-register budget fits the rest
+# fp8 tensor/rowwise promotion intervals in k-blocks of 128 values (0: the whole K in wgmma's accumulator)
+PROMOTE_INTERVALS = (0, 1, 2, 4, 8)
+# The default: wgmma sums 4 k-blocks (512 values of K) in its fp8 accumulator (about 14 bits kept), then the
+# consumer adds them into fp32. Long enough that the wait at each promotion is rare, short enough that the
+# reduced-precision sums stay small (issue 70: error within 1.2x cuBLAS's at K = 14336).
+DEFAULT_PROMOTE_EVERY = 4
 SMALL_GROUP_ROWS = 64  # at most this many rows per group on average: 64-row tiles (fewer rows computed for nothing)
 
 
@@ -23,6 +29,20 @@ class GroupedConfig:
     # Blocks per thread-block cluster (1 or 2). With 2, the pair takes one m-tile and two adjacent n-tiles; each
     # block loads half of the shared A tile and multicasts it to both (TMA .multicast::cluster), B alone.
     cluster: int = 1
+    # fp8 with tensor or rowwise scales: wgmma sums this many k-blocks (128 values of K each) into fresh `sums`,
+    # then the consumer adds them into the fp32 `acc` (promotion: the tensor cores' fp8 accumulation keeps about
+    # 14 bits). 0: the whole K in the wgmma accumulator (fastest, error growing with K). 1, 2, 4 or 8.
+    promote_every: int = 0
+
+    @property
+    def promoted(self) -> bool:
+        """Whether wgmma's sums are promoted into fp32 registers every `promote_every` k-blocks."""
+        return self.promote_every > 0
+
+    @property
+    def accumulators(self) -> int:
+        """fp32 values a consumer thread holds: its rows' fragment, twice with promotion (`acc` and `sums`)."""
+        return self.rows_per_consumer // 64 * self.bn // 2 * (2 if self.promoted else 1)
 
     @property
     def threads(self) -> int:
@@ -57,10 +77,13 @@ class GroupedConfig:
         return replace(self, **changes)
 
     def to_json(self) -> dict:
-        """Every field; `cluster` (added later) only where it is not 1, so older configs keep their JSON."""
+        """Every field; `cluster` and `promote_every` (added later) only where they are not 1 and 0, so older
+        configs keep their JSON."""
         data = asdict(self)
         if data["cluster"] == 1:
             del data["cluster"]
+        if data["promote_every"] == 0:
+            del data["promote_every"]
         return data
 
     @property
@@ -78,12 +101,14 @@ def rejections(config: GroupedConfig, spec: GroupedSpec) -> dict[str, str]:
         problems["pingpong"] = f"pingpong with {c.consumers} consumers: it alternates tiles between two"
     elif c.consumers not in (1, 2) or c.bm % (64 * (1 if c.pingpong else c.consumers)):
         problems["consumers"] = f"{c.consumers} consumers of a {c.bm}-row tile: 1 or 2, 64 rows (a wgmma) or more each"
-    elif c.rows_per_consumer // 64 * c.bn // 2 > MAX_ACCUMULATORS:
+    elif c.accumulators > MAX_ACCUMULATORS:
+        twice = " (acc and sums: promoted)" if c.promoted else ""
         problems["registers"] = (f"{c.rows_per_consumer}x{c.bn} per consumer is "
-                                 f"{c.rows_per_consumer // 64 * c.bn // 2} fp32 sums a thread, over {MAX_ACCUMULATORS}")
+                                 f"{c.accumulators} fp32 sums a thread{twice}, over {MAX_ACCUMULATORS}")
     if spec.scaling == "block" and (c.bn != BLOCK or c.rows_per_consumer != 64):
         problems["block_scales"] = (f"block scales: a {BLOCK}-column tile (one B scale a k-block) of 64 rows a "
                                     f"consumer (its k-block's sums beside the promoted ones), not {c.bm}x{c.bn}")
+    problems.update(promotion_rejections(c, spec))
     if c.band_m < 0:
         problems["band_m"] = f"band_m={c.band_m}: 0 (whole groups) or a count of tile rows"
     if c.staged_store and spec.n % 8:
@@ -98,6 +123,24 @@ def rejections(config: GroupedConfig, spec: GroupedSpec) -> dict[str, str]:
     return problems
 
 
+def promotion_rejections(config: GroupedConfig, spec: GroupedSpec) -> dict[str, str]:
+    """promote_every: one of PROMOTE_INTERVALS, non-zero only for fp8 tensor/rowwise scales, and then a chunk's
+    `sums` beside `acc` in 64 rows a consumer (M_BLOCKS == 1, as block scales' two-level accumulation)."""
+    c = config
+    if c.promote_every not in PROMOTE_INTERVALS:
+        return {"promote_every": f"promote_every={c.promote_every}: one of {PROMOTE_INTERVALS} k-blocks (0: never)"}
+    if not c.promoted:
+        return {}
+    if not spec.fp8 or spec.scaling == "block":
+        why = ("block scales promote every k-block already" if spec.scaling == "block"
+               else f"{spec.dtype} wgmma accumulates in fp32 already")
+        return {"promote_every": f"promote_every={c.promote_every} is for fp8 tensor or rowwise scales: {why}"}
+    if c.rows_per_consumer != 64:
+        return {"promote_every": (f"promote_every={c.promote_every} with {c.rows_per_consumer} rows a consumer: "
+                                  "promotion keeps a chunk's sums beside acc, 64 rows a consumer (one wgmma)")}
+    return {}
+
+
 def _deepest(config: GroupedConfig, spec: GroupedSpec) -> GroupedConfig:
     """As many stages as shared memory holds, at most 8 (deeper is untried)."""
     for stages in range(8, 1, -1):
@@ -109,7 +152,9 @@ def _deepest(config: GroupedConfig, spec: GroupedSpec) -> GroupedConfig:
 def default_config(spec: GroupedSpec) -> GroupedConfig:
     """Ping-pong tiles with D staged through shared memory: 64x256 where groups average <= SMALL_GROUP_ROWS
     rows, else 128x128 (stored from registers where N % 8 != 0, which staged rows cannot write). fp8 block
-    scales: 128x128 over two consumers.
+    scales: 128x128 over two consumers. fp8 tensor/rowwise scales: promoted every DEFAULT_PROMOTE_EVERY k-blocks
+    (accuracy first, issue 70), so 64 rows a consumer: 64x128 ping-pong for small groups, else 128x128 over
+    two consumers (acc and sums of 128 columns fill the 128 accumulators a thread; 256 columns do not fit).
 
     Timed on twelve grouped shapes outside bench_moe.py (bench/results/2026-11-29-h200-grouped-configs.md,
     third run): a staged config led on all twelve, 0.97-1.41x torch._grouped_mm; 128x128 ping-pong staged was
@@ -119,6 +164,10 @@ def default_config(spec: GroupedSpec) -> GroupedConfig:
     shape = shape.with_(consumers=2, pingpong=True, staged_store=True)
     if spec.scaling == "block":  # two consumers of 64 rows, each a k-block's sums beside its promoted ones (untimed)
         shape = GroupedConfig(bm=128, bn=BLOCK, consumers=2, staged_store=True)
+    elif spec.fp8:  # promoted (untimed against the unpromoted candidates: accuracy first)
+        shape = (GroupedConfig(bm=64, bn=128, consumers=2, pingpong=True) if small
+                 else GroupedConfig(bm=128, bn=128, consumers=2))
+        shape = shape.with_(staged_store=True, promote_every=DEFAULT_PROMOTE_EVERY)
     if rejections(_deepest(shape, spec), spec):
         shape = shape.with_(staged_store=False)
     return _deepest(shape, spec)
@@ -136,9 +185,22 @@ def _cluster_shapes(spec: GroupedSpec, default: GroupedConfig) -> list[GroupedCo
             GroupedConfig(128, 256, consumers=2, staged_store=True, cluster=2)]
 
 
+def _promoted_shapes(spec: GroupedSpec, default: GroupedConfig) -> list[GroupedConfig]:
+    """fp8 tensor/rowwise: the default's tile without promotion (the speed it costs, measured directly) and at
+    every other interval, and the other tiles of 64 rows a consumer promoted at the default interval."""
+    if not spec.fp8 or spec.scaling == "block":
+        return []
+    every = DEFAULT_PROMOTE_EVERY
+    return ([default.with_(promote_every=p) for p in PROMOTE_INTERVALS if p != default.promote_every]
+            + [GroupedConfig(128, 128, consumers=2, staged_store=True, promote_every=every),
+               GroupedConfig(64, 128, consumers=2, pingpong=True, staged_store=True, promote_every=every),
+               GroupedConfig(64, 128, consumers=1, promote_every=every)])
+
+
 def candidates(spec: GroupedSpec) -> list[GroupedConfig]:
-    """The default first, then the few shapes worth timing against it (each valid for `spec`); the cluster=2
-    ones last (untimed: the default stays without clusters until measured)."""
+    """The default first, then the few shapes worth timing against it (each valid for `spec`); fp8 tensor/rowwise
+    adds promoted ones (and the default's tile unpromoted); the cluster=2 ones last (untimed: the default stays
+    without clusters until measured)."""
     shapes = [default_config(spec), GroupedConfig(128, 128, consumers=2), GroupedConfig(128, 256, consumers=2),
               GroupedConfig(64, 128, consumers=1), GroupedConfig(64, 256, consumers=1),
               GroupedConfig(64, 256, consumers=2, pingpong=True), GroupedConfig(128, 128, consumers=2, pingpong=True),
@@ -146,7 +208,7 @@ def candidates(spec: GroupedSpec) -> list[GroupedConfig]:
               GroupedConfig(128, 128, consumers=2, pingpong=True, staged_store=True),
               GroupedConfig(128, 256, consumers=2, staged_store=True),
               GroupedConfig(64, 128, consumers=2, pingpong=True, staged_store=True)]
-    shapes += _cluster_shapes(spec, shapes[0])
+    shapes += _promoted_shapes(spec, shapes[0]) + _cluster_shapes(spec, shapes[0])
     found: list[GroupedConfig] = []
     for config in (_deepest(shape, spec) for shape in shapes):
         if config not in found and not rejections(config, spec):

@@ -66,7 +66,9 @@ def entry_name(spec: GroupedSpec, config: GroupedConfig) -> str:
     pingpong = "pp" if config.pingpong else ""
     staged = "st" if config.staged_store else ""
     cluster = f"cl{config.cluster}" if config.cluster > 1 else ""
-    return f"{spec.slug()}_{config.bm}x{config.bn}s{config.stages}c{config.consumers}{pingpong}{staged}{band}{cluster}"
+    promote = f"pr{config.promote_every}" if config.promoted else ""
+    return (f"{spec.slug()}_{config.bm}x{config.bn}s{config.stages}c{config.consumers}"
+            f"{pingpong}{staged}{band}{cluster}{promote}")
 
 
 def out_bn(spec: GroupedSpec, config: GroupedConfig) -> int:
@@ -112,8 +114,17 @@ constexpr int N_BLOCKS = (N + {BLOCK} - 1) / {BLOCK};                // fp8 bloc
 constexpr int A_TILE_BYTES = BM * 128, B_TILE_BYTES = BN * 128, STAGE_BYTES = A_TILE_BYTES + B_TILE_BYTES;
 constexpr int STAGING_BYTES = {config.staging_bytes // max(config.consumers, 1)};  // a consumer's staged rows (0: stored from registers)
 typedef {C_TYPES[spec.dtype]} in_t;
-typedef {C_TYPES[spec.out_dtype]} out_t;{_cluster_constants(config)}
+typedef {C_TYPES[spec.out_dtype]} out_t;{_cluster_constants(config)}{_promotion_constants(config)}
 """
+
+
+def _promotion_constants(config: GroupedConfig) -> str:
+    if not config.promoted:
+        return ""
+    return f"""
+// fp8 promotion: wgmma sums PROMOTE_EVERY k-blocks ({config.promote_every * 128} values of K) in its reduced-precision
+// accumulator, then the consumer adds them into fp32 registers
+constexpr int PROMOTE_EVERY = {config.promote_every};"""
 
 
 def _cluster_constants(config: GroupedConfig) -> str:
@@ -332,7 +343,7 @@ BLOCK_SCALED_LOOP = """            float sums[BN / 2];  // one k-block's sums (M
                 const float scale_row = a_scales[kb], scale_row_8 = a_scales_8[kb], scale_block = b_scales[kb];
                 mbarrier_wait(&full[ring.s], ring.phase);
                 wgmma_fence();
-                mma_stage_fresh(sums, ring_base + ring.s * STAGE_BYTES, part);
+                mma_stage_sums(sums, ring_base + ring.s * STAGE_BYTES, part, false);  // fresh sums
                 wgmma_commit();
                 wgmma_wait<0>();  // the sums are read below
                 RELEASE_CURRENT
@@ -341,6 +352,35 @@ BLOCK_SCALED_LOOP = """            float sums[BN / 2];  // one k-block's sums (M
                 #pragma unroll
                 for (int i = 0; i < BN / 2; ++i)  // fragment float i is row lane / 4 + 8 * ((i / 2) % 2)
                     acc[0][i] = fmaf(sums[i], (i & 2) ? lower : upper, acc[0][i]);
+            }"""
+
+
+# fp8 tensor/rowwise scales, promoted (config.promote_every > 0): Hopper's fp8 wgmma accumulates with about 14
+# bits, so one sum over the whole K loses precision as K grows (bench/results/2026-11-29-h200-fp8-error.md). wgmma
+# sums a chunk of PROMOTE_EVERY k-blocks into fresh `sums`, pipelined as MAIN_LOOP (one wgmma group in flight, the
+# slot before released); at the chunk's end the consumer waits for the last group, releases its slot and adds the
+# sums into the fp32 acc on the CUDA cores. No scaling here: the tensor or row/column scales multiply acc in the
+# epilogue, as without promotion. Slots are released once each, in ring order.
+PROMOTED_LOOP = """            float sums[BN / 2];  // one chunk's sums (M_BLOCKS == 1: 64 rows a consumer)
+            #pragma unroll 1
+            for (int chunk = 0; chunk < K_BLOCKS; chunk += PROMOTE_EVERY) {
+                const int chunk_end = min(chunk + PROMOTE_EVERY, K_BLOCKS);  // the last chunk may be shorter
+                #pragma unroll 1
+                for (int kb = chunk; kb < chunk_end; ++kb) {
+                    mbarrier_wait(&full[ring.s], ring.phase);
+                    wgmma_fence();  // also orders the adds below before the next chunk's first wgmma overwrites sums
+                    mma_stage_sums(sums, ring_base + ring.s * STAGE_BYTES, part, kb > chunk);  // a chunk starts fresh
+                    wgmma_commit();
+                    wgmma_wait<1>();  // one group in flight: the k-block before is done reading its slot
+                    RELEASE_PREVIOUS
+                    previous = ring.s;
+                    ring.advance();
+                }
+                wgmma_wait<0>();  // promotion: the chunk's last k-block is done, its sums are read below
+                RELEASE_LAST
+                previous = -1;  // the chunk's slots are all released: the next chunk's first has none before it
+                #pragma unroll
+                for (int i = 0; i < BN / 2; ++i) acc[0][i] += sums[i];
             }"""
 
 
@@ -354,24 +394,33 @@ def _release(config: GroupedConfig, slot: str, after: str = "") -> str:
 
 
 def _main_loop(spec: GroupedSpec, config: GroupedConfig) -> str:
+    release_previous = _release(config, "previous", "previous >= 0 && ")
     if spec.scaling == "block":
         return BLOCK_SCALED_LOOP.replace("RELEASE_CURRENT", _release(config, "ring.s"))
-    return MAIN_LOOP.replace("RELEASE_PREVIOUS", _release(config, "previous", "previous >= 0 && "))
+    if config.promoted:
+        return PROMOTED_LOOP.replace("RELEASE_PREVIOUS", release_previous).replace("RELEASE_LAST", _release(config, "previous"))
+    return MAIN_LOOP.replace("RELEASE_PREVIOUS", release_previous)
 
 
-def _mma_stage_fresh(spec: GroupedSpec, config: GroupedConfig) -> str:
-    """Block scales: a k-block's wgmma into fresh sums (the first K step overwrites: no zeroing beside wgmma)."""
-    if spec.scaling != "block":
+def _uses_sums(spec: GroupedSpec, config: GroupedConfig) -> bool:
+    """Whether the main loop sums k-blocks apart from acc: block scales (one k-block) or promotion (a chunk)."""
+    return spec.scaling == "block" or config.promoted
+
+
+def _mma_stage_sums(spec: GroupedSpec, config: GroupedConfig) -> str:
+    """A k-block's wgmma into `sums`, added to them (`add`) or overwriting them (a block scale's or a promotion
+    chunk's first k-block: the first K step overwrites, so no zeroing runs beside wgmma in flight)."""
+    if not _uses_sums(spec, config):
         return ""
     return ptx.wgmma_function(spec.dtype, config.bn, fresh=True) + f"""
-__device__ __forceinline__ void mma_stage_fresh(float (&sums)[BN / 2], const unsigned char* slot, int consumer) {{
+__device__ __forceinline__ void mma_stage_sums(float (&sums)[BN / 2], const unsigned char* slot, int consumer, bool add) {{
     const unsigned char* a_rows = slot + consumer * ROWS_PER_CONSUMER * 128;
     const unsigned char* b_rows = slot + A_TILE_BYTES;
     #pragma unroll
     for (int ks = 0; ks < BK / K_STEP; ++ks) {{
         const u64 desc_b = smem_descriptor(b_rows + ks * K_STEP * IN_BYTES, BK * 128, 1024);
         const u64 desc_a = smem_descriptor(a_rows + ks * K_STEP * IN_BYTES, BK * 128, 1024);
-        wgmma_m64n{config.bn}(sums, desc_a, desc_b, ks > 0);
+        wgmma_m64n{config.bn}(sums, desc_a, desc_b, ks > 0 || add);
     }}
 }}
 """
@@ -503,7 +552,7 @@ def code(spec: GroupedSpec, config: GroupedConfig, entry: str) -> str:
     return (ptx.helpers(spec.dtype, config.bn) + TMA_3D + FLOAT_VIEW + _constants(spec, config) + RING
             + (RELEASE_SLOT if config.cluster > 1 else "")
             + scheduler(config.band_m, capacity, config.cluster) + _load_stage(spec, config)
-            + _mma_stage(spec, config) + _mma_stage_fresh(spec, config) + _store_tile(spec, config)
+            + _mma_stage(spec, config) + _mma_stage_sums(spec, config) + _store_tile(spec, config)
             + _kernel(spec, config, entry))
 
 
