@@ -358,3 +358,219 @@ def test_cluster_configs_compile_for_sm90a_without_spills(spec, tmp_path):
         assert "C751" not in result.log, f"{config}: wgmma serialised"
         compiled += 1
     assert compiled >= 1
+
+
+# --- fp8 promotion (issue 70: promote_every) ------------------------------------------------------------------
+FP8_TENSOR = GroupedSpec(8, 4096, 4096, 1024, "e4m3", scaling="tensor")
+FP8_SMALL = GroupedSpec(64, 64 * 40, 1000, 512, "e5m2", "bias+gelu", scaling="rowwise")  # groups of 40 rows, N % 8 != 0
+PROMOTED = GroupedConfig(128, 128, 6, 2, staged_store=True, promote_every=4)
+
+
+def test_promotion_limits_name_the_broken_one():
+    assert not rejections(PROMOTED, FP8_TENSOR)
+    assert "promote_every" in rejections(PROMOTED.with_(promote_every=3), FP8_TENSOR)
+    assert "promote_every" in rejections(PROMOTED, GroupedSpec(8, 4096, 4096, 1024))  # bf16 sums in fp32 already
+    assert "promote_every" in rejections(PROMOTED, GroupedSpec(8, 4096, 4096, 1024, "e4m3", scaling="block"))
+    pingpong_128 = GroupedConfig(128, 128, 5, 2, pingpong=True, promote_every=2)  # 128 rows a consumer
+    assert "promote_every" in rejections(pingpong_128, FP8_TENSOR) and not rejections(pingpong_128.with_(promote_every=0), FP8_TENSOR)
+    wide = GroupedConfig(64, 256, 4, 1, promote_every=1)  # acc and sums of 256 columns: 256 floats a thread
+    assert "256 fp32 sums" in rejections(wide, FP8_TENSOR)["registers"] and not rejections(wide.with_(promote_every=0), FP8_TENSOR)
+    assert not rejections(GroupedConfig(64, 64, 8, 1, promote_every=8), FP8_TENSOR)
+    with pytest.raises(ConfigError, match="promote_every=3"):
+        render(FP8_TENSOR, PROMOTED.with_(promote_every=3))
+
+
+def test_promotion_json_and_entry_names():
+    assert "promote_every" not in PROMOTED.with_(promote_every=0).to_json()  # older configs keep their JSON
+    assert PROMOTED.to_json()["promote_every"] == 4 and PROMOTED.accumulators == 128
+    from gemmtune.grouped.render import entry_name
+    assert entry_name(FP8_TENSOR, PROMOTED).endswith("c2stpr4")
+    assert entry_name(FP8_TENSOR, PROMOTED.with_(cluster=2)).endswith("stcl2pr4")
+    assert entry_name(FP8_TENSOR, PROMOTED.with_(promote_every=0)).endswith("c2st")
+
+
+@pytest.mark.parametrize("spec", [FP8_TENSOR, FP8_SMALL, GroupedSpec(1, 300, 96, 208, "e4m3", scaling="rowwise")],
+                         ids=lambda s: s.slug())
+def test_fp8_default_is_promoted_and_candidates_keep_every_interval(spec):
+    default = default_config(spec)
+    assert default.promote_every == 4 and default.rows_per_consumer == 64 and default.bn == 128
+    assert (default.bm, default.pingpong) == ((64, True) if spec is FP8_SMALL else (128, False))
+    found = candidates(spec)
+    assert found[0] == default and all(not rejections(c, spec) for c in found)
+    same_tile = {c.promote_every for c in found if c.with_(promote_every=4) == default}
+    assert same_tile == {0, 1, 2, 4, 8}  # the default's tile at every interval, unpromoted included
+    assert any(not c.promoted and c.bn == 256 for c in found)
+    assert any(c.promoted and c.cluster == 2 for c in found) == (spec.n > 128)  # pairs where a tile row has two tiles
+
+
+def test_promotion_stays_out_of_16_bit_and_block_scaled_kernels():
+    for spec in (GroupedSpec(8, 4096, 4096, 1024), GroupedSpec(8, 4096, 4096, 1024, "e4m3", scaling="block")):
+        assert not any(c.promoted for c in candidates(spec))
+    assert "PROMOTE_EVERY" not in render(FP8_TENSOR, PROMOTED.with_(promote_every=0)).code
+
+
+def _loop_text(code: str) -> str:
+    """A consumer's tile in the generated kernel: from its accumulators to its store."""
+    start = code.index("            float acc[M_BLOCKS][BN / 2];")
+    return code[start:code.index("            store_tile(", start)]
+
+
+def test_promoted_loop_sums_chunks_apart_and_promotes_after_a_full_wait():
+    code = render(FP8_TENSOR, PROMOTED).code
+    assert "constexpr int PROMOTE_EVERY = 4;" in code
+    loop = _loop_text(code)
+    chunk = loop.index("for (int chunk = 0; chunk < K_BLOCKS; chunk += PROMOTE_EVERY)")
+    inner = loop.index("for (int kb = chunk; kb < chunk_end; ++kb)", chunk)
+    issue = loop.index("mma_stage_sums(sums, ring_base + ring.s * STAGE_BYTES, part, kb > chunk);", inner)
+    pipelined = loop.index("wgmma_wait<1>();", issue)
+    promote = loop.index("wgmma_wait<0>();", pipelined)
+    add = loop.index("acc[0][i] += sums[i];", promote)
+    assert chunk < inner < issue < pipelined < promote < add
+    assert loop.index("mbarrier_arrive(&empty[previous]);", promote) < add  # the chunk's last slot, before the adds
+    assert "mma_stage(acc" not in loop and "scale" not in loop[chunk:]  # scales stay in the epilogue
+    assert "min(chunk + PROMOTE_EVERY, K_BLOCKS)" in loop  # the last chunk may be shorter than PROMOTE_EVERY
+    assert "wgmma_m64n128(sums, desc_a, desc_b, ks > 0 || add);" in code
+    clustered = _loop_text(render(FP8_TENSOR, PROMOTED.with_(cluster=2)).code)
+    assert "mbarrier_arrive(&empty[" not in clustered and clustered.count("release_slot(&empty[") == 4  # idle, pipelined, promotion, tail
+
+
+# The consumer's tile (acc zeroed .. before store_tile) of the generated kernel, run on the CPU against a model of
+# wgmma groups and the ring: each wgmma group completes only at a wgmma_wait, in order, adding k-block kb's value
+# (kb + 1) to its accumulators (or overwriting them where it starts a chunk). A slot must be released once, in ring
+# order, after the wgmma that read it completed; a k-block's slot must be waited on only once the producer can
+# have refilled it; acc must hold every k-block once when the tile is stored.
+HARNESS = r"""
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <vector>
+using std::min;
+typedef unsigned u32;
+typedef unsigned long long u64;
+#define __device__
+#define __forceinline__ inline
+static int STAGES, K_BLOCKS, PROMOTE_EVERY;
+constexpr int BN = 8, M_BLOCKS = 1, STAGE_BYTES = 1, TILES_N = 1;
+constexpr bool PINGPONG = false;
+RING_TEXT
+struct { int x = 0; } threadIdx;
+struct { int tile_n = 0; } tile;
+static u64 full[16], empty[16], mainloop_done[2];
+static unsigned char ring_base[16];
+struct Group { float* d; int kb; bool add; int slot; };
+static std::vector<Group> open_group;
+static std::deque<std::vector<Group>> in_flight;
+static int waited, released, issued;  // k-blocks of this run: waited on, released, issued to wgmma
+
+static void fail(const char* what, int value) {
+    std::printf("STAGES=%d K_BLOCKS=%d PROMOTE_EVERY=%d: %s (%d)\n", STAGES, K_BLOCKS, PROMOTE_EVERY, what, value);
+    std::exit(1);
+}
+static void mbarrier_wait(u64* bar, u32 phase) {
+    if (bar < full || bar >= full + 16) return;  // (mainloop_done: ping-pong only)
+    if (bar - full != waited % STAGES || phase != (u32)(waited / STAGES % 2)) fail("waited out of ring order", waited);
+    if (released < waited - STAGES + 1) fail("waited on a slot the producer cannot have refilled", waited);
+    ++waited;
+}
+static void wgmma_fence() {}
+static void issue(float* d, const unsigned char* slot, bool add) {
+    if (slot - ring_base != issued % STAGES || issued >= waited) fail("wgmma read a slot not waited on", issued);
+    open_group.push_back({d, issued % K_BLOCKS, add, issued});
+    ++issued;
+}
+static void mma_stage(float (&acc)[M_BLOCKS][BN / 2], const unsigned char* slot, int) { issue(acc[0], slot, true); }
+static void mma_stage_sums(float (&sums)[BN / 2], const unsigned char* slot, int, bool add) { issue(sums, slot, add); }
+static void wgmma_commit() { in_flight.push_back(open_group); open_group.clear(); }
+template <int N> static void wgmma_wait() {
+    while ((int)in_flight.size() > N) {
+        for (const Group& g : in_flight.front())
+            for (int i = 0; i < BN / 2; ++i) g.d[i] = (g.add ? g.d[i] : 0.0f) + (g.kb + 1);
+        in_flight.pop_front();
+    }
+}
+static void arrive_empty(u64* bar) {
+    if (bar - empty != released % STAGES) fail("released out of ring order", released);
+    for (const auto& group : in_flight)
+        for (const Group& g : group)
+            if (g.slot == released) fail("released a slot its wgmma still reads", released);
+    if (released >= waited) fail("released a slot not waited on", released);
+    ++released;
+}
+static void mbarrier_arrive(u64* bar) { if (bar >= empty && bar < empty + 16) arrive_empty(bar); }
+static void release_slot(u64* bar) { arrive_empty(bar); }
+
+static void run() {
+    waited = released = issued = 0;
+    in_flight.clear();
+    Ring ring;
+    const int consumer = 0, part = 0;
+    (void)part;
+    for (int turn = 0; turn < 3; ++turn) {
+TILE_TEXT
+        if (!in_flight.empty() || released != (turn + 1) * K_BLOCKS) fail("tile stored with k-blocks unreleased", released);
+        for (int i = 0; i < BN / 2; ++i)
+            if (acc[0][i] != K_BLOCKS * (K_BLOCKS + 1) / 2.0f) fail("acc is not every k-block's sum once", (int)acc[0][i]);
+    }
+}
+
+int main() {
+    const int promote[] = {PROMOTES};
+    for (int p : promote)
+        for (int stages = 2; stages <= 5; ++stages)
+            for (int k_blocks : {1, 2, 3, 4, 5, 7, 8, 9, 16, 17}) {
+                PROMOTE_EVERY = p, STAGES = stages, K_BLOCKS = k_blocks;
+                run();
+            }
+    std::printf("ok\n");
+    return 0;
+}
+"""
+
+
+def _run_tile_loop(code: str, promotes: str, tmp_path) -> str:
+    """HARNESS around the consumer tile of `code`, PROMOTE_EVERY taking each of `promotes`: its output."""
+    import shutil
+    import subprocess
+
+    from gemmtune.kernels.parts.ring import RING
+
+    compiler = shutil.which("g++") or shutil.which("clang++")
+    if compiler is None:
+        pytest.skip("needs a host C++ compiler")
+    source = HARNESS.replace("RING_TEXT", RING).replace("TILE_TEXT", _loop_text(code)).replace("PROMOTES", promotes)
+    path = tmp_path / "tile_loop.cpp"
+    path.write_text(source)
+    subprocess.run([compiler, "-std=c++17", "-O1", "-o", str(tmp_path / "tile_loop"), str(path)], check=True)
+    return subprocess.run([str(tmp_path / "tile_loop")], capture_output=True, text=True).stdout.strip()
+
+
+@pytest.mark.parametrize("cluster", [1, 2])
+@pytest.mark.parametrize("promote_every", [0, 4])
+def test_generated_tile_loop_releases_each_slot_once_in_order_on_the_cpu(promote_every, cluster, tmp_path):
+    code = render(FP8_TENSOR, PROMOTED.with_(promote_every=promote_every, cluster=cluster)).code
+    promotes = "1, 2, 3, 4, 8, 16" if promote_every else "0"  # the text reads PROMOTE_EVERY at run time here
+    assert _run_tile_loop(code, promotes, tmp_path) == "ok"
+
+
+@pytest.mark.parametrize("mistake, finding", [
+    (("wgmma_wait<0>();  // promotion", "wgmma_wait<1>();  // promotion"), "still reads"),
+    (("previous = -1;  // the chunk's", "// the chunk's"), "released out of ring order"),
+    (("part, kb > chunk);", "part, true);"), "acc is not every k-block's sum once"),
+    (("acc[0][i] += sums[i];", "acc[0][i] = sums[i];"), "acc is not every k-block's sum once")])
+def test_the_tile_loop_model_catches_release_and_promotion_mistakes(mistake, finding, tmp_path):
+    code = render(FP8_TENSOR, PROMOTED).code
+    assert mistake[0] in code
+    assert finding in _run_tile_loop(code.replace(mistake[0], mistake[1]), "1, 2, 4", tmp_path)
+
+
+@pytest.mark.parametrize("spec", [FP8_TENSOR, FP8_SMALL, GroupedSpec(3, 500, 300, 16, "e4m3", scaling="rowwise"),
+                                  GroupedSpec(3, 500, 300, 144, "e5m2", scaling="tensor")], ids=lambda s: s.slug())
+def test_promoted_candidates_compile_for_sm90a_without_spills(spec, tmp_path):
+    compile_kernel = pytest.importorskip("gemmtune.compiler").compile_kernel
+    promoted = [c for c in candidates(spec) if c.promoted]
+    assert {c.promote_every for c in promoted} == {1, 2, 4, 8} and any(c.cluster == 2 for c in promoted)
+    for config in promoted:
+        compiled = compile_kernel(render(spec, config), "sm_90a", cache_dir=tmp_path)
+        assert compiled.resources.spills == 0 and compiled.resources.stack_bytes == 0, config
+        assert "C751" not in compiled.log and "C752" not in compiled.log, f"{config}: wgmma serialised"
