@@ -108,8 +108,8 @@ def test_the_estimate_is_deterministic_and_follows_the_gelu_of_the_output_type()
     fast = epilogue_cost(spec, config, 132)
     accurate = epilogue_cost(dataclasses.replace(spec, out_dtype="fp32"), config, 132)
     assert fast.mufu == 1 and accurate.mufu == GELU_TANHF.mufu and accurate.work_s > 2 * fast.work_s
-    # the busiest SM's tiles: 600 tiles of 128x256 on 132 SMs, 5 of them
-    assert fast.elements_per_sm == 5 * 128 * 256
+    # the busiest SM's tiles: 792 tiles of 192x128 on 132 SMs (the wave-fit rule's pick), 6 of them
+    assert (config.bm, config.bn) == (192, 128) and fast.elements_per_sm == 6 * 192 * 128
     assert epilogue_cost(spec.without_epilogue(), config, 132) is None
 
 
