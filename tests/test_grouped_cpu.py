@@ -412,7 +412,9 @@ def test_promotion_stays_out_of_16_bit_and_block_scaled_kernels():
 def _loop_text(code: str) -> str:
     """A consumer's tile in the generated kernel: from its accumulators to its store."""
     start = code.index("            float acc[M_BLOCKS][BN / 2];")
-    return code[start:code.index("            store_tile(", start)]
+    end = code.index("            store_tile(", start)
+    stored = code[end:].split("(", 1)[1].split(",", 1)[0]  # what the tile is stored from: acc, or sums promoted
+    return code[start:end] + f"            float (&stored)[M_BLOCKS][BN / 2] = {stored};\n"
 
 
 def test_promoted_loop_sums_chunks_apart_and_promotes_after_a_full_wait():
@@ -421,12 +423,14 @@ def test_promoted_loop_sums_chunks_apart_and_promotes_after_a_full_wait():
     loop = _loop_text(code)
     chunk = loop.index("for (int chunk = 0; chunk < K_BLOCKS; chunk += PROMOTE_EVERY)")
     inner = loop.index("for (int kb = chunk; kb < chunk_end; ++kb)", chunk)
-    issue = loop.index("mma_stage_sums(sums, ring_base + ring.s * STAGE_BYTES, part, kb > chunk);", inner)
+    issue = loop.index("mma_stage_sums(sums[0], ring_base + ring.s * STAGE_BYTES, part, kb > chunk);", inner)
     pipelined = loop.index("wgmma_wait<1>();", issue)
     promote = loop.index("wgmma_wait<0>();", pipelined)
-    add = loop.index("acc[0][i] += sums[i];", promote)
-    assert chunk < inner < issue < pipelined < promote < add
+    add = loop.index("acc[0][i] += sums[0][i];", promote)
+    last = loop.index("sums[0][i] += acc[0][i];", add)  # the last chunk's sums take acc: the tile is stored from them
+    assert chunk < inner < issue < pipelined < promote < add < last
     assert loop.index("mbarrier_arrive(&empty[previous]);", promote) < add  # the chunk's last slot, before the adds
+    assert "store_tile(sums, tile, part, D," in code
     assert "mma_stage(acc" not in loop and "scale" not in loop[chunk:]  # scales stay in the epilogue
     assert "min(chunk + PROMOTE_EVERY, K_BLOCKS)" in loop  # the last chunk may be shorter than PROMOTE_EVERY
     assert "wgmma_m64n128(sums, desc_a, desc_b, ks > 0 || add);" in code
@@ -438,7 +442,7 @@ def test_promoted_loop_sums_chunks_apart_and_promotes_after_a_full_wait():
 # wgmma groups and the ring: each wgmma group completes only at a wgmma_wait, in order, adding k-block kb's value
 # (kb + 1) to its accumulators (or overwriting them where it starts a chunk). A slot must be released once, in ring
 # order, after the wgmma that read it completed; a k-block's slot must be waited on only once the producer can
-# have refilled it; acc must hold every k-block once when the tile is stored.
+# have refilled it; what store_tile takes (acc, or sums promoted) must hold every k-block once.
 HARNESS = r"""
 #include <algorithm>
 #include <cstdio>
@@ -510,7 +514,7 @@ static void run() {
 TILE_TEXT
         if (!in_flight.empty() || released != (turn + 1) * K_BLOCKS) fail("tile stored with k-blocks unreleased", released);
         for (int i = 0; i < BN / 2; ++i)
-            if (acc[0][i] != K_BLOCKS * (K_BLOCKS + 1) / 2.0f) fail("acc is not every k-block's sum once", (int)acc[0][i]);
+            if (stored[0][i] != K_BLOCKS * (K_BLOCKS + 1) / 2.0f) fail("the tile stored is not every k-block's sum once", (int)stored[0][i]);
     }
 }
 
@@ -556,20 +560,31 @@ def test_generated_tile_loop_releases_each_slot_once_in_order_on_the_cpu(promote
 @pytest.mark.parametrize("mistake, finding", [
     (("wgmma_wait<0>();  // promotion", "wgmma_wait<1>();  // promotion"), "still reads"),
     (("previous = -1;  // the chunk's", "// the chunk's"), "released out of ring order"),
-    (("part, kb > chunk);", "part, true);"), "acc is not every k-block's sum once"),
-    (("acc[0][i] += sums[i];", "acc[0][i] = sums[i];"), "acc is not every k-block's sum once")])
+    (("part, kb > chunk);", "part, true);"), "not every k-block's sum once"),
+    (("acc[0][i] += sums[0][i];", "acc[0][i] = sums[0][i];"), "not every k-block's sum once"),
+    (("sums[0][i] += acc[0][i];", "sums[0][i] += 0;"), "not every k-block's sum once")])
 def test_the_tile_loop_model_catches_release_and_promotion_mistakes(mistake, finding, tmp_path):
     code = render(FP8_TENSOR, PROMOTED).code
     assert mistake[0] in code
     assert finding in _run_tile_loop(code.replace(mistake[0], mistake[1]), "1, 2, 4", tmp_path)
 
 
-@pytest.mark.parametrize("spec", [FP8_TENSOR, FP8_SMALL, GroupedSpec(3, 500, 300, 16, "e4m3", scaling="rowwise"),
-                                  GroupedSpec(3, 500, 300, 144, "e5m2", scaling="tensor")], ids=lambda s: s.slug())
+# rowwise scales with a bias: the epilogue that spilled where the tile was stored from acc (render.PROMOTED_LOOP)
+PROMOTED_SPECS = [FP8_TENSOR, FP8_SMALL, GroupedSpec(3, 500, 300, 16, "e4m3", scaling="rowwise"),
+                  GroupedSpec(3, 500, 300, 144, "e5m2", scaling="tensor"),
+                  GroupedSpec(5, 401, 304, 4096, "e4m3", "bias", scaling="rowwise"),
+                  GroupedSpec(5, 401, 304, 640, "e5m2", "bias+relu", scaling="rowwise")]
+# the GPU tests' tiles (tests/test_fp8_grouped.py): 64 rows a consumer, staged, clusters too
+GPU_TILES = [GroupedConfig(64, 128, 8, 2, pingpong=True, staged_store=True), GroupedConfig(128, 128, 6, 2, staged_store=True)]
+
+
+@pytest.mark.parametrize("spec", PROMOTED_SPECS, ids=lambda s: s.slug())
 def test_promoted_candidates_compile_for_sm90a_without_spills(spec, tmp_path):
     compile_kernel = pytest.importorskip("gemmtune.compiler").compile_kernel
     promoted = [c for c in candidates(spec) if c.promoted]
     assert {c.promote_every for c in promoted} == {1, 2, 4, 8} and any(c.cluster == 2 for c in promoted)
+    if spec.n == 304:
+        promoted += [t.with_(promote_every=p, cluster=cl) for t in GPU_TILES for p in (1, 8) for cl in (1, 2)]
     for config in promoted:
         compiled = compile_kernel(render(spec, config), "sm_90a", cache_dir=tmp_path)
         assert compiled.resources.spills == 0 and compiled.resources.stack_bytes == 0, config

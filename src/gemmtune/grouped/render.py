@@ -359,9 +359,9 @@ BLOCK_SCALED_LOOP = """            float sums[BN / 2];  // one k-block's sums (M
 # bits, so one sum over the whole K loses precision as K grows (bench/results/2026-11-29-h200-fp8-error.md). wgmma
 # sums a chunk of PROMOTE_EVERY k-blocks into fresh `sums`, pipelined as MAIN_LOOP (one wgmma group in flight, the
 # slot before released); at the chunk's end the consumer waits for the last group, releases its slot and adds the
-# sums into the fp32 acc on the CUDA cores. No scaling here: the tensor or row/column scales multiply acc in the
-# epilogue, as without promotion. Slots are released once each, in ring order.
-PROMOTED_LOOP = """            float sums[BN / 2];  // one chunk's sums (M_BLOCKS == 1: 64 rows a consumer)
+# sums into the fp32 acc on the CUDA cores. No scaling here: the tensor or row/column scales multiply the tile in
+# the epilogue, as without promotion. Slots are released once each, in ring order.
+PROMOTED_LOOP = """            float sums[M_BLOCKS][BN / 2];  // a chunk's sums, at the end the tile's (M_BLOCKS == 1: 64 rows a consumer)
             #pragma unroll 1
             for (int chunk = 0; chunk < K_BLOCKS; chunk += PROMOTE_EVERY) {
                 const int chunk_end = min(chunk + PROMOTE_EVERY, K_BLOCKS);  // the last chunk may be shorter
@@ -369,7 +369,7 @@ PROMOTED_LOOP = """            float sums[BN / 2];  // one chunk's sums (M_BLOCK
                 for (int kb = chunk; kb < chunk_end; ++kb) {
                     mbarrier_wait(&full[ring.s], ring.phase);
                     wgmma_fence();  // also orders the adds below before the next chunk's first wgmma overwrites sums
-                    mma_stage_sums(sums, ring_base + ring.s * STAGE_BYTES, part, kb > chunk);  // a chunk starts fresh
+                    mma_stage_sums(sums[0], ring_base + ring.s * STAGE_BYTES, part, kb > chunk);  // a chunk starts fresh
                     wgmma_commit();
                     wgmma_wait<1>();  // one group in flight: the k-block before is done reading its slot
                     RELEASE_PREVIOUS
@@ -379,8 +379,16 @@ PROMOTED_LOOP = """            float sums[BN / 2];  // one chunk's sums (M_BLOCK
                 wgmma_wait<0>();  // promotion: the chunk's last k-block is done, its sums are read below
                 RELEASE_LAST
                 previous = -1;  // the chunk's slots are all released: the next chunk's first has none before it
-                #pragma unroll
-                for (int i = 0; i < BN / 2; ++i) acc[0][i] += sums[i];
+                // The same fp32 adds either way; the last chunk's sums take acc and the tile is stored from them,
+                // wgmma's own registers as without promotion (stored from acc, ptxas spilled in the rowwise
+                // epilogue with a bias)
+                if (chunk_end < K_BLOCKS) {
+                    #pragma unroll
+                    for (int i = 0; i < BN / 2; ++i) acc[0][i] += sums[0][i];
+                } else {
+                    #pragma unroll
+                    for (int i = 0; i < BN / 2; ++i) sums[0][i] += acc[0][i];
+                }
             }"""
 
 
@@ -400,6 +408,11 @@ def _main_loop(spec: GroupedSpec, config: GroupedConfig) -> str:
     if config.promoted:
         return PROMOTED_LOOP.replace("RELEASE_PREVIOUS", release_previous).replace("RELEASE_LAST", _release(config, "previous"))
     return MAIN_LOOP.replace("RELEASE_PREVIOUS", release_previous)
+
+
+def _stored(config: GroupedConfig) -> str:
+    """The registers a consumer stores its tile from: acc, or with promotion the last chunk's sums plus acc."""
+    return "sums" if config.promoted else "acc"
 
 
 def _uses_sums(spec: GroupedSpec, config: GroupedConfig) -> bool:
@@ -540,7 +553,7 @@ extern "C" __global__ void __launch_bounds__({config.threads}, 1){w.attribute}
             if (PINGPONG && threadIdx.x % 128 == 0) mbarrier_arrive(&mainloop_done[consumer]);  // the other's turn
             wgmma_wait<0>();
             {_release(config, "previous", "previous >= 0 && ")}
-            store_tile(acc, tile, part, D, {"bias" if spec.has_bias else "nullptr"}{", scale_a, scale_b" if spec.fp8 else ""}{_staging_args(config)});
+            store_tile({_stored(config)}, tile, part, D, {"bias" if spec.has_bias else "nullptr"}{", scale_a, scale_b" if spec.fp8 else ""}{_staging_args(config)});
         }}
     }}{w.end}
 }}
