@@ -11,7 +11,13 @@ Classes: normal (randn); outlier channels (1% of A's K columns ×50, as activati
 (each 128×128 block of A and W times 10^u, u uniform in [-3, 3]); near saturation (|x| uniform in
 [0.85, 1]·amax, so codes sit near e4m3's 448).
 
+Promotion (`--promote`, per-tensor and rowwise scales): the grouped kernel's default tile built at each listed
+`promote_every` (k-blocks of 128 values wgmma sums before the consumer adds them into fp32; 0: the whole K in
+wgmma's accumulator, as before issue 70's fix) and called directly, so M = 16 runs it too (scaled_mm takes the
+decode GEMV there). Each gets an error column and its ratio to cuBLAS's; "ours" stays what scaled_mm runs.
+
     PYTHONPATH=$PWD/src:$PWD/bench python bench/probes/fp8_error.py --out /tmp/fp8-error.md
+    PYTHONPATH=$PWD/src:$PWD/bench python bench/probes/fp8_error.py --promote 0,1,2,4,8 --classes normal
 """
 from __future__ import annotations
 
@@ -77,7 +83,29 @@ def torch_scales(sa: torch.Tensor, sb: torch.Tensor, scaling: str) -> tuple[torc
     return sa, sb
 
 
-def case(kind: str, scaling: str, m: int, n: int, k: int, seed: int) -> tuple[float, float | None, str]:
+def promoted_errors(qa, sa, qw, sw, ref: torch.Tensor, scaling: str, promotes: tuple[int, ...]) -> list[float]:
+    """The grouped kernel's default tile at each promote_every in `promotes`, on the same codes and scales: the
+    relative errors (per-tensor and rowwise scales only)."""
+    from gemmtune.grouped.config import default_config
+    from gemmtune.grouped.launch import build
+    from gemmtune.grouped.spec import GroupedSpec
+
+    (m, k), n = qa.shape, qw.shape[0]
+    spec = GroupedSpec(1, m, n, k, "e4m3", scaling=scaling)
+    offs = torch.tensor([m], device="cuda", dtype=torch.int32)
+    errors = []
+    for every in promotes:
+        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        kernel = build(spec, default_config(spec).with_(promote_every=every))
+        kernel(qa.data_ptr(), qw.data_ptr(), offs.data_ptr(), out.data_ptr(), None,
+               torch.cuda.current_stream().cuda_stream, scale_a=sa.contiguous().data_ptr(), scale_b=sw.contiguous().data_ptr())
+        errors.append(float((out.double() - ref).norm() / ref.norm()))
+    return errors
+
+
+def case(kind: str, scaling: str, m: int, n: int, k: int, seed: int,
+         promotes: tuple[int, ...] = ()) -> tuple[float, float | None, str, list[float]]:
+    """(ours, cuBLAS's or None, a note, the promote_every variants' errors) for one input."""
     import gemmtune.torch as gt
 
     gen = torch.Generator(device="cuda").manual_seed(seed)
@@ -95,31 +123,63 @@ def case(kind: str, scaling: str, m: int, n: int, k: int, seed: int) -> tuple[fl
         err_torch: float | None = float((theirs.double() - ref).norm() / norm)
     except Exception as err:  # noqa: BLE001 - the table says what cuBLAS refused
         err_torch, note = None, f"torch: {type(err).__name__}: {str(err).splitlines()[0][:80]}"
-    return err_ours, err_torch, note
+    variants = promoted_errors(qa, sa, qw, sw, ref, scaling, promotes) if scaling != "block" else []
+    return err_ours, err_torch, note, variants
+
+
+def _promotes(text: str) -> tuple[int, ...]:
+    from gemmtune.grouped.config import PROMOTE_INTERVALS
+
+    values = tuple(int(v) for v in text.split(",") if v.strip())
+    bad = [v for v in values if v not in PROMOTE_INTERVALS]
+    if bad:
+        raise argparse.ArgumentTypeError(f"promote_every {bad[0]}: one of {PROMOTE_INTERVALS}")
+    return values
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
     parser.add_argument("--seeds", type=int, default=2, help="inputs per case; the table shows the larger error")
+    parser.add_argument("--promote", type=_promotes, default=None, metavar="P,P,...",
+                        help="promote_every values to build the grouped kernel's default tile at, per-tensor and "
+                             "rowwise scales (default: 0 and the default config's, unpromoted and promoted; '' for none)")
+    parser.add_argument("--classes", default=",".join(CLASSES), help="input classes, comma-separated")
+    parser.add_argument("--scalings", default=",".join(SCALINGS), help="scalings, comma-separated")
     args = parser.parse_args()
-    lines = ["| class | scaling | M×N×K | ours rel. error | cuBLAS rel. error | ours / cuBLAS | note |",
-             "|---|---|---|---:|---:|---:|---|"]
+    if args.promote is None:
+        from gemmtune.grouped.config import DEFAULT_PROMOTE_EVERY
+        args.promote = (0, DEFAULT_PROMOTE_EVERY)
+    promotes: tuple[int, ...] = args.promote
+    extra = "".join(f" promote_every={p} | ×cuBLAS |" for p in promotes)
+    lines = [f"| class | scaling | M×N×K | ours rel. error | cuBLAS rel. error | ours / cuBLAS |{extra} note |",
+             "|---|---|---|---:|---:|---:|" + "---:|---:|" * len(promotes) + "---|"]
     worst = 0.0
-    for kind in CLASSES:
-        for scaling in SCALINGS:
+    worst_variant = {p: 0.0 for p in promotes}
+    for kind in args.classes.split(","):
+        for scaling in args.scalings.split(","):
             for m, n, k in SHAPES:
-                results = [case(kind, scaling, m, n, k, seed) for seed in range(args.seeds)]
+                results = [case(kind, scaling, m, n, k, seed, promotes) for seed in range(args.seeds)]
                 ours = max(r[0] for r in results)
                 theirs = None if any(r[1] is None for r in results) else max(r[1] for r in results)
                 ratio = ours / theirs if theirs else float("nan")
                 worst = max(worst, ratio) if theirs else worst
+                cells = ""
+                for i, p in enumerate(promotes):
+                    if scaling == "block":
+                        cells += " — | — |"
+                        continue
+                    error = max(r[3][i] for r in results)
+                    cells += f" {error:.2e} | {error / theirs if theirs else float('nan'):.3f} |"
+                    worst_variant[p] = max(worst_variant[p], error / theirs) if theirs else worst_variant[p]
                 lines.append(f"| {kind} | {scaling} | {m}x{n}x{k} | {ours:.2e} | "
-                             f"{'—' if theirs is None else f'{theirs:.2e}'} | {ratio:.3f} | {results[0][2]} |")
+                             f"{'—' if theirs is None else f'{theirs:.2e}'} | {ratio:.3f} |{cells} {results[0][2]} |")
                 print(lines[-1], flush=True)
                 if args.out:
                     args.out.write_text("\n".join(lines) + "\n")
     print(f"largest ours / cuBLAS: {worst:.3f} (bar: 1.2)")
+    for p, value in worst_variant.items():
+        print(f"largest promote_every={p} / cuBLAS (tensor, rowwise): {value:.3f}")
     return 0
 
 

@@ -2,7 +2,10 @@
 against torch._scaled_mm (per tensor and rowwise, e4m3, bf16 out; block scales against torch's per-tensor call, as
 this torch has no blockwise scaled mm on sm_90) and scaled_grouped_mm against
 torch._scaled_grouped_mm (rowwise), each checked against torch's result, then timed in CUDA graphs, rounds in a
-balanced order, medians (no L2 flush). Every config of the grouped kernel's candidates is timed, the default marked.
+balanced order, medians (no L2 flush). Every config of the grouped kernel's candidates is timed, the default marked;
+a config's label names its tile, stages, consumers, ping-pong, staged rows, cluster and fp8 promotion (`pr4`: wgmma's
+sums added into fp32 every 4 k-blocks; `pr0`: never). A second table gives, per per-tensor/rowwise shape, the
+promoted default against its tile unpromoted (what promotion costs) and the fastest of each kind against torch.
 
     PYTHONPATH=$PWD/src:$PWD/bench python bench/probes/fp8_scaled.py --out /tmp/fp8.md
 """
@@ -32,7 +35,28 @@ def _close(torch, got, want) -> float:
     return float((got.float() - want.float()).abs().max() / want.float().abs().max())
 
 
-def plain(torch, m: int, n: int, k: int, scaling: str, rounds: int) -> list[str]:
+def label(config, default) -> str:
+    """A config's row name: every field that differs between candidates (promotion for fp8 tensor/rowwise)."""
+    return (f"{config.bm}x{config.bn} s{config.stages} c{config.consumers}{' pp' if config.pingpong else ''}"
+            f"{' st' if config.staged_store else ''}{f' cl{config.cluster}' if config.cluster > 1 else ''}"
+            f" pr{config.promote_every}{' (default)' if config == default else ''}")
+
+
+def promotion_cost(m: int, n: int, k: int, scaling: str, us: dict[str, float]) -> str:
+    """The promotion table's row: the default (promoted) against its tile unpromoted, and the fastest promoted and
+    unpromoted configs against torch."""
+    default = next((name for name in us if name.endswith("(default)")), None)
+    if default is None:  # its result differed from torch's: not timed (the main table shows its error)
+        return f"| {m}x{n}x{k} | {scaling} | default not timed | | | | | |"
+    twin = default.replace(" (default)", "").rsplit(" pr", 1)[0] + " pr0"
+    promoted = min((t for name, t in us.items() if " pr" in name and " pr0" not in name), default=float("nan"))
+    unpromoted = min((t for name, t in us.items() if name.endswith(" pr0")), default=float("nan"))
+    base = us["torch"]
+    return (f"| {m}x{n}x{k} | {scaling} | {default} | {us[default]:.1f} | {us.get(twin, float('nan')):.1f} | "
+            f"{us.get(twin, float('nan')) / us[default]:.2f} | {base / promoted:.2f} | {base / unpromoted:.2f} |")
+
+
+def plain(torch, m: int, n: int, k: int, scaling: str, rounds: int) -> tuple[list[str], str]:
     from gemmtune.grouped.config import candidates, default_config
     from gemmtune.grouped.launch import build
     from gemmtune.grouped.spec import GroupedSpec
@@ -68,15 +92,15 @@ def plain(torch, m: int, n: int, k: int, scaling: str, rounds: int) -> list[str]
             kernel(a.data_ptr(), w.data_ptr(), offs.data_ptr(), out.data_ptr(), None, torch.cuda.current_stream().cuda_stream,
                    scale_a=sa.data_ptr(), scale_b=sb.data_ptr())
             return out
-        label = (f"{config.bm}x{config.bn} s{config.stages}{' pp' if config.pingpong else ''}"
-                 f"{' st' if config.staged_store else ''}{' (default)' if config == default_config(spec) else ''}")
-        errors[label] = _close(torch, call(), want)
-        if errors[label] < 2e-2:
-            calls[label] = call
+        name = label(config, default_config(spec))
+        errors[name] = _close(torch, call(), want)
+        if errors[name] < 2e-2:
+            calls[name] = call
     us = _time(torch, calls, rounds)
     flops = 2 * m * n * k
-    return [f"| {m}x{n}x{k} | {scaling} | {name} | {t:.1f} | {flops / t / 1e6:.0f} | {us['torch'] / t:.2f} | "
+    rows = [f"| {m}x{n}x{k} | {scaling} | {name} | {t:.1f} | {flops / t / 1e6:.0f} | {us['torch'] / t:.2f} | "
             f"{errors.get(name, 0):.1e} |" for name, t in sorted(us.items(), key=lambda kv: kv[1])]
+    return rows, (promotion_cost(m, n, k, scaling, us) if scaling != "block" else "")
 
 
 def grouped(torch, groups: int, rows: int, n: int, k: int, rounds: int) -> list[str]:
@@ -108,17 +132,24 @@ def main() -> int:
     import torch
 
     lines = ["| shape | scaling | kernel | µs | TFLOP/s | × torch | max error vs torch |", "|---|---|---|---:|---:|---:|---:|"]
+    costs = ["", "Promotion: the default (promoted) against its tile unpromoted (pr0), and the fastest of each against torch.", "",
+             "| shape | scaling | default | µs | pr0 twin µs | pr0 twin / default | × torch (fastest promoted) | "
+             "× torch (fastest pr0) |", "|---|---|---|---:|---:|---:|---:|---:|"]
     for m, n, k in PLAIN:
         for scaling in ("tensor", "rowwise", "block"):
-            lines += plain(torch, m, n, k, scaling, args.rounds)
-            print(lines[-1] if "default" in lines[-1] else next(l for l in lines[::-1] if "default" in l), flush=True)
+            rows, cost = plain(torch, m, n, k, scaling, args.rounds)
+            lines += rows
+            print(next((l for l in rows if "default" in l), rows[0]), flush=True)
+            if cost:
+                costs.append(cost)
+                print(cost, flush=True)
             if args.out:
-                args.out.write_text("\n".join(lines) + "\n")
+                args.out.write_text("\n".join(lines + costs) + "\n")
     for shape in GROUPED:
         lines += grouped(torch, *shape, args.rounds)
         print("\n".join(lines[-2:]), flush=True)
         if args.out:
-            args.out.write_text("\n".join(lines) + "\n")
+            args.out.write_text("\n".join(lines + costs) + "\n")
     return 0
 
 
