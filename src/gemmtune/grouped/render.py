@@ -20,6 +20,9 @@ once both blocks' consumers have released it: consumers arrive on the `empty` ba
 (parts/cluster_ring.py), and each `full` barrier expects both halves of A plus the block's own B. Where the
 column count is odd, the last pair's second block has no tile: its producer still loads its half of A (its
 `full` expecting A alone) and its consumers wait for each slot and release it without multiplying.
+
+fp8 promotion (config.promote_every, tensor/rowwise scales): wgmma sums a chunk of k-blocks into fresh `sums` and
+the consumer adds them into the fp32 `acc` after each chunk (PROMOTED_LOOP), as block scales do every k-block.
 """
 from __future__ import annotations
 
