@@ -153,17 +153,7 @@ def test_fp8_grouped_matches_the_float64_reference(fmt, scaling, sizes, n, k, ep
     ref = reference(spec, a64.cpu().numpy(), w64.transpose(1, 2).cpu().numpy(), offs.cpu().numpy(),
                     bias.double().cpu().numpy(), *scales)
     end = int(sum(sizes))
-    for config in candidates(spec):
-        out = torch.full((spec.total_m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-        build(spec, config)(a.data_ptr(), w.data_ptr(), offs.data_ptr(), out.data_ptr(), bias.data_ptr(),
-                            scale_a=sa.data_ptr(), scale_b=sb.data_ptr())
-        torch.cuda.synchronize()
-        got = out.double().cpu().numpy()
-        # bf16's tolerance: the reference holds the fp8 values exactly, so what differs is the fp32 sums and
-        # D's rounding, which bf16 inputs' tolerance covers
-        result = compare(got[:end], ref[:end], "bf16", k)
-        assert result.ok, f"{config}: {result.message}"
-        assert np.isnan(got[end:]).all(), f"{config}: rows past the last group were written"
+    _check_configs(spec, candidates(spec), (a, w, offs, bias, sa, sb), ref, end)
 
 
 @pytest.mark.gpu
@@ -257,14 +247,24 @@ def test_promoted_kernels_match_the_float64_reference(promote_every, k, scaling,
                     bias.double().cpu().numpy(), *scales)
     end = int(sum(sizes))
     # the two tiles of 64 rows a consumer: ping-pong (64x128) and two consumers (128x128), staged rows
-    for config in (GroupedConfig(64, 128, 8, 2, pingpong=True, staged_store=True, cluster=cluster, promote_every=promote_every),
-                   GroupedConfig(128, 128, 6, 2, staged_store=True, cluster=cluster, promote_every=promote_every)):
-        out = torch.full((spec.total_m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    _check_configs(spec, (GroupedConfig(64, 128, 8, 2, pingpong=True, staged_store=True, cluster=cluster,
+                                        promote_every=promote_every),
+                          GroupedConfig(128, 128, 6, 2, staged_store=True, cluster=cluster, promote_every=promote_every)),
+                   (a, w, offs, bias, sa, sb), ref, end)
+
+
+def _check_configs(spec, configs, operands, ref, end: int) -> None:
+    """Each config of `spec` run over a NaN-poisoned D: rows [0, end) within bf16's tolerance of `ref` (the
+    reference holds the fp8 values exactly, so what differs is the fp32 sums and D's rounding, which bf16
+    inputs' tolerance covers), the rows past them untouched. operands: (a, w, offs, bias, scale_a, scale_b)."""
+    a, w, offs, bias, sa, sb = operands
+    for config in configs:
+        out = torch.full((spec.total_m, spec.n), float("nan"), device="cuda", dtype=torch.bfloat16)
         build(spec, config)(a.data_ptr(), w.data_ptr(), offs.data_ptr(), out.data_ptr(), bias.data_ptr(),
                             scale_a=sa.data_ptr(), scale_b=sb.data_ptr())
         torch.cuda.synchronize()
         got = out.double().cpu().numpy()
-        result = compare(got[:end], ref[:end], "bf16", k)
+        result = compare(got[:end], ref[:end], "bf16", spec.k)
         assert result.ok, f"{config}: {result.message}"
         assert np.isnan(got[end:]).all(), f"{config}: rows past the last group were written"
 
