@@ -78,7 +78,7 @@ WGMMA_REGIMES = (  # name, shapes, log2 ranges of M, N, K
 )
 # The second wgmma round: the regimes the first left out (M from 17, where gemv stops, to 512; few
 # tiles with a very long K), which the first round's model ranked worse than the old one on the
-# evaluation set's small-M shapes (bench/results/2026-11-26-h100-chooser-model-ab.md).
+# evaluation set's small-M shapes (git show d8ef8a3:bench/results/2026-11-26-h100-chooser-model-ab.md).
 WGMMA_SMALL_M_REGIMES = (
     ("small M", 30, (4.1, 7), (11, 14.5), (10, 14)),
     ("M 128-512", 15, (7, 9), (10, 14), (10, 14.5)),
