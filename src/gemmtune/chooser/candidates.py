@@ -299,7 +299,7 @@ def _deepest(config: WgmmaConfig, spec: GemmSpec) -> WgmmaConfig:
 # Whether the chooser hands an untuned shape the gemv tensor-core kernel. On since its GPU tests
 # passed (tests/test_gpu_gemv_tensor_cores.py) and the probe (git show 5f4c93d:bench/probes/gemv_tensor_cores.py, H100,
 # 2026-11-26) measured it 1.1-2.3x faster than the CUDA-core kernel at 4-16 rows in bf16 and fp16,
-# 1.2-1.8x in tf32 (bench/results/2026-11-26-h100-gemv-tensor-cores.md; tf32: git show d8ef8a3:bench/results/2026-11-26-h100-gemv-tensor-cores-tf32.md).
+# 1.2-1.8x in tf32 (git show dcdd80f:bench/results/2026-11-26-h100-gemv-tensor-cores.md; tf32: git show d8ef8a3:bench/results/2026-11-26-h100-gemv-tensor-cores-tf32.md).
 GEMV_TENSOR_CORES_UNTUNED = True
 
 # The tensor-core block shape untuned shapes get: 8 warps splitting K over two 8-output mma tiles,
