@@ -48,7 +48,9 @@ class Fp8GemmConfig(GroupedConfig):
         roles = f"producer+{self.consumers}wg" + (" pingpong" if self.pingpong else "")
         store = " staged-store" if self.staged_store else ""
         band = f" band{self.band_m}" if self.band_m else ""
-        return f"{self.bm}x{self.bn} s{self.stages} {roles}{store}{band}"
+        cluster = f" cluster{self.cluster}" if self.cluster > 1 else ""
+        promote = f" promoted/{self.promote_every}" if self.promote_every else ""
+        return f"{self.bm}x{self.bn} s{self.stages} {roles}{store}{band}{cluster}{promote}"
 
 
 def grouped_spec(spec: GemmSpec) -> GroupedSpec:
