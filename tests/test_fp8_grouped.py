@@ -135,8 +135,6 @@ def test_fp8_grouped_matches_the_float64_reference(fmt, scaling, sizes, n, k, ep
     if not _hopper():
         pytest.skip("needs an sm_90a GPU")
     from gemmtune.grouped.config import candidates
-    from gemmtune.grouped.launch import build
-    from gemmtune.verify import compare
 
     spec = GroupedSpec(len(sizes), sum(sizes) + 5, n, k, fmt, epilogue, scaling=scaling)
     offs = torch.tensor(group_offsets(sizes), device="cuda")
@@ -147,13 +145,11 @@ def test_fp8_grouped_matches_the_float64_reference(fmt, scaling, sizes, n, k, ep
     else:
         a, sa, a64 = _quantized((spec.total_m, k), fmt, scaling, 1, 1)
         w, sb, w64 = _quantized((spec.groups, n, k), fmt, scaling, 2, 2)  # weights (G, N, K): a scale per column of B
-        scales = (sa.reshape(-1).double().cpu().numpy(),
-                  sb.reshape(spec.groups, -1).double().cpu().numpy() if scaling == "rowwise" else sb.reshape(-1).cpu().numpy())
+        scales = _scales_read(spec, sa, sb)
     bias = torch.randn(spec.groups, n, device="cuda").to(torch.bfloat16)
     ref = reference(spec, a64.cpu().numpy(), w64.transpose(1, 2).cpu().numpy(), offs.cpu().numpy(),
                     bias.double().cpu().numpy(), *scales)
-    end = int(sum(sizes))
-    _check_configs(spec, candidates(spec), (a, w, offs, bias, sa, sb), ref, end)
+    _check_configs(spec, candidates(spec), (a, w, offs, bias, sa, sb), ref, int(sum(sizes)))
 
 
 @pytest.mark.gpu
@@ -232,19 +228,15 @@ def test_promoted_kernels_match_the_float64_reference(promote_every, k, scaling,
     if not _hopper():
         pytest.skip("needs an sm_90a GPU")
     from gemmtune.grouped.config import GroupedConfig
-    from gemmtune.grouped.launch import build
-    from gemmtune.verify import compare
 
     sizes, n = (130, 0, 65, 1, 200), 304  # empty and one-row groups; 3 tile columns: a pair's second block idle
     spec = GroupedSpec(len(sizes), sum(sizes) + 5, n, k, fmt, "bias", scaling=scaling)
     offs = torch.tensor(group_offsets(sizes), device="cuda")
     a, sa, a64 = _quantized((spec.total_m, k), fmt, scaling, 1, 11)
     w, sb, w64 = _quantized((spec.groups, n, k), fmt, scaling, 2, 12)
-    scales = (sa.reshape(-1).double().cpu().numpy(),
-              sb.reshape(spec.groups, -1).double().cpu().numpy() if scaling == "rowwise" else sb.reshape(-1).cpu().numpy())
     bias = torch.randn(spec.groups, n, device="cuda").to(torch.bfloat16)
     ref = reference(spec, a64.cpu().numpy(), w64.transpose(1, 2).cpu().numpy(), offs.cpu().numpy(),
-                    bias.double().cpu().numpy(), *scales)
+                    bias.double().cpu().numpy(), *_scales_read(spec, sa, sb))
     end = int(sum(sizes))
     # the two tiles of 64 rows a consumer: ping-pong (64x128) and two consumers (128x128), staged rows
     _check_configs(spec, (GroupedConfig(64, 128, 8, 2, pingpong=True, staged_store=True, cluster=cluster,
@@ -253,10 +245,20 @@ def test_promoted_kernels_match_the_float64_reference(promote_every, k, scaling,
                    (a, w, offs, bias, sa, sb), ref, end)
 
 
+def _scales_read(spec, sa, sb) -> tuple:
+    """The per-tensor or rowwise scales as the float64 reference takes them: A's per row (or one), B's (G, N)
+    (or one)."""
+    b = sb.reshape(spec.groups, -1).double() if spec.scaling == "rowwise" else sb.reshape(-1).double()
+    return sa.reshape(-1).double().cpu().numpy(), b.cpu().numpy()
+
+
 def _check_configs(spec, configs, operands, ref, end: int) -> None:
     """Each config of `spec` run over a NaN-poisoned D: rows [0, end) within bf16's tolerance of `ref` (the
     reference holds the fp8 values exactly, so what differs is the fp32 sums and D's rounding, which bf16
     inputs' tolerance covers), the rows past them untouched. operands: (a, w, offs, bias, scale_a, scale_b)."""
+    from gemmtune.grouped.launch import build
+    from gemmtune.verify import compare
+
     a, w, offs, bias, sa, sb = operands
     for config in configs:
         out = torch.full((spec.total_m, spec.n), float("nan"), device="cuda", dtype=torch.bfloat16)
