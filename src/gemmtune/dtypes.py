@@ -9,13 +9,13 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import SpecError
-from .fp8 import decode_codes, encode
+from .fp8 import FORMATS as FP8_FORMATS, decode_codes, encode
 
 # numpy type of a host array that holds each storage type's bits (bf16: its uint16 pattern; fp8: its uint8
 # code, gemmtune.fp8; int32: an fp8 kernel's row count, offs).
 STORAGE = {"fp32": np.float32, "tf32": np.float32, "fp16": np.float16, "bf16": np.uint16,
            "e4m3": np.uint8, "e5m2": np.uint8, "int32": np.int32}
-FP8_STORAGE = ("e4m3", "e5m2")
+FP8_STORAGE = tuple(FP8_FORMATS)
 # A quiet NaN of each storage type, as the value cuMemsetD32 (4-byte) or cuMemsetD16 (2-byte) writes.
 NAN_BITS = {"fp32": 0x7FC00000, "fp16": 0x7E00, "bf16": 0x7FC0}
 # Unit roundoff of each storage type when the result is rounded to nearest: 2^-(mantissa bits + 1).

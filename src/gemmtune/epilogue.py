@@ -158,6 +158,11 @@ class Epilogue:
     def reads_c(self) -> bool:
         return MATRIX_C in self.operands()
 
+    @property
+    def reads_bias(self) -> bool:
+        """Whether a bias vector (per row or per column) is an operand."""
+        return BIAS_ROW in self.operands() or BIAS_COL in self.operands()
+
     def cuda_statements(self, row: str, col: str, ld: str, c: str | None = None,
                         vector: str | None = None) -> list[str]:
         """CUDA statements that turn float `v` (the accumulator) into the output value.

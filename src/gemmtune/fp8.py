@@ -19,14 +19,11 @@ magnitude of each group lands on the format's largest value):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .errors import SpecError
-
-if TYPE_CHECKING:
-    from .spec import GemmSpec
+from .spec import SCALINGS, GemmSpec
 
 
 @dataclass(frozen=True)
@@ -57,7 +54,6 @@ class Fp8Format:
 
 
 FORMATS = {"e4m3": Fp8Format("e4m3", 4, 3, 7, 448.0), "e5m2": Fp8Format("e5m2", 5, 2, 15, 57344.0)}
-SCALINGS = ("tensor", "rowwise", "block")
 BLOCK = 128  # the block scaling's group length along K (and B's block side along N)
 
 

@@ -279,8 +279,7 @@ def on_plain_tile(spec: GemmSpec, picks: list[Pick], arch: str, sm_count: int,
     which ran slower on every such shape measured (H200, 2026-11-28, bench/results/2026-11-28-h200-fused-tile.md:
     5 of 5 shapes 0-18% faster on the plain pick's tile; with a bias too, 3 of 5 slower, so those keep the
     model's order)."""
-    operands = spec.epilogue.operands()
-    if not spec.epilogue.reads_c or any(op.name == "bias" for op in operands):
+    if not spec.epilogue.reads_c or spec.epilogue.reads_bias:
         return picks
     found = plain_tile_pick(spec, picks, arch, sm_count, model)
     if found is None or found is picks[0]:

@@ -580,9 +580,8 @@ def wave_fit_config(spec: GemmSpec, pick: Any, sm_count: int) -> WgmmaConfig | N
         return None
     family = get_family("wgmma")
     best = None
-    bias = any(op.name == "bias" for op in spec.epilogue.operands())
     for bm, bn in WAVE_FIT_TILES:
-        if bn == 192 and bias:  # a bias beside 96 sums a thread spills (NVRTC 13.0: 48-96 B at 6336x1024x4096)
+        if bn == 192 and spec.epilogue.reads_bias:  # a bias beside 96 sums a thread spills (NVRTC 13.0: 48-96 B at 6336x1024x4096)
             continue
         share = wave_share(spec, bm, bn, sm_count)
         if share < WAVE_FIT_MIN or (best is not None and share <= best[0]):

@@ -29,15 +29,14 @@ import numpy as np
 from ..epilogue import Epilogue
 from ..errors import SpecError
 from ..fp8 import BLOCK
-from ..spec import GemmSpec
+from ..spec import FP8_DTYPES, FP8_OUT_DTYPES, INPUT_DTYPES, SCALINGS, GemmSpec  # SCALINGS: fp8 only
 
 MAX_GROUPS = 1024  # group ends and tile counts live in shared memory, scanned by one warp
 DTYPES = ("bf16", "fp16", "e4m3", "e5m2")
-FP8 = ("e4m3", "e5m2")
-OUT_DTYPES = ("bf16", "fp16")
-SCALINGS = ("tensor", "rowwise", "block")  # fp8 only
+FP8 = tuple(FP8_DTYPES)
+OUT_DTYPES = FP8_OUT_DTYPES
 # block scales: A in 1xBLOCK groups along K, each group's weights in BLOCKxBLOCK (N x K) blocks (fp8.BLOCK, 128)
-ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "e4m3": 1, "e5m2": 1}
+ELEMENT_BYTES = {dtype: INPUT_DTYPES[dtype] for dtype in DTYPES}
 EPILOGUE_OPS = ("bias_col", "relu", "gelu")  # bias: (G, N), one row per group, added per column
 TMA_ROW_BYTES = 16  # K·(element bytes) must be a multiple of 16: TMA rows start on 16-byte boundaries
 LAYOUTS = ("contiguous", "masked")  # group rows from cumulative ends (offs), or from capacity and counts
@@ -151,7 +150,7 @@ class GroupedSpec:
 
     @property
     def has_bias(self) -> bool:
-        return "bias_col" in self.epilogue.ops
+        return self.epilogue.reads_bias
 
     def as_gemm(self) -> GemmSpec:
         """The (total_m, N, K) problem as the GemmSpec the write-back parts and KernelSource read (fp8 inputs:

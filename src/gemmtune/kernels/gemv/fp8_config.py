@@ -13,12 +13,12 @@ from dataclasses import asdict, dataclass, replace
 
 from ...arch import arch_limits
 from ...errors import ConfigError, SpecError
-from ...spec import GemmSpec
+from ...spec import FP8_DTYPES, FP8_OUT_DTYPES, GemmSpec
 from ..config_base import arch_number, ceil_div
 
-FORMATS = ("e4m3", "e5m2")
+FORMATS = tuple(FP8_DTYPES)
 SCALINGS = ("tensor", "rowwise")
-OUT_DTYPES = ("bf16", "fp16")
+OUT_DTYPES = FP8_OUT_DTYPES
 MAX_ROWS = 16  # rows of A: two 8-column blocks of the mma's B
 PIECE = 16  # fp8 codes in one 16-byte load: K must be a multiple (every row then starts 16-byte aligned)
 TILE = 16  # outputs (rows of W) of one mma tile: W is the mma's A operand, 16 rows
