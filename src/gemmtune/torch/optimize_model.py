@@ -212,6 +212,10 @@ class SiteTiming:
     torch_s: Optional[float]
     error: str = ""  # why gemmtune's side has no time (wrong output, no kernel)
 
+    @property
+    def gemmtune_faster(self) -> bool:
+        return self.gemmtune_s is not None and self.torch_s is not None and self.gemmtune_s < self.torch_s
+
 
 @dataclass(frozen=True)
 class LayerPlan:
@@ -324,9 +328,7 @@ class RoutedLinear(nn.Linear):
 def routed_linear(linear: nn.Linear, plan: "LayerPlan") -> RoutedLinear:
     """The RoutedLinear a plan puts in place of `linear`: torch's ops under torch.compile unless gemmtune's
     kernel was the faster inside CUDA graphs."""
-    t = plan.timing
-    graph_faster = t.gemmtune_s is not None and t.torch_s is not None and t.gemmtune_s < t.torch_s
-    return RoutedLinear(linear, plan.site.fused, compiled_by_torch=not graph_faster,
+    return RoutedLinear(linear, plan.site.fused, compiled_by_torch=not plan.timing.gemmtune_faster,
                         torch_activation=plan.site.activation)
 
 
@@ -387,19 +389,24 @@ def eager_seconds(fn: Callable[[], Any], samples: int = 20, warmup: int = 3) -> 
     return _event_median(fn, samples)
 
 
-def interleaved_seconds(fns: dict[str, Callable[[], Any]], rounds: int = 20, warmup: int = 3) -> dict[str, float]:
-    """Median seconds of one eager call of each of `fns`, timed in alternating rounds (each round calls
-    every one once, in an order rotated round by round), so that drift in the host's speed over the run
-    (eager blocks are often host-bound) falls on each alike."""
-    names = list(fns)
-    for name in names:
-        for _ in range(warmup):
-            fns[name]()
+def alternating_medians(names: Sequence[str], measure: Callable[[str], float], rounds: int) -> dict[str, float]:
+    """The median of `measure(name)` for each of `names` over `rounds` rounds, each round measuring every
+    name once in an order rotated round by round, so that drift in the host's speed over the run (eager
+    blocks are often host-bound) falls on each alike."""
+    names = list(names)
     times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
-            times[name].append(event_seconds(fns[name]))
+            times[name].append(measure(name))
     return {name: statistics.median(t) for name, t in times.items()}
+
+
+def interleaved_seconds(fns: dict[str, Callable[[], Any]], rounds: int = 20, warmup: int = 3) -> dict[str, float]:
+    """Median seconds of one eager call of each of `fns`, timed in alternating rounds (alternating_medians)."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    return alternating_medians(list(fns), lambda name: event_seconds(fns[name]), rounds)
 
 
 def event_seconds(fn: Callable[[], Any]) -> float:
@@ -555,9 +562,8 @@ def _plan_site(site: Site, backend: Backend, db_path: Path, tuned: bool, memo: d
         except GemmtuneError as err:
             memo[key] = ("", {}, SiteTiming(None, None, f"no kernel: {err}"))
     family, config, timing = memo[key]
-    faster = timing.gemmtune_s is not None and timing.torch_s is not None and timing.gemmtune_s < timing.torch_s
-    reason = timing.error or ("gemmtune faster" if faster else "torch faster")
-    return LayerPlan(site, family, config, timing, faster, reason + (f"; {site.note}" if site.note else ""))
+    reason = timing.error or ("gemmtune faster" if timing.gemmtune_faster else "torch faster")
+    return LayerPlan(site, family, config, timing, timing.gemmtune_faster, reason + (f"; {site.note}" if site.note else ""))
 
 
 def _reload(model: nn.Module, path: Path, backend: Backend) -> OptimizeReport:
@@ -621,7 +627,7 @@ def _choose_end_to_end(model: nn.Module, inputs: tuple, layers: list[LayerPlan],
     drift over the run falls on each alike. Returns the plans (routed as chosen, each with why where the
     whole overrode its own timing) and the model's time without and with them."""
     variants = {"torch": [False] * len(layers), "faster": [p.routed for p in layers],
-                "every": [p.site.routable and p.timing.gemmtune_s is not None for p in layers]}
+                "every": [_runs_right(p) for p in layers]}
     if variants["every"] == variants["faster"]:
         del variants["every"]
     if not any(variants["faster"]):
@@ -630,16 +636,20 @@ def _choose_end_to_end(model: nn.Module, inputs: tuple, layers: list[LayerPlan],
         alone = backend.time_model(model, inputs)
         return layers, alone, alone
     modules = _layer_modules(model, layers)
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    names = list(variants)
-    for r in range(MODEL_ROUNDS):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            _set_routing(model, layers, modules, variants[name])
-            times[name].append(backend.time_model(model, inputs))
-    median = {name: statistics.median(t) for name, t in times.items()}
+
+    def routed_as(name: str) -> float:
+        _set_routing(model, layers, modules, variants[name])
+        return backend.time_model(model, inputs)
+
+    median = alternating_medians(list(variants), routed_as, MODEL_ROUNDS)
     best = min(("faster", "torch", "every"), key=lambda name: median.get(name, float("inf")))  # ties: in this order
     _set_routing(model, layers, modules, variants[best])
     return _with_reasons(layers, variants[best], median), median["torch"], median[best]
+
+
+def _runs_right(plan: LayerPlan) -> bool:
+    """Whether gemmtune runs the layer right: routable, and its kernel timed (so its output was checked)."""
+    return plan.site.routable and plan.timing.gemmtune_s is not None
 
 
 def _layer_modules(model: nn.Module, layers: Sequence[LayerPlan]) -> dict[str, tuple[nn.Module, nn.Module]]:
@@ -647,7 +657,7 @@ def _layer_modules(model: nn.Module, layers: Sequence[LayerPlan]) -> dict[str, t
     and what routing puts there (a RoutedLinear, an Identity)."""
     modules = {}
     for p in layers:
-        if p.site.routable and p.timing.gemmtune_s is not None:
+        if _runs_right(p):
             linear = model.get_submodule(p.site.name)
             modules[p.site.name] = (linear, routed_linear(linear, p))
             if p.site.activation_module:
