@@ -286,11 +286,7 @@ def _launch(plan: _Plan, index: int, pa: int, pb: int, pd: int, pc: int, pbias: 
         return
     _on_device(index)
     stream = _raw_stream(index)
-    key = (pa, pb, pd, pc, pbias, alpha, beta, stream)
-    bound = plan.launches.find(key)
-    if bound is None:
-        bound = plan.launches.get(key, lambda: plan._bind(key, stream))
-    bound()
+    plan.launch((pa, pb, pd, pc, pbias, alpha, beta, stream), stream)
 
 
 # D = epilogue(op(a)·op(b)) for stored operands a, b in `layout` (nn/nt/tn/tt), computed by the gemmtune
