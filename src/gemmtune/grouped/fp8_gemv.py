@@ -3,16 +3,16 @@ runtime; kept per (spec, config, GPU). No torch here: pointers in, one launch (s
 gemmtune::scaled_mm's M ≤ 16 calls with per-tensor or rowwise scales to it)."""
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 
 from ..compiler import compile_kernel
 from ..device import query_device
 from ..errors import LaunchError
-from ..invoke import BoundLaunches, launch_on
+from ..invoke import BoundLaunches
 from ..kernels.gemv.fp8_config import MAX_ROWS, MIN_ARCH, PIECE, SCALINGS, Fp8GemvConfig, Fp8GemvSpec, default_config
 from ..kernels.gemv.fp8_rows import render
 from ..runtime import LoadedKernel
+from .launch import KernelCache, launch_bound
 
 
 @dataclass(frozen=True)
@@ -32,31 +32,24 @@ class Fp8GemvKernel:
             if not bias:
                 raise LaunchError(f"{self.loaded.source.entry} adds a bias: pass bias (N,)")
             bindings["bias"] = bias
-        launch = self.bound.get((tuple(bindings.items()), stream), lambda: self.loaded.bind(bindings, stream))
-        launch_on(launch, self.ordinal)
+        launch_bound(self.loaded, self.bound, bindings, stream, self.ordinal)
 
 
-_kernels: dict[tuple[Fp8GemvSpec, Fp8GemvConfig, int], Fp8GemvKernel] = {}
-_lock = threading.Lock()
-
-
-def arch_of(cc: tuple[int, int]) -> str:
-    return f"sm_{cc[0]}{cc[1]}"
+_kernels = KernelCache()
 
 
 def build(spec: Fp8GemvSpec, config: Fp8GemvConfig | None = None, ordinal: int = 0) -> Fp8GemvKernel:
     """The kernel for `spec` on GPU `ordinal` (default_config for its SM count unless `config`), built once and kept."""
     info = query_device(ordinal)
     if info.cc[0] * 10 + info.cc[1] < MIN_ARCH:
-        raise LaunchError(f"the fp8 GEMV converts with cvt .e4m3x2 / .e5m2x2 (sm_89+); GPU {ordinal} is {arch_of(info.cc)}")
+        raise LaunchError(f"the fp8 GEMV converts with cvt .e4m3x2 / .e5m2x2 (sm_89+); GPU {ordinal} is {info.arch}")
     config = config or default_config(spec, info.sm_count)
-    key = (spec, config, ordinal)
-    with _lock:
-        if key not in _kernels:
-            arch = arch_of(info.cc)
-            compiled = compile_kernel(render(spec, config, arch), arch)
-            _kernels[key] = Fp8GemvKernel(spec, config, LoadedKernel(compiled, ordinal), ordinal)
-        return _kernels[key]
+
+    def make() -> Fp8GemvKernel:
+        compiled = compile_kernel(render(spec, config, info.arch), info.arch)
+        return Fp8GemvKernel(spec, config, LoadedKernel(compiled, ordinal), ordinal)
+
+    return _kernels.get((spec, config, ordinal), make)
 
 
 def decode_spec(m: int, n: int, k: int, fmt: str, scaling: str, out_dtype: str, bias: bool) -> Fp8GemvSpec | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable, Iterator
 
 from ..compiler import compile_kernel
 from ..device import query_device
@@ -37,23 +38,48 @@ class GroupedKernel:
             if not scale_a or not scale_b:
                 raise LaunchError(f"{self.loaded.source.entry} scales fp8 operands: pass scale_a and scale_b")
             bindings["scale_a"], bindings["scale_b"] = scale_a, scale_b
-        launch = self.bound.get((tuple(bindings.items()), stream), lambda: self.loaded.bind(bindings, stream))
-        launch_on(launch, self.ordinal)
+        launch_bound(self.loaded, self.bound, bindings, stream, self.ordinal)
 
 
-_kernels: dict[tuple[GroupedSpec, GroupedConfig, int], GroupedKernel] = {}
-_lock = threading.Lock()
+def launch_bound(loaded: LoadedKernel, bound: BoundLaunches, bindings: dict[str, int], stream: int,
+                 ordinal: int) -> None:
+    """Enqueue `loaded` with `bindings` on `stream` of GPU `ordinal`: the launch bound for them before, else
+    bound now (argument packing, tensor maps) and kept in `bound`."""
+    launch_on(bound.get((tuple(bindings.items()), stream), lambda: loaded.bind(bindings, stream)), ordinal)
+
+
+class KernelCache:
+    """Kernels built once per key (spec, config, GPU) and kept, under a lock (torch calls may come from
+    several threads)."""
+
+    def __init__(self) -> None:
+        self._kernels: dict[Hashable, Any] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable, make: Callable[[], Any]) -> Any:
+        with self._lock:
+            if key not in self._kernels:
+                self._kernels[key] = make()
+            return self._kernels[key]
+
+    def __iter__(self) -> Iterator[Hashable]:
+        """The keys kept so far."""
+        with self._lock:
+            return iter(list(self._kernels))
+
+
+_kernels = KernelCache()
 
 
 def build(spec: GroupedSpec, config: GroupedConfig | None = None, ordinal: int = 0) -> GroupedKernel:
     """The kernel for `spec` on GPU `ordinal` (a persistent grid of its SM count), built once and kept."""
     config = config or default_config(spec)
-    key = (spec, config, ordinal)
-    with _lock:
-        if key not in _kernels:
-            info = query_device(ordinal)
-            if info.cc != (9, 0):
-                raise LaunchError(f"grouped GEMM kernels use wgmma and TMA (sm_90a); GPU {ordinal} is sm_{info.cc[0]}{info.cc[1]}")
-            compiled = compile_kernel(render(spec, config, info.sm_count), "sm_90a")
-            _kernels[key] = GroupedKernel(spec, config, LoadedKernel(compiled, ordinal), ordinal)
-        return _kernels[key]
+
+    def make() -> GroupedKernel:
+        info = query_device(ordinal)
+        if info.cc != (9, 0):
+            raise LaunchError(f"grouped GEMM kernels use wgmma and TMA (sm_90a); GPU {ordinal} is {info.arch}")
+        compiled = compile_kernel(render(spec, config, info.sm_count), "sm_90a")
+        return GroupedKernel(spec, config, LoadedKernel(compiled, ordinal), ordinal)
+
+    return _kernels.get((spec, config, ordinal), make)
