@@ -12,10 +12,17 @@ Blocks, bf16, random weights, sizes from bench/model_shapes.py's published confi
 - vit: a ViT-B/16 encoder block (hidden 768, 12 heads, MLP 3072, erf GELU), batch 32 x 197 tokens.
   optimize() fuses its GELU as the kernels' tanh form (erf_gelu_atol=1e-3: the two differ by at most
   4.74e-4, under half a bf16 step of any output above 1/8).
+- mixtral-moe: a Mixtral-8x7B MoE layer (hidden 4096, 8 experts of SwiGLU MLP 14336, top-2), 2048 tokens
+  (prefill), RMSNorm and residual; qwen3-moe: Qwen3-30B-A3B's (hidden 2048, 128 experts of 768, top-8), the
+  same. Router (nn.Linear, top-k, softmax over the k), the tokens' copies sorted by expert and the offsets
+  computed on the device (no host sync in forward), gate/up one GroupedLinear with swiglu, down another,
+  the outputs weighted and scatter-added back. optimize() sees the router as a Linear site and each
+  GroupedLinear as a grouped site timed on the rows the example forward routed to each expert.
 Times: median of CUDA-event-timed forwards without grad, the four columns in alternating rounds (one
 forward of each a round, the order rotated) once all are built and warm (compiled: after warm-up calls
 that compile and autotune). GEMM share: Σ calls x torch's time for each Linear (F.linear + its activation, as optimize()
-timed it in CUDA graphs) over the eager block's time; the products inside SDPA are not counted.
+timed it in CUDA graphs) and each GroupedLinear (torch._grouped_mm + its bias/activation) over the eager
+block's time; the products inside SDPA are not counted.
 --calls: only the host cost per eager call, torch.mm against gemmtune.torch.mm at 1x4096x4096 and 64x64x64
 (issue 68's bar), 3 rounds of 300 calls in a loop synchronised at the end, median.
 --quick: budget 0 (the chooser's untuned picks, timed and routed) and fewer samples (about 4 minutes on
@@ -35,8 +42,9 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from model_shapes import LLAMA3_8B, VIT_B16  # noqa: E402
+from model_shapes import LLAMA3_8B, MIXTRAL_EXPERTS, QWEN3_EXPERTS, VIT_B16, Experts  # noqa: E402
 
+from gemmtune.torch.experts import GroupedLinear  # noqa: E402
 from gemmtune.torch.operators import plan_stats  # noqa: E402
 from gemmtune.torch.optimize_model import interleaved_seconds, optimize  # noqa: E402
 
@@ -105,9 +113,41 @@ class VitBlock(nn.Module):
         return x + self.fc2(self.act(self.fc1(self.norm2(x))))
 
 
+class MoeBlock(nn.Module):
+    """An MoE layer: x + Σ over each token's top-k experts of weight · SwiGLU expert(RMSNorm(x)). Every step
+    runs on the device, without reading anything on the host (CUDA graphs and torch.compile take it whole)."""
+
+    def __init__(self, c: Experts, device=None, dtype=None):
+        super().__init__()
+        self.top_k, self.hidden = c.experts_per_token, c.hidden
+        self.norm = RMSNorm(c.hidden)
+        self.router = nn.Linear(c.hidden, c.experts, bias=False, device=device, dtype=dtype)
+        self.gate_up = GroupedLinear(c.experts, c.hidden, c.expert_intermediate, activation="swiglu", device=device,
+                                     dtype=dtype)
+        self.down = GroupedLinear(c.experts, c.expert_intermediate, c.hidden, device=device, dtype=dtype)
+        self.register_buffer("expert_ids", torch.arange(c.experts, device=device), persistent=False)
+
+    def route(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(token of each sorted row, its routing weight, offs): the T·k (token, expert) pairs sorted by expert,
+        offs (G,) int32 the cumulative ends of each expert's rows."""
+        weights, experts = self.router(h).topk(self.top_k, dim=-1)
+        weights = weights.float().softmax(-1).to(h.dtype)
+        sorted_experts, order = experts.reshape(-1).sort(stable=True)
+        offs = torch.searchsorted(sorted_experts, self.expert_ids, right=True).to(torch.int32)
+        return order // self.top_k, weights.reshape(-1)[order], offs
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm(x).reshape(-1, self.hidden)
+        token, weight, offs = self.route(h)
+        y = self.down(self.gate_up(h[token], offs), offs) * weight[:, None]
+        return x + h.new_zeros(h.shape).index_add_(0, token, y).view(x.shape)
+
+
 BLOCKS = {"llama-prefill": (lambda: LlamaLayer(), (1, 2048, LLAMA3_8B.hidden)),
           "llama-decode": (lambda: LlamaLayer(batch=16, cache=512), (16, 1, LLAMA3_8B.hidden)),
-          "vit": (lambda: VitBlock(), (32, 197, VIT_B16.hidden))}
+          "vit": (lambda: VitBlock(), (32, 197, VIT_B16.hidden)),
+          "mixtral-moe": (lambda: MoeBlock(MIXTRAL_EXPERTS, "cuda", BF16), (1, 2048, MIXTRAL_EXPERTS.hidden)),
+          "qwen3-moe": (lambda: MoeBlock(QWEN3_EXPERTS, "cuda", BF16), (1, 2048, QWEN3_EXPERTS.hidden))}
 
 
 @dataclass(frozen=True)
@@ -157,8 +197,9 @@ def run_block(name: str, args: argparse.Namespace) -> Row:
         binds = plan_stats()["binds"]
         times = interleaved_seconds(fns, args.samples)
         binds = plan_stats()["binds"] - binds  # launches bound during the timed forwards: 0 once warm
-    gemm_s = sum(p.site.calls * p.timing.torch_s for p in report.layers if p.timing.torch_s)
-    routed = f"{sum(p.routed for p in report.layers)}/{len(report.layers)}"
+    sites = (*report.layers, *report.grouped)
+    gemm_s = sum(p.site.calls * p.timing.torch_s for p in sites if p.timing.torch_s)
+    routed = f"{sum(p.routed for p in sites)}/{len(sites)}"
     notes = f"{report.table()}\n\nLaunches bound during the timed forwards: {binds}."
     return Row(name, times["eager"], times.get("compiled"), times["optimized"], times.get("optimized_compiled"),
                gemm_s / times["eager"], routed, error, notes)

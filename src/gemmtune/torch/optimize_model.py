@@ -15,6 +15,8 @@ count kernel time alone. Then the model itself decides, eagerly and end to end, 
 unrouted, the layers faster alone routed, or every layer gemmtune runs right routed (an eager block is
 often host-bound, and a routed call costs less host time than F.linear's). A layer routed although its
 kernel lost inside CUDA graphs runs torch's ops under torch.compile, where no call pays host time.
+GroupedLinear modules (MoE experts) are sites too (optimize_grouped.py): captured with the rows each group
+held, timed against torch's grouped GEMM on them, and in the end-to-end choice with the Linear sites.
 """
 from __future__ import annotations
 
@@ -37,9 +39,12 @@ from ..input_files import InputFileError, read_json_object
 from ..spec import GemmSpec
 from ..workload import Workload, WorkloadShape
 from .operators import linear as _linear
+from .optimize_grouped import (GroupedPlan, GroupedSite, GroupedTrace, check_grouped_fits, launched_config,
+                               plan_grouped, set_grouped, time_grouped)
+from .site_timing import SiteTiming
 
-__all__ = ["optimize", "OptimizeReport", "LayerPlan", "Site", "SiteTiming", "RoutedLinear", "capture_sites",
-           "GpuBackend", "graph_seconds", "eager_seconds", "interleaved_seconds"]
+__all__ = ["optimize", "OptimizeReport", "LayerPlan", "Site", "SiteTiming", "RoutedLinear", "capture_sites", "capture",
+           "GroupedSite", "GroupedPlan", "GpuBackend", "graph_seconds", "eager_seconds", "interleaved_seconds"]
 
 ERF_GAP = 4.74e-4  # max over x of |gelu_tanh(x) - gelu_erf(x)| (float64, at x = ±2.70)
 PLAN_VERSION = 1
@@ -148,9 +153,10 @@ def _reads_mode(trace: _Trace) -> Any:
     return Reads()
 
 
-def _run_traced(model: nn.Module, inputs: tuple) -> tuple[_Trace, dict[str, str]]:
-    """One forward under hooks; returns the trace and {activation module name: its kind}."""
-    trace, kinds, handles = _Trace(), {}, []
+def _run_traced(model: nn.Module, inputs: tuple) -> tuple[_Trace, dict[str, str], GroupedTrace]:
+    """One forward under hooks; returns the trace, {activation module name: its kind} and the GroupedLinear calls."""
+    trace, kinds, grouped = _Trace(), {}, GroupedTrace()
+    handles = grouped.register(model)
     for name, module in model.named_modules():
         if isinstance(module, nn.Linear):
             handles.append(module.register_forward_hook(trace.linear_hook(name)))
@@ -163,7 +169,7 @@ def _run_traced(model: nn.Module, inputs: tuple) -> tuple[_Trace, dict[str, str]
     finally:
         for handle in handles:
             handle.remove()
-    return trace, kinds
+    return trace, kinds, grouped
 
 
 def _pairs(trace: _Trace, kinds: dict[str, str]) -> dict[str, tuple[str, str]]:
@@ -195,28 +201,22 @@ def _site(name: str, calls: list, pair: Optional[tuple[str, str]], erf_gelu_atol
     return Site(name, spec, count, pair[1], pair[0])
 
 
-def capture_sites(model: nn.Module, inputs: Sequence[Any], erf_gelu_atol: Optional[float] = None) -> tuple[Site, ...]:
-    """Every nn.Linear `model(*inputs)` calls, in call order, with the activation fused where it may be
-    (runs on any device, CPU and meta included)."""
-    trace, kinds = _run_traced(model, tuple(inputs))
+def capture(model: nn.Module, inputs: Sequence[Any],
+            erf_gelu_atol: Optional[float] = None) -> tuple[tuple[Site, ...], tuple[GroupedSite, ...]]:
+    """Every nn.Linear `model(*inputs)` calls, in call order, with the activation fused where it may be, and
+    every GroupedLinear with the rows its groups held (one forward; runs on any device, CPU included)."""
+    trace, kinds, grouped = _run_traced(model, tuple(inputs))
     pairs = _pairs(trace, kinds)
-    return tuple(_site(name, calls, pairs.get(name), erf_gelu_atol) for name, calls in trace.linear_calls.items())
+    linears = tuple(_site(name, calls, pairs.get(name), erf_gelu_atol) for name, calls in trace.linear_calls.items())
+    return linears, grouped.sites()
+
+
+def capture_sites(model: nn.Module, inputs: Sequence[Any], erf_gelu_atol: Optional[float] = None) -> tuple[Site, ...]:
+    """capture()'s nn.Linear sites."""
+    return capture(model, inputs, erf_gelu_atol)[0]
 
 
 # --- the plan ---------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class SiteTiming:
-    """Seconds per call inside a CUDA graph: gemmtune's kernel and torch's ops (F.linear + activation)."""
-
-    gemmtune_s: Optional[float]
-    torch_s: Optional[float]
-    error: str = ""  # why gemmtune's side has no time (wrong output, no kernel)
-
-    @property
-    def gemmtune_faster(self) -> bool:
-        return self.gemmtune_s is not None and self.torch_s is not None and self.gemmtune_s < self.torch_s
-
-
 @dataclass(frozen=True)
 class LayerPlan:
     site: Site
@@ -237,6 +237,9 @@ class LayerPlan:
         return LayerPlan(Site.from_json(data), data["family"], data["config"], timing, data["routed"], data["reason"])
 
 
+Plan = LayerPlan | GroupedPlan  # a site's plan: an nn.Linear's or a GroupedLinear's
+
+
 @dataclass(frozen=True)
 class OptimizeReport:
     """The plan optimize() made or reloaded: per layer, and the model's eager time before and after."""
@@ -248,21 +251,22 @@ class OptimizeReport:
     plan_path: Path
     tuning_s: float = 0.0
     reloaded: bool = False
+    grouped: tuple[GroupedPlan, ...] = ()  # the GroupedLinear sites (MoE experts)
 
     def to_json(self) -> dict:
         return {"gemmtune_plan": PLAN_VERSION, "device": self.device, "model_before_s": self.model_before_s,
                 "model_after_s": self.model_after_s, "tuning_s": self.tuning_s,
-                "layers": [layer.to_json() for layer in self.layers]}
+                "layers": [layer.to_json() for layer in self.layers], "grouped": [g.to_json() for g in self.grouped]}
 
     def table(self) -> str:
         """Markdown: one row a layer, then the model end to end."""
         us = lambda s: f"{s * 1e6:.1f}" if s else "—"  # noqa: E731
         rows = ["| layer | GEMM | calls | torch µs | gemmtune µs | × | routed | why |",
                 "|---|---|---:|---:|---:|---:|---|---|"]
-        for p in self.layers:
+        for p in (*self.layers, *self.grouped):
             t = p.timing
             ratio = f"{t.torch_s / t.gemmtune_s:.2f}" if t.torch_s and t.gemmtune_s else "—"
-            gemm = p.site.spec.short() if p.site.spec else "—"
+            gemm = p.site.short() if isinstance(p, GroupedPlan) else p.site.spec.short() if p.site.spec else "—"
             rows.append(f"| {p.site.name} | {gemm} | {p.site.calls} | {us(t.torch_s)} | {us(t.gemmtune_s)} | {ratio} | "
                         f"{'yes' if p.routed else 'no'} | {p.reason} |")
         b, a = self.model_before_s, self.model_after_s
@@ -285,15 +289,18 @@ def load_plan(path: Path) -> OptimizeReport:
         raise InputFileError(f"{path} is not a gemmtune optimize plan of version {PLAN_VERSION}")
     try:
         layers = tuple(LayerPlan.from_json(layer) for layer in data["layers"])
-    except (KeyError, TypeError, GemmtuneError) as err:
+        grouped = tuple(GroupedPlan.from_json(site) for site in data.get("grouped", []))
+    except (KeyError, TypeError, ValueError, GemmtuneError) as err:
         raise InputFileError(f"{path}: a layer of the plan is damaged ({type(err).__name__}: {err})") from None
     return OptimizeReport(layers, data["device"], data["model_before_s"], data["model_after_s"], path,
-                          data.get("tuning_s", 0.0), reloaded=True)
+                          data.get("tuning_s", 0.0), reloaded=True, grouped=grouped)
 
 
-def default_plan_path(db_path: Path, model: nn.Module, sites: Sequence[Site]) -> Path:
-    """Next to the database, named by the model's class and a digest of its GEMMs."""
-    digest = hashlib.sha256(json.dumps([s.to_json() for s in sites], sort_keys=True).encode()).hexdigest()[:10]
+def default_plan_path(db_path: Path, model: nn.Module, sites: Sequence[Site],
+                      grouped: Sequence[GroupedSite] = ()) -> Path:
+    """Next to the database, named by the model's class and a digest of its GEMMs (grouped ones included)."""
+    gemms = [s.to_json() for s in sites] + [g.to_json() for g in grouped]
+    digest = hashlib.sha256(json.dumps(gemms, sort_keys=True).encode()).hexdigest()[:10]
     return db_path.parent / "plans" / f"{type(model).__name__}-{digest}.json"
 
 
@@ -337,8 +344,12 @@ def _swap(model: nn.Module, name: str, module: nn.Module) -> None:
     setattr(model.get_submodule(parent) if parent else model, child, module)
 
 
-def route(model: nn.Module, layers: Sequence[LayerPlan]) -> None:
-    """Swap every routed layer for a RoutedLinear and its fused activation module for Identity."""
+def route(model: nn.Module, layers: Sequence[LayerPlan], grouped: Sequence[GroupedPlan] = ()) -> None:
+    """Swap every routed layer for a RoutedLinear and its fused activation module for Identity; route every
+    routed GroupedLinear to gemmtune."""
+    for plan in grouped:
+        if plan.routed:
+            set_grouped(model.get_submodule(plan.site.name), plan, True)
     for plan in layers:
         if plan.routed:
             _swap(model, plan.site.name, routed_linear(model.get_submodule(plan.site.name), plan))
@@ -363,6 +374,10 @@ class Backend(Protocol):
     def install(self, spec: GemmSpec, family: str, config: dict) -> None: ...
     def time_site(self, site: Site) -> SiteTiming: ...
     def time_model(self, model: nn.Module, inputs: tuple) -> float: ...
+    # grouped sites (asked only of a model with GroupedLinear modules): optimize_grouped.GroupedBackend
+    def grouped_config(self, spec: Any) -> dict: ...
+    def install_grouped(self, spec: Any, config: dict) -> None: ...
+    def time_grouped(self, site: GroupedSite) -> SiteTiming: ...
 
 
 def graph_seconds(fn: Callable[[], Any], reps: int = 20, samples: int = 15) -> float:
@@ -482,6 +497,17 @@ class GpuBackend:
         with torch.no_grad():
             return eager_seconds(lambda: model(*inputs))
 
+    def grouped_config(self, spec: Any) -> dict:
+        """The config of the kernel gemmtune.torch.grouped_mm runs for `spec` (built now, and kept)."""
+        return launched_config(spec, self.index)
+
+    def install_grouped(self, spec: Any, config: dict) -> None:
+        """Nothing more: grouped_config built and kept the kernel grouped_mm runs, and a reload checks its
+        config is the plan's (grouped_mm takes no other)."""
+
+    def time_grouped(self, site: GroupedSite) -> SiteTiming:
+        return time_grouped(site, self.index, graph_seconds)
+
 
 def _operands(spec: GemmSpec, index: int) -> tuple:
     """x (M×K), weight (N×K), bias (N) in the spec's storage (uniform in ±1), each as the spec reads it."""
@@ -572,9 +598,12 @@ def _reload(model: nn.Module, path: Path, backend: Backend) -> OptimizeReport:
     if here != report.device:
         raise InputFileError(f"plan {path} was made on {report.device}, this GPU is {here}: optimize again")
     _check_fits(model, report.layers, path)
+    check_grouped_fits(model, report.grouped, backend, path)
     for plan in (p for p in report.layers if p.routed):
         backend.install(plan.site.spec, plan.family, plan.config)
-    route(model, report.layers)
+    for grouped in (p for p in report.grouped if p.routed):
+        backend.install_grouped(grouped.site.spec, grouped.config)
+    route(model, report.layers, report.grouped)
     return report
 
 
@@ -595,22 +624,27 @@ def optimize(model: nn.Module, example_inputs: Any, budget: float = 60.0, *, pla
     from ..tune.db import default_db_path
 
     db_path = Path(db) if db is not None else default_db_path()
-    sites = capture_sites(model, inputs, erf_gelu_atol)
+    sites, grouped_sites = capture(model, inputs, erf_gelu_atol)
     started = time.monotonic()
     workload = flop_workload(sites)
     if budget > 0 and workload.shapes:
         backend.tune(workload, float(budget), db_path, progress)
     tuning_s = time.monotonic() - started
-    layers, memo, bar = [], {}, _Bar(len(sites), progress)
+    layers, memo, bar = [], {}, _Bar(len(sites) + len(grouped_sites), progress)
     try:
         for site in sites:
             layers.append(_plan_site(site, backend, db_path, budget > 0, memo))
             bar.step(sum(not p.routed for p in layers))
+        for grouped_site in grouped_sites:
+            layers.append(plan_grouped(grouped_site, backend, memo))
+            bar.step(sum(not p.routed for p in layers))
     finally:
         bar.close()
     layers, before, after = _choose_end_to_end(model, inputs, layers, backend)
-    path = Path(plan) if plan is not None else default_plan_path(db_path, model, sites)
-    report = OptimizeReport(tuple(layers), backend.device_name(), before, after, path, tuning_s)
+    linear_plans = tuple(p for p in layers if isinstance(p, LayerPlan))
+    grouped_plans = tuple(p for p in layers if isinstance(p, GroupedPlan))
+    path = Path(plan) if plan is not None else default_plan_path(db_path, model, sites, grouped_sites)
+    report = OptimizeReport(linear_plans, backend.device_name(), before, after, path, tuning_s, grouped=grouped_plans)
     save_plan(report)
     return report
 
@@ -618,8 +652,8 @@ def optimize(model: nn.Module, example_inputs: Any, budget: float = 60.0, *, pla
 MODEL_ROUNDS = 5  # rounds of the end-to-end comparison; each times every variant once, in a rotated order
 
 
-def _choose_end_to_end(model: nn.Module, inputs: tuple, layers: list[LayerPlan],
-                       backend: Backend) -> tuple[list[LayerPlan], float, float]:
+def _choose_end_to_end(model: nn.Module, inputs: tuple, layers: list[Plan],
+                       backend: Backend) -> tuple[list[Plan], float, float]:
     """Route the variant of the model that runs fastest eagerly, end to end: no layer routed, the layers
     faster alone, or every layer gemmtune runs right (an eager block is often host-bound: a routed call
     costs less host time than F.linear's, so a layer a little slower on the GPU can still make the whole
@@ -635,44 +669,49 @@ def _choose_end_to_end(model: nn.Module, inputs: tuple, layers: list[LayerPlan],
     if len(variants) == 1:
         alone = backend.time_model(model, inputs)
         return layers, alone, alone
-    modules = _layer_modules(model, layers)
+    switches = _switches(model, layers)
 
     def routed_as(name: str) -> float:
-        _set_routing(model, layers, modules, variants[name])
+        _set_routing(switches, variants[name])
         return backend.time_model(model, inputs)
 
     median = alternating_medians(list(variants), routed_as, MODEL_ROUNDS)
     best = min(("faster", "torch", "every"), key=lambda name: median.get(name, float("inf")))  # ties: in this order
-    _set_routing(model, layers, modules, variants[best])
+    _set_routing(switches, variants[best])
     return _with_reasons(layers, variants[best], median), median["torch"], median[best]
 
 
-def _runs_right(plan: LayerPlan) -> bool:
-    """Whether gemmtune runs the layer right: routable, and its kernel timed (so its output was checked)."""
+def _runs_right(plan: Plan) -> bool:
+    """Whether gemmtune runs the site right: routable, and its kernel timed (so its output was checked)."""
     return plan.site.routable and plan.timing.gemmtune_s is not None
 
 
-def _layer_modules(model: nn.Module, layers: Sequence[LayerPlan]) -> dict[str, tuple[nn.Module, nn.Module]]:
-    """Per module name a routable layer touches (its Linear, its fused activation's module): the original
-    and what routing puts there (a RoutedLinear, an Identity)."""
-    modules = {}
+def _switches(model: nn.Module, layers: Sequence[Plan]) -> list[Optional[Callable[[bool], None]]]:
+    """Per plan, what routes its site (True) or puts it back as it was (False); None where gemmtune does not
+    run it right. A Linear swaps modules (the original and its fused activation's, or a RoutedLinear and an
+    Identity), a GroupedLinear sets its flags."""
+    out: list[Optional[Callable[[bool], None]]] = []
     for p in layers:
-        if _runs_right(p):
+        if not _runs_right(p):
+            out.append(None)
+        elif isinstance(p, GroupedPlan):
+            out.append(lambda routed, m=model.get_submodule(p.site.name), p=p: set_grouped(m, p, routed))
+        else:
             linear = model.get_submodule(p.site.name)
-            modules[p.site.name] = (linear, routed_linear(linear, p))
+            swaps = [(p.site.name, linear, routed_linear(linear, p))]
             if p.site.activation_module:
-                modules[p.site.activation_module] = (model.get_submodule(p.site.activation_module), nn.Identity())
-    return modules
+                swaps.append((p.site.activation_module, model.get_submodule(p.site.activation_module), nn.Identity()))
+            out.append(lambda routed, swaps=swaps: [_swap(model, name, new if routed else old) for name, old, new in swaps])
+    return out
 
 
-def _set_routing(model: nn.Module, layers: Sequence[LayerPlan], modules: dict, flags: Sequence[bool]) -> None:
-    for p, routed in zip(layers, flags):
-        for name in (p.site.name, p.site.activation_module):
-            if name in modules:
-                _swap(model, name, modules[name][1 if routed else 0])
+def _set_routing(switches: Sequence[Optional[Callable[[bool], None]]], flags: Sequence[bool]) -> None:
+    for switch, routed in zip(switches, flags):
+        if switch is not None:
+            switch(routed)
 
 
-def _with_reasons(layers: list[LayerPlan], flags: Sequence[bool], median: dict[str, float]) -> list[LayerPlan]:
+def _with_reasons(layers: list[Plan], flags: Sequence[bool], median: dict[str, float]) -> list[Plan]:
     """The plans routed as the chosen variant; where that overrode a layer's own timing, the plan says why."""
     whole = ", ".join(f"{name} {t * 1e3:.3f} ms" for name, t in median.items())
     out = []
