@@ -1,6 +1,8 @@
 """fp8 (issue 70) on the grouped wgmma kernel: specs, the scaled float64 reference, sm_90a compiles and fake
 shapes without a GPU; on an H200, every scaling and format against the float64 reference of the fp8 values
-(D poisoned), scaled_mm against torch._scaled_mm and scaled_grouped_mm against torch's, graph replay."""
+(D poisoned), scaled_mm against torch._scaled_mm and scaled_grouped_mm against torch's, graph replay; promotion
+and its overlapped loops (promote_overlap: block scales and promoted tensor/rowwise, tests/test_fp8_overlap.py
+for their CPU side)."""
 from __future__ import annotations
 
 import numpy as np
@@ -219,14 +221,17 @@ def test_scaled_grouped_mm_replays_in_a_graph_with_new_offsets():
 
 # --- promotion (config.promote_every): wgmma's fp8 sums added into fp32 every few k-blocks ------------------------
 @pytest.mark.gpu
+@pytest.mark.parametrize("overlap", [False, True], ids=["waits", "overlap"])  # config.promote_overlap
 @pytest.mark.parametrize("cluster", [1, 2])
 @pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
 @pytest.mark.parametrize("scaling", ["tensor", "rowwise"])
 @pytest.mark.parametrize("k", [16, 144, 4096])  # one k-block (a chunk longer than K), a partial second one, 32
 @pytest.mark.parametrize("promote_every", [0, 1, 2, 4, 8])
-def test_promoted_kernels_match_the_float64_reference(promote_every, k, scaling, fmt, cluster):
+def test_promoted_kernels_match_the_float64_reference(promote_every, k, scaling, fmt, cluster, overlap):
     if not _hopper():
         pytest.skip("needs an sm_90a GPU")
+    if overlap and not promote_every:
+        pytest.skip("promote_overlap needs promotion")
     from gemmtune.grouped.config import GroupedConfig
 
     sizes, n = (130, 0, 65, 1, 200), 304  # empty and one-row groups; 3 tile columns: a pair's second block idle
@@ -240,9 +245,36 @@ def test_promoted_kernels_match_the_float64_reference(promote_every, k, scaling,
     end = int(sum(sizes))
     # the two tiles of 64 rows a consumer: ping-pong (64x128) and two consumers (128x128), staged rows
     _check_configs(spec, (GroupedConfig(64, 128, 8, 2, pingpong=True, staged_store=True, cluster=cluster,
-                                        promote_every=promote_every),
-                          GroupedConfig(128, 128, 6, 2, staged_store=True, cluster=cluster, promote_every=promote_every)),
+                                        promote_every=promote_every, promote_overlap=overlap),
+                          GroupedConfig(128, 128, 6, 2, staged_store=True, cluster=cluster, promote_every=promote_every,
+                                        promote_overlap=overlap)),
                    (a, w, offs, bias, sa, sb), ref, end)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cluster", [1, 2])
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+@pytest.mark.parametrize("epilogue", ["none", "bias+gelu"])
+@pytest.mark.parametrize("k", [16, 144, 208, 384, 4096])  # k-blocks: 1 (partial), 2 (partial), 2, 3, 32
+def test_block_scaled_overlapped_kernels_match_the_float64_reference(k, epilogue, fmt, cluster):
+    """promote_overlap with block scales, every tile of 64 rows a consumer (bias too, though not offered there)
+    over empty and one-row groups and N = 304 (a partial column block; 3 tile columns: a pair's second block idle)."""
+    if not _hopper():
+        pytest.skip("needs an sm_90a GPU")
+    from gemmtune.grouped.config import GroupedConfig
+
+    sizes, n = (130, 0, 65, 1, 200), 304
+    spec = GroupedSpec(len(sizes), sum(sizes) + 5, n, k, fmt, epilogue, scaling="block")
+    offs = torch.tensor(group_offsets(sizes), device="cuda")
+    a, sa, a64 = _block_quantized((spec.total_m, k), fmt, 1, 13)
+    w, sb, w64 = _block_quantized((spec.groups, n, k), fmt, 128, 14)
+    bias = torch.randn(spec.groups, n, device="cuda").to(torch.bfloat16)
+    ref = reference(spec, a64.cpu().numpy(), w64.transpose(1, 2).cpu().numpy(), offs.cpu().numpy(),
+                    bias.double().cpu().numpy(), sa.double().cpu().numpy(), sb.double().cpu().numpy())
+    tiles = (GroupedConfig(128, 128, 6, 2, staged_store=True), GroupedConfig(128, 128, 7, 2),
+             GroupedConfig(64, 128, 8, 1), GroupedConfig(64, 128, 8, 2, pingpong=True, staged_store=True))
+    _check_configs(spec, [t.with_(cluster=cluster, promote_overlap=True) for t in tiles],
+                   (a, w, offs, bias, sa, sb), ref, int(sum(sizes)))
 
 
 def _scales_read(spec, sa, sb) -> tuple:

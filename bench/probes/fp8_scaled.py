@@ -5,9 +5,13 @@ torch._scaled_grouped_mm (rowwise), each checked against torch's result, then ti
 balanced order, medians (no L2 flush). Every config of the grouped kernel's candidates is timed, the default marked;
 a config's label names its tile, stages, consumers, ping-pong, staged rows, cluster and fp8 promotion (`pr4`: wgmma's
 sums added into fp32 every 4 k-blocks; `pr0`: never). A second table gives, per per-tensor/rowwise shape, the
-promoted default against its tile unpromoted (what promotion costs) and the fastest of each kind against torch.
+promoted default against its tile unpromoted (what promotion costs) and the fastest of each kind against torch. A third
+gives, per shape and scaling, the default against its tile with promote_overlap (`ov`: the next k-block's or chunk's
+wgmma issued before the one before is promoted) and torch (its blockwise _scaled_mm for block scales). `--quick`:
+four shapes, the default, its overlapped twin and torch only, no grouped shapes (about 1-2 minutes on an H200).
 
     PYTHONPATH=$PWD/src:$PWD/bench python bench/probes/fp8_scaled.py --out /tmp/fp8.md
+    PYTHONPATH=$PWD/src:$PWD/bench python bench/probes/fp8_scaled.py --quick --out /tmp/fp8.md
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 PLAIN = ((4096, 4096, 4096), (8192, 8192, 8192), (4096, 14336, 4096), (4096, 4096, 14336), (4096, 6144, 4096),
          (4096, 18944, 3584), (4096, 3584, 18944), (8192, 4096, 4096))
 GROUPED = ((8, 1024, 14336, 4096), (64, 512, 2816, 2048), (128, 64, 1536, 2048))  # (G, rows each, N, K), balanced
+QUICK = ((4096, 4096, 4096), (4096, 14336, 4096), (4096, 4096, 14336), (8192, 4096, 4096))
 
 
 def _time(torch, calls: dict, rounds: int) -> dict[str, float]:
@@ -39,7 +44,7 @@ def label(config, default) -> str:
     """A config's row name: every field that differs between candidates (promotion for fp8 tensor/rowwise)."""
     return (f"{config.bm}x{config.bn} s{config.stages} c{config.consumers}{' pp' if config.pingpong else ''}"
             f"{' st' if config.staged_store else ''}{f' cl{config.cluster}' if config.cluster > 1 else ''}"
-            f" pr{config.promote_every}{' (default)' if config == default else ''}")
+            f" pr{config.promote_every}{' ov' if config.promote_overlap else ''}{' (default)' if config == default else ''}")
 
 
 def promotion_cost(m: int, n: int, k: int, scaling: str, us: dict[str, float]) -> str:
@@ -56,8 +61,27 @@ def promotion_cost(m: int, n: int, k: int, scaling: str, us: dict[str, float]) -
             f"{us.get(twin, float('nan')) / us[default]:.2f} | {base / promoted:.2f} | {base / unpromoted:.2f} |")
 
 
-def plain(torch, m: int, n: int, k: int, scaling: str, rounds: int) -> tuple[list[str], str]:
-    from gemmtune.grouped.config import candidates, default_config
+def overlap_row(m: int, n: int, k: int, scaling: str, us: dict[str, float], names: tuple[str, str]) -> str:
+    """The overlap table's row: the default and its promote_overlap twin (µs, or why missing) against torch (for
+    block scales its blockwise form where this torch has one)."""
+    base = us.get("torch block", us.get("torch block (row-major a)", us["torch"])) if scaling == "block" else us["torch"]
+    default, overlapped = (us.get(name, float("nan")) for name in names)
+    return (f"| {m}x{n}x{k} | {scaling} | {names[0]} | {default:.1f} | {overlapped:.1f} | {default / overlapped:.2f} | "
+            f"{base:.1f} | {base / default:.2f} | {base / overlapped:.2f} |")
+
+
+def configs_timed(spec, quick: bool) -> list:
+    """The default (and, unless quick, the other candidates for tensor/rowwise), then the default's overlapped twin."""
+    from gemmtune.grouped.config import candidates, default_config, rejections
+
+    default = default_config(spec)
+    configs = [default] if quick or spec.scaling == "block" else candidates(spec)
+    twin = default.with_(promote_overlap=True)
+    return configs + ([twin] if twin not in configs and not rejections(twin, spec) else [])
+
+
+def plain(torch, m: int, n: int, k: int, scaling: str, rounds: int, quick: bool = False) -> tuple[list[str], str, str]:
+    from gemmtune.grouped.config import default_config
     from gemmtune.grouped.launch import build
     from gemmtune.grouped.spec import GroupedSpec
 
@@ -85,7 +109,7 @@ def plain(torch, m: int, n: int, k: int, scaling: str, rounds: int) -> tuple[lis
                 break
             except Exception as err:  # noqa: BLE001 - the probe reports what torch refuses
                 print(f"probe: {layout} at {m}x{n}x{k}: {type(err).__name__}: {str(err).splitlines()[0][:160]}", flush=True)
-    for config in (candidates(spec) if scaling != "block" else [default_config(spec)]):
+    for config in configs_timed(spec, quick):
         out, kernel = torch.empty(m, n, device="cuda", dtype=torch.bfloat16), build(spec, config)
 
         def call(kernel=kernel, out=out):
@@ -100,7 +124,10 @@ def plain(torch, m: int, n: int, k: int, scaling: str, rounds: int) -> tuple[lis
     flops = 2 * m * n * k
     rows = [f"| {m}x{n}x{k} | {scaling} | {name} | {t:.1f} | {flops / t / 1e6:.0f} | {us['torch'] / t:.2f} | "
             f"{errors.get(name, 0):.1e} |" for name, t in sorted(us.items(), key=lambda kv: kv[1])]
-    return rows, (promotion_cost(m, n, k, scaling, us) if scaling != "block" else "")
+    default = default_config(spec)
+    names = (label(default, default), label(default.with_(promote_overlap=True), default))
+    cost = promotion_cost(m, n, k, scaling, us) if scaling != "block" and not quick else ""
+    return rows, cost, overlap_row(m, n, k, scaling, us, names)
 
 
 def grouped(torch, groups: int, rows: int, n: int, k: int, rounds: int) -> list[str]:
@@ -128,28 +155,36 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--quick", action="store_true", help="4 shapes; default, overlapped twin and torch; no grouped")
     args = parser.parse_args()
     import torch
 
+    rounds = min(args.rounds, 6) if args.quick else args.rounds
     lines = ["| shape | scaling | kernel | µs | TFLOP/s | × torch | max error vs torch |", "|---|---|---|---:|---:|---:|---:|"]
     costs = ["", "Promotion: the default (promoted) against its tile unpromoted (pr0), and the fastest of each against torch.", "",
              "| shape | scaling | default | µs | pr0 twin µs | pr0 twin / default | × torch (fastest promoted) | "
              "× torch (fastest pr0) |", "|---|---|---|---:|---:|---:|---:|---:|"]
-    for m, n, k in PLAIN:
+    overlaps = ["", "promote_overlap: the default against its overlapped twin (ov), and both against torch (block: its "
+                "blockwise _scaled_mm).", "", "| shape | scaling | default | default µs | ov µs | default / ov | torch µs | "
+                "× torch (default) | × torch (ov) |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+
+    def write() -> None:
+        if args.out:
+            args.out.write_text("\n".join(lines + overlaps + (costs if len(costs) > 5 else [])) + "\n")
+    for m, n, k in (QUICK if args.quick else PLAIN):
         for scaling in ("tensor", "rowwise", "block"):
-            rows, cost = plain(torch, m, n, k, scaling, args.rounds)
+            rows, cost, overlap = plain(torch, m, n, k, scaling, rounds, args.quick)
             lines += rows
-            print(next((l for l in rows if "default" in l), rows[0]), flush=True)
+            overlaps.append(overlap)
+            print(overlap, flush=True)
             if cost:
                 costs.append(cost)
                 print(cost, flush=True)
-            if args.out:
-                args.out.write_text("\n".join(lines + costs) + "\n")
-    for shape in GROUPED:
-        lines += grouped(torch, *shape, args.rounds)
+            write()
+    for shape in () if args.quick else GROUPED:
+        lines += grouped(torch, *shape, rounds)
         print("\n".join(lines[-2:]), flush=True)
-        if args.out:
-            args.out.write_text("\n".join(lines + costs) + "\n")
+        write()
     return 0
 
 

@@ -8,6 +8,9 @@ from .spec import BLOCK, GroupedSpec
 SMEM_LIMIT = 232448  # bytes of shared memory one block may opt in to on sm_90 (227 KB)
 TILE_ROW_BYTES = 128  # a tile row in shared memory: 64 16-bit values of K (BK), one 128-byte swizzle row
 MAX_ACCUMULATORS = 128  # fp32 sums a consumer thread holds: beside them the 232-register budget fits the rest
+# ... with promote_overlap: acc and two `sums` buffers of a 64x128 tile (64 + 2·64), in the 232 registers beside
+# the rest where the epilogue is light (candidates offer it only there: _overlap_shapes); wider tiles would not fit
+MAX_OVERLAP_ACCUMULATORS = 192
 # fp8 tensor/rowwise promotion intervals in k-blocks of 128 values (0: the whole K in wgmma's accumulator)
 PROMOTE_INTERVALS = (0, 1, 2, 4, 8)
 # The default: wgmma sums 4 k-blocks (512 values of K) in its fp8 accumulator (about 14 bits kept), then the
@@ -33,6 +36,10 @@ class GroupedConfig:
     # then the consumer adds them into the fp32 `acc` (promotion: the tensor cores' fp8 accumulation keeps about
     # 14 bits). 0: the whole K in the wgmma accumulator (fastest, error growing with K). 1, 2, 4 or 8.
     promote_every: int = 0
+    # fp8 block scales, or promote_every > 0: two `sums` buffers in turn, so the next k-block's (or chunk's) wgmma
+    # runs on the tensor cores while the CUDA cores promote the one before (render.BLOCK_SCALED_OVERLAP_LOOP,
+    # PROMOTED_OVERLAP_LOOP). False: the loops that wait for every wgmma before promoting (issue 70's A/B).
+    promote_overlap: bool = False
 
     @property
     def promoted(self) -> bool:
@@ -41,8 +48,10 @@ class GroupedConfig:
 
     @property
     def accumulators(self) -> int:
-        """fp32 values a consumer thread holds: its rows' fragment, twice with promotion (`acc` and `sums`)."""
-        return self.rows_per_consumer // 64 * self.bn // 2 * (2 if self.promoted else 1)
+        """fp32 values a consumer thread holds: its rows' fragment, twice with promotion (`acc` and `sums`), three
+        times with promote_overlap (`acc` and two `sums`; block scales too, whose single `sums` is not counted)."""
+        fragment = self.rows_per_consumer // 64 * self.bn // 2
+        return fragment * (3 if self.promote_overlap else 2 if self.promoted else 1)
 
     @property
     def threads(self) -> int:
@@ -77,13 +86,15 @@ class GroupedConfig:
         return replace(self, **changes)
 
     def to_json(self) -> dict:
-        """Every field; `cluster` and `promote_every` (added later) only where they are not 1 and 0, so older
-        configs keep their JSON."""
+        """Every field; `cluster`, `promote_every` and `promote_overlap` (added later) only where they are not 1, 0
+        and False, so older configs keep their JSON."""
         data = asdict(self)
         if data["cluster"] == 1:
             del data["cluster"]
         if data["promote_every"] == 0:
             del data["promote_every"]
+        if not data["promote_overlap"]:
+            del data["promote_overlap"]
         return data
 
     @property
@@ -101,14 +112,16 @@ def rejections(config: GroupedConfig, spec: GroupedSpec) -> dict[str, str]:
         problems["pingpong"] = f"pingpong with {c.consumers} consumers: it alternates tiles between two"
     elif c.consumers not in (1, 2) or c.bm % (64 * (1 if c.pingpong else c.consumers)):
         problems["consumers"] = f"{c.consumers} consumers of a {c.bm}-row tile: 1 or 2, 64 rows (a wgmma) or more each"
-    elif c.accumulators > MAX_ACCUMULATORS:
-        twice = " (acc and sums: promoted)" if c.promoted else ""
+    elif c.accumulators > (limit := MAX_OVERLAP_ACCUMULATORS if c.promote_overlap else MAX_ACCUMULATORS):
+        twice = (" (acc and two sums: promote_overlap)" if c.promote_overlap
+                 else " (acc and sums: promoted)" if c.promoted else "")
         problems["registers"] = (f"{c.rows_per_consumer}x{c.bn} per consumer is "
-                                 f"{c.accumulators} fp32 sums a thread{twice}, over {MAX_ACCUMULATORS}")
+                                 f"{c.accumulators} fp32 sums a thread{twice}, over {limit}")
     if spec.scaling == "block" and (c.bn != BLOCK or c.rows_per_consumer != 64):
         problems["block_scales"] = (f"block scales: a {BLOCK}-column tile (one B scale a k-block) of 64 rows a "
                                     f"consumer (its k-block's sums beside the promoted ones), not {c.bm}x{c.bn}")
     problems.update(promotion_rejections(c, spec))
+    problems.update(overlap_rejections(c, spec))
     if c.band_m < 0:
         problems["band_m"] = f"band_m={c.band_m}: 0 (whole groups) or a count of tile rows"
     if c.staged_store and spec.n % 8:
@@ -138,6 +151,14 @@ def promotion_rejections(config: GroupedConfig, spec: GroupedSpec) -> dict[str, 
     if c.rows_per_consumer != 64:
         return {"promote_every": (f"promote_every={c.promote_every} with {c.rows_per_consumer} rows a consumer: "
                                   "promotion keeps a chunk's sums beside acc, 64 rows a consumer (one wgmma)")}
+    return {}
+
+
+def overlap_rejections(config: GroupedConfig, spec: GroupedSpec) -> dict[str, str]:
+    """promote_overlap: only where the main loop sums apart from acc (fp8 block scales, or promote_every > 0)."""
+    if config.promote_overlap and not (spec.scaling == "block" or config.promoted):
+        return {"promote_overlap": ("promote_overlap overlaps promotion with the next wgmma: for fp8 block scales or "
+                                    "promote_every > 0")}
     return {}
 
 
@@ -197,10 +218,22 @@ def _promoted_shapes(spec: GroupedSpec, default: GroupedConfig) -> list[GroupedC
                GroupedConfig(64, 128, consumers=1, promote_every=every)])
 
 
+def _overlap_shapes(spec: GroupedSpec, shapes: list[GroupedConfig]) -> list[GroupedConfig]:
+    """promote_overlap twins (untimed: the default stays without until measured) of the block-scaled shapes without
+    clusters, where the spec adds no bias. Left out where ptxas (CUDA 13 NVRTC) did not keep the overlapped loop
+    whole: beside a bias epilogue it spilled (72-164 bytes at K = 512), with clusters it injected warpgroup.arrive
+    (C7519, K = 512), and the tensor/rowwise loop (PROMOTED_OVERLAP_LOOP) serialised every wgmma once its chunk pairs
+    loop (C7514 from K = 2048 at 4 k-blocks a chunk) and spilled with rowwise scales, so it is built and rendered
+    for A/B timing (bench/probes/fp8_scaled.py) but not offered. tests/test_fp8_overlap.py compiles what is."""
+    if spec.scaling != "block" or spec.has_bias:
+        return []
+    return [shape.with_(promote_overlap=True) for shape in shapes if shape.cluster == 1]
+
+
 def candidates(spec: GroupedSpec) -> list[GroupedConfig]:
     """The default first, then the few shapes worth timing against it (each valid for `spec`); fp8 tensor/rowwise
-    adds promoted ones (and the default's tile unpromoted); the cluster=2 ones last (untimed: the default stays
-    without clusters until measured)."""
+    adds promoted ones (and the default's tile unpromoted); the cluster=2 ones, then the block-scaled
+    promote_overlap twins last (untimed: the default stays without clusters or overlap until measured)."""
     shapes = [default_config(spec), GroupedConfig(128, 128, consumers=2), GroupedConfig(128, 256, consumers=2),
               GroupedConfig(64, 128, consumers=1), GroupedConfig(64, 256, consumers=1),
               GroupedConfig(64, 256, consumers=2, pingpong=True), GroupedConfig(128, 128, consumers=2, pingpong=True),
@@ -209,6 +242,7 @@ def candidates(spec: GroupedSpec) -> list[GroupedConfig]:
               GroupedConfig(128, 256, consumers=2, staged_store=True),
               GroupedConfig(64, 128, consumers=2, pingpong=True, staged_store=True)]
     shapes += _promoted_shapes(spec, shapes[0]) + _cluster_shapes(spec, shapes[0])
+    shapes += _overlap_shapes(spec, [_deepest(shape, spec) for shape in shapes])
     found: list[GroupedConfig] = []
     for config in (_deepest(shape, spec) for shape in shapes):
         if config not in found and not rejections(config, spec):

@@ -22,7 +22,11 @@ column count is odd, the last pair's second block has no tile: its producer stil
 `full` expecting A alone) and its consumers wait for each slot and release it without multiplying.
 
 fp8 promotion (config.promote_every, tensor/rowwise scales): wgmma sums a chunk of k-blocks into fresh `sums` and
-the consumer adds them into the fp32 `acc` after each chunk (PROMOTED_LOOP), as block scales do every k-block.
+the consumer adds them into the fp32 `acc` after each chunk (PROMOTED_LOOP), as block scales do every k-block
+(BLOCK_SCALED_LOOP). Both wait for their last wgmma before promoting, so the tensor cores idle meanwhile. With
+config.promote_overlap the sums alternate between two buffers: the next k-block's (or chunk's) first wgmma is issued
+into the other buffer before the one before is promoted, so the CUDA cores' promotion runs under it
+(BLOCK_SCALED_OVERLAP_LOOP, PROMOTED_OVERLAP_LOOP); block scales are loaded a k-block before their promotion.
 """
 from __future__ import annotations
 
@@ -70,8 +74,9 @@ def entry_name(spec: GroupedSpec, config: GroupedConfig) -> str:
     staged = "st" if config.staged_store else ""
     cluster = f"cl{config.cluster}" if config.cluster > 1 else ""
     promote = f"pr{config.promote_every}" if config.promoted else ""
+    overlap = "ov" if config.promote_overlap else ""
     return (f"{spec.slug()}_{config.bm}x{config.bn}s{config.stages}c{config.consumers}"
-            f"{pingpong}{staged}{band}{cluster}{promote}")
+            f"{pingpong}{staged}{band}{cluster}{promote}{overlap}")
 
 
 def out_bn(spec: GroupedSpec, config: GroupedConfig) -> int:
@@ -395,6 +400,134 @@ PROMOTED_LOOP = """            float sums[M_BLOCKS][BN / 2];  // a chunk's sums,
             }"""
 
 
+# fp8 block scales, overlapped (config.promote_overlap): two `sums` buffers in turn, k-block kb into sums[kb % 2].
+# Each k-block's wgmma is issued before the one before is waited for (wgmma_wait<1>), so the CUDA cores promote
+# k-block kb - 1 while kb runs on the tensor cores. Each buffer is a fixed set of registers (a buffer picked at run
+# time would live in local memory): the first k-block is peeled, the loop takes pairs (sums[1] then sums[0]) and an
+# even count's last k-block follows it (K_BLOCKS is a constant, so that test is compiled away). Each pair ends with
+# wgmma_wait<0>: where a wgmma stayed in flight across the loop's back edge and its buffer was promoted in the next
+# iteration, ptxas (CUDA 13 NVRTC) serialised every wgmma of the kernel (C7514), so the tensor cores idle once a
+# pair, between its last wgmma's end and the next pair's first issue (no promotion in that gap). A k-block's
+# scales are loaded at its issue and read at its promotion a k-block later, under that wgmma.
+BLOCK_SCALED_OVERLAP_LOOP = """            float sums[2][BN / 2];  // k-block kb's sums in sums[kb % 2] (M_BLOCKS == 1: 64 rows a consumer)
+            float scale_row[2], scale_row_8[2], scale_block[2];  // and its scales: loaded at its issue, read at its promotion
+            // this thread's two rows of the fragment (lane / 4 and 8 below it) and the tile's column block
+            const int fragment_row = tile.row_begin + tile.tile_m * BM + part * ROWS_PER_CONSUMER
+                                     + (threadIdx.x % 128) / 32 * 16 + (threadIdx.x % 32) / 4;
+            const float* __restrict__ a_scales = scale_a + (size_t)min(fragment_row, TOTAL_M - 1) * K_BLOCKS;
+            const float* __restrict__ a_scales_8 = scale_a + (size_t)min(fragment_row + 8, TOTAL_M - 1) * K_BLOCKS;
+            const float* __restrict__ b_scales = scale_b + ((size_t)tile.group * N_BLOCKS + tile.tile_n) * K_BLOCKS;
+            {
+STEP_FIRST
+            }
+            #pragma unroll 1
+            for (int kb = 1; kb + 1 < K_BLOCKS; kb += 2) {
+STEP_ODD
+STEP_EVEN
+                wgmma_wait<0>();  // nothing in flight across the loop's back edge: see above (C7514)
+            }
+            if (K_BLOCKS % 2 == 0) {  // an even count: its last k-block, into sums[1]
+STEP_LAST
+            }
+            wgmma_wait<0>();  // the last k-block's sums are read below
+            RELEASE_LAST
+            previous = -1;  // every slot of the tile is released
+            if (K_BLOCKS % 2 == 0)  // the last k-block's buffer
+                promote_block(acc[0], sums[1], scale_row[1] * scale_block[1], scale_row_8[1] * scale_block[1]);
+            else
+                promote_block(acc[0], sums[0], scale_row[0] * scale_block[0], scale_row_8[0] * scale_block[0]);"""
+
+BLOCK_SCALED_STEP = """                // k-block KB into sums[CUR]ABOUT_PREV
+                scale_row[CUR] = a_scales[KB], scale_row_8[CUR] = a_scales_8[KB], scale_block[CUR] = b_scales[KB];
+                mbarrier_wait(&full[ring.s], ring.phase);
+                wgmma_fence();  // also orders the reads of sums[CUR] at its last promotion before wgmma overwrites it
+                mma_stage_sums(sums[CUR], ring_base + ring.s * STAGE_BYTES, part, false);  // fresh sums
+                wgmma_commit();
+                wgmma_wait<1>();  // only KB in flight: the k-block before is summed and done reading its slot
+                RELEASE_PREVIOUS
+                previous = ring.s;
+                ring.advance();"""
+PROMOTE_PREV = """
+                promote_block(acc[0], sums[PREV], scale_row[PREV] * scale_block[PREV], scale_row_8[PREV] * scale_block[PREV]);"""
+
+
+def _block_scaled_overlap_loop(config: GroupedConfig, release_previous: str) -> str:
+    def step(cur: int, kb: str, promote: bool = True) -> str:  # (RELEASE_PREVIOUS first: it contains PREV)
+        about = "; the one before, in sums[PREV], is promoted under its wgmma" if promote else ""
+        text = BLOCK_SCALED_STEP.replace("RELEASE_PREVIOUS", release_previous).replace("ABOUT_PREV", about)
+        text += PROMOTE_PREV if promote else ""
+        return text.replace("CUR", str(cur)).replace("PREV", str(1 - cur)).replace("KB", kb)
+    return (BLOCK_SCALED_OVERLAP_LOOP.replace("STEP_FIRST", step(0, "0", promote=False))
+            .replace("STEP_ODD", step(1, "kb")).replace("STEP_EVEN", step(0, "kb + 1"))
+            .replace("STEP_LAST", step(1, "K_BLOCKS - 1")).replace("RELEASE_LAST", _release(config, "previous")))
+
+
+# fp8 block scales: a k-block's sums into the fp32 accumulators, times its rows' A scales and the B block scale.
+PROMOTE_BLOCK = """
+// fp8 block scales: one k-block's sums into the fp32 accumulators, scaled by this thread's two rows' A scales
+// times the tile's B block scale (upper: row lane / 4, lower: 8 rows below).
+__device__ __forceinline__ void promote_block(float (&acc)[BN / 2], const float (&sums)[BN / 2], float upper, float lower) {
+    #pragma unroll
+    for (int i = 0; i < BN / 2; ++i)  // fragment float i is row lane / 4 + 8 * ((i / 2) % 2)
+        acc[i] = fmaf(sums[i], (i & 2) ? lower : upper, acc[i]);
+}
+"""
+
+
+# fp8 tensor/rowwise scales, promoted and overlapped (config.promote_overlap): chunk c of PROMOTE_EVERY k-blocks is
+# summed into sums[c % 2]. The chunks are pipelined as MAIN_LOOP (one wgmma group in flight, the slot before
+# released) across their boundaries too: at a chunk's first k-block, once wgmma_wait<1> says the chunk before is
+# complete, the consumer adds its buffer into acc while this k-block runs on the tensor cores. Each buffer is a
+# fixed set of registers: the loop takes pairs of chunks and an odd count's last chunk follows it (a constant
+# test), each pair ending with wgmma_wait<0> (ptxas serialised wgmma otherwise: BLOCK_SCALED_OVERLAP_LOOP), so of
+# two chunk boundaries one overlaps its promotion and the other waits, without the adds in the wait. The last chunk's sums take acc and the tile is stored from them,
+# as PROMOTED_LOOP.
+PROMOTED_OVERLAP_LOOP = """            float sums[2][M_BLOCKS][BN / 2];  // chunk c's sums in sums[c % 2] (M_BLOCKS == 1: 64 rows a consumer)
+            const int chunks = (K_BLOCKS + PROMOTE_EVERY - 1) / PROMOTE_EVERY;  // constants: folded
+            #pragma unroll 1
+            for (int chunk = 0; chunk + 1 < chunks; chunk += 2) {
+CHUNK_EVEN
+CHUNK_ODD
+                wgmma_wait<0>();  // nothing in flight across the loop's back edge (C7514, as BLOCK_SCALED_OVERLAP_LOOP)
+            }
+            if (chunks % 2) {  // an odd count: its last chunk, into sums[0]
+CHUNK_LAST
+            }
+            wgmma_wait<0>();  // the last k-block: the last chunk's sums are read below
+            RELEASE_LAST
+            previous = -1;  // every slot of the tile is released
+            const int last_sums = (chunks - 1) % 2;
+            #pragma unroll
+            for (int i = 0; i < BN / 2; ++i) sums[last_sums][0][i] += acc[0][i];"""
+
+PROMOTED_CHUNK = """                {  // chunk CHUNK_INDEX into sums[CUR]; the chunk before, in sums[PREV], is promoted under its first wgmma
+                    const int begin = (CHUNK_INDEX) * PROMOTE_EVERY, end = min(begin + PROMOTE_EVERY, K_BLOCKS);  // the last may be shorter
+                    #pragma unroll 1
+                    for (int kb = begin; kb < end; ++kb) {
+                        mbarrier_wait(&full[ring.s], ring.phase);
+                        wgmma_fence();  // also orders the promotion's reads of sums[CUR] before wgmma overwrites them
+                        mma_stage_sums(sums[CUR][0], ring_base + ring.s * STAGE_BYTES, part, kb > begin);  // a chunk starts fresh
+                        wgmma_commit();
+                        wgmma_wait<1>();  // one group in flight: the k-block before (at kb == begin, the chunk before) is done
+                        RELEASE_PREVIOUS
+                        previous = ring.s;
+                        ring.advance();
+                        if (begin > 0 && kb == begin) {  // promotion: the chunk before, on the CUDA cores under this wgmma
+                            #pragma unroll
+                            for (int i = 0; i < BN / 2; ++i) acc[0][i] += sums[PREV][0][i];
+                        }
+                    }
+                }"""
+
+
+def _promoted_overlap_loop(config: GroupedConfig, release_previous: str) -> str:
+    def chunk(cur: int, index: str) -> str:  # (RELEASE_PREVIOUS first: it contains PREV)
+        return (PROMOTED_CHUNK.replace("RELEASE_PREVIOUS", release_previous).replace("CHUNK_INDEX", index)
+                .replace("CUR", str(cur)).replace("PREV", str(1 - cur)))
+    return (PROMOTED_OVERLAP_LOOP.replace("CHUNK_EVEN", chunk(0, "chunk")).replace("CHUNK_ODD", chunk(1, "chunk + 1"))
+            .replace("CHUNK_LAST", chunk(0, "chunks - 1")).replace("RELEASE_LAST", _release(config, "previous")))
+
+
 def _release(config: GroupedConfig, slot: str, after: str = "") -> str:
     """A consumer warpgroup's release of ring slot `slot` (when `after` holds): one arrival on this block's
     `empty`, or with clusters one on `empty` of every block of the cluster (parts/cluster_ring.py)."""
@@ -406,16 +539,23 @@ def _release(config: GroupedConfig, slot: str, after: str = "") -> str:
 
 def _main_loop(spec: GroupedSpec, config: GroupedConfig) -> str:
     release_previous = _release(config, "previous", "previous >= 0 && ")
+    if spec.scaling == "block" and config.promote_overlap:
+        return _block_scaled_overlap_loop(config, release_previous)
     if spec.scaling == "block":
         return BLOCK_SCALED_LOOP.replace("RELEASE_CURRENT", _release(config, "ring.s"))
+    if config.promoted and config.promote_overlap:
+        return _promoted_overlap_loop(config, release_previous)
     if config.promoted:
         return PROMOTED_LOOP.replace("RELEASE_PREVIOUS", release_previous).replace("RELEASE_LAST", _release(config, "previous"))
     return MAIN_LOOP.replace("RELEASE_PREVIOUS", release_previous)
 
 
 def _stored(config: GroupedConfig) -> str:
-    """The registers a consumer stores its tile from: acc, or with promotion the last chunk's sums plus acc."""
-    return "sums" if config.promoted else "acc"
+    """The registers a consumer stores its tile from: acc, or with promotion the last chunk's sums plus acc (with
+    promote_overlap, the buffer the last chunk went to)."""
+    if config.promoted:
+        return "sums[last_sums]" if config.promote_overlap else "sums"
+    return "acc"
 
 
 def _uses_sums(spec: GroupedSpec, config: GroupedConfig) -> bool:
@@ -428,7 +568,8 @@ def _mma_stage_sums(spec: GroupedSpec, config: GroupedConfig) -> str:
     chunk's first k-block: the first K step overwrites, so no zeroing runs beside wgmma in flight)."""
     if not _uses_sums(spec, config):
         return ""
-    return ptx.wgmma_function(spec.dtype, config.bn, fresh=True) + f"""
+    promote = PROMOTE_BLOCK if spec.scaling == "block" and config.promote_overlap else ""
+    return ptx.wgmma_function(spec.dtype, config.bn, fresh=True) + promote + f"""
 __device__ __forceinline__ void mma_stage_sums(float (&sums)[BN / 2], const unsigned char* slot, int consumer, bool add) {{
     const unsigned char* a_rows = slot + consumer * ROWS_PER_CONSUMER * 128;
     const unsigned char* b_rows = slot + A_TILE_BYTES;
