@@ -286,6 +286,9 @@ MOVED_SINCE_THE_TABLE = {
     ("1x1024x4096 nn fp32", "fp32"): "the cluster K split is no longer picked (synccheck, 2026-11-29)",
     **{(f"{shape} nt {dtype}", dtype): "no overlapped write-back on 2-consumer tiles under 256 wide (2026-11-29)"
        for shape in ("512x4096x4096", "2048x5120x1280") for dtype in ("bf16", "fp16")},
+    **{(f"{shape} nt {dtype}", dtype): "no overlapped write-back on one consumer's 64-row tiles (2026-11-29)"
+       for shape in ("128x4096x14336", "64x8192x8192", "4096x128x4096", "1000x1000x1000", "64x14336x4096",
+                     "32x4096x11008") for dtype in ("bf16", "fp16")},
 }
 
 

@@ -235,9 +235,13 @@ OVERLAP_MIN_BN = 256
 
 
 def overlap_pays(config: WgmmaConfig, spec: GemmSpec) -> bool:
-    """Whether overlap_epilogue may be offered: not on tiles of 2 consumers narrower than OVERLAP_MIN_BN
-    in 16-bit types (what was measured; one consumer's 64-row tiles and tf32 keep it)."""
-    return not (config.consumers == 2 and config.bn < OVERLAP_MIN_BN and spec.dtype in ("bf16", "fp16"))
+    """Whether overlap_epilogue may be offered: in 16-bit types not on one consumer's 64-row tiles, nor on
+    tiles of 2 consumers narrower than OVERLAP_MIN_BN (what was measured; tf32 keeps it). On 64x128
+    one-consumer picks of 8 bf16 shapes outside the model suite (M 96-320), the overlap and the ring stage it
+    costs ran 0.78-1.02x cuBLAS, without it and with that stage 0.84-1.14x (2026-11-29-h200-decode-splits.md)."""
+    if spec.dtype not in ("bf16", "fp16"):
+        return True
+    return not (config.consumers == 1 or (config.consumers == 2 and config.bn < OVERLAP_MIN_BN))
 
 
 def with_write_back_options(config: WgmmaConfig, spec: GemmSpec) -> WgmmaConfig:

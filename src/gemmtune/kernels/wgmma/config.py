@@ -150,6 +150,9 @@ class WgmmaConfig(FamilyConfig):
       blocks, and each sums fewer partial tiles after its main loop. Measured slower at every cap on
       few-tile, long-K shapes (H100, git show 982ee83:bench/results/2026-11-26-h100-wgmma-split-cap.md), so neither the
       chooser's candidates nor the tuner's space use it; it is there for probes and hand-written configs.
+    split_min: (split_tail) the fewest k-blocks a piece of a split tile holds (0: MIN_SHARE, 16). A tile
+      split finer runs on more SMs but exchanges its fp32 partial tile more often; where the GEMM
+      streams B with a few rows of A (decode), how many SMs read B matters more.
     """
 
     bm: int = 128
@@ -175,12 +178,13 @@ class WgmmaConfig(FamilyConfig):
     round_big: bool = False
     stage_operands: bool = False
     split_cap: int = 0
+    split_min: int = 0
     FAMILY_LABEL = "wgmma"
 
     def to_json(self) -> dict:
         data = super().to_json()
         for later in ("serpentine", "overlap_epilogue", "d_over_c", "c_first_buffer", "round_big", "stage_operands",
-                      "split_cap"):  # configs (and database keys) from before
+                      "split_cap", "split_min"):  # configs (and database keys) from before
             if not data[later]:                               # these options stay unchanged
                 del data[later]
         return data
@@ -304,6 +308,7 @@ class WgmmaConfig(FamilyConfig):
         store = f" tma-store{slices}" if self.tma_store else ""
         grid += " split-tail" if self.split_tail else ""
         grid += f" max{self.split_cap}" if self.split_cap else ""
+        grid += f" min{self.split_min}kb" if self.split_min else ""
         store += " C-spread" if self.c_spread else ""
         store += " C-in-ring" if self.c_ring else ""
         store += " C-L2-prefetch" if self.c_l2_prefetch else ""
@@ -536,6 +541,8 @@ def _schedule(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
         return "split_tail runs in the persistent warp-specialized kernel with cooperative consumers"
     if c.split_cap and (not c.split_tail or c.split_cap < 2):
         return f"split_cap={c.split_cap}: a cap of 2 or more K ranges a tile, with split_tail"
+    if c.split_min and (not c.split_tail or c.split_min < 1):
+        return f"split_min={c.split_min}: at least 1 k-block a piece, with split_tail"
     if c.cluster_m > 1 and c.bn % (64 * c.cluster_m):
         return f"bn={c.bn} does not split into {c.cluster_m} multicast halves of whole 64-column chunks"
     return None

@@ -202,17 +202,19 @@ class Schedule:
         return []
 
 
-def plan(units: int, k_blocks: int, slots: int, split_tail: bool, split_cap: int = 0) -> Schedule:
+def plan(units: int, k_blocks: int, slots: int, split_tail: bool, split_cap: int = 0, split_min: int = 0) -> Schedule:
     """The schedule for `units` tiles of `k_blocks` on a persistent grid of `slots` workers; with
-    `split_cap`, equal splits cut a unit into at most that many pieces."""
+    `split_cap`, equal splits cut a unit into at most that many pieces; with `split_min`, a piece holds
+    at least that many k-blocks instead of MIN_SHARE."""
+    least = split_min or MIN_SHARE
     plain = Schedule(min(units, slots), units, k_blocks, whole_units=units)
     tail = units % slots  # the units of the last, partial wave (all of them when fewer than slots)
     if not split_tail or tail == 0:
         return plain
     if slots // tail >= 2:  # equal splits of each unit, no share under MIN_SHARE k-blocks
-        tail_workers = tail * min(slots // tail, k_blocks // MIN_SHARE, split_cap or slots)
+        tail_workers = tail * min(slots // tail, k_blocks // least, split_cap or slots)
     else:  # even shares running across units, as many as keep MIN_SHARE k-blocks each
-        tail_workers = min(slots, tail * k_blocks // MIN_SHARE)
+        tail_workers = min(slots, tail * k_blocks // least)
         longest = ceil_div(tail * k_blocks, tail_workers)
         if k_blocks - longest < max(SHARE_GAIN, k_blocks // 4):
             return plain  # the wave would shrink too little to pay for the exchange and the scattered reads
@@ -232,7 +234,8 @@ def schedule_for(spec: GemmSpec, config: WgmmaConfig, gpu: Geometry | None = Non
     if not config.persistent:
         return Schedule(units, units, k_blocks, whole_units=units)
     most = (gpu or geometry(None, "sm_90a")).cluster_grid(config.cluster_m)
-    plans = [plan(units, k_blocks, blocks // config.cluster_m, config.split_tail, config.split_cap)
+    plans = [plan(units, k_blocks, blocks // config.cluster_m, config.split_tail, config.split_cap,
+                  config.split_min)
              for blocks in sorted({most, min(most, IN_STEP_BLOCKS)})]
     return min(plans, key=lambda p: p.tile_times)  # the first (fewer workers) on a tie
 
