@@ -12,8 +12,8 @@ import sys
 from ..errors import GemmtuneError
 
 # Submodules that contribute verbs; a missing one (work in progress) is skipped, not fatal.
-VERB_MODULES = ("core", "tune_cmds", "many_cmds", "db_cmds", "export_cmds", "tvm_cmds", "numba_cmds", "profile_cmds",
-                "plot_cmds")
+VERB_MODULES = ("core", "tune_cmds", "many_cmds", "db_cmds", "export_cmds", "grouped_cmds", "tvm_cmds", "numba_cmds",
+                "profile_cmds", "plot_cmds")
 
 
 def build_parser() -> argparse.ArgumentParser:

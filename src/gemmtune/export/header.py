@@ -250,8 +250,11 @@ def _order_after(source: KernelSource) -> str:
 """
 
 
-def _launcher(name: str, source: KernelSource) -> str:
-    spec, kernel = source.spec, f"{name}_kernel::{source.entry}"
+def launcher_body(name: str, source: KernelSource) -> str:
+    """The launcher's statements, from the grid to the returned error: opt-ins, staged copies, tensor maps
+    built over the operands' pointers, the arguments in kernel order, the launch (the parameters it reads
+    are named as the kernel's arguments, plus `stream`)."""
+    kernel = f"{name}_kernel::{source.entry}"
     slots = "".join(_argument_slot(arg, source) for arg in source.args)
     addresses = ", ".join(_argument_address(arg, source) for arg in source.args)
     staged = tuple(s.operand for s in source.staged)
@@ -259,18 +262,23 @@ def _launcher(name: str, source: KernelSource) -> str:
     maps += _stage_launch(name, source) if source.stage_kernel else ""
     maps += "".join(_tensor_map_block(t, staged) for t in source.tensor_maps)
     g, b = source.grid, source.block
+    return f"""    const dim3 grid({g[0]}, {g[1]}, {g[2]}), block({b[0]}, {b[1]}, {b[2]});
+    const size_t smem = {source.dynamic_smem};  // dynamic shared memory in bytes
+{_order_before(name, source)}{_launch_opt_ins(source, kernel)}{maps}    // Arguments in the kernel's parameter order, each passed by the address of its value.
+{slots}    void* args[] = {{{addresses}}};
+{_launch_call(source, kernel)}{_order_after(source)}    return launched != cudaSuccess ? launched : cudaGetLastError();
+"""
+
+
+def _launcher(name: str, source: KernelSource) -> str:
+    spec = source.spec
     state = ("\n// The kernel keeps state of its own between launches: a call on another stream than the last\n"
              "// waits for the last call's launch (gemmtune_order_state)." if source.keeps_state else "")
     return f"""{_order_state(name, source)}// D = {formula(spec)} for exactly M={spec.m}, N={spec.n}, K={spec.k} ({_layout_comment(spec)}).
 // Launches asynchronously on `stream`; returns cudaSuccess or the launch error. Pointers are
 // device pointers ({_types_comment(spec)}), 16-byte aligned (cudaMalloc's are).{state}
 inline cudaError_t {name}({launcher_params(spec)}) {{
-    const dim3 grid({g[0]}, {g[1]}, {g[2]}), block({b[0]}, {b[1]}, {b[2]});
-    const size_t smem = {source.dynamic_smem};  // dynamic shared memory in bytes
-{_order_before(name, source)}{_launch_opt_ins(source, kernel)}{maps}    // Arguments in the kernel's parameter order, each passed by the address of its value.
-{slots}    void* args[] = {{{addresses}}};
-{_launch_call(source, kernel)}{_order_after(source)}    return launched != cudaSuccess ? launched : cudaGetLastError();
-}}
+{launcher_body(name, source)}}}
 """
 
 

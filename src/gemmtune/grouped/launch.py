@@ -11,9 +11,10 @@ from ..device import query_device
 from ..errors import LaunchError
 from ..invoke import BoundLaunches, launch_on
 from ..runtime import LoadedKernel
-from .config import GroupedConfig, default_config
+from .config import GroupedConfig
 from .render import render
 from .spec import GroupedSpec
+from .tuned import chosen_config
 
 
 @dataclass(frozen=True)
@@ -72,8 +73,10 @@ _kernels = KernelCache()
 
 
 def build(spec: GroupedSpec, config: GroupedConfig | None = None, ordinal: int = 0) -> GroupedKernel:
-    """The kernel for `spec` on GPU `ordinal` (a persistent grid of its SM count), built once and kept."""
-    config = config or default_config(spec)
+    """The kernel for `spec` on GPU `ordinal` (a persistent grid of its SM count), built once and kept; `config`
+    None: the tuned config of the spec (tuned.chosen_config: the tuning database, read once per spec and GPU), else
+    the default."""
+    config = config or chosen_config(spec, ordinal)
 
     def make() -> GroupedKernel:
         info = query_device(ordinal)
