@@ -173,7 +173,7 @@ def _deepest(config: GroupedConfig, spec: GroupedSpec) -> GroupedConfig:
 def default_config(spec: GroupedSpec) -> GroupedConfig:
     """Ping-pong tiles with D staged through shared memory: 64x256 where groups average <= SMALL_GROUP_ROWS
     rows, else 128x128 (stored from registers where N % 8 != 0, which staged rows cannot write). fp8 block
-    scales: 128x128 over two consumers. fp8 tensor/rowwise scales: promoted every DEFAULT_PROMOTE_EVERY k-blocks
+    scales: 128x128 over two consumers, promotion overlapped with the next k-block's wgmma where there is no bias. fp8 tensor/rowwise scales: promoted every DEFAULT_PROMOTE_EVERY k-blocks
     (accuracy first, issue 70), so 64 rows a consumer: 64x128 ping-pong for small groups, else 128x128 over
     two consumers (acc and sums of 128 columns fill the 128 accumulators a thread; 256 columns do not fit).
 
@@ -183,8 +183,10 @@ def default_config(spec: GroupedSpec) -> GroupedConfig:
     small = spec.total_m <= SMALL_GROUP_ROWS * spec.groups
     shape = GroupedConfig(bm=64, bn=256) if small else GroupedConfig(bm=128, bn=128)
     shape = shape.with_(consumers=2, pingpong=True, staged_store=True)
-    if spec.scaling == "block":  # two consumers of 64 rows, each a k-block's sums beside its promoted ones (untimed)
-        shape = GroupedConfig(bm=128, bn=BLOCK, consumers=2, staged_store=True)
+    if spec.scaling == "block":  # two consumers of 64 rows, each a k-block's sums beside its promoted ones
+        # promote_overlap where offered (no bias): 1.16-1.18x the waiting loop on four shapes (H200,
+        # bench/results/2026-11-29-h200-fp8-overlap.md)
+        shape = GroupedConfig(bm=128, bn=BLOCK, consumers=2, staged_store=True, promote_overlap=not spec.has_bias)
     elif spec.fp8:  # promoted (untimed against the unpromoted candidates: accuracy first)
         shape = (GroupedConfig(bm=64, bn=128, consumers=2, pingpong=True) if small
                  else GroupedConfig(bm=128, bn=128, consumers=2))
@@ -241,7 +243,9 @@ def candidates(spec: GroupedSpec) -> list[GroupedConfig]:
               GroupedConfig(128, 128, consumers=2, pingpong=True, staged_store=True),
               GroupedConfig(128, 256, consumers=2, staged_store=True),
               GroupedConfig(64, 128, consumers=2, pingpong=True, staged_store=True)]
-    shapes += _promoted_shapes(spec, shapes[0]) + _cluster_shapes(spec, shapes[0])
+    shapes += _promoted_shapes(spec, shapes[0]) + _cluster_shapes(spec, shapes[0].with_(promote_overlap=False))
+    if shapes[0].promote_overlap:  # the default's waiting twin, for A/B
+        shapes.append(shapes[0].with_(promote_overlap=False))
     shapes += _overlap_shapes(spec, [_deepest(shape, spec) for shape in shapes])
     found: list[GroupedConfig] = []
     for config in (_deepest(shape, spec) for shape in shapes):
