@@ -13,7 +13,7 @@ microbenchmark (registers only, no memory traffic): the ceiling of the mma famil
 
 A case is dtype:SIZE[:layout][:epilogue] (dtype 3xtf32: fp32 data as three tf32 products, timed
 against cuBLAS SGEMM with tf32 off), SIZE an edge (4096) or MxNxK (4093x4091x4097); layout nt
-unless named. The wgmma ladder v4 table (bench/results/2026-11-23-h100-tensor-ladder-v4.md) ran as
+unless named. The wgmma ladder v4 table (`git show 73f05e3:bench/results/2026-11-23-h100-tensor-ladder-v4.md`) ran as
 
     bench/bench_tensor.py --cases fp16:4096:relu+add bf16:4096 fp16:4096 tf32:4096 --min-time 0.2 --skip pingpong
 
