@@ -37,8 +37,7 @@ CONFIGS = (MIXTRAL_EXPERTS, QWEN3_EXPERTS, DEEPSEEK_V3_EXPERTS)
 TOKENS = (128, 2048, 16384)
 ROUTINGS = ("balanced", "zipf")
 PROJECTIONS = ("up", "down")
-ZIPF_EXPONENT = 1.2
-SEED = 2026
+SEED = 2026  # the Zipf routing of a case is seeded with SEED + experts + rows
 
 
 @dataclass(frozen=True)
@@ -70,24 +69,12 @@ class MoeCase:
 
 
 def group_rows(experts: int, rows: int, routing: str) -> list[int]:
-    """`rows` spread over `experts`: evenly (the remainder one each to the first experts), or in proportion to
-    1 / rank^ZIPF_EXPONENT over a seeded permutation of the experts, rounded so that they sum to `rows`."""
-    if routing == "balanced":
-        share, extra = divmod(rows, experts)
-        return [share + (e < extra) for e in range(experts)]
-    import random
+    """`rows` spread over `experts` by the package's routing (gemmtune.grouped.distribution.routed_rows: evenly, or
+    Zipf with exponent 1.2 over a seeded permutation of the experts), seeded per case with SEED + experts + rows
+    as this bench always was, so its cases keep the rows of the tables already published."""
+    from gemmtune.grouped.distribution import routed_rows
 
-    order = list(range(experts))
-    random.Random(SEED + experts + rows).shuffle(order)
-    weights = [1.0 / (rank + 1) ** ZIPF_EXPONENT for rank in range(experts)]
-    scale = rows / sum(weights)
-    counts = [int(w * scale) for w in weights]
-    for rank in range(rows - sum(counts)):  # what rounding down left, to the most favoured experts
-        counts[rank % experts] += 1
-    by_expert = [0] * experts
-    for rank, expert in enumerate(order):
-        by_expert[expert] = counts[rank]
-    return by_expert
+    return list(routed_rows(experts, rows, routing, SEED + experts + rows))
 
 
 def cases() -> list[MoeCase]:

@@ -37,3 +37,20 @@ def test_list_prints_every_case(capsys):
     assert bench_moe.main(["--list", "--models", "qwen"]) == 0
     assert all("Qwen3" in line for line in capsys.readouterr().out.strip().splitlines())
     assert bench_moe.main(["--models", "nothing"]) == 2
+
+
+def test_routings_are_the_packages_and_keep_the_published_rows():
+    """bench_moe routes with gemmtune.grouped.distribution.routed_rows (one definition), seeded per case as the
+    bench always was: every case's rows are those of its published tables (digest taken from the bench's own copy
+    of the routing before it was replaced) and a few are pinned outright."""
+    import hashlib
+    import json
+
+    from gemmtune.grouped import distribution
+
+    every = [c.group_rows() for c in bench_moe.cases()]
+    assert hashlib.sha256(json.dumps(every).encode()).hexdigest() == \
+        "736814b00c6bc8f866372f8f59d46143f656120e4957704ed853f059212fb7c0"
+    assert bench_moe.group_rows(8, 256, "zipf") == [12, 10, 110, 9, 48, 16, 21, 30]
+    assert bench_moe.group_rows(16, 100, "zipf") == [4, 1, 2, 2, 5, 1, 4, 37, 6, 10, 7, 1, 1, 1, 2, 16]
+    assert not hasattr(bench_moe, "ZIPF_EXPONENT") and distribution.ZIPF_EXPONENT == 1.2
