@@ -75,7 +75,7 @@ def test_both_paths_trace_whole_under_torch_compile(activation):
     assert any("_grouped_mm" in op for op in _traced_ops(module, x))
     module.use_gemmtune = True
     ops = _traced_ops(module, x)
-    assert any("gemmtune.grouped_mm" in op for op in ops) and not any("aten._grouped_mm" in op for op in ops)
+    assert any("gemmtune.grouped_linear" in op for op in ops) and not any("aten._grouped_mm" in op for op in ops)
     module.torch_under_compile = True  # routed for host time alone: torch's ops while compiling
     ops = _traced_ops(module, x)
     assert not any("gemmtune" in op for op in ops) and any("_grouped_mm" in op for op in ops)

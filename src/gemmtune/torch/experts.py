@@ -2,14 +2,16 @@
 
     experts = GroupedLinear(8, 4096, 14336, activation="swiglu")   # weight (8, 2·14336, 4096): gate rows, then up
     h = experts(x_sorted, offs)         # x (total_m, K) sorted by expert; offs (G,) int32 cumulative ends, on the device
-    experts.use_gemmtune = True         # the same product through gemmtune.torch.grouped_mm (one launch, sm_90a)
+    experts.use_gemmtune = True         # the same product in one gemmtune launch (sm_90a): grouped_calls.grouped_linear
 
 The torch path is torch._grouped_mm(x, weight.transpose(1, 2), offs=offs), then + bias[g] on group g's rows and the
 activation: relu, gelu (tanh form, as gemmtune's kernels compute it) or swiglu (silu(gate) * up of a weight whose
 first N rows per group are the gate's and the next N up's: torch.cat([w_gate, w_up], dim=1)). Rows past offs[-1]
 are what each path leaves there (uninitialised memory for gemmtune's kernel). Neither path reads offs on the host,
 so a captured CUDA graph replays with whatever offs then hold, and both trace under torch.compile(fullgraph=True)
-(gemmtune::grouped_mm is a custom op with a fake implementation).
+(gemmtune::grouped_linear is an operator with a fake implementation). The gemmtune path's eager call of a shape
+seen before writes pointers and launches (grouped_calls.py); `gemmtune_config` is the kernel config optimize()
+planned for the module (None: the spec's tuned config).
 
 optimize() sets `use_gemmtune` where gemmtune's kernel is right and the block runs faster with it, and
 `torch_under_compile` where the kernel lost inside CUDA graphs but the eager block still ran faster routed
@@ -24,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import SpecError
+from .grouped_calls import grouped_linear
 
 __all__ = ["GroupedLinear", "ACTIVATIONS", "torch_grouped_linear", "group_of_rows"]
 
@@ -74,8 +77,10 @@ class GroupedLinear(nn.Module):
         rows = 2 * out_features if activation == "swiglu" else out_features
         self.weight = nn.Parameter(torch.empty(groups, rows, in_features, device=device, dtype=dtype))
         self.bias = nn.Parameter(torch.empty(groups, out_features, device=device, dtype=dtype)) if bias else None
-        self.use_gemmtune = False  # run gemmtune.torch.grouped_mm (optimize() sets it where it is faster)
+        self.use_gemmtune = False  # run gemmtune's grouped kernel (optimize() sets it where it is faster)
         self.torch_under_compile = False  # with use_gemmtune: the torch path while torch.compile traces
+        self.gemmtune_config: Optional[str] = None  # the kernel's GroupedConfig as JSON text (optimize()'s plan);
+        # None: the spec's tuned config (the tuning database's fastest for its key, else the default)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -87,9 +92,7 @@ class GroupedLinear(nn.Module):
 
     def forward(self, x: Tensor, offs: Tensor) -> Tensor:
         if self.use_gemmtune and not (self.torch_under_compile and torch.compiler.is_compiling()):
-            from .operators import grouped_mm
-
-            return grouped_mm(x, self.weight.transpose(1, 2), offs, self.bias, self.activation)
+            return grouped_linear(x, self.weight, offs, self.bias, self.activation, self.gemmtune_config)
         return torch_grouped_linear(x, self.weight, offs, self.bias, self.activation)
 
     def extra_repr(self) -> str:
