@@ -15,6 +15,8 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
+from gemmtune.grouped.config import default_config  # noqa: E402
+from gemmtune.grouped.spec import GroupedSpec  # noqa: E402
 from gemmtune.input_files import InputFileError  # noqa: E402
 from gemmtune.torch import GroupedLinear  # noqa: E402
 from gemmtune.torch.optimize_model import GpuBackend, SiteTiming, capture, load_plan, optimize  # noqa: E402
@@ -43,6 +45,7 @@ def _experts() -> Experts:
 
 
 X = torch.randn(sum(ROWS), 64, dtype=BF16)
+CONFIG = {**default_config(GroupedSpec(4, 16, 64, 64)).to_json(), "stages": 2}  # a config the generator takes
 
 
 @dataclass
@@ -58,7 +61,7 @@ class FakeBackend:
         return "Fake H200"
 
     def tune(self, workload, budget_s, db_path, show) -> None:
-        pass
+        self.tuned.append(("linear", budget_s))
 
     def config(self, spec, db_path, tuned):
         return "wgmma", {"bm": 128}
@@ -70,15 +73,22 @@ class FakeBackend:
         self.timed.append(site.name)
         return SiteTiming(*self.times.get(site.name, (2e-6, 1e-6)))
 
-    def grouped_config(self, spec) -> dict:
-        return {"bm": 128, "bn": 128}
+    tuned: list = field(default_factory=list)  # (what, seconds or tunes) per tune asked
+    looked_up: list = field(default_factory=list)  # (spec, db_path, tuned) per grouped config asked
+
+    def grouped_config(self, spec, db_path, tuned) -> dict:
+        self.looked_up.append((spec, db_path, tuned))
+        return CONFIG
 
     def install_grouped(self, spec, config) -> None:
         self.installed.append(spec)
 
-    def time_grouped(self, site):
+    def time_grouped(self, site, config):
         self.timed.append(site.name)
         return SiteTiming(*self.times.get(site.name, (2e-6, 1e-6)))
+
+    def tune_grouped(self, tunes, db_path, show) -> None:
+        self.tuned.append(("grouped", tuple(tunes)))
 
     def time_model(self, model, inputs) -> float:
         self.timed.append("model")
@@ -127,11 +137,13 @@ def test_a_grouped_plan_for_another_model_or_kernel_is_refused(tmp_path):
     with pytest.raises(InputFileError, match="gate_up is not a GroupedLinear"):
         optimize(other, (X,), plan=tmp_path / "p.json", backend=FakeBackend(), progress=False)
 
-    class NewDefault(FakeBackend):
-        def grouped_config(self, spec) -> dict:
-            return {"bm": 64, "bn": 256}
-    with pytest.raises(InputFileError, match="no longer the one timed"):
-        optimize(_experts(), (X,), plan=tmp_path / "p.json", backend=NewDefault(), progress=False)
+    class Unbuildable(FakeBackend):  # a config this gemmtune's generator no longer takes
+        def grouped_config(self, spec, db_path, tuned) -> dict:
+            return {**CONFIG, "bm": 96}
+    optimize(_experts(), (X,), budget=0, plan=tmp_path / "q.json", progress=False,
+             backend=Unbuildable({"gate_up": (1e-6, 2e-6)}))
+    with pytest.raises(InputFileError, match="gate_up's grouped config is not one this gemmtune builds"):
+        optimize(_experts(), (X,), plan=tmp_path / "q.json", backend=FakeBackend(), progress=False)
 
 
 def test_a_block_slower_with_its_grouped_sites_routed_gets_torch_back(tmp_path):
@@ -171,6 +183,102 @@ def test_a_grouped_site_without_a_kernel_or_with_a_wrong_output_stays(tmp_path):
     model = _experts()
     report = optimize(model, (X,), budget=0, plan=tmp_path / "p.json", backend=NoKernel(), progress=False)
     assert not model.gate_up.use_gemmtune and report.grouped[0].reason.startswith("no kernel: grouped GEMM kernels")
+
+
+def test_the_budget_is_shared_by_flops_between_linear_and_grouped_sites(tmp_path):
+    """proj 16x64x64 (131072 FLOPs), gate_up 16 rows x 64 weight rows x 64 (131072), down 16 x 64 x 32 (65536):
+    100 s go 40 / 40 / 20; each grouped config is then the database's, looked up with optimize()'s db."""
+    from gemmtune.torch.optimize_grouped import config_text
+
+    model, backend = _experts(), FakeBackend({"gate_up": (1e-6, 2e-6), "down": (1e-6, 2e-6)})
+    optimize(model, (X,), budget=100, plan=tmp_path / "p.json", db=tmp_path / "db.sqlite", backend=backend,
+             progress=False)
+    (what, linear_s), (grouped, tunes) = backend.tuned
+    assert what == "linear" and grouped == "grouped" and linear_s == pytest.approx(40)
+    assert [(t.spec.n, t.rows, round(t.seconds, 6)) for t in tunes] == [(32, ROWS, 40), (64, ROWS, 20)]
+    assert "gate_up" in tunes[0].label
+    assert [(db, tuned) for _, db, tuned in backend.looked_up] == [(tmp_path / "db.sqlite", True)] * 2
+    assert model.gate_up.gemmtune_config == model.down.gemmtune_config == config_text(CONFIG)
+
+
+def test_budget_zero_tunes_nothing_and_plans_the_default(tmp_path):
+    backend = FakeBackend({"gate_up": (1e-6, 2e-6)})
+    model = _experts()
+    optimize(model, (X,), budget=0, plan=tmp_path / "p.json", backend=backend, progress=False)
+    assert backend.tuned == [] and {tuned for _, _, tuned in backend.looked_up} == {False}
+    assert model.gate_up.gemmtune_config is not None and model.down.gemmtune_config is None  # down: not routed
+
+
+def test_a_reload_tunes_nothing_and_routes_with_the_planned_config(tmp_path):
+    from gemmtune.torch.optimize_grouped import config_text
+
+    optimize(_experts(), (X,), budget=30, plan=tmp_path / "p.json", db=tmp_path / "db.sqlite", progress=False,
+             backend=FakeBackend({"gate_up": (1e-6, 2e-6), "down": (1e-6, 2e-6)}))
+    again, model = FakeBackend(), _experts()
+    optimize(model, (X,), budget=30, plan=tmp_path / "p.json", backend=again, progress=False)
+    assert again.tuned == [] and again.looked_up == [] and again.timed == []
+    assert model.gate_up.use_gemmtune and model.gate_up.gemmtune_config == config_text(CONFIG)
+
+
+@dataclass
+class FakeMeasurer:
+    """The grouped tuner's measurer without a GPU: each candidate takes a second of the fake clock."""
+
+    clock: list = field(default_factory=lambda: [0.0])
+    measured: list = field(default_factory=list)
+    closed: bool = False
+
+    @property
+    def environment(self):
+        from gemmtune.tune.trial import Environment
+
+        return Environment("Fake H200", "9.0", 132, "sm_90a", "575.00", "12.9")
+
+    def measure(self, spec, rows, config):
+        from gemmtune.tune.grouped_records import GroupedTrial
+        from gemmtune.tune.trial import Status
+
+        self.clock[0] += 1.0
+        self.measured.append(config)
+        median = 10e-6 - 1e-6 * len(self.measured)
+        return GroupedTrial(config, Status.OK, median, (median,), 12e-6, (12e-6,))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_grouped_tune_measures_candidates_in_order_until_its_seconds_are_spent_and_resumes(tmp_path):
+    from gemmtune.grouped.config import candidates
+    from gemmtune.torch.optimize_grouped import GroupedTune, run_grouped_tunes, tune_within
+    from gemmtune.tune.grouped_db import GroupedTuningDB
+
+    spec = GroupedSpec(4, 16, 64, 64)
+    fake = FakeMeasurer()
+    clock = lambda: fake.clock[0]  # noqa: E731
+    with GroupedTuningDB(tmp_path / "db.sqlite") as db:
+        shown = []
+        outcome = tune_within(GroupedTune(spec, ROWS, 1.0, seconds=2.5), fake, db, shown.append, clock)
+        assert fake.measured == candidates(spec)[:3] and len(outcome.trials) == 3
+        assert [p.done for p in shown] == [1, 2, 3]  # one line a candidate, not one a pass
+        again = tune_within(GroupedTune(spec, ROWS, 1.0, seconds=0.0), fake, db, None, clock)
+        assert len(fake.measured) == 3 and again.new_trials == 0  # at least the default: in the database already
+        assert tune_within(GroupedTune(spec, ROWS, 1.0, seconds=0.0), FakeMeasurer(), db, None, clock).trials
+    everything = run_grouped_tunes([GroupedTune(spec, ROWS, 1.0, seconds=1e9, label="gate_up")], fake,
+                                   tmp_path / "db.sqlite", show=False, clock=clock)
+    assert len(everything[0].trials) == len(candidates(spec)) and fake.closed
+    assert fake.measured == candidates(spec)  # each candidate once over the three runs
+
+
+def test_the_planned_config_is_read_from_optimizes_database_and_nothing_process_wide_changes(tmp_path, monkeypatch):
+    import gemmtune.grouped.tuned as tuned
+    from gemmtune.torch.optimize_grouped import planned_config
+
+    spec, asked = GroupedSpec(4, 16, 64, 64), []
+    monkeypatch.setattr(tuned, "tuned_config", lambda s, index, path: asked.append((s, index, path)) or None)
+    before = list(tuned._database)
+    assert planned_config(spec, 0, tmp_path / "db.sqlite", True) == default_config(spec).to_json()
+    assert asked == [(spec, 0, tmp_path / "db.sqlite")] and tuned._database == before
+    assert planned_config(spec, 0, tmp_path / "db.sqlite", False) == default_config(spec).to_json() and len(asked) == 1
 
 
 def _bench_moe_block(hidden: int = 64, ffn: int = 32, experts: int = 4, top_k: int = 2):
@@ -263,8 +371,8 @@ class EverySite(GpuBackend):
         t = super().time_site(site)
         return SiteTiming(t.gemmtune_s, t.gemmtune_s * 2 if t.gemmtune_s else None, t.error)
 
-    def time_grouped(self, site):
-        t = super().time_grouped(site)
+    def time_grouped(self, site, config):
+        t = super().time_grouped(site, config)
         return SiteTiming(t.gemmtune_s, t.gemmtune_s * 2 if t.gemmtune_s else None, t.error)
 
     def time_model(self, model, inputs) -> float:
@@ -296,3 +404,29 @@ def test_gpu_routed_moe_block_compiles_whole_and_replays_a_cuda_graph_after_its_
         for m in (model.gate_up, model.down):
             m.use_gemmtune = False
         assert _close(out, model(other))
+
+
+@pytest.mark.gpu
+def test_gpu_optimize_tunes_grouped_sites_in_its_database_within_the_budget(tmp_path):
+    """A budget with grouped sites: grouped trials in optimize()'s database (not the default one), each routed
+    module running the fastest config of its key there, the whole within the budget and a little more (worker
+    start, compiles of the timing after)."""
+    import sqlite3
+
+    from gemmtune.grouped.tuned import tuned_config
+    from gemmtune.torch.optimize_grouped import config_text
+
+    model, x = _moe()
+    db = tmp_path / "db.sqlite"
+    with torch.no_grad():
+        want = model(x)
+        started = time.monotonic()
+        report = optimize(model, (x,), budget=40, plan=tmp_path / "p.json", db=db, backend=EverySite(), progress=False)
+        assert time.monotonic() - started < 40 + 120, report.table()
+        with sqlite3.connect(db) as conn:
+            assert conn.execute("SELECT COUNT(*) FROM grouped_trials WHERE status = 'ok'").fetchone()[0] >= 2
+        for p in report.grouped:
+            module = model.get_submodule(p.site.name)
+            assert module.use_gemmtune and module.gemmtune_config == config_text(p.config)
+            assert p.config == tuned_config(p.site.spec, torch.cuda.current_device(), db).to_json()
+        assert _close(model(x), want)

@@ -1,18 +1,25 @@
 """optimize()'s grouped sites: each GroupedLinear (an MoE layer's experts) captured with the offsets the example
-run gave it, timed against torch's grouped GEMM on those offsets, planned, saved and reloaded.
+run gave it, tuned within optimize()'s budget, timed against torch's grouped GEMM on those offsets, planned, saved
+and reloaded.
 
 A grouped site is one GroupedLinear: its GroupedSpec (groups, total_m, N, K, dtype, bias/relu/gelu epilogue or
-swiglu) and the rows each group held in the example forward (the group-size distribution its timing uses).
-gemmtune's side is gemmtune.torch.grouped_mm with the kernel it builds for the spec (optimize() tunes no grouped
-config: the plan records the one grouped.launch picks, and a reload checks it still picks it), torch's side what the module runs otherwise (torch_grouped_linear). Routing a site
-sets the module's `use_gemmtune` (and `torch_under_compile` where its kernel lost inside CUDA graphs); the
-end-to-end choice among unrouted / faster alone / every site is optimize_model's, over Linear and grouped
-sites together.
+swiglu) and the rows each group held in the example forward (the group-size distribution its tune and timing use).
+Tuning: each distinct (spec, rows) gets a share of the budget in proportion to its FLOPs x calls, as the Linear
+sites' GEMMs do (split_budget), spent by the grouped tuner (tune.grouped_tuner.tune_grouped: candidates in order,
+the default first, at least that one) in the database optimize() was given. The config planned for a site is
+that database's fastest for the spec's key (grouped.tuned.tuned_config with its path: no process-wide state
+changes), else the default; the module then runs that config (GroupedLinear.gemmtune_config), eagerly and under
+torch.compile. torch's side is what the module runs otherwise (torch_grouped_linear). Routing a site sets the
+module's `use_gemmtune` and config (and `torch_under_compile` where its kernel lost inside CUDA graphs); the
+end-to-end choice among unrouted / faster alone / every site is optimize_model's, over Linear and grouped sites
+together.
 """
 from __future__ import annotations
 
+import json
+import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional, Protocol, Sequence
 
@@ -26,8 +33,9 @@ from ..input_files import InputFileError
 from .experts import GroupedLinear, torch_grouped_linear
 from .site_timing import SiteTiming
 
-__all__ = ["GroupedSite", "GroupedPlan", "GroupedTrace", "grouped_spec", "plan_grouped", "set_grouped",
-           "check_grouped_fits", "time_grouped", "launched_config"]
+__all__ = ["GroupedSite", "GroupedPlan", "GroupedTrace", "GroupedTune", "grouped_spec", "plan_grouped", "set_grouped",
+           "check_grouped_fits", "time_grouped", "planned_config", "grouped_tunes", "split_budget", "tune_within",
+           "run_grouped_tunes", "config_text"]
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 _TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -162,24 +170,138 @@ def _site(name: str, calls: list) -> GroupedSite:
     return GroupedSite(name, spec, rows, count)
 
 
+# --- tuning within the budget -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GroupedTune:
+    """One grouped tune of optimize()'s budget: a site's spec on the rows it held, the FLOPs of a forward of
+    the sites that share them (x calls) and the seconds it may take."""
+
+    spec: GroupedSpec
+    rows: tuple[int, ...]
+    flops: float
+    seconds: float = 0.0
+    label: str = ""
+
+
+def site_flops(site: GroupedSite) -> float:
+    """The FLOPs of the site's calls in one forward: 2 x the rows the groups held x the weight's rows x K."""
+    return 2.0 * sum(site.rows) * site.spec.weight_rows * site.spec.k * site.calls
+
+
+def grouped_tunes(sites: Sequence[GroupedSite]) -> list[GroupedTune]:
+    """The distinct (spec, rows) of the routable sites, each with the FLOPs of every site that has them."""
+    flops: dict[tuple, float] = defaultdict(float)
+    labels: dict[tuple, str] = {}
+    for site in sites:
+        if site.routable and sum(site.rows):
+            flops[(site.spec, site.rows)] += site_flops(site)
+            labels.setdefault((site.spec, site.rows), f"{site.name}: {site.short()}")
+    return [GroupedTune(spec, rows, f, label=labels[(spec, rows)]) for (spec, rows), f in flops.items()]
+
+
+def split_budget(budget_s: float, linear_flops: float, tunes: Sequence[GroupedTune]) -> tuple[float, list[GroupedTune]]:
+    """(the Linear sites' seconds, each grouped tune with its seconds): `budget_s` shared in proportion to FLOPs."""
+    total = linear_flops + sum(t.flops for t in tunes)
+    if total <= 0:
+        return budget_s, list(tunes)
+    return budget_s * linear_flops / total, [replace(t, seconds=budget_s * t.flops / total) for t in tunes]
+
+
+def tune_within(tune: GroupedTune, measurer: Any, db: Any, on_trial: Optional[Callable[[Any], None]] = None,
+                clock: Callable[[], float] = time.monotonic) -> Any:
+    """The grouped tuner on `tune`'s spec and rows, one more candidate at a time (its default first), until its
+    seconds are spent or every candidate is measured: at least the default. A tune of the same context earlier
+    (this database) counts: its configs are not measured again. Returns the last GroupedTuneOutcome."""
+    from ..grouped.config import candidates
+    from ..tune.grouped_tuner import tune_grouped
+
+    started, total, outcome = clock(), len(candidates(tune.spec)), None
+    for limit in range(1, total + 1):
+        report = (lambda p: on_trial(p) if p.done == limit else None) if on_trial is not None else None
+        outcome = tune_grouped(tune.spec, tune.rows, measurer, db, limit, report)
+        if clock() - started >= tune.seconds:
+            break
+    return outcome
+
+
+class _GroupedBars:
+    """The project's trial progress bar (cli.tune_cmds.trial_progress, as tune-many's per-shape bars): one task a
+    grouped tune, candidates measured of all, failures, the best so far against torch."""
+
+    def __init__(self, show: bool):
+        from ..cli.tune_cmds import trial_progress
+
+        self.bar = trial_progress() if show else None
+        if self.bar is not None:
+            self.bar.start()
+
+    def start(self, tune: GroupedTune, share: float) -> Optional[Callable[[Any], None]]:
+        if self.bar is None:
+            return None
+        from ..grouped.config import candidates
+
+        task = self.bar.add_task(f"{tune.label} (grouped, {100 * share:.1f}%)", total=len(candidates(tune.spec)),
+                                 failures=0, best="—")
+        state = {"failures": 0, "best": None}
+
+        def show(progress: Any) -> None:
+            trial = progress.trial
+            state["failures"] += not trial.ok
+            if trial.ok and (state["best"] is None or trial.median_s < state["best"].median_s):
+                state["best"] = trial
+            best = state["best"]
+            text = "—" if best is None else f"{best.median_s * 1e6:.1f} µs" + (
+                f", {best.speedup:.2f}x torch" if best.speedup else "")
+            self.bar.update(task, completed=progress.done, failures=state["failures"], best=text)
+        return show
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def run_grouped_tunes(tunes: Sequence[GroupedTune], measurer: Any, db_path: Path, show: bool,
+                      clock: Callable[[], float] = time.monotonic) -> list[Any]:
+    """Each tune within its seconds (tune_within), its trials in the grouped_trials table of `db_path`; the
+    measurer is closed after. Returns the outcomes."""
+    from ..tune.grouped_db import GroupedTuningDB
+
+    total = sum(t.seconds for t in tunes) or 1.0
+    bars, outcomes = _GroupedBars(show), []
+    try:
+        with GroupedTuningDB(db_path) as db:
+            for tune in tunes:
+                outcomes.append(tune_within(tune, measurer, db, bars.start(tune, tune.seconds / total), clock))
+    finally:
+        bars.close()
+        measurer.close()
+    return outcomes
+
+
 # --- planning ---------------------------------------------------------------------------------------
 class GroupedBackend(Protocol):
-    def grouped_config(self, spec: GroupedSpec) -> dict: ...
+    def grouped_config(self, spec: GroupedSpec, db_path: Path, tuned: bool) -> dict: ...
     def install_grouped(self, spec: GroupedSpec, config: dict) -> None: ...
-    def time_grouped(self, site: GroupedSite) -> SiteTiming: ...
+    def time_grouped(self, site: GroupedSite, config: dict) -> SiteTiming: ...
+    def tune_grouped(self, tunes: Sequence[GroupedTune], db_path: Path, show: bool) -> None: ...
 
 
-def plan_grouped(site: GroupedSite, backend: GroupedBackend, memo: dict) -> GroupedPlan:
-    """Time one grouped site on its rows (the same spec and rows are not timed again) and decide: gemmtune
-    only where faster."""
+def config_text(config: dict) -> str:
+    """A config's JSON as GroupedLinear.gemmtune_config and grouped_linear take it."""
+    return json.dumps(config, sort_keys=True)
+
+
+def plan_grouped(site: GroupedSite, backend: GroupedBackend, memo: dict, db_path: Path, tuned: bool) -> GroupedPlan:
+    """Time one grouped site on its rows with its planned config (the same spec and rows are not timed again)
+    and decide: gemmtune only where faster."""
     if not site.routable:
         return GroupedPlan(site, {}, SiteTiming(None, None), False, site.note)
     key = (site.spec, site.rows)
     if key not in memo:
         try:
-            config = backend.grouped_config(site.spec)
+            config = backend.grouped_config(site.spec, db_path, tuned)
             backend.install_grouped(site.spec, config)
-            memo[key] = (config, backend.time_grouped(site))
+            memo[key] = (config, backend.time_grouped(site, config))
         except GemmtuneError as err:
             memo[key] = ({}, SiteTiming(None, None, f"no kernel: {err}"))
     config, timing = memo[key]
@@ -188,14 +310,19 @@ def plan_grouped(site: GroupedSite, backend: GroupedBackend, memo: dict) -> Grou
 
 
 def set_grouped(module: GroupedLinear, plan: GroupedPlan, routed: bool) -> None:
-    """Route the module to gemmtune (torch's path under torch.compile where its kernel lost in CUDA graphs) or back."""
+    """Route the module to gemmtune with the plan's config (torch's path under torch.compile where its kernel
+    lost in CUDA graphs), or back."""
     module.use_gemmtune = routed
     module.torch_under_compile = routed and not plan.timing.gemmtune_faster
+    module.gemmtune_config = config_text(plan.config) if routed and plan.config else None
 
 
-def check_grouped_fits(model: nn.Module, plans: Sequence[GroupedPlan], backend: GroupedBackend, path: Path) -> None:
-    """Each routed grouped site of the plan is a GroupedLinear of the model with the plan's sizes, and the kernel
-    gemmtune.torch.grouped_mm builds today is the one timed (one line if not)."""
+def check_grouped_fits(model: nn.Module, plans: Sequence[GroupedPlan], path: Path) -> None:
+    """Each routed grouped site of the plan is a GroupedLinear of the model with the plan's sizes, and its config
+    is one today's generator takes for the spec (one line if not)."""
+    from ..grouped.config import rejections
+    from ..tune.grouped_records import config_from_json
+
     modules = dict(model.named_modules())
     for plan in (p for p in plans if p.routed):
         spec, module = plan.site.spec, modules.get(plan.site.name)
@@ -204,9 +331,13 @@ def check_grouped_fits(model: nn.Module, plans: Sequence[GroupedPlan], backend: 
                                                      module.activation, module.bias is not None) != sizes:
             raise InputFileError(f"plan {path} does not fit this model: {plan.site.name} is not a GroupedLinear "
                                  f"of {spec.groups} groups {spec.k} -> {spec.n}; optimize again with another plan path")
-        if backend.grouped_config(spec) != plan.config:
-            raise InputFileError(f"plan {path}: {plan.site.name}'s grouped kernel is no longer the one timed "
-                                 "(grouped_mm now picks another config): optimize again")
+        try:
+            problems = rejections(config_from_json(plan.config), spec)
+        except (TypeError, ValueError) as err:
+            problems = {"config": str(err)}
+        if problems:
+            raise InputFileError(f"plan {path}: {plan.site.name}'s grouped config is not one this gemmtune builds "
+                                 f"({'; '.join(problems.values())}): optimize again")
 
 
 # --- on the GPU -------------------------------------------------------------------------------------
@@ -221,15 +352,16 @@ def _grouped_operands(site: GroupedSite, index: int) -> tuple:
     return x, weight, offs, (make(spec.groups, spec.n) if spec.has_bias else None)
 
 
-def time_grouped(site: GroupedSite, index: int, graph_seconds: Callable[[Callable[[], Any]], float]) -> SiteTiming:
-    """gemmtune.torch.grouped_mm against torch_grouped_linear on the site's rows, each checked (rows the groups
-    hold) and timed by `graph_seconds` (optimize_model's: inside CUDA graphs)."""
+def time_grouped(site: GroupedSite, config: dict, index: int,
+                 graph_seconds: Callable[[Callable[[], Any]], float]) -> SiteTiming:
+    """GroupedLinear's gemmtune path with `config` against torch_grouped_linear on the site's rows, each checked
+    (rows the groups hold) and timed by `graph_seconds` (optimize_model's: inside CUDA graphs)."""
     from ..verify import tolerance
-    from .operators import grouped_mm
+    from .grouped_calls import grouped_linear
 
     x, weight, offs, bias = _grouped_operands(site, index)
-    act, held = site.activation, sum(site.rows)
-    ours = lambda: grouped_mm(x, weight.transpose(1, 2), offs, bias, act)  # noqa: E731
+    act, held, text = site.activation, sum(site.rows), config_text(config)
+    ours = lambda: grouped_linear(x, weight, offs, bias, act, text)  # noqa: E731
     theirs = lambda: torch_grouped_linear(x, weight, offs, bias, act)  # noqa: E731
     got, want = ours()[:held].float(), theirs()[:held].float()
     error = float((got - want).norm() / want.norm().clamp_min(1e-30)) if held else 0.0
@@ -239,9 +371,33 @@ def time_grouped(site: GroupedSite, index: int, graph_seconds: Callable[[Callabl
     return SiteTiming(graph_seconds(ours), graph_seconds(theirs))
 
 
-def launched_config(spec: GroupedSpec, index: int) -> dict:
-    """The config of the kernel gemmtune.torch.grouped_mm runs for `spec` on GPU `index` (JSON): built (a
-    disk-cached compile) and kept by grouped.launch, so the first routed call does not build it."""
-    from ..grouped.launch import build
+def planned_config(spec: GroupedSpec, index: int, db_path: Path, tuned: bool) -> dict:
+    """The config a site of `spec` is planned with (JSON): the fastest for the spec's key in `db_path` on GPU
+    `index` (tuned: after optimize()'s tunes), else the default. The database is passed down, never made
+    process-wide (grouped.tuned.use_database), so other callers' lookups are as they were."""
+    from ..grouped.config import default_config
+    from ..grouped.tuned import tuned_config
 
-    return build(spec, ordinal=index).config.to_json()
+    found = tuned_config(spec, index, db_path) if tuned else None
+    return (found or default_config(spec)).to_json()
+
+
+def build_planned(spec: GroupedSpec, config: dict, index: int) -> None:
+    """Build (a disk-cached compile) and keep the kernel of `config` on GPU `index`, so that the first routed
+    call does not build it."""
+    from ..grouped.launch import build
+    from ..tune.grouped_records import config_from_json
+
+    build(spec, config_from_json(config), index)
+
+
+def gpu_tunes(tunes: Sequence[GroupedTune], index: int, db_path: Path, show: bool) -> None:
+    """run_grouped_tunes with the grouped tuner's watched worker on GPU `index` (tune-grouped's measurer)."""
+    from ..tune.grouped_measure import WorkerMeasurer
+
+    from ..grouped.tuned import forget
+    from .grouped_calls import forget_plans
+
+    run_grouped_tunes(tunes, WorkerMeasurer(rounds=30, timeout_s=60.0, ordinal=index), db_path, show)
+    forget()  # grouped_mm's lookups in this process (the default database's) see the new trials
+    forget_plans()

@@ -16,7 +16,8 @@ unrouted, the layers faster alone routed, or every layer gemmtune runs right rou
 often host-bound, and a routed call costs less host time than F.linear's). A layer routed although its
 kernel lost inside CUDA graphs runs torch's ops under torch.compile, where no call pays host time.
 GroupedLinear modules (MoE experts) are sites too (optimize_grouped.py): captured with the rows each group
-held, timed against torch's grouped GEMM on them, and in the end-to-end choice with the Linear sites.
+held, tuned on them within the same budget (a share in proportion to their FLOPs, by the grouped tuner, in the
+same database), timed against torch's grouped GEMM on them, and in the end-to-end choice with the Linear sites.
 """
 from __future__ import annotations
 
@@ -39,8 +40,9 @@ from ..input_files import InputFileError, read_json_object
 from ..spec import GemmSpec
 from ..workload import Workload, WorkloadShape
 from .operators import linear as _linear
-from .optimize_grouped import (GroupedPlan, GroupedSite, GroupedTrace, check_grouped_fits, launched_config,
-                               plan_grouped, set_grouped, time_grouped)
+from .optimize_grouped import (GroupedPlan, GroupedSite, GroupedTrace, GroupedTune, build_planned, check_grouped_fits,
+                               gpu_tunes, grouped_tunes, plan_grouped, planned_config, set_grouped, split_budget,
+                               time_grouped)
 from .site_timing import SiteTiming
 
 __all__ = ["optimize", "OptimizeReport", "LayerPlan", "Site", "SiteTiming", "RoutedLinear", "capture_sites", "capture",
@@ -375,9 +377,10 @@ class Backend(Protocol):
     def time_site(self, site: Site) -> SiteTiming: ...
     def time_model(self, model: nn.Module, inputs: tuple) -> float: ...
     # grouped sites (asked only of a model with GroupedLinear modules): optimize_grouped.GroupedBackend
-    def grouped_config(self, spec: Any) -> dict: ...
+    def grouped_config(self, spec: Any, db_path: Path, tuned: bool) -> dict: ...
     def install_grouped(self, spec: Any, config: dict) -> None: ...
-    def time_grouped(self, site: GroupedSite) -> SiteTiming: ...
+    def time_grouped(self, site: GroupedSite, config: dict) -> SiteTiming: ...
+    def tune_grouped(self, tunes: Sequence[GroupedTune], db_path: Path, show: bool) -> None: ...
 
 
 def graph_seconds(fn: Callable[[], Any], reps: int = 20, samples: int = 15) -> float:
@@ -497,16 +500,19 @@ class GpuBackend:
         with torch.no_grad():
             return eager_seconds(lambda: model(*inputs))
 
-    def grouped_config(self, spec: Any) -> dict:
-        """The config of the kernel gemmtune.torch.grouped_mm runs for `spec` (built now, and kept)."""
-        return launched_config(spec, self.index)
+    def grouped_config(self, spec: Any, db_path: Path, tuned: bool) -> dict:
+        """The fastest config of the spec's key in `db_path` (tuned), else the default (optimize_grouped)."""
+        return planned_config(spec, self.index, db_path, tuned)
 
     def install_grouped(self, spec: Any, config: dict) -> None:
-        """Nothing more: grouped_config built and kept the kernel grouped_mm runs, and a reload checks its
-        config is the plan's (grouped_mm takes no other)."""
+        """Build and keep the planned kernel (the routed module names its config: GroupedLinear.gemmtune_config)."""
+        build_planned(spec, config, self.index)
 
-    def time_grouped(self, site: GroupedSite) -> SiteTiming:
-        return time_grouped(site, self.index, graph_seconds)
+    def time_grouped(self, site: GroupedSite, config: dict) -> SiteTiming:
+        return time_grouped(site, config, self.index, graph_seconds)
+
+    def tune_grouped(self, tunes: Sequence[GroupedTune], db_path: Path, show: bool) -> None:
+        gpu_tunes(tunes, self.index, db_path, show)
 
 
 def _operands(spec: GemmSpec, index: int) -> tuple:
@@ -598,7 +604,7 @@ def _reload(model: nn.Module, path: Path, backend: Backend) -> OptimizeReport:
     if here != report.device:
         raise InputFileError(f"plan {path} was made on {report.device}, this GPU is {here}: optimize again")
     _check_fits(model, report.layers, path)
-    check_grouped_fits(model, report.grouped, backend, path)
+    check_grouped_fits(model, report.grouped, path)
     for plan in (p for p in report.layers if p.routed):
         backend.install(plan.site.spec, plan.family, plan.config)
     for grouped in (p for p in report.grouped if p.routed):
@@ -610,8 +616,9 @@ def _reload(model: nn.Module, path: Path, backend: Backend) -> OptimizeReport:
 def optimize(model: nn.Module, example_inputs: Any, budget: float = 60.0, *, plan: Optional[str | Path] = None,
              db: Optional[str | Path] = None, erf_gelu_atol: Optional[float] = None, progress: bool = True,
              backend: Optional[Backend] = None) -> OptimizeReport:
-    """Route `model`'s nn.Linear layers (in place) to gemmtune where its kernel is faster, and return
-    the report. `budget`: seconds of tuning in all (0: build()'s untuned pick, timed and routed).
+    """Route `model`'s nn.Linear and GroupedLinear layers (in place) to gemmtune where its kernel is faster,
+    and return the report. `budget`: seconds of tuning in all, shared by FLOPs between the Linear sites' GEMMs
+    and the grouped sites (0: build()'s untuned pick and the grouped default config, timed and routed).
     `plan`: the plan file; when it exists it is reloaded (no tuning, no timing), else written there
     (default: next to the database `db`, under plans/). `erf_gelu_atol`: the error an exact-erf
     nn.GELU may take to be fused as the kernels' tanh GELU (at least ERF_GAP fuses it)."""
@@ -627,8 +634,7 @@ def optimize(model: nn.Module, example_inputs: Any, budget: float = 60.0, *, pla
     sites, grouped_sites = capture(model, inputs, erf_gelu_atol)
     started = time.monotonic()
     workload = flop_workload(sites)
-    if budget > 0 and workload.shapes:
-        backend.tune(workload, float(budget), db_path, progress)
+    _tune(backend, workload, grouped_tunes(grouped_sites), float(budget), db_path, progress)
     tuning_s = time.monotonic() - started
     layers, memo, bar = [], {}, _Bar(len(sites) + len(grouped_sites), progress)
     try:
@@ -636,7 +642,7 @@ def optimize(model: nn.Module, example_inputs: Any, budget: float = 60.0, *, pla
             layers.append(_plan_site(site, backend, db_path, budget > 0, memo))
             bar.step(sum(not p.routed for p in layers))
         for grouped_site in grouped_sites:
-            layers.append(plan_grouped(grouped_site, backend, memo))
+            layers.append(plan_grouped(grouped_site, backend, memo, db_path, budget > 0))
             bar.step(sum(not p.routed for p in layers))
     finally:
         bar.close()
@@ -647,6 +653,20 @@ def optimize(model: nn.Module, example_inputs: Any, budget: float = 60.0, *, pla
     report = OptimizeReport(linear_plans, backend.device_name(), before, after, path, tuning_s, grouped=grouped_plans)
     save_plan(report)
     return report
+
+
+def _tune(backend: Backend, workload: Workload, tunes: Sequence[GroupedTune], budget_s: float, db_path: Path,
+          show: bool) -> None:
+    """`budget_s` seconds of tuning shared by FLOPs x calls between the Linear sites' GEMMs (tune-many, which
+    splits its part the same way) and each grouped site's spec and rows (the grouped tuner), all in `db_path`."""
+    if budget_s <= 0:
+        return
+    linear_flops = float(sum(shape.spec.flops * shape.count for shape in workload.shapes))
+    linear_s, tunes = split_budget(budget_s, linear_flops, tunes)
+    if workload.shapes:
+        backend.tune(workload, linear_s, db_path, show)
+    if tunes:
+        backend.tune_grouped(tunes, db_path, show)
 
 
 MODEL_ROUNDS = 5  # rounds of the end-to-end comparison; each times every variant once, in a rotated order
