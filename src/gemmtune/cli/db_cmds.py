@@ -1,12 +1,14 @@
 """Verb `db`: list the tuned specs, show the best config, export and import trials as JSON lines,
-check the file."""
+check the file. `list` and `best --grouped` show the grouped GEMM tunes (the grouped_trials table) too, one line
+per grouped spec key (tune/grouped_records.GroupedKey) and GPU."""
 from __future__ import annotations
 
 import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from ..errors import GemmtuneError
 from ..build import target_arch
@@ -26,11 +28,14 @@ def register(subparsers) -> None:
     add_db_argument(listing)
     listing.set_defaults(run=run_list)
 
-    best = verbs.add_parser("best", help="the best known config for a spec, per GPU")
+    best = verbs.add_parser("best", help="the best known config for a spec, per GPU (--grouped: per grouped key)")
     add_spec_arguments(best)
     add_db_argument(best)
     add_family_argument(best)
     best.add_argument("--json", action="store_true", help="print the winning config as JSON only")
+    best.add_argument("--grouped", action="store_true",
+                      help="the grouped GEMM tunes instead: the best config of each grouped spec key and GPU "
+                           "(only those of -n/-k/--dtype where given; no M needed)")
     best.set_defaults(run=run_best)
 
     export = verbs.add_parser("export", help="write every trial as JSON lines")
@@ -84,11 +89,58 @@ def _open(path: Path | None, must_exist: bool = True) -> "TuningDB":
     return TuningDB(path)
 
 
+@dataclass(frozen=True)
+class GroupedSummary:
+    """The tunes of one grouped spec key on one GPU and versions: trials, failures, the fastest by time per FLOP
+    (tunes of one key ran on different group sizes) with its FLOPs."""
+
+    key: Any  # tune.grouped_records.GroupedKey
+    device_name: str
+    driver_version: str
+    nvrtc_version: str
+    family_version: str
+    trials: int
+    failures: int
+    best: Any  # GroupedTrial or None
+    best_flops: float
+
+    @property
+    def tflops(self) -> float | None:
+        return self.best_flops / self.best.median_s / 1e12 if self.best is not None else None
+
+
+def grouped_summaries(path: Path) -> list[GroupedSummary]:
+    """Every grouped key's tunes in the database at `path`, per GPU and versions, in the order first tuned."""
+    from ..tune.grouped_db import GroupedTuningDB, trial_of
+    from ..tune.grouped_records import GroupedKey
+
+    groups: dict[tuple, list] = {}
+    with GroupedTuningDB(path) as db:
+        for row in db.conn.execute("SELECT * FROM grouped_trials ORDER BY id"):
+            where = (row["lookup_key"], row["device_name"], row["driver_version"], row["nvrtc_version"],
+                     row["family_version"])
+            groups.setdefault(where, []).append((row["key_json"], row["flops"], trial_of(row)))
+    out = []
+    for (_, device, driver, nvrtc, version), rows in groups.items():
+        ok = [(flops, trial) for _, flops, trial in rows if trial.ok and flops]
+        flops, best = min(ok, key=lambda pair: pair[1].median_s / pair[0]) if ok else (0.0, None)
+        out.append(GroupedSummary(GroupedKey(**json.loads(rows[0][0])), device, driver or "", nvrtc or "", version,
+                                  len(rows), sum(not t.ok for _, _, t in rows), best, flops))
+    return out
+
+
+def _config_label(config: Any) -> str:
+    from .grouped_cmds import config_label
+
+    return config_label(config)
+
+
 def run_list(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     with _open(args.db) as db:
         summaries = db.contexts()
+        grouped = grouped_summaries(db.path)
     table = Table(title="tuned specs")
     for column in ("spec", "GPU", "driver / NVRTC", "family", "trials", "failed", "best", "config"):
         table.add_column(column, justify="right" if column in ("trials", "failed", "best") else "left",
@@ -99,11 +151,48 @@ def run_list(args: argparse.Namespace) -> int:
         table.add_row(s.context.spec.short(), env.device_name, f"{env.driver_version} / {env.nvrtc_version}",
                       f"{s.context.family} v{s.context.family_version}", str(s.trials), str(s.failures), rate,
                       best.config.describe() if best else "—")
+    for g in grouped:
+        versus = f", {g.best.speedup:.2f}x torch" if g.best is not None and g.best.speedup else ""
+        table.add_row(f"grouped {g.key.describe()}", g.device_name, f"{g.driver_version} / {g.nvrtc_version}",
+                      f"grouped v{g.family_version}", str(g.trials), str(g.failures),
+                      f"{g.tflops:.2f} TFLOP/s{versus}" if g.best is not None else "—",
+                      _config_label(g.best.config) if g.best is not None else "—")
     console().print(table)
     return 0
 
 
+def _int_or_none(text: Any) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise GemmtuneError(f"db best --grouped: -n/-k take integers, not {text!r}") from None
+
+
+def run_best_grouped(args: argparse.Namespace) -> int:
+    """One line per grouped key and GPU with its fastest config (filtered by -n, -k and a non-default --dtype)."""
+    n, k = _int_or_none(args.n), _int_or_none(args.k)
+    dtype = args.dtype if args.dtype != "fp32" else None  # fp32: the flag's default, never a grouped dtype
+    with _open(args.db) as db:
+        found = [g for g in grouped_summaries(db.path) if g.best is not None and (n is None or g.key.n == n)
+                 and (k is None or g.key.k == k) and (dtype is None or g.key.dtype == dtype)]
+    if not found:
+        raise GemmtuneError("the database has no successful grouped trial" + (" for those sizes" if n or k or dtype else ""))
+    for g in found:
+        config = json.dumps(g.best.config.to_json(), sort_keys=True)
+        if args.json:
+            print(config)
+            continue
+        versus = f", {g.best.speedup:.2f}x torch._grouped_mm" if g.best.speedup else ""
+        print(f"{g.key.describe()} on {g.device_name}: {g.best.median_s * 1e6:.1f} µs, {g.tflops:.2f} TFLOP/s"
+              f"{versus}  {_config_label(g.best.config)}\n  {config}")
+    return 0
+
+
 def run_best(args: argparse.Namespace) -> int:
+    if args.grouped:
+        return run_best_grouped(args)
     spec = spec_from_args(args)
     family = family_from_args(args, spec, target_arch(None)).name  # bad input first, whatever the database
     with _open(args.db) as db:
