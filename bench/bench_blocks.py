@@ -24,7 +24,9 @@ that compile and autotune). GEMM share: Σ calls x torch's time for each Linear 
 timed it in CUDA graphs) and each GroupedLinear (torch._grouped_mm + its bias/activation) over the eager
 block's time; the products inside SDPA are not counted.
 --calls: only the host cost per eager call, torch.mm against gemmtune.torch.mm at 1x4096x4096 and 64x64x64
-(issue 68's bar), 3 rounds of 300 calls in a loop synchronised at the end, median.
+(issue 68's bar), 3 rounds of 300 calls in a loop synchronised at the end, median; on sm_90a also a small
+SwiGLU GroupedLinear (8 experts, 256 -> 128, 64 rows): its torch path (torch._grouped_mm, silu, mul), its routed
+path (grouped_calls' plan) and gemmtune.torch.grouped_mm (the gemmtune::grouped_mm custom op).
 --quick: budget 0 (the chooser's untuned picks, timed and routed) and fewer samples (about 4 minutes on
 an H200, mostly inductor's autotuning). --budget: seconds of gemmtune tuning per block.
 """
@@ -45,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from model_shapes import LLAMA3_8B, MIXTRAL_EXPERTS, QWEN3_EXPERTS, VIT_B16, Experts  # noqa: E402
 
 from gemmtune.torch.experts import GroupedLinear  # noqa: E402
+from gemmtune.torch.grouped_calls import grouped_plan_stats  # noqa: E402
 from gemmtune.torch.operators import plan_stats  # noqa: E402
 from gemmtune.torch.optimize_model import interleaved_seconds, optimize  # noqa: E402
 
@@ -194,15 +197,19 @@ def run_block(name: str, args: argparse.Namespace) -> Row:
             fn = compiled(m, x)
             if fn is not None:
                 fns[key] = fn
-        binds = plan_stats()["binds"]
+        binds = _binds()
         times = interleaved_seconds(fns, args.samples)
-        binds = plan_stats()["binds"] - binds  # launches bound during the timed forwards: 0 once warm
+        binds = _binds() - binds  # launches bound during the timed forwards (single and grouped): 0 once warm
     sites = (*report.layers, *report.grouped)
     gemm_s = sum(p.site.calls * p.timing.torch_s for p in sites if p.timing.torch_s)
     routed = f"{sum(p.routed for p in sites)}/{len(sites)}"
     notes = f"{report.table()}\n\nLaunches bound during the timed forwards: {binds}."
     return Row(name, times["eager"], times.get("compiled"), times["optimized"], times.get("optimized_compiled"),
                gemm_s / times["eager"], routed, error, notes)
+
+
+def _binds() -> int:
+    return plan_stats()["binds"] + grouped_plan_stats()["binds"]
 
 
 def _ms(seconds: float | None) -> str:
@@ -267,6 +274,25 @@ def call_costs(loops: int = 300, rounds: int = 3) -> str:
     return "\n".join(lines)
 
 
+def grouped_call_costs(loops: int = 300, rounds: int = 3) -> str:
+    """Host cost per eager call of a small SwiGLU GroupedLinear (8 experts, 256 -> 128, 64 rows, no grad): the
+    torch path, the routed path (a plan per call shape) and gemmtune.torch.grouped_mm's custom op."""
+    import gemmtune.torch as gt
+
+    module = GroupedLinear(8, 256, 128, activation="swiglu", device="cuda", dtype=BF16).requires_grad_(False)
+    x = torch.randn(64, 256, device="cuda", dtype=BF16)
+    offs = torch.arange(1, 9, device="cuda", dtype=torch.int32) * 8
+    routed = copy.deepcopy(module)
+    routed.use_gemmtune = True
+    got = {name: _per_call(fn, loops, rounds) * 1e6 for name, fn in (
+        ("torch", lambda: module(x, offs)), ("routed", lambda: routed(x, offs)),
+        ("op", lambda: gt.grouped_mm(x, module.weight.transpose(1, 2), offs, activation="swiglu")))}
+    return "\n".join(["| GroupedLinear 8x(256->128) swiglu, 64 rows | torch path µs | routed µs | routed - torch µs | "
+                      "gt.grouped_mm µs |", "|---|---:|---:|---:|---:|",
+                      f"| per eager call | {got['torch']:.1f} | {got['routed']:.1f} | {got['routed'] - got['torch']:+.1f} | "
+                      f"{got['op']:.1f} |"])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=float, default=120.0, help="seconds of tuning per block (default 120)")
@@ -283,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
             print("bench_blocks: needs a CUDA GPU", file=sys.stderr)
             return 3
         calls = call_costs()
+        if torch.cuda.get_device_capability() == (9, 0):
+            calls += "\n\n" + grouped_call_costs()
         if args.out is not None:
             args.out.write_text(f"# Host cost per eager call on {torch.cuda.get_device_name()} (bench/bench_blocks.py "
                                 f"--calls: 3 rounds of 300 calls, synchronised at the end, median)\n\n{calls}\n")
