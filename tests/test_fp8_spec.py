@@ -144,8 +144,9 @@ def test_fp8_specs_go_to_the_grouped_family_and_others_do_not():
     assert "fp8_grouped" in family.supports(GemmSpec(64, 64, 64, "nt", "bf16"), "sm_90a")
     with pytest.raises(ConfigError, match="family wgmma cannot run .* not e4m3"):
         family_for(spec, "sm_90a", "wgmma")
+    assert family_for(spec, "sm_89").name == "mma"  # mma.sync's m16n8k32 fp8 (issue 70)
     with pytest.raises(ConfigError, match="fp8 wgmma and TMA need a Hopper GPU"):
-        family_for(spec, "sm_89")
+        family_for(spec, "sm_86")
     with pytest.raises(ConfigError, match="K=40 must be a multiple of 16"):
         family_for(fp8_spec(k=40), "sm_90a")
     with pytest.raises(ConfigError, match="epilogue 'relu\\+add': add unsupported"):
@@ -225,7 +226,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     (("show", "MNK=64", "--dtype", "e4m3", "--scale", "block", "--out-dtype", "fp32"), "not built yet"),
     (("show", "M=64", "N=64", "K=40", "--dtype", "e4m3", "--scale", "tensor", "--arch", "sm_90a"), "multiple of 16"),
     (("show", "MNK=64", "--dtype", "e4m3", "--scale", "tensor", "--arch", "sm_80"), "need a Hopper GPU"),
-    (("show", "MNK=64", "--dtype", "e4m3", "--scale", "tensor", "--family", "mma"), "not e4m3"),
+    (("show", "MNK=64", "--dtype", "e4m3", "--scale", "tensor", "--family", "mma", "--arch", "sm_86"), "sm_89 or newer"),
     (("space", "MNK=64", "--dtype", "e4m3", "--scale", "tensor", "--arch", "sm_90a"), "tuning fp8 GEMMs is not supported"),
     (("tune", "MNK=64", "--dtype", "e4m3", "--scale", "tensor"), "tuning does not support fp8"),
     (("export", "MNK=64", "--dtype", "e4m3", "--scale", "tensor", "--arch", "sm_90a", "--out", "{tmp}/x"),

@@ -28,8 +28,11 @@ if TYPE_CHECKING:
 # (sm_75+); simt fp32.
 FAMILY_MODULES = ("gemv", "wgmma", "mma", "simt")
 # Families of one problem kind each, outside kernels/ (a module path and the kind, a GemmSpec property):
-# family_for asks them, and them only, for specs of their kind. fp8 GEMMs run on the grouped kernel.
+# family_for asks them (then the general families KIND_GENERAL_FAMILIES names) for specs of their kind.
 KIND_FAMILY_MODULES = (("gemmtune.grouped.as_gemm", "fp8"),)
+# General families that also run a kind's specs, asked after that kind's own families: mma.sync runs fp8
+# on sm_89 and the other archs without fp8 wgmma (issue 70); sm_90a keeps the grouped wgmma kernel, asked first.
+KIND_GENERAL_FAMILIES = {"fp8": ("mma",)}
 
 
 @dataclass(frozen=True)
@@ -108,7 +111,10 @@ def family_for(spec: "GemmSpec", arch: str, name: str | None = None) -> Family:
             raise ConfigError(f"family {family.name} cannot run {spec.short()} on {arch}: {reason}")
         return family
     kind = _kind_of(spec)
-    chosen = tuple(f for k, f in kind_families() if k == kind) if kind else families()
+    chosen = families()
+    if kind:
+        general = tuple(f for f in families() if f.name in KIND_GENERAL_FAMILIES.get(kind, ()))
+        chosen = tuple(f for k, f in kind_families() if k == kind) + general
     reasons = []
     for family in chosen:
         reason = family.supports(spec, arch) or (family.yields and family.yields(spec, arch))

@@ -17,8 +17,14 @@ from ..config_base import FamilyConfig, arch_number, rejections_by, valid_named
 NAME = "mma"
 VERSION = "1"
 DTYPES = ("bf16", "fp16", "tf32")
-INPUT_BYTES = {"bf16": 2, "fp16": 2, "tf32": 4}
-KSTEP_BYTES = 32  # one mma's depth in bytes of A/B: k16 of 16-bit values, k8 of tf32
+FP8_DTYPES = ("e4m3", "e5m2")  # sm_89+: mma.sync m16n8k32, K-major A and B (layout nt), scales applied in fp32
+INPUT_BYTES = {"bf16": 2, "fp16": 2, "tf32": 4, "e4m3": 1, "e5m2": 1}
+KSTEP_BYTES = 32  # one mma's depth in bytes of A/B: k16 of 16-bit values, k8 of tf32, k32 of fp8
+FP8_MIN_ARCH = 89  # mma.sync with .e4m3 / .e5m2 operands: sm_89 (Ada) and newer (PTX ISA 8.4)
+# Where ptxas turns that mma into one tensor-core instruction (QMMA.16832); elsewhere (sm_90, sm_100) it
+# unpacks each fragment to f16 (F2FP) and runs two HMMA.16816: valid, at 16-bit speed, and registers tighter.
+FP8_NATIVE_ARCHES = (89, 120, 121)
+FP8_BLOCK = 128  # block scaling's group length along K (gemmtune.fp8.BLOCK)
 MAX_ACCUMULATORS = 128  # fp32 accumulators per thread (a 64x64 warp tile); more spills
 MAX_THREADS = 512
 
@@ -114,6 +120,8 @@ def supports(spec: GemmSpec, arch: str) -> str | None:
     number = arch_number(arch)
     if spec.dtype == "fp32":
         return _fp32_problem(spec, arch)
+    if spec.fp8:
+        return _fp8_problem(spec, arch)
     if spec.dtype not in DTYPES:
         return f"tensor-core inputs must be {', '.join(DTYPES)}, not {spec.dtype}"
     if number < 75:
@@ -130,6 +138,35 @@ def _fp32_problem(spec: GemmSpec, arch: str) -> str | None:
     if arch_number(arch) < 80:
         return f"3xtf32 needs tf32 tensor cores (sm_80 or newer), not {arch}"
     return math_refusal(spec, arch, NAME)
+
+
+def _fp8_problem(spec: GemmSpec, arch: str) -> str | None:
+    """fp8 (issue 70): m16n8k32 e4m3/e5m2 mma.sync exists from sm_89; K-major rows (layout nt, the spec's
+    only fp8 layout) are copied by cp.async, 4 bytes at least, so K must be a multiple of 4."""
+    if arch_number(arch) < FP8_MIN_ARCH:
+        return f"fp8 mma.sync (m16n8k32 {spec.dtype}) needs sm_89 or newer, not {arch}"
+    if spec.k % 4:
+        return f"fp8 rows of K={spec.k} bytes: the mma family copies them 4 bytes at least, so K must be a multiple of 4"
+    return None
+
+
+def fp8_emulated(arch: str) -> bool:
+    """Whether ptxas emulates fp8 mma.sync on `arch` (f16 unpacks and two m16n8k16; sm_90, sm_100)."""
+    return arch_number(arch) not in FP8_NATIVE_ARCHES
+
+
+def yields(spec: GemmSpec, arch: str) -> str | None:
+    """fp8 on sm_90 is the grouped wgmma kernel's (fp8_grouped, asked first); where it refuses a spec the
+    registry does not fall back to mma.sync's emulated fp8 there. Asked by name, mma still runs it."""
+    if spec.fp8 and arch_number(arch) == 90:
+        return "fp8 on sm_90 runs on the grouped wgmma kernel (mma.sync's fp8 is emulated there; --family mma runs it)"
+    return None
+
+
+def block_scaled(spec: GemmSpec) -> bool:
+    """Whether the kernel scales each 128-long k-block's sums as it goes (fp8 block scaling: two-level
+    accumulation, a second set of sums a thread)."""
+    return spec.fp8 and spec.scaling == "block"
 
 
 def smem_limit(arch: str) -> int:
@@ -194,6 +231,8 @@ def _occupancy(c: MmaConfig, s: GemmSpec, arch: str) -> str | None:
     # split fragments' small parts and the partial sums ptxas keeps in flight beside the accumulators)
     fragments = c.wm // 16 * 4 + c.wn // 8 * 2
     need = (c.accumulators + 2 * fragments + 40) if not splits_fp32(s) else (2 * c.accumulators + 3 * fragments + 40)
+    if block_scaled(s):  # the k-block's raw sums beside the scaled total, and the k-block's row scales
+        need = 2 * c.accumulators + 2 * fragments + 40 + c.wm // 8
     if need > cap:  # ptxas would spill to fit the launch bound (e.g. 16 warps of 64x64: 128 registers each)
         return f"{c.blocks_per_sm} block(s) of {c.threads} threads leave {cap} registers a thread, under ~{need}"
     if c.blocks_per_sm == 1:
@@ -221,9 +260,25 @@ def _transpose(c: MmaConfig, s: GemmSpec, arch: str) -> str | None:
     return None
 
 
+def _fp8(c: MmaConfig, s: GemmSpec, arch: str) -> str | None:
+    if not s.fp8:
+        return None
+    emulated_limit = MAX_ACCUMULATORS // (4 if block_scaled(s) else 2)  # NVRTC 13.0 spilled 40-200 B past it
+    if fp8_emulated(arch) and c.accumulators > emulated_limit:
+        return (f"{arch} runs fp8 mma.sync as f16 unpacks and two m16n8k16, whose registers leave room for "
+                f"{emulated_limit} sums a thread{' (twice: block scales)' if block_scaled(s) else ''}, not {c.accumulators}")
+    if s.epilogue.reads_c and c.accumulators > MAX_ACCUMULATORS // 2:  # NVRTC 13.0, sm_89 / sm_120: 8-32 B
+        return (f"fp8 with an epilogue that reads C: the scales and C's pairs beside {c.accumulators} sums a "
+                "thread spill; warp tiles up to 64x32")
+    if block_scaled(s) and 2 * c.accumulators > MAX_ACCUMULATORS:
+        return (f"fp8 block scales keep each k-block's raw sums beside the scaled total: 2x{c.accumulators} fp32 "
+                f"sums a thread exceed {MAX_ACCUMULATORS} (registers would spill); warp tiles up to 64x32")
+    return None
+
+
 CONSTRAINTS: dict[str, Constraint] = {
     "dtype": _dtype, "tile": _tile, "depth": _depth, "registers": _registers, "pipeline": _pipeline,
-    "shared_memory": _smem, "occupancy": _occupancy, "transpose_copy": _transpose,
+    "shared_memory": _smem, "occupancy": _occupancy, "transpose_copy": _transpose, "fp8": _fp8,
 }
 
 
@@ -358,6 +413,10 @@ def default_config(spec: GemmSpec | None, arch: str = "sm_80") -> MmaConfig:
         return tuned
     if splits_fp32(spec):
         return _split_default(spec, arch)
+    if block_scaled(spec):
+        return _block_default(spec, arch)
+    if spec.fp8 and (fp8_emulated(arch) or spec.epilogue.reads_c):
+        return _narrow_fp8_default(spec, arch)
     sms = geometry(None, arch).sm_count if known_arch(arch) else 80
     tiles = lambda c: -(-spec.m // c.bm) * -(-spec.n // c.bn)  # noqa: E731
     wide = _register_copied_tile(arch)
@@ -394,11 +453,51 @@ def _split_default(spec: GemmSpec, arch: str) -> MmaConfig:
     return wide if -(-spec.m // wide.bm) * -(-spec.n // wide.bn) >= sms // 2 else small
 
 
+def _block_candidates(arch: str) -> list[tuple[str, MmaConfig]]:
+    """fp8 block scales: a thread holds its warp tile's sums twice (one k-block's raw sums, and the scaled
+    total), so warp tiles of 64x32 or 32x32 (as 3xtf32's); 128-byte slices are one k-block each. Not
+    measured on a GPU yet."""
+    base = MmaConfig(bm=128, bn=128, k_bytes=128, wm=64, wn=32, stages=4, group_m=8)
+    return [
+        ("fp8b_128x128_w64x32", base.with_(stages=_fitting_stages(base, arch, 4))),
+        ("fp8b_128x128_w32x64", base.with_(wm=32, wn=64, stages=_fitting_stages(base, arch, 4))),
+        ("fp8b_128x128_w64x32_k64", base.with_(k_bytes=64, stages=_fitting_stages(base.with_(k_bytes=64), arch, 4))),
+        ("fp8b_64x64_w32x32", MmaConfig(bm=64, bn=64, k_bytes=128, wm=32, wn=32, stages=4, group_m=8)),
+        ("fp8b_128x64_w32x32_k64", MmaConfig(bm=128, bn=64, k_bytes=64, wm=32, wn=32, stages=4, group_m=8)),
+    ]
+
+
+def _narrow_fp8_default(spec: GemmSpec, arch: str) -> MmaConfig:
+    """fp8 tensor / rowwise scales where mma.sync is emulated (sm_100; sm_90 asked by name) or the epilogue
+    reads C (the fp8 rule: 64 sums a thread at most): 128x128 tiles of 8 warps (32x64), 64-byte slices, the
+    shape NVRTC 13.0 compiled without spills on sm_89, sm_90, sm_100 and sm_120 (64x64 warps, and 128-byte
+    slices of 64x32 ones on sm_90 / sm_100, spill); 64x64 tiles for small grids. Not measured."""
+    sms = geometry(None, arch).sm_count if known_arch(arch) else 80
+    wide = MmaConfig(bm=128, bn=128, k_bytes=64, wm=32, wn=64, stages=4, group_m=8)
+    wide = wide.with_(stages=_fitting_stages(wide, arch, 4))
+    small = MmaConfig(bm=64, bn=64, k_bytes=64, wm=32, wn=32, stages=4, group_m=8)
+    return wide if -(-spec.m // wide.bm) * -(-spec.n // wide.bn) >= sms // 2 else small
+
+
+def _block_default(spec: GemmSpec, arch: str) -> MmaConfig:
+    """fp8 block scales: 128x128 tiles of 8 warps (64x32) where they fill half the SMs, else 64x64 tiles;
+    where fp8 mma.sync is emulated (sm_90, sm_100), 128x64 tiles of 8 warps (32x32) with 64-byte slices
+    (NVRTC 13.0: no spills there; 64x32 warps spilled 40-100 B)."""
+    sms = geometry(None, arch).sm_count if known_arch(arch) else 80
+    named = dict(_block_candidates(arch))
+    wide, small = named["fp8b_128x128_w64x32"], named["fp8b_64x64_w32x32"]
+    if fp8_emulated(arch):
+        wide = MmaConfig(bm=128, bn=64, k_bytes=64, wm=32, wn=32, stages=4, group_m=8)
+    return wide if -(-spec.m // wide.bm) * -(-spec.n // wide.bn) >= sms // 2 else small
+
+
 def candidates(spec: GemmSpec, arch: str = "sm_80") -> list[tuple[str, MmaConfig]]:
     """A few named configs of proven shapes to time against the default (each valid for `spec` on
     `arch`): gemmtune.build(spec, config=c, family="mma")."""
     tuned = dict(ladder(arch))["tuned"]
     two = _two_per_sm(spec, arch)
+    if block_scaled(spec):
+        return valid_named([("default", default_config(spec, arch))] + _block_candidates(arch), rejections, spec, arch)
     named = [("default", default_config(spec, arch))] + _split_candidates(arch) if splits_fp32(spec) else [
         ("default", default_config(spec, arch)),
         ("tuned", tuned),

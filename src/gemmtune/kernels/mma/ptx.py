@@ -67,6 +67,25 @@ __device__ __forceinline__ void mma_tile(float (&d)[4], const u32 (&a)[4], const
 """,
 }
 
+
+
+def _fp8_mma(a_type: str, b_type: str) -> str:
+    """m16n8k32 with 8-bit operands: its fragments hold, byte for byte, what m16n8k16's hold of 16-bit
+    values (a0: row g, bytes 4t..4t+3 of the k-step; a2 the same 16 bytes on; b0/b1 likewise down column
+    g), so the same ldmatrix (b16, no .trans) reads them from a K-major tile."""
+    return f"""
+// mma m16n8k32 {a_type} x {b_type} (sm_89+): D(16x8, fp32) += A(16x32, row) · B(32x8, col), four 8-bit values a register.
+__device__ __forceinline__ void mma_tile(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2]) {{
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.{a_type}.{b_type}.f32 {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, "
+                 "{{%8, %9}}, {{%0, %1, %2, %3}};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}}
+"""
+
+
+MMA.update({"e4m3": _fp8_mma("e4m3", "e4m3"), "e5m2": _fp8_mma("e5m2", "e5m2")})
+
 # 3xTF32: an fp32 value as big + small, both exact tf32 values, so three tf32 products keep fp32 accuracy.
 SPLIT_TF32 = r"""
 // Round an fp32 value to tf32 (10-bit mantissa), to nearest with ties away from zero; low 13 bits zero.

@@ -10,13 +10,13 @@ zero-filled at the copy (K too), so the main loop never branches on them; the wr
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...errors import ConfigError
 from ...kernel_source import KernelSource
 from ...spec import GemmSpec
 from ..config_base import arch_number
-from ..parts.epilogue import CArg, Operands, VectorArg, epilogue_function, pointer_params
+from ..parts.epilogue import POINTER_DECLS, CArg, Operands, VectorArg, epilogue_function, pointer_params
 from ..parts.floats import FLOAT_VIEW, HALF_FLOATS, PACK_PAIR, TO_OUT
 from ..parts.ring import SLICE_RING
 from ..parts.writeback import CRead, PairFragment, PairOutput, pair_epilogue, pair_io, pair_stores, staged_bias
@@ -25,7 +25,9 @@ from .config import (
     KSTEP_BYTES,
     NAME,
     VERSION,
+    FP8_BLOCK,
     MmaConfig,
+    block_scaled,
     copy_width,
     ldmatrix_reads,
     operand_extent,
@@ -36,7 +38,8 @@ from .config import (
 )
 from .ptx import CP_ASYNC, LDMATRIX, SMEM_ADDR, SPLIT_TF32, mma_helper
 
-STORAGE_TYPES = {"fp32": "float", "tf32": "float", "bf16": "bf16_t", "fp16": "fp16_t"}
+STORAGE_TYPES = {"fp32": "float", "tf32": "float", "bf16": "bf16_t", "fp16": "fp16_t",
+                 "e4m3": "unsigned char", "e5m2": "unsigned char"}  # fp8: the 8-bit codes
 COPY_TYPES = {16: "uint4", 8: "uint2", 4: "u32", 2: "unsigned short"}
 # apply_epilogue takes C's element (loaded by the caller, a pair at a time where aligned) and the bias:
 # its element, read by the caller once per column (row) a thread holds (STAGED_BIAS), or as a
@@ -420,6 +423,10 @@ def _a_fragments(op: Operand) -> str:
         load = (f"ldmatrix_x4_trans(a[i], a_base + "
                 f"{_at(op, 'x + (((lane >> 3) & 1) << 3)', 'kk + (lane & 7) + ((lane >> 4) << 3)')});")
         why = "ldmatrix.trans: the M-contiguous tile transposed into the row-major A fragment"
+    elif op.elem == 1:  # fp8, K-major: four 8-bit values a word
+        load = " ".join(f"a[i][{r}] = lds32(a_ptr + {_at(op, f'x + g + {dx}', f'kk + 4 * t + {dk}')});"
+                        for r, (dx, dk) in enumerate(((0, 0), (8, 0), (0, 16), (8, 16))))
+        why = "plain loads: a0 (g, 4t..4t+3), a1 (g+8, ..), a2 (g, 4t+16..), a3 (g+8, 4t+16..)"
     elif op.elem == 4:
         load = " ".join(f"a[i][{r}] = lds32(a_ptr + {_at(op, f'x + g + {dx}', f'kk + t + {dk}')});"
                         for r, (dx, dk) in enumerate(((0, 0), (8, 0), (0, 4), (8, 4))))
@@ -463,7 +470,11 @@ def _b_fragments(op: Operand) -> str:
                 b[j][0] = r[0]; b[j][1] = r[1]; b[j + 1][0] = r[2]; b[j + 1][1] = r[3];
             }}
 """
-    if op.elem == 4:
+    if op.elem == 1:  # fp8, K-major
+        load = (f"b[j][0] = lds32(b_ptr + {_at(op, 'x + g', 'kk + 4 * t')}); "
+                f"b[j][1] = lds32(b_ptr + {_at(op, 'x + g', 'kk + 4 * t + 16')});")
+        why = "plain loads: b0 (k 4t..4t+3, n g), b1 (k 4t+16.., n g)"
+    elif op.elem == 4:
         load = (f"b[j][0] = lds32(b_ptr + {_at(op, 'x + g', 'kk + t')}); "
                 f"b[j][1] = lds32(b_ptr + {_at(op, 'x + g', 'kk + t + 4')});")
         why = "plain loads: b0 (k t, n g), b1 (k t+4, n g)"
@@ -524,7 +535,7 @@ def _staged_stores(spec: GemmSpec, config: MmaConfig, output: PairOutput, uses_a
                   "if (row < M && col < N) read_pair(C + (unsigned)row * N + col, c0, c1);  // C's pair (N is even)"]
         c0, c1 = "c0", "c1"
     staged = staged_bias(spec, FRAGMENT, output)
-    first, second = pair_epilogue(spec, output, FRAGMENT.values, (c0, c1), staged.elements)
+    first, second = pair_epilogue(spec, output, _fragment(spec).values, (c0, c1), staged.elements)
     body = "\n".join("                " + line for line in read_c + [
         f"write_pair(tile + r * PITCH + c, {first}, {second});"])
     bias = "".join(f"    {line}\n" for line in staged.lines)
@@ -560,12 +571,21 @@ def _staged_stores(spec: GemmSpec, config: MmaConfig, output: PairOutput, uses_a
 def _write_back(spec: GemmSpec, config: MmaConfig, arch: str, uses_async: bool) -> str:
     if staged_write_back(spec, config):
         return _staged_stores(spec, config, _output(spec, config, arch), uses_async)
-    return pair_stores(spec, FRAGMENT, _output(spec, config, arch))
+    return pair_stores(spec, _fragment(spec), _output(spec, config, arch))
 
 
 # --- the kernel ---------------------------------------------------------------------------------
+FP8_SCALE_DECLS = {"scale_a": "const float* __restrict__ scale_a", "scale_b": "const float* __restrict__ scale_b"}
+
+
 def _params(spec: GemmSpec) -> tuple[tuple[str, ...], str]:
-    return pointer_params(spec)
+    """Every operand as a plain pointer (or scalar); fp8 adds A's and B's float32 scales after B
+    (laid out as gemmtune.fp8.gemm_inputs says)."""
+    if not spec.fp8:
+        return pointer_params(spec)
+    names = ("A", "B", *FP8_SCALE_DECLS, *(op.name for op in spec.epilogue.operands()), "D")
+    decls = {**POINTER_DECLS, **FP8_SCALE_DECLS}
+    return names, ", ".join(decls[n] for n in names)
 
 
 def _constants(spec: GemmSpec, config: MmaConfig, a: Operand, b: Operand) -> str:
@@ -582,7 +602,9 @@ constexpr int TILES_M = (M + BM - 1) / BM, TILES_N = (N + BN - 1) / BN, KTILES =
 constexpr int GROUP_M = {config.group_m};  // rasterization: blocks walk GROUP_M tile rows before moving right
 constexpr int KSTEPS = BK / KSTEP;  // mma k-steps per slice
 constexpr int MIN_BLOCKS = {config.blocks_per_sm};  // blocks per SM the registers are bounded for
-""" + "".join(f"constexpr int {op.name}_LOADS = {register_loads(op, config.threads)}, {op.name}_WORDS = {register_words(op)};"
+""" + (f"""constexpr int K_BLOCKS = (K + {FP8_BLOCK} - 1) / {FP8_BLOCK};  // fp8 block scales: k-blocks of {FP8_BLOCK} along K
+constexpr int SLICES_PER_BLOCK = {FP8_BLOCK} / BK;  // k-slices a k-block spans (slices never straddle one)
+""" if block_scaled(spec) else "") + "".join(f"constexpr int {op.name}_LOADS = {register_loads(op, config.threads)}, {op.name}_WORDS = {register_words(op)};"
               f"  // {op.name}'s register-staged copy units per thread, 32-bit words each\n"
               for op in (a, b) if not op.use_async)
 
@@ -651,8 +673,10 @@ def _stage_functions(config: MmaConfig, a: Operand, b: Operand) -> str:
             + "\n    };\n")
 
 
-def _slice_body(config: MmaConfig, uses_async: bool, has_regs: bool, kt: str, parity: int, indent: str) -> str:
-    """One k-slice of the ring: KSTEPS k-steps, fragments of step ks+1 loaded before step ks's mma."""
+def _slice_body(config: MmaConfig, uses_async: bool, has_regs: bool, kt: str, parity: int, indent: str,
+                hooks: tuple[str, str] = ("", "")) -> str:
+    """One k-slice of the ring: KSTEPS k-steps, fragments of step ks+1 loaded before step ks's mma.
+    `hooks`: statements at the slice's start and after its last mma (fp8 block scales: _block_hooks)."""
     commit = "cp_async_commit();" if uses_async else ""
     wait = "cp_async_wait<STAGES - 2>();  " if uses_async else ""
     early = config.stages == 2 and has_regs
@@ -663,7 +687,7 @@ def _slice_body(config: MmaConfig, uses_async: bool, has_regs: bool, kt: str, pa
         if (ks == 0) {{
             // Slice kt+STAGES-1 into the buffer of slice kt-1 (every warp left it before the last barrier).
             if (next < KTILES) issue_stage(RING_SLOT(next), next);
-            {commit}
+            {commit}{hooks[0]}
         }}
         if (ks == KSTEPS - 1) {{
             {"if (next < KTILES) store_regs(RING_SLOT(next), next);  // two buffers: store before the barrier" if early else ""}
@@ -673,13 +697,14 @@ def _slice_body(config: MmaConfig, uses_async: bool, has_regs: bool, kt: str, pa
         const int fs = ks + 1 < KSTEPS ? RING_SLOT(kt) : RING_SLOT(kt + 1);
         load_fragments(a[(ks + {parity + 1}) & 1], b[(ks + {parity + 1}) & 1], fs, ((ks + 1) % KSTEPS) * KSTEP);
         multiply(a[(ks + {parity}) & 1], b[(ks + {parity}) & 1]);
-    }}
+    }}{hooks[1]}
     {"" if early or not has_regs else "if (next < KTILES) store_regs(RING_SLOT(next), next);  // registers -> the free buffer, after the mma work"}
 }}"""
     return "\n".join(indent + line if line.strip() else "" for line in lines.splitlines())
 
 
-def _main_loop(config: MmaConfig, uses_async: bool, has_regs: bool, double: bool) -> str:
+def _main_loop(config: MmaConfig, uses_async: bool, has_regs: bool, double: bool,
+               hooks: tuple[str, str] = ("", "")) -> str:
     commit = "cp_async_commit();" if uses_async else ""
     if config.stages == 1:
         wait = "cp_async_wait<0>();\n        " if uses_async else ""
@@ -698,8 +723,8 @@ def _main_loop(config: MmaConfig, uses_async: bool, has_regs: bool, double: bool
         issue_stage(0, kt);
         store_regs(0, kt);
         {commit}
-        {wait}__syncthreads();
-{steps}
+        {wait}__syncthreads();{hooks[0]}
+{steps}{hooks[1]}
         __syncthreads();
     }}
 """
@@ -715,21 +740,21 @@ def _main_loop(config: MmaConfig, uses_async: bool, has_regs: bool, double: bool
         {wait}__syncthreads();  // everyone's copies of slice kt are visible; slice kt-1's buffer is free
         const int next = kt + STAGES - 1;
         if (next < KTILES) issue_stage(RING_SLOT(next), next);
-        {commit}
+        {commit}{hooks[0]}
         #pragma unroll
         for (int ks = 0; ks < KSTEPS; ++ks) {{
             load_fragments(a[0], b[0], RING_SLOT(kt), ks * KSTEP);
             multiply(a[0], b[0]);
-        }}
+        }}{hooks[1]}
     }}
 """
     wait = "cp_async_wait<STAGES - 2>();  // slice 0 has landed (this thread's copies)\n    " if uses_async else ""
     if config.k_bytes // KSTEP_BYTES % 2 == 0:
-        loop = "    for (int kt0 = 0; kt0 < KTILES; ++kt0)\n" + _slice_body(config, uses_async, has_regs, "kt0", 0, "    ")
+        loop = "    for (int kt0 = 0; kt0 < KTILES; ++kt0)\n" + _slice_body(config, uses_async, has_regs, "kt0", 0, "    ", hooks)
     else:  # an odd number of k-steps per slice: two slices per trip keep the fragment sets compile-time
         loop = ("    for (int kt0 = 0; kt0 < KTILES; kt0 += 2) {\n"
-                + _slice_body(config, uses_async, has_regs, "kt0", 0, "        ") + "\n        if (kt0 + 1 < KTILES)\n"
-                + _slice_body(config, uses_async, has_regs, "kt0 + 1", 1, "        ") + "\n    }")
+                + _slice_body(config, uses_async, has_regs, "kt0", 0, "        ", hooks) + "\n        if (kt0 + 1 < KTILES)\n"
+                + _slice_body(config, uses_async, has_regs, "kt0 + 1", 1, "        ", hooks) + "\n    }")
     return f"""    // A ring of STAGES buffers: slices kt+1 .. kt+STAGES-1 are in flight while slice kt is multiplied
     // (one commit group per slice, so wait_group STAGES-2 means slice kt+1 has landed), and the fragments
     // of each k-step are read from shared memory while the previous k-step's mma.sync run.
@@ -745,14 +770,16 @@ def _main_loop(config: MmaConfig, uses_async: bool, has_regs: bool, double: bool
 
 
 def _multiply(spec: GemmSpec) -> str:
-    """The warp tile's mma work for one k-step: one mma per 16x8 tile, or three for 3xtf32."""
+    """The warp tile's mma work for one k-step: one mma per 16x8 tile (into the k-block's raw sums
+    where fp8 block scales are applied per k-block), or three for 3xtf32."""
     if not splits_fp32(spec):
-        return """    auto multiply = [&](const u32 (&a)[MT][4], const u32 (&b)[NT][2]) {
+        sums = "part" if block_scaled(spec) else "acc"
+        return f"""    auto multiply = [&](const u32 (&a)[MT][4], const u32 (&b)[NT][2]) {{
         #pragma unroll
         for (int i = 0; i < MT; ++i)
             #pragma unroll
-            for (int j = 0; j < NT; ++j) mma_tile(acc[i][j], a[i], b[j]);
-    };
+            for (int j = 0; j < NT; ++j) mma_tile({sums}[i][j], a[i], b[j]);
+    }};
 """
     return """    // 3xTF32: every fp32 fragment value x = big + small (both tf32), and each 16x8 tile takes
     // small·big + big·small + big·big (small·small, under 2^-22 of the product, is left out). The three
@@ -785,6 +812,76 @@ def _multiply(spec: GemmSpec) -> str:
 """
 
 
+# --- fp8 scales -------------------------------------------------------------------------------------
+def _scale_setup(spec: GemmSpec) -> str:
+    """fp8 tensor scales, read after the main loop for the write-back, which multiplies each sum by them
+    before the epilogue (_fragment; as gemmtune.fp8 defines D: the scaled product, then bias and activation)."""
+    if spec.fp8 and spec.scaling == "tensor":
+        return "    const float scale = scale_a[0] * scale_b[0];  // fp8: A's and B's one scale each\n"
+    return ""
+
+
+def _fragment(spec: GemmSpec) -> PairFragment:
+    """FRAGMENT, its values times the fp8 tensor scale (_scale_setup) or the rowwise scales of the pair's
+    row and columns, read where the write-back stores it (`row`, `col` in scope; rows and columns past the
+    edge read the last scale: their outputs are not stored), where the spec has them."""
+    if not spec.fp8 or block_scaled(spec):
+        return FRAGMENT
+    if spec.scaling == "tensor":
+        values = tuple(f"{v} * scale" for v in FRAGMENT.values)
+    else:
+        values = tuple(f"{v} * (scale_a[min(row, M - 1)] * scale_b[min(col{' + 1' if e else ''}, N - 1)])"
+                       for e, v in enumerate(FRAGMENT.values))
+    return replace(FRAGMENT, values=values)
+
+
+def _block_scales(spec: GemmSpec) -> str:
+    """fp8 block scales (A: 1x128 along K a row, B: 128x128 blocks; gemmtune.fp8): two-level accumulation.
+    The mma work of one k-block goes into `part`; at the block's end each 16x8 tile's raw sums join `acc`
+    times scale_a[row, kb] · scale_b[column block, kb] and `part` restarts at zero. The scales are loaded at
+    the block's first slice (in flight during its mma work) and multiplied at its end. A warp's columns lie
+    in one 128-column block of B (its tile's width divides 128 and starts at a multiple of it)."""
+    if not block_scaled(spec):
+        return ""
+    return """    // fp8 block scales: the current k-block's raw sums, and its scales (rows g, g + 8 of each 16-row block).
+    float part[MT][NT][4] = {};
+    float row_scale[MT][2], col_scale = 0.0f;
+    const int scale_col_block = min(n0 + wcol, N - 1) / 128;  // the warp's one 128-column block of B
+    auto load_scales = [&](int kb) {
+        col_scale = scale_b[scale_col_block * K_BLOCKS + kb];
+        #pragma unroll
+        for (int i = 0; i < MT; ++i)
+            #pragma unroll
+            for (int h = 0; h < 2; ++h)
+                row_scale[i][h] = scale_a[(unsigned)min(m0 + wrow + i * 16 + g + h * 8, M - 1) * K_BLOCKS + kb];
+    };
+    auto promote = [&]() {  // acc += part * (scale_a[row, kb] * scale_b[column block, kb]); part = 0
+        #pragma unroll
+        for (int i = 0; i < MT; ++i)
+            #pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const float scale = row_scale[i][h] * col_scale;
+                #pragma unroll
+                for (int j = 0; j < NT; ++j)
+                    #pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        acc[i][j][2 * h + e] = fmaf(part[i][j][2 * h + e], scale, acc[i][j][2 * h + e]);
+                        part[i][j][2 * h + e] = 0.0f;
+                    }
+            }
+    };
+"""
+
+
+def _block_hooks(spec: GemmSpec) -> tuple[str, str]:
+    """The main loop's statements at a slice's start (a k-block's first slice: its scales) and after its
+    last mma (a k-block's last slice, or K's: promote)."""
+    if not block_scaled(spec):
+        return "", ""
+    return ("\n            if (kt % SLICES_PER_BLOCK == 0) load_scales(kt / SLICES_PER_BLOCK);  // this k-block's scales",
+            "\n    if ((kt + 1) % SLICES_PER_BLOCK == 0 || kt + 1 == KTILES) promote();  // the k-block's sums, scaled, into acc")
+
+
 def _kernel(spec: GemmSpec, config: MmaConfig, arch: str, a: Operand, b: Operand) -> str:
     uses_async = a.use_async or b.use_async
     has_regs = not (a.use_async and b.use_async)
@@ -814,10 +911,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) {entry_name(sp
         {{
 {_a_fragments(a)}{_b_fragments(b)}        }}
     }};
-{_multiply(spec)}    (void)g; (void)t;
+{_block_scales(spec)}{_multiply(spec)}    (void)g; (void)t;
 
-{_main_loop(config, uses_async, has_regs, double_buffered(a, b))}
-{_write_back(spec, config, arch, uses_async)}}}
+{_main_loop(config, uses_async, has_regs, double_buffered(a, b), _block_hooks(spec))}
+{_scale_setup(spec)}{_write_back(spec, config, arch, uses_async)}}}
 """
 
 

@@ -19,7 +19,7 @@ MMA_READS: dict[str, tuple[str, ...]] = {
     "dtype": (), "tile": ("bm", "bn", "wm", "wn"), "depth": ("k_bytes",), "registers": ("wm", "wn"),
     "pipeline": ("stages", "async_copy", "group_m"), "shared_memory": ("bm", "bn", "k_bytes", "stages"),
     "occupancy": ("bm", "bn", "wm", "wn", "k_bytes", "stages", "blocks_per_sm"),
-    "transpose_copy": ("transpose_copy",),
+    "transpose_copy": ("transpose_copy",), "fp8": ("wm", "wn"),
 }
 
 
