@@ -199,7 +199,7 @@ def test_a_candidate_that_kills_the_worker_is_a_crash_trial(tmp_path: Path) -> N
 # --- the command line -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("argv, word", [
     (["--rows", "3,x"], "integers"), (["--rows", "3,4", "--tokens", "8", "--experts", "2"], "once"),
-    ([], "give the group sizes"), (["--tokens", "64"], "go together"), (["--rows", "8,8", "--dtype", "e4m3"], "bf16 or fp16"),
+    ([], "give the group sizes"), (["--tokens", "64"], "go together"), (["--rows", "8,8", "--dtype", "e4m3"], "needs --scale"),
     (["--rows", "8,8", "--epilogue", "add"], "unsupported"), (["--rows", "8,8", "--candidates", "0"], "at least 1"),
     (["--tokens", "64", "--experts", "4", "--topk", "5"], "exceeds")])
 def test_tune_grouped_refuses_bad_input_in_one_line(argv: list[str], word: str, capsys: pytest.CaptureFixture,

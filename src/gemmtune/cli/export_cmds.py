@@ -103,6 +103,8 @@ def run_export(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     from ..device import present_device
 
+    if spec.fp8:
+        return export_fp8(args, spec, present_device())
     device = present_device()
     arch = target_arch(args.arch, device)
     if args.backend == "tvm":
@@ -116,3 +118,41 @@ def run_export(args: argparse.Namespace) -> int:
                          db_path=db_to_read(args.db), family=family.name)
     print_result(result, device)
     return 0
+
+
+# --- fp8 --------------------------------------------------------------------------------------------------
+def export_fp8(args: argparse.Namespace, spec: Any, device: Any) -> int:
+    """An fp8 GEMM as the grouped fp8 kernel's one group (issue 70): export.grouped's folder with the one-GEMM
+    launcher name(A, B, [bias], scale_a, scale_b, D, stream) beside the grouped one. Config: --config (a JSON object
+    of GroupedConfig fields), else the tuning database's (`gemmtune tune ... --dtype e4m3 --scale ...`), else the
+    default."""
+    from ..export.grouped import export_grouped, gemm_launcher_params
+    from ..tune.grouped_tuner import spec_for_gemm
+    from .grouped_cmds import chosen, config_label
+
+    if args.backend != "native":
+        raise SpecError(f"--backend {args.backend} does not take fp8 GEMMs; the native grouped fp8 kernel does")
+    if args.arch not in (None, "sm_90", "sm_90a"):
+        check_arch(args.arch)
+        raise SpecError(f"fp8 GEMMs use wgmma and TMA: export them for sm_90a, not {args.arch}")
+    if args.family is not None:
+        family_from_args(args, spec, "sm_90a")  # ConfigError where that family cannot run the spec
+    grouped, _ = spec_for_gemm(spec)
+    device = device if device is not None and device.cc == (9, 0) else None
+    config, provenance = chosen(args, grouped, device)
+    result = export_grouped(grouped, config, Path(args.out), "sm_90a", args.name or default_fp8_name(spec),
+                            device.sm_count if device is not None else None, provenance, gemm=True)
+    where = f"on {device.name}" if device is not None else "no sm_90 GPU here: a grid of the sm_90a table's SMs"
+    print(f"exported {spec.short()} for sm_90a to {result.path} ({where}) as the grouped fp8 kernel's one group")
+    print(f"config source: {provenance.describe()}")
+    print(f"config: {config_label(config)} {json.dumps(config.to_json(), sort_keys=True)}")
+    print(f"ptxas: {result.compiled.resources.summary()}")
+    print(f"launcher: {result.name}({gemm_launcher_params(grouped).replace(' = 0', '')})")
+    print(f"check it: cd {result.path} && cmake -B build && cmake --build build && ./build/{result.name}_check")
+    return 0
+
+
+def default_fp8_name(spec: Any) -> str:
+    """gemm_<dtype>_<scaling>_<out>_<M>x<N>x<K>[_<epilogue>]."""
+    epilogue = "" if spec.epilogue.is_identity else "_" + str(spec.epilogue).replace("+", "_")
+    return f"gemm_{spec.dtype}_{spec.scaling}_{spec.out_dtype}_{spec.m}x{spec.n}x{spec.k}{epilogue}"

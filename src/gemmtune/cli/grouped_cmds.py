@@ -1,5 +1,6 @@
-"""Verbs `tune-grouped` (time the grouped candidates against torch._grouped_mm, store every trial) and
-`export-grouped` (a grouped kernel as .cuh + launcher taking offs on the device, harness, CMake, cubin)."""
+"""Verbs `tune-grouped` (time the grouped candidates against torch._grouped_mm, fp8 against torch._scaled_mm or
+torch._scaled_grouped_mm, store every trial) and `export-grouped` (a grouped kernel as .cuh + launcher taking offs
+on the device, fp8 its scales too, harness, CMake, cubin)."""
 from __future__ import annotations
 
 import argparse
@@ -9,6 +10,8 @@ from typing import Any
 
 from ..errors import ConfigError, SpecError
 from ..grouped.distribution import ROUTINGS, Routing, describe, parse_rows
+from ..grouped.spec import DTYPES, FP8, OUT_DTYPES
+from ..spec import SCALINGS
 from .common import add_db_argument, console
 
 
@@ -18,7 +21,10 @@ def register(subparsers) -> None:
         description="Verify each grouped candidate against a float64 reference (NaN-poisoned D) and time it with "
                     "torch._grouped_mm in the same rounds, in a watched worker process; every trial is stored in "
                     "the tuning database, and gemmtune.torch.grouped_mm then uses the fastest for specs of the same "
-                    "G, N, K, dtype, epilogue and mean rows per group (rounded to a power of two). A re-run resumes.")
+                    "G, N, K, dtype, epilogue and mean rows per group (rounded to a power of two). A re-run resumes. "
+                    "fp8 (--dtype e4m3|e5m2 --scale tensor|rowwise|block [--out-dtype bf16|fp16]): the reference is "
+                    "that of the dequantized operands, torch's call torch._scaled_grouped_mm (one group: "
+                    "torch._scaled_mm), and gemmtune.torch.scaled_grouped_mm / scaled_mm use the fastest.")
     _add_problem_arguments(tune)
     tune.add_argument("--candidates", type=int, metavar="N", help="only the first N candidates (default: all)")
     tune.add_argument("--rounds", type=int, default=30, help="timed rounds of ours and torch's (default 30)")
@@ -48,7 +54,12 @@ def register(subparsers) -> None:
 def _add_problem_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-n", dest="n", type=int, required=True, help="columns of D (rows of each group's weights)")
     parser.add_argument("-k", dest="k", type=int, required=True, help="reduction length (a multiple of 8)")
-    parser.add_argument("--dtype", default="bf16", help="bf16 or fp16 (default bf16)")
+    parser.add_argument("--dtype", default="bf16", help="bf16, fp16, or fp8 e4m3 / e5m2 with --scale (default bf16)")
+    parser.add_argument("--scale", dest="scaling", default=None, choices=SCALINGS,
+                        help="fp8: tensor (one scale each), rowwise (A's rows, each group's columns) or block "
+                             "(1x128 of A, 128x128 of each group's weights)")
+    parser.add_argument("--out-dtype", dest="out_dtype", default=None,
+                        help=f"fp8: D's type, {' or '.join(OUT_DTYPES)} (default bf16)")
     parser.add_argument("--epilogue", default="none", help="none, bias, relu, gelu, bias+relu, bias+gelu")
     parser.add_argument("--rows", help="each group's rows, comma-separated: 700,120,64,...")
     parser.add_argument("--tokens", type=int, help="tokens routed to the experts (with --experts and --topk)")
@@ -75,9 +86,20 @@ def rows_from_args(args: argparse.Namespace, required: bool = True) -> tuple[int
     return None
 
 
-def _check_dtype(dtype: str) -> None:
-    if dtype not in ("bf16", "fp16"):
-        raise SpecError(f"--dtype {dtype}: grouped tuning and export take bf16 or fp16")
+def fp8_options(args: argparse.Namespace) -> dict[str, str]:
+    """GroupedSpec's out_dtype and scaling from --dtype, --scale and --out-dtype (SpecError, one line)."""
+    dtype, scaling, out = args.dtype, getattr(args, "scaling", None), getattr(args, "out_dtype", None)
+    if dtype not in DTYPES:
+        raise SpecError(f"--dtype {dtype}: grouped tuning and export take {', '.join(DTYPES[:-1])} or {DTYPES[-1]}")
+    if dtype not in FP8:
+        if scaling is not None or out not in (None, dtype):
+            raise SpecError(f"--scale and --out-dtype are for fp8 inputs ({' or '.join(FP8)}), not {dtype}")
+        return {}
+    if scaling is None:
+        raise SpecError(f"--dtype {dtype} needs --scale {', '.join(SCALINGS)}")
+    if out is not None and out not in OUT_DTYPES:
+        raise SpecError(f"--out-dtype {out} with {dtype} inputs: use {' or '.join(OUT_DTYPES)}")
+    return {"out_dtype": out or "", "scaling": scaling}
 
 
 # --- tune-grouped -----------------------------------------------------------------------------------------
@@ -85,9 +107,9 @@ def run_tune_grouped(args: argparse.Namespace) -> int:
     from ..tune.db import default_db_path
     from ..tune.grouped_tuner import spec_for_rows
 
-    _check_dtype(args.dtype)
+    fp8 = fp8_options(args)
     rows = rows_from_args(args)
-    spec = spec_for_rows(rows, args.n, args.k, args.dtype, args.epilogue)
+    spec = spec_for_rows(rows, args.n, args.k, args.dtype, args.epilogue, **fp8)
     if args.candidates is not None and args.candidates < 1:
         raise SpecError(f"--candidates must be at least 1, got {args.candidates}")
     if args.rounds < 1:
@@ -97,14 +119,16 @@ def run_tune_grouped(args: argparse.Namespace) -> int:
 
     measurer = WorkerMeasurer(args.rounds, args.timeout)  # NoDeviceError (exit 3) before the database is touched
     try:
-        outcome = _tune(spec, rows, measurer, db_path, args.candidates)
+        outcome = tune_spec(spec, rows, measurer, db_path, args.candidates)
     finally:
         measurer.close()
     print_outcome(outcome, db_path)
     return 0 if outcome.best is not None else 1
 
 
-def _tune(spec: Any, rows: tuple[int, ...], measurer: Any, db_path: Path, limit: int | None) -> Any:
+def tune_spec(spec: Any, rows: tuple[int, ...], measurer: Any, db_path: Path, limit: int | None) -> Any:
+    """Tune `spec` on `rows` into the database at `db_path`, printing a line per trial; forget() the configs
+    chosen so far in this process."""
     from ..grouped.tuned import forget
     from ..tune.grouped_db import GroupedTuningDB
     from ..tune.grouped_tuner import tune_grouped
@@ -127,10 +151,15 @@ def config_label(config: Any) -> str:
     return " ".join(words)
 
 
+def torch_name(trial: Any) -> str:
+    """The torch call a trial was timed against (trials stored before the name was: torch._grouped_mm)."""
+    return trial.torch_op or "torch._grouped_mm"
+
+
 def trial_text(trial: Any) -> str:
     if not trial.ok:
         return f"{trial.status.value}: {trial.error}"
-    versus = f", {trial.speedup:.2f}x torch._grouped_mm" if trial.speedup else ", torch not timed"
+    versus = f", {trial.speedup:.2f}x {torch_name(trial)}" if trial.speedup else ", torch not timed"
     return f"{trial.median_s * 1e6:.1f} µs{versus}"
 
 
@@ -143,7 +172,9 @@ def print_outcome(outcome: Any, db_path: Path) -> None:
     from rich.table import Table
 
     context = outcome.context
-    table = Table(title=f"grouped configs for {context.spec.slug()} on {context.environment.device_name}")
+    timed = sorted({torch_name(t) for t in outcome.ranked if t.speedup})
+    table = Table(title=f"grouped configs for {context.spec.slug()} on {context.environment.device_name}",
+                  caption=f"torch: {'; '.join(timed) or 'not timed'}")
     for column in ("rank", "config", "µs", "TFLOP/s", "torch µs", "vs torch"):
         table.add_column(column, justify="left" if column == "config" else "right")
     for rank, trial in enumerate(outcome.ranked, start=1):
@@ -160,24 +191,31 @@ def print_outcome(outcome: Any, db_path: Path) -> None:
     best = outcome.best
     if best is not None:
         out.print(f"best: {config_label(best.config)} {json.dumps(best.config.to_json(), sort_keys=True)}; "
-                  f"gemmtune.torch.grouped_mm uses the fastest of {context.key.describe()} on this GPU")
+                  f"{user_of(context.spec)} uses the fastest of {context.key.describe()} on this GPU")
+
+
+def user_of(spec: Any) -> str:
+    """The torch entry that reads a tuned config of `spec`."""
+    if not spec.fp8:
+        return "gemmtune.torch.grouped_mm"
+    return "gemmtune.torch.scaled_mm" if spec.groups == 1 else "gemmtune.torch.scaled_grouped_mm"
 
 
 # --- export-grouped ---------------------------------------------------------------------------------------
 def spec_from_args(args: argparse.Namespace) -> Any:
     from ..grouped.spec import GroupedSpec
 
-    _check_dtype(args.dtype)
+    fp8 = fp8_options(args)
     epilogue = "none" if args.swiglu else args.epilogue
     rows = rows_from_args(args, required=args.total_m is None and args.groups is None)
     if rows is not None:
         if args.total_m is not None or args.groups is not None or args.masked:
             raise SpecError("give --rows/--tokens, or --groups with --total-m (and --masked), not both")
-        return GroupedSpec(len(rows), sum(rows), args.n, args.k, args.dtype, epilogue, args.swiglu)
+        return GroupedSpec(len(rows), sum(rows), args.n, args.k, args.dtype, epilogue, args.swiglu, **fp8)
     if args.total_m is None or args.groups is None:
         raise SpecError("--groups and --total-m go together")
     layout = "masked" if args.masked else "contiguous"
-    return GroupedSpec(args.groups, args.total_m, args.n, args.k, args.dtype, epilogue, args.swiglu, layout)
+    return GroupedSpec(args.groups, args.total_m, args.n, args.k, args.dtype, epilogue, args.swiglu, layout, **fp8)
 
 
 def given_config(text: str, spec: Any) -> Any:
@@ -214,6 +252,12 @@ def chosen(args: argparse.Namespace, spec: Any, device: Any) -> tuple[Any, Any]:
     return default_config(spec), Provenance("default", "grouped.config.default_config")
 
 
+def launcher_call(spec: Any) -> str:
+    """The launcher's parameters by name: A, B, offs|counts, [bias], [scale_a, scale_b], D, groups, total_m, stream."""
+    return ", ".join(["A", "B", spec.rows_operand, *(["bias"] * spec.has_bias),
+                      *(["scale_a", "scale_b"] if spec.fp8 else []), "D", "groups", "total_m", "stream"])
+
+
 def run_export_grouped(args: argparse.Namespace) -> int:
     if not args.out:
         raise SpecError("export-grouped needs --out DIR: the folder to write")
@@ -230,7 +274,7 @@ def run_export_grouped(args: argparse.Namespace) -> int:
     print(f"exported {spec.slug()} for sm_90a to {result.path} ({where})")
     print(f"config source: {provenance.describe()}")
     print(f"config: {config_label(config)} {json.dumps(config.to_json(), sort_keys=True)}")
-    print(f"launcher: {result.name}(A, B, {spec.rows_operand}{', bias' if spec.has_bias else ''}, D, groups, "
-          f"total_m, stream); grid {result.compiled.source.grid[0]} blocks of {result.compiled.source.block[0]} threads")
+    print(f"launcher: {result.name}({launcher_call(spec)}); grid {result.compiled.source.grid[0]} blocks of "
+          f"{result.compiled.source.block[0]} threads")
     print(f"check it: cd {result.path} && cmake -B build && cmake --build build && ./build/{result.name}_check")
     return 0

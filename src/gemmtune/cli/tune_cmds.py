@@ -131,6 +131,8 @@ def run_tune(args: argparse.Namespace) -> int:
 
     words, word_trials = split_trial_word(args.sizes)
     spec = spec_from_args(argparse.Namespace(**{**vars(args), "sizes": words}))
+    if spec.fp8:
+        return run_tune_fp8(args, spec, word_trials)
     trials = trial_budget(args.trials, word_trials, args.time_s)
     family = tuned_family(args, spec)
     options = TuneOptions(family, args.strategy, trials, args.time_s, args.seed, args.batch, args.top,
@@ -154,6 +156,51 @@ def run_tune(args: argparse.Namespace) -> int:
     print_outcome(outcome, cublas_s, db_path)
     console().print(f"search: {pace}")
     return 0
+
+
+FP8_ROUNDS = 30  # timed rounds of each fp8 candidate and torch's call (tune-grouped's default)
+
+
+def run_tune_fp8(args: argparse.Namespace, spec: GemmSpec, word_trials: int | None) -> int:
+    """An fp8 GEMM (issue 70) tuned as the grouped fp8 kernel's one group of M rows: tune-grouped's candidates,
+    verified against the dequantized operands' float64 product, timed against torch._scaled_mm, stored under the
+    key gemmtune.torch.scaled_mm then looks up (grouped/tuned.py). The budget (--trials, t=N): the first N
+    candidates (default all, a dozen or so); search options do not apply."""
+    from ..tune.db import default_db_path
+    from ..tune.grouped_tuner import spec_for_gemm
+    from .grouped_cmds import print_outcome, tune_spec
+
+    if args.simulate:
+        raise SpecError("--simulate replays single-GEMM tables; fp8 GEMMs are tuned on an sm_90a GPU only")
+    if args.time_s is not None:
+        raise SpecError("fp8 GEMMs time each grouped candidate (a dozen or so): give --trials N, or no budget for all")
+    if args.family is not None:
+        family_from_args(args, spec, "sm_90a")  # ConfigError where that family cannot run the spec
+    limit = trial_budget(args.trials, word_trials, None) if (args.trials or word_trials) else None
+    grouped, rows = spec_for_gemm(spec)
+    db_path = args.db or default_db_path()
+    from ..tune.grouped_measure import WorkerMeasurer
+
+    measurer = WorkerMeasurer(FP8_ROUNDS, args.timeout)  # NoDeviceError (exit 3) before the database is touched
+    try:
+        outcome = tune_spec(grouped, rows, measurer, db_path, limit)
+    finally:
+        measurer.close()
+    print_outcome(outcome, db_path)
+    note = gemv_note(spec)
+    if note:
+        console().print(note)
+    return 0 if outcome.best is not None else 1
+
+
+def gemv_note(spec: GemmSpec) -> str:
+    """Where gemmtune.torch.scaled_mm runs this shape on the fp8 decode GEMV, not the tuned grouped kernel."""
+    from ..grouped.fp8_gemv import decode_spec
+
+    if decode_spec(spec.m, spec.n, spec.k, spec.dtype, spec.scaling, spec.out_dtype, spec.epilogue.reads_bias) is None:
+        return ""
+    return (f"note: gemmtune.torch.scaled_mm runs M = {spec.m} (<= 16, {spec.scaling} scales) on the fp8 decode GEMV, "
+            "not on this tuned grouped kernel; build/export and scaled_grouped_mm of one group use it")
 
 
 class SeenTrials:

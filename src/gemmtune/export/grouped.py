@@ -7,6 +7,11 @@ The single-GEMM export's pieces are reused: the launcher body (tensor maps over 
 kernel order, the shared-memory opt-in: header.launcher_body), the harness prelude (random inputs, comparison,
 timing: harness.prelude), CMake (cmake.cmake_text) and the atomic folder swap (writer.write_folder). The kernel
 bakes G, total_m, N and K in (the groups' rows come at run time), so the launcher refuses other G or total_m.
+
+fp8 (issue 70): A and B are fp8 codes (`const unsigned char*`: torch.float8_e4m3fn / float8_e5m2's bytes), D is
+bf16 or fp16, and the launcher takes scale_a and scale_b (float32 device pointers, shaped by the scaling as the
+header comment says) after the bias; main.cu checks against a host reference of the dequantized operands
+(export/grouped_fp8.py).
 """
 from __future__ import annotations
 
@@ -20,13 +25,14 @@ from ..grouped.config import GroupedConfig
 from ..grouped.render import render
 from ..grouped.spec import GroupedSpec
 from .cmake import check_arch, cmake_text, nvcc_arch_flag
+from . import grouped_fp8
 from .element_types import CONVERSIONS, c_type, type_includes
 from .harness import prelude, tolerance_expression
 from .header import check_name, launcher_body, split_includes
 from .manifest import ExportManifest, Provenance, file_names
 from .writer import write_folder
 
-GROUPED_KEY = "grouped"  # kernel.json's field holding the grouped spec (gemmtune.load refuses such folders)
+GROUPED_KEY = "grouped"  # kernel.json's field holding the grouped spec (gemmtune.load reads it: loader.py)
 
 
 @dataclass(frozen=True)
@@ -43,12 +49,17 @@ def default_name(spec: GroupedSpec) -> str:
     return spec.slug()
 
 
+def input_type(spec: GroupedSpec) -> str:
+    """The C++ type of A's and B's elements: the 16-bit type, or fp8 codes as bytes."""
+    return grouped_fp8.FP8_C_TYPE if spec.fp8 else c_type(spec.as_gemm(), "A")
+
+
 def launcher_params(spec: GroupedSpec) -> str:
-    """The launcher's parameters, in the order its callers pass them."""
-    gemm = spec.as_gemm()
-    t_in, t_out = c_type(gemm, "A"), c_type(gemm, "D")
+    """The launcher's parameters, in the order its callers pass them (the kernel's: bias, then the scales)."""
+    t_in, t_out = input_type(spec), c_type(spec.as_gemm(), "D")
     bias = [f"const {t_out}* bias"] if spec.has_bias else []
-    return ", ".join([f"const {t_in}* A", f"const {t_in}* B", f"const int* {spec.rows_operand}", *bias,
+    scales = ["const float* scale_a", "const float* scale_b"] if spec.fp8 else []
+    return ", ".join([f"const {t_in}* A", f"const {t_in}* B", f"const int* {spec.rows_operand}", *bias, *scales,
                       f"{t_out}* D", "int groups", "int total_m", "cudaStream_t stream = 0"])
 
 
@@ -76,6 +87,9 @@ constexpr int GROUPS = {spec.groups}, TOTAL_M = {spec.total_m}, N = {spec.n}, K 
 constexpr int WEIGHT_ROWS = {spec.weight_rows};  // rows of each group's stored weights (SwiGLU: gate then up)
 constexpr int CAPACITY = {spec.capacity if spec.masked_layout else 0};  // masked layout: rows each group owns (0: contiguous)
 constexpr const char* layout = "{spec.layout}";
+constexpr const char* dtype = "{spec.dtype}";  // A and B (fp8: e4m3 or e5m2 codes)
+constexpr const char* out_dtype = "{spec.out_dtype}";  // D
+constexpr const char* scaling = "{spec.scaling}";  // fp8: tensor, rowwise or block; "none" for 16-bit inputs
 constexpr const char* epilogue = "{'swiglu' if spec.swiglu else spec.epilogue}";
 constexpr const char* arch = "{arch}";
 constexpr const char* family = "{family}";
@@ -84,8 +98,10 @@ constexpr const char* config = "{config_text}";
 """
 
 
-def grouped_header_text(name: str, spec: GroupedSpec, config: GroupedConfig, compiled: CompiledKernel) -> str:
-    """The complete ``<name>.cuh``: the kernel in namespace <name>_kernel, <name>_info, the launcher."""
+def grouped_header_text(name: str, spec: GroupedSpec, config: GroupedConfig, compiled: CompiledKernel,
+                        gemm: bool = False) -> str:
+    """The complete ``<name>.cuh``: the kernel in namespace <name>_kernel, <name>_info, the launcher (gemm: and
+    the one-GEMM overload, one_gemm_launcher)."""
     source = compiled.source
     check_name(name, source)
     includes, body = split_includes(source.code)
@@ -105,7 +121,7 @@ namespace {name}_kernel {{
 {_info_block(name, spec, config, compiled.arch, family)}
 // A (total_m, K) row-major; B the weights stored (G, {'2N' if spec.swiglu else 'N'}, K) row-major (torch.nn.Linear's
 // layout per group: torch._grouped_mm's b is their transposed view); {_rows_comment(spec)};
-// {"bias (G, N), a row per group; " if spec.has_bias else ""}D (total_m, N): rows no group holds are left as they were.
+// {"bias (G, N), a row per group; " if spec.has_bias else ""}{_fp8_comment(spec)}D (total_m, N): rows no group holds are left as they were.
 // Generated for exactly groups = {spec.groups}, total_m = {spec.total_m}, N = {spec.n}, K = {spec.k}: other groups or
 // total_m return cudaErrorInvalidValue. The group rows are read on the device (a captured graph replays with new
 // ones). Persistent grid: {source.grid[0]} blocks (one per SM of the GPU it was exported for; any count is correct).
@@ -113,6 +129,40 @@ namespace {name}_kernel {{
 inline cudaError_t {name}({launcher_params(spec)}) {{
     if (groups != {name}_info::GROUPS || total_m != {name}_info::TOTAL_M) return cudaErrorInvalidValue;
 {_counts_alias(spec)}{launcher_body(name, source)}}}
+{one_gemm_launcher(name, spec) if gemm else ""}"""
+
+
+def _fp8_comment(spec: GroupedSpec) -> str:
+    """fp8: what A, B and the scales hold (a comment line of the launcher's header, ending in '// ')."""
+    if not spec.fp8:
+        return ""
+    return (f"A and B hold {spec.dtype} codes, D is {spec.out_dtype};\n// D = (A·scale_a)(B[g]·scale_b[g])ᵀ before the "
+            f"epilogue, fp32 sums, with {grouped_fp8.scales_comment(spec)};\n// ")
+
+
+def gemm_launcher_params(spec: GroupedSpec) -> str:
+    """The one-GEMM overload's parameters: the grouped launcher's without offs, groups and total_m."""
+    drop = {f"const int* {spec.rows_operand}", "int groups", "int total_m"}
+    return ", ".join(p for p in launcher_params(spec).split(", ") if p not in drop)
+
+
+def one_gemm_launcher(name: str, spec: GroupedSpec) -> str:
+    """An fp8 GEMM exported by `gemmtune export` (one group of M rows): an overload without the group rows, which
+    passes the kernel a device copy of M (the row count it reads) from a __device__ variable of this header."""
+    params = gemm_launcher_params(spec)
+    operands = ", ".join(["A", "B", "offs", *(["bias"] * spec.has_bias), *(["scale_a", "scale_b"] * spec.fp8), "D"])
+    return f"""
+// The single GEMM D (M, N) = {_formula(spec).replace('[g]', '')} of M = {spec.total_m} rows (`gemmtune export` of an fp8 spec):
+// A (M, K) row-major, B the weights stored (N, K) row-major (torch._scaled_mm's b is their transposed view){
+    ", bias (N,)" if spec.has_bias else ""}; the scales as above with G = 1. The row count the kernel reads lives in
+// {name}_rows on the device.
+__device__ int {name}_rows[1] = {{{spec.total_m}}};
+inline cudaError_t {name}({params}) {{
+    int* offs = nullptr;
+    const cudaError_t found = cudaGetSymbolAddress(reinterpret_cast<void**>(&offs), {name}_rows);
+    if (found != cudaSuccess) return found;
+    return {name}({operands}, 1, {spec.total_m}, stream);
+}}
 """
 
 
@@ -122,7 +172,10 @@ def _counts_alias(spec: GroupedSpec) -> str:
 
 
 def reference_text(spec: GroupedSpec) -> str:
-    """``reference.cuh``: one thread per element of D, products summed in double, the epilogue in float."""
+    """``reference.cuh``: one thread per element of D, products summed in double, the epilogue in float (fp8: a
+    host reference of the dequantized operands, grouped_fp8.reference_text)."""
+    if spec.fp8:
+        return grouped_fp8.reference_text(spec)
     gemm = spec.as_gemm()
     t_in, t_out = c_type(gemm, "A"), c_type(gemm, "D")
     bias = f", const {t_out}* bias_stored" if spec.has_bias else ""
@@ -200,9 +253,11 @@ def harness_rows(spec: GroupedSpec) -> list[int]:
     return [spec.total_m * (g + 1) ** 2 // spec.groups ** 2 for g in range(spec.groups)]
 
 
-def harness_text(name: str, spec: GroupedSpec, arch: str) -> str:
+def harness_text(name: str, spec: GroupedSpec, arch: str, gemm: bool = False) -> str:
     """``main.cu``: checks the kernel against reference.cuh on uneven groups over a NaN-poisoned D (rows no group
-    holds must stay NaN), then times it."""
+    holds must stay NaN), then times it (fp8: grouped_fp8.harness_text, against a host reference)."""
+    if spec.fp8:
+        return grouped_fp8.harness_text(name, spec, arch, harness_rows(spec), gemm)
     gemm = spec.as_gemm()
     t_in, t_out = c_type(gemm, "A"), c_type(gemm, "D")
     rows_in = ", ".join(str(r) for r in harness_rows(spec))
@@ -271,11 +326,12 @@ int main(int argc, char** argv) {{
 """
 
 
-def readme_text(name: str, spec: GroupedSpec, config: GroupedConfig, arch: str, provenance: Provenance) -> str:
+def readme_text(name: str, spec: GroupedSpec, config: GroupedConfig, arch: str, provenance: Provenance,
+                gemm: bool = False) -> str:
     return f"""# {name}
 
 A grouped GEMM written by gemmtune for {arch}: {spec.groups} groups, total_m = {spec.total_m}, N = {spec.n}, K = {spec.k},
-{spec.dtype}, {'SwiGLU' if spec.swiglu else f'epilogue {spec.epilogue}'}, {spec.layout} layout.
+{_types_line(spec)}, {'SwiGLU' if spec.swiglu else f'epilogue {spec.epilogue}'}, {spec.layout} layout.
 Config ({provenance.describe()}): `{json.dumps(config.to_json(), sort_keys=True)}`.
 
     #include "{name}.cuh"
@@ -283,23 +339,49 @@ Config ({provenance.describe()}): `{json.dumps(config.to_json(), sort_keys=True)
 
 The group rows ({spec.rows_operand}) live on the device and may change between calls (or graph replays);
 G and total_m must be the ones above. Check on the GPU: `cmake -B build && cmake --build build && ./build/{name}_check`.
-Not loadable by `gemmtune.load` (a single-GEMM loader); from Python use gemmtune.torch.grouped_mm.
+{_scales_readme(spec)}
+{_python_readme(name, spec, gemm)}
 """
 
 
+def _python_readme(name: str, spec: GroupedSpec, gemm: bool) -> str:
+    if gemm:
+        return (f"One GEMM of M = {spec.total_m} rows: `{name}({gemm_launcher_params(spec).replace(' = 0', '')})` "
+                "needs no group rows.\nFrom Python: `gemmtune.load(this folder)` gives a callable on torch tensors "
+                f"taking torch._scaled_mm's operands, `fn(A, B, {'bias, ' if spec.has_bias else ''}scale_a, scale_b)` "
+                "(B: the (K, N) view of the weights stored (N, K)), returning D.")
+    return (f"From Python: `gemmtune.load(this folder)` gives a callable on torch tensors, `fn({_load_call(spec)})`\n"
+            "(B: torch's (G, K, N) view of the weights stored (G, N, K)), returning D.")
+
+
+
+def _types_line(spec: GroupedSpec) -> str:
+    return f"{spec.dtype} x {spec.dtype} -> {spec.out_dtype}, {spec.scaling} scales" if spec.fp8 else spec.dtype
+
+
+def _scales_readme(spec: GroupedSpec) -> str:
+    return f"\nfp8: A and B are {spec.dtype} codes; {grouped_fp8.scales_comment(spec)}.\n" if spec.fp8 else ""
+
+
+def _load_call(spec: GroupedSpec) -> str:
+    return ", ".join(["A", "B", spec.rows_operand, *(["bias"] * spec.has_bias), *(["scale_a", "scale_b"] * spec.fp8)])
+
+
 def grouped_files(name: str, spec: GroupedSpec, config: GroupedConfig, compiled: CompiledKernel,
-                  provenance: Provenance) -> dict[str, bytes]:
-    """File name -> contents of the export folder (the single-GEMM export's file names)."""
+                  provenance: Provenance, gemm: bool = False) -> dict[str, bytes]:
+    """File name -> contents of the export folder (the single-GEMM export's file names); gemm: an fp8 GEMM's
+    export (one group), whose header adds the launcher without group rows and whose kernel.json says so."""
     files = file_names(name)
     manifest = ExportManifest.from_compiled(name, compiled, provenance).to_json()
     manifest[GROUPED_KEY] = {"groups": spec.groups, "total_m": spec.total_m, "n": spec.n, "k": spec.k,
                              "dtype": spec.dtype, "epilogue": str(spec.epilogue), "swiglu": spec.swiglu,
-                             "layout": spec.layout, "config": config.to_json()}
-    texts = {files["header"]: grouped_header_text(name, spec, config, compiled),
-             files["harness"]: harness_text(name, spec, compiled.arch),
+                             "layout": spec.layout, "out_dtype": spec.out_dtype, "scaling": spec.scaling,
+                             "config": config.to_json(), "gemm": gemm}
+    texts = {files["header"]: grouped_header_text(name, spec, config, compiled, gemm),
+             files["harness"]: harness_text(name, spec, compiled.arch, gemm),
              files["reference"]: reference_text(spec),
              files["cmake"]: cmake_text(name, compiled.arch, compiled.source.options, driver_api=True),
-             files["readme"]: readme_text(name, spec, config, compiled.arch, provenance),
+             files["readme"]: readme_text(name, spec, config, compiled.arch, provenance, gemm),
              files["ptx"]: compiled.ptx,
              files["manifest"]: json.dumps(manifest, indent=1) + "\n",
              files["kernel_source"]: json.dumps(compiled.source.to_json(), indent=1) + "\n"}
@@ -308,17 +390,17 @@ def grouped_files(name: str, spec: GroupedSpec, config: GroupedConfig, compiled:
 
 def export_grouped(spec: GroupedSpec, config: GroupedConfig, out: Path, arch: str = "sm_90a", name: str | None = None,
                    sm_count: int | None = None, provenance: Provenance | None = None,
-                   cache_dir: Path | None = None) -> GroupedExport:
+                   cache_dir: Path | None = None, gemm: bool = False) -> GroupedExport:
     """Render `spec` with `config` on a grid of `sm_count` blocks (None: the sm_90a table's SMs), compile with
-    NVRTC and write the folder `out` atomically."""
+    NVRTC and write the folder `out` atomically. gemm: `spec` is an fp8 GEMM's one group (gemmtune export): the
+    header adds a launcher without group rows."""
+    if gemm and (spec.groups != 1 or not spec.fp8 or spec.masked_layout):
+        raise SpecError(f"a one-GEMM grouped export is one contiguous group of fp8 inputs, not {spec.slug()}")
     if arch != "sm_90a":
         check_arch(arch)
         raise SpecError(f"grouped GEMM kernels use wgmma and TMA: export them for sm_90a, not {arch}")
-    if spec.fp8:
-        raise SpecError("export of fp8 grouped GEMMs is not built yet (the launcher would take the scales); "
-                        "use bf16 or fp16")
     compiled = compile_kernel(render(spec, config, sm_count), arch, cache_dir)
     name = check_name(name or default_name(spec), compiled.source)
     provenance = provenance or Provenance("given", "grouped config passed in directly")
-    write_folder(Path(out), grouped_files(name, spec, config, compiled, provenance))
+    write_folder(Path(out), grouped_files(name, spec, config, compiled, provenance, gemm))
     return GroupedExport(Path(out), name, spec, config, compiled, provenance)

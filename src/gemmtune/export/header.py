@@ -26,7 +26,8 @@ from .reference import operand_params
 DEFAULT_SMEM_LIMIT = 48 * 1024  # dynamic shared memory a block gets without opting in
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 TMA_DATA_TYPES = {"fp16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16", "bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",
-                  "fp32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32"}
+                  "fp32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32",
+                  "e4m3": "CU_TENSOR_MAP_DATA_TYPE_UINT8", "e5m2": "CU_TENSOR_MAP_DATA_TYPE_UINT8"}  # fp8: bytes, as tensor_map.py
 TMA_SWIZZLES = {0: "CU_TENSOR_MAP_SWIZZLE_NONE", 32: "CU_TENSOR_MAP_SWIZZLE_32B", 64: "CU_TENSOR_MAP_SWIZZLE_64B",
                 128: "CU_TENSOR_MAP_SWIZZLE_128B"}
 

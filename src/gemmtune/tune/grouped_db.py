@@ -26,7 +26,7 @@ CREATE TABLE IF NOT EXISTS grouped_trials (
     device_name TEXT, device_cc TEXT, sm_count INTEGER, arch TEXT, driver_version TEXT, nvrtc_version TEXT,
     family_version TEXT NOT NULL, config_json TEXT NOT NULL,
     status TEXT NOT NULL, median_s REAL, samples_json TEXT, torch_median_s REAL, torch_samples_json TEXT,
-    error TEXT, created REAL NOT NULL,
+    error TEXT, created REAL NOT NULL, torch_op TEXT,
     UNIQUE (context_key, config_key)
 );
 CREATE INDEX IF NOT EXISTS grouped_trials_by_key ON grouped_trials (lookup_key, device_name, family_version);
@@ -34,7 +34,7 @@ CREATE INDEX IF NOT EXISTS grouped_trials_by_key ON grouped_trials (lookup_key, 
 
 COLUMNS = ("context_key", "config_key", "lookup_key", "key_json", "total_m", "rows_json", "flops", "device_name",
            "device_cc", "sm_count", "arch", "driver_version", "nvrtc_version", "family_version", "config_json",
-           "status", "median_s", "samples_json", "torch_median_s", "torch_samples_json", "error", "created")
+           "status", "median_s", "samples_json", "torch_median_s", "torch_samples_json", "error", "created", "torch_op")
 
 BEST = """
 SELECT config_json FROM grouped_trials
@@ -51,6 +51,7 @@ class GroupedTuningDB:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.conn = connect(self.path, TRIALS_SCHEMA + GROUPED_SCHEMA)
+        add_missing_columns(self.conn)
 
     def close(self) -> None:
         self.conn.close()
@@ -97,6 +98,18 @@ def best_config_json(path: Path, key: GroupedKey, device_name: str, sm_count: in
     return json.loads(found["config_json"]) if found else None
 
 
+ADDED_COLUMNS = (("torch_op", "TEXT"),)  # columns later than the table: added to files written before them
+
+
+def add_missing_columns(conn: sqlite3.Connection) -> None:
+    """ALTER an older grouped_trials table up to COLUMNS (its rows read '' in the new columns)."""
+    present = {row[1] for row in conn.execute("PRAGMA table_info(grouped_trials)")}
+    with conn:
+        for name, kind in ADDED_COLUMNS:
+            if name not in present:
+                conn.execute(f"ALTER TABLE grouped_trials ADD COLUMN {name} {kind}")
+
+
 def row_of(context: GroupedContext, trial: GroupedTrial, created: float) -> dict:
     env, config_json = context.environment, trial.config.to_json()
     return {
@@ -108,11 +121,12 @@ def row_of(context: GroupedContext, trial: GroupedTrial, created: float) -> dict
         "config_json": json.dumps(config_json, sort_keys=True), "status": trial.status.value,
         "median_s": trial.median_s, "samples_json": json.dumps(list(trial.samples_s)),
         "torch_median_s": trial.torch_median_s, "torch_samples_json": json.dumps(list(trial.torch_samples_s)),
-        "error": trial.error, "created": created,
+        "error": trial.error, "created": created, "torch_op": trial.torch_op,
     }
 
 
 def trial_of(row) -> GroupedTrial:
     return GroupedTrial(config_from_json(json.loads(row["config_json"])), Status(row["status"]), row["median_s"],
                         tuple(json.loads(row["samples_json"] or "[]")), row["torch_median_s"],
-                        tuple(json.loads(row["torch_samples_json"] or "[]")), row["error"] or "")
+                        tuple(json.loads(row["torch_samples_json"] or "[]")), row["error"] or "",
+                        row["torch_op"] or "")

@@ -7,7 +7,8 @@ candidates; the check covers every row (no NaN left in any group's rows) and com
 rows (a group's first and last) of up to SAMPLE_GROUPS groups with the float64 reference; the timing is
 timing.measure_alternating over our bound launch and torch's call replayed from a CUDA graph (its host time
 untimed), L2 emptied before each launch. torch's call is torch._grouped_mm, then + bias[group of the row] and
-the activation where the epilogue has them (what a model would run without gemmtune).
+the activation where the epilogue has them (what a model would run without gemmtune); fp8 specs (issue 70) draw
+fp8 codes and scales, and time torch._scaled_mm / torch._scaled_grouped_mm (grouped_fp8.py says which form).
 
 Parent side (`WorkerMeasurer`): the environment of the GPU and a MeasureWorker.
 """
@@ -21,6 +22,7 @@ import numpy as np
 from ..errors import NoDeviceError, SpecError
 from ..grouped.config import GroupedConfig
 from ..grouped.spec import GroupedSpec, group_offsets, reference
+from . import grouped_fp8
 from .grouped_records import GroupedTrial, config_from_json
 from .trial import Environment, Status
 from .worker import Evaluator, MeasureOutcome, MeasureWorker
@@ -46,6 +48,7 @@ class GroupedOutcome(MeasureOutcome):
     """MeasureOutcome plus torch._grouped_mm's seconds of the same rounds."""
 
     torch_samples_s: tuple[float, ...] = ()
+    torch_op: str = ""  # the torch call timed, in words
 
 
 # --- in the child ----------------------------------------------------------------------------------------
@@ -56,6 +59,7 @@ class _Prepared:
     tensors: dict[str, Any]  # a, w (G, N, K), bias, offs, d: torch tensors on the GPU
     samples: list[tuple[np.ndarray, np.ndarray]]  # (row indices, float64 reference of those rows)
     torch_replay: Any  # torch's call captured in a CUDA graph, or None where torch lacks it
+    torch_op: str = ""  # what torch_replay runs, in words
 
 
 _PREPARED: list[_Prepared] = []  # the last (spec, rows) only: a tune measures one distribution
@@ -82,19 +86,27 @@ def _prepare(spec: GroupedSpec, rows: tuple[int, ...], ordinal: int) -> _Prepare
 
     device = torch.device("cuda", ordinal)
     gen = torch.Generator(device=device).manual_seed(len(rows) * 7919 + spec.total_m)
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[spec.dtype]
-    uniform = lambda *shape: (torch.rand(*shape, generator=gen, device=device) * 2 - 1).to(dtype)  # noqa: E731
-    tensors = {"a": uniform(spec.total_m, spec.k), "w": uniform(spec.groups, spec.weight_rows, spec.k),
-               "bias": uniform(spec.groups, spec.n) if spec.has_bias else None,
-               "offs": torch.tensor(group_offsets(rows), device=device, dtype=torch.int32),
-               "d": torch.empty(spec.total_m, spec.n, device=device, dtype=dtype)}
+    offs = torch.tensor(group_offsets(rows), device=device, dtype=torch.int32)
+    if spec.fp8:
+        tensors = grouped_fp8.fp8_tensors(torch, spec, gen, device)
+        tensors.update(offs=offs, d=torch.empty(spec.total_m, spec.n, device=device,
+                                                dtype=getattr(torch, grouped_fp8.TORCH_OUT[spec.out_dtype])))
+    else:
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[spec.dtype]
+        uniform = lambda *shape: (torch.rand(*shape, generator=gen, device=device) * 2 - 1).to(dtype)  # noqa: E731
+        tensors = {"a": uniform(spec.total_m, spec.k), "w": uniform(spec.groups, spec.weight_rows, spec.k),
+                   "bias": uniform(spec.groups, spec.n) if spec.has_bias else None, "offs": offs,
+                   "d": torch.empty(spec.total_m, spec.n, device=device, dtype=dtype)}
     samples = [_sample_reference(spec, rows, tensors, g) for g in sampled_groups(rows)]
-    return _Prepared(spec, rows, tensors, samples, _torch_replay(torch, spec, rows, tensors))
+    replay, name = _torch_replay(torch, spec, rows, tensors, samples[0])
+    return _Prepared(spec, rows, tensors, samples, replay, name)
 
 
 def _sample_reference(spec: GroupedSpec, rows: tuple[int, ...], tensors: dict, group: int) -> tuple[np.ndarray, np.ndarray]:
     """(row indices, their float64 reference): spec.reference on a one-group spec of the sampled rows."""
     index = sampled_rows(rows, group)
+    if spec.fp8:
+        return index, grouped_fp8.sample_reference(spec, tensors, group, index, _on_device)
     one = GroupedSpec(1, len(index), spec.n, spec.k, spec.dtype, spec.epilogue, spec.swiglu)
     a = tensors["a"][_on_device(tensors["a"], index)].double().cpu().numpy()
     w = tensors["w"][group].double().cpu().numpy().T[None]  # (1, K, rows of the weights)
@@ -109,11 +121,16 @@ def _on_device(tensor: Any, index: np.ndarray) -> Any:
     return torch.as_tensor(index, device=tensor.device, dtype=torch.long)
 
 
-def _torch_replay(torch: Any, spec: GroupedSpec, rows: tuple[int, ...], tensors: dict) -> Any:
-    """torch._grouped_mm (+ bias of each row's group, + the activation) captured in a CUDA graph; None where
-    torch cannot run it (an older torch, fp16, SwiGLU: not compared)."""
+def _torch_replay(torch: Any, spec: GroupedSpec, rows: tuple[int, ...], tensors: dict,
+                  sample: tuple[np.ndarray, np.ndarray]) -> tuple[Any, str]:
+    """(torch's call captured in a CUDA graph, its name): torch._grouped_mm (+ bias of each row's group, + the
+    activation), fp8 grouped_fp8.torch_call's; (None, "") where torch cannot run it (an older torch, fp16,
+    SwiGLU: not compared)."""
+    if spec.fp8:
+        found = grouped_fp8.torch_call(torch, spec, rows, tensors, sample)
+        return (_captured(torch, found[0]), found[1]) if found is not None else (None, "")
     if spec.swiglu or not hasattr(torch, "_grouped_mm"):
-        return None
+        return None, ""
     a, wt, offs = tensors["a"], tensors["w"].transpose(1, 2), tensors["offs"]
     group_of_row = torch.repeat_interleave(torch.arange(spec.groups, device=a.device),
                                            torch.tensor(rows, device=a.device))
@@ -129,7 +146,12 @@ def _torch_replay(torch: Any, spec: GroupedSpec, rows: tuple[int, ...], tensors:
         call()
         torch.cuda.synchronize()
     except RuntimeError:  # not supported for this dtype or GPU by this torch
-        return None
+        return None, ""
+    return _captured(torch, call), "torch._grouped_mm"
+
+
+def _captured(torch: Any, call: Any) -> Any:
+    """`call` (run once already) captured in a CUDA graph."""
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         call()
@@ -159,7 +181,9 @@ def _verify(prepared: _Prepared, launch: Any) -> str:
         return f"{int(torch.isnan(d[:end]).any(dim=1).sum())} of {end} rows the groups hold were left unwritten"
     for index, expected in prepared.samples:
         got = d[_on_device(d, index)].double().cpu().numpy()
-        result = compare(got, expected, spec.dtype, spec.k)
+        # fp8: bf16 inputs' tolerance (the reference holds the fp8 values exactly: what differs is the fp32 sums
+        # and D's rounding), as tests/test_fp8_grouped.py's _check_configs
+        result = compare(got, expected, "bf16" if spec.fp8 else spec.dtype, spec.k)
         if not result.ok:
             return result.message
     return ""
@@ -176,17 +200,19 @@ def gpu_grouped_evaluator(job: GroupedJob) -> GroupedOutcome:
     kernel = build(job.spec, config_from_json(job.config_json), job.ordinal)
     bias = t["bias"].data_ptr() if t["bias"] is not None else None
     args = (t["a"].data_ptr(), t["w"].data_ptr(), t["offs"].data_ptr(), t["d"].data_ptr(), bias, 0)
-    problem = _verify(prepared, lambda: kernel(*args))
+    scales = grouped_fp8.launch_scales(t) if job.spec.fp8 else {}
+    problem = _verify(prepared, lambda: kernel(*args, **scales))
     if problem:
         return GroupedOutcome(Status.VERIFY_ERROR, error=f"VerifyError: {problem}")
-    launches = {"ours": lambda: kernel(*args)}
+    launches = {"ours": lambda: kernel(*args, **scales)}
     if prepared.torch_replay is not None:
         launches["torch"] = prepared.torch_replay.replay
     times = measure_alternating(launches, job.rounds, query_device(job.ordinal).l2_bytes, TimingProtocol(),
                                 lead_s=LEAD_S)
     ours, torch_s = tuple(times["ours"]), tuple(times.get("torch", ()))
     protocol = {"method": "alternating rounds, L2 flushed", "rounds": job.rounds, "lead_s": LEAD_S}
-    return GroupedOutcome(Status.OK, float(np.median(ours)), ours, protocol, torch_samples_s=torch_s)
+    return GroupedOutcome(Status.OK, float(np.median(ours)), ours, protocol, torch_samples_s=torch_s,
+                          torch_op=prepared.torch_op if torch_s else "")
 
 
 # --- in the parent ---------------------------------------------------------------------------------------
@@ -205,7 +231,8 @@ class WorkerMeasurer:
         outcome = self.worker.measure(GroupedJob(spec, rows, config.to_json(), self.rounds, self.ordinal))
         torch_s = getattr(outcome, "torch_samples_s", ())
         return GroupedTrial(config, outcome.status, outcome.median_s, outcome.samples_s,
-                            float(np.median(torch_s)) if torch_s else None, torch_s, outcome.error)
+                            float(np.median(torch_s)) if torch_s else None, torch_s, outcome.error,
+                            getattr(outcome, "torch_op", ""))
 
     def close(self) -> None:
         self.worker.close()

@@ -76,7 +76,8 @@ class GroupedContext:
 
 @dataclass(frozen=True)
 class GroupedTrial:
-    """One config measured (or failed), with torch._grouped_mm timed in the same rounds. Seconds."""
+    """One config measured (or failed), with torch's call (torch._grouped_mm; fp8: torch_op) timed in the same
+    rounds. Seconds."""
 
     config: GroupedConfig
     status: Status
@@ -85,6 +86,7 @@ class GroupedTrial:
     torch_median_s: float | None = None  # None: not timed (torch lacks the op for this spec, or it failed)
     torch_samples_s: tuple[float, ...] = ()
     error: str = ""
+    torch_op: str = ""  # the torch call timed beside ours, in words (fp8: which one, and how its scales were given)
 
     @property
     def ok(self) -> bool:
@@ -92,7 +94,7 @@ class GroupedTrial:
 
     @property
     def speedup(self) -> float | None:
-        """torch._grouped_mm's time over ours (above 1: ours is faster)."""
+        """torch's time over ours (above 1: ours is faster): torch._grouped_mm for 16-bit inputs, `torch_op` for fp8."""
         return self.torch_median_s / self.median_s if self.ok and self.torch_median_s else None
 
 

@@ -13,6 +13,7 @@ from ..errors import SpecError
 from ..grouped.config import GroupedConfig, candidates
 from ..grouped.render import VERSION
 from ..grouped.spec import GroupedSpec
+from ..spec import GemmSpec
 from .grouped_db import GroupedTuningDB
 from .grouped_records import GroupedContext, GroupedTrial
 from .trial import Environment
@@ -55,11 +56,21 @@ class GroupedTuneOutcome:
         return sum(not t.ok for t in self.trials)
 
 
-def spec_for_rows(rows: tuple[int, ...], n: int, k: int, dtype: str = "bf16", epilogue: str = "none") -> GroupedSpec:
-    """The contiguous spec of these group sizes: G = len(rows), total_m = sum(rows)."""
+def spec_for_rows(rows: tuple[int, ...], n: int, k: int, dtype: str = "bf16", epilogue: str = "none", *,
+                  out_dtype: str = "", scaling: str = "none") -> GroupedSpec:
+    """The contiguous spec of these group sizes: G = len(rows), total_m = sum(rows); fp8 (e4m3, e5m2): D's type
+    (out_dtype, "" for bf16) and the scaling (tensor, rowwise, block)."""
     if not rows or not sum(rows):
         raise SpecError("a grouped tune needs at least one group with rows")
-    return GroupedSpec(len(rows), sum(rows), n, k, dtype, epilogue)
+    return GroupedSpec(len(rows), sum(rows), n, k, dtype, epilogue, out_dtype=out_dtype, scaling=scaling)
+
+
+def spec_for_gemm(gemm: GemmSpec) -> tuple[GroupedSpec, tuple[int, ...]]:
+    """An fp8 GemmSpec as the one-group grouped spec and rows it is tuned on: the spec gemmtune.torch.scaled_mm
+    builds for (M, K) x (K, N) operands, so the tuned config is the one it then reads (grouped/tuned.py)."""
+    from ..grouped.as_gemm import grouped_spec
+
+    return grouped_spec(gemm), (gemm.m,)
 
 
 def tune_grouped(spec: GroupedSpec, rows: tuple[int, ...], measurer: GroupedMeasurer, db: GroupedTuningDB,
