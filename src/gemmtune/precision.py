@@ -10,15 +10,15 @@ fp32 inputs can be multiplied three ways:
 
 `auto` (the default) keeps fp32 accuracy and picks the faster method where both were measured on the
 GPU. On sm_90 that is 3xtf32 on the wgmma family (any layout; rows of A and B that TMA cannot read
-in place are first copied into aligned ones, docs/staging.md) from M·N·K = 2^29 up: on an H100 (2026-11-26, bench/results/2026-11-26-h100-3xtf32-wgmma.md and
-2026-11-26-h100-transposed-wgmma.md) it ran 1.3-2.1x cuBLAS SGEMM from 1000^3 up in layout nt and
+in place are first copied into aligned ones, docs/staging.md) from M·N·K = 2^29 up: on an H100 (2026-11-26, `git show a5c16f7:bench/results/2026-11-26-h100-3xtf32-wgmma.md` and
+`git show a5c16f7:bench/results/2026-11-26-h100-transposed-wgmma.md`) it ran 1.3-2.1x cuBLAS SGEMM from 1000^3 up in layout nt and
 1.3-1.9x in nn and tn (0.78-0.93x at 96x96x65536, where simt ran 0.33-0.41x) against simt's
 0.72-0.92x, and simt won at 256^3 and 512^3 in both layouts; since 74f3e4c 4096^3 nt runs 2.02x
 on an H200 and 1.99x on an H100 (2026-11-26-3xtf32-split-loads-and-order.md). Its worst error is
 0.26-1.16x SGEMM's on every class of the accuracy report in all four layouts, values below 2^-103
 included: their tf32 residual would fall below fp32's normal range, so the kernel finds them while
 it splits and sums the tiles that hold them again on CUDA cores (kernels.wgmma.render.exact_piece;
-2026-11-26-h100-3xtf32-exact-path.md: a tile summed again runs about 10x slower than SGEMM). With
+`git show a5c16f7:bench/results/2026-11-26-h100-3xtf32-exact-path.md`: a tile summed again runs about 10x slower than SGEMM). With
 such copies the evaluation set's five unaligned fp32 shapes ran 0.94-1.73x SGEMM (H100, 2026-11-26),
 where simt ran 0.58-0.73x. Every other arch is unmeasured: simt there (mma.sync's 3xtf32 ran
 0.33-0.74x SGEMM on an H100, 2026-11-25, and its split has no exact path).

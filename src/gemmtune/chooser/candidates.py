@@ -139,12 +139,12 @@ def cluster_sizes(spec: GemmSpec, bm: int, bn: int, sm_count: int) -> tuple[int,
 
 # Tile widths fitted to N (wgmma config.MEASURED_BN). The model, trained on the four measured widths,
 # cannot rank other widths: among the pick and its fitted variants on 7 shapes it put first a variant
-# measured up to 25% slower (H100, 2026-11-26, bench/results/2026-11-26-h100-wgmma-fitted-width.md). So
+# measured up to 25% slower (H100, 2026-11-26, `git show a5c16f7:bench/results/2026-11-26-h100-wgmma-fitted-width.md`). So
 # the model ranks the measured widths and each pick then takes its fitted twin: the same tiles across
 # N, each as narrow as covers N in them (bn = 8*ceil(N / 8t)), where that cuts the columns computed by
 # at least FIT_MIN_SAVING. The twin stores D directly (a TMA store needs 128-byte rows in every slice)
 # and runs no cluster, so a parent that stores through TMA keeps its width. Measured (H100, 2026-11-26,
-# that table and bench/results/2026-11-26-h100-wgmma-fitted-twins.md), parents storing directly: every
+# that table and `git show a5c16f7:bench/results/2026-11-26-h100-wgmma-fitted-twins.md`), parents storing directly: every
 # twin faster, 5-52% (5000x300x2048 tf32 0.79 -> 1.20x cuBLAS in 128x104 for 128x128; 6-8% savings
 # gained 5-8%: 2048x900x2048 fp16, 2048x600x4096 tf32, 3000x300x3000 tf32 tt); parents storing through
 # TMA: the twin faster once (8192x200x2048 bf16, 19% saved) and slower three times (16384x200x1024
@@ -190,7 +190,7 @@ def wgmma_tiles(spec: GemmSpec) -> tuple[tuple[int, int], ...]:
     transpose costs 4/BM bytes of shared memory a FLOP for B (4/BN for A), which the model, trained
     on K-major operands, does not see. With B alone transposed, tiles at least as tall as wide; with
     A alone, at least as wide as tall; never 128x192 (H100, 2026-11-26, bench/results/
-    2026-11-26-h100-transposed-wgmma.md: nn 4096^3 128x192 0.68x cuBLAS, 128x256 0.74x, 256x128
+    `git show a5c16f7:bench/results/2026-11-26-h100-transposed-wgmma.md`: nn 4096^3 128x192 0.68x cuBLAS, 128x256 0.74x, 256x128
     0.82x; tt 4096^3 128x192 0.71x, 128x256 0.88x). In layout nt the model keeps every tile: taking
     128x192 away there moved its picks to 128x128 and the tf32 eval geomean from 0.998 to 0.996x."""
     tiles = short_m_tiles(spec, WGMMA_TILES)
@@ -207,7 +207,7 @@ def wgmma_tiles(spec: GemmSpec) -> tuple[tuple[int, int], ...]:
 
 def split_candidates_untuned(spec: GemmSpec) -> list[WgmmaConfig]:
     """fp32 as 3xtf32: the tile shapes that led on an H100 and an H200 (2026-11-26, bench/results/
-    2026-11-26-h100-3xtf32-wgmma.md): 128x192 in 3 stages with D stored in 6 slices (C through the
+    `git show a5c16f7:bench/results/2026-11-26-h100-3xtf32-wgmma.md`): 128x192 in 3 stages with D stored in 6 slices (C through the
     ring) where the tiles fill the GPU (2.04x cuBLAS SGEMM at 4096^3 against 1.88x for 128x128 on
     the H100), 64x128 in 6 stages for grids of few tiles (1.5-1.6x at 1000^3); 128x128 between
     them. The tail split on all."""

@@ -158,7 +158,7 @@ def prefetch_budget(spec: GemmSpec, kernel: str) -> int:
 
 # The CUDA-core columns kernel starts early only for one vector and at least this many outputs. H100,
 # 2026-11-26, fp32 nn, streamed, back to back with and without the prologue (bench/results/
-# 2026-11-26-h100-gemv-columns-dependent-launch.md): one vector and 4096-32000 outputs 92 -> 95%,
+# `git show a5c16f7:bench/results/2026-11-26-h100-gemv-columns-dependent-launch.md`): one vector and 4096-32000 outputs 92 -> 95%,
 # 97 -> 98%, 94 -> 95%, 93 -> 94%, 101 -> 100% of copy; but 1x1024x4096 61 -> 48%, and 2 and 8 vectors
 # 87 -> 82% and 84 -> 78% (the same with no prefetch: the early start itself costs there); 16 vectors
 # within a point (77 -> 78%, 87 -> 86%).

@@ -407,7 +407,7 @@ def default_config(spec: GemmSpec | None, arch: str = "sm_80") -> MmaConfig:
     rows of odd length 128x256 with 32-byte slices (_register_copied_tile); then 128x128, then 64x64
     tiles. Measured on an H100: 2026-11-25 (`git show 73f05e3:bench/results/2026-11-25-h100-mma.md`; 128x256 ran 4096^3
     bf16 nt in 342-347 us against 371-396 for two 128x128 blocks per SM) and 2026-11-26
-    (bench/results/2026-11-26-h100-mma-deep-slices.md; the tuned step 287 us)."""
+    (`git show a5c16f7:bench/results/2026-11-26-h100-mma-deep-slices.md`; the tuned step 287 us)."""
     tuned = dict(ladder(arch))["tuned"]
     if spec is None:
         return tuned

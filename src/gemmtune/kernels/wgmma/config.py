@@ -726,7 +726,7 @@ def direct_stores(config: WgmmaConfig) -> WgmmaConfig:
 def _split_default(spec: GemmSpec, arch: str) -> WgmmaConfig:
     """3xtf32: the 128x192 tile, else 128x128, else 128x128 with direct stores (with, then without
     the tail split). On an H100 (2026-11-26) 128x192 ran 4096^3 in 1314 µs against 1430 for 128x128
-    (bench/results/2026-11-26-h100-3xtf32-wgmma.md)."""
+    (`git show a5c16f7:bench/results/2026-11-26-h100-3xtf32-wgmma.md`)."""
     wide, square, _ = split_shapes(spec)
     direct = direct_stores(square)
     for config in (wide, square, direct, direct.with_(split_tail=False)):
