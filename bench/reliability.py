@@ -43,7 +43,7 @@ from gemmtune.tune.db import TuningDB  # noqa: E402
 
 MARKER = "GEMMTUNE_CAMPAIGN_RUN"  # every process a run starts inherits it: how orphans are found
 GRACE_S = 2.0
-SHIPPED_TABLE = Path(__file__).resolve().parents[1] / "src/gemmtune/data/simt_gemm_fp32_nn_1024x1024x1024.csv"
+SHIPPED_TABLE = Path(__file__).resolve().parents[1] / "src/gemmtune/data/simt_gemm_fp32_nn_1024x1024x1024.csv.gz"
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,7 @@ def test_unknown_gpu_needs_explicit_peaks():
 
 def test_convergence_from_a_simulated_tuning_run(plt, tmp_path):
     db = tmp_path / "tune.sqlite"
-    table = Path(SRC) / "gemmtune" / "data" / "simt_gemm_fp32_nn_1024x1024x1024.csv"
+    table = Path(SRC) / "gemmtune" / "data" / "simt_gemm_fp32_nn_1024x1024x1024.csv.gz"
     assert main(["tune", "MNK=1024", "--math", "simt", "--simulate", str(table), "--db", str(db), "--trials", "24"]) == 0
     from gemmtune.plot import convergence_traces
 

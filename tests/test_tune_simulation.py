@@ -79,6 +79,29 @@ def test_csv_round_trip(tmp_path: Path, small_table: SimulationTable) -> None:
     assert path.stat().st_size < 70 * len(small_table.rows)  # one compact line per config (simt: 18 fields)
 
 
+def test_a_gzipped_table_reads_as_the_plain_one_and_table_path_finds_it(tmp_path: Path, small_table: SimulationTable) -> None:
+    plain = table_path("simt", small_table.spec, tmp_path)
+    packed = plain.with_name(plain.name + ".gz")
+    small_table.to_csv(packed)
+    assert table_path("simt", small_table.spec, tmp_path) == packed  # only the .gz exists
+    assert recorded_tables(tmp_path) == [packed] and packed.read_bytes()[:2] == b"\x1f\x8b"
+    again = SimulationTable.from_csv(packed)
+    assert set(again.rows) == set(small_table.rows) and again.spec == small_table.spec
+    small_table.to_csv(plain)
+    assert table_path("simt", small_table.spec, tmp_path) == plain  # the plain CSV wins where both exist
+
+
+def test_a_gz_table_that_is_not_gzip_is_refused_in_one_line(tmp_path: Path, small_table: SimulationTable) -> None:
+    from gemmtune.input_files import InputFileError
+
+    plain = table_path("simt", small_table.spec, tmp_path)
+    small_table.to_csv(plain)
+    packed = plain.with_name(plain.name + ".gz")
+    packed.write_bytes(plain.read_bytes())  # CSV text under a .gz name
+    with pytest.raises(InputFileError, match="not gzip data"):
+        SimulationTable.from_csv(packed)
+
+
 def test_a_simt_table_of_math_auto_serves_math_simt(small_table: SimulationTable) -> None:
     """simt tables of fp32 specs were recorded with math auto, when auto meant simt everywhere: the
     same problem under math simt finds and replays them; no other spec or family does."""

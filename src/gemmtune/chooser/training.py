@@ -62,7 +62,7 @@ def rows_from_tables() -> list[TrainingRow]:
     for path in recorded_tables():
         table = SimulationTable.from_csv(path)
         sm = table.environment.sm_count
-        rows += [TrainingRow(table.family, table.spec, config, sm, row.median_s, path.name)
+        rows += [TrainingRow(table.family, table.spec, config, sm, row.median_s, path.name.removesuffix(".gz"))
                  for config, row in table.rows.items() if row.median_s is not None]
     return rows
 

@@ -195,10 +195,10 @@ def cluster_line(workers: int, gpus: list[str]) -> str:
 
 def table_for(directory: Path, family: str, spec: GemmSpec) -> Path:
     from ..errors import SpecError
-    from ..tune.simulation import table_path
+    from ..tune.simulation import sidecar, table_path
 
     path = table_path(family, spec, directory)
-    if not path.exists() or not path.with_suffix(".json").exists():
+    if not path.exists() or not sidecar(path).exists():
         raise SpecError(f"no simulation table for {spec.short()} ({family}) at {path}")
     return path
 

@@ -283,10 +283,10 @@ def cublas_seconds(spec: GemmSpec) -> tuple[float | None, str]:
 
 
 def simulation_runner(path: Path, spec: GemmSpec) -> tuple[Any, float | None, str]:
-    from ..tune.simulation import SimulationRunner, SimulationTable, replays
+    from ..tune.simulation import SimulationRunner, SimulationTable, replays, sidecar
 
-    if not Path(path).exists() or not Path(path).with_suffix(".json").exists():
-        raise SpecError(f"no simulation table at {path} (a .csv with its .json beside it)")
+    if not Path(path).exists() or not sidecar(path).exists():
+        raise SpecError(f"no simulation table at {path} (a .csv or .csv.gz with its .json beside it)")
     table = SimulationTable.from_csv(path)
     if not replays(table, spec):
         raise SpecError(f"the table at {path} was recorded for {table.spec.short()}, not {spec.short()}")

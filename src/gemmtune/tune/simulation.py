@@ -1,12 +1,14 @@
 """The simulation runner: replays a recorded table config -> time (or failure) instead of a GPU.
 
-Tables live in src/gemmtune/data/ as ``<family>_<spec slug>.csv`` (one row per config: the config's
+Tables live in src/gemmtune/data/ as ``<family>_<spec slug>.csv`` (or ``.csv.gz``, gzip-compressed: the shipped
+large ones, to keep the package small; one row per config: the config's
 fields, median_s, status) beside a ``.json`` with the spec, device and versions they were recorded
 on. Strategies run against them on any machine, so search behaviour is tested without a GPU.
 """
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 import os
@@ -16,7 +18,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from ..input_files import InputFileError, read_json_object, read_text
+from ..input_files import InputFileError, decode, read_bytes, read_json_object, read_text
 from ..spec import GemmSpec
 from .space import CandidateSet, space_for
 from .trial import SIMULATED, Environment, Status, TrialResult, TuneContext
@@ -54,7 +56,7 @@ class SimulationTable:
                                dict(meta or {}))
 
     def to_csv(self, path: Path) -> None:
-        """Write the table and its .json sidecar, each atomically."""
+        """Write the table (gzip-compressed where `path` ends in .gz) and its .json sidecar, each atomically."""
         config_type = space_for(self.family).config_type
         names = [f.name for f in fields(config_type)]
         text = io.StringIO()
@@ -63,18 +65,19 @@ class SimulationTable:
         for config, row in sorted(self.rows.items()):
             values = [int(v) if isinstance(v, bool) else v for v in (getattr(config, n) for n in names)]
             writer.writerow(values + ["" if row.median_s is None else f"{row.median_s:.6g}", row.status.value])
-        _atomic_write(Path(path), text.getvalue())
+        body = text.getvalue().encode()
+        _atomic_write(Path(path), gzip.compress(body, mtime=0) if _gzipped(Path(path)) else body)
         meta = {**self.meta, "family": self.family, "family_version": self.family_version,
                 "spec": self.spec.to_json(), "environment": self.environment.to_json(), "rows": len(self.rows)}
-        _atomic_write(Path(path).with_suffix(".json"), json.dumps(meta, indent=1, sort_keys=True) + "\n")
+        _atomic_write(sidecar(path), (json.dumps(meta, indent=1, sort_keys=True) + "\n").encode())
 
     @staticmethod
     def from_csv(path: Path) -> "SimulationTable":
         """The table at `path`; InputFileError (exit 2) naming the file — the CSV or its .json — when
         either is not what a table needs."""
         path = Path(path)
-        meta = read_json_object(path.with_suffix(".json"), TABLE_META)
-        text = read_text(path, TABLE_CSV)
+        meta = read_json_object(sidecar(path), TABLE_META)
+        text = _table_text(path)
         try:
             return SimulationTable._read(meta, text)
         except (ValueError, KeyError, TypeError, AttributeError, csv.Error) as err:
@@ -116,11 +119,32 @@ def _typed(kind: Any, text: str) -> Any:
     return text
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def _gzipped(path: Path) -> bool:
+    return path.suffix == ".gz"
+
+
+def sidecar(path: Path | str) -> Path:
+    """A table's .json: the CSV's name with .csv (or .csv.gz) replaced by .json."""
+    path = Path(path)
+    return (path.with_suffix("") if _gzipped(path) else path).with_suffix(".json")
+
+
+def _table_text(path: Path) -> str:
+    """A table's CSV text, decompressed where its name ends in .gz; InputFileError naming the file."""
+    if not _gzipped(path):
+        return read_text(path, TABLE_CSV)
+    try:
+        raw = gzip.decompress(read_bytes(path, TABLE_CSV))
+    except (OSError, EOFError) as err:  # gzip.BadGzipFile is an OSError
+        raise InputFileError(f"{path} is not {TABLE_CSV}: not gzip data ({err})") from None
+    return decode(raw, str(path), TABLE_CSV)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
     os.chmod(tmp, 0o644)  # mkstemp makes it private; a table is package data anyone may read
     os.replace(tmp, path)
 
@@ -138,12 +162,16 @@ def replays(table: SimulationTable, spec: GemmSpec) -> bool:
 
 
 def table_path(family: str, spec: GemmSpec, directory: Path = DATA_DIR) -> Path:
-    return Path(directory) / f"{family}_{recorded_spec(family, spec).slug()}.csv"
+    """Where `family`'s table of `spec` is in `directory`: its .csv, or its .csv.gz where only that exists."""
+    path = Path(directory) / f"{family}_{recorded_spec(family, spec).slug()}.csv"
+    packed = path.with_name(path.name + ".gz")
+    return packed if packed.exists() and not path.exists() else path
 
 
 def recorded_tables(directory: Path = DATA_DIR) -> list[Path]:
-    """Recorded tables shipped with the package (each CSV with its .json sidecar)."""
-    return sorted(p for p in Path(directory).glob("*.csv") if p.with_suffix(".json").exists())
+    """Recorded tables shipped with the package (each CSV, plain or gzipped, with its .json sidecar)."""
+    found = [*Path(directory).glob("*.csv"), *Path(directory).glob("*.csv.gz")]
+    return sorted(p for p in found if sidecar(p).exists())
 
 
 class SimulationRunner:
