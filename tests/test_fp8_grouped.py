@@ -1,8 +1,8 @@
 """fp8 (issue 70) on the grouped wgmma kernel: specs, the scaled float64 reference, sm_90a compiles and fake
 shapes without a GPU; on an H200, every scaling and format against the float64 reference of the fp8 values
 (D poisoned), scaled_mm against torch._scaled_mm and scaled_grouped_mm against torch's, graph replay; promotion
-and its overlapped loops (promote_overlap: block scales and promoted tensor/rowwise, tests/test_fp8_overlap.py
-for their CPU side)."""
+and its overlapped loops (promote_overlap: block scales and promoted tensor/rowwise, and overlap_static;
+tests/test_fp8_overlap.py for their CPU side)."""
 from __future__ import annotations
 
 import numpy as np
@@ -277,6 +277,35 @@ def test_block_scaled_overlapped_kernels_match_the_float64_reference(k, epilogue
                    (a, w, offs, bias, sa, sb), ref, int(sum(sizes)))
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("sizes", [(130, 0, 65, 1, 200), (2500, 0, 1, 3000, 700)], ids=["few_tiles", "two_tiles_a_block"])
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+@pytest.mark.parametrize("scaling", ["tensor", "rowwise"])
+@pytest.mark.parametrize("k", [16, 144, 1040, 2064, 3600, 7168])  # k-blocks 1, 2, 9, 17, 29, 56: partial last ones,
+@pytest.mark.parametrize("promote_every", [2, 4, 8])                # odd and even chunk counts, the pair loop 0-13 times
+def test_static_overlapped_kernels_match_the_float64_reference(promote_every, k, scaling, fmt, sizes):
+    """overlap_static (render.PROMOTED_STATIC_LOOP) on the tiles candidates offer it on (128x128 over two consumers,
+    staged and not) with a bias, over empty and one-row groups and N = 304; the larger sizes give 153 tiles, so
+    blocks take two tiles in turn (the tile found after the main loop, the ring carried on)."""
+    if not _hopper():
+        pytest.skip("needs an sm_90a GPU")
+    if sizes[0] > 1000 and k not in (144, 3600):
+        pytest.skip("two tiles a block: two K suffice")
+    from gemmtune.grouped.config import GroupedConfig
+
+    n = 304
+    spec = GroupedSpec(len(sizes), sum(sizes) + 5, n, k, fmt, "bias", scaling=scaling)
+    offs = torch.tensor(group_offsets(sizes), device="cuda")
+    a, sa, a64 = _quantized((spec.total_m, k), fmt, scaling, 1, 15)
+    w, sb, w64 = _quantized((spec.groups, n, k), fmt, scaling, 2, 16)
+    bias = torch.randn(spec.groups, n, device="cuda").to(torch.bfloat16)
+    ref = reference(spec, a64.cpu().numpy(), w64.transpose(1, 2).cpu().numpy(), offs.cpu().numpy(),
+                    bias.double().cpu().numpy(), *_scales_read(spec, sa, sb))
+    static = dict(promote_every=promote_every, promote_overlap=True, overlap_static=True)
+    _check_configs(spec, (GroupedConfig(128, 128, 6, 2, staged_store=True, **static), GroupedConfig(128, 128, 7, 2, **static)),
+                   (a, w, offs, bias, sa, sb), ref, int(sum(sizes)))
+
+
 def _scales_read(spec, sa, sb) -> tuple:
     """The per-tensor or rowwise scales as the float64 reference takes them: A's per row (or one), B's (G, N)
     (or one)."""
@@ -348,3 +377,5 @@ def test_promotion_brings_the_error_at_long_k_to_cublas(scaling):
         pytest.skip(f"torch._scaled_mm unavailable ({type(err).__name__}); promoted {ours:.3e} < unpromoted {unpromoted:.3e}")
     cublas = float((theirs.double() - ref).norm() / ref.norm())
     assert ours <= 1.2 * cublas, f"promoted {ours:.3e}, cuBLAS {cublas:.3e} (unpromoted {unpromoted:.3e})"
+    static = error(promoted.with_(promote_overlap=True, overlap_static=True))  # the same chunks, overlapped
+    assert static <= 1.2 * cublas, f"overlap_static {static:.3e}, cuBLAS {cublas:.3e}"

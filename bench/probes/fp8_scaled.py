@@ -6,9 +6,11 @@ balanced order, medians (no L2 flush). Every config of the grouped kernel's cand
 a config's label names its tile, stages, consumers, ping-pong, staged rows, cluster and fp8 promotion (`pr4`: wgmma's
 sums added into fp32 every 4 k-blocks; `pr0`: never). A second table gives, per per-tensor/rowwise shape, the
 promoted default against its tile unpromoted (what promotion costs) and the fastest of each kind against torch. A third
-gives, per shape and scaling, the default against its tile with promote_overlap (`ov`: the next k-block's or chunk's
-wgmma issued before the one before is promoted) and torch (its blockwise _scaled_mm for block scales). `--quick`:
-four shapes, the default, its overlapped twin and torch only, no grouped shapes (about 1-2 minutes on an H200).
+gives, per shape and scaling, the default against its twins: unpromoted (`pr0`), promote_overlap (`ov`: the next
+k-block's or chunk's wgmma issued before the one before is promoted, pairs ending in wgmma_wait<0>; for block scales,
+whose default overlaps, the waiting twin) and overlap_static (`ovs`: both sums buffers named statically, a wgmma in
+flight across every boundary), and torch (its blockwise _scaled_mm for block scales). `--quick`: four shapes, the
+default, its twins and torch only, no grouped shapes (about 2 minutes on an H200).
 
     PYTHONPATH=$PWD/src:$PWD/bench python bench/probes/fp8_scaled.py --out /tmp/fp8.md
     PYTHONPATH=$PWD/src:$PWD/bench python bench/probes/fp8_scaled.py --quick --out /tmp/fp8.md
@@ -44,7 +46,8 @@ def label(config, default) -> str:
     """A config's row name: every field that differs between candidates (promotion for fp8 tensor/rowwise)."""
     return (f"{config.bm}x{config.bn} s{config.stages} c{config.consumers}{' pp' if config.pingpong else ''}"
             f"{' st' if config.staged_store else ''}{f' cl{config.cluster}' if config.cluster > 1 else ''}"
-            f" pr{config.promote_every}{' ov' if config.promote_overlap else ''}{' (default)' if config == default else ''}")
+            f" pr{config.promote_every}{(' ovs' if config.overlap_static else ' ov') if config.promote_overlap else ''}"
+            f"{' (default)' if config == default else ''}")
 
 
 def promotion_cost(m: int, n: int, k: int, scaling: str, us: dict[str, float]) -> str:
@@ -61,23 +64,39 @@ def promotion_cost(m: int, n: int, k: int, scaling: str, us: dict[str, float]) -
             f"{us.get(twin, float('nan')) / us[default]:.2f} | {base / promoted:.2f} | {base / unpromoted:.2f} |")
 
 
-def overlap_row(m: int, n: int, k: int, scaling: str, us: dict[str, float], names: tuple[str, str]) -> str:
-    """The overlap table's row: the default and its promote_overlap twin (µs, or why missing) against torch (for
-    block scales its blockwise form where this torch has one)."""
+def overlap_row(m: int, n: int, k: int, scaling: str, us: dict[str, float], names: dict[str, str]) -> str:
+    """The overlap table's row: the default and its twins (µs; nan where not timed: not valid, or its result
+    differed) against torch (for block scales its blockwise form where this torch has one)."""
     base = us.get("torch block", us.get("torch block (row-major a)", us["torch"])) if scaling == "block" else us["torch"]
-    default, overlapped = (us.get(name, float("nan")) for name in names)
-    return (f"| {m}x{n}x{k} | {scaling} | {names[0]} | {default:.1f} | {overlapped:.1f} | {default / overlapped:.2f} | "
-            f"{base:.1f} | {base / default:.2f} | {base / overlapped:.2f} |")
+    nan = float("nan")
+    times = {role: us.get(names[role], nan) if role in names else nan for role in ("default", "pr0", "ov", "ovs")}
+    return (f"| {m}x{n}x{k} | {scaling} | {names['default']} | "
+            + " | ".join(f"{times[role]:.1f}" for role in times) + f" | {base:.1f} | "
+            + " | ".join(f"{base / times[role]:.2f}" for role in times) + " |")
+
+
+def twins(spec) -> dict[str, object]:
+    """The default's A/B twins by role: unpromoted (pr0, tensor/rowwise), the promote_overlap loop of pairs ending
+    in wgmma_wait<0> (ov; for block scales, where the default overlaps, its waiting twin), and overlap_static (ovs:
+    both buffers named statically, a wgmma in flight across every boundary), each where valid for `spec`."""
+    from gemmtune.grouped.config import default_config, rejections
+
+    default = default_config(spec)
+    found = {"pr0": default.with_(promote_every=0, promote_overlap=False),
+             "ov": default.with_(promote_overlap=not default.promote_overlap),
+             "ovs": default.with_(promote_overlap=True, overlap_static=True)}
+    if spec.scaling == "block":
+        del found["pr0"]
+    return {role: config for role, config in found.items() if config != default and not rejections(config, spec)}
 
 
 def configs_timed(spec, quick: bool) -> list:
-    """The default (and, unless quick, the other candidates for tensor/rowwise), then the default's overlapped twin."""
-    from gemmtune.grouped.config import candidates, default_config, rejections
+    """The default (and, unless quick, the other candidates for tensor/rowwise), then its twins (pr0, ov, ovs)."""
+    from gemmtune.grouped.config import candidates, default_config
 
     default = default_config(spec)
     configs = [default] if quick or spec.scaling == "block" else candidates(spec)
-    twin = default.with_(promote_overlap=True)
-    return configs + ([twin] if twin not in configs and not rejections(twin, spec) else [])
+    return configs + [twin for twin in twins(spec).values() if twin not in configs]
 
 
 def plain(torch, m: int, n: int, k: int, scaling: str, rounds: int, quick: bool = False) -> tuple[list[str], str, str]:
@@ -125,7 +144,7 @@ def plain(torch, m: int, n: int, k: int, scaling: str, rounds: int, quick: bool 
     rows = [f"| {m}x{n}x{k} | {scaling} | {name} | {t:.1f} | {flops / t / 1e6:.0f} | {us['torch'] / t:.2f} | "
             f"{errors.get(name, 0):.1e} |" for name, t in sorted(us.items(), key=lambda kv: kv[1])]
     default = default_config(spec)
-    names = (label(default, default), label(default.with_(promote_overlap=True), default))
+    names = {"default": label(default, default), **{role: label(c, default) for role, c in twins(spec).items()}}
     cost = promotion_cost(m, n, k, scaling, us) if scaling != "block" and not quick else ""
     return rows, cost, overlap_row(m, n, k, scaling, us, names)
 
@@ -155,7 +174,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--quick", action="store_true", help="4 shapes; default, overlapped twin and torch; no grouped")
+    parser.add_argument("--quick", action="store_true", help="4 shapes; default, its pr0/ov/ovs twins and torch; no grouped")
     args = parser.parse_args()
     import torch
 
@@ -164,9 +183,11 @@ def main() -> int:
     costs = ["", "Promotion: the default (promoted) against its tile unpromoted (pr0), and the fastest of each against torch.", "",
              "| shape | scaling | default | µs | pr0 twin µs | pr0 twin / default | × torch (fastest promoted) | "
              "× torch (fastest pr0) |", "|---|---|---|---:|---:|---:|---:|---:|"]
-    overlaps = ["", "promote_overlap: the default against its overlapped twin (ov), and both against torch (block: its "
-                "blockwise _scaled_mm).", "", "| shape | scaling | default | default µs | ov µs | default / ov | torch µs | "
-                "× torch (default) | × torch (ov) |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    overlaps = ["", "The default (tensor/rowwise: pr4) against its twins: unpromoted (pr0), promote_overlap's loop of pairs "
+                "(ov; block scales: the default overlaps, ov is its waiting twin) and overlap_static (ovs), all against "
+                "torch (block: its blockwise _scaled_mm).", "",
+                "| shape | scaling | default | default µs | pr0 µs | ov µs | ovs µs | torch µs | × torch (default) | "
+                "× torch (pr0) | × torch (ov) | × torch (ovs) |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 
     def write() -> None:
         if args.out:

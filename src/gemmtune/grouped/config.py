@@ -40,6 +40,11 @@ class GroupedConfig:
     # runs on the tensor cores while the CUDA cores promote the one before (render.BLOCK_SCALED_OVERLAP_LOOP,
     # PROMOTED_OVERLAP_LOOP). False: the loops that wait for every wgmma before promoting (issue 70's A/B).
     promote_overlap: bool = False
+    # With promote_overlap: the loop that names both `sums` buffers statically (k-blocks or chunks unrolled in
+    # compile-time pairs) and keeps one wgmma group in flight across every boundary, the loop's back edge
+    # included: no wgmma_wait<0> per pair (render.PROMOTED_STATIC_LOOP, BLOCK_SCALED_STATIC_LOOP). False: the
+    # pair loops that end each pair with wgmma_wait<0> (issue 70's A/B).
+    overlap_static: bool = False
 
     @property
     def promoted(self) -> bool:
@@ -86,8 +91,8 @@ class GroupedConfig:
         return replace(self, **changes)
 
     def to_json(self) -> dict:
-        """Every field; `cluster`, `promote_every` and `promote_overlap` (added later) only where they are not 1, 0
-        and False, so older configs keep their JSON."""
+        """Every field; `cluster`, `promote_every`, `promote_overlap` and `overlap_static` (added later) only where
+        they are not 1, 0, False and False, so older configs keep their JSON."""
         data = asdict(self)
         if data["cluster"] == 1:
             del data["cluster"]
@@ -95,6 +100,8 @@ class GroupedConfig:
             del data["promote_every"]
         if not data["promote_overlap"]:
             del data["promote_overlap"]
+        if not data["overlap_static"]:
+            del data["overlap_static"]
         return data
 
     @property
@@ -159,6 +166,12 @@ def overlap_rejections(config: GroupedConfig, spec: GroupedSpec) -> dict[str, st
     if config.promote_overlap and not (spec.scaling == "block" or config.promoted):
         return {"promote_overlap": ("promote_overlap overlaps promotion with the next wgmma: for fp8 block scales or "
                                     "promote_every > 0")}
+    if config.overlap_static and not (config.promote_overlap and config.promoted):
+        return {"overlap_static": ("overlap_static is a form of promote_overlap's tensor/rowwise loop: it needs "
+                                   "promote_overlap and promote_every > 0")}
+    if config.overlap_static and config.promote_every < 2:
+        return {"overlap_static": (f"overlap_static with promote_every={config.promote_every}: its loop's back edge "
+                                   "sits inside a chunk (between chunks ptxas serialised wgmma), so 2 or more")}
     return {}
 
 
@@ -232,10 +245,23 @@ def _overlap_shapes(spec: GroupedSpec, shapes: list[GroupedConfig]) -> list[Grou
     return [shape.with_(promote_overlap=True) for shape in shapes if shape.cluster == 1]
 
 
+def _static_shapes(spec: GroupedSpec, shapes: list[GroupedConfig]) -> list[GroupedConfig]:
+    """overlap_static twins (untimed: the default stays as it is until measured) of the promoted tensor/rowwise
+    shapes that ptxas (CUDA 13 NVRTC) compiles clean with that loop at every K tried (16 to 16384: no C751x, no
+    spills; tests/test_fp8_overlap.py): two consumers of 64 rows, not ping-pong, no clusters, promote_every >= 2.
+    Left out: ping-pong 64x128 (spilled 290-720 bytes from K = 2048) and clusters (the tile is needed before the
+    main loop there: 20-96 bytes spilled at some K with rowwise scales or a bias)."""
+    if not spec.fp8 or spec.scaling == "block":
+        return []
+    return [shape.with_(promote_overlap=True, overlap_static=True) for shape in shapes
+            if shape.promote_every >= 2 and shape.consumers == 2 and not shape.pingpong and shape.cluster == 1]
+
+
 def candidates(spec: GroupedSpec) -> list[GroupedConfig]:
     """The default first, then the few shapes worth timing against it (each valid for `spec`); fp8 tensor/rowwise
     adds promoted ones (and the default's tile unpromoted); the cluster=2 ones, then the block-scaled
-    promote_overlap twins last (untimed: the default stays without clusters or overlap until measured)."""
+    promote_overlap twins and the tensor/rowwise overlap_static twins last (untimed: the default stays without
+    clusters or overlap until measured)."""
     shapes = [default_config(spec), GroupedConfig(128, 128, consumers=2), GroupedConfig(128, 256, consumers=2),
               GroupedConfig(64, 128, consumers=1), GroupedConfig(64, 256, consumers=1),
               GroupedConfig(64, 256, consumers=2, pingpong=True), GroupedConfig(128, 128, consumers=2, pingpong=True),
@@ -247,6 +273,7 @@ def candidates(spec: GroupedSpec) -> list[GroupedConfig]:
     if shapes[0].promote_overlap:  # the default's waiting twin, for A/B
         shapes.append(shapes[0].with_(promote_overlap=False))
     shapes += _overlap_shapes(spec, [_deepest(shape, spec) for shape in shapes])
+    shapes += _static_shapes(spec, [_deepest(shape, spec) for shape in shapes])
     found: list[GroupedConfig] = []
     for config in (_deepest(shape, spec) for shape in shapes):
         if config not in found and not rejections(config, spec):

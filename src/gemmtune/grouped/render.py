@@ -74,7 +74,7 @@ def entry_name(spec: GroupedSpec, config: GroupedConfig) -> str:
     staged = "st" if config.staged_store else ""
     cluster = f"cl{config.cluster}" if config.cluster > 1 else ""
     promote = f"pr{config.promote_every}" if config.promoted else ""
-    overlap = "ov" if config.promote_overlap else ""
+    overlap = ("ovs" if config.overlap_static else "ov") if config.promote_overlap else ""
     return (f"{spec.slug()}_{config.bm}x{config.bn}s{config.stages}c{config.consumers}"
             f"{pingpong}{staged}{band}{cluster}{promote}{overlap}")
 
@@ -528,6 +528,114 @@ def _promoted_overlap_loop(config: GroupedConfig, release_previous: str) -> str:
             .replace("CHUNK_LAST", chunk(0, "chunks - 1")).replace("RELEASE_LAST", _release(config, "previous")))
 
 
+# fp8 tensor/rowwise scales, promoted and overlapped with both buffers named statically (config.overlap_static):
+# chunk c of PROMOTE_EVERY k-blocks is summed into `sums` (c even) or `sums_odd` (c odd), two arrays rather than an
+# indexed one. Every k-block is one step (mbarrier wait, wgmma, commit, wgmma_wait<1>, release the slot before), so
+# one wgmma group stays in flight across every boundary, chunk boundaries and the loop's back edge included: no
+# wgmma_wait<0> until the tile's last k-block. A chunk's first step starts its buffer fresh (wgmma's scale-d 0: no
+# zeroing) and, once its wgmma_wait<1> says the chunk before is complete, adds that chunk's buffer into acc while
+# its own wgmma runs. Steps are unrolled (PROMOTE_EVERY and the last chunk's length are constants); the runtime loop
+# runs from inside one odd chunk to inside the next (the rest of chunk c, chunk c + 1, the first step of c + 2), so
+# the group in flight at its back edge is continued by the next wgmma on the same buffer, as in MAIN_LOOP: where the
+# back edge fell between chunks (the next wgmma on the other buffer), ptxas (CUDA 13 NVRTC) serialised every wgmma
+# (C7514), hence promote_every >= 2. K_BLOCKS is a constant, so the `if`s on the chunk count fold away.
+# fence_operand pins each promotion between its wait and the next k-block (without it the compiler moved the adds
+# to the next promotion, two buffers' registers live at once: spills and serialised wgmma). The last chunk's
+# buffer takes acc, copied into `sums` where it is `sums_odd`, and the tile is stored from `sums`.
+PROMOTED_STATIC_LOOP = """            // chunk c's sums: even c in sums, odd c in sums_odd (M_BLOCKS == 1: 64 rows a consumer)
+            float sums[M_BLOCKS][BN / 2], sums_odd[M_BLOCKS][BN / 2];
+            const int chunks = (K_BLOCKS + PROMOTE_EVERY - 1) / PROMOTE_EVERY;  // constants: folded
+            const int last_blocks = K_BLOCKS - (chunks - 1) * PROMOTE_EVERY;  // the last chunk's k-blocks (1 .. PROMOTE_EVERY)
+CHUNK_FIRST
+            if (chunks >= 2) {  // chunk 1's first k-block
+FIRST_ODD
+            }
+            #pragma unroll 1
+            for (int chunk = 1; chunk + 2 < chunks; chunk += 2) {  // from inside odd chunk `chunk` to inside chunk + 2
+REST_ODD
+CHUNK_EVEN
+FIRST_ODD
+            }
+            if (chunks >= 2 && chunks % 2 == 0) {  // the last chunk (odd) has begun: its other k-blocks
+REST_LAST_ODD
+            }
+            if (chunks >= 3 && chunks % 2 == 1) {  // chunk chunks - 2 (odd) has begun: its other k-blocks, then the last
+REST_ODD
+LAST_EVEN
+            }
+            wgmma_wait<0>();  // the tile's last k-block: the last chunk's sums are read below
+            RELEASE_LAST
+            previous = -1;  // every slot of the tile is released
+            if (chunks % 2 == 0) {  // the last chunk's sums plus acc, into sums: the tile is stored from them
+                fence_operand(sums_odd[0]);
+                #pragma unroll
+                for (int i = 0; i < BN / 2; ++i) sums[0][i] = sums_odd[0][i] + acc[0][i];
+            } else {
+                fence_operand(sums[0]);
+                #pragma unroll
+                for (int i = 0; i < BN / 2; ++i) sums[0][i] += acc[0][i];
+            }"""
+
+STATIC_STEP = """                mbarrier_wait(&full[ring.s], ring.phase);
+                wgmma_fence();  // also orders the promotion's reads of BUF before wgmma overwrites it
+                mma_stage_sums(BUF[0], ring_base + ring.s * STAGE_BYTES, part, ADD);
+                wgmma_commit();
+                wgmma_wait<1>();  // one group in flight: the k-block before is done (and its slot read)
+                RELEASE_PREVIOUS
+                previous = ring.s;
+                ring.advance();"""
+
+STATIC_PROMOTE = """
+                fence_operand(PREV[0]);  // the reads below stay after the wait
+                #pragma unroll
+                for (int i = 0; i < BN / 2; ++i) acc[0][i] += PREV[0][i];  // under this chunk's first wgmma
+                fence_operand(acc[0]);  // ... and here, not moved down to the next promotion"""
+
+
+def _first_step(buf: str, prev: str | None, release_previous: str) -> str:
+    """A chunk's first k-block into `buf`, fresh, then (`prev`) the chunk before added into acc under it."""
+    about = f"                // a chunk's first k-block, into {buf} fresh" + (f"; {prev} (the chunk before) promoted" if prev else "")
+    step = STATIC_STEP.replace("RELEASE_PREVIOUS", release_previous).replace("BUF", buf).replace("ADD", "false")
+    return about + "\n" + step + (STATIC_PROMOTE.replace("PREV", prev) if prev else "")
+
+
+def _rest_steps(buf: str, blocks: str, release_previous: str) -> str:
+    """A chunk's k-blocks after its first (`blocks` in all, a constant), accumulated into `buf`, unrolled."""
+    step = STATIC_STEP.replace("RELEASE_PREVIOUS", release_previous).replace("BUF", buf).replace("ADD", "true")
+    return (f"                #pragma unroll  // a chunk's other k-blocks, into {buf}\n"
+            f"                for (int j = 1; j < {blocks}; ++j) {{\n"
+            + step.replace("\n                ", "\n                    ").replace("                mbarrier", "                    mbarrier", 1)
+            + "\n                }")
+
+
+def _promoted_static_loop(config: GroupedConfig, release_previous: str) -> str:
+    def first(buf: str, prev: str | None) -> str:
+        return _first_step(buf, prev, release_previous)
+
+    def rest(buf: str, blocks: str) -> str:
+        return _rest_steps(buf, blocks, release_previous)
+    return (PROMOTED_STATIC_LOOP
+            .replace("CHUNK_FIRST", first("sums", None) + "\n" + rest("sums", "(chunks == 1 ? last_blocks : PROMOTE_EVERY)"))
+            .replace("FIRST_ODD", first("sums_odd", "sums"))
+            .replace("REST_ODD", rest("sums_odd", "PROMOTE_EVERY"))
+            .replace("CHUNK_EVEN", first("sums", "sums_odd") + "\n" + rest("sums", "PROMOTE_EVERY"))
+            .replace("REST_LAST_ODD", rest("sums_odd", "last_blocks"))
+            .replace("LAST_EVEN", first("sums", "sums_odd") + "\n" + rest("sums", "last_blocks"))
+            .replace("RELEASE_LAST", _release(config, "previous")))
+
+
+# fence_operand: an empty asm that reads and writes each register of a sums buffer, ordered (volatile) with the
+# wgmma asm around it, so the compiler cannot move the buffer's reads before the wgmma_wait that completes it.
+FENCE_OPERAND = """
+// The registers of `sums` as read and written here (no instruction): a volatile asm stays in order with the wgmma
+// waits, so reads of a buffer just completed are not moved above its wgmma_wait (ptxas would serialise wgmma).
+__device__ __forceinline__ void fence_operand(float (&sums)[BN / 2]) {
+    #pragma unroll
+    for (int i = 0; i < BN / 2; ++i) asm volatile("" : "+f"(sums[i]) :: "memory");
+}
+"""
+
+
 def _release(config: GroupedConfig, slot: str, after: str = "") -> str:
     """A consumer warpgroup's release of ring slot `slot` (when `after` holds): one arrival on this block's
     `empty`, or with clusters one on `empty` of every block of the cluster (parts/cluster_ring.py)."""
@@ -543,6 +651,8 @@ def _main_loop(spec: GroupedSpec, config: GroupedConfig) -> str:
         return _block_scaled_overlap_loop(config, release_previous)
     if spec.scaling == "block":
         return BLOCK_SCALED_LOOP.replace("RELEASE_CURRENT", _release(config, "ring.s"))
+    if config.promoted and config.overlap_static:
+        return _promoted_static_loop(config, release_previous)
     if config.promoted and config.promote_overlap:
         return _promoted_overlap_loop(config, release_previous)
     if config.promoted:
@@ -554,7 +664,7 @@ def _stored(config: GroupedConfig) -> str:
     """The registers a consumer stores its tile from: acc, or with promotion the last chunk's sums plus acc (with
     promote_overlap, the buffer the last chunk went to)."""
     if config.promoted:
-        return "sums[last_sums]" if config.promote_overlap else "sums"
+        return "sums[last_sums]" if config.promote_overlap and not config.overlap_static else "sums"
     return "acc"
 
 
@@ -569,6 +679,7 @@ def _mma_stage_sums(spec: GroupedSpec, config: GroupedConfig) -> str:
     if not _uses_sums(spec, config):
         return ""
     promote = PROMOTE_BLOCK if spec.scaling == "block" and config.promote_overlap else ""
+    promote += FENCE_OPERAND if config.overlap_static else ""
     return ptx.wgmma_function(spec.dtype, config.bn, fresh=True) + promote + f"""
 __device__ __forceinline__ void mma_stage_sums(float (&sums)[BN / 2], const unsigned char* slot, int consumer, bool add) {{
     const unsigned char* a_rows = slot + consumer * ROWS_PER_CONSUMER * 128;
@@ -623,6 +734,23 @@ def walk(config: GroupedConfig) -> Walk:
         units="int t = blockIdx.x / CLUSTER; t < tiles; t += gridDim.x / CLUSTER",
         tile="cluster_tile(group_end, tile_end, t, rank)", load_args=", rank", idle=CLUSTER_IDLE,
         end="\n    cluster_sync();  // no block leaves while a peer may still multicast into it or arrive on its barriers")
+
+
+def _late(config: GroupedConfig) -> bool:
+    """Whether the consumer finds its tile after the main loop: overlap_static without clusters, whose main loop
+    reads nothing of it, so its five registers are free beside acc and two sums buffers (found before the loop,
+    ptxas spilled 8-88 bytes at some K, rowwise scales or a bias). Clusters need it first (a block without a tile)."""
+    return config.overlap_static and config.cluster == 1
+
+
+def _early_tile(config: GroupedConfig, w: Walk) -> str:
+    return "" if _late(config) else f"            const GroupTile tile = {w.tile};\n"
+
+
+def _late_tile(config: GroupedConfig, w: Walk) -> str:
+    if not _late(config):
+        return ""
+    return f"            const GroupTile tile = {w.tile};  // found here, not live across the main loop\n"
 
 
 def _kernel(spec: GroupedSpec, config: GroupedConfig, entry: str) -> str:
@@ -682,8 +810,7 @@ extern "C" __global__ void __launch_bounds__({config.threads}, 1){w.attribute}
                 ring.skip(K_BLOCKS);  // the other consumer's tile: its k-blocks fill the slots in between
                 continue;
             }}
-            const GroupTile tile = {w.tile};
-            float acc[M_BLOCKS][BN / 2];
+{_early_tile(config, w)}            float acc[M_BLOCKS][BN / 2];
             #pragma unroll
             for (int mb = 0; mb < M_BLOCKS; ++mb)
                 #pragma unroll
@@ -697,7 +824,7 @@ extern "C" __global__ void __launch_bounds__({config.threads}, 1){w.attribute}
             if (PINGPONG && threadIdx.x % 128 == 0) mbarrier_arrive(&mainloop_done[consumer]);  // the other's turn
             wgmma_wait<0>();
             {_release(config, "previous", "previous >= 0 && ")}
-            store_tile({_stored(config)}, tile, part, D, {"bias" if spec.has_bias else "nullptr"}{", scale_a, scale_b" if spec.fp8 else ""}{_staging_args(config)});
+{_late_tile(config, w)}            store_tile({_stored(config)}, tile, part, D, {"bias" if spec.has_bias else "nullptr"}{", scale_a, scale_b" if spec.fp8 else ""}{_staging_args(config)});
         }}
     }}{w.end}
 }}
