@@ -27,7 +27,7 @@ from ..grouped.spec import GroupedSpec
 from .cmake import check_arch, cmake_text, nvcc_arch_flag
 from . import grouped_fp8
 from .element_types import CONVERSIONS, c_type, type_includes
-from .harness import prelude, tolerance_expression
+from .harness import main_opening, prelude, tolerance_expression
 from .header import check_name, launcher_body, split_includes
 from .manifest import ExportManifest, Provenance, file_names
 from .writer import write_folder
@@ -270,13 +270,7 @@ def harness_text(name: str, spec: GroupedSpec, arch: str, gemm: bool = False) ->
 #include "{name}.cuh"
 #include "reference.cuh"
 
-int main(int argc, char** argv) {{
-    const int reps = argc > 1 ? std::atoi(argv[1]) : 20;
-    if (reps < 1) {{
-        std::fprintf(stderr, "usage: %s [timed runs >= 1]\\n", argv[0]);
-        return 2;
-    }}
-    namespace info = {name}_info;
+{main_opening(name)}
     constexpr int G = info::GROUPS, TOTAL_M = info::TOTAL_M, N = info::N, K = info::K;
     cudaDeviceProp prop;
     CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));

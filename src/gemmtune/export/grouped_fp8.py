@@ -14,7 +14,7 @@ from ..fp8 import FORMATS
 from ..grouped.spec import GroupedSpec
 from .cmake import nvcc_arch_flag
 from .element_types import c_type
-from .harness import prelude, tolerance_expression
+from .harness import main_opening, prelude, tolerance_expression
 
 SAMPLE_GROUPS = 8  # groups whose rows the host reference checks
 SAMPLE_ROWS = 4  # of each: its first and last rows
@@ -169,13 +169,7 @@ std::vector<float> random_scales(size_t count, uint32_t seed) {{  // float32 sca
 }}
 }}  // namespace
 
-int main(int argc, char** argv) {{
-    const int reps = argc > 1 ? std::atoi(argv[1]) : 20;
-    if (reps < 1) {{
-        std::fprintf(stderr, "usage: %s [timed runs >= 1]\\n", argv[0]);
-        return 2;
-    }}
-    namespace info = {name}_info;
+{main_opening(name)}
     using gemmtune_reference::KB;
     using gemmtune_reference::NB;
     constexpr int G = info::GROUPS, TOTAL_M = info::TOTAL_M, N = info::N, K = info::K;

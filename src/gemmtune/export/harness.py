@@ -168,6 +168,18 @@ def call_arguments(spec: GemmSpec, output: str) -> str:
     return ", ".join(["A", "B", *(op.name for op in spec.epilogue.operands()), output])
 
 
+def main_opening(name: str) -> str:
+    """main.cu's main() up to the exported kernel's info namespace: the timed-runs argument, checked (every
+    harness gemmtune writes starts so)."""
+    return f"""int main(int argc, char** argv) {{
+    const int reps = argc > 1 ? std::atoi(argv[1]) : 20;
+    if (reps < 1) {{
+        std::fprintf(stderr, "usage: %s [timed runs >= 1]\\n", argv[0]);
+        return 2;
+    }}
+    namespace info = {name}_info;"""
+
+
 def harness_text(name: str, spec: GemmSpec, arch: str, driver_api: bool = False) -> str:
     """The complete ``main.cu`` for the exported kernel `name` (driver_api: the launcher calls the
     driver, so a plain nvcc build links -lcuda)."""
@@ -180,13 +192,7 @@ def harness_text(name: str, spec: GemmSpec, arch: str, driver_api: bool = False)
 #include "{name}.cuh"
 #include "reference.cuh"
 
-int main(int argc, char** argv) {{
-    const int reps = argc > 1 ? std::atoi(argv[1]) : 20;
-    if (reps < 1) {{
-        std::fprintf(stderr, "usage: %s [timed runs >= 1]\\n", argv[0]);
-        return 2;
-    }}
-    namespace info = {name}_info;
+{main_opening(name)}
     constexpr int M = info::M, N = info::N, K = info::K;
     cudaDeviceProp prop;
     CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
