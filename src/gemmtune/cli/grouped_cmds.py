@@ -147,7 +147,7 @@ def config_label(config: Any) -> str:
     words += ["pingpong"] * config.pingpong + ["staged"] * config.staged_store
     words += [f"band{config.band_m}"] * bool(config.band_m) + [f"cluster{config.cluster}"] * (config.cluster > 1)
     words += [f"promote{config.promote_every}"] * bool(config.promote_every)
-    words += ["overlap"] * config.promote_overlap
+    words += ["overlap-static" if config.overlap_static else "overlap"] * config.promote_overlap
     return " ".join(words)
 
 

@@ -5,8 +5,9 @@ rows (`grouped_spec`); its KernelSource is the grouped kernel's, carrying the Ge
 and bench treat it as any other kernel. The kernel reads its row count on the device (`offs`, one int32: M) and
 the scales (`scale_a`, `scale_b`, fp32, laid out as gemmtune.fp8.gemm_inputs says) beside A, B and D.
 
-The registry asks this family for fp8 specs only (kernels.kind_families). What it lacks: a search space (tuning
-refuses fp8 specs), an export (the launcher would need the scales and the row count), fp32 D.
+The registry asks this family for fp8 specs on sm_90a (kernels.kind_families; other archs get the mma family's fp8).
+Tuning and export go through the grouped tuner and exporter as one group (tune/grouped_fp8.py,
+export/grouped_fp8.py). What it lacks: fp32 D.
 """
 from __future__ import annotations
 
@@ -50,7 +51,8 @@ class Fp8GemmConfig(GroupedConfig):
         band = f" band{self.band_m}" if self.band_m else ""
         cluster = f" cluster{self.cluster}" if self.cluster > 1 else ""
         promote = f" promoted/{self.promote_every}" if self.promote_every else ""
-        return f"{self.bm}x{self.bn} s{self.stages} {roles}{store}{band}{cluster}{promote}"
+        overlap = " overlap-static" if self.overlap_static else " overlap" if self.promote_overlap else ""
+        return f"{self.bm}x{self.bn} s{self.stages} {roles}{store}{band}{cluster}{promote}{overlap}"
 
 
 def grouped_spec(spec: GemmSpec) -> GroupedSpec:
