@@ -47,15 +47,6 @@ def test_routed_rows_sum_to_the_routed_tokens_and_are_seeded() -> None:
     assert Routing(512, 16, 2, "zipf").rows() == zipf != Routing(512, 16, 2, "zipf", seed=7).rows()
 
 
-def test_routed_rows_match_bench_moe() -> None:
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
-    from bench_moe import SEED, group_rows
-
-    assert routed_rows(128, 2048 * 8, "zipf", SEED + 128 + 2048 * 8) == tuple(group_rows(128, 2048 * 8, "zipf"))
-
-
 @pytest.mark.parametrize("text, word", [("3,x", "integers"), ("0,0", "empty"), ("", "integers"), ("4,-1", "integers")])
 def test_parse_rows_refuses_bad_lists(text: str, word: str) -> None:
     with pytest.raises(SpecError, match=word):
