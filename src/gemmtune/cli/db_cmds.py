@@ -111,20 +111,18 @@ class GroupedSummary:
 
 def grouped_summaries(path: Path) -> list[GroupedSummary]:
     """Every grouped key's tunes in the database at `path`, per GPU and versions, in the order first tuned."""
-    from ..tune.grouped_db import GroupedTuningDB, trial_of
+    from ..tune.grouped_db import GroupedTuningDB
     from ..tune.grouped_records import GroupedKey
 
     groups: dict[tuple, list] = {}
     with GroupedTuningDB(path) as db:
-        for row in db.conn.execute("SELECT * FROM grouped_trials ORDER BY id"):
-            where = (row["lookup_key"], row["device_name"], row["driver_version"], row["nvrtc_version"],
-                     row["family_version"])
-            groups.setdefault(where, []).append((row["key_json"], row["flops"], trial_of(row)))
+        for where, key, flops, trial in db.every_trial():
+            groups.setdefault(where, []).append((key, flops, trial))
     out = []
     for (_, device, driver, nvrtc, version), rows in groups.items():
         ok = [(flops, trial) for _, flops, trial in rows if trial.ok and flops]
         flops, best = min(ok, key=lambda pair: pair[1].median_s / pair[0]) if ok else (0.0, None)
-        out.append(GroupedSummary(GroupedKey(**json.loads(rows[0][0])), device, driver or "", nvrtc or "", version,
+        out.append(GroupedSummary(GroupedKey(**rows[0][0]), device, driver or "", nvrtc or "", version,
                                   len(rows), sum(not t.ok for _, _, t in rows), best, flops))
     return out
 

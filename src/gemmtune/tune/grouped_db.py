@@ -77,6 +77,13 @@ class GroupedTuningDB:
                                  (context.context_hash(),)).fetchall()
         return [trial_of(row) for row in rows]
 
+    def every_trial(self) -> list[tuple[tuple, dict, float, GroupedTrial]]:
+        """Every trial, in the order measured: (where: lookup key, GPU, driver, NVRTC and generator version;
+        the grouped key as JSON; the spec's FLOPs; the trial), for listings across keys."""
+        return [((row["lookup_key"], row["device_name"], row["driver_version"], row["nvrtc_version"],
+                  row["family_version"]), json.loads(row["key_json"]), row["flops"], trial_of(row))
+                for row in self.conn.execute("SELECT * FROM grouped_trials ORDER BY id")]
+
     def best_config_json(self, key: GroupedKey, device_name: str, sm_count: int, family_version: str) -> dict | None:
         """The fastest verified config (time per FLOP) of `key` on that GPU and generator version, as JSON."""
         found = self.conn.execute(BEST, (key.hash(), device_name, sm_count, family_version, SIMULATED)).fetchone()
