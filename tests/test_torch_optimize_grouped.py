@@ -20,6 +20,7 @@ from gemmtune.grouped.spec import GroupedSpec  # noqa: E402
 from gemmtune.input_files import InputFileError  # noqa: E402
 from gemmtune.torch import GroupedLinear  # noqa: E402
 from gemmtune.torch.optimize_model import GpuBackend, SiteTiming, capture, load_plan, optimize  # noqa: E402
+from test_torch_optimize import FakeBackend as LinearFakeBackend  # noqa: E402
 
 BF16 = torch.bfloat16
 ROWS = (5, 0, 1, 10)  # an empty expert, a one-row expert
@@ -49,32 +50,15 @@ CONFIG = {**default_config(GroupedSpec(4, 16, 64, 64)).to_json(), "stages": 2}  
 
 
 @dataclass
-class FakeBackend:
-    """Measurements by site name (gemmtune s, torch s); records what optimize asked of the GPU."""
+class FakeBackend(LinearFakeBackend):
+    """test_torch_optimize's fake (measurements by site name, what optimize asked of the GPU recorded), with the
+    grouped sites' calls and a settable whole-model time."""
 
-    times: dict = field(default_factory=dict)
-    installed: list = field(default_factory=list)
-    timed: list = field(default_factory=list)
     model_s: float = 1e-3
-
-    def device_name(self) -> str:
-        return "Fake H200"
+    looked_up: list = field(default_factory=list)  # (spec, db_path, tuned) per grouped config asked
 
     def tune(self, workload, budget_s, db_path, show) -> None:
-        self.tuned.append(("linear", budget_s))
-
-    def config(self, spec, db_path, tuned):
-        return "wgmma", {"bm": 128}
-
-    def install(self, spec, family, config) -> None:
-        self.installed.append(spec)
-
-    def time_site(self, site):
-        self.timed.append(site.name)
-        return SiteTiming(*self.times.get(site.name, (2e-6, 1e-6)))
-
-    tuned: list = field(default_factory=list)  # (what, seconds or tunes) per tune asked
-    looked_up: list = field(default_factory=list)  # (spec, db_path, tuned) per grouped config asked
+        self.tuned.append(("linear", budget_s))  # (what, seconds or tunes) per tune asked
 
     def grouped_config(self, spec, db_path, tuned) -> dict:
         self.looked_up.append((spec, db_path, tuned))
