@@ -234,21 +234,14 @@ def test_promoted_kernels_match_the_float64_reference(promote_every, k, scaling,
         pytest.skip("promote_overlap needs promotion")
     from gemmtune.grouped.config import GroupedConfig
 
-    sizes, n = (130, 0, 65, 1, 200), 304  # empty and one-row groups; 3 tile columns: a pair's second block idle
-    spec = GroupedSpec(len(sizes), sum(sizes) + 5, n, k, fmt, "bias", scaling=scaling)
-    offs = torch.tensor(group_offsets(sizes), device="cuda")
-    a, sa, a64 = _quantized((spec.total_m, k), fmt, scaling, 1, 11)
-    w, sb, w64 = _quantized((spec.groups, n, k), fmt, scaling, 2, 12)
-    bias = torch.randn(spec.groups, n, device="cuda").to(torch.bfloat16)
-    ref = reference(spec, a64.cpu().numpy(), w64.transpose(1, 2).cpu().numpy(), offs.cpu().numpy(),
-                    bias.double().cpu().numpy(), *_scales_read(spec, sa, sb))
-    end = int(sum(sizes))
+    # empty and one-row groups; 3 tile columns: a pair's second block idle
+    spec, operands, ref, end = _scaled_bias_case((130, 0, 65, 1, 200), k, fmt, scaling, (11, 12))
     # the two tiles of 64 rows a consumer: ping-pong (64x128) and two consumers (128x128), staged rows
     _check_configs(spec, (GroupedConfig(64, 128, 8, 2, pingpong=True, staged_store=True, cluster=cluster,
                                         promote_every=promote_every, promote_overlap=overlap),
                           GroupedConfig(128, 128, 6, 2, staged_store=True, cluster=cluster, promote_every=promote_every,
                                         promote_overlap=overlap)),
-                   (a, w, offs, bias, sa, sb), ref, end)
+                   operands, ref, end)
 
 
 @pytest.mark.gpu
@@ -293,17 +286,10 @@ def test_static_overlapped_kernels_match_the_float64_reference(promote_every, k,
         pytest.skip("two tiles a block: two K suffice")
     from gemmtune.grouped.config import GroupedConfig
 
-    n = 304
-    spec = GroupedSpec(len(sizes), sum(sizes) + 5, n, k, fmt, "bias", scaling=scaling)
-    offs = torch.tensor(group_offsets(sizes), device="cuda")
-    a, sa, a64 = _quantized((spec.total_m, k), fmt, scaling, 1, 15)
-    w, sb, w64 = _quantized((spec.groups, n, k), fmt, scaling, 2, 16)
-    bias = torch.randn(spec.groups, n, device="cuda").to(torch.bfloat16)
-    ref = reference(spec, a64.cpu().numpy(), w64.transpose(1, 2).cpu().numpy(), offs.cpu().numpy(),
-                    bias.double().cpu().numpy(), *_scales_read(spec, sa, sb))
+    spec, operands, ref, end = _scaled_bias_case(sizes, k, fmt, scaling, (15, 16))
     static = dict(promote_every=promote_every, promote_overlap=True, overlap_static=True)
     _check_configs(spec, (GroupedConfig(128, 128, 6, 2, staged_store=True, **static), GroupedConfig(128, 128, 7, 2, **static)),
-                   (a, w, offs, bias, sa, sb), ref, int(sum(sizes)))
+                   operands, ref, end)
 
 
 def _scales_read(spec, sa, sb) -> tuple:
@@ -311,6 +297,21 @@ def _scales_read(spec, sa, sb) -> tuple:
     (or one)."""
     b = sb.reshape(spec.groups, -1).double() if spec.scaling == "rowwise" else sb.reshape(-1).double()
     return sa.reshape(-1).double().cpu().numpy(), b.cpu().numpy()
+
+
+def _scaled_bias_case(sizes, k: int, fmt: str, scaling: str, seeds: tuple[int, int]) -> tuple:
+    """A per-tensor or rowwise case with a bias: groups of `sizes` rows (5 more rows past the last), N = 304 (a
+    partial column block), fp8 A and W quantized with `seeds`; (spec, operands as _check_configs takes them, the
+    float64 reference, the rows the groups hold)."""
+    n = 304
+    spec = GroupedSpec(len(sizes), sum(sizes) + 5, n, k, fmt, "bias", scaling=scaling)
+    offs = torch.tensor(group_offsets(sizes), device="cuda")
+    a, sa, a64 = _quantized((spec.total_m, k), fmt, scaling, 1, seeds[0])
+    w, sb, w64 = _quantized((spec.groups, n, k), fmt, scaling, 2, seeds[1])
+    bias = torch.randn(spec.groups, n, device="cuda").to(torch.bfloat16)
+    ref = reference(spec, a64.cpu().numpy(), w64.transpose(1, 2).cpu().numpy(), offs.cpu().numpy(),
+                    bias.double().cpu().numpy(), *_scales_read(spec, sa, sb))
+    return spec, (a, w, offs, bias, sa, sb), ref, int(sum(sizes))
 
 
 def _check_configs(spec, configs, operands, ref, end: int) -> None:
