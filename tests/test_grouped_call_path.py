@@ -15,20 +15,9 @@ from gemmtune.grouped.config import default_config  # noqa: E402
 from gemmtune.grouped.spec import GroupedSpec  # noqa: E402
 from gemmtune.torch import GroupedLinear  # noqa: E402
 from gemmtune.torch import grouped_calls as gc  # noqa: E402
+from test_call_path import FakeLoaded  # noqa: E402 - records binds and launches
 
 BF16 = torch.bfloat16
-
-
-class FakeLoaded:
-    def __init__(self):
-        self.binds, self.launched = [], 0
-
-    def bind(self, bindings, stream):
-        self.binds.append((dict(bindings), stream))
-        return self._launch
-
-    def _launch(self):
-        self.launched += 1
 
 
 class FakeKernel:
