@@ -17,6 +17,8 @@ PROMOTE_INTERVALS = (0, 1, 2, 4, 8)
 # consumer adds them into fp32. Long enough that the wait at each promotion is rare, short enough that the
 # reduced-precision sums stay small (issue 70: error within 1.2x cuBLAS's at K = 14336).
 DEFAULT_PROMOTE_EVERY = 4
+# Fields added after configs were first stored (databases, plans), with the default JSON leaves out
+LATER_FIELDS = {"cluster": 1, "promote_every": 0, "promote_overlap": False, "overlap_static": False}
 SMALL_GROUP_ROWS = 64  # at most this many rows per group on average: 64-row tiles (fewer rows computed for nothing)
 
 
@@ -91,17 +93,12 @@ class GroupedConfig:
         return replace(self, **changes)
 
     def to_json(self) -> dict:
-        """Every field; `cluster`, `promote_every`, `promote_overlap` and `overlap_static` (added later) only where
-        they are not 1, 0, False and False, so older configs keep their JSON."""
+        """Every field; the fields added later (LATER_FIELDS) only where they differ from their default, so older
+        configs keep their JSON."""
         data = asdict(self)
-        if data["cluster"] == 1:
-            del data["cluster"]
-        if data["promote_every"] == 0:
-            del data["promote_every"]
-        if not data["promote_overlap"]:
-            del data["promote_overlap"]
-        if not data["overlap_static"]:
-            del data["overlap_static"]
+        for name, default in LATER_FIELDS.items():
+            if data[name] == default:
+                del data[name]
         return data
 
     @property
