@@ -1,6 +1,6 @@
 """GEMVs (M = 1 to 16, or N = 1) under two protocols: one flushed launch, and back to back over rotating weights.
 
-    python bench/bench_m1_stream.py [--shapes 1x4096x4096,...] [--dtypes fp32,bf16] [--out m1.md] [--json m1.json]
+    python bench/probes/m1_stream.py [--shapes 1x4096x4096,...] [--dtypes fp32,bf16] [--out m1.md] [--json m1.json]
 
 Each kernel comes from `gemmtune.build(spec)` as bench_untuned builds it (tuning database off) and is
 verified and timed by `gemmtune.evaluate` with bench_untuned's protocol (one launch between CUDA
@@ -21,9 +21,11 @@ import datetime
 import json
 import tempfile
 from dataclasses import asdict, dataclass
+import sys
 from pathlib import Path
 
-from bench_untuned import (LAYOUT, build_and_time, copy_bandwidth,  # bench/ is the script's folder, so on sys.path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for bench_untuned
+from bench_untuned import (LAYOUT, build_and_time, copy_bandwidth,  # noqa: E402
                            launch_floor_text, untuned_protocol)
 
 DEFAULT_SHAPES = "1x4096x4096,1x11008x4096,4096x1x4096,1x4096x11008,1x32000x4096"
@@ -249,7 +251,7 @@ def table(rows: list[StreamRow], copy_bw: float, floor: str, device: str) -> str
 
     today = datetime.date.today().isoformat()
     out = [f"# GEMVs: single launch and back to back ({device}, {today}, NVRTC {nvrtc_version()})", "",
-           "`python bench/bench_m1_stream.py`: `gemmtune.build(spec)` with an empty tuning database, verified "
+           "`python bench/probes/m1_stream.py`: `gemmtune.build(spec)` with an empty tuning database, verified "
            "(float64 reference, poisoned D), then timed two ways in one process:",
            "- **single**: one launch between its CUDA events, L2 emptied by a read pass before it, median "
            "(bench_untuned's protocol; it includes the fixed launch + event cost: an empty kernel timed so "
