@@ -118,10 +118,13 @@ def test_static_limits_json_and_names():
 def test_static_twins_are_offered_for_two_consumer_promoted_tiles(spec):
     found = candidates(spec)
     static = [c for c in found if c.overlap_static]
-    assert not found[0].overlap_static  # the default stays until timed
     if spec.scaling == "block":
         assert not static
         return
+    # the default overlaps where measured (no bias); its waiting twin and the unpromoted tile are still offered
+    assert found[0].overlap_static == (not spec.has_bias)
+    waiting = found[0].with_(promote_overlap=False, overlap_static=False)
+    assert waiting in found and waiting.with_(promote_every=0) in found
     assert {c.promote_every for c in static} == {2, 4, 8}
     assert all(c.consumers == 2 and not c.pingpong and c.cluster == 1 and c.promote_overlap for c in static)
     assert found[0].with_(promote_overlap=True, overlap_static=True) in static
