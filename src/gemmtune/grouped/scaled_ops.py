@@ -11,7 +11,7 @@ the scales applied before the epilogue):
   scale_a (total_m,) float32, scale_b (G, N) float32 (or one element each: per tensor; or block scales
   (total_m, ceil(K/128)) and (G, ceil(N/128), ceil(K/128))); offs (G,) int32 ends.
 
-scaled_mm with M <= 16 and per-tensor or rowwise scales runs the fp8 decode GEMV instead (fp8_gemv.py: a stream
+scaled_mm with M <= 16 and per-tensor or rowwise scales runs the fp8 decode GEMV instead (git show c44b715:bench/probes/fp8_gemv.py: a stream
 over the weights on tensor cores). Both run on torch's current stream with fake implementations (torch.compile) and capture in CUDA graphs.
 Block scales sum each 128 values of K apart and add them, scaled, on the CUDA cores (two-level accumulation).
 """
