@@ -15,6 +15,9 @@ count kernel time alone. Then the model itself decides, eagerly and end to end, 
 unrouted, the layers faster alone routed, or every layer gemmtune runs right routed (an eager block is
 often host-bound, and a routed call costs less host time than F.linear's). A layer routed although its
 kernel lost inside CUDA graphs runs torch's ops under torch.compile, where no call pays host time.
+Residual adds after a Linear and SwiGLU (silu(gate(x)) * up(x)) in forward code are fused sites (fusion.py,
+fused_sites.py): found with torch.fx, each one GEMM, timed against the torch ops it replaces, and routed by
+rewriting the traced module's forward; a fused site supersedes the Linear sites it holds.
 GroupedLinear modules (MoE experts) are sites too (optimize_grouped.py): captured with the rows each group
 held, tuned on them within the same budget (a share in proportion to their FLOPs, by the grouped tuner, in the
 same database), timed against torch's grouped GEMM on them, and in the end-to-end choice with the Linear sites.
@@ -39,6 +42,7 @@ from ..errors import GemmtuneError, SpecError
 from ..input_files import InputFileError, read_json_object
 from ..spec import GemmSpec
 from ..workload import Workload, WorkloadShape
+from .fused_sites import FusedPlan, FusedSite, find_fused, model_output, plan_fused, reload_fused, set_fused, supersede
 from .operators import linear as _linear
 from .optimize_grouped import (GroupedPlan, GroupedSite, GroupedTrace, GroupedTune, build_planned, check_grouped_fits,
                                gpu_tunes, grouped_tunes, plan_grouped, planned_config, set_grouped, split_budget,
@@ -239,7 +243,7 @@ class LayerPlan:
         return LayerPlan(Site.from_json(data), data["family"], data["config"], timing, data["routed"], data["reason"])
 
 
-Plan = LayerPlan | GroupedPlan  # a site's plan: an nn.Linear's or a GroupedLinear's
+Plan = LayerPlan | GroupedPlan | FusedPlan  # a site's plan: an nn.Linear's, a GroupedLinear's or a fused site's
 
 
 @dataclass(frozen=True)
@@ -254,18 +258,21 @@ class OptimizeReport:
     tuning_s: float = 0.0
     reloaded: bool = False
     grouped: tuple[GroupedPlan, ...] = ()  # the GroupedLinear sites (MoE experts)
+    fused: tuple[FusedPlan, ...] = ()  # residual adds and SwiGLU found in forward code (fused_sites.py)
+    warnings: tuple[str, ...] = ()  # lines for the table (a fused site the reloaded model no longer has)
 
     def to_json(self) -> dict:
         return {"gemmtune_plan": PLAN_VERSION, "device": self.device, "model_before_s": self.model_before_s,
                 "model_after_s": self.model_after_s, "tuning_s": self.tuning_s,
-                "layers": [layer.to_json() for layer in self.layers], "grouped": [g.to_json() for g in self.grouped]}
+                "layers": [layer.to_json() for layer in self.layers], "grouped": [g.to_json() for g in self.grouped],
+                "fused": [f.to_json() for f in self.fused]}
 
     def table(self) -> str:
         """Markdown: one row a layer, then the model end to end."""
         us = lambda s: f"{s * 1e6:.1f}" if s else "—"  # noqa: E731
         rows = ["| layer | GEMM | calls | torch µs | gemmtune µs | × | routed | why |",
                 "|---|---|---:|---:|---:|---:|---|---|"]
-        for p in (*self.layers, *self.grouped):
+        for p in (*self.fused, *self.layers, *self.grouped):
             t = p.timing
             ratio = f"{t.torch_s / t.gemmtune_s:.2f}" if t.torch_s and t.gemmtune_s else "—"
             gemm = p.site.short() if isinstance(p, GroupedPlan) else p.site.spec.short() if p.site.spec else "—"
@@ -274,7 +281,8 @@ class OptimizeReport:
         b, a = self.model_before_s, self.model_after_s
         whole = f"{b * 1e3:.3f} ms → {a * 1e3:.3f} ms ({b / a:.2f}×)" if a and b else "not timed"
         how = "reloaded, no tuning or timing" if self.reloaded else f"tuned {self.tuning_s:.0f} s"
-        return "\n".join(rows + ["", f"model, eager, {self.device}: {whole}; {how}; plan {self.plan_path}"])
+        return "\n".join(rows + ["", f"model, eager, {self.device}: {whole}; {how}; plan {self.plan_path}",
+                                 *self.warnings])
 
 
 def save_plan(report: OptimizeReport) -> None:
@@ -292,16 +300,17 @@ def load_plan(path: Path) -> OptimizeReport:
     try:
         layers = tuple(LayerPlan.from_json(layer) for layer in data["layers"])
         grouped = tuple(GroupedPlan.from_json(site) for site in data.get("grouped", []))
+        fused = tuple(FusedPlan.from_json(site) for site in data.get("fused", []))
     except (KeyError, TypeError, ValueError, GemmtuneError) as err:
         raise InputFileError(f"{path}: a layer of the plan is damaged ({type(err).__name__}: {err})") from None
     return OptimizeReport(layers, data["device"], data["model_before_s"], data["model_after_s"], path,
-                          data.get("tuning_s", 0.0), reloaded=True, grouped=grouped)
+                          data.get("tuning_s", 0.0), reloaded=True, grouped=grouped, fused=fused)
 
 
 def default_plan_path(db_path: Path, model: nn.Module, sites: Sequence[Site],
-                      grouped: Sequence[GroupedSite] = ()) -> Path:
-    """Next to the database, named by the model's class and a digest of its GEMMs (grouped ones included)."""
-    gemms = [s.to_json() for s in sites] + [g.to_json() for g in grouped]
+                      grouped: Sequence[GroupedSite] = (), fused: Sequence[FusedSite] = ()) -> Path:
+    """Next to the database, named by the model's class and a digest of its GEMMs (grouped and fused included)."""
+    gemms = [s.to_json() for s in sites] + [g.to_json() for g in grouped] + [f.to_json() for f in fused]
     digest = hashlib.sha256(json.dumps(gemms, sort_keys=True).encode()).hexdigest()[:10]
     return db_path.parent / "plans" / f"{type(model).__name__}-{digest}.json"
 
@@ -375,6 +384,7 @@ class Backend(Protocol):
     def config(self, spec: GemmSpec, db_path: Path, tuned: bool) -> tuple[str, dict]: ...
     def install(self, spec: GemmSpec, family: str, config: dict) -> None: ...
     def time_site(self, site: Site) -> SiteTiming: ...
+    def time_fused(self, site: FusedSite) -> SiteTiming: ...  # asked only of a model with fused sites
     def time_model(self, model: nn.Module, inputs: tuple) -> float: ...
     # grouped sites (asked only of a model with GroupedLinear modules): optimize_grouped.GroupedBackend
     def grouped_config(self, spec: Any, db_path: Path, tuned: bool) -> dict: ...
@@ -496,6 +506,11 @@ class GpuBackend:
             return SiteTiming(None, graph_seconds(theirs), f"wrong output (relative error {error:.2e})")
         return SiteTiming(graph_seconds(ours), graph_seconds(theirs))
 
+    def time_fused(self, site: FusedSite) -> SiteTiming:
+        from .fused_sites import time_fused
+
+        return time_fused(site, self.index, graph_seconds)
+
     def time_model(self, model: nn.Module, inputs: tuple) -> float:
         with torch.no_grad():
             return eager_seconds(lambda: model(*inputs))
@@ -598,13 +613,17 @@ def _plan_site(site: Site, backend: Backend, db_path: Path, tuned: bool, memo: d
     return LayerPlan(site, family, config, timing, timing.gemmtune_faster, reason + (f"; {site.note}" if site.note else ""))
 
 
-def _reload(model: nn.Module, path: Path, backend: Backend) -> OptimizeReport:
+def _reload(model: nn.Module, path: Path, backend: Backend, inputs: tuple) -> OptimizeReport:
     report = load_plan(path)
     here = backend.device_name()
     if here != report.device:
         raise InputFileError(f"plan {path} was made on {report.device}, this GPU is {here}: optimize again")
     _check_fits(model, report.layers, path)
     check_grouped_fits(model, report.grouped, path)
+    if any(p.routed for p in report.fused):  # scanned again before any module is swapped
+        install = lambda p: backend.install(p.site.spec, p.family, p.config) if p.family else None  # noqa: E731
+        fused, warnings = reload_fused(model, inputs, report.fused, capture_sites(model, inputs), install)
+        report = replace(report, fused=tuple(fused), warnings=tuple(warnings))
     for plan in (p for p in report.layers if p.routed):
         backend.install(plan.site.spec, plan.family, plan.config)
     for grouped in (p for p in report.grouped if p.routed):
@@ -625,20 +644,26 @@ def optimize(model: nn.Module, example_inputs: Any, budget: float = 60.0, *, pla
     backend = backend or GpuBackend()
     inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
     if plan is not None and Path(plan).exists():
-        return _reload(model, Path(plan), backend)
+        return _reload(model, Path(plan), backend, inputs)
     if budget < 0:
         raise SpecError(f"budget is seconds of tuning, 0 or more, not {budget}")
     from ..tune.db import default_db_path
 
     db_path = Path(db) if db is not None else default_db_path()
     sites, grouped_sites = capture(model, inputs, erf_gelu_atol)
+    fused_sites = find_fused(model, inputs, sites)
     started = time.monotonic()
-    workload = flop_workload(sites)
+    tunable = [f for f in fused_sites if f.spec is not None and not f.spec.gated]  # tune-many: plain GEMMs only
+    workload = flop_workload([*supersede(sites, fused_sites), *tunable])
     _tune(backend, workload, grouped_tunes(grouped_sites), float(budget), db_path, progress)
     tuning_s = time.monotonic() - started
-    layers, memo, bar = [], {}, _Bar(len(sites) + len(grouped_sites), progress)
+    layers, memo, bar = [], {}, _Bar(len(sites) + len(grouped_sites) + len(fused_sites), progress)
+    want = model_output(model, inputs) if fused_sites else []
     try:
-        for site in sites:
+        for fused_site in fused_sites:  # first: the Linears inside a fused site gemmtune runs right are not sites
+            layers.append(plan_fused(fused_site, backend, db_path, budget > 0, memo, model, inputs, want))
+            bar.step(sum(not p.routed for p in layers))
+        for site in supersede(sites, [p.site for p in layers if _runs_right(p)]):
             layers.append(_plan_site(site, backend, db_path, budget > 0, memo))
             bar.step(sum(not p.routed for p in layers))
         for grouped_site in grouped_sites:
@@ -649,8 +674,10 @@ def optimize(model: nn.Module, example_inputs: Any, budget: float = 60.0, *, pla
     layers, before, after = _choose_end_to_end(model, inputs, layers, backend)
     linear_plans = tuple(p for p in layers if isinstance(p, LayerPlan))
     grouped_plans = tuple(p for p in layers if isinstance(p, GroupedPlan))
-    path = Path(plan) if plan is not None else default_plan_path(db_path, model, sites, grouped_sites)
-    report = OptimizeReport(linear_plans, backend.device_name(), before, after, path, tuning_s, grouped=grouped_plans)
+    fused_plans = tuple(p for p in layers if isinstance(p, FusedPlan))
+    path = Path(plan) if plan is not None else default_plan_path(db_path, model, sites, grouped_sites, fused_sites)
+    report = OptimizeReport(linear_plans, backend.device_name(), before, after, path, tuning_s, grouped=grouped_plans,
+                            fused=fused_plans)
     save_plan(report)
     return report
 
@@ -716,6 +743,8 @@ def _switches(model: nn.Module, layers: Sequence[Plan]) -> list[Optional[Callabl
             out.append(None)
         elif isinstance(p, GroupedPlan):
             out.append(lambda routed, m=model.get_submodule(p.site.name), p=p: set_grouped(m, p, routed))
+        elif isinstance(p, FusedPlan):
+            out.append(lambda routed, p=p: set_fused(model, p, routed))
         else:
             linear = model.get_submodule(p.site.name)
             swaps = [(p.site.name, linear, routed_linear(linear, p))]
