@@ -114,6 +114,40 @@ def gelu_preamble(out_dtype: str) -> str:
     return FAST_GELU_PREAMBLE if out_dtype in FAST_GELU_OUT_DTYPES else GELU_PREAMBLE
 
 
+# --- gated (SwiGLU) GEMMs: the weight layout and the activation, in numpy -------------------------------
+GATE_ROWS = 8  # B's rows alternate GATE_ROWS gate rows and GATE_ROWS up rows (GemmSpec.gated)
+
+
+def swiglu64(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """silu(gate)·up in float64 (parts/epilogue.py's SWIGLU is the kernel's fp32 form)."""
+    gate = np.asarray(gate, dtype=np.float64)
+    with np.errstate(over="ignore"):  # exp(-gate) = inf for a very negative gate: silu is -0
+        return gate / (1.0 + np.exp(-gate)) * np.asarray(up, dtype=np.float64)
+
+
+def interleave_gate_up(w_gate: np.ndarray, w_up: np.ndarray) -> np.ndarray:
+    """The (2N)×K weight of a gated GEMM from gate and up weights (N×K each, N a multiple of 8): for output
+    columns [8q, 8q+8), gate rows at [16q, 16q+8), up rows at [16q+8, 16q+16). (gemmtune.torch.gated's
+    interleave_gate_up is the torch twin.)"""
+    w_gate, w_up = np.asarray(w_gate), np.asarray(w_up)
+    if w_gate.shape != w_up.shape or w_gate.ndim != 2 or w_gate.shape[0] % GATE_ROWS:
+        raise SpecError(f"gate and up weights must both be N×K with N a multiple of {GATE_ROWS}, "
+                        f"got {w_gate.shape} and {w_up.shape}")
+    n, k = w_gate.shape
+    pairs = np.stack([w_gate.reshape(n // GATE_ROWS, GATE_ROWS, k), w_up.reshape(n // GATE_ROWS, GATE_ROWS, k)], axis=1)
+    return pairs.reshape(2 * n, k)
+
+
+def deinterleave_gate_up(w_gu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(w_gate, w_up), N×K each, from an interleaved (2N)×K weight (interleave_gate_up's inverse)."""
+    w_gu = np.asarray(w_gu)
+    two_n, k = w_gu.shape
+    if two_n % (2 * GATE_ROWS):
+        raise SpecError(f"an interleaved gate/up weight has 2N rows with N a multiple of {GATE_ROWS}, got {two_n}")
+    blocks = w_gu.reshape(two_n // (2 * GATE_ROWS), 2, GATE_ROWS, k)
+    return blocks[:, 0].reshape(two_n // 2, k), blocks[:, 1].reshape(two_n // 2, k)
+
+
 @dataclass(frozen=True)
 class Epilogue:
     """An ordered chain of epilogue ops; the empty chain is a plain GEMM."""

@@ -17,6 +17,13 @@ fp8 (issue 70): ``dtype`` e4m3 or e5m2 (OCP FP8; see gemmtune.fp8) with a ``scal
 fp8 wgmma reads K-major operands only, so fp8 specs take layout nt. ``scaling`` is "none" for other dtypes and
 then left out of names and JSON, so the keys of every spec written before fp8 stay as they were.
 
+Gated (SwiGLU) GEMMs: ``gated`` makes D = silu(A·Wgᵀ) ⊙ (A·Wuᵀ), one kernel over one weight holding both
+(Llama-style MLPs' gate and up projections). ``n`` is the OUTPUT width N; B (layout nt, bf16/fp16) has 2N rows
+interleaved by 8 (``interleave_gate_up``): for output columns [8q, 8q+8) the gate rows are B rows
+[16q, 16q+8) and the matching up rows [16q+8, 16q+16). The tensor cores run an ordinary GEMM of N' = 2N
+columns (``gemm_n``; FLOPs 2·M·2N·K); the kernel compacts each gate/up pair of its accumulators to one output
+before the write-back. Left out of names and JSON when False, so every earlier key stays.
+
 Layout letters follow BLAS: the first describes A, the second B; 'n' means the operand is stored
 as used (A: M×K, B: K×N), 't' means it is stored transposed (A: K×M, B: N×K). So ``nt`` is A·Bᵀ
 with B kept as N×K, the usual layout of a linear layer's weight.
@@ -42,6 +49,9 @@ FP8_LAYOUT = "nt"  # fp8 wgmma reads K-major A and B only: A M×K, B stored N×K
 OUT_DTYPES = {"fp32": 4, "fp16": 2, "bf16": 2}  # storage types D (and C, bias) may have
 MATHS = ("auto", "simt", "3xtf32", "tf32")  # how fp32 inputs are multiplied (GemmSpec.math)
 MAX_DIM = 1 << 24
+GATE_ROWS = 8  # gated GEMMs: B's rows alternate 8 gate rows, 8 up rows (interleave_gate_up)
+GATED_DTYPES = ("bf16", "fp16")
+GATED_LAYOUT = "nt"
 MAX_ELEMENTS = (1 << 31) - 1  # generated kernels index each matrix with 32-bit offsets
 
 
@@ -70,6 +80,7 @@ class GemmSpec:
     out_dtype: str | None = None  # None: default_out_dtype(dtype)
     math: str = "auto"  # fp32 only: auto, simt, 3xtf32 (tf32 becomes the tf32 dtype)
     scaling: str = "none"  # fp8 only: tensor, rowwise or block
+    gated: bool = False  # D = silu(A·Wgᵀ)·(A·Wuᵀ), B (2N)×K interleaved by 8 rows (see the module doc)
 
     def __post_init__(self) -> None:
         for name in ("m", "n", "k"):
@@ -91,7 +102,8 @@ class GemmSpec:
         object.__setattr__(self, "out_dtype", _out_dtype(dtype, self.out_dtype))
         if not isinstance(self.epilogue, Epilogue):
             object.__setattr__(self, "epilogue", Epilogue.parse(self.epilogue))
-        for what, count in (("A", self.m * self.k), ("B", self.k * self.n), ("D", self.m * self.n)):
+        object.__setattr__(self, "gated", _gated(self, self.gated))
+        for what, count in (("A", self.m * self.k), ("B", self.k * self.gemm_n), ("D", self.m * self.n)):
             if count > MAX_ELEMENTS:
                 raise SpecError(f"{what} would hold {count} elements; at most {MAX_ELEMENTS} are supported")
 
@@ -110,8 +122,14 @@ class GemmSpec:
         return (self.k, self.m) if self.a_trans else (self.m, self.k)
 
     @property
+    def gemm_n(self) -> int:
+        """Columns of the product the tensor cores form: 2N for a gated GEMM (gate and up), else N."""
+        return 2 * self.n if self.gated else self.n
+
+    @property
     def b_shape(self) -> tuple[int, int]:
-        return (self.n, self.k) if self.b_trans else (self.k, self.n)
+        n = self.gemm_n
+        return (n, self.k) if self.b_trans else (self.k, n)
 
     @property
     def fp8(self) -> bool:
@@ -145,14 +163,14 @@ class GemmSpec:
 
     @property
     def flops(self) -> int:
-        return 2 * self.m * self.n * self.k
+        return 2 * self.m * self.gemm_n * self.k
 
     def operand_elements(self) -> int:
         return self.input_elements() + self.output_elements()
 
     def input_elements(self) -> int:
         """Elements of A and B."""
-        return self.m * self.k + self.k * self.n
+        return self.m * self.k + self.k * self.gemm_n
 
     def output_elements(self) -> int:
         """Elements of D and of the epilogue's C and bias (stored in out_dtype)."""
@@ -178,7 +196,8 @@ class GemmSpec:
         out = "" if self.default_out else f"->{self.out_dtype}"
         math = "" if self.math == "auto" else f"/{self.math}"
         scaling = f"/{self.scaling}" if self.fp8 else ""
-        return f"{self.m}x{self.n}x{self.k} {self.layout} {self.dtype}{math}{scaling}{out}{epi}"
+        gated = " gated" if self.gated else ""
+        return f"{self.m}x{self.n}x{self.k} {self.layout} {self.dtype}{math}{scaling}{out}{epi}{gated}"
 
     def slug(self) -> str:
         """A file- and C-identifier-safe name."""
@@ -186,7 +205,8 @@ class GemmSpec:
         out = "" if self.default_out else f"_out{self.out_dtype}"
         math = "" if self.math == "auto" else f"_{self.math}"
         scaling = f"_{self.scaling}" if self.fp8 else ""
-        return f"gemm_{self.dtype}{math}{scaling}{out}_{self.layout}_{self.m}x{self.n}x{self.k}{epi}"
+        gated = "_gated" if self.gated else ""
+        return f"gemm_{self.dtype}{math}{scaling}{out}_{self.layout}_{self.m}x{self.n}x{self.k}{epi}{gated}"
 
     def to_json(self) -> dict:
         """The spec's identity. out_dtype appears only when it is not the dtype's default, so specs
@@ -199,18 +219,28 @@ class GemmSpec:
             data["math"] = self.math
         if self.fp8:  # and non-fp8 specs keep the key they had before fp8
             data["scaling"] = self.scaling
+        if self.gated:  # and plain specs the key they had before gated GEMMs
+            data["gated"] = True
         return data
 
     @staticmethod
     def from_json(data: dict) -> "GemmSpec":
         return GemmSpec(data["m"], data["n"], data["k"], data.get("layout", "nn"), data.get("dtype", "fp32"),
                         Epilogue.parse(data.get("epilogue")), data.get("out_dtype"), data.get("math", "auto"),
-                        data.get("scaling", "none"))
+                        data.get("scaling", "none"), bool(data.get("gated", False)))
 
     def without_epilogue(self) -> "GemmSpec":
-        """The same GEMM with no epilogue (types kept)."""
+        """The same GEMM with no epilogue (types and gating kept)."""
         return GemmSpec(self.m, self.n, self.k, self.layout, self.dtype, Epilogue(), self.out_dtype, self.math,
-                        self.scaling)
+                        self.scaling, self.gated)
+
+    def ungated(self) -> "GemmSpec":
+        """The plain GEMM the tensor cores run for a gated spec: N' = 2N columns, D the gate and up
+        products side by side (interleaved by 8); the spec itself when it is not gated."""
+        if not self.gated:
+            return self
+        return GemmSpec(self.m, self.gemm_n, self.k, self.layout, self.dtype, self.epilogue, self.out_dtype,
+                        self.math, self.scaling)
 
     def key(self) -> str:
         return stable_hash(self.to_json())
@@ -221,6 +251,24 @@ def refuse_fp8(spec: GemmSpec, stage: str) -> None:
     if spec.fp8:
         raise SpecError(f"{stage} does not support fp8 GEMMs yet ({spec.short()}); show, bench and "
                         "gemmtune.build with evaluate do, and gemmtune.torch.scaled_mm runs them from torch")
+
+
+def _gated(spec: GemmSpec, requested: object) -> bool:
+    """The checked gated flag: gated GEMMs are 16-bit, layout nt, N a multiple of 8, no epilogue yet."""
+    if isinstance(requested, str):
+        requested = requested.strip().lower() in ("1", "true", "yes", "on")
+    if not requested:
+        return False
+    if spec.n % GATE_ROWS:
+        raise SpecError(f"gated GEMMs need N a multiple of 8 (gate and up rows interleave by 8), not N={spec.n}")
+    if spec.dtype not in GATED_DTYPES:
+        raise SpecError(f"gated GEMMs take {' or '.join(GATED_DTYPES)} inputs, not {spec.dtype}")
+    if spec.layout != GATED_LAYOUT:
+        raise SpecError(f"gated GEMMs take layout {GATED_LAYOUT} only (A M×K, the weight (2N)×K like nn.Linear), "
+                        f"not {spec.layout}")
+    if not spec.epilogue.is_identity:
+        raise SpecError(f"gated GEMMs take no epilogue yet (SwiGLU is their epilogue), not {spec.epilogue}")
+    return True
 
 
 def default_out_dtype(dtype: str) -> str:
@@ -306,10 +354,18 @@ def parse_size_words(words: list[str]) -> dict[str, str]:
 
 def spec_from_words(words: list[str], layout: str | None = "nn", dtype: str = "fp32", epilogue: str | None = None,
                     m: str | None = None, n: str | None = None, k: str | None = None,
-                    out_dtype: str | None = None, math: str | None = None, scaling: str | None = None) -> GemmSpec:
+                    out_dtype: str | None = None, math: str | None = None, scaling: str | None = None,
+                    gated: bool = False) -> GemmSpec:
     """Build a spec from size words plus flag values (flags fill what the words leave out). `layout`
-    None: nt for fp8 inputs (the only layout they take), else nn."""
-    sizes = parse_size_words(words)
+    None: nt for fp8 inputs (the only layout they take), else nn. A word ``gated=1`` (or ``gated=0``) sets
+    `gated` (then layout None means nt, the only layout gated GEMMs take)."""
+    gated_words = [w for w in words if w.strip().lower().startswith("gated=")]
+    for word in gated_words:
+        value = word.strip().split("=", 1)[1].lower()
+        if value not in ("0", "1", "true", "false", "yes", "no"):
+            raise SpecError(f"cannot read '{word}': write gated=1 or gated=0")
+        gated = value in ("1", "true", "yes")
+    sizes = parse_size_words([w for w in words if w not in gated_words])
     for letter, flag in (("m", m), ("n", n), ("k", k)):
         if flag is not None:
             if letter in sizes:
@@ -319,6 +375,6 @@ def spec_from_words(words: list[str], layout: str | None = "nn", dtype: str = "f
     if missing:
         raise SpecError(f"missing size {', '.join(missing)}: give e.g. M=1024 N=1024 K=1024 or MNK=1024")
     if layout is None:
-        layout = FP8_LAYOUT if str(dtype).lower() in FP8_DTYPES else "nn"
+        layout = FP8_LAYOUT if str(dtype).lower() in FP8_DTYPES else GATED_LAYOUT if gated else "nn"
     return GemmSpec(sizes["m"], sizes["n"], sizes["k"], layout, dtype, Epilogue.parse(epilogue), out_dtype,
-                    math or "auto", scaling or "none")
+                    math or "auto", scaling or "none", gated)

@@ -36,6 +36,7 @@ import numpy as np
 from .dtypes import round_to
 from .errors import SpecError
 from .fp8 import dequantized_operands, gemm_inputs
+from .epilogue import deinterleave_gate_up, swiglu64
 from .spec import FP8_DTYPES, OUT_DTYPES, GemmSpec, default_out_dtype
 
 FP32_EPS = float(np.finfo(np.float32).eps)  # 2^-23
@@ -112,7 +113,16 @@ def reference(spec: GemmSpec, inputs: dict[str, np.ndarray | float], use_gpu: bo
             product = _product_torch(spec, inputs)
     else:
         product = _product_numpy(spec, inputs)
+    if spec.gated:  # the product's columns are the interleaved gate and up products
+        product = swiglu64(*deinterleave_columns(product))
     return spec.epilogue.reference(product, _operands(spec, inputs))
+
+
+def deinterleave_columns(product: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(A·Wgᵀ, A·Wuᵀ) from the product A·W'ᵀ with a weight interleaved by GATE_ROWS rows (its columns
+    alternate 8 gate and 8 up columns: the columns of deinterleave_gate_up's weights)."""
+    gate, up = deinterleave_gate_up(np.asarray(product).T)
+    return gate.T, up.T
 
 
 def gpu_reference(spec: GemmSpec) -> bool:

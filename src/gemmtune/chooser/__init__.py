@@ -20,8 +20,9 @@ import numpy as np
 
 from ..arch import geometry as arch_geometry
 from ..errors import ConfigError
-from ..kernels import family_for
+from ..kernels import family_for, get_family
 from ..kernels.wgmma.config import WgmmaConfig, overlap_idle, staging_seconds
+from ..kernels.wgmma.gated import fallbacks as gated_fallbacks
 from ..kernels.wgmma.schedule import schedule_for
 from ..spec import GemmSpec
 from .candidates import candidates, fitted_twin, wave_fit_config, wave_share
@@ -173,8 +174,27 @@ def rank(spec: GemmSpec, arch: str, sm_count: int | None = None, family: str | N
     chosen = family_for(spec, arch, family)
     if sm_count is None:
         sm_count = arch_geometry(None, arch).sm_count
+    if spec.gated:
+        return gated_picks(spec, arch, rank(spec.ungated(), arch, sm_count, chosen.name, model))
     picks = rank_configs(spec, chosen.name, candidates(chosen.name, spec, arch, sm_count), sm_count, model)
     return wave_fitted(spec, on_plain_tile(spec, fitted(spec, picks, sm_count), arch, sm_count, model), sm_count)
+
+
+def gated_picks(spec: GemmSpec, arch: str, plain: list[Pick]) -> list[Pick]:
+    """A gated spec's picks: those of the plain GEMM it runs (N' = 2N columns: the same tiles, grid and
+    main loop), each config replaced by its first twin the gated kernel takes (gated.fallbacks: without
+    overlap_epilogue, fewer store slices), in the plain ranking's order; a twin already in the list
+    stays where it first appears. The model times plain GEMMs; SwiGLU's own work is a few FLOPs an output."""
+    family = get_family(plain[0].family) if plain else None
+    seen, out = set(), []
+    for pick in plain:
+        config = next((c for c in gated_fallbacks(pick.config) if not family.rejections(c, spec, arch)), None)
+        if config is not None and config not in seen:
+            seen.add(config)
+            out.append(pick if config == pick.config else replace(pick, config=config))
+    if not out:
+        raise ConfigError(f"the {plain[0].family if plain else 'wgmma'} family has no valid config for {spec.short()}")
+    return out
 
 
 def wave_fitted(spec: GemmSpec, picks: list[Pick], sm_count: int) -> list[Pick]:

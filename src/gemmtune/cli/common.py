@@ -30,6 +30,9 @@ def add_spec_arguments(parser: argparse.ArgumentParser, epilogue: bool = True) -
     parser.add_argument("--math", default="auto",
                         help=f"how fp32 inputs are multiplied, one of {', '.join(MATHS)} (default auto: the fastest "
                              "method that keeps fp32 accuracy; 3xtf32: tensor cores on split operands; simt: CUDA cores)")
+    parser.add_argument("--gated", action="store_true",
+                        help="a gated (SwiGLU) GEMM: D = silu(A·Wgᵀ)·(A·Wuᵀ), N the output width, B (2N)×K with gate "
+                             "and up rows interleaved by 8 (bf16/fp16, layout nt; also the word gated=1)")
     if epilogue:
         parser.add_argument("--epilogue", default=None,
                             help="fused epilogue chain, e.g. relu+add, alpha+beta, bias_col+gelu (default none)")
@@ -41,7 +44,7 @@ def spec_from_args(args: argparse.Namespace, stage: str | None = None) -> GemmSp
     spec = spec_from_words(args.sizes, layout=args.layout, dtype=args.dtype,
                            epilogue=getattr(args, "epilogue", None), m=args.m, n=args.n, k=args.k,
                            out_dtype=getattr(args, "out_dtype", None), math=getattr(args, "math", None),
-                           scaling=getattr(args, "scaling", None))
+                           scaling=getattr(args, "scaling", None), gated=getattr(args, "gated", False))
     if stage:
         refuse_fp8(spec, stage)
     return spec

@@ -90,7 +90,8 @@ def choose_config(spec: GemmSpec, arch: str, device: Any = None, db_path: Path |
     chosen = family_for(spec, arch, family)
     device = device_of_arch(device, arch)  # building for another GPU: its arch's table, not this GPU's records
     found = (from_tuning_db(spec, arch, device, db_path, chosen)
-             or from_known_configs(spec, arch, device, table, chosen.name, NEAR_SHAPE)
+             # (the shipped table holds plain GEMMs: a gated spec's tile is the chooser's)
+             or (None if spec.gated else from_known_configs(spec, arch, device, table, chosen.name, NEAR_SHAPE))
              or from_chooser(spec, arch, device, chosen))
     if found is not None:
         return found

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from ..arch import geometry
 from ..kernel_source import KernelSource, TensorMapArg
 from ..kernels.parts.cluster_ring import RELEASE_SLOT
-from ..kernels.parts.epilogue import CArg, Operands, VectorArg, epilogue_function
+from ..kernels.parts.epilogue import SWIGLU, CArg, Operands, VectorArg, epilogue_function
 from ..kernels.parts.floats import FLOAT_VIEW, TO_OUT
 from ..kernels.parts.ring import RING
 from ..kernels.parts.staged_rows import STAGED_ROWS, staged_pair_writes
@@ -204,13 +204,6 @@ def _load_stage(spec: GroupedSpec, config: GroupedConfig) -> str:
     swiglu = "\n// (SwiGLU: its gate rows, then its up rows)" if spec.swiglu else ""
     return LOAD_STAGE_CLUSTER.format(swiglu=swiglu, b=LOAD_B_SWIGLU if spec.swiglu else LOAD_B)
 
-SWIGLU = r"""
-// SwiGLU of one output in fp32: silu(gate) * up = gate / (1 + e^-gate) * up. A gate far below zero makes
-// e^-gate infinite and silu -0, not NaN.
-__device__ __forceinline__ float swiglu(float gate, float up) {
-    return gate / (1.0f + __expf(-gate)) * up;
-}
-"""
 
 
 def _mma_stage(spec: GroupedSpec, config: GroupedConfig) -> str:

@@ -33,6 +33,16 @@ KIND_FAMILY_MODULES = (("gemmtune.grouped.as_gemm", "fp8"),)
 # General families that also run a kind's specs, asked after that kind's own families: mma.sync runs fp8
 # on sm_89 and the other archs without fp8 wgmma (issue 70); sm_90a keeps the grouped wgmma kernel, asked first.
 KIND_GENERAL_FAMILIES = {"fp8": ("mma",)}
+# Families that run gated (SwiGLU) GEMMs (GemmSpec.gated): the wgmma kernel compacts its gate/up fragment
+# before the write-back. The others would compute the plain 2N-column product: family_for refuses them.
+GATED_FAMILIES = ("wgmma",)
+
+
+def gated_refusal(family: "Family", spec: "GemmSpec") -> str | None:
+    """Why `family` cannot run `spec` for being gated (None: not gated, or a family that runs it)."""
+    if getattr(spec, "gated", False) and family.name not in GATED_FAMILIES:
+        return f"runs no gated (SwiGLU) GEMMs ({', '.join(GATED_FAMILIES)} on sm_90a does)"
+    return None
 
 
 @dataclass(frozen=True)
@@ -106,7 +116,7 @@ def family_for(spec: "GemmSpec", arch: str, name: str | None = None) -> Family:
     the first registered family that supports the spec."""
     if name:
         family = get_family(name)
-        reason = family.supports(spec, arch)
+        reason = gated_refusal(family, spec) or family.supports(spec, arch)
         if reason:
             raise ConfigError(f"family {family.name} cannot run {spec.short()} on {arch}: {reason}")
         return family
@@ -117,7 +127,9 @@ def family_for(spec: "GemmSpec", arch: str, name: str | None = None) -> Family:
         chosen = tuple(f for k, f in kind_families() if k == kind) + general
     reasons = []
     for family in chosen:
-        reason = family.supports(spec, arch) or (family.yields and family.yields(spec, arch))
+        # (a gated spec runs where it can: no other family would take it in its place)
+        yields = family.yields and not spec.gated and family.yields(spec, arch)
+        reason = gated_refusal(family, spec) or family.supports(spec, arch) or yields
         if not reason:
             return family
         reasons.append(f"{family.name}: {reason}")

@@ -122,6 +122,17 @@ def epilogue_call(epilogue: Epilogue, operands: Operands, value: str, row: str, 
     return f"apply_epilogue({', '.join(args)})"
 
 
+# SwiGLU of one output in fp32, shared by the gated GEMMs of every family (the grouped MoE kernel's and
+# the dense wgmma one's); gemmtune.epilogue.swiglu64 is its float64 reference.
+SWIGLU = r"""
+// SwiGLU of one output in fp32: silu(gate) * up = gate / (1 + e^-gate) * up. A gate far below zero makes
+// e^-gate infinite and silu -0, not NaN.
+__device__ __forceinline__ float swiglu(float gate, float up) {
+    return gate / (1.0f + __expf(-gate)) * up;
+}
+"""
+
+
 POINTER_DECLS = {"A": "const in_t* __restrict__ A", "B": "const in_t* __restrict__ B",
                  "C": "const out_t* __restrict__ C", "bias": "const out_t* __restrict__ bias",
                  "alpha": "float alpha", "beta": "float beta", "D": "out_t* __restrict__ D"}

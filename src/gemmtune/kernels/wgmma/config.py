@@ -12,7 +12,7 @@ from typing import Callable
 
 from ...arch import geometry, known_arch
 from ...kernel_source import StagedOperand
-from ...spec import GemmSpec
+from ...spec import GATED_DTYPES, GemmSpec
 from ..config_base import FamilyConfig, arch_number, ceil_div, rejections_by, valid_named
 from .groups import CPath, EpilogueGroup, MainloopGroup, ScheduleGroup
 
@@ -273,9 +273,14 @@ class WgmmaConfig(FamilyConfig):
         """d_over_c without c_first_buffer: D is staged in C's ring slots only, no store buffer."""
         return self.d_over_c and not self.c_first_buffer
 
+    def out_bn(self, spec: GemmSpec) -> int:
+        """Columns of D a tile writes: bn, or bn / 2 for a gated spec (each gate/up pair of columns
+        becomes one output)."""
+        return self.bn // 2 if spec.gated else self.bn
+
     def slice_bytes(self, spec: GemmSpec) -> int:
         """One store slice of the whole tile in D's type (C's slice is the same size)."""
-        return self.bm * self.bn * OUT_BYTES[out_dtype(spec)] // self.store_slices
+        return self.bm * self.out_bn(spec) * OUT_BYTES[out_dtype(spec)] // self.store_slices
 
     def epilogue_bytes(self, spec: GemmSpec) -> int:
         if not self.tma_store or self.d_in_ring_only:
@@ -444,6 +449,8 @@ def supports(spec: GemmSpec, arch: str) -> str | None:
         return f"wgmma and TMA need a Hopper GPU (sm_90a), not {arch}"
     if spec.dtype not in DTYPES:
         return f"tensor-core inputs must be {', '.join(DTYPES)}, not {spec.dtype}"
+    if spec.gated and spec.dtype not in GATED_DTYPES:
+        return f"gated GEMMs run on {' or '.join(GATED_DTYPES)} inputs, not {spec.dtype}"
     if splits_fp32(spec):
         from ...precision import math_refusal
 
@@ -606,9 +613,26 @@ def _store(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
     return None
 
 
+def _gated(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
+    """A gated (SwiGLU) spec: the GEMM's tile of bn columns is written back as bn / 2 columns of D."""
+    if not s.gated:
+        return None
+    if c.bn % 16:
+        return f"bn={c.bn}: a gated tile holds whole gate/up pairs of 8 columns each (bn a multiple of 16)"
+    if c.overlap_epilogue:
+        return ("overlap_epilogue writes a tile back by halves of its accumulator; the gated write-back "
+                "compacts the whole tile's gate/up pairs first (not built)")
+    if c.tma_store:
+        slice_cols = c.out_bn(s) // c.store_slices
+        if slice_cols * OUT_BYTES.get(out_dtype(s), 4) % SWIZZLE_BYTES:
+            return (f"a gated tile writes {c.out_bn(s)} columns of D: a slice of {slice_cols} is not whole "
+                    f"128-byte rows (fewer store_slices or a wider tile)")
+    return None
+
+
 CONSTRAINTS: dict[str, Constraint] = {
     "dtype": _dtype, "staging": _staging, "tile": _tile, "registers": _registers, "shared_memory": _smem,
-    "pipeline": _pipeline, "schedule": _schedule, "store": _store, "split": _split,
+    "pipeline": _pipeline, "schedule": _schedule, "store": _store, "split": _split, "gated": _gated,
 }
 
 
@@ -662,7 +686,7 @@ def with_c_path(config: WgmmaConfig, spec: GemmSpec, arch: str = "sm_90a", sm_co
         return config
     if sm_count is None:
         sm_count = geometry(None, arch).sm_count
-    if ceil_div(spec.m, config.bm) * ceil_div(spec.n, config.bn) <= sm_count:
+    if ceil_div(spec.m, config.bm) * ceil_div(spec.gemm_n, config.bn) <= sm_count:
         return config
     full = config.with_(**C_PATH)
     for candidate in (full, full.with_(c_first_buffer=False)):

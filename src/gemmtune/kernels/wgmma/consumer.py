@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...spec import GemmSpec
+from . import gated
 from .config import SPLIT_BUFFERS, WgmmaConfig
 from .groups import CPath
 
@@ -52,9 +53,10 @@ class StoreCall:
     def call(self, first: str = "0", last: str = "STORE_SLICES", slot: str = "ring") -> str:
         if not self.config.tma_store:
             operands = "".join(f", {op.name}" for op in self.spec.epilogue.operands())
-            return f"store_tile(acc, tile_m, tile_n, consumer, D{operands});"
+            return gated.call(self.spec, f"store_tile(acc, tile_m, tile_n, consumer, D{operands});")
         template = f"<{first}, {last}>" if self.config.overlap_epilogue else ""
-        return f"store_tile_smem{template}(acc, tile_m, tile_n, consumer, out_buf, tma_D{self.c_args(slot)});"
+        return gated.call(self.spec, f"store_tile_smem{template}(acc, tile_m, tile_n, consumer, out_buf, "
+                                     f"tma_D{self.c_args(slot)});")
 
 
 # --- the plain loop ---------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from ...arch import Geometry, geometry
 from ...errors import ConfigError
 from ...kernel_source import KernelSource, TensorMapArg
 from ...spec import GemmSpec
-from . import ptx, schedule
+from . import gated, ptx, schedule
 from .schedule import Schedule, schedule_for
 from .writeback import (FLOAT_VIEW, FRAGMENT, LOAD_C_TILE, epilogue_function, operand_decls, store_tile,
                         store_tile_smem)
@@ -46,7 +46,7 @@ def tensor_maps(spec: GemmSpec, config: WgmmaConfig) -> tuple[TensorMapArg, ...]
     bk = config.bk(spec.dtype)
     a_kmajor, b_kmajor = k_major(spec)
     kind = TMA_TYPES[spec.dtype]
-    m, n, k = spec.m, spec.n, spec.k
+    m, n, k = spec.m, spec.gemm_n, spec.k  # (a gated spec's B has 2N rows: gate and up)
     # Each operand's rows as stored (operand_rows); a staged one is read from its workspace, whose rows
     # are `pitch` bytes apart.
     row = {name: row_bytes for name, _, row_bytes in operand_rows(spec)}
@@ -105,11 +105,12 @@ def _constants(spec: GemmSpec, config: WgmmaConfig) -> str:
     a_kmajor, b_kmajor = k_major(spec)
     bk, size = config.bk(spec.dtype), INPUT_BYTES[spec.dtype]
     epi_bytes = ("constexpr int EPI_BYTES = 0;  // d_over_c: no store buffer (D is staged in C's ring slots)"
-                 if config.d_in_ring_only else
+                 if config.d_in_ring_only else gated.epi_bytes() if spec.gated else
                  "constexpr int EPI_BYTES = TMA_STORE ? TILE_TURNS * BM * SLICE_COLS * (int)sizeof(out_t) : 0;  // a buffer per turn")
+    gated_shapes = gated.constants(spec) if spec.gated else ""
     return f"""
 // Problem and tile shape, baked in at generation time.
-constexpr int M = {spec.m}, N = {spec.n}, K = {spec.k};
+constexpr int M = {spec.m}, N = {spec.gemm_n}, K = {spec.k};
 constexpr int BM = {config.bm}, BN = {config.bn}, BK = {bk};   // block tile; BK·{size} B = one 128-byte row
 constexpr int STAGES = {config.stages};                  // shared-memory ring depth
 constexpr int CONSUMERS = {config.consumers};            // warpgroups issuing wgmma
@@ -135,7 +136,7 @@ typedef {C_TYPES[out_dtype(spec)]} out_t;
 constexpr bool TMA_STORE = {str(config.tma_store).lower()};
 constexpr int STORE_SLICES = {config.store_slices}, SLICE_COLS = BN / STORE_SLICES;
 constexpr int OUT_CHUNK = 128 / sizeof(out_t);
-{_c_constants(spec, config)}{epi_bytes}
+{_c_constants(spec, config)}{gated_shapes}{epi_bytes}
 """
 
 
@@ -647,7 +648,7 @@ def _body_unified(spec: GemmSpec, config: WgmmaConfig) -> str:
             load_stage(tma_A, tma_B, a_tiles + s * A_ELEMS, b_tiles + s * B_ELEMS, &full[s], tile_m, tile_n,
                        kb + STAGES, 0);
     }}
-    store_tile(acc, tile_m, tile_n, consumer, D{epi});
+    {gated.call(spec, f"store_tile(acc, tile_m, tile_n, consumer, D{epi});")}
 """
 
 
@@ -663,11 +664,19 @@ def _code(spec: GemmSpec, config: WgmmaConfig, plan: Schedule, entry: str, maps:
         schedule.cuda(plan),
         _load_stage(config.cluster_m > 1), _split_stage(spec, config) if splits_fp32(spec) else _mma_stage(spec, config),
         _transpose_stage(spec) if transposes_tf32(spec) else "",
-        epilogue, store_tile(spec), schedule.shares_to_d(plan, spec, config),
-        (store_tile_smem(spec, config) + (LOAD_C_TILE if spec.epilogue.reads_c else ""))
-        if config.tma_store else "",
+        epilogue, _write_back(spec, config, plan),
         _shared_storage(spec, config), _signature(spec, config, entry, maps) + " {", body, "}",
     ])
+
+
+def _write_back(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> str:
+    """store_tile, the shares' sum_share_to_d and store_tile_smem (with the producer's C loads); for a
+    gated spec, in gated.py's namespace of D's shapes, after the SwiGLU compaction."""
+    smem = ((store_tile_smem(spec, config) + (LOAD_C_TILE if spec.epilogue.reads_c else ""))
+            if config.tma_store else "")
+    if spec.gated:  # (no shares: schedule_for keeps a gated spec's split tiles to finishers)
+        return gated.write_back(store_tile(spec) + smem)
+    return "\n".join([store_tile(spec), schedule.shares_to_d(plan, spec, config), smem])
 
 
 def unused_options_dropped(spec: GemmSpec, config: WgmmaConfig, plan: Schedule, arch: str) -> WgmmaConfig:

@@ -43,7 +43,7 @@ tests walk it to check that every k-block of every tile is done exactly once.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...arch import Geometry, geometry
 from ...spec import GemmSpec
@@ -135,6 +135,10 @@ class Schedule:
     k_blocks: int
     whole_units: int
     tail_workers: int = 0
+    # Whether equal splits of SCATTER_SPLITS pieces or more write D in shares (False: a finisher adds
+    # them, whatever their count). A gated GEMM's finisher: SwiGLU pairs each gate column with its up
+    # column 8 columns on, which a share of the partial tile (a run of float4s) may cut apart.
+    shares: bool = True
 
     @property
     def split_units(self) -> int:
@@ -156,7 +160,7 @@ class Schedule:
     def scatter(self) -> bool:
         """Whether the pieces reduce the partial tiles in shares, each writing its share of D (see
         SCATTER_SPLITS); else a finisher adds them."""
-        return self.splits >= SCATTER_SPLITS
+        return self.shares and self.splits >= SCATTER_SPLITS
 
     @property
     def share_k_blocks(self) -> float:
@@ -229,7 +233,7 @@ def schedule_for(spec: GemmSpec, config: WgmmaConfig, gpu: Geometry | None = Non
     persistent grid of one block per SM: of all the SMs (as many clusters as always fit:
     Geometry.cluster_grid), or of IN_STEP_BLOCKS where that takes as few tile-times. The kernel's
     grid is `workers * cluster_m`; the chooser asks this function too, so the two cannot drift."""
-    units = ceil_div(ceil_div(spec.m, config.bm), config.cluster_m) * ceil_div(spec.n, config.bn)
+    units = ceil_div(ceil_div(spec.m, config.bm), config.cluster_m) * ceil_div(spec.gemm_n, config.bn)
     k_blocks = ceil_div(spec.k, config.bk(spec.dtype))
     if not config.persistent:
         return Schedule(units, units, k_blocks, whole_units=units)
@@ -237,7 +241,8 @@ def schedule_for(spec: GemmSpec, config: WgmmaConfig, gpu: Geometry | None = Non
     plans = [plan(units, k_blocks, blocks // config.cluster_m, config.split_tail, config.split_cap,
                   config.split_min)
              for blocks in sorted({most, min(most, IN_STEP_BLOCKS)})]
-    return min(plans, key=lambda p: p.tile_times)  # the first (fewer workers) on a tie
+    best = min(plans, key=lambda p: p.tile_times)  # the first (fewer workers) on a tie
+    return replace(best, shares=False) if spec.gated else best
 
 
 # --- CUDA text ------------------------------------------------------------------------------------
