@@ -200,7 +200,7 @@ def run_block(name: str, args: argparse.Namespace) -> Row:
         binds = _binds()
         times = interleaved_seconds(fns, args.samples)
         binds = _binds() - binds  # launches bound during the timed forwards (single and grouped): 0 once warm
-    sites = (*report.layers, *report.grouped)
+    sites = (*report.fused, *report.layers, *report.grouped)  # fused: residual adds and SwiGLU (fusion.py)
     gemm_s = sum(p.site.calls * p.timing.torch_s for p in sites if p.timing.torch_s)
     routed = f"{sum(p.routed for p in sites)}/{len(sites)}"
     notes = f"{report.table()}\n\nLaunches bound during the timed forwards: {binds}."
@@ -323,7 +323,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2 if unknown else 3
     if args.quick:
         args.budget, args.samples = 0.0, 15
-    rows = [run_block(name, args) for name in names]
+    rows = []
+    for name in names:
+        rows.append(run_block(name, args))
+        print(f"### {name}: optimize()'s layers\n\n{rows[-1].report}\n", flush=True)
     summary = table(rows)
     if args.out is not None:
         details = "\n\n".join(f"### {r.block}: optimize()'s layers\n\n{r.report}" for r in rows)
