@@ -8,8 +8,7 @@ Capture runs the model once with hooks: every nn.Linear call becomes a GemmSpec 
 bias), and an nn.ReLU / nn.GELU module whose every call reads a Linear's output that nothing else reads
 is fused into that Linear's epilogue. The kernels' GELU is the tanh form; an exact-erf nn.GELU() is fused
 only when the caller accepts `erf_gelu_atol` >= ERF_GAP (the largest |tanh-GELU - erf-GELU| on any input),
-else the Linear is routed alone and the GELU stays. Residual adds live in forward code, not modules, and
-stay as they are. The distinct GEMMs are tuned by tune-many (Dask when several GPUs are visible), each
+else the Linear is routed alone and the GELU stays. The distinct GEMMs are tuned by tune-many (Dask when several GPUs are visible), each
 layer is timed against torch (F.linear + the activation, eager ops) inside CUDA graphs, so both sides
 count kernel time alone. Then the model itself decides, eagerly and end to end, in alternating rounds:
 unrouted, the layers faster alone routed, or every layer gemmtune runs right routed (an eager block is
