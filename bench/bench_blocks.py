@@ -26,7 +26,10 @@ block's time; the products inside SDPA are not counted.
 --calls: only the host cost per eager call, torch.mm against gemmtune.torch.mm at 1x4096x4096 and 64x64x64
 (issue 68's bar), 3 rounds of 300 calls in a loop synchronised at the end, median; on sm_90a also a small
 SwiGLU GroupedLinear (8 experts, 256 -> 128, 64 rows): its torch path (torch._grouped_mm, silu, mul), its routed
-path (grouped_calls' plan) and gemmtune.torch.grouped_mm (the gemmtune::grouped_mm custom op).
+path (grouped_calls' plan), gemmtune.torch.grouped_mm (the same plans, b the weights' (G, K, 2F) view), the
+operator gemmtune::grouped_mm called directly (the dispatcher, then the plans: what torch.compile'd or autograd
+calls pay) and torch._grouped_mm alone, with the launches bound over all these calls (a few first binds: the
+calls reused their plans' bound launches).
 --quick: budget 0 (the chooser's untuned picks, timed and routed) and fewer samples (about 4 minutes on
 an H200, mostly inductor's autotuning). --budget: seconds of gemmtune tuning per block.
 """
@@ -276,7 +279,8 @@ def call_costs(loops: int = 300, rounds: int = 3) -> str:
 
 def grouped_call_costs(loops: int = 300, rounds: int = 3) -> str:
     """Host cost per eager call of a small SwiGLU GroupedLinear (8 experts, 256 -> 128, 64 rows, no grad): the
-    torch path, the routed path (a plan per call shape) and gemmtune.torch.grouped_mm's custom op."""
+    torch path, the routed path, gemmtune.torch.grouped_mm and its operator through the dispatcher (all three on
+    grouped_calls' plans), torch._grouped_mm alone; the binds made during the timed calls."""
     import gemmtune.torch as gt
 
     module = GroupedLinear(8, 256, 128, activation="swiglu", device="cuda", dtype=BF16).requires_grad_(False)
@@ -284,13 +288,19 @@ def grouped_call_costs(loops: int = 300, rounds: int = 3) -> str:
     offs = torch.arange(1, 9, device="cuda", dtype=torch.int32) * 8
     routed = copy.deepcopy(module)
     routed.use_gemmtune = True
+    b = module.weight.transpose(1, 2)
+    binds = grouped_plan_stats()["binds"]
     got = {name: _per_call(fn, loops, rounds) * 1e6 for name, fn in (
         ("torch", lambda: module(x, offs)), ("routed", lambda: routed(x, offs)),
-        ("op", lambda: gt.grouped_mm(x, module.weight.transpose(1, 2), offs, activation="swiglu")))}
+        ("gt", lambda: gt.grouped_mm(x, b, offs, activation="swiglu")),
+        ("op", lambda: torch.ops.gemmtune.grouped_mm(x, b, offs, None, "swiglu")),
+        ("aten", lambda: torch._grouped_mm(x, b, offs=offs)))}
+    binds = grouped_plan_stats()["binds"] - binds  # over every call, warm-ups included: a few first binds, no more
     return "\n".join(["| GroupedLinear 8x(256->128) swiglu, 64 rows | torch path µs | routed µs | routed - torch µs | "
-                      "gt.grouped_mm µs |", "|---|---:|---:|---:|---:|",
+                      "gt.grouped_mm µs | gemmtune::grouped_mm op µs | torch._grouped_mm alone µs | binds, all calls |",
+                      "|---|" + "---:|" * 7,
                       f"| per eager call | {got['torch']:.1f} | {got['routed']:.1f} | {got['routed'] - got['torch']:+.1f} | "
-                      f"{got['op']:.1f} |"])
+                      f"{got['gt']:.1f} | {got['op']:.1f} | {got['aten']:.1f} | {binds} |"])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -117,7 +117,7 @@ def test_fake_impl_gives_shapes():
     torch = pytest.importorskip("torch")
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from gemmtune.grouped import torch_ops  # noqa: F401 (registers the op)
+    from gemmtune.torch import grouped_calls  # noqa: F401 (registers the op)
 
     with FakeTensorMode():
         a = torch.empty(100, 64, dtype=torch.bfloat16)

@@ -82,7 +82,7 @@ def test_all_groups_empty_writes_nothing():
 
 def test_graph_replays_with_new_offsets():
     torch = pytest.importorskip("torch")
-    from gemmtune.grouped.torch_ops import grouped_mm
+    from gemmtune.torch import grouped_mm
 
     g, n, k, total = 8, 384, 256, 1200
     a = torch.randn(total, k, device="cuda", dtype=torch.bfloat16)
@@ -104,7 +104,7 @@ def test_graph_replays_with_new_offsets():
 
 def test_against_torch_grouped_mm_and_bmm():
     torch = pytest.importorskip("torch")
-    from gemmtune.grouped.torch_ops import bmm, grouped_mm
+    from gemmtune.torch import bmm, grouped_mm
 
     a = torch.randn(2000, 512, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(8, 768, 512, device="cuda", dtype=torch.bfloat16).transpose(1, 2)

@@ -1,5 +1,5 @@
 """A grouped kernel compiled (NVRTC), loaded and launched through the project's runtime; kept per
-(spec, config, GPU). No torch here: pointers in, one launch (torch_ops.py wraps it)."""
+(spec, config, GPU). No torch here: pointers in, one launch (torch/grouped_calls.py wraps it)."""
 from __future__ import annotations
 
 import threading

@@ -11,6 +11,7 @@ import sqlite3
 import threading
 import warnings
 from pathlib import Path
+from typing import Callable
 
 from ..errors import GemmtuneError
 from .config import GroupedConfig, default_config, rejections
@@ -19,6 +20,12 @@ from .spec import GroupedSpec
 _chosen: dict[tuple[GroupedSpec, int], GroupedConfig] = {}
 _lock = threading.Lock()
 _database: list[Path | None] = [None]  # None: tune.db.default_db_path()
+_forget_hooks: list[Callable[[], None]] = []  # what else keeps choices: torch/grouped_calls' launch plans
+
+
+def on_forget(hook: Callable[[], None]) -> None:
+    """Call `hook` whenever the choices are dropped (use_database, forget), so that caches built on them go too."""
+    _forget_hooks.append(hook)
 
 
 def use_database(path: Path | str | None) -> None:
@@ -26,12 +33,19 @@ def use_database(path: Path | str | None) -> None:
     with _lock:
         _database[0] = Path(path) if path is not None else None
         _chosen.clear()
+    _run_hooks()
 
 
 def forget() -> None:
     """Drop the choices kept so far (a tune in this process added configs the next lookup should see)."""
     with _lock:
         _chosen.clear()
+    _run_hooks()
+
+
+def _run_hooks() -> None:
+    for hook in _forget_hooks:
+        hook()
 
 
 def chosen_config(spec: GroupedSpec, ordinal: int = 0) -> GroupedConfig:

@@ -51,7 +51,7 @@ from ..errors import SpecError
 from ..invoke import BoundLaunches, torch_current_stream
 from ..spec import GemmSpec
 
-__all__ = ["mm", "addmm", "linear", "Linear", "kernel_for", "cached_kernels", "install_kernel", "grouped_mm", "bmm"]
+__all__ = ["mm", "addmm", "linear", "Linear", "kernel_for", "cached_kernels", "install_kernel"]
 
 # torch element type -> gemmtune dtype of A and B (float32 becomes tf32 where torch allows tf32).
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
@@ -608,20 +608,3 @@ class Linear(torch.nn.Linear):
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", activation={self.activation}"
-
-
-# --- what lives in other modules, under this one's name ---------------------------------------------
-def grouped_mm(a: Tensor, b: Tensor, offs: Tensor, bias: Optional[Tensor] = None,
-               activation: Optional[str] = None) -> Tensor:
-    """torch._grouped_mm(a, b, offs) in one gemmtune launch (sm_90a): a (total_M, K), b (G, K, N), offs
-    int32 cumulative row ends on the device; + bias (G, N) and relu/gelu fused (grouped/torch_ops.py)."""
-    from ..grouped.torch_ops import grouped_mm as run
-
-    return run(a, b, offs, bias, activation)
-
-
-def bmm(a: Tensor, b: Tensor) -> Tensor:
-    """a (B, M, K) @ b (B, K, N) as B equal groups of the grouped kernel (sm_90a, bf16/fp16)."""
-    from ..grouped.torch_ops import bmm as run
-
-    return run(a, b)
