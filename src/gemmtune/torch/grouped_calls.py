@@ -1,7 +1,7 @@
 """The torch entry points of the grouped kernel and their one call path (issues 68 and 69): a launch plan per call
 shape, so a call of a shape seen before writes pointers and launches.
 
-    y = grouped_linear(x, weight, offs, bias, "swiglu", config)   # weight stored (G, rows, K), as GroupedLinear keeps it
+    y = grouped_linear(x, weight, offs, None, "swiglu", config)   # weight stored (G, rows, K), as GroupedLinear has it
     y = grouped_mm(a, w.transpose(1, 2), offs, bias, "relu")      # torch._grouped_mm: b (G, K, N) a view of w (G, N, K)
     y = grouped_mm_masked(a3, w.transpose(1, 2), counts)          # a3 (G, capacity, K), counts (G,) on the device
     y = bmm(a, b)                                                 # (B, M, K) @ (B, K, N) as B equal groups
@@ -131,7 +131,8 @@ def _shapes_fit(form: _Form, x: Tensor, b: Tensor, offs: Tensor) -> bool:
     return x.dim() == 2 and x.shape[1] == k
 
 
-def _check(form: _Form, x: Tensor, b: Tensor, offs: Tensor, bias: Optional[Tensor], activation: Optional[str]) -> tuple:
+def _check(form: _Form, x: Tensor, b: Tensor, offs: Tensor, bias: Optional[Tensor],
+           activation: Optional[str]) -> tuple[str, bool, int]:
     """(epilogue text, swiglu, D's columns), or a one-line SpecError saying what does not fit."""
     op, (xn, bn, rn) = form.op, form.names
     if activation not in (None, *ACTIVATIONS):
@@ -242,7 +243,8 @@ def _run(form: _Form, x: Tensor, b: Tensor, offs: Tensor, bias: Optional[Tensor]
     index = x.get_device()
     for name, t in ((form.names[1], b), (form.names[2], offs), ("bias", bias)):
         if t is not None and t.get_device() != index:
-            raise SpecError(f"{form.op}: {name} is on {t.device} but {form.names[0]} on {x.device}: move them to one GPU")
+            raise SpecError(f"{form.op}: {name} is on {t.device} but {form.names[0]} on {x.device}: "
+                            "move them to one GPU")
     out = x.new_empty((*x.shape[:-1], columns))
     if out.numel() == 0:
         return out
@@ -347,8 +349,8 @@ def grouped_mm(a: Tensor, b: Tensor, offs: Tensor, bias: Optional[Tensor] = None
                activation: Optional[str] = None) -> Tensor:
     """torch._grouped_mm(a, b, offs) in one gemmtune launch (sm_90a), then + bias[g] and the activation: a (M, K),
     b (G, K, N) best the transposed view of weights stored (G, N, K) (else copied per call), offs (G,) int32
-    cumulative row ends on the device; rows past offs[-1] are left unwritten. activation="swiglu": b (G, K, 2F) the
-    view of torch.cat([w_gate, w_up], dim=1), D (M, F) = silu(a·w_gateᵀ) * (a·w_upᵀ) per group; no bias with it."""
+    cumulative row ends on the device; rows past offs[-1] are left unwritten. activation="swiglu": b (G, K, 2F)
+    the view of torch.cat([w_gate, w_up], dim=1), D (M, F) = silu(a·w_gateᵀ) * (a·w_upᵀ) per group; no bias."""
     if not _is_compiling():
         out = _fast(MM, a, b, offs, bias, activation)
         if out is not None:
