@@ -397,7 +397,9 @@ def test_fp8_default_is_promoted_and_candidates_keep_every_interval(spec):
     assert (default.bm, default.pingpong) == ((64, True) if spec is FP8_SMALL else (128, False))
     found = candidates(spec)
     assert found[0] == default and all(not rejections(c, spec) for c in found)
-    same_tile = {c.promote_every for c in found if c.with_(promote_every=4) == default}
+    waiting = default.with_(promote_overlap=False, overlap_static=False)  # (the default overlaps on 128x128 tiles)
+    assert default.overlap_static == (spec is not FP8_SMALL and not spec.has_bias and "relu" not in spec.epilogue.ops)
+    same_tile = {c.promote_every for c in found if c.with_(promote_every=4) == waiting}
     assert same_tile == {0, 1, 2, 4, 8}  # the default's tile at every interval, unpromoted included
     assert any(not c.promoted and c.bn == 256 for c in found)
     assert any(c.promoted and c.cluster == 2 for c in found) == (spec.n > 128)  # pairs where a tile row has two tiles

@@ -185,7 +185,12 @@ def test_pair_stores_guard_rows_where_known_and_store_aligned_pairs():
     text = pair_stores(even, FRAGMENT, OUTPUT)
     # the row is computed and guarded inside the first loop, before the loop over columns
     assert text.index("if (row >= M) continue;") < text.index("for (int j = 0; j < 4; ++j)")
-    assert "read_pair(C + at, c0, c1);" in text and "write_pair(D + at, apply_epilogue(v0, row, col, c0), apply_epilogue(v1, row, col + 1, c1));" in text
+    # the row's C is read (every pair) before the row's first store: a read after a store would wait for it
+    assert text.index("read_pair(C + at, c_row[j][0], c_row[j][1]);") < text.index("write_pair(D + at")
+    assert "write_pair(D + at, apply_epilogue(v0, row, col, c_row[j][0]), apply_epilogue(v1, row, col + 1, c_row[j][1]));" in text
+    assert text.count("for (int j = 0; j < 4; ++j)") == 2 and "float c_row[4][2];" in text
+    innermost = pair_stores(even, PairFragment(FRAGMENT.loops, FRAGMENT.row, FRAGMENT.col, FRAGMENT.values, 2), OUTPUT)
+    assert "c_row" not in innermost and "read_pair(C + at, c0, c1);" in innermost  # no loop inside the row's
     assert "void read_pair(" in pair_io(even, OUTPUT) and "pack_pair(a, b" in pair_io(even, OUTPUT)
     assert "pack_pair" not in pair_io(even, PairOutput(OUTPUT.operands, cvt_pairs=False))  # sm_75
     assert "void read_pair(" not in pair_io(even, PairOutput(OUTPUT.operands, CRead.VIEW))  # C by element
