@@ -343,3 +343,12 @@ def test_gpu_backward_runs():
     gt.gated_linear(x, w_gu).float().sum().backward()
     assert x.grad.shape == x.shape and w_gu.grad.shape == w_gu.shape
     assert torch.isfinite(x.grad.float()).all() and torch.isfinite(w_gu.grad.float()).all()
+
+
+def test_export_refuses_gated_specs(tmp_path):
+    from gemmtune.export.writer import export_source
+
+    spec = gated(37, 760, 136)
+    source = WGMMA.render(spec, WGMMA.default_config(spec, "sm_90a"), "sm_90a")
+    with pytest.raises(SpecError, match="export does not support gated"):
+        export_source(source, tmp_path / "out", "sm_90a")

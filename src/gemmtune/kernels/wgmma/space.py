@@ -28,6 +28,7 @@ WGMMA_READS: dict[str, tuple[str, ...]] = {
               "c_l2_prefetch", "stmatrix", "overlap_epilogue", "persistent", "stages", "d_over_c",
               "c_first_buffer"),
     "split": ("specialized", "pingpong", "overlap_epilogue"),
+    "gated": ("bn", "overlap_epilogue", "tma_store", "store_slices"),
 }
 
 
