@@ -121,8 +121,8 @@ def test_static_twins_are_offered_for_two_consumer_promoted_tiles(spec):
     if spec.scaling == "block":
         assert not static
         return
-    # the default overlaps where measured (no bias); its waiting twin and the unpromoted tile are still offered
-    assert found[0].overlap_static == (not spec.has_bias)
+    # the default overlaps with per-tensor scales (no bias); its waiting twin and the unpromoted tile are offered
+    assert found[0].overlap_static == (spec.scaling == "tensor" and not spec.has_bias)
     waiting = found[0].with_(promote_overlap=False, overlap_static=False)
     assert waiting in found and waiting.with_(promote_every=0) in found
     assert {c.promote_every for c in static} == {2, 4, 8}

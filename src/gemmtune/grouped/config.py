@@ -186,7 +186,7 @@ def default_config(spec: GroupedSpec) -> GroupedConfig:
     scales: 128x128 over two consumers, promotion overlapped with the next k-block's wgmma where there is no bias. fp8 tensor/rowwise scales: promoted every DEFAULT_PROMOTE_EVERY k-blocks
     (accuracy first, issue 70), so 64 rows a consumer: 64x128 ping-pong for small groups, else 128x128 over
     two consumers (acc and sums of 128 columns fill the 128 accumulators a thread; 256 columns do not fit),
-    each promotion overlapped with the next chunk's wgmma (overlap_static) where there is no bias.
+    per-tensor scales with each promotion overlapped with the next chunk's wgmma (overlap_static) where there is no bias.
 
     Timed on twelve grouped shapes outside bench_moe.py (bench/results/2026-11-29-h200-grouped-configs.md,
     third run): a staged config led on all twelve, 0.97-1.41x torch._grouped_mm; 128x128 ping-pong staged was
@@ -203,9 +203,9 @@ def default_config(spec: GroupedSpec) -> GroupedConfig:
                  else GroupedConfig(bm=128, bn=128, consumers=2))
         shape = shape.with_(staged_store=True, promote_every=DEFAULT_PROMOTE_EVERY)
         if static_by_default(spec, small):
-            # 128x128 tensor/rowwise on four shapes: 0.83-0.96x torch._scaled_mm against 0.84-0.90x waiting for
-            # each promotion (3-8% faster on seven of eight, 1% slower on one; H200, bench/results/2026-11-29-
-            # h200-fp8-static.md); the same chunks, so the same error.
+            # 128x128 per-tensor on four shapes: 0.90-0.96x torch._scaled_mm against 0.84-0.90x waiting for each
+            # promotion (5-8% faster; rowwise 1-5% on three of four; H200, bench/results/2026-11-29-h200-fp8-
+            # static.md); the same chunks, so the same error.
             static = shape.with_(promote_overlap=True, overlap_static=True)
             shape = static if not rejections(_deepest(static, spec), spec) else shape
     if rejections(_deepest(shape, spec), spec):
@@ -214,13 +214,12 @@ def default_config(spec: GroupedSpec) -> GroupedConfig:
 
 
 def static_by_default(spec: GroupedSpec, small: bool) -> bool:
-    """Whether the fp8 tensor/rowwise default overlaps each promotion with the next chunk's wgmma (overlap_static):
-    on 128x128 tiles (not the small groups' ping-pong), without a bias, and not rowwise with ReLU. With one group
-    (gt.scaled_mm) ptxas (CUDA 13 NVRTC) spilled there at some K from 16 to 14336: 20-260 bytes beside a bias,
-    64 rowwise with ReLU; rowwise without an epilogue spilled 20 bytes and still ran 3-5% faster on three of
-    four shapes (1% slower on the fourth)."""
-    rowwise_relu = spec.scaling == "rowwise" and "relu" in spec.epilogue.ops
-    return not (small or spec.has_bias or rowwise_relu)
+    """Whether the fp8 default overlaps each promotion with the next chunk's wgmma (overlap_static): per-tensor
+    scales on 128x128 tiles (not the small groups' ping-pong), without a bias. ptxas (CUDA 13 NVRTC) keeps that
+    loop clean there at every K tried (16-14336, one group and eight); with one group (gt.scaled_mm) it spilled
+    4-260 bytes beside a bias and with rowwise scales (rowwise 4096^3 without an epilogue: 4 bytes, and it still
+    ran 3% faster than the waiting loop), so those keep the waiting loop by default and the twin as a candidate."""
+    return spec.scaling == "tensor" and not (small or spec.has_bias)
 
 
 def _cluster_shapes(spec: GroupedSpec, default: GroupedConfig) -> list[GroupedConfig]:
