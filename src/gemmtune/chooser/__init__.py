@@ -296,7 +296,7 @@ def on_plain_tile(spec: GemmSpec, picks: list[Pick], arch: str, sm_count: int,
     """For an epilogue that reads C and adds no bias (add, alpha+beta, relu+add ...): the ranked picks with
     the one on the plain GEMM's pick's tile first. The model was trained on plain GEMMs; on such specs it
     ranks every tile's C path by the bytes C adds and often lands on another tile than the plain pick's,
-    which ran slower on every such shape measured (H200, 2026-11-28, bench/results/2026-11-28-h200-fused-tile.md:
+    which ran slower on every such shape measured (H200, 2026-11-28, git show b22fc74:bench/results/2026-11-28-h200-fused-tile.md:
     5 of 5 shapes 0-18% faster on the plain pick's tile; with a bias too, 3 of 5 slower, so those keep the
     model's order)."""
     if not spec.epilogue.reads_c or spec.epilogue.reads_bias:

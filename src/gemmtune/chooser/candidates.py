@@ -230,7 +230,7 @@ WRITE_BACK_OPTIONS = ("stmatrix", "serpentine", "overlap_epilogue")
 # overlap_epilogue issues every wgmma half the tile wide: 64 columns on 128-wide tiles, where it cost
 # 11-14% (H200, 2026-11-29, 128x128 picks of 6336x1024x4096 bf16/fp16 and 6336x768x2048 bf16: 0.75 ->
 # 0.85x cuBLAS without it; 256x128 picks 1% slower with it) and changed -1..+2% on 128x256 picks
-# (bench/results/2026-11-29-h200-three-consumers.md).
+# (git show b22fc74:bench/results/2026-11-29-h200-three-consumers.md).
 OVERLAP_MIN_BN = 256
 
 
@@ -285,7 +285,7 @@ def with_serpentine(config: WgmmaConfig, spec: GemmSpec) -> WgmmaConfig:
     """The config walking K back and forth (serpentine) where the family takes it: the plain picks carry
     it (WRITE_BACK_OPTIONS) and it is a matter of the schedule, not of where C goes; the C paths had
     gone without it. On the probe's shapes it changed nothing (±0.3%, H200, 2026-11-29,
-    bench/results/2026-11-29-h200-fused-paths.md); where the plain pick's long-K or few-tile schedule
+    git show b22fc74:bench/results/2026-11-29-h200-fused-paths.md); where the plain pick's long-K or few-tile schedule
     needs it, C-reading kernels without it ran 17-27% slower than with it (the same day's runs with and
     without, same table)."""
     trial = config.with_(serpentine=True)
@@ -545,7 +545,7 @@ def candidates(family: str, spec: GemmSpec, arch: str, sm_count: int) -> list[An
 # Three consumer warpgroups hold a 192-row tile (64 rows each, beside the producer). Per tile they ran
 # about as fast as cuBLAS (0.99-1.03x) where their tiles filled whole waves of the SMs, and the model's
 # pick then trailed by its tail wave: 6336x1024x4096 0.75 -> 1.00x, 2112x3072x1024 0.86 -> 1.03x (H200,
-# 2026-11-29, 20 shapes outside the model-shape suite: bench/results/2026-11-29-h200-three-consumers.md).
+# 2026-11-29, 20 shapes outside the model-shape suite: git show b22fc74:bench/results/2026-11-29-h200-three-consumers.md).
 # Where the pick's tiles already filled their waves, or the 192-row ones did not, the pick was as fast
 # or faster (4096^3: 192x128 0.88x, the pick 1.01x). The rule was fitted on the first 12 shapes and
 # held on the 8 more chosen by it; 16-bit types in layout nt (what was measured).
