@@ -10,10 +10,8 @@ from gemmtune.compiler import nvrtc_version
 
 # (family, case) -> (spill store + load bytes, stack frame bytes) under NVRTC 13.0; case: spec.short() [arch] [config].
 SPILLS_UNDER_13_0: dict[tuple[str, str], tuple[int, int]] = {
-    # the mma ladder's warp_tiles step (64x64 warp tiles: 128 fp32 sums a thread) with an epilogue that reads C
-    ("mma", "512x384x256 nt fp16->fp32 relu+add sm_80"): (24, 16),
-    ("mma", "512x384x256 nt fp16->fp32 alpha+beta sm_80"): (24, 16),
-    ("mma", "512x384x256 nt fp16->fp32 alpha+beta+relu sm_80"): (24, 16),
+    # (the mma ladder's warp_tiles step with an epilogue that reads C spilled 24 B here until its write-back read
+    # each row's C before the row's stores, 2026-11-29)
     # the simt ladder's warptiling step (128 sums a thread) on odd edges, both operands bounds-checked
     ("simt", "127x129x131 nn fp32 sm_90 warptiling"): (32, 16),
     # 3xtf32 wgmma, the named cluster config with both operands transposed as they are split

@@ -48,9 +48,11 @@ STAGED_BIAS = Operands(CArg.VALUE, VectorArg.VALUE)
 VIEWED_BIAS = Operands(CArg.VALUE, VectorArg.VIEW)
 # The mma.sync accumulator fragment: thread (g, t) of a warp holds rows g and g + 8, columns 2t and
 # 2t + 1 of each 16x8 tile (acc[i][j][0..1] and [2..3]).
+# The columns loop innermost: a row's pairs are stored together, so the write-back reads that row's C
+# before its first store (parts/writeback.py staged_c) instead of one read after each store.
 FRAGMENT = PairFragment(
-    loops=(("i", "MT"), ("j", "NT"), ("h", "2")), row="m0 + wrow + i * 16 + g + h * 8",
-    col="n0 + wcol + j * 8 + 2 * t", values=("acc[i][j][2 * h]", "acc[i][j][2 * h + 1]"), row_depth=3,
+    loops=(("i", "MT"), ("h", "2"), ("j", "NT")), row="m0 + wrow + i * 16 + g + h * 8",
+    col="n0 + wcol + j * 8 + 2 * t", values=("acc[i][j][2 * h]", "acc[i][j][2 * h + 1]"), row_depth=2,
     note="Thread (g, t) holds rows g and g + 8, columns 2t and 2t + 1 of each 16x8 tile.",
     col_loop="j", row_loops=("i", "h"))
 # Beside C's reads, staging the bias spilled 8-16 B where a thread holds 128 sums (64x64 warp tiles,
