@@ -40,7 +40,8 @@ def matmul_label(spec: GemmSpec) -> str:
     """How the cuBLAS row computes, said plainly."""
     if spec.dtype in ("fp32", "tf32"):
         return f"torch.matmul, tf32 {'on' if spec.dtype == 'tf32' else 'off'}"
-    return f"torch.matmul {spec.dtype}" + ("" if spec.default_out else f", {spec.out_dtype} out")
+    gated = f", the {spec.gemm_n}-column GEMM without SwiGLU" if spec.gated else ""
+    return f"torch.matmul {spec.dtype}" + ("" if spec.default_out else f", {spec.out_dtype} out") + gated
 
 
 @contextmanager
@@ -182,8 +183,9 @@ def eager_launch(torch: Any, spec: GemmSpec, x: dict) -> Callable[[], Any]:
 
 
 def cublas_measurement(spec: GemmSpec, protocol: TimingProtocol = TimingProtocol()) -> Measurement:
-    """cuBLAS GEMM in the spec's types (cublas_launch); epilogue not included."""
-    bare = spec.without_epilogue()
+    """cuBLAS GEMM in the spec's types (cublas_launch); epilogue not included. A gated spec's is the plain
+    GEMM of its 2N weight rows (the same FLOPs; SwiGLU, like an epilogue, left out)."""
+    bare = spec.ungated().without_epilogue()
     return _timed(bare, protocol, lambda torch, x: cublas_launch(torch, bare, x), "cuBLAS")
 
 

@@ -21,7 +21,7 @@ from ..kernels.parts import dependent_launch
 from ..kernels.simt.config import SimtConfig
 from ..kernels.wgmma.config import (OUT_BYTES, WgmmaConfig, direct_stores, k_major, out_dtype, split_shapes, splits_fp32,
                                     staging_choice, transposes_tf32, with_c_path)
-from ..spec import GemmSpec
+from ..spec import GATE_ROWS, GemmSpec
 
 SERIAL_SPLITS = (2, 3, 4)  # turns through D: the chain grows with the splits, so only a few
 WORKSPACE_SPLITS = (2, 3, 4, 6, 8, 12, 16)  # the last split sums a workspace: about one turn at the end
@@ -153,15 +153,17 @@ FIT_MIN_SAVING = 0.06
 
 
 def fitted_twin(spec: GemmSpec, config: Any) -> WgmmaConfig | None:
-    """The config's twin with its tile width fitted to N (see FIT_MIN_SAVING), or None where it has none:
+    """The config's twin with its tile width fitted to N (the GEMM's columns: 2N for a gated spec, in steps of 16;
+    see FIT_MIN_SAVING), or None where it has none:
     fp32 (3xtf32), B stored N-contiguous (boxes of 64 columns), a parent storing through TMA or running
     clusters (3000x1000x1000 bf16: the cluster pick 0.89x, fitted variants without 0.49-0.62x), a saving
     under the threshold, or a twin the family rejects."""
     if (not isinstance(config, WgmmaConfig) or splits_fp32(spec) or not k_major(spec)[1] or config.tma_store
             or config.cluster_m > 1):
         return None
-    across = math.ceil(spec.n / config.bn)
-    width = 8 * math.ceil(spec.n / (8 * across))
+    n, step = spec.gemm_n, 2 * GATE_ROWS if spec.gated else 8  # a gated tile holds whole gate/up pairs
+    across = math.ceil(n / config.bn)
+    width = step * math.ceil(n / (step * across))
     if width < 64 or 1 - width / config.bn < FIT_MIN_SAVING:
         return None
     # (Without a TMA store the parent has none of the options a narrower tile's rows would refuse.)

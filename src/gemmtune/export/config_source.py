@@ -90,8 +90,7 @@ def choose_config(spec: GemmSpec, arch: str, device: Any = None, db_path: Path |
     chosen = family_for(spec, arch, family)
     device = device_of_arch(device, arch)  # building for another GPU: its arch's table, not this GPU's records
     found = (from_tuning_db(spec, arch, device, db_path, chosen)
-             # (the shipped table holds plain GEMMs: a gated spec's tile is the chooser's)
-             or (None if spec.gated else from_known_configs(spec, arch, device, table, chosen.name, NEAR_SHAPE))
+             or from_known_configs(spec, arch, device, table, chosen.name, NEAR_SHAPE)
              or from_chooser(spec, arch, device, chosen))
     if found is not None:
         return found
@@ -134,7 +133,10 @@ def _matches(row: KnownConfig, arch: str, device: Any, family: str) -> bool:
 def from_known_configs(spec: GemmSpec, arch: str, device: Any = None, table: Path = KNOWN_CONFIGS,
                        family: str = DEFAULT_TABLE_FAMILY, max_distance: float = math.inf) -> ConfigChoice | None:
     """The nearest shipped `family` config for this GPU (or arch) that is valid for `spec` and whose
-    shape (same layout and dtype) lies within `max_distance`, or None."""
+    shape (same layout and dtype) lies within `max_distance`, or None. None for a gated spec: the table holds
+    plain GEMMs (a gated spec's tile is the chooser's, as build and tune-many's untuned pick both take it)."""
+    if spec.gated:
+        return None
     registered = {f.name: f for f in families()}
     same_class = (registered[family].shape_class if family in registered else None) or (lambda s: None)
     rows = sorted((r for r in load_known_configs(table) if _matches(r, arch, device, family)

@@ -1,7 +1,7 @@
 """Transfer: a new shape starts its search from the best configs of the nearest tuned shapes.
 
 Nearness is the Euclidean distance of log2(M, N, K) among shapes tuned on the same device (name,
-cc, SM count; any driver) and family, with a step for a different layout or epilogue. Only the
+cc, SM count; any driver) and family, with a step for a different layout, epilogue or gating. Only the
 configs that are valid candidates for the new shape are kept.
 """
 from __future__ import annotations
@@ -14,12 +14,12 @@ from .db import TuningDB
 from .space import CandidateSet
 from .trial import TuneContext
 
-MISMATCH_STEP = 1.0  # a different layout or epilogue counts like a factor of two in one dimension
+MISMATCH_STEP = 1.0  # a different layout, epilogue or gating counts like a factor of two in one dimension
 
 
 def shape_distance(a: GemmSpec, b: GemmSpec) -> float:
     dims = sum((math.log2(x) - math.log2(y)) ** 2 for x, y in ((a.m, b.m), (a.n, b.n), (a.k, b.k)))
-    mismatch = (a.layout != b.layout) + (str(a.epilogue) != str(b.epilogue))
+    mismatch = (a.layout != b.layout) + (str(a.epilogue) != str(b.epilogue)) + (a.gated != b.gated)
     return math.sqrt(dims) + MISMATCH_STEP * mismatch
 
 
