@@ -200,6 +200,22 @@ def test_routed_rewrite_equals_the_model_and_keeps_its_state(torch_kernels, tmp_
     assert type(model.gate_proj) is nn.Linear and model.gate_proj_up_proj_gemmtune_gate_up.shape == (1408, 256)
 
 
+def test_tune_many_tunes_the_fused_sites_gemms_the_gated_one_included(torch_kernels, tmp_path):
+    """optimize()'s tuning workload holds each fused site's GEMM in place of its Linears': the add sites' GEMMs
+    with the add epilogue and the SwiGLU site's gated spec (N the output width), which is then planned and
+    installed as the Linear sites' GEMMs are."""
+    backend = FakeBackend()
+    report = optimize(_llama(), (X,), budget=5, plan=tmp_path / "p.json", backend=backend, progress=False)
+    (workload, budget_s), = backend.tuned
+    shapes = {s.spec.short(): s.count for s in workload.shapes}
+    assert shapes["64x704x256 nt bf16 gated"] == 1 and shapes["64x256x256 nt bf16 add"] == 1
+    assert not any(s.spec.n == 704 and not s.spec.gated for s in workload.shapes)  # gate_proj/up_proj superseded
+    gated = next(s.spec for s in workload.shapes if s.spec.gated)
+    assert gated in backend.installed and budget_s == pytest.approx(5, abs=1)
+    swiglu = {p.site.name: p for p in report.fused}["gate_proj+up_proj swiglu"]
+    assert swiglu.routed and swiglu.family == "wgmma" and swiglu.config == {"bm": 128}
+
+
 def test_a_fused_site_slower_than_torch_leaves_its_linears_as_they_were(torch_kernels, tmp_path):
     model = _llama()
     backend = FakeBackend({"o_proj +add": (3e-6, 2e-6), "down_proj +add": (3e-6, 2e-6),

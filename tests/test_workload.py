@@ -97,3 +97,30 @@ def test_merge_adds_counts_of_shapes_in_several_workloads(tmp_path, capsys):
     assert main(["shapes", "merge", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--out", str(tmp_path / "c.json")]) == 0
     merged = load_workload(tmp_path / "c.json")
     assert merged == Workload((WorkloadShape(GemmSpec(16, 64, 64), count=5), WorkloadShape(GemmSpec(32, 64, 64))))
+
+
+def test_a_gated_shape_round_trips_through_json_and_csv(tmp_path):
+    """optimize()'s fused SwiGLU sites are gated specs: a workload carries them (gated true, N the output width)."""
+    gated = GemmSpec(512, 1024, 2048, "nt", "bf16", gated=True)
+    workload = Workload((WorkloadShape(gated, count=4), WorkloadShape(gated.ungated(), count=1)))
+    save_workload(workload, tmp_path / "w.json")
+    assert json.loads((tmp_path / "w.json").read_text())["shapes"][0]["gated"] is True
+    assert load_workload(tmp_path / "w.json") == workload
+    (tmp_path / "w.csv").write_text("m,n,k,layout,dtype,count,gated\n512,1024,2048,nt,bf16,4,1\n"
+                                    "512,2048,2048,nt,bf16,1,\n")
+    assert load_workload(tmp_path / "w.csv") == workload
+    assert estimated_seconds(gated) == pytest.approx(gated.flops / PEAK_FLOPS["bf16"])  # 2N columns of work
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"gated": "maybe"}, "'gated' is 'maybe', not true or false"),
+    ({"gated": 2}, "not true or false"),
+    ({"gated": True, "n": 12}, "N a multiple of 8"),
+    ({"gated": True, "layout": "nn"}, "layout nt only"),
+])
+def test_a_bad_gated_shape_is_one_line(tmp_path, fields, words):
+    shape = {"m": 4, "n": 16, "k": 8, "layout": "nt", "dtype": "bf16", **fields}
+    (tmp_path / "w.json").write_text(json.dumps({"shapes": [shape]}))
+    with pytest.raises(InputFileError, match=words) as info:
+        load_workload(tmp_path / "w.json")
+    assert "\n" not in str(info.value)

@@ -7,7 +7,9 @@
                  "epilogue": "none", "count": 32, "share": 0.21}, ...]}
 
 or CSV with the header `m,n,k,layout,dtype,epilogue,count,share` (epilogue, count and share may be
-left empty: no epilogue, once, and a share by a roofline estimate × count). A bad file is refused with one line
+left empty: no epilogue, once, and a share by a roofline estimate × count). Optional fields: ``out_dtype``,
+and ``gated`` (JSON true, CSV 1 or true) for a gated (SwiGLU) GEMM, N its output width (GemmSpec.gated); a
+shape's JSON is its spec's, so optimize()'s fused SwiGLU sites round-trip. A bad file is refused with one line
 naming it (InputFileError, exit status 2).
 """
 from __future__ import annotations
@@ -25,6 +27,8 @@ from .input_files import InputFileError, json_kind, read_json_object, read_text
 from .spec import GemmSpec
 
 FIELDS = ("m", "n", "k", "layout", "dtype", "epilogue", "count", "share")
+OPTIONAL_FIELDS = ("out_dtype", "gated")  # left out of files whose shapes do not need them
+GATED_WORDS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False, "": False}
 # A rough roofline for shares nobody measured (an H100's order of magnitude; only ratios matter):
 # decode-sized GEMMs stream their weights, so bytes over bandwidth, not FLOPs, set their time.
 PEAK_FLOPS = {"fp32": 50e12, "tf32": 400e12, "fp16": 800e12, "bf16": 800e12}
@@ -89,19 +93,30 @@ def _number(value: Any, name: str, where: str, kind: type, minimum: float) -> An
 
 def shape_from_fields(fields: dict, where: str) -> WorkloadShape:
     """One shape from a JSON object or a CSV row (strings), or InputFileError saying what is wrong."""
-    unknown = sorted(set(fields) - set(FIELDS) - {"out_dtype"})
+    unknown = sorted(set(fields) - set(FIELDS) - set(OPTIONAL_FIELDS))
     if unknown:
         raise InputFileError(f"{where}: unknown field {unknown[0]!r} (fields: {', '.join(FIELDS)})")
     m, n, k = (_number(fields.get(name), name, where, int, 1) for name in ("m", "n", "k"))
     epilogue = fields.get("epilogue") or None
     try:
         spec = GemmSpec(m, n, k, fields.get("layout") or "nn", fields.get("dtype") or "fp32",
-                        None if epilogue == "none" else epilogue, fields.get("out_dtype") or None)
+                        None if epilogue == "none" else epilogue, fields.get("out_dtype") or None,
+                        gated=_gated(fields.get("gated"), where))
     except GemmtuneError as err:
         raise InputFileError(f"{where}: {err}") from None
     count = _number(fields["count"], "count", where, int, 1) if fields.get("count") not in (None, "") else 1
     share = _number(fields["share"], "share", where, float, 0.0) if fields.get("share") not in (None, "") else None
     return WorkloadShape(spec, count, share)
+
+
+def _gated(value: Any, where: str) -> bool:
+    """The shape's gated flag: JSON true/false (or absent), CSV 1/0, true/false, yes/no (or empty)."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    flag = GATED_WORDS.get(str(value).strip().lower()) if isinstance(value, str) else None
+    if flag is None:
+        raise InputFileError(f"{where}: 'gated' is {value!r}, not true or false")
+    return flag
 
 
 def _from_json(path: Path) -> list[WorkloadShape]:

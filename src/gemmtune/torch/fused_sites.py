@@ -275,24 +275,13 @@ def plan_fused(site: FusedSite, backend: Any, db_path: Any, tuned: bool, memo: d
     if not site.routable:
         return FusedPlan(site, "", {}, SiteTiming(None, None), False, site.note)
     key = ("fused", site.kind, site.spec)
-    if key not in memo:
-        family, config = "", {}
+    if key not in memo:  # (a gated spec's config is tune-many's best, else build's pick, as a plain GEMM's)
         try:
             family, config = backend.config(site.spec, db_path, tuned)
             backend.install(site.spec, family, config)
+            memo[key] = (family, config, backend.time_fused(site))
         except GemmtuneError as err:
-            if not site.spec.gated:
-                memo[key] = ("", {}, SiteTiming(None, None, f"no kernel: {err}"))
-            family, config = "", {}  # a gated spec the planner does not take (yet): the gated call builds its own pick
-        except (NotImplementedError, TypeError, ValueError, KeyError):
-            if not site.spec.gated:
-                raise
-            family, config = "", {}
-        if key not in memo:
-            try:
-                memo[key] = (family, config, backend.time_fused(site))
-            except GemmtuneError as err:
-                memo[key] = (family, config, SiteTiming(None, None, f"no kernel: {err}"))
+            memo[key] = ("", {}, SiteTiming(None, None, f"no kernel: {err}"))
     family, config, timing = memo[key]
     plan = FusedPlan(site, family, config, timing, timing.gemmtune_faster,
                      timing.error or ("gemmtune faster" if timing.gemmtune_faster else "torch faster"))

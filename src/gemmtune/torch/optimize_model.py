@@ -652,7 +652,7 @@ def optimize(model: nn.Module, example_inputs: Any, budget: float = 60.0, *, pla
     sites, grouped_sites = capture(model, inputs, erf_gelu_atol)
     fused_sites = find_fused(model, inputs, sites)
     started = time.monotonic()
-    tunable = [f for f in fused_sites if f.spec is not None and not f.spec.gated]  # tune-many: plain GEMMs only
+    tunable = [f for f in fused_sites if f.spec is not None]  # add sites' GEMMs and SwiGLU sites' gated GEMMs
     workload = flop_workload([*supersede(sites, fused_sites), *tunable])
     _tune(backend, workload, grouped_tunes(grouped_sites), float(budget), db_path, progress)
     tuning_s = time.monotonic() - started
