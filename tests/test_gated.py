@@ -345,10 +345,83 @@ def test_gpu_backward_runs():
     assert torch.isfinite(x.grad.float()).all() and torch.isfinite(w_gu.grad.float()).all()
 
 
-def test_export_refuses_gated_specs(tmp_path):
+# --- export -------------------------------------------------------------------------------------------
+def _exported(tmp_path, spec=None):
     from gemmtune.export.writer import export_source
 
-    spec = gated(37, 760, 136)
+    spec = spec or gated(37, 760, 136)
     source = WGMMA.render(spec, WGMMA.default_config(spec, "sm_90a"), "sm_90a")
-    with pytest.raises(SpecError, match="export does not support gated"):
-        export_source(source, tmp_path / "out", "sm_90a")
+    return spec, export_source(source, tmp_path / "out", "sm_90a", cache_dir=tmp_path / "cache")
+
+
+def test_export_writes_the_weight_layout_and_a_gated_harness(tmp_path):
+    from gemmtune.export.manifest import read_manifest
+
+    spec, result = _exported(tmp_path)
+    folder, name = result.path, spec.slug()
+    header = (folder / f"{name}.cuh").read_text()
+    assert "D = silu(A·Wgᵀ) ⊙ (A·Wuᵀ) for exactly M=37, N=760, K=136" in header
+    assert "// B stored 1520×136 = (2N)×K, gate and up rows interleaved by 8" in header
+    assert "constexpr int WEIGHT_ROWS = 2 * N;" in header and "constexpr bool gated = true;" in header
+    assert "constexpr double flops = 2.0 * M * WEIGHT_ROWS * K;" in header
+    harness = (folder / "main.cu").read_text()
+    assert "random_device_buffer<__nv_bfloat16>((size_t)K * (2 * N), 2);  // stored 1520×136" in harness
+    assert "(size_t)M * N * sizeof(out_t)" in harness  # D is M×N
+    assert "(2N)×K: gate and up rows interleaved by 8" in (folder / "README.md").read_text()
+    assert read_manifest(folder).spec == spec
+
+
+def test_export_reference_reads_each_outputs_gate_and_up_rows(tmp_path):
+    """The reference kernel's row arithmetic, evaluated here, names the rows interleave_gate_up puts there."""
+    import re
+
+    _, result = _exported(tmp_path)
+    reference = (result.path / "reference.cuh").read_text()
+    line = re.search(r"const int gate_row = (.*), up_row = gate_row \+ (\d+);", reference)
+    assert line and "gate += a_p * (double)to_float(B[(size_t)gate_row * K + p]);" in reference
+    assert "up += a_p * (double)to_float(B[(size_t)up_row * K + p]);" in reference
+    assert "float v = (float)(gate / (1.0 + exp(-gate)) * up);" in reference
+    n = 760
+    rows = interleave_gate_up(np.arange(n)[:, None], -1 - np.arange(n)[:, None])[:, 0]  # gate j -> j, up j -> -1-j
+    for col in range(n):
+        gate_row = eval(line.group(1).replace("/", "//"), {"col": col})  # noqa: S307 - integer arithmetic of C text
+        assert rows[gate_row] == col and rows[gate_row + int(line.group(2))] == -1 - col
+
+
+def test_plain_exports_say_they_are_not_gated(tmp_path):
+    from gemmtune.export.writer import export_source
+
+    spec = GemmSpec(64, 64, 64, "nt", "bf16")
+    source = WGMMA.render(spec, WGMMA.default_config(spec, "sm_90a"), "sm_90a")
+    folder = export_source(source, tmp_path / "plain", "sm_90a", cache_dir=tmp_path / "cache").path
+    header = (folder / f"{spec.slug()}.cuh").read_text()
+    assert "constexpr bool gated = false;" in header and "WEIGHT_ROWS" not in header
+    assert "(size_t)K * N, 2);" in (folder / "main.cu").read_text()
+
+
+def test_export_harness_of_a_gated_gemm_compiles(tmp_path):
+    """nvcc (the pip wheel's) compiles main.cu with the launcher and the gated reference; linking needs libcuda
+    (the launcher encodes tensor maps), which a machine without a driver lacks: compile only."""
+    from gemmtune.export.toolchain import build_harness, find_nvcc
+
+    nvcc = find_nvcc()
+    if nvcc is None:
+        pytest.skip("no nvcc: pip install 'nvidia-cuda-nvcc>=13.0,<14' 'nvidia-cuda-runtime>=13.0,<14'")
+    _, result = _exported(tmp_path, gated(300, 1024, 512))
+    assert build_harness(result.path, nvcc, link=False).is_file()
+
+
+def test_cli_export_gated(tmp_path, capsys, monkeypatch):
+    import sys
+    import types
+
+    from gemmtune.cli import main
+
+    fake = types.ModuleType("gemmtune.tune.db")
+    fake.best_known_trial = lambda spec, arch_or_device, db_path=None, family=None: None
+    monkeypatch.setitem(sys.modules, "gemmtune.tune.db", fake)
+    out = tmp_path / "kern"
+    assert main(["export", "M=64", "N=256", "K=128", "--dtype", "bf16", "--gated", "--arch", "sm_90a",
+                 "--out", str(out)]) == 0
+    assert "64x256x128 nt bf16 gated" in capsys.readouterr().out
+    assert (out / "gemm_bf16_nt_64x256x128_gated.cuh").is_file()

@@ -2,7 +2,8 @@
 
 It fills the inputs with fixed-seed random values in [-1, 1) rounded to each operand's storage type
 (fp32, __half, __nv_bfloat16), poisons D with NaN, runs the tuned kernel and the reference
-(``reference.cuh``: products of the same stored values summed in double, rounded to D's type once),
+(``reference.cuh``: products of the same stored values summed in double, rounded to D's type once; a gated
+spec's gate and up sums, then SwiGLU in double),
 compares, and only when the check passes times the kernel with CUDA events. Exit code 0 means correct.
 """
 from __future__ import annotations
@@ -11,6 +12,7 @@ from ..epilogue import Operand
 from ..spec import GemmSpec
 from .cmake import nvcc_arch_flag
 from .element_types import CONVERSIONS, c_type, uses_16_bit
+from .gated import b_elements
 
 SCALAR_VALUES = {"alpha": "0.75f", "beta": "-0.5f"}  # not 1 and 0, so a dropped scalar shows
 ERROR_SCALE = 8  # tolerance = ERROR_SCALE · FLT_EPSILON · sqrt(K) + rounding: fp32 sums drift like a random walk
@@ -144,7 +146,8 @@ def _random_buffer(spec: GemmSpec, name: str, count: str, seed: int) -> str:
 def _inputs(spec: GemmSpec) -> str:
     """Declarations of A, B and the epilogue operands, each with its own seed, in its storage type."""
     lines = [_random_buffer(spec, "A", "(size_t)M * K", 1) + f"  // stored {spec.a_shape[0]}×{spec.a_shape[1]}",
-             _random_buffer(spec, "B", "(size_t)K * N", 2) + f"  // stored {spec.b_shape[0]}×{spec.b_shape[1]}"]
+             _random_buffer(spec, "B", b_elements(spec), 2) + f"  // stored {spec.b_shape[0]}×{spec.b_shape[1]}"
+             + (" (gate and up rows interleaved by 8)" if spec.gated else "")]
     for seed, operand in enumerate(spec.epilogue.operands(), start=3):
         if operand.kind == "scalar":
             lines.append(f"    const float {operand.name} = {SCALAR_VALUES[operand.name]};")
@@ -196,8 +199,9 @@ def harness_text(name: str, spec: GemmSpec, arch: str, driver_api: bool = False)
     constexpr int M = info::M, N = info::N, K = info::K;
     cudaDeviceProp prop;
     CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
-    std::printf("{name}: M=%d N=%d K=%d layout=%s epilogue=%s built for %s, running on %s (sm_%d%d)\\n", M, N, K,
-                info::layout, info::epilogue, info::arch, prop.name, prop.major, prop.minor);
+    std::printf("{name}: M=%d N=%d K=%d layout=%s epilogue=%s%s built for %s, running on %s (sm_%d%d)\\n", M, N, K,
+                info::layout, info::epilogue, info::gated ? " gated (SwiGLU)" : "", info::arch, prop.name, prop.major,
+                prop.minor);
 
 {_inputs(spec)}
     using out_t = {c_type(spec, "D")};

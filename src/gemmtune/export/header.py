@@ -21,6 +21,10 @@ from ..kernel_source import PORTABLE_CLUSTER_BLOCKS, KernelSource, StagedOperand
 from ..kernels.parts.staging import THREADS, stage_entry, stage_grid
 from ..spec import GemmSpec
 from .element_types import type_includes
+from .gated import FORMULA as GATED_FORMULA
+from .gated import info_flag as gated_info
+from .gated import info_rows as gated_rows
+from .gated import weight_layout
 from .reference import operand_params
 
 DEFAULT_SMEM_LIMIT = 48 * 1024  # dynamic shared memory a block gets without opting in
@@ -148,10 +152,10 @@ def _info_block(name: str, source: KernelSource, arch: str) -> str:
     return f"""// What this kernel computes, for programs that want to check before calling it.
 namespace {name}_info {{
 constexpr int M = {spec.m}, N = {spec.n}, K = {spec.k};
-constexpr double flops = 2.0 * M * N * K;
+{gated_rows(spec)}constexpr double flops = 2.0 * M * {"WEIGHT_ROWS" if spec.gated else "N"} * K;
 constexpr const char* layout = "{spec.layout}";      // {_layout_comment(spec)}
 constexpr const char* epilogue = "{spec.epilogue}";
-constexpr const char* arch = "{arch}";
+{gated_info(spec)}constexpr const char* arch = "{arch}";
 constexpr const char* family = "{source.family} v{source.family_version}";
 constexpr const char* config = "{config}";
 }}  // namespace {name}_info
@@ -159,6 +163,8 @@ constexpr const char* config = "{config}";
 
 
 def _layout_comment(spec: GemmSpec) -> str:
+    if spec.gated:
+        return "A stored M×K, B stored (2N)×K (gate and up rows interleaved by 8), D M×N, all row-major"
     a = "A stored K×M" if spec.a_trans else "A stored M×K"
     b = "B stored N×K" if spec.b_trans else "B stored K×N"
     return f"{a}, {b}, D M×N, all row-major"
@@ -276,7 +282,7 @@ def _launcher(name: str, source: KernelSource) -> str:
     state = ("\n// The kernel keeps state of its own between launches: a call on another stream than the last\n"
              "// waits for the last call's launch (gemmtune_order_state)." if source.keeps_state else "")
     return f"""{_order_state(name, source)}// D = {formula(spec)} for exactly M={spec.m}, N={spec.n}, K={spec.k} ({_layout_comment(spec)}).
-// Launches asynchronously on `stream`; returns cudaSuccess or the launch error. Pointers are
+{_weight_comment(spec)}// Launches asynchronously on `stream`; returns cudaSuccess or the launch error. Pointers are
 // device pointers ({_types_comment(spec)}), 16-byte aligned (cudaMalloc's are).{state}
 inline cudaError_t {name}({launcher_params(spec)}) {{
 {launcher_body(name, source)}}}
@@ -308,8 +314,23 @@ _FORMULA = {"alpha": "alpha·{x}", "bias_row": "{x} + bias[row]", "bias_col": "{
             "relu": "ReLU({x})", "gelu": "GELU({x})", "add": "{x} + C", "beta": "{x} + beta·C"}
 
 
+def _weight_comment(spec: GemmSpec) -> str:
+    """The launcher comment's lines on a gated spec's weight (none for a plain spec)."""
+    if not spec.gated:
+        return ""
+    words, lines, line = f"B stored {spec.gemm_n}×{spec.k} = (2N)×K, {weight_layout(spec)}".split(), [], "//"
+    for word in words:
+        if len(line) + len(word) > 110:
+            lines.append(line)
+            line = "//"
+        line += " " + word
+    return "\n".join([*lines, line + "."]) + "\n"
+
+
 def formula(spec: GemmSpec) -> str:
-    """The epilogue chain as a formula, e.g. 'ReLU(A·B) + C'."""
+    """The epilogue chain as a formula, e.g. 'ReLU(A·B) + C'; a gated spec's SwiGLU."""
+    if spec.gated:
+        return GATED_FORMULA
     text = "A·B"
     for name in spec.epilogue.ops:
         inner = f"({text})" if name == "alpha" and " " in text else text

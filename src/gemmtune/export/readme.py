@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..spec import GemmSpec
 from .cmake import nvcc_arch_flag
 from .element_types import c_type
+from .gated import weight_layout
 from .harness import call_arguments, tolerance_expression
 from .header import formula
 from .manifest import ExportManifest
@@ -15,7 +16,7 @@ _OPERAND_TEXT = {"matrix": "M×N matrix, row-major", "row": "length-M vector", "
 def _operand_lines(spec: GemmSpec) -> str:
     a = f"{spec.a_shape[0]}×{spec.a_shape[1]}" + (" (A transposed)" if spec.a_trans else "")
     b = f"{spec.b_shape[0]}×{spec.b_shape[1]}" + (" (B transposed)" if spec.b_trans else "")
-    lines = [f"- `A`: {a}, row-major", f"- `B`: {b}, row-major"]
+    lines = [f"- `A`: {a}, row-major", f"- `B`: {b}, row-major" + (f", (2N)×K: {weight_layout(spec)}" if spec.gated else "")]
     lines += [f"- `{op.name}`: {_OPERAND_TEXT[op.kind]}" for op in spec.epilogue.operands()]
     lines.append(f"- `D`: {spec.m}×{spec.n} output, row-major")
     return "\n".join(lines)

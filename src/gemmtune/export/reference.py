@@ -10,6 +10,7 @@ from ..epilogue import Operand
 from ..kernel_source import KernelSource
 from ..spec import GemmSpec
 from .element_types import CONVERSIONS, c_type, uses_16_bit
+from .gated import reference_sum
 
 FAMILY = "reference"
 VERSION = "1"
@@ -36,10 +37,10 @@ def argument_names(spec: GemmSpec) -> tuple[str, ...]:
     return ("A", "B", *(op.name for op in spec.epilogue.operands()), "D")
 
 
-def _element_expressions(spec: GemmSpec) -> tuple[str, str]:
-    """How A(row, p) and B(p, col) are read, as stored (row-major, maybe transposed)."""
+def _element_expressions(spec: GemmSpec, column: str = "col") -> tuple[str, str]:
+    """How A(row, p) and B(p, column) are read, as stored (row-major, maybe transposed)."""
     a = "A[(size_t)p * M + row]" if spec.a_trans else "A[(size_t)row * K + p]"
-    b = "B[(size_t)col * K + p]" if spec.b_trans else "B[(size_t)p * N + col]"
+    b = f"B[(size_t){column} * K + p]" if spec.b_trans else f"B[(size_t)p * N + {column}]"
     if uses_16_bit(spec):
         return f"to_float({a})", f"to_float({b})"
     return a, b
@@ -61,10 +62,21 @@ def _views(spec: GemmSpec) -> str:
                    for op in spec.epilogue.operands() if is_pointer(op))
 
 
+def _sum(spec: GemmSpec) -> str:
+    """The statements that leave output (row, col) before the epilogue in float `v`: the product summed in
+    double; for a gated spec, the gate and up rows' sums (export/gated.py) and SwiGLU."""
+    a, b = _element_expressions(spec)
+    if spec.gated:
+        return reference_sum(a, _element_expressions(spec, "gate_row")[1], _element_expressions(spec, "up_row")[1])
+    return f"""    double acc = 0.0;
+    for (int p = 0; p < K; ++p) acc += (double){a} * (double){b};
+    float v = (float)acc;
+"""
+
+
 def kernel_code(spec: GemmSpec, entry: str, linkage: str = "") -> str:
     """CUDA text of the reference kernel `entry` (``linkage`` e.g. 'extern "C" '). 16-bit specs need
     cuda_fp16.h and cuda_bf16.h included before it (reference_header does that)."""
-    a, b = _element_expressions(spec)
     statements = "".join(f"    {s}\n" for s in spec.epilogue.cuda_statements("row", "col", "N"))
     wide = uses_16_bit(spec)
     helpers = CONVERSIONS + _FLOAT_VIEW if wide else ""
@@ -77,10 +89,7 @@ def kernel_code(spec: GemmSpec, entry: str, linkage: str = "") -> str:
 {_views(spec) if wide else ""}    const int col = blockIdx.x * blockDim.x + threadIdx.x;
     const int row = blockIdx.y * blockDim.y + threadIdx.y;
     if (row >= M || col >= N) return;
-    double acc = 0.0;
-    for (int p = 0; p < K; ++p) acc += (double){a} * (double){b};
-    float v = (float)acc;
-{statements}    D[(size_t)row * N + col] = {store};
+{_sum(spec)}{statements}    D[(size_t)row * N + col] = {store};
 }}
 """
 
