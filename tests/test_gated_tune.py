@@ -15,40 +15,17 @@ from gemmtune.spec import GemmSpec
 from gemmtune.tune.db import TuningDB, best_known_trial
 from gemmtune.tune.simulation import SimulationTable, TableRow, table_path
 from gemmtune.tune.space import candidate_set, space_for
-from gemmtune.tune.trial import Status, TrialResult
+from gemmtune.tune.trial import Status
 from gemmtune.tune.tuner import TuneOptions, tune
-from test_tune_outside_seeds import H100
+from test_tune_outside_seeds import H100, RecordingRunner
 
 SPEC = GemmSpec(512, 1024, 2048, "nt", "bf16", gated=True)  # D 512x1024; the tensor cores run 2048 columns
 WGMMA = get_family("wgmma")
 
 
 def seconds(config) -> float:
-    """A made-up time that favours narrow tiles and deep rings (deterministic)."""
+    """A made-up time that favours narrow tiles and deep rings (deterministic), for the replayed table."""
     return 1e-5 * config.bn / 64 * (1.0 + 0.1 / config.stages)
-
-
-class FakeRunner:
-    """Measures nothing: every config 'runs' in seconds(config); the configs asked are kept."""
-
-    environment = H100
-
-    def __init__(self):
-        self.measured = []
-
-    def restrict(self, candidates):
-        return candidates
-
-    def run(self, configs):
-        for config in configs:
-            self.measured.append(config)
-            yield TrialResult(config, Status.OK, seconds(config), (seconds(config),))
-
-    def remeasure(self, configs):
-        return self.run(configs)
-
-    def close(self):
-        pass
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +43,7 @@ def test_the_space_of_a_gated_spec_holds_only_what_the_gated_kernel_takes(candid
 
 def test_the_tuner_measures_gated_configs_and_files_them_under_the_gated_key(tmp_path: Path, candidates):
     db_path = tmp_path / "t.sqlite"
-    runner = FakeRunner()
+    runner = RecordingRunner()
     with TuningDB(db_path) as db:
         outcome = tune(SPEC, runner, db, TuneOptions(family="wgmma", strategy="random", trials=12, remeasure_top=2))
         assert outcome.trials == 12 and outcome.best is not None

@@ -109,14 +109,12 @@ class GroupedPlan:
     reason: str
 
     def to_json(self) -> dict:
-        t = self.timing
-        return {**self.site.to_json(), "config": self.config, "gemmtune_s": t.gemmtune_s, "torch_s": t.torch_s,
-                "error": t.error, "routed": self.routed, "reason": self.reason}
+        return {**self.site.to_json(), "config": self.config, **self.timing.decision_json(self.routed, self.reason)}
 
     @staticmethod
     def from_json(data: dict) -> "GroupedPlan":
-        timing = SiteTiming(data["gemmtune_s"], data["torch_s"], data.get("error", ""))
-        return GroupedPlan(GroupedSite.from_json(data), data["config"], timing, data["routed"], data["reason"])
+        return GroupedPlan(GroupedSite.from_json(data), data["config"], SiteTiming.from_json(data), data["routed"],
+                           data["reason"])
 
 
 # --- capture ----------------------------------------------------------------------------------------

@@ -232,13 +232,12 @@ class LayerPlan:
     reason: str
 
     def to_json(self) -> dict:
-        t = self.timing
-        return {**self.site.to_json(), "family": self.family, "config": self.config, "gemmtune_s": t.gemmtune_s,
-                "torch_s": t.torch_s, "error": t.error, "routed": self.routed, "reason": self.reason}
+        return {**self.site.to_json(), "family": self.family, "config": self.config,
+                **self.timing.decision_json(self.routed, self.reason)}
 
     @staticmethod
     def from_json(data: dict) -> "LayerPlan":
-        timing = SiteTiming(data["gemmtune_s"], data["torch_s"], data.get("error", ""))
+        timing = SiteTiming.from_json(data)
         return LayerPlan(Site.from_json(data), data["family"], data["config"], timing, data["routed"], data["reason"])
 
 

@@ -16,6 +16,15 @@ class SiteTiming:
     torch_s: Optional[float]
     error: str = ""  # why gemmtune's side has no time (wrong output, no kernel)
 
+    def decision_json(self, routed: bool, reason: str) -> dict:
+        """The times and the decision as a plan file stores them (every site kind's plan ends with these)."""
+        return {"gemmtune_s": self.gemmtune_s, "torch_s": self.torch_s, "error": self.error, "routed": routed,
+                "reason": reason}
+
+    @staticmethod
+    def from_json(data: dict) -> "SiteTiming":
+        return SiteTiming(data["gemmtune_s"], data["torch_s"], data.get("error", ""))
+
     @property
     def gemmtune_faster(self) -> bool:
         return self.gemmtune_s is not None and self.torch_s is not None and self.gemmtune_s < self.torch_s
