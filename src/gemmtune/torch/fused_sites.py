@@ -13,7 +13,7 @@ routed site whose pattern is no longer there stays unrouted, with a warning line
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, ClassVar, Optional, Sequence
 
 import torch
 from torch import nn
@@ -22,7 +22,7 @@ from ..epilogue import Epilogue
 from ..errors import GemmtuneError, SpecError
 from ..spec import GemmSpec
 from . import fusion
-from .site_timing import SiteTiming
+from .site_timing import KernelPlan, SiteTiming, timed_kernel
 
 __all__ = ["FusedSite", "FusedPlan", "find_fused", "supersede", "time_fused", "check_rewrite", "set_fused",
            "reload_fused", "model_output"]
@@ -68,25 +68,11 @@ class FusedSite:
 
 
 @dataclass(frozen=True)
-class FusedPlan:
+class FusedPlan(KernelPlan):
     """A fused site's kernel (family, config JSON), both times, and the decision."""
 
     site: FusedSite
-    family: str
-    config: dict
-    timing: SiteTiming
-    routed: bool
-    reason: str
-
-    def to_json(self) -> dict:
-        return {**self.site.to_json(), "family": self.family, "config": self.config,
-                **self.timing.decision_json(self.routed, self.reason)}
-
-    @staticmethod
-    def from_json(data: dict) -> "FusedPlan":
-        timing = SiteTiming.from_json(data)
-        return FusedPlan(FusedSite.from_json(data), data["family"], data["config"], timing, data["routed"],
-                         data["reason"])
+    site_type: ClassVar[type] = FusedSite
 
 
 # --- finding --------------------------------------------------------------------------------------------
@@ -273,17 +259,10 @@ def plan_fused(site: FusedSite, backend: Any, db_path: Any, tuned: bool, memo: d
     rewrite differs comes back unroutable (its Linears are then sites of their own again)."""
     if not site.routable:
         return FusedPlan(site, "", {}, SiteTiming(None, None), False, site.note)
-    key = ("fused", site.kind, site.spec)
-    if key not in memo:  # (a gated spec's config is tune-many's best, else build's pick, as a plain GEMM's)
-        try:
-            family, config = backend.config(site.spec, db_path, tuned)
-            backend.install(site.spec, family, config)
-            memo[key] = (family, config, backend.time_fused(site))
-        except GemmtuneError as err:
-            memo[key] = ("", {}, SiteTiming(None, None, f"no kernel: {err}"))
-    family, config, timing = memo[key]
-    plan = FusedPlan(site, family, config, timing, timing.gemmtune_faster,
-                     timing.error or ("gemmtune faster" if timing.gemmtune_faster else "torch faster"))
+    # (a gated spec's config is tune-many's best, else build's pick, as a plain GEMM's)
+    family, config, timing = timed_kernel(memo, ("fused", site.kind, site.spec), site.spec, backend, db_path, tuned,
+                                          lambda: backend.time_fused(site))
+    plan = FusedPlan(site, family, config, timing, timing.gemmtune_faster, timing.verdict)
     if timing.gemmtune_s is None:
         return plan
     why = check_rewrite(model, inputs, want, plan)

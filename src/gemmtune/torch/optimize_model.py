@@ -31,7 +31,7 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Optional, Protocol, Sequence
+from typing import Any, Callable, ClassVar, Optional, Protocol, Sequence
 
 import torch
 from torch import nn
@@ -46,7 +46,7 @@ from .operators import linear as _linear
 from .optimize_grouped import (GroupedPlan, GroupedSite, GroupedTrace, GroupedTune, build_planned, check_grouped_fits,
                                gpu_tunes, grouped_tunes, plan_grouped, planned_config, set_grouped, split_budget,
                                time_grouped)
-from .site_timing import SiteTiming
+from .site_timing import KernelPlan, SiteTiming, timed_kernel
 
 __all__ = ["optimize", "OptimizeReport", "LayerPlan", "Site", "SiteTiming", "RoutedLinear", "capture_sites", "capture",
            "GroupedSite", "GroupedPlan", "GpuBackend", "graph_seconds", "eager_seconds", "interleaved_seconds"]
@@ -223,22 +223,11 @@ def capture_sites(model: nn.Module, inputs: Sequence[Any], erf_gelu_atol: Option
 
 # --- the plan ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class LayerPlan:
+class LayerPlan(KernelPlan):
+    """An nn.Linear's kernel (family, config JSON), both times, and the decision."""
+
     site: Site
-    family: str
-    config: dict  # the family's Config as JSON
-    timing: SiteTiming
-    routed: bool
-    reason: str
-
-    def to_json(self) -> dict:
-        return {**self.site.to_json(), "family": self.family, "config": self.config,
-                **self.timing.decision_json(self.routed, self.reason)}
-
-    @staticmethod
-    def from_json(data: dict) -> "LayerPlan":
-        timing = SiteTiming.from_json(data)
-        return LayerPlan(Site.from_json(data), data["family"], data["config"], timing, data["routed"], data["reason"])
+    site_type: ClassVar[type] = Site
 
 
 Plan = LayerPlan | GroupedPlan | FusedPlan  # a site's plan: an nn.Linear's, a GroupedLinear's or a fused site's
@@ -598,17 +587,10 @@ def _plan_site(site: Site, backend: Backend, db_path: Path, tuned: bool, memo: d
     """Time one layer (a GEMM seen before is not timed again) and decide: gemmtune only where faster."""
     if not site.routable:
         return LayerPlan(site, "", {}, SiteTiming(None, None), False, site.note)
-    key = (site.spec, site.activation)
-    if key not in memo:
-        try:
-            family, config = backend.config(site.spec, db_path, tuned)
-            backend.install(site.spec, family, config)
-            memo[key] = (family, config, backend.time_site(site))
-        except GemmtuneError as err:
-            memo[key] = ("", {}, SiteTiming(None, None, f"no kernel: {err}"))
-    family, config, timing = memo[key]
-    reason = timing.error or ("gemmtune faster" if timing.gemmtune_faster else "torch faster")
-    return LayerPlan(site, family, config, timing, timing.gemmtune_faster, reason + (f"; {site.note}" if site.note else ""))
+    family, config, timing = timed_kernel(memo, (site.spec, site.activation), site.spec, backend, db_path, tuned,
+                                          lambda: backend.time_site(site))
+    return LayerPlan(site, family, config, timing, timing.gemmtune_faster,
+                     timing.verdict + (f"; {site.note}" if site.note else ""))
 
 
 def _reload(model: nn.Module, path: Path, backend: Backend, inputs: tuple) -> OptimizeReport:
