@@ -241,7 +241,7 @@ def overlap_pays(config: WgmmaConfig, spec: GemmSpec) -> bool:
     tiles of 2 consumers narrower than OVERLAP_MIN_BN (what was measured; tf32 keeps it). On 64x128
     one-consumer picks of 6 bf16 shapes outside the model suite (M 96-320), the pick with the overlap ran
     0.78-1.02x cuBLAS, without it 0.82-1.09x, and with the ring stage it costs given back 0.84-1.14x
-    (bench/results/2026-11-29-h200-decode-splits.md; _deepest still stops at 6 stages)."""
+    (git show e11d17b:bench/results/2026-11-29-h200-decode-splits.md; _deepest still stops at 6 stages)."""
     if spec.dtype not in ("bf16", "fp16"):
         return True
     return not (config.consumers == 1 or (config.consumers == 2 and config.bn < OVERLAP_MIN_BN))

@@ -188,7 +188,7 @@ def default_config(spec: GroupedSpec) -> GroupedConfig:
     two consumers (acc and sums of 128 columns fill the 128 accumulators a thread; 256 columns do not fit),
     per-tensor scales with each promotion overlapped with the next chunk's wgmma (overlap_static) where there is no bias.
 
-    Timed on twelve grouped shapes outside bench_moe.py (bench/results/2026-11-29-h200-grouped-configs.md,
+    Timed on twelve grouped shapes outside bench_moe.py (git show e11d17b:bench/results/2026-11-29-h200-grouped-configs.md,
     third run): a staged config led on all twelve, 0.97-1.41x torch._grouped_mm; 128x128 ping-pong staged was
     first or within 0.05 of the first on all ten large-group shapes, 64x256 ping-pong staged on both small ones."""
     small = spec.total_m <= SMALL_GROUP_ROWS * spec.groups
@@ -196,7 +196,7 @@ def default_config(spec: GroupedSpec) -> GroupedConfig:
     shape = shape.with_(consumers=2, pingpong=True, staged_store=True)
     if spec.scaling == "block":  # two consumers of 64 rows, each a k-block's sums beside its promoted ones
         # promote_overlap where offered (no bias): 1.16-1.18x the waiting loop on four shapes (H200,
-        # bench/results/2026-11-29-h200-fp8-overlap.md)
+        # git show e11d17b:bench/results/2026-11-29-h200-fp8-overlap.md)
         shape = GroupedConfig(bm=128, bn=BLOCK, consumers=2, staged_store=True, promote_overlap=not spec.has_bias)
     elif spec.fp8:  # promoted (untimed against the unpromoted candidates: accuracy first)
         shape = (GroupedConfig(bm=64, bn=128, consumers=2, pingpong=True) if small
