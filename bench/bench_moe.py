@@ -17,7 +17,9 @@ balanced order, CUDA events around each replay,
 no L2 flush (the weights of the large cases exceed L2; the small ones stay warm, as in a decode step);
 ratios are medians of per-round ratios (peer time / ours). Each of ours is checked against a float64 reference
 of up to 256 rows of four groups (max error over the largest |value|; one bf16 rounding is 2^-9 = 2.0e-3 of a
-value). DeepGEMM is not run: no build on the device machine (said under the table).
+value). --peers adds DeepGEMM's m-grouped contiguous bf16 GEMM (peers/deepgemm_grouped.py: built on the device by
+scratch/deepgemm/build.sh; its rows padded to its alignment once, outside the timing; checked the same way), or says
+under the table why it did not run.
 Up projections are timed again with SwiGLU fused (gemmtune.torch.grouped_mm(..., activation="swiglu"): F = N/2
 columns of silu(gate) ⊙ up) against torch._grouped_mm followed by silu(g)·u, each in its CUDA graph.
 --bmm: gemmtune.torch.bmm against torch.bmm on issue 69's four batched shapes, the same protocol.
@@ -92,8 +94,21 @@ def list_text(selected: list[MoeCase]) -> str:
 
 
 # --- on the GPU ----------------------------------------------------------------------------------------
-def measure(case: MoeCase, rounds: int) -> dict:
-    """Ours, torch._grouped_mm and the loop of mm for `case`: medians (µs), per-round ratios, the error."""
+PEERS = ("grouped_mm", "loop", "deepgemm")  # --peers: torch._grouped_mm and the loop always run (issue 69's bars)
+
+
+def parse_peers(text: str) -> list[str]:
+    """--peers: names from PEERS ('grouped' for grouped_mm), in PEERS' order; a ValueError names an unknown one."""
+    names = {"grouped_mm" if n == "grouped" else n for n in (w.strip().lower() for w in text.split(",")) if n}
+    unknown = sorted(names - set(PEERS))
+    if unknown:
+        raise ValueError(f"unknown peer {', '.join(unknown)} (known: {', '.join(PEERS)})")
+    return [p for p in PEERS if p in names | {"grouped_mm", "loop"}]
+
+
+def measure(case: MoeCase, rounds: int, peers: tuple[str, ...] = ("grouped_mm", "loop")) -> dict:
+    """Ours, torch._grouped_mm, the loop of mm and the other `peers` (available ones) for `case`: medians (µs),
+    per-round ratios, the errors."""
     import torch
 
     import gemmtune.torch as gt
@@ -110,6 +125,16 @@ def measure(case: MoeCase, rounds: int) -> dict:
     error = _sampled_error(torch, ours, x, weights, ends)
     calls = {"ours": lambda: gt.grouped_mm(x, b, offs), "grouped_mm": lambda: torch._grouped_mm(x, b, offs=offs),
              "loop": lambda: [torch.mm(p, w) for p, w in pieces]}
+    errors, failed = {}, None
+    if "deepgemm" in peers:  # padded once here, outside the timing; FLOPs below count the real rows
+        from peers import deepgemm_grouped
+
+        try:  # its first call JIT-compiles: a refusal is said under the table, the others go on
+            prepared = deepgemm_grouped.prepare(x, weights, rows)
+            errors["deepgemm"] = _sampled_error(torch, prepared.real_rows(prepared.run()), x, weights, ends)
+            calls["deepgemm"] = prepared.run
+        except Exception as exc:
+            failed = f"failed on {case.label}: {type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:160]}"
     swiglu_error = None
     if case.projection == "up":  # gate and up stacked: SwiGLU fused, against torch's grouped GEMM then silu(g)·u
         half = case.n // 2
@@ -118,12 +143,13 @@ def measure(case: MoeCase, rounds: int) -> dict:
         swiglu_error = _sampled_error(torch, calls["swiglu"](), x, weights, ends, post=lambda y: _swiglu(torch, y, half))
     times = graph_times(torch, calls, rounds)
     ratio = {peer: statistics.median(p / o for p, o in zip(times[peer], times["ours"]))
-             for peer in ("grouped_mm", "loop")}
+             for peer in ("grouped_mm", "loop", "deepgemm") if peer in times}
     if "swiglu" in times:
         ratio["swiglu"] = statistics.median(p / o for p, o in zip(times["torch_swiglu"], times["swiglu"]))
     flops = 2 * sum(rows) * case.n * case.k
     return {"case": case.label, "experts": len(rows), "rows": sum(rows), "n": case.n, "k": case.k,
             "rows_per_active": sum(rows) / max(1, sum(r > 0 for r in rows)), "error": error, "swiglu_error": swiglu_error,
+            "peer_errors": errors, "peer_failed": failed,
             "us": {name: statistics.median(t) for name, t in times.items()},
             "tflops": flops / statistics.median(times["ours"]) / 1e6, "ratio": ratio}
 
@@ -185,13 +211,20 @@ def _geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
-def table_text(rows: list[dict]) -> str:
-    lines = ["| case | G | rows | N×K | ours µs (TFLOP/s) | torch._grouped_mm µs | loop µs | × grouped_mm | × loop | "
-             "error vs float64 |", "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+def table_text(rows: list[dict], skipped: dict[str, str] | None = None) -> str:
+    """The table; `skipped`: peer -> why it did not run (said above the table and under it)."""
+    dg = [r["ratio"]["deepgemm"] for r in rows if "deepgemm" in r["ratio"]]
+    extra = (" DeepGEMM µs | × DeepGEMM | DeepGEMM error |", "---:|---:|---:|") if dg else ("", "")
+    lines = [f"Not run: {name}: {why}" for name, why in (skipped or {}).items()]
+    lines += [""] if lines else []
+    lines += ["| case | G | rows | N×K | ours µs (TFLOP/s) | torch._grouped_mm µs | loop µs | × grouped_mm | × loop | "
+              f"error vs float64 |{extra[0]}", f"|---|---:|---:|---|---:|---:|---:|---:|---:|---:|{extra[1]}"]
     for r in rows:
+        cells = "" if not dg else " — | — | — |" if "deepgemm" not in r["ratio"] else (
+            f" {r['us']['deepgemm']:.1f} | {r['ratio']['deepgemm']:.2f} | {r['peer_errors']['deepgemm']:.1e} |")
         lines.append(f"| {r['case']} | {r['experts']} | {r['rows']} | {r['n']}×{r['k']} | {r['us']['ours']:.1f} "
                      f"({r['tflops']:.0f}) | {r['us']['grouped_mm']:.1f} | {r['us']['loop']:.1f} | "
-                     f"{r['ratio']['grouped_mm']:.2f} | {r['ratio']['loop']:.2f} | {r['error']:.1e} |")
+                     f"{r['ratio']['grouped_mm']:.2f} | {r['ratio']['loop']:.2f} | {r['error']:.1e} |{cells}")
     fused = [r for r in rows if "swiglu" in r["ratio"]]
     if fused:
         lines += ["", "Up projections with SwiGLU fused (D = silu(x·Wgᵀ) ⊙ (x·Wuᵀ), F = N/2 columns) against torch._grouped_mm then "
@@ -209,7 +242,9 @@ def table_text(rows: list[dict]) -> str:
               f"- × torch._grouped_mm where experts average ≤ 64 rows: geomean {_geomean(few):.3f} (≥ 1.30, "
               f"{len(few)} cases)",
               f"- × a loop of cuBLAS: lowest {min(vs_loop):.3f} (≥ 1.30 everywhere)",
-              "- DeepGEMM: not run (not built on the device machine)"]
+              (f"- × DeepGEMM (its rows padded to its alignment, FLOPs on the real rows): geomean {_geomean(dg):.3f}, "
+               f"lowest {min(dg):.3f} ({len(dg)} cases)" if dg else
+               f"- DeepGEMM: not run ({(skipped or {}).get('deepgemm', 'not asked for: --peers ...,deepgemm')})")]
     return "\n".join(lines)
 
 
@@ -220,7 +255,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=30, help="paired rounds per case (default 30)")
     parser.add_argument("--out", type=Path, help="write the markdown table here (rewritten after every case)")
     parser.add_argument("--bmm", action="store_true", help="also time gemmtune.torch.bmm against torch.bmm")
+    parser.add_argument("--peers", default="grouped_mm,loop",
+                        help=f"peers to time, of {','.join(PEERS)} (grouped_mm and loop always run); e.g. grouped,loop,deepgemm")
     args = parser.parse_args(argv)
+    try:
+        peers = parse_peers(args.peers)
+    except ValueError as exc:
+        print(f"bench_moe: --peers: {exc}", file=sys.stderr)
+        return 2
     wanted = [w.strip().lower() for w in (args.models or "").split(",") if w.strip()]
     selected = [c for c in cases() if not wanted or any(w in c.config.model.lower() for w in wanted)]
     if args.list or not selected:
@@ -231,16 +273,29 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         print("bench_moe: needs an sm_90a GPU (H100/H200): the grouped kernel is wgmma + TMA", file=sys.stderr)
         return 3
+    skipped = {}
+    if "deepgemm" in peers:
+        from peers import deepgemm_grouped
+
+        reason = deepgemm_grouped.available()
+        if reason:
+            skipped["deepgemm"] = reason
+            peers.remove("deepgemm")
+            print(f"bench_moe: {reason}", file=sys.stderr)
     rows = []
     for index, case in enumerate(selected):
-        rows.append(measure(case, args.rounds))
+        rows.append(measure(case, args.rounds, tuple(peers)))
         r = rows[-1]
+        if r["peer_failed"]:
+            skipped["deepgemm"] = r["peer_failed"]
+            peers.remove("deepgemm")
+            print(f"bench_moe: DeepGEMM {r['peer_failed']}", file=sys.stderr)
         print(f"[{index + 1}/{len(selected)}] {case.label}: ours {r['us']['ours']:.1f} µs, "
-              f"x{r['ratio']['grouped_mm']:.2f} grouped_mm, x{r['ratio']['loop']:.2f} loop", flush=True)
+              + ", ".join(f"x{x:.2f} {name}" for name, x in r["ratio"].items()), flush=True)
         if args.out:
             args.out.write_text(f"# MoE grouped GEMMs on {torch.cuda.get_device_name()}, bf16 (bench/bench_moe.py)\n\n"
-                                f"{table_text(rows)}\n")
-    text = table_text(rows)
+                                f"{table_text(rows, skipped)}\n")
+    text = table_text(rows, skipped)
     if args.bmm:
         text += "\n\n## bmm\n\n" + bmm_table([measure_bmm(shape, args.rounds) for shape in BMM_SHAPES])
         if args.out:

@@ -3,8 +3,11 @@ routings that place every routed row (balanced within one row, Zipf skewed, seed
 where tokens are few), and --list."""
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import bench_moe  # noqa: E402
@@ -54,3 +57,46 @@ def test_routings_are_the_packages_and_keep_the_published_rows():
     assert bench_moe.group_rows(8, 256, "zipf") == [12, 10, 110, 9, 48, 16, 21, 30]
     assert bench_moe.group_rows(16, 100, "zipf") == [4, 1, 2, 2, 5, 1, 4, 37, 6, 10, 7, 1, 1, 1, 2, 16]
     assert not hasattr(bench_moe, "ZIPF_EXPONENT") and distribution.ZIPF_EXPONENT == 1.2
+
+
+def test_peers_flag_takes_deepgemm_and_refuses_unknown_names(capsys):
+    assert bench_moe.parse_peers("grouped,loop,deepgemm") == ["grouped_mm", "loop", "deepgemm"]
+    assert bench_moe.parse_peers("deepgemm") == ["grouped_mm", "loop", "deepgemm"]  # torch's two always run
+    assert bench_moe.main(["--list", "--models", "qwen", "--peers", "grouped,loop,deepgemm"]) == 0
+    assert bench_moe.main(["--list", "--peers", "cutlass"]) == 2
+    assert "unknown peer cutlass" in capsys.readouterr().err
+
+
+def test_deepgemm_peer_says_why_it_is_unavailable_and_the_table_says_so(monkeypatch, tmp_path):
+    from peers import deepgemm_grouped
+
+    if importlib.util.find_spec("deep_gemm") is None:  # no build here: one line naming the missing build
+        monkeypatch.setattr(deepgemm_grouped, "BUILD", tmp_path / "none")
+        deepgemm_grouped._module.cache_clear()
+        reason = deepgemm_grouped.available()
+        assert reason and "\n" not in reason and "build.sh" in reason
+        deepgemm_grouped._module.cache_clear()
+    row = {"case": "c", "experts": 2, "rows": 3, "n": 4, "k": 5, "rows_per_active": 1.5, "error": 1e-3, "tflops": 1.0,
+           "us": {"ours": 1.0, "grouped_mm": 2.0, "loop": 3.0}, "ratio": {"grouped_mm": 2.0, "loop": 3.0}}
+    text = bench_moe.table_text([row], {"deepgemm": "DeepGEMM unavailable: not built"})
+    assert text.startswith("Not run: deepgemm: DeepGEMM unavailable") and "- DeepGEMM: not run (DeepGEMM unavailable" in text
+    timed = {**row, "us": {**row["us"], "deepgemm": 1.5}, "ratio": {**row["ratio"], "deepgemm": 1.5},
+             "peer_errors": {"deepgemm": 2e-3}}
+    assert "| 1.5 | 1.50 | 2.0e-03 |" in bench_moe.table_text([timed, row])  # a case it failed on: dashes
+    assert "| — | — | — |" in bench_moe.table_text([timed, row])
+
+
+def test_deepgemm_padding_round_trips_on_the_cpu():
+    torch = pytest.importorskip("torch")
+    from peers import deepgemm_grouped as dg
+
+    rows, align = [3, 0, 130, 128, 1], 128
+    assert dg.padded_starts(rows, align) == ([0, 128, 128, 384, 512], 640)
+    x = torch.randn(sum(rows), 8)
+    padded = dg.pad_rows(torch, x, rows, align)
+    assert padded.shape == (640, 8) and torch.equal(dg.unpad_rows(torch, padded, rows, align), x)
+    layout = dg.m_indices(torch, rows, align)
+    assert layout.dtype == torch.int32 and layout.shape == (640,)
+    assert layout[:3].tolist() == [0] * 3 and set(layout[3:128].tolist()) == {-1}  # padding rows: -1, and zero
+    assert (layout == 2).sum() == 130 and (layout == 3).sum() == 128 and layout[512].item() == 4
+    assert not padded[3:128].any() and torch.equal(padded[layout >= 0], x)  # real rows in order, group by group
