@@ -332,14 +332,17 @@ MAIN_LOOP = """            #pragma unroll 1
 # fp8 block scales: two-level accumulation. A k-block (128 values of K, one scale block) is summed by wgmma into
 # `sums` alone, then scaled by its A row scale times its B block scale and added into acc on the CUDA cores, so
 # the tensor cores' reduced-precision accumulation never runs across blocks of different scale.
-BLOCK_SCALED_LOOP = """            float sums[BN / 2];  // one k-block's sums (M_BLOCKS == 1: 64 rows a consumer)
-            // this thread's two rows of the fragment (lane / 4 and 8 below it) and the tile's column block
+# Both block-scaled loops: where this thread's A scales (its two fragment rows) and the tile's B scales start.
+BLOCK_SCALE_POINTERS = """            // this thread's two rows of the fragment (lane / 4 and 8 below it) and the tile's column block
             const int fragment_row = tile.row_begin + tile.tile_m * BM + part * ROWS_PER_CONSUMER
                                      + (threadIdx.x % 128) / 32 * 16 + (threadIdx.x % 32) / 4;
             const float* __restrict__ a_scales = scale_a + (size_t)min(fragment_row, TOTAL_M - 1) * K_BLOCKS;
             const float* __restrict__ a_scales_8 = scale_a + (size_t)min(fragment_row + 8, TOTAL_M - 1) * K_BLOCKS;
             const float* __restrict__ b_scales = scale_b + ((size_t)tile.group * N_BLOCKS + tile.tile_n) * K_BLOCKS;
-            #pragma unroll 1
+"""
+
+BLOCK_SCALED_LOOP = """            float sums[BN / 2];  // one k-block's sums (M_BLOCKS == 1: 64 rows a consumer)
+""" + BLOCK_SCALE_POINTERS + """            #pragma unroll 1
             for (int kb = 0; kb < K_BLOCKS; ++kb) {
                 const float scale_row = a_scales[kb], scale_row_8 = a_scales_8[kb], scale_block = b_scales[kb];
                 mbarrier_wait(&full[ring.s], ring.phase);
@@ -404,13 +407,7 @@ PROMOTED_LOOP = """            float sums[M_BLOCKS][BN / 2];  // a chunk's sums,
 # scales are loaded at its issue and read at its promotion a k-block later, under that wgmma.
 BLOCK_SCALED_OVERLAP_LOOP = """            float sums[2][BN / 2];  // k-block kb's sums in sums[kb % 2] (M_BLOCKS == 1: 64 rows a consumer)
             float scale_row[2], scale_row_8[2], scale_block[2];  // and its scales: loaded at its issue, read at its promotion
-            // this thread's two rows of the fragment (lane / 4 and 8 below it) and the tile's column block
-            const int fragment_row = tile.row_begin + tile.tile_m * BM + part * ROWS_PER_CONSUMER
-                                     + (threadIdx.x % 128) / 32 * 16 + (threadIdx.x % 32) / 4;
-            const float* __restrict__ a_scales = scale_a + (size_t)min(fragment_row, TOTAL_M - 1) * K_BLOCKS;
-            const float* __restrict__ a_scales_8 = scale_a + (size_t)min(fragment_row + 8, TOTAL_M - 1) * K_BLOCKS;
-            const float* __restrict__ b_scales = scale_b + ((size_t)tile.group * N_BLOCKS + tile.tile_n) * K_BLOCKS;
-            {
+""" + BLOCK_SCALE_POINTERS + """            {
 STEP_FIRST
             }
             #pragma unroll 1
