@@ -191,6 +191,11 @@ def _stages_c(spec: GemmSpec, fragment: PairFragment) -> bool:
     return spec.epilogue.reads_c and spec.n % 2 == 0 and fragment.row_depth < len(fragment.loops)
 
 
+def _c_row_pair(fragment: PairFragment) -> str:
+    """The pair of C a thread's (row, col) reads in staged_c's array: indexed by the loops inside the row's."""
+    return "c_row" + "".join(f"[{i}]" for i, _ in fragment.loops[fragment.row_depth:])
+
+
 def staged_c(spec: GemmSpec, fragment: PairFragment, output: PairOutput) -> list[str]:
     """One row's C read into registers before any of the row's stores, under the row's loop. D's stores
     and C's reads may alias as far as the compiler can tell (C is not __restrict__), so a read after a
@@ -200,7 +205,7 @@ def staged_c(spec: GemmSpec, fragment: PairFragment, output: PairOutput) -> list
     once; columns past N read nothing."""
     inner = fragment.loops[fragment.row_depth:]
     shape = "".join(f"[{count}]" for _, count in inner)
-    at = "c_row" + "".join(f"[{i}]" for i, _ in inner)
+    at = _c_row_pair(fragment)
     lines = ["// This row's C, every pair read before the row's first store (D's stores may alias C as far",
              "// as the compiler knows, so a read after a store would wait for it).", f"float c_row{shape}[2];"]
     for depth, (index, count) in enumerate(inner):
@@ -258,8 +263,7 @@ def pair_stores(spec: GemmSpec, fragment: PairFragment, output: PairOutput, inde
     pad = "    " * len(fragment.loops)
     lines += [f"{pad}const int col = {fragment.col};",
               f"{pad}const float v0 = {fragment.values[0]}, v1 = {fragment.values[1]};"]
-    c_staged = ("c_row" + "".join(f"[{i}]" for i, _ in fragment.loops[fragment.row_depth:])
-                if _stages_c(spec, fragment) else None)
+    c_staged = _c_row_pair(fragment) if _stages_c(spec, fragment) else None
     lines += [pad + line for line in _pair_body(spec, output, innermost, staged.elements, c_staged)]
     lines += ["    " * depth + "}" for depth in reversed(range(len(fragment.loops)))]
     return "".join(f"{indent}{line}\n" for line in lines)
