@@ -192,6 +192,12 @@ class Epilogue:
     def reads_c(self) -> bool:
         return MATRIX_C in self.operands()
 
+    def transposed(self) -> "Epilogue":
+        """The chain applied to Dᵀ = B·Aᵀ: a bias per column of D is one per row of Dᵀ and the other way
+        round; the elementwise ops and C (read transposed by the kernel that asks) stay as they are."""
+        swap = {"bias_row": "bias_col", "bias_col": "bias_row"}
+        return Epilogue(tuple(swap.get(name, name) for name in self.ops))
+
     @property
     def reads_bias(self) -> bool:
         """Whether a bias vector (per row or per column) is an operand."""

@@ -25,7 +25,7 @@ from ..kernels.wgmma.config import WgmmaConfig, overlap_idle, staging_seconds
 from ..kernels.wgmma.gated import fallbacks as gated_fallbacks
 from ..kernels.wgmma.schedule import schedule_for
 from ..spec import GemmSpec
-from .candidates import candidates, fitted_twin, wave_fit_config, wave_share
+from .candidates import candidates, fitted_twin, swap_ab_config, wave_fit_config, wave_share
 from .features import HBM_BYTES_PER_S, PEAK_FLOPS, EpilogueCost, epilogue_cost, features, has_geometry, roofline_s
 from .model import ChooserModel, FamilyModel, feature_matrix, load
 
@@ -177,7 +177,26 @@ def rank(spec: GemmSpec, arch: str, sm_count: int | None = None, family: str | N
     if spec.gated:
         return gated_picks(spec, arch, rank(spec.ungated(), arch, sm_count, chosen.name, model))
     picks = rank_configs(spec, chosen.name, candidates(chosen.name, spec, arch, sm_count), sm_count, model)
-    return wave_fitted(spec, on_plain_tile(spec, fitted(spec, picks, sm_count), arch, sm_count, model), sm_count)
+    picks = wave_fitted(spec, on_plain_tile(spec, fitted(spec, picks, sm_count), arch, sm_count, model), sm_count)
+    return swapped_first(spec, arch, picks, sm_count, family)
+
+
+def swapped_first(spec: GemmSpec, arch: str, picks: list[Pick], sm_count: int, family: str | None) -> list[Pick]:
+    """The ranked picks with the swap-AB rule's config first where it applies (candidates.swap_ab_config:
+    a few rows of A, the wgmma family's kernel of Dᵀ = B·Aᵀ), ahead of the gemv or wgmma family's own picks;
+    unless another family was asked for. The model has not seen swap_ab: its prediction is shown, the rule
+    put it first."""
+    if family not in (None, "wgmma"):
+        return picks
+    config = swap_ab_config(spec, arch)
+    if config is None:
+        return picks
+    f = features(spec, config, sm_count)
+    model = shipped_model()
+    kernel_s, _ = _scores(spec, [config], sm_count, model.for_family("wgmma") if model else None)
+    first = Pick("wgmma", config, float(kernel_s[0]), "swap-AB rule (a few rows of A: candidates.swap_ab_config)",
+                 tuple(f.items()), split_tail(spec, config, sm_count, f["blocks_per_sm"]))
+    return [first] + [p for p in picks if p.config != config]
 
 
 def gated_picks(spec: GemmSpec, arch: str, plain: list[Pick]) -> list[Pick]:

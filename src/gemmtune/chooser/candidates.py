@@ -171,6 +171,34 @@ def fitted_twin(spec: GemmSpec, config: Any) -> WgmmaConfig | None:
     return None if get_family("wgmma").rejections(twin, spec, "sm_90a") else twin
 
 
+# swap-AB (WgmmaConfig.swap_ab) for A of a few rows (decode tokens, small MoE experts): the kernel of Dᵀ = B·Aᵀ,
+# 64 rows of B (the weights) by all of A's rows a tile, 10 ring stages, the split tail. cuBLAS runs such
+# shapes this way (ncu, H200: nvjet_sm90_tst_64x40 "TNT" on 40x5120x5120, 80 blocks, 67% of DRAM bandwidth
+# against our 64x128 pick's 57%). Measured against the picks before it on 14 bf16 shapes outside the model
+# suite (H200, 2026-11-29, bench/results/2026-11-29-h200-swap-ab.md): at 4-112 rows 0.94-1.04x cuBLAS where
+# the picks ran 0.74-0.98x (40x5120x5120 0.859 -> 0.983, 112x5120x5120 0.754 -> 0.961, 8x5120x5120 0.873 ->
+# 1.012); 1 row: the gemv rows kernel stays (1.19x against 1.04x), 200 rows: slower (0.77x against 0.83x).
+# With a residual add (C read transposed, each row's C before its stores), 6 more shapes: 0.79-0.97x where the
+# picks ran 0.68-0.93x (bench/results/2026-11-29-h200-swap-ab.md, second table).
+SWAP_AB_ROWS = (4, 128)
+SWAP_AB_STAGES = 10
+
+
+def swap_ab_config(spec: GemmSpec, arch: str) -> WgmmaConfig | None:
+    """The swap-AB rule's config for `spec` (see SWAP_AB_ROWS), or None where the rule does not apply."""
+    if not SWAP_AB_ROWS[0] <= spec.m <= SWAP_AB_ROWS[1]:
+        return None
+    family = get_family("wgmma")
+    if family.supports(spec, arch) is not None:
+        return None
+    config = WgmmaConfig(bm=64, bn=8 * ceil_div(spec.m, 8), stages=SWAP_AB_STAGES, consumers=1, specialized=True,
+                         persistent=True, group_m=8, split_tail=True, swap_ab=True)
+    for stages in range(SWAP_AB_STAGES, 1, -1):
+        if not family.rejections(config.with_(stages=stages), spec, arch):
+            return config.with_(stages=stages)
+    return None
+
+
 # Where M fits one 64-row tile, taller tiles are mostly rows outside D: wgmma work and, where the tiles are
 # few and split along K, partial-sum traffic through L2 for nothing, while no operand is reused more. The
 # model (trained on few such shapes) ranked 128-row tiles first there and they ran 0.55-0.77x cuBLAS

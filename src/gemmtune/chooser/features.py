@@ -22,7 +22,7 @@ from ..kernels.gemv.config import (GemvConfig, block_outputs, block_threads, est
 from ..kernels.gemv.config import vec as gemv_vec
 from ..kernels.simt.config import SimtConfig
 from .. import arch
-from ..kernels.wgmma.config import WgmmaConfig, operand_rows
+from ..kernels.wgmma.config import WgmmaConfig, kernel_spec, operand_rows
 from ..kernels.wgmma.schedule import schedule_for
 from ..epilogue import FAST_GELU_OUT_DTYPES
 from ..spec import GemmSpec
@@ -233,6 +233,8 @@ def epilogue_cost(spec: GemmSpec, config: Any, sm_count: int, model_s: float = 0
     padded tiles the busiest SM writes; plus C's traffic past `model_s` (the model's time)."""
     if spec.epilogue.is_identity:
         return None
+    if isinstance(config, WgmmaConfig):
+        spec = kernel_spec(config, spec)
     costs = [op_cost(name, spec.out_dtype) for name in spec.epilogue.ops]
     issue, mufu = sum(c.issue for c in costs), sum(c.mufu for c in costs)
     g = geometry(spec, config, sm_count)
@@ -257,7 +259,10 @@ def row_alignment(spec: GemmSpec, config: Any = None) -> tuple[int, int]:
 
 
 def features(spec: GemmSpec, config: Any, sm_count: int, registers: int | None = None) -> dict[str, float]:
-    """Named features, in a fixed order (the model's columns)."""
+    """Named features, in a fixed order (the model's columns); of the GEMM the kernel computes (a swap_ab
+    config's: Dᵀ = B·Aᵀ)."""
+    if isinstance(config, WgmmaConfig):
+        spec = kernel_spec(config, spec)
     g = geometry(spec, config, sm_count, registers)
     per_sm = blocks_per_sm(g)
     slots = per_sm * sm_count

@@ -69,16 +69,34 @@ class PairOutput:
     index: str = "size_t"   # the type an element's offset row * N + col is computed in
     cvt_pairs: bool = True  # 16-bit pairs packed by one cvt ...x2 (pack_pair; sm_80 and newer)
     odd_edge: OddEdge = OddEdge.EACH
+    # D (and C) held transposed: the kernel computes Dᵀ, so its element (row, col) is D's (col, row), at
+    # col * M + row (M: the kernel's rows, D's columns). A pair's two elements are then M apart: each is
+    # stored alone, as where N is odd.
+    transposed: bool = False
+
+    def offset(self) -> str:
+        """The offset of the element (row, col) in D and C."""
+        return f"({self.index})col * M + row" if self.transposed else f"({self.index})row * N + col"
+
+    @property
+    def next_col(self) -> str:
+        """From the offset of (row, col) to that of (row, col + 1)."""
+        return "M" if self.transposed else "1"
+
+
+def _single_stores(spec: GemmSpec, output: PairOutput) -> bool:
+    """Whether a pair's elements are stored one by one: N is odd (pairs not aligned) or D is transposed."""
+    return bool(spec.n % 2) or output.transposed
 
 
 def _reads_c_pairs(spec: GemmSpec, output: PairOutput) -> bool:
-    return spec.epilogue.reads_c and output.c_read is CRead.POINTER and spec.n % 2 == 0
+    return spec.epilogue.reads_c and output.c_read is CRead.POINTER and not _single_stores(spec, output)
 
 
 def pair_io(spec: GemmSpec, output: PairOutput) -> str:
     """`write_pair` (and `read_pair` where C is read a pair at a time) for D's type: only where N is
-    even, so that every pair starts on an aligned 4- or 8-byte boundary."""
-    if spec.n % 2:
+    even, so that every pair starts on an aligned 4- or 8-byte boundary (and D is not transposed)."""
+    if _single_stores(spec, output):
         return ""
     if spec.out_dtype == "fp32":
         read = r"""__device__ __forceinline__ void read_pair(const out_t* p, float& a, float& b) {
@@ -168,27 +186,33 @@ def _c_element(spec: GemmSpec, output: PairOutput, at: str) -> str | None:
     return f"to_float(C[{at}])" if output.c_read is CRead.POINTER else f"C[{at}]"
 
 
-def _odd_stores(spec: GemmSpec, output: PairOutput, bias: tuple[str | None, str | None]) -> list[str]:
-    """A pair's two elements stored one by one (N odd), each only where its column is inside D."""
+def _odd_stores(spec: GemmSpec, output: PairOutput, bias: tuple[str | None, str | None],
+                c_staged: str | None = None) -> list[str]:
+    """A pair's two elements stored one by one (N odd, or D transposed), each only where its column is
+    inside D; C from `c_staged` where the row's C was read before its stores (staged_c)."""
     each = output.odd_edge is OddEdge.EACH
     # EACH shares the offset `at`; PAIR_OR_FIRST spells it at each access, as wgmma always has
     # (sharing it there changes ptxas's address arithmetic).
-    at = "at" if each else f"({output.index})row * N + col"
-    first, second = pair_epilogue(spec, output, ("v0", "v1"),
-                                  (_c_element(spec, output, at), _c_element(spec, output, f"{at} + 1")), bias)
+    at = "at" if each else output.offset()
+    step = output.next_col
+    c = ((f"{c_staged}[0]", f"{c_staged}[1]") if c_staged is not None
+         else (_c_element(spec, output, at), _c_element(spec, output, f"{at} + {step}")))
+    first, second = pair_epilogue(spec, output, ("v0", "v1"), c, bias)
     if each:
-        return [f"if (col < N) D[at] = to_out({first});", f"if (col + 1 < N) D[at + 1] = to_out({second});"]
+        return [f"if (col < N) D[at] = to_out({first});", f"if (col + 1 < N) D[at + {step}] = to_out({second});"]
     return ["if (col + 1 < N) {  // both columns inside: both values before either store",
             f"    const float d0 = {first}, d1 = {second};",
-            f"    D[{at}] = to_out(d0); D[{at} + 1] = to_out(d1);",
+            f"    D[{at}] = to_out(d0); D[{at} + {step}] = to_out(d1);",
             "} else if (col < N) {  // the last column of D",
             f"    D[{at}] = to_out({first});", "}"]
 
 
-def _stages_c(spec: GemmSpec, fragment: PairFragment) -> bool:
-    """Whether a row's C is read before its stores (staged_c): where C is read, N is even and loops run
-    inside the row's (the columns of one row)."""
-    return spec.epilogue.reads_c and spec.n % 2 == 0 and fragment.row_depth < len(fragment.loops)
+def _stages_c(spec: GemmSpec, fragment: PairFragment, output: PairOutput) -> bool:
+    """Whether a row's C is read before its stores (staged_c): where C is read, pairs are stored whole (N
+    even) or D is transposed (C read element by element), and loops run inside the row's (the columns of
+    one row)."""
+    pairs = not _single_stores(spec, output) or (output.transposed and output.c_read is CRead.VIEW)
+    return spec.epilogue.reads_c and pairs and fragment.row_depth < len(fragment.loops)
 
 
 def _c_row_pair(fragment: PairFragment) -> str:
@@ -212,9 +236,10 @@ def staged_c(spec: GemmSpec, fragment: PairFragment, output: PairOutput) -> list
         lines += ["    " * depth + "#pragma unroll", "    " * depth + f"for (int {index} = 0; {index} < {count}; ++{index}) {{"]
     pad = "    " * len(inner)
     read = (f"read_pair(C + at, {at}[0], {at}[1]);" if output.c_read is CRead.POINTER
+            else f"{at}[0] = C[at]; if (col + 1 < N) {at}[1] = C[at + M];" if output.transposed
             else f"{at}[0] = C[at]; {at}[1] = C[at + 1];")
     lines += [f"{pad}const int col = {fragment.col};", f"{pad}{at}[0] = {at}[1] = 0.0f;",
-              f"{pad}if (col < N) {{", f"{pad}    const {output.index} at = ({output.index})row * N + col;",
+              f"{pad}if (col < N) {{", f"{pad}    const {output.index} at = {output.offset()};",
               f"{pad}    {read}", f"{pad}}}"]
     lines += ["    " * depth + "}" for depth in reversed(range(len(inner)))]
     return lines
@@ -225,9 +250,9 @@ def _pair_body(spec: GemmSpec, output: PairOutput, row_check: bool, bias: tuple[
     """The stores of one pair (row, col) from v0, v1; `row_check`: the row is tested here too (it
     became known in the innermost loop), else it is already known to be inside D. `bias`: the pair's
     staged bias elements (None: read in place)."""
-    at = f"const {output.index} at = ({output.index})row * N + col;  // D's (and C's) element (row, col)"
-    if spec.n % 2:
-        stores = ([at] if output.odd_edge is OddEdge.EACH else []) + _odd_stores(spec, output, bias)
+    at = f"const {output.index} at = {output.offset()};  // D's (and C's) element (row, col)"
+    if _single_stores(spec, output):
+        stores = ([at] if output.odd_edge is OddEdge.EACH else []) + _odd_stores(spec, output, bias, c_staged)
         return ["if (row < M) {", *("    " + line for line in stores), "}"] if row_check else stores
     c0 = c1 = None
     body = []
@@ -247,7 +272,8 @@ def pair_stores(spec: GemmSpec, fragment: PairFragment, output: PairOutput, inde
     """The loops over a thread's pairs and their guarded stores to D: a row known before the
     innermost loop skips the rest of its loop when past M, one known only there is tested with the
     column; each pair is stored whole (N even) or element by element (N odd)."""
-    how = ("pairs of outputs, one 32/64-bit store each" if spec.n % 2 == 0
+    how = ("single outputs: D is transposed, a pair's outputs M apart" if output.transposed
+           else "pairs of outputs, one 32/64-bit store each" if spec.n % 2 == 0
            else "single outputs: N is odd, so pairs are not aligned")
     lines = [f"// Write-back from registers ({how})."] + ([f"// {fragment.note}"] if fragment.note else [])
     staged = staged_bias(spec, fragment, output)
@@ -259,11 +285,11 @@ def pair_stores(spec: GemmSpec, fragment: PairFragment, output: PairOutput, inde
         if depth + 1 == fragment.row_depth:
             lines.append(f"{inner}const int row = {fragment.row};")
             lines += [] if innermost else [f"{inner}if (row >= M) continue;  // rows past M: nothing to store"]
-            lines += [inner + line for line in (staged_c(spec, fragment, output) if _stages_c(spec, fragment) else [])]
+            lines += [inner + line for line in (staged_c(spec, fragment, output) if _stages_c(spec, fragment, output) else [])]
     pad = "    " * len(fragment.loops)
     lines += [f"{pad}const int col = {fragment.col};",
               f"{pad}const float v0 = {fragment.values[0]}, v1 = {fragment.values[1]};"]
-    c_staged = _c_row_pair(fragment) if _stages_c(spec, fragment) else None
+    c_staged = _c_row_pair(fragment) if _stages_c(spec, fragment, output) else None
     lines += [pad + line for line in _pair_body(spec, output, innermost, staged.elements, c_staged)]
     lines += ["    " * depth + "}" for depth in reversed(range(len(fragment.loops)))]
     return "".join(f"{indent}{line}\n" for line in lines)

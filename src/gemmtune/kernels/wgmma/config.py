@@ -153,6 +153,10 @@ class WgmmaConfig(FamilyConfig):
     split_min: (split_tail) the fewest k-blocks a piece of a split tile holds (0: MIN_SHARE, 16). A tile
       split finer runs on more SMs but exchanges its fp32 partial tile more often; where the GEMM
       streams B with a few rows of A (decode), how many SMs read B matters more.
+    swap_ab: the kernel computes Dᵀ = B·Aᵀ (kernel_spec): B's rows (the weights) fill the 64-row wgmma
+      blocks and A's few rows (tokens) the tile's BN columns, any multiple of 8; D is written
+      transposed from registers (no TMA store). For M of a few tokens, where a 64-row tile over M
+      computes and stages mostly rows outside D.
     """
 
     bm: int = 128
@@ -179,12 +183,13 @@ class WgmmaConfig(FamilyConfig):
     stage_operands: bool = False
     split_cap: int = 0
     split_min: int = 0
+    swap_ab: bool = False
     FAMILY_LABEL = "wgmma"
 
     def to_json(self) -> dict:
         data = super().to_json()
         for later in ("serpentine", "overlap_epilogue", "d_over_c", "c_first_buffer", "round_big", "stage_operands",
-                      "split_cap", "split_min"):  # configs (and database keys) from before
+                      "split_cap", "split_min", "swap_ab"):  # configs (and database keys) from before
             if not data[later]:                               # these options stay unchanged
                 del data[later]
         return data
@@ -324,6 +329,7 @@ class WgmmaConfig(FamilyConfig):
         store += " C-first-buffer" if self.c_first_buffer else ""
         store += " round-big" if self.round_big else ""
         staged = " staged" if self.stage_operands else ""
+        staged += " swap-AB" if self.swap_ab else ""
         return f"tile {self.bm}x{self.bn} stages{self.stages} {roles}{grid}{cluster}{store}{staged}"
 
 
@@ -467,8 +473,10 @@ Constraint = Callable[[WgmmaConfig, GemmSpec, str], "str | None"]
 def _tile(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
     if c.bm not in (64, 128, 192, 256):
         return f"tile {c.bm}x{c.bn}: bm must be 64, 128, 192 or 256 (64-row wgmma blocks; one TMA box is at most 256)"
-    if not (64 <= c.bn <= 256 and c.bn % 8 == 0):
-        return f"tile {c.bm}x{c.bn}: bn must be a multiple of 8 from 64 to 256 (a wgmma N; one TMA box is at most 256)"
+    least = 8 if c.swap_ab else 64  # (narrower tiles only where the write-back is from registers, as swap_ab's)
+    if not (least <= c.bn <= 256 and c.bn % 8 == 0):
+        return (f"tile {c.bm}x{c.bn}: bn must be a multiple of 8 from {least} to 256 (a wgmma N; one TMA box is "
+                f"at most 256{'; under 64 with swap_ab only' if least == 64 else ''})")
     if c.bn % 64 and not k_major(s)[1]:
         return f"bn={c.bn}: B stored N-contiguous is loaded in boxes of 64 columns (bn a multiple of 64)"
     if c.consumers not in (1, 2, 3) or c.rows_per_consumer % 64 or c.bm % c.rows_per_consumer:
@@ -636,9 +644,35 @@ CONSTRAINTS: dict[str, Constraint] = {
 }
 
 
+def swap_problem(config: WgmmaConfig, spec: GemmSpec) -> str | None:
+    """Why `spec` cannot run with swap_ab (None: it can): the kernel of Dᵀ = B·Aᵀ reads B as its A and A
+    as its B, both K-major (layout nt), and writes D from registers, element by element."""
+    if spec.layout != "nt" or spec.dtype not in ("bf16", "fp16") or spec.gated:
+        return "swap_ab runs layout nt in bf16 or fp16, not gated (both operands K-major either way round)"
+    if config.tma_store or config.stage_operands:
+        return "swap_ab writes D transposed from registers: no TMA store, no staged operands"
+    return None
+
+
+def kernel_spec(config: WgmmaConfig, spec: GemmSpec) -> GemmSpec:
+    """The GEMM the kernel computes: `spec`, or with swap_ab its transpose Dᵀ = B·Aᵀ (N×M, K), whose A is
+    the spec's B. There a tile's 64-row wgmma blocks run along N and its BN columns along M: where M is a
+    few tokens (decode, small MoE experts) the tile is as wide as M (any multiple of 8) and no wgmma
+    rows are wasted on rows past M."""
+    if not config.swap_ab:
+        return spec
+    return GemmSpec(spec.n, spec.m, spec.k, "nt", spec.dtype, epilogue=spec.epilogue.transposed(),
+                    out_dtype=spec.out_dtype, math=spec.math)
+
+
 def rejections(config: WgmmaConfig, spec: GemmSpec, arch: str = "sm_90a") -> dict[str, str]:
-    """{constraint name: reason} for every constraint the config breaks; empty when valid."""
-    return rejections_by(CONSTRAINTS, config, spec, arch)
+    """{constraint name: reason} for every constraint the config breaks; empty when valid (with swap_ab,
+    the constraints of the transposed GEMM the kernel computes)."""
+    if config.swap_ab:
+        problem = swap_problem(config, spec)
+        if problem:
+            return {"swap": problem}
+    return rejections_by(CONSTRAINTS, config, kernel_spec(config, spec), arch)
 
 
 def ladder(arch: str = "sm_90a") -> list[tuple[str, WgmmaConfig]]:

@@ -10,6 +10,8 @@ swizzle, which is also the layout wgmma's descriptors read without bank conflict
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ...arch import Geometry, geometry
 from ...errors import ConfigError
 from ...kernel_source import KernelSource, TensorMapArg
@@ -24,7 +26,7 @@ from ..parts.ring import RING
 from ..parts.staging import stage_kernel
 from .groups import CPath
 from .config import (FAMILY, INPUT_BYTES, OUT_BYTES, SPLIT_BUFFERS, VERSION, WgmmaConfig, k_major, out_dtype,
-                     operand_rows, overlap_idle, rejections, splits_fp32, staged_operands, transposes_tf32)
+                     kernel_spec, operand_rows, overlap_idle, rejections, splits_fp32, staged_operands, transposes_tf32)
 
 C_TYPES = {"bf16": "bf16_t", "fp16": "fp16_t", "tf32": "float", "fp32": "float"}
 TMA_TYPES = {"bf16": "bf16", "fp16": "fp16", "tf32": "fp32", "fp32": "fp32"}
@@ -675,8 +677,8 @@ def _write_back(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> str:
     smem = ((store_tile_smem(spec, config) + (LOAD_C_TILE if spec.epilogue.reads_c else ""))
             if config.tma_store else "")
     if spec.gated:  # (no shares: schedule_for keeps a gated spec's split tiles to finishers)
-        return gated.write_back(store_tile(spec) + smem)
-    return "\n".join([store_tile(spec), schedule.shares_to_d(plan, spec, config), smem])
+        return gated.write_back(store_tile(spec, config) + smem)
+    return "\n".join([store_tile(spec, config), schedule.shares_to_d(plan, spec, config), smem])
 
 
 def unused_options_dropped(spec: GemmSpec, config: WgmmaConfig, plan: Schedule, arch: str) -> WgmmaConfig:
@@ -690,8 +692,23 @@ def unused_options_dropped(spec: GemmSpec, config: WgmmaConfig, plan: Schedule, 
     The artifact keeps the requested config (the tuner's and the database's key)."""
     if not overlap_idle(config, plan.whole_units):
         return config
-    plain = config.with_(overlap_epilogue=False)
+    plain = config.with_(overlap_epilogue=False)  # (never swap_ab: its write-back stores no slices)
     return config if rejections(plain, spec, arch) else plain
+
+
+def _swapped_operands(args: tuple[str, ...], maps: tuple[TensorMapArg, ...], code: str, user_spec: GemmSpec
+                      ) -> tuple[tuple[str, ...], tuple[TensorMapArg, ...], str]:
+    """A swap_ab kernel's launch description in the user's terms: its first pointer (its A) is the user's B
+    and its second the user's A, and so are the operands its tensor maps describe; the kernel text
+    says so in its first lines."""
+    other = {"A": "B", "B": "A"}
+    args = tuple(other.get(name, name) for name in args)
+    maps = tuple(replace(t, operand=other.get(t.operand, t.operand)) for t in maps)
+    head, _, rest = code.partition("\n")
+    note = (f"// swap-AB for {user_spec.short()}: this kernel computes Dᵀ = B·Aᵀ ({user_spec.n}x{user_spec.m}x"
+            f"{user_spec.k}): its A is the\n// caller's B (the weights, N×K) and its B the caller's A (M×K); "
+            f"D is written transposed, at col * M + row.")
+    return args, maps, f"{head}\n{note}\n{rest}"
 
 
 def render(spec: GemmSpec, config: WgmmaConfig, arch: str = "sm_90a", gpu: Geometry | None = None) -> KernelSource:
@@ -700,9 +717,10 @@ def render(spec: GemmSpec, config: WgmmaConfig, arch: str = "sm_90a", gpu: Geome
     problems = rejections(config, spec, arch)
     if problems:
         raise ConfigError("; ".join(f"{name}: {reason}" for name, reason in problems.items()))
+    user_spec, spec = spec, kernel_spec(config, spec)  # with swap_ab the kernel computes Dᵀ = B·Aᵀ
     plan = schedule_for(spec, config, gpu or geometry(None, arch))
     requested, config = config, unused_options_dropped(spec, config, plan, arch)
-    entry, maps = entry_name(spec), tensor_maps(spec, config)
+    entry, maps = entry_name(user_spec) + ("_swap_ab" if config.swap_ab else ""), tensor_maps(spec, config)
     # Parameter order: the pointers (A, B, epilogue operands, D) as native kernels take them, then
     # the TMA descriptors the runtime builds from those pointers.
     args = ("A", "B", *(op.name for op in spec.epilogue.operands()), "D", *(t.name for t in maps))
@@ -712,9 +730,11 @@ def render(spec: GemmSpec, config: WgmmaConfig, arch: str = "sm_90a", gpu: Geome
         head, _, rest = code.partition("\n")
         code = (f"{head}\n// (asked for: {requested.describe()}; every tile of this schedule is split along K, so no\n"
                 f"// write-back can overlap a next tile: rendered without overlap_epilogue, whole-width wgmma)\n{rest}")
+    if config.swap_ab:
+        args, maps, code = _swapped_operands(args, maps, code, user_spec)
     return KernelSource(
         code=code, entry=entry, grid=(plan.workers * config.cluster_m, 1, 1),
-        block=(config.threads, 1, 1), args=args, spec=spec, family=FAMILY, family_version=VERSION,
+        block=(config.threads, 1, 1), args=args, spec=user_spec, family=FAMILY, family_version=VERSION,
         config=requested.to_json(), dynamic_smem=config.smem_bytes(spec), tensor_maps=maps, arch_specific=True,
         co_resident=plan.tail_workers > 0,  # split tiles' finishers spin on their contributors' partial sums
         staged=staged, stage_kernel=bool(staged),

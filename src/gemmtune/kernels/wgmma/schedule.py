@@ -51,7 +51,7 @@ from ..config_base import ceil_div
 from ..parts.flags import ACQ_REL_ADD, ACQUIRE_RELEASE
 from ..parts.writeback import PairFragment, pair_stores
 from .config import IN_STEP_BLOCKS, WgmmaConfig, splits_fp32
-from .writeback import OUTPUT, operand_decls
+from .writeback import operand_decls, output_of
 
 # k-blocks a split piece must at least hold: fewer, and storing and gathering the partial tile
 # (bm·bn·4 bytes through L2) costs more than the iterations it spreads (H100: 1000^3 in 128x256
@@ -479,7 +479,7 @@ def shares_to_d(schedule: Schedule, spec: GemmSpec, config: WgmmaConfig) -> str:
     plan = reduce_plan(schedule, config, share_loads(spec, config))
     params = "".join(f", {p}" for p in operand_decls(spec.epilogue))
     return SHARES_TO_D.format(splits=schedule.splits, params=params, passes=SUM_PASSES,
-                              stores=pair_stores(spec, SHARE_PAIRS, OUTPUT, "            "), **vars(plan))
+                              stores=pair_stores(spec, SHARE_PAIRS, output_of(config), "            "), **vars(plan))
 
 
 def share_call(schedule: Schedule, spec: GemmSpec) -> str:

@@ -5,7 +5,7 @@ stores (whole tile or column slices), with C staged in shared memory by the prod
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...epilogue import Epilogue
 from ...spec import GemmSpec
@@ -125,17 +125,25 @@ FRAGMENT = PairFragment(
 # C and bias arrive as FloatViews: C is read element by element, and (N odd) a pair's two values are
 # computed before either store (a store to D could alias a FloatView's reads).
 OUTPUT = PairOutput(EPILOGUE_OPERANDS, CRead.VIEW, odd_edge=OddEdge.PAIR_OR_FIRST)
+# swap_ab: the kernel computes Dᵀ, so it writes (and reads C) transposed.
+OUTPUT_TRANSPOSED = replace(OUTPUT, transposed=True)
 
 
-def store_tile(spec: GemmSpec) -> str:
+def output_of(config: WgmmaConfig) -> PairOutput:
+    """How the write-back from registers indexes D and C for `config`."""
+    return OUTPUT_TRANSPOSED if config.swap_ab else OUTPUT
+
+
+def store_tile(spec: GemmSpec, config: WgmmaConfig) -> str:
     """The write-back from registers (the write-back part over the wgmma fragment), as a device
     function the consumers call with their tile."""
     params = "".join(f", {p}" for p in operand_decls(spec.epilogue))
-    return TO_OUT + pair_io(spec, OUTPUT) + f"""
+    output = output_of(config)
+    return TO_OUT + pair_io(spec, output) + f"""
 __device__ __forceinline__ void store_tile(const float (&acc)[M_BLOCKS][BN / 2], int tile_m, int tile_n,
                                            int consumer, out_t* __restrict__ D{params}) {{
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-{pair_stores(spec, FRAGMENT, OUTPUT)}}}
+{pair_stores(spec, FRAGMENT, output)}}}
 """
 
 
