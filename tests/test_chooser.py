@@ -257,8 +257,26 @@ def test_gemv_takes_one_column_or_a_few_rows():
     assert "N = 1 or M ≤ 16" in gemv_supports(GemmSpec(17, 4096, 4096), "sm_90")
     assert "M ≤ 8" in gemv_supports(GemmSpec(16, 4096, 4096, "nn", "bf16"), "sm_90")  # 16 x 8 sums per thread
     assert family_for(GemmSpec(1, 4096, 4096, "nt", "bf16"), "sm_90a").name == "gemv"
-    assert family_for(GemmSpec(16, 4096, 4096, "nt", "bf16"), "sm_90a").name == "gemv"
+    assert family_for(GemmSpec(3, 4096, 4096, "nt", "bf16"), "sm_90a").name == "gemv"
+    assert family_for(GemmSpec(16, 4096, 4096, "nt", "bf16"), "sm_80").name == "gemv"
     assert family_for(GemmSpec(32, 4096, 4096, "nt", "bf16"), "sm_90a").name == "wgmma"
+
+
+def test_swap_ab_takes_a_few_rows_on_hopper():
+    """4-128 rows of A in 16-bit nt on sm_90a: gemv yields to the wgmma family, whose pick is the swap-AB rule's
+    config (a tile as wide as M, fitted to 8); outside that (1-3 rows, 129, layout nn, fp32, unaligned K) it does not."""
+    from gemmtune.chooser.candidates import SWAP_AB_STAGES
+
+    for m, dtype, epilogue in ((4, "bf16", None), (16, "fp16", "bias_col+gelu"), (33, "bf16", "add"), (128, "bf16", None)):
+        spec = GemmSpec(m, 4096, 4096, "nt", dtype, epilogue)
+        assert family_for(spec, "sm_90a").name == "wgmma", spec.short()
+        pick = choose(spec, "sm_90a")
+        assert pick.config.swap_ab and pick.config.bn == 8 * -(-m // 8) and pick.config.split_tail, spec.short()
+        assert pick.config.stages <= SWAP_AB_STAGES and "swap-AB rule" in pick.why()
+    for spec in (GemmSpec(3, 4096, 4096, "nt", "bf16"), GemmSpec(129, 4096, 4096, "nt", "bf16"),
+                 GemmSpec(40, 4096, 4096, "nn", "bf16"), GemmSpec(40, 4096, 4096, "nt", "fp32"),
+                 GemmSpec(40, 4096, 4100, "nt", "bf16")):
+        assert not getattr(choose(spec, "sm_90a").config, "swap_ab", False), spec.short()
 
 
 def test_gemv_stream_follows_the_layout():
@@ -287,8 +305,10 @@ MOVED_SINCE_THE_TABLE = {
     **{(f"{shape} nt {dtype}", dtype): "no overlapped write-back on 2-consumer tiles under 256 wide (2026-11-29)"
        for shape in ("512x4096x4096", "2048x5120x1280") for dtype in ("bf16", "fp16")},
     **{(f"{shape} nt {dtype}", dtype): "no overlapped write-back on one consumer's 64-row tiles (2026-11-29)"
-       for shape in ("128x4096x14336", "64x8192x8192", "4096x128x4096", "1000x1000x1000", "64x14336x4096",
-                     "32x4096x11008") for dtype in ("bf16", "fp16")},
+       for shape in ("4096x128x4096", "1000x1000x1000") for dtype in ("bf16", "fp16")},
+    **{(f"{shape} nt {dtype}", dtype): "swap-AB at 4-128 rows (2026-11-29; bench/results/2026-11-29-h200-swap-ab.md)"
+       for shape in ("128x4096x14336", "64x8192x8192", "64x14336x4096", "32x4096x11008", "16x4096x4096",
+                     "128x14336x4096", "16x14336x4096", "8x4096x4096", "96x96x65536") for dtype in ("bf16", "fp16")},
 }
 
 
@@ -506,7 +526,7 @@ def test_epilogues_that_read_c_without_a_bias_keep_the_plain_picks_tile():
     from gemmtune.chooser import fitted, rank, rank_configs, tile_key
     from gemmtune.chooser.candidates import candidates
 
-    for m, n, k, epilogue in ((40, 5120, 13824, "add"), (56, 8192, 8192, "alpha+beta"), (1024, 2048, 8192, "relu+add")):
+    for m, n, k, epilogue in ((200, 5120, 13824, "add"), (256, 8192, 8192, "alpha+beta"), (1024, 2048, 8192, "relu+add")):
         spec = GemmSpec(m, n, k, "nt", "bf16", epilogue)
         plain = rank(spec.without_epilogue(), "sm_90a", 132)[0].config
         first = rank(spec, "sm_90a", 132)[0]

@@ -178,16 +178,13 @@ def rank(spec: GemmSpec, arch: str, sm_count: int | None = None, family: str | N
         return gated_picks(spec, arch, rank(spec.ungated(), arch, sm_count, chosen.name, model))
     picks = rank_configs(spec, chosen.name, candidates(chosen.name, spec, arch, sm_count), sm_count, model)
     picks = wave_fitted(spec, on_plain_tile(spec, fitted(spec, picks, sm_count), arch, sm_count, model), sm_count)
-    return swapped_first(spec, arch, picks, sm_count, family)
+    return swapped_first(spec, arch, picks, sm_count) if chosen.name == "wgmma" else picks
 
 
-def swapped_first(spec: GemmSpec, arch: str, picks: list[Pick], sm_count: int, family: str | None) -> list[Pick]:
-    """The ranked picks with the swap-AB rule's config first where it applies (candidates.swap_ab_config:
-    a few rows of A, the wgmma family's kernel of Dᵀ = B·Aᵀ), ahead of the gemv or wgmma family's own picks;
-    unless another family was asked for. The model has not seen swap_ab: its prediction is shown, the rule
-    put it first."""
-    if family not in (None, "wgmma"):
-        return picks
+def swapped_first(spec: GemmSpec, arch: str, picks: list[Pick], sm_count: int) -> list[Pick]:
+    """The wgmma family's ranked picks with the swap-AB rule's config first where it applies
+    (candidates.swap_ab_config: a few rows of A, the kernel of Dᵀ = B·Aᵀ). The model has not seen swap_ab:
+    its prediction is shown, the rule put it first."""
     config = swap_ab_config(spec, arch)
     if config is None:
         return picks

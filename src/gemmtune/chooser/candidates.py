@@ -20,7 +20,7 @@ from ..kernels.gemv.config import GemvConfig, outputs, quads, stream_kind, tenso
 from ..kernels.parts import dependent_launch
 from ..kernels.simt.config import SimtConfig
 from ..kernels.wgmma.config import (OUT_BYTES, WgmmaConfig, direct_stores, k_major, out_dtype, split_shapes, splits_fp32,
-                                    staging_choice, transposes_tf32, with_c_path)
+                                    staging_choice, swap_ab_suits, transposes_tf32, with_c_path)
 from ..spec import GATE_ROWS, GemmSpec
 
 SERIAL_SPLITS = (2, 3, 4)  # turns through D: the chain grows with the splits, so only a few
@@ -180,17 +180,15 @@ def fitted_twin(spec: GemmSpec, config: Any) -> WgmmaConfig | None:
 # 1.012); 1 row: the gemv rows kernel stays (1.19x against 1.04x), 200 rows: slower (0.77x against 0.83x).
 # With a residual add (C read transposed, each row's C before its stores), 6 more shapes: 0.79-0.97x where the
 # picks ran 0.68-0.93x (bench/results/2026-11-29-h200-swap-ab.md, second table).
-SWAP_AB_ROWS = (4, 128)
+# (wgmma.config.SWAP_AB_ROWS: 4-128 rows; at 4-16 the gemv family yields to it.)
 SWAP_AB_STAGES = 10
 
 
 def swap_ab_config(spec: GemmSpec, arch: str) -> WgmmaConfig | None:
-    """The swap-AB rule's config for `spec` (see SWAP_AB_ROWS), or None where the rule does not apply."""
-    if not SWAP_AB_ROWS[0] <= spec.m <= SWAP_AB_ROWS[1]:
+    """The swap-AB rule's config for `spec` (wgmma.config.swap_ab_suits), or None where the rule does not apply."""
+    if not swap_ab_suits(spec, arch):
         return None
     family = get_family("wgmma")
-    if family.supports(spec, arch) is not None:
-        return None
     config = WgmmaConfig(bm=64, bn=8 * ceil_div(spec.m, 8), stages=SWAP_AB_STAGES, consumers=1, specialized=True,
                          persistent=True, group_m=8, split_tail=True, swap_ab=True)
     for stages in range(SWAP_AB_STAGES, 1, -1):

@@ -26,6 +26,7 @@ from typing import Callable
 from ...kernel_source import PORTABLE_CLUSTER_BLOCKS
 from ...spec import GemmSpec
 from ..config_base import STATIC_SMEM_LIMIT, FamilyConfig, arch_number, rejections_by
+from ..wgmma.config import swap_ab_suits
 
 NAME = "gemv"
 VERSION = "1"
@@ -186,6 +187,8 @@ def yields(spec: GemmSpec, arch: str) -> str | None:
     family is the faster (None: gemv runs it)."""
     if spec.n != 1 and spec.m > CHOSEN_TENSOR_CORE_ROWS:
         return f"past {CHOSEN_TENSOR_CORE_ROWS} rows of A a tile family runs it faster"
+    if spec.n != 1 and swap_ab_suits(spec, arch):
+        return "the wgmma family's swap-AB kernel streams B faster at these rows (wgmma.config.SWAP_AB_ROWS)"
     return None
 
 

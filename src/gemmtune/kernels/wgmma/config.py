@@ -654,6 +654,18 @@ def swap_problem(config: WgmmaConfig, spec: GemmSpec) -> str | None:
     return None
 
 
+# The rows of A for which the chooser hands an untuned spec the swap-AB kernel (chooser/candidates.py,
+# swap_ab_config, says what was measured), and the gemv family yields it to this one (gemv.config.yields).
+SWAP_AB_ROWS = (4, 128)
+
+
+def swap_ab_suits(spec: GemmSpec, arch: str) -> bool:
+    """Whether the chooser's swap-AB rule takes `spec` on `arch`: a Hopper GPU, SWAP_AB_ROWS rows of A, a spec
+    swap_ab runs (swap_problem) whose rows TMA reads in place."""
+    return (arch_number(arch) == 90 and SWAP_AB_ROWS[0] <= spec.m <= SWAP_AB_ROWS[1] and not spec.fp8
+            and swap_problem(WgmmaConfig(swap_ab=True), spec) is None and stride_problem(spec) is None)
+
+
 def kernel_spec(config: WgmmaConfig, spec: GemmSpec) -> GemmSpec:
     """The GEMM the kernel computes: `spec`, or with swap_ab its transpose Dᵀ = B·Aᵀ (N×M, K), whose A is
     the spec's B. There a tile's 64-row wgmma blocks run along N and its BN columns along M: where M is a
