@@ -39,10 +39,12 @@ SHAPES = (("simt", "fp32", "nn", 197, 301, 77), ("gemv", "bf16", "nt", 7, 301, 7
           ("wgmma", "tf32", "nt", 264, 392, 136), ("mma", "bf16", "nn", 197, 301, 77),
           ("mma", "tf32", "tn", 197, 301, 77), ("mma", "fp16", "tt", 264, 392, 136),
           ("wgmma", "tf32", "nn", 264, 392, 136), ("wgmma", "3xtf32", "tn", 264, 392, 136),
-          ("gemv", "fp32", "nn", 1, 301, 1077), ("gemv", "fp32", "nn", 9, 1700, 1076))
+          ("gemv", "fp32", "nn", 1, 301, 1077), ("gemv", "fp32", "nn", 9, 1700, 1076),
+          ("wgmma", "bf16", "nt", 37, 392, 4104))
 # (dtype "3xtf32": fp32 data multiplied as 3xtf32; wgmma nn/tn transpose MN-major tiles in shared memory;
 # one vector of few outputs stored K×N: the columns kernel (the K split over a cluster is no pick); 9 vectors
-# stored M×K against W stored K×N: on sm_90 the columns kernel fed by TMA, its last strip and stage past N and K)
+# stored M×K against W stored K×N: on sm_90 the columns kernel fed by TMA, its last strip and stage past N and K;
+# 37 rows: the swap-AB kernel (D written transposed), its 7 tiles split along K)
 # Every other gemv variant (gemv_variants.py) on a shape where export picks it, under two epilogues that
 # together use every op; and the export whose K split synccheck reported in issue 66 (now unsplit).
 VARIANT_EPILOGUES = ("alpha+beta+bias_row+gelu", "bias_col+relu+add")

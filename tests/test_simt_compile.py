@@ -144,3 +144,24 @@ def test_compile_configs_returns_each_kernel_or_its_typed_error():
     out = compile_configs([(GemmSpec(127, 129, 131), good, "sm_90"), (GemmSpec(64, 64, 64), bad, "sm_90")], workers=2)
     assert out[0].resources.spills == 0 and out[0].source.entry.endswith("_simt")
     assert isinstance(out[1], ConfigError) and "48" in str(out[1])
+
+
+def test_a_compile_without_a_resource_report_is_redone_past_nvrtcs_cache(monkeypatch, tmp_path):
+    """NVRTC's own cache (on where it loaded before CUDA_CACHE_DISABLE was set) skips ptxas on a hit and
+    prints no report: the compile is redone once with an empty kernel of a new name, so its PTX is new."""
+    from gemmtune import compiler
+
+    spec = GemmSpec(64, 64, 64)
+    source = render(spec, ladder()[-1][1], "sm_90")
+    real = compiler._nvrtc_compile
+    seen = []
+
+    def first_without_report(src, arch, code=None):
+        cubin, ptx, log = real(src, arch, code)
+        seen.append(code)
+        return (cubin, ptx, "") if len(seen) == 1 else (cubin, ptx, log)
+
+    monkeypatch.setattr(compiler, "_nvrtc_compile", first_without_report)
+    compiled = compiler.compile_kernel(source, "sm_90", cache_dir=tmp_path)
+    assert seen[0] is None and "gemmtune_uncached_" in seen[1] and seen[1].startswith(source.code)
+    assert compiled.resources.registers > 0 and compiled.source.code == source.code
