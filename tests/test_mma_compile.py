@@ -134,7 +134,9 @@ def test_family_for_picks_mma_where_wgmma_and_gemv_do_not_apply():
     assert pick(1024, 1024, 1024, "nt", "fp32", "sm_90") == "wgmma"  # auto: 3xtf32 (gemmtune.precision)
     assert pick(512, 512, 512, "nt", "fp32", "sm_90") == "simt"
     assert pick(1024, 1024, 1024, "nt", "fp32", "sm_80") == "simt"
-    assert pick(16, 1024, 1024, "nt", "bf16", "sm_90") == "gemv"
+    assert pick(16, 1024, 1024, "nt", "bf16", "sm_80") == "gemv"
+    assert pick(16, 1024, 1024, "nt", "bf16", "sm_90") == "wgmma"  # swap-AB at 4-128 rows (wgmma.config.SWAP_AB_ROWS)
+    assert pick(2, 1024, 1024, "nt", "bf16", "sm_90") == "gemv"
     assert pick(1024, 1, 1024, "nn", "bf16", "sm_80") == "gemv"
     # Rows TMA cannot read in place: wgmma with staged operands (copied into aligned rows first),
     # unless the shape is too small to repay the copies.
