@@ -210,11 +210,11 @@ def test_share_sum_covers_every_element_and_contributor_once(share, contributors
 
 
 def test_share_sum_of_the_long_k_picks():
-    from gemmtune.chooser import choose
+    from gemmtune.chooser import rank
     from gemmtune.kernels.wgmma.schedule import reduce_plan, share_loads
 
-    def shipped(spec: GemmSpec) -> tuple[int, int, ShareSum]:
-        config = choose(spec, "sm_90a").config
+    def shipped(spec: GemmSpec) -> tuple[int, int, ShareSum]:  # (the first pick that is not the swap-AB rule's)
+        config = next(p.config for p in rank(spec, "sm_90a") if not p.config.swap_ab)
         schedule = schedule_for(spec, config)
         share = -(-THREADS * config.accumulators // 4 // schedule.splits)
         return share, schedule.splits, reduce_plan(schedule, config, share_loads(spec, config))
