@@ -188,13 +188,10 @@ def swap_ab_config(spec: GemmSpec, arch: str) -> WgmmaConfig | None:
     """The swap-AB rule's config for `spec` (wgmma.config.swap_ab_suits), or None where the rule does not apply."""
     if not swap_ab_suits(spec, arch):
         return None
-    family = get_family("wgmma")
-    config = WgmmaConfig(bm=64, bn=8 * ceil_div(spec.m, 8), stages=SWAP_AB_STAGES, consumers=1, specialized=True,
-                         persistent=True, group_m=8, split_tail=True, swap_ab=True)
-    for stages in range(SWAP_AB_STAGES, 1, -1):
-        if not family.rejections(config.with_(stages=stages), spec, arch):
-            return config.with_(stages=stages)
-    return None
+    config = _deepest(WgmmaConfig(bm=64, bn=8 * ceil_div(spec.m, 8), stages=SWAP_AB_STAGES, consumers=1,
+                                  specialized=True, persistent=True, group_m=8, split_tail=True, swap_ab=True),
+                      spec, SWAP_AB_STAGES)
+    return None if get_family("wgmma").rejections(config, spec, arch) else config
 
 
 # Where M fits one 64-row tile, taller tiles are mostly rows outside D: wgmma work and, where the tiles are
@@ -320,10 +317,10 @@ def with_serpentine(config: WgmmaConfig, spec: GemmSpec) -> WgmmaConfig:
     return trial if not get_family("wgmma").rejections(trial, spec, "sm_90a") else config
 
 
-def _deepest(config: WgmmaConfig, spec: GemmSpec) -> WgmmaConfig:
-    """The config with the most stages (up to 6) that fits shared memory."""
+def _deepest(config: WgmmaConfig, spec: GemmSpec, most: int = 6) -> WgmmaConfig:
+    """The config with the most stages (up to `most`) that fits shared memory; unchanged where none does."""
     family = get_family("wgmma")
-    for stages in (6, 5, 4, 3, 2):
+    for stages in range(most, 1, -1):
         if not family.rejections(config.with_(stages=stages), spec, "sm_90a"):
             return config.with_(stages=stages)
     return config

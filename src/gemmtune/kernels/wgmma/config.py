@@ -644,11 +644,20 @@ CONSTRAINTS: dict[str, Constraint] = {
 }
 
 
-def swap_problem(config: WgmmaConfig, spec: GemmSpec) -> str | None:
-    """Why `spec` cannot run with swap_ab (None: it can): the kernel of Dᵀ = B·Aᵀ reads B as its A and A
-    as its B, both K-major (layout nt), and writes D from registers, element by element."""
+def swap_spec_problem(spec: GemmSpec) -> str | None:
+    """Why no swap_ab config runs `spec` (None: one may): the kernel of Dᵀ = B·Aᵀ reads B as its A and A
+    as its B, both K-major (layout nt)."""
     if spec.layout != "nt" or spec.dtype not in ("bf16", "fp16") or spec.gated:
         return "swap_ab runs layout nt in bf16 or fp16, not gated (both operands K-major either way round)"
+    return None
+
+
+def swap_problem(config: WgmmaConfig, spec: GemmSpec) -> str | None:
+    """Why `spec` cannot run with swap_ab (None: it can): swap_spec_problem, and D is written from registers,
+    element by element."""
+    problem = swap_spec_problem(spec)
+    if problem:
+        return problem
     if config.tma_store or config.stage_operands:
         return "swap_ab writes D transposed from registers: no TMA store, no staged operands"
     return None
@@ -663,7 +672,7 @@ def swap_ab_suits(spec: GemmSpec, arch: str) -> bool:
     """Whether the chooser's swap-AB rule takes `spec` on `arch`: a Hopper GPU, SWAP_AB_ROWS rows of A, a spec
     swap_ab runs (swap_problem) whose rows TMA reads in place."""
     return (arch_number(arch) == 90 and SWAP_AB_ROWS[0] <= spec.m <= SWAP_AB_ROWS[1] and not spec.fp8
-            and swap_problem(WgmmaConfig(swap_ab=True), spec) is None and stride_problem(spec) is None)
+            and swap_spec_problem(spec) is None and stride_problem(spec) is None)
 
 
 def kernel_spec(config: WgmmaConfig, spec: GemmSpec) -> GemmSpec:
