@@ -434,3 +434,39 @@ def test_overlap_epilogue_dropped_where_every_tile_is_split():
     assert schedule_for(square, config).whole_units > 0
     kept = FAMILY.render(square, config, "sm_90a").code
     assert "m64n128k16" in kept and "m64n256k16" not in kept and "rendered without" not in kept
+
+
+# The bias prefetch (writeback.bias_prefetch): each loop kind asks L1 for the tile's bias once a piece,
+# over the columns for bias_col and the consumer's rows for bias_row (swap-AB turns the caller's
+# bias_col into its kernel's bias_row); kernels without a bias vector have neither helper nor call.
+_PP = dict(bm=128, bn=128, stages=4, consumers=2, pingpong=True, tma_store=True, stmatrix=True, split_tail=False)
+_OVL = dict(bm=128, bn=256, stages=4, consumers=2, tma_store=True, store_slices=2, stmatrix=True, overlap_epilogue=True)
+PREFETCH_CASES = [
+    (GemmSpec(1000, 768, 512, "nt", "bf16", "bias_col+gelu"), {}, "tile_n * BN, BN, N"),
+    (GemmSpec(1000, 1024, 512, "nt", "bf16", "bias_col"), _OVL, "tile_n * BN, BN, N"),
+    (GemmSpec(1000, 768, 512, "nt", "fp16", "bias_col+relu"), _PP, "tile_n * BN, BN, N"),
+    (GemmSpec(1000, 768, 512, "nt", "bf16", "bias_row+add"), {}, "tile_m * BM + consumer * CONSUMER_ROWS, ROWS_PER_CONSUMER, M"),
+    (GemmSpec(24, 768, 512, "nt", "bf16", "bias_col"), dict(bm=64, bn=24, stages=8, consumers=1, swap_ab=True, tma_store=False,
+                                                                   stmatrix=False, store_slices=1),
+     "tile_m * BM + consumer * CONSUMER_ROWS, ROWS_PER_CONSUMER, M"),
+    (GemmSpec(300, 200, 96, "nn", "fp32", "bias_col", math="3xtf32"), dict(bm=128, bn=128, stages=3), "tile_n * BN, BN, N"),
+    (GemmSpec(300, 200, 96, "nn", "tf32", "bias_col"), dict(bm=128, bn=128, stages=3), "tile_n * BN, BN, N"),
+]
+
+
+@pytest.mark.parametrize("spec,fields,span", PREFETCH_CASES, ids=lambda v: v.short() if isinstance(v, GemmSpec) else None)
+def test_a_bias_is_prefetched_into_l1_once_a_piece(spec, fields, span):
+    config = FAMILY.default_config(spec, "sm_90a").with_(**fields) if fields else FAMILY.default_config(spec, "sm_90a")
+    assert not FAMILY.rejections(config, spec, "sm_90a"), FAMILY.rejections(config, spec, "sm_90a")
+    code = FAMILY.render(spec, config, "sm_90a").code
+    calls = [line.strip() for line in code.split("\n") if "prefetch_bias_l1(bias," in line]
+    assert calls == [f"if (writes_d) prefetch_bias_l1(bias, {span});  // read by the write-back"]
+    assert code.count("void prefetch_bias_l1(") == 1
+    compiled = _compile(spec, config)
+    assert compiled.resources.spill_store_bytes == 0
+
+
+@pytest.mark.parametrize("epilogue", ["none", "relu+add", "gelu"])
+def test_no_bias_no_prefetch(epilogue):
+    spec = GemmSpec(1000, 768, 512, "nt", "bf16", epilogue)
+    assert "prefetch_bias_l1" not in FAMILY.render(spec, FAMILY.default_config(spec, "sm_90a"), "sm_90a").code
