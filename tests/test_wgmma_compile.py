@@ -436,7 +436,7 @@ def test_overlap_epilogue_dropped_where_every_tile_is_split():
     assert "m64n128k16" in kept and "m64n256k16" not in kept and "rendered without" not in kept
 
 
-# The bias prefetch (writeback.bias_prefetch): each loop kind asks L1 for the tile's bias once a piece,
+# The bias prefetch (writeback.bias_prefetch_call, BIAS_PREFETCH): each loop kind asks L1 for the tile's bias once a piece,
 # over the columns for bias_col and the consumer's rows for bias_row (swap-AB turns the caller's
 # bias_col into its kernel's bias_row); kernels without a bias vector have neither helper nor call.
 _PP = dict(bm=128, bn=128, stages=4, consumers=2, pingpong=True, tma_store=True, stmatrix=True, split_tail=False)

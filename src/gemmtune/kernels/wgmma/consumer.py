@@ -14,7 +14,7 @@ from ...spec import GemmSpec
 from . import gated
 from .config import SPLIT_BUFFERS, WgmmaConfig
 from .groups import CPath
-from .writeback import bias_prefetch
+from .writeback import bias_prefetch_call
 
 CONSUMER_REGS = 232  # setmaxnreg budget: 128·40 (producer) + 256·232 ≤ 64K registers
 THREE_CONSUMER_REGS = 152  # with 3 consumer warpgroups: 128·40 + 384·152 ≤ 64K
@@ -185,7 +185,7 @@ def consumer_plain(spec: GemmSpec, config: WgmmaConfig, split: bool, share: str 
                 ring.skip(kb_end - kb_begin);{epi_skip}
                 continue;
             }}
-            {_piece_start()}{bias_prefetch(spec)[1]}
+            {_piece_start()}{bias_prefetch_call(spec)}
             int previous = -1;{PINGPONG_WAIT if pingpong else ""}{c.release_at}
             for (int kb = kb_begin; kb < kb_end; ++kb) {{
                 mbarrier_wait(&full[ring.s], ring.phase);
@@ -233,7 +233,7 @@ def _finish_split(finish: str, share: str = "") -> str:
 
 def _overlapped_loop_body(store: StoreCall, ring_c: bool, split: bool, share: str = "", prefetch: str = "") -> str:
     """One piece of the overlapped loop, from its second k-block to the next piece's first (`prefetch`:
-    the bias prefetch's call, writeback.bias_prefetch)."""
+    the bias prefetch's call, writeback.bias_prefetch_call)."""
     upper = store.call("STORE_SLICES / 2", "STORE_SLICES", "upper_c")
     finish = store.call("0", "STORE_SLICES", "ring")
     finish = _finish_split(finish, share) if split else finish
@@ -323,7 +323,7 @@ def consumer_overlapped(spec: GemmSpec, config: WgmmaConfig, split: bool, share:
         bool more = next_piece(worker, cursor, unit, kb_begin, kb_end);
         if (more) {{  // the first piece's first k-block: the lower half's group, then the upper half's
             {_first_k_block(" " * 12)}
-        }}{_overlapped_loop_body(store, ring_c, split, share, bias_prefetch(spec)[1])}"""
+        }}{_overlapped_loop_body(store, ring_c, split, share, bias_prefetch_call(spec))}"""
 
 
 # --- the 3xtf32 loop -------------------------------------------------------------------------------
@@ -355,7 +355,7 @@ def consumer_split(spec: GemmSpec, config: WgmmaConfig, split: bool, share: str 
         int splits = 0;  // k-blocks split so far: the next goes to residual tile splits % {SPLIT_BUFFERS}{epi_decl}
         for (int piece = 0; next_piece(worker, cursor, unit, kb_begin, kb_end); ++piece) {{
             const bool writes_d = piece_writes_d(unit, kb_begin);  // finishes the tile (schedule.py)
-            {_piece_start(', part[M_BLOCKS][BN / 2]')}{bias_prefetch(spec)[1]}{c.release_at}
+            {_piece_start(', part[M_BLOCKS][BN / 2]')}{bias_prefetch_call(spec)}{c.release_at}
             bool unsplittable = false;  // this thread found a value too small to split in the piece
             mbarrier_wait(&full[ring.s], ring.phase);
             {split_next}
@@ -406,7 +406,7 @@ def consumer_transposing(spec: GemmSpec, config: WgmmaConfig, split: bool, share
         Ring ring;  // the ring position, continued piece after piece as the producer fills it{epi_decl}
         for (int piece = 0; next_piece(worker, cursor, unit, kb_begin, kb_end); ++piece) {{
             const bool writes_d = piece_writes_d(unit, kb_begin);  // finishes the tile (schedule.py)
-            {_piece_start()}{bias_prefetch(spec)[1]}
+            {_piece_start()}{bias_prefetch_call(spec)}
             int previous = -1;{c.release_at}
             mbarrier_wait(&full[ring.s], ring.phase);
             {transpose_next}

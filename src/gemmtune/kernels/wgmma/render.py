@@ -18,8 +18,8 @@ from ...kernel_source import KernelSource, TensorMapArg
 from ...spec import GemmSpec
 from . import gated, ptx, schedule
 from .schedule import Schedule, schedule_for
-from .writeback import (FLOAT_VIEW, FRAGMENT, LOAD_C_TILE, bias_prefetch, epilogue_function, operand_decls,
-                        store_tile, store_tile_smem)
+from .writeback import (BIAS_PREFETCH, FLOAT_VIEW, FRAGMENT, LOAD_C_TILE, bias_prefetch_call, epilogue_function,
+                        operand_decls, store_tile, store_tile_smem)
 from .consumer import consumer_overlapped, consumer_plain, consumer_split, consumer_transposing
 from .producer import producer
 from ..parts.ring import RING
@@ -678,7 +678,7 @@ def _write_back(spec: GemmSpec, config: WgmmaConfig, plan: Schedule) -> str:
             if config.tma_store else "")
     if spec.gated:  # (no shares: schedule_for keeps a gated spec's split tiles to finishers)
         return gated.write_back(store_tile(spec, config) + smem)
-    prefetch, _ = bias_prefetch(spec)
+    prefetch = BIAS_PREFETCH if bias_prefetch_call(spec) else ""
     return "\n".join([prefetch, store_tile(spec, config), schedule.shares_to_d(plan, spec, config), smem])
 
 

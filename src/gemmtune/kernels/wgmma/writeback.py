@@ -123,17 +123,17 @@ __device__ __forceinline__ void prefetch_bias_l1(FloatView<out_t> bias, int firs
 """
 
 
-def bias_prefetch(spec: GemmSpec) -> tuple[str, str]:
-    """(helper, call) of the bias prefetch for a kernel of `spec` (its kernel_spec under swap_ab): the
-    call, made by a consumer at the start of a piece that writes D, asks L1 for its rows' or the
-    tile's columns' bias; ("", "") without a bias vector, and for gated specs (their write-back lives
-    in gated.py's namespace)."""
+def bias_prefetch_call(spec: GemmSpec) -> str:
+    """The bias prefetch's call for a kernel of `spec` (its kernel_spec under swap_ab), made by a consumer at
+    the start of a piece that writes D: L1 is asked for its rows' or the tile's columns' bias. "" without a
+    bias vector, and for gated specs (their write-back lives in gated.py's namespace); where it is not "",
+    the kernel carries BIAS_PREFETCH."""
     kind = epilogue_part.bias_kind(spec.epilogue)
     if kind is None or spec.gated:
-        return "", ""
+        return ""
     span = ("tile_n * BN, BN, N" if kind == "col"
             else "tile_m * BM + consumer * CONSUMER_ROWS, ROWS_PER_CONSUMER, M")
-    return BIAS_PREFETCH, f"\n            if (writes_d) prefetch_bias_l1(bias, {span});  // read by the write-back"
+    return f"\n            if (writes_d) prefetch_bias_l1(bias, {span});  // read by the write-back"
 
 
 def staged_bias_elements(staged: str | None, jb: str) -> tuple[str | None, str | None]:
