@@ -470,3 +470,18 @@ def test_a_bias_is_prefetched_into_l1_once_a_piece(spec, fields, span):
 def test_no_bias_no_prefetch(epilogue):
     spec = GemmSpec(1000, 768, 512, "nt", "bf16", epilogue)
     assert "prefetch_bias_l1" not in FAMILY.render(spec, FAMILY.default_config(spec, "sm_90a"), "sm_90a").code
+
+
+@pytest.mark.parametrize("epilogue", ["bias_col", "bias_col+gelu", "bias_col+add"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_a_staged_bias_fits_beside_three_consumers_sums(epilogue, dtype):
+    # 192x192 tiles: 96 sums a thread under 152 registers; the bias staged as packed pairs (24 words) fits
+    # beside them, where 48 floats spilled 72-132 B (NVRTC 13.0, before bias_words).
+    spec = GemmSpec(6000, 2304, 768, "nt", dtype, epilogue)
+    config = FAMILY.default_config(spec, "sm_90a").with_(bm=192, bn=192, stages=3, consumers=3, tma_store=True,
+                                                        store_slices=1, stmatrix=True, overlap_epilogue=False,
+                                                        c_ring=False, c_l2_prefetch=False, d_over_c=False,
+                                                        c_first_buffer=False, cluster_m=1)
+    assert not FAMILY.rejections(config, spec, "sm_90a"), FAMILY.rejections(config, spec, "sm_90a")
+    assert "u32 bias_words[SLICE_COLS / 8];" in FAMILY.render(spec, config, "sm_90a").code
+    assert _compile(spec, config).resources.spill_store_bytes == 0

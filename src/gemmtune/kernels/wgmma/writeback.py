@@ -54,20 +54,20 @@ def epilogue_call(spec: GemmSpec, value: str, col: str, c: str, bias: str | None
 # inside D and the vector is aligned (as every allocation is), a pair of columns in one load.
 BIAS_PAIRS = "tile_n * BN + (slice + 1) * SLICE_COLS <= N && pairs_aligned"
 BIAS_COLS = """// This thread's bias for its columns of the slice, read once for all its rows (M_BLOCKS·2 of
-        // each): bias_at[jb][e] is column first_col + 8·jb + e.
-        float bias_at[SLICE_COLS / 8][2];
+        // each), kept as packed pairs (half the registers of floats): bias_words[jb] holds columns
+        // first_col + 8·jb and the next, lo first.
+        u32 bias_words[SLICE_COLS / 8];
         const int first_col = tile_n * BN + slice * SLICE_COLS + 2 * (lane % 4);
-        const bool pairs_aligned = reinterpret_cast<size_t>(bias.p) % sizeof(pair_word) == 0;
+        const bool pairs_aligned = reinterpret_cast<size_t>(bias.p) % sizeof(u32) == 0;
         if (""" + BIAS_PAIRS + """) {  // inside D: a pair per load
             #pragma unroll
             for (int jb = 0; jb < SLICE_COLS / 8; ++jb)
-                unpack_pair(*reinterpret_cast<const pair_word*>(bias.p + first_col + jb * 8), bias_at[jb][0], bias_at[jb][1]);
+                bias_words[jb] = *reinterpret_cast<const u32*>(bias.p + first_col + jb * 8);
         } else {  // the slice crosses N (columns past it read bias[N - 1]), or the vector is unaligned
             #pragma unroll
-            for (int jb = 0; jb < SLICE_COLS / 8; ++jb) {
-                bias_at[jb][0] = bias[min(first_col + jb * 8, N - 1)];
-                bias_at[jb][1] = bias[min(first_col + jb * 8 + 1, N - 1)];
-            }
+            for (int jb = 0; jb < SLICE_COLS / 8; ++jb)
+                bias_words[jb] = (u32)bias.p[min(first_col + jb * 8, N - 1)].bits
+                                 | ((u32)bias.p[min(first_col + jb * 8 + 1, N - 1)].bits << 16);
         }
         """
 # bias_row: once per call, the M_BLOCKS·2 rows this thread holds (every slice has the same rows).
@@ -140,7 +140,7 @@ def staged_bias_elements(staged: str | None, jb: str) -> tuple[str | None, str |
     """The registers holding the bias of a pair's two elements (8-column group `jb` of the slice, rows
     mb and half in scope) where the bias is `staged` ('row', 'col'), else (None, None): read in place."""
     if staged == "col":
-        return f"bias_at[{jb}][0]", f"bias_at[{jb}][1]"
+        return f"pair_lo(bias_words[{jb}])", f"pair_hi(bias_words[{jb}])"
     if staged == "row":
         return "bias_at[mb][half]", "bias_at[mb][half]"
     return None, None
@@ -190,9 +190,11 @@ __device__ __forceinline__ pair_word load_pair_smem(const unsigned char* at) {
     return *reinterpret_cast<const u32*>(at);
 }
 // The two 16-bit values of a pair as floats, lo first.
+__device__ __forceinline__ float pair_lo(pair_word word) { return to_float(out_t{(unsigned short)(word & 0xFFFF)}); }
+__device__ __forceinline__ float pair_hi(pair_word word) { return to_float(out_t{(unsigned short)(word >> 16)}); }
 __device__ __forceinline__ void unpack_pair(pair_word word, float& c0, float& c1) {
-    c0 = to_float(out_t{(unsigned short)(word & 0xFFFF)});
-    c1 = to_float(out_t{(unsigned short)(word >> 16)});
+    c0 = pair_lo(word);
+    c1 = pair_hi(word);
 }
 """,
     "32": """
