@@ -309,6 +309,8 @@ MOVED_SINCE_THE_TABLE = {
     **{(f"{shape} nt {dtype}", dtype): "swap-AB at 4-128 rows (2026-11-29; bench/results/2026-11-29-h200-swap-ab.md)"
        for shape in ("128x4096x14336", "64x8192x8192", "64x14336x4096", "32x4096x11008", "16x4096x4096",
                      "128x14336x4096", "16x14336x4096", "8x4096x4096", "96x96x65536") for dtype in ("bf16", "fp16")},
+    **{(f"200x300x504 nt {dtype}", dtype): "the small-tile ring: a 64x64 pick takes 10 stages (2026-11-29; "
+       "bench/results/2026-11-29-h200-small-tiles.md)" for dtype in ("bf16", "fp16")},
 }
 
 
@@ -537,3 +539,21 @@ def test_epilogues_that_read_c_without_a_bias_keep_the_plain_picks_tile():
     spec = GemmSpec(5000, 1024, 1024, "nt", "bf16", "bias_col+add")
     model_order = fitted(spec, rank_configs(spec, "wgmma", candidates("wgmma", spec, "sm_90a", 132), 132), 132)
     assert rank(spec, "sm_90a", 132)[0].config == model_order[0].config
+
+
+def test_small_tile_picks_take_the_deeper_ring():
+    """candidates.small_tile_ring: a 64x64 pick in a 16-bit type runs a 10-stage ring (the model's own pick had
+    6), the rest of its config unchanged and its explanation naming the rule; wider tiles and fp32 keep theirs."""
+    from gemmtune.chooser.candidates import SMALL_TILE_RING_STAGES, small_tile_ring
+
+    for dtype in ("bf16", "fp16"):
+        spec = GemmSpec(300, 768, 2048, "nt", dtype)
+        first = rank(spec, "sm_90a", 132)[0]
+        assert (first.config.bm, first.config.bn, first.config.stages) == (64, 64, SMALL_TILE_RING_STAGES)
+        assert small_tile_ring(first.config.with_(stages=6), spec) == first.config and "small-tile ring rule" in first.scored_by
+        assert small_tile_ring(first.config, spec) is None  # already as deep as the rule asks
+        assert not get_family("wgmma").rejections(first.config, spec, "sm_90a")
+    square = rank(GemmSpec(4096, 4096, 4096, "nt", "bf16"), "sm_90a", 132)[0]
+    assert square.config.stages <= 6 and "small-tile ring" not in square.scored_by
+    tf32 = rank(GemmSpec(300, 768, 2048, "nt", "fp32"), "sm_90a", 132)[0]
+    assert "small-tile ring" not in tf32.scored_by

@@ -25,7 +25,7 @@ from ..kernels.wgmma.config import WgmmaConfig, overlap_idle, staging_seconds
 from ..kernels.wgmma.gated import fallbacks as gated_fallbacks
 from ..kernels.wgmma.schedule import schedule_for
 from ..spec import GemmSpec
-from .candidates import candidates, fitted_twin, swap_ab_config, wave_fit_config, wave_share
+from .candidates import candidates, fitted_twin, small_tile_ring, swap_ab_config, wave_fit_config, wave_share
 from .features import HBM_BYTES_PER_S, PEAK_FLOPS, EpilogueCost, epilogue_cost, features, has_geometry, roofline_s
 from .model import ChooserModel, FamilyModel, feature_matrix, load
 
@@ -178,6 +178,7 @@ def rank(spec: GemmSpec, arch: str, sm_count: int | None = None, family: str | N
         return gated_picks(spec, arch, rank(spec.ungated(), arch, sm_count, chosen.name, model))
     picks = rank_configs(spec, chosen.name, candidates(chosen.name, spec, arch, sm_count), sm_count, model)
     picks = wave_fitted(spec, on_plain_tile(spec, fitted(spec, picks, sm_count), arch, sm_count, model), sm_count)
+    picks = deeper_ring_first(spec, picks, sm_count)
     return swapped_first(spec, arch, picks, sm_count) if chosen.name == "wgmma" else picks
 
 
@@ -226,6 +227,19 @@ def wave_fitted(spec: GemmSpec, picks: list[Pick], sm_count: int) -> list[Pick]:
     first = Pick(pick.family, twin, pick.predicted_s * share, "wave-fit rule (192-row tiles fill whole waves)",
                  tuple(f.items()), split_tail(spec, twin, sm_count, f["blocks_per_sm"]), epilogue=pick.epilogue)
     return [first] + [p for p in picks if p.config != twin]
+
+
+def deeper_ring_first(spec: GemmSpec, picks: list[Pick], sm_count: int) -> list[Pick]:
+    """The ranked picks with the first one's deeper-ring twin in its place where it is a small tile
+    (candidates.small_tile_ring), at its prediction: the rule, not the model, deepens it."""
+    twin = small_tile_ring(picks[0].config, spec) if picks else None
+    if twin is None:
+        return picks
+    pick = picks[0]
+    f = features(spec, twin, sm_count)
+    first = replace(pick, config=twin, scored_by=f"{pick.scored_by}; small-tile ring rule ({twin.stages} stages)",
+                    features=tuple(f.items()), split=split_tail(spec, twin, sm_count, f["blocks_per_sm"]))
+    return [first] + [p for p in picks[1:] if p.config != twin]
 
 
 def fitted(spec: GemmSpec, picks: list[Pick], sm_count: int) -> list[Pick]:

@@ -317,6 +317,26 @@ def with_serpentine(config: WgmmaConfig, spec: GemmSpec) -> WgmmaConfig:
     return trial if not get_family("wgmma").rejections(trial, spec, "sm_90a") else config
 
 
+# A pick of at most 64x64 (16 KB ring stages in 16-bit types; short pieces, little streamed a block) takes a
+# ring of 10 stages instead of _deepest's 6: on 6 bf16 shapes outside the model suite where the pick was such a
+# tile (MoE-like, M 200-400, N 512-1024, K 1536-2048) it ran 1.02-1.08x faster, 0.89-0.95 -> 0.91-1.03x cuBLAS
+# (H200, 2026-11-29, bench/results/2026-11-29-h200-small-tiles.md); of the 242 picks it moves on a grid outside the
+# suite (M 100-1000, N 256-2048, K 1024-7168), 61 timed: geomean 1.028x, 0.967-1.072x (4 slower, at K 4096-7168
+# with N <= 512). Applied to the pick only: offered to the model as candidates, the deeper ring moved 344 of the
+# grid's 560 picks (the model sees stages), most to 64x64 tiles from 64x128 ones, which nothing measured supports.
+SMALL_TILE_RING_STAGES = 10
+
+
+def small_tile_ring(config: Any, spec: GemmSpec) -> WgmmaConfig | None:
+    """The pick with the deeper ring of SMALL_TILE_RING_STAGES where it is a wgmma tile of at most 64x64 in a
+    16-bit type and fewer stages, else None."""
+    if (not isinstance(config, WgmmaConfig) or config.bm * config.bn > 64 * 64 or config.swap_ab
+            or spec.dtype not in ("bf16", "fp16") or config.stages >= SMALL_TILE_RING_STAGES):
+        return None
+    deeper = _deepest(config, spec, SMALL_TILE_RING_STAGES)
+    return deeper if deeper.stages > config.stages else None
+
+
 def _deepest(config: WgmmaConfig, spec: GemmSpec, most: int = 6) -> WgmmaConfig:
     """The config with the most stages (up to `most`) that fits shared memory; unchanged where none does."""
     family = get_family("wgmma")
