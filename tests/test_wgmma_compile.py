@@ -485,3 +485,29 @@ def test_a_staged_bias_fits_beside_three_consumers_sums(epilogue, dtype):
     assert not FAMILY.rejections(config, spec, "sm_90a"), FAMILY.rejections(config, spec, "sm_90a")
     assert "u32 bias_words[SLICE_COLS / 8];" in FAMILY.render(spec, config, "sm_90a").code
     assert _compile(spec, config).resources.spill_store_bytes == 0
+
+
+@pytest.mark.parametrize("bn,slices", [(224, 2), (176, 1), (80, 1)])
+def test_a_ragged_slice_ends_in_an_overlapping_box(bn, slices):
+    """A TMA-stored slice that is not whole 128-byte rows (WgmmaConfig.ragged_slice) is stored in whole boxes
+    whose last starts OUT_CHUNK columns before the slice's end; the buffer holds whole boxes, and kernels of
+    whole-box slices render none of it. Where the rule does not hold (C read, fp32 D, 8-column steps), the
+    family refuses the width."""
+    from gemmtune.kernels.wgmma.config import WgmmaConfig
+
+    spec = GemmSpec(257, 3000, 1000, "nt", "bf16", epilogue="bias_col+gelu")
+    config = WgmmaConfig(bm=128, bn=bn, stages=3, consumers=2, specialized=True, persistent=True, tma_store=True,
+                         store_slices=slices, split_tail=True, stmatrix=True)
+    family = get_family("wgmma")
+    assert not family.rejections(config, spec, "sm_90a") and config.ragged_slice(spec)
+    cols = bn // slices
+    boxes = -(-cols // 64)
+    assert config.epilogue_bytes(spec) == 128 * boxes * 128
+    code = family.render(spec, config, "sm_90a").code
+    assert "LAST_BOX_COL = SLICE_COLS - OUT_CHUNK" in code and "last_box_offset(r_at" in code
+    compiled = compile_kernel(family.render(spec, config, "sm_90a"), "sm_90a")
+    assert compiled.resources.spill_store_bytes == 0
+    whole = config.with_(bn=256, store_slices=2)
+    assert not whole.ragged_slice(spec) and "LAST_BOX" not in family.render(spec, whole, "sm_90a").code
+    assert "store" in family.rejections(config, GemmSpec(257, 3000, 1000, "nt", "bf16", epilogue="add"), "sm_90a")
+    assert "store" in family.rejections(config.with_(bn=bn - 8), spec, "sm_90a")

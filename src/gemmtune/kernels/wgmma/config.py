@@ -287,12 +287,18 @@ class WgmmaConfig(FamilyConfig):
         """One store slice of the whole tile in D's type (C's slice is the same size)."""
         return self.bm * self.out_bn(spec) * OUT_BYTES[out_dtype(spec)] // self.store_slices
 
+    def ragged_slice(self, spec: GemmSpec) -> bool:
+        """A TMA-stored slice that is not whole 128-byte rows (a tile width fitted to N, 128x224): its last
+        box of 128-byte rows ends at the slice's end and overlaps the box before it (writeback.LAST_BOX)."""
+        return self.tma_store and self.slice_bytes(spec) // self.bm % SWIZZLE_BYTES != 0
+
     def epilogue_bytes(self, spec: GemmSpec) -> int:
         if not self.tma_store or self.d_in_ring_only:
             return 0
         # Ping-pong consumers each keep a whole tile's buffer; cooperative ones share one.
         tiles = self.consumers if self.pingpong else 1
-        return tiles * self.slice_bytes(spec)
+        row = self.slice_bytes(spec) // self.bm
+        return tiles * self.bm * -(-row // SWIZZLE_BYTES) * SWIZZLE_BYTES  # a ragged slice's last box is whole
 
     def barrier_bytes(self) -> int:
         """full/empty per stage; C full/empty per epilogue buffer; with ping-pong, a main-loop turn each."""
@@ -567,6 +573,18 @@ def _dtype(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
     return supports(s, arch)
 
 
+def _ragged_slice_problem(c: WgmmaConfig, s: GemmSpec) -> str | None:
+    """Why a TMA-stored slice that is not whole 128-byte rows cannot end in an overlapping last box
+    (writeback.LAST_BOX), or None where it can: slices of a 16-bit D more than one box wide, in steps of
+    16 columns (an stmatrix's), stored by stmatrix from cooperative consumers, no C, no overlap_epilogue."""
+    cols = c.bn // c.store_slices
+    if (OUT_BYTES.get(out_dtype(s), 4) != 2 or s.gated or cols % 16 or cols <= 64 or not c.stmatrix
+            or c.pingpong or c.overlap_epilogue or s.epilogue.reads_c or c.c_spread or c.c_ring):
+        return ("its last box may overlap the one before only in slices of 16-bit D, multiples of 16 columns "
+                "over 64, stored by stmatrix from cooperative consumers, without C or overlap_epilogue")
+    return None
+
+
 def _store(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
     if c.store_slices not in (1, 2, 4) and not (splits_fp32(s) and c.bn == 192 and c.store_slices in (3, 6)):
         return f"store_slices={c.store_slices}: 1, 2 or 4 (3 or 6: 3xtf32's 128x192 tiles, whose quarters are not whole 128-byte rows)"
@@ -581,7 +599,9 @@ def _store(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
         return None if c.store_slices == 1 else "store_slices needs the TMA-store epilogue"
     slice_bytes = c.bn // c.store_slices * OUT_BYTES.get(out_dtype(s), 4)
     if slice_bytes % SWIZZLE_BYTES:
-        return f"a slice of {c.bn // c.store_slices} columns is not whole 128-byte rows"
+        ragged = _ragged_slice_problem(c, s)
+        if ragged:
+            return f"a slice of {c.bn // c.store_slices} columns is not whole 128-byte rows: {ragged}"
     if c.c_spread and not s.epilogue.reads_c:
         return "c_spread is for epilogues that read C"
     if c.c_ring:

@@ -103,11 +103,21 @@ constexpr int C_LOAD_KB = C_RELEASE_KB + STAGES < K_BLOCKS - 1 ? C_RELEASE_KB + 
     return text
 
 
+# A slice that is not whole 128-byte rows (a width fitted to N: 224 = 3.5 boxes) is stored as STORE_CHUNKS
+# boxes, the last one starting at LAST_BOX_COL so that it ends with the slice: it overlaps the box before it,
+# and both hold those columns' same values (writeback.LAST_BOX), so D is written twice there, never past
+# the tile. The buffer holds whole boxes.
+RAGGED_EPI_BYTES = """constexpr int STORE_CHUNKS = (SLICE_COLS + OUT_CHUNK - 1) / OUT_CHUNK;  // boxes a slice is stored in
+constexpr int LAST_BOX_COL = SLICE_COLS - OUT_CHUNK;  // the last box's first column: it overlaps the box before it
+constexpr int EPI_BYTES = TILE_TURNS * BM * STORE_CHUNKS * OUT_CHUNK * (int)sizeof(out_t);  // whole boxes"""
+
+
 def _constants(spec: GemmSpec, config: WgmmaConfig) -> str:
     a_kmajor, b_kmajor = k_major(spec)
     bk, size = config.bk(spec.dtype), INPUT_BYTES[spec.dtype]
     epi_bytes = ("constexpr int EPI_BYTES = 0;  // d_over_c: no store buffer (D is staged in C's ring slots)"
                  if config.d_in_ring_only else gated.epi_bytes() if spec.gated else
+                 RAGGED_EPI_BYTES if config.ragged_slice(spec) else
                  "constexpr int EPI_BYTES = TMA_STORE ? TILE_TURNS * BM * SLICE_COLS * (int)sizeof(out_t) : 0;  // a buffer per turn")
     gated_shapes = gated.constants(spec) if spec.gated else ""
     return f"""

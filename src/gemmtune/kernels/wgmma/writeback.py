@@ -308,6 +308,18 @@ def matrix_store(buffer: str = "tile") -> str:
 
 
 MATRIX_STORE = matrix_store()
+# A ragged slice (WgmmaConfig.ragged_slice): each 16-column piece goes to its box among the whole ones before
+# the last, and, from LAST_BOX_COL on, to the last box as well (the columns both boxes hold get both).
+# jj is unrolled, so each test folds at compile time.
+RAGGED_MATRIX_STORE = """#pragma unroll
+        for (int mb = 0; mb < M_BLOCKS; ++mb) {
+            const int r_at = mb * 64 + warp * 16 + 8 * (q % 2) + lane % 8;  // the row this lane addresses
+            #pragma unroll
+            for (int jj = 0; jj < SLICE_COLS / 8; jj += 2) {
+                if (jj * 8 < (STORE_CHUNKS - 1) * OUT_CHUNK) stmatrix_x4(tile + block_row_offset(r_at, jj + q / 2), words[mb][jj / 2]);
+                if (jj * 8 >= LAST_BOX_COL) stmatrix_x4(tile + last_box_offset(r_at, jj + q / 2), words[mb][jj / 2]);
+            }
+        }"""
 
 
 # Before writing, the buffer must be free: with C, the producer's C tile must have landed in it (the
@@ -387,13 +399,13 @@ def _d_over_c_steps(spec: GemmSpec, c: CPath, staged: str | None) -> SliceSteps:
                       store_from="c_tile", after_store=after_store)
 
 
-def _stmatrix_steps(spec: GemmSpec, c: CPath, staged: str | None) -> SliceSteps:
+def _stmatrix_steps(spec: GemmSpec, c: CPath, staged: str | None, store: str = MATRIX_STORE) -> SliceSteps:
     """The slice is computed into registers first (C's loads, the epilogue, the packing), and only then
     does the consumer wait for the buffer: the wait for the previous slice's store to have read it
     runs under that work instead of before it. That wait's barrier also shows every thread has read
     its C words, so a ring slot goes back right after it."""
     buffer_wait = "" if c is CPath.TILE else FREE_BUFFER + (SLOT_BACK if c.through_ring else "")
-    return SliceSteps(_lines(LANE_BLOCK, _c_wait(c)), _lines(_matrix_words(spec, staged), buffer_wait, MATRIX_STORE))
+    return SliceSteps(_lines(LANE_BLOCK, _c_wait(c)), _lines(_matrix_words(spec, staged), buffer_wait, store))
 
 
 def _pair_steps(spec: GemmSpec, c: CPath, staged: str | None) -> SliceSteps:
@@ -408,6 +420,8 @@ def slice_steps(spec: GemmSpec, config: WgmmaConfig) -> SliceSteps:
     staged = staged_bias_kind(spec, config)
     if c.d_over_c:
         return _d_over_c_steps(spec, c, staged)
+    if config.ragged_slice(spec):  # stmatrix, no C (wgmma.config._ragged_slice_problem)
+        return _stmatrix_steps(spec, c, staged, RAGGED_MATRIX_STORE)
     return (_stmatrix_steps if config.stmatrix else _pair_steps)(spec, c, staged)
 
 
@@ -429,6 +443,13 @@ __device__ __forceinline__ int block_row_offset(int r, int jj) {
     return (jj * 8 / OUT_CHUNK) * ROWS_PER_CONSUMER * 128 + r * 128 + (((jj % (OUT_CHUNK / 8)) ^ (r % 8)) * 16);
 }
 """
+LAST_BOX = """
+// Byte offset, in a consumer's part of a ragged slice's buffer, of the 16-byte row piece at row r, columns
+// 8·jj .. 8·jj + 7 in the last box (columns LAST_BOX_COL .. SLICE_COLS - 1, swizzled as every box).
+__device__ __forceinline__ int last_box_offset(int r, int jj) {
+    return (STORE_CHUNKS - 1) * ROWS_PER_CONSUMER * 128 + r * 128 + ((((jj * 8 - LAST_BOX_COL) / 8) ^ (r % 8)) * 16);
+}
+"""
 WAIT_BUT_ONE = """
 // Wait until every committed store but the most recent has finished reading shared memory.
 __device__ __forceinline__ void tma_store_wait_read_but_one() { asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory"); }
@@ -446,7 +467,8 @@ def _smem_helpers(spec: GemmSpec, config: WgmmaConfig) -> str:
     """The shared-memory accessors the write-back uses: pair words, stmatrix/ldmatrix, offsets."""
     return (SMEM_PAIR["32" if OUT_BYTES[out_dtype(spec)] == 4 else "16"]
             + (WAIT_BUT_ONE if config.c_path(spec).d_over_c else "")
-            + (MATRIX_IO + BLOCK_ROW_OFFSET if config.stmatrix else "") + PAIR_OFFSET)
+            + (MATRIX_IO + BLOCK_ROW_OFFSET if config.stmatrix else "")
+            + (LAST_BOX if config.ragged_slice(spec) else "") + PAIR_OFFSET)
 
 
 def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
@@ -461,6 +483,10 @@ def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
     staged = staged_bias_kind(spec, config)
     bias_rows = BIAS_ROWS if staged == "row" else ""
     bias_cols = BIAS_COLS if staged == "col" else ""
+    ragged = config.ragged_slice(spec)
+    part_bytes = "STORE_CHUNKS * 128" if ragged else "SLICE_COLS * (int)sizeof(out_t)"  # a consumer row's bytes
+    chunks = "STORE_CHUNKS" if ragged else "SLICE_COLS / OUT_CHUNK"
+    chunk_col = "(chunk < STORE_CHUNKS - 1 ? chunk * OUT_CHUNK : LAST_BOX_COL)" if ragged else "chunk * OUT_CHUNK"
     return _smem_helpers(spec, config) + f"""
 // Write-back through shared memory, one slice of SLICE_COLS columns at a time. Each consumer owns
 // ROWS_PER_CONSUMER rows of the slice buffer, kept as SLICE_COLS / OUT_CHUNK chunks of 128-byte rows
@@ -472,7 +498,7 @@ def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
 {template}__device__ __forceinline__ void store_tile_smem(const float (&acc)[M_BLOCKS][BN / 2], int tile_m, int tile_n,
                                                 int consumer, unsigned char* out_buf, {", ".join(params)}) {{
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-    unsigned char* tile = out_buf + consumer * ROWS_PER_CONSUMER * SLICE_COLS * (int)sizeof(out_t);{bias_rows}
+    unsigned char* tile = out_buf + consumer * ROWS_PER_CONSUMER * {part_bytes};{bias_rows}
     #pragma unroll
     for (int slice = {first}; slice < {last}; ++slice) {{
         {bias_cols}{steps.wait}
@@ -481,9 +507,9 @@ def store_tile_smem(spec: GemmSpec, config: WgmmaConfig) -> str:
         named_barrier(1 + consumer, 128);   // every thread of this consumer has written its part{steps.free_slot}
         if (threadIdx.x % 128 == 0) {{
             #pragma unroll
-            for (int chunk = 0; chunk < SLICE_COLS / OUT_CHUNK; ++chunk)
+            for (int chunk = 0; chunk < {chunks}; ++chunk)
                 tma_store_2d_hinted(&tma_D, {steps.store_from} + chunk * ROWS_PER_CONSUMER * 128,
-                                    tile_n * BN + slice * SLICE_COLS + chunk * OUT_CHUNK,
+                                    tile_n * BN + slice * SLICE_COLS + {chunk_col},
                                     tile_m * BM + consumer * CONSUMER_ROWS, l2_evict_first_policy());  // written once
             tma_store_commit();
         }}{steps.after_store}
