@@ -511,3 +511,15 @@ def test_a_ragged_slice_ends_in_an_overlapping_box(bn, slices):
     assert not whole.ragged_slice(spec) and "LAST_BOX" not in family.render(spec, whole, "sm_90a").code
     assert "store" in family.rejections(config, GemmSpec(257, 3000, 1000, "nt", "bf16", epilogue="add"), "sm_90a")
     assert "store" in family.rejections(config.with_(bn=bn - 8), spec, "sm_90a")
+
+
+def test_a_ragged_slice_needs_the_persistent_specialized_kernel():
+    """Only the kernel the GPU tests ran stores ragged slices (tests/test_gpu_ragged_store.py)."""
+    from gemmtune.kernels.wgmma.config import WgmmaConfig
+
+    spec = GemmSpec(257, 3000, 1000, "nt", "bf16")
+    config = WgmmaConfig(bm=128, bn=224, stages=3, consumers=2, specialized=True, persistent=True, tma_store=True,
+                         store_slices=2, split_tail=True, stmatrix=True)
+    family = get_family("wgmma")
+    assert not family.rejections(config, spec, "sm_90a")
+    assert "store" in family.rejections(config.with_(persistent=False, split_tail=False), spec, "sm_90a")

@@ -576,12 +576,15 @@ def _dtype(c: WgmmaConfig, s: GemmSpec, arch: str) -> str | None:
 def _ragged_slice_problem(c: WgmmaConfig, s: GemmSpec) -> str | None:
     """Why a TMA-stored slice that is not whole 128-byte rows cannot end in an overlapping last box
     (writeback.LAST_BOX), or None where it can: slices of a 16-bit D more than one box wide, in steps of
-    16 columns (an stmatrix's), stored by stmatrix from cooperative consumers, no C, no overlap_epilogue."""
+    16 columns (an stmatrix's), stored by stmatrix from the cooperative consumers of the persistent warp-
+    specialized kernel (what the GPU tests ran), no C, no overlap_epilogue."""
     cols = c.bn // c.store_slices
     if (OUT_BYTES.get(out_dtype(s), 4) != 2 or s.gated or cols % 16 or cols <= 64 or not c.stmatrix
-            or c.pingpong or c.overlap_epilogue or s.epilogue.reads_c or c.c_spread or c.c_ring):
+            or c.pingpong or not (c.specialized and c.persistent) or c.overlap_epilogue or s.epilogue.reads_c
+            or c.c_spread or c.c_ring):
         return ("its last box may overlap the one before only in slices of 16-bit D, multiples of 16 columns "
-                "over 64, stored by stmatrix from cooperative consumers, without C or overlap_epilogue")
+                "over 64, stored by stmatrix from the cooperative consumers of the persistent warp-specialized "
+                "kernel, without C or overlap_epilogue")
     return None
 
 
