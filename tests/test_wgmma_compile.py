@@ -503,10 +503,9 @@ def test_a_ragged_slice_ends_in_an_overlapping_box(bn, slices):
     cols = bn // slices
     boxes = -(-cols // 64)
     assert config.epilogue_bytes(spec) == 128 * boxes * 128
-    code = family.render(spec, config, "sm_90a").code
-    assert "LAST_BOX_COL = SLICE_COLS - OUT_CHUNK" in code and "last_box_offset(r_at" in code
-    compiled = compile_kernel(family.render(spec, config, "sm_90a"), "sm_90a")
-    assert compiled.resources.spill_store_bytes == 0
+    source = family.render(spec, config, "sm_90a")
+    assert "LAST_BOX_COL = SLICE_COLS - OUT_CHUNK" in source.code and "last_box_offset(r_at" in source.code
+    assert compile_kernel(source, "sm_90a").resources.spill_store_bytes == 0
     whole = config.with_(bn=256, store_slices=2)
     assert not whole.ragged_slice(spec) and "LAST_BOX" not in family.render(spec, whole, "sm_90a").code
     assert "store" in family.rejections(config, GemmSpec(257, 3000, 1000, "nt", "bf16", epilogue="add"), "sm_90a")

@@ -296,30 +296,26 @@ def _matrix_words(spec: GemmSpec, staged: str | None) -> str:
         }}"""
 
 
-def matrix_store(buffer: str = "tile") -> str:
+def matrix_store(buffer: str = "tile", ragged: bool = False) -> str:
     """The packed words of a slice into `buffer` (a consumer's part of a slice), four 8x8 blocks per
-    stmatrix."""
+    stmatrix. `ragged` (WgmmaConfig.ragged_slice): each 16-column piece goes to its box among the whole ones
+    before the last, and, from LAST_BOX_COL on, to the last box as well (the columns both boxes hold get
+    both); jj is unrolled, so each test folds at compile time."""
+    store = f"stmatrix_x4({buffer} + block_row_offset(r_at, jj + q / 2), words[mb][jj / 2]);"
+    if ragged:
+        store = f"""{{
+                if (jj * 8 < (STORE_CHUNKS - 1) * OUT_CHUNK) {store}
+                if (jj * 8 >= LAST_BOX_COL) stmatrix_x4({buffer} + last_box_offset(r_at, jj + q / 2), words[mb][jj / 2]);
+            }}"""
     return f"""#pragma unroll
         for (int mb = 0; mb < M_BLOCKS; ++mb) {{
             const int r_at = mb * 64 + warp * 16 + 8 * (q % 2) + lane % 8;  // the row this lane addresses
             #pragma unroll
-            for (int jj = 0; jj < SLICE_COLS / 8; jj += 2) stmatrix_x4({buffer} + block_row_offset(r_at, jj + q / 2), words[mb][jj / 2]);
+            for (int jj = 0; jj < SLICE_COLS / 8; jj += 2) {store}
         }}"""
 
 
 MATRIX_STORE = matrix_store()
-# A ragged slice (WgmmaConfig.ragged_slice): each 16-column piece goes to its box among the whole ones before
-# the last, and, from LAST_BOX_COL on, to the last box as well (the columns both boxes hold get both).
-# jj is unrolled, so each test folds at compile time.
-RAGGED_MATRIX_STORE = """#pragma unroll
-        for (int mb = 0; mb < M_BLOCKS; ++mb) {
-            const int r_at = mb * 64 + warp * 16 + 8 * (q % 2) + lane % 8;  // the row this lane addresses
-            #pragma unroll
-            for (int jj = 0; jj < SLICE_COLS / 8; jj += 2) {
-                if (jj * 8 < (STORE_CHUNKS - 1) * OUT_CHUNK) stmatrix_x4(tile + block_row_offset(r_at, jj + q / 2), words[mb][jj / 2]);
-                if (jj * 8 >= LAST_BOX_COL) stmatrix_x4(tile + last_box_offset(r_at, jj + q / 2), words[mb][jj / 2]);
-            }
-        }"""
 
 
 # Before writing, the buffer must be free: with C, the producer's C tile must have landed in it (the
@@ -421,7 +417,7 @@ def slice_steps(spec: GemmSpec, config: WgmmaConfig) -> SliceSteps:
     if c.d_over_c:
         return _d_over_c_steps(spec, c, staged)
     if config.ragged_slice(spec):  # stmatrix, no C (wgmma.config._ragged_slice_problem)
-        return _stmatrix_steps(spec, c, staged, RAGGED_MATRIX_STORE)
+        return _stmatrix_steps(spec, c, staged, matrix_store(ragged=True))
     return (_stmatrix_steps if config.stmatrix else _pair_steps)(spec, c, staged)
 
 
