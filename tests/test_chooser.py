@@ -557,3 +557,22 @@ def test_small_tile_picks_take_the_deeper_ring():
     assert square.config.stages <= 6 and "small-tile ring" not in square.scored_by
     tf32 = rank(GemmSpec(300, 768, 2048, "nt", "fp32"), "sm_90a", 132)[0]
     assert "small-tile ring" not in tf32.scored_by
+
+
+def test_two_rows_of_tiles_take_the_width_of_one_wave():
+    """candidates.wave_width_config (branch wave-width-rule, in-sample only): at 193-256 rows, where the pick's
+    128-row tiles leave SMs idle in their one wave, the pick takes the width that fits them in one wave, stored
+    in 2 ragged slices; 160 rows, C-reading epilogues and already-whole waves keep the pick."""
+    from gemmtune.chooser.candidates import wave_width_config
+
+    for m, n in ((200, 14336), (256, 13824), (224, 10240)):
+        first = rank(GemmSpec(m, n, 4096, "nt", "bf16"), "sm_90a", 132)[0]
+        c = first.config
+        assert "wave-width rule" in first.scored_by and c.bn % 32 == 0 and c.store_slices == 2
+        assert 2 * -(-n // c.bn) <= 132 < 2 * -(-n // 256) * 2 and c.stages >= 4
+        assert compile_kernel(get_family("wgmma").render(GemmSpec(m, n, 4096, "nt", "bf16"), c, "sm_90a"),
+                              "sm_90a").resources.spill_store_bytes == 0
+    for spec in (GemmSpec(160, 13824, 5120, "nt", "bf16"), GemmSpec(200, 14336, 4096, "nt", "bf16", epilogue="add"),
+                 GemmSpec(256, 8192, 4096, "nt", "bf16")):
+        assert "wave-width" not in rank(spec, "sm_90a", 132)[0].scored_by
+        assert wave_width_config(spec, rank(spec, "sm_90a", 132)[0].config, 132) is None or spec.m == 160

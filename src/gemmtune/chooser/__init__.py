@@ -25,7 +25,8 @@ from ..kernels.wgmma.config import WgmmaConfig, overlap_idle, staging_seconds
 from ..kernels.wgmma.gated import fallbacks as gated_fallbacks
 from ..kernels.wgmma.schedule import schedule_for
 from ..spec import GemmSpec
-from .candidates import candidates, fitted_twin, small_tile_ring, swap_ab_config, wave_fit_config, wave_share
+from .candidates import (candidates, fitted_twin, small_tile_ring, swap_ab_config, wave_fit_config, wave_share,
+                         wave_width_config)
 from .features import HBM_BYTES_PER_S, PEAK_FLOPS, EpilogueCost, epilogue_cost, features, has_geometry, roofline_s
 from .model import ChooserModel, FamilyModel, feature_matrix, load
 
@@ -178,7 +179,7 @@ def rank(spec: GemmSpec, arch: str, sm_count: int | None = None, family: str | N
         return gated_picks(spec, arch, rank(spec.ungated(), arch, sm_count, chosen.name, model))
     picks = rank_configs(spec, chosen.name, candidates(chosen.name, spec, arch, sm_count), sm_count, model)
     picks = wave_fitted(spec, on_plain_tile(spec, fitted(spec, picks, sm_count), arch, sm_count, model), sm_count)
-    picks = deeper_ring_first(spec, picks, sm_count)
+    picks = deeper_ring_first(spec, wave_width_first(spec, picks, sm_count), sm_count)
     return swapped_first(spec, arch, picks, sm_count) if chosen.name == "wgmma" else picks
 
 
@@ -226,6 +227,20 @@ def wave_fitted(spec: GemmSpec, picks: list[Pick], sm_count: int) -> list[Pick]:
     share = wave_share(spec, pick.config.bm, pick.config.bn, sm_count) / wave_share(spec, twin.bm, twin.bn, sm_count)
     first = Pick(pick.family, twin, pick.predicted_s * share, "wave-fit rule (192-row tiles fill whole waves)",
                  tuple(f.items()), split_tail(spec, twin, sm_count, f["blocks_per_sm"]), epilogue=pick.epilogue)
+    return [first] + [p for p in picks if p.config != twin]
+
+
+def wave_width_first(spec: GemmSpec, picks: list[Pick], sm_count: int) -> list[Pick]:
+    """The ranked picks with the first one's one-wave-width twin first where it has one
+    (candidates.wave_width_config), its prediction scaled by the widths: the rule, not the model, puts it there."""
+    twin = wave_width_config(spec, picks[0].config, sm_count) if picks else None
+    if twin is None:
+        return picks
+    pick = picks[0]
+    f = features(spec, twin, sm_count)
+    first = replace(pick, config=twin, predicted_s=pick.predicted_s * twin.bn / pick.config.bn,
+                    scored_by="wave-width rule (two rows of tiles in one wave)", features=tuple(f.items()),
+                    split=split_tail(spec, twin, sm_count, f["blocks_per_sm"]))
     return [first] + [p for p in picks if p.config != twin]
 
 

@@ -317,6 +317,34 @@ def with_serpentine(config: WgmmaConfig, spec: GemmSpec) -> WgmmaConfig:
     return trial if not get_family("wgmma").rejections(trial, spec, "sm_90a") else config
 
 
+# Tile widths fitted to one wave where M takes two 128-row tiles (MoE experts of 193-256 tokens, wide N): the
+# pick's 128x256 or 128x192 tiles number between half the SMs and all of them, so a part of the GPU idles through
+# the only wave; W = 16*ceil(N / (16 * SMs/2)) makes at most one tile a SM, each narrower. Such a width is not
+# whole 128-byte rows: its TMA store ends in an overlapping box (WgmmaConfig.ragged_slice), in 2 slices (the
+# buffer of one whole slice leaves 3 ring stages, which lost). H200, 2026-11-29, 8 shapes outside the suite
+# (bench/results/2026-11-29-h200-small-tiles.md): where this rule applies, 3 of 3 faster by 9-11%; at 160 rows
+# (outside it) 7% slower. IN SAMPLE ONLY: to be timed on shapes of its own before it leaves this branch.
+WAVE_WIDTH_ROWS = (193, 256)
+
+
+def wave_width_config(spec: GemmSpec, pick: Any, sm_count: int) -> WgmmaConfig | None:
+    """The pick's twin of the width that fits its two rows of tiles in one wave (WAVE_WIDTH_ROWS), or None."""
+    if (not isinstance(pick, WgmmaConfig) or spec.dtype not in ("bf16", "fp16") or spec.layout != "nt"
+            or spec.gated or spec.epilogue.reads_c or not (WAVE_WIDTH_ROWS[0] <= spec.m <= WAVE_WIDTH_ROWS[1])
+            or pick.bm != 128 or pick.consumers != 2 or pick.pingpong or not pick.tma_store or pick.swap_ab):
+        return None
+    tiles = 2 * math.ceil(spec.n / pick.bn)
+    if not sm_count // 2 < tiles < sm_count:
+        return None
+    width = 16 * math.ceil(spec.n / (16 * (sm_count // 2)))
+    if width >= pick.bn or width % 32 or width % 64 == 0:  # measured: ragged widths in 2 slices (whole boxes: not yet)
+        return None
+    twin = _deepest(pick.with_(bn=width, store_slices=2, overlap_epilogue=False, cluster_m=1), spec)
+    if get_family("wgmma").rejections(twin, spec, "sm_90a") or twin.stages < 4:
+        return None
+    return twin
+
+
 # A pick of at most 64x64 (16 KB ring stages in 16-bit types; short pieces, little streamed a block) takes a
 # ring of 10 stages instead of _deepest's 6: on 6 bf16 shapes outside the model suite where the pick was such a
 # tile (MoE-like, M 200-400, N 512-1024, K 1536-2048) it ran 1.02-1.08x faster, 0.89-0.95 -> 0.91-1.03x cuBLAS
