@@ -560,7 +560,7 @@ def test_small_tile_picks_take_the_deeper_ring():
 
 
 def test_two_rows_of_tiles_take_the_width_of_one_wave():
-    """candidates.wave_width_config (branch wave-width-rule, in-sample only): at 193-256 rows, where the pick's
+    """candidates.wave_width_config: at 193-256 rows, where the pick's
     128-row tiles leave SMs idle in their one wave, the pick takes the width that fits them in one wave, stored
     in 2 ragged slices; 160 rows, C-reading epilogues and already-whole waves keep the pick."""
     from gemmtune.chooser.candidates import wave_width_config
