@@ -76,6 +76,17 @@ def test_default_config_uses_64_row_tiles_for_small_groups():
     assert default_config(GroupedSpec(8, 8 * 512, 2048, 1024)).bm == 128
 
 
+def test_default_config_walks_large_groups_in_bands():
+    # 128-row tiles in bands of 8 tile rows (a wave's rows of A stay in L2); fp8's defaults are untimed with bands
+    from gemmtune.grouped.config import DEFAULT_BAND_M
+
+    large = default_config(GroupedSpec(16, 32768, 12800, 4096))
+    assert large.bm == 128 and large.band_m == DEFAULT_BAND_M == 8 and large.pingpong
+    assert default_config(GroupedSpec(128, 128 * 40, 2048, 1024)).band_m == 0
+    plain = large.with_(band_m=0)
+    assert plain in candidates(GroupedSpec(16, 32768, 12800, 4096))  # the whole-group walk stays a candidate
+
+
 def test_rejections_name_the_broken_limit():
     spec = GroupedSpec(8, 4096, 4096, 1024)
     assert "registers" in rejections(GroupedConfig(128, 256, 4, consumers=1), spec)

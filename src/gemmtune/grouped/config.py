@@ -20,6 +20,13 @@ DEFAULT_PROMOTE_EVERY = 4
 # Fields added after configs were first stored (databases, plans), with the default JSON leaves out
 LATER_FIELDS = {"cluster": 1, "promote_every": 0, "promote_overlap": False, "overlap_static": False}
 SMALL_GROUP_ROWS = 64  # at most this many rows per group on average: 64-row tiles (fewer rows computed for nothing)
+# The default's 128-row ping-pong tiles go in bands of this many tile rows (GroupedConfig.band_m). A group of
+# thousands of rows walked tile_m fastest whole puts all its rows of A (7000 rows x K 6144: 86 MB, beyond L2) under
+# each wave of blocks, so every wave re-reads A from DRAM; a band of 8 rows makes a wave 8 rows of A by ~16 columns
+# of B. H200, 2026-11-29, 8 large-group MoE shapes outside bench_moe (Grok-1, DBRX, Phi-3.5-MoE, Jamba, Qwen2-57B;
+# bench/results/2026-11-29-h200-grouped-bands.md): Zipf-routed 0.91-1.00 -> 1.02-1.06x torch._grouped_mm on all 7,
+# balanced 1.02 either way. 16 tile rows ran within 1% of 8.
+DEFAULT_BAND_M = 8
 
 
 @dataclass(frozen=True, order=True)
@@ -190,9 +197,10 @@ def default_config(spec: GroupedSpec) -> GroupedConfig:
 
     Timed on twelve grouped shapes outside bench_moe.py (git show e11d17b:bench/results/2026-11-29-h200-grouped-configs.md,
     third run): a staged config led on all twelve, 0.97-1.41x torch._grouped_mm; 128x128 ping-pong staged was
-    first or within 0.05 of the first on all ten large-group shapes, 64x256 ping-pong staged on both small ones."""
+    first or within 0.05 of the first on all ten large-group shapes, 64x256 ping-pong staged on both small ones.
+    The 128-row tiles go in bands of DEFAULT_BAND_M tile rows (fp8's and block scales' defaults: untimed, none)."""
     small = spec.total_m <= SMALL_GROUP_ROWS * spec.groups
-    shape = GroupedConfig(bm=64, bn=256) if small else GroupedConfig(bm=128, bn=128)
+    shape = GroupedConfig(bm=64, bn=256) if small else GroupedConfig(bm=128, bn=128, band_m=DEFAULT_BAND_M)
     shape = shape.with_(consumers=2, pingpong=True, staged_store=True)
     if spec.scaling == "block":  # two consumers of 64 rows, each a k-block's sums beside its promoted ones
         # promote_overlap where offered (no bias): 1.16-1.18x the waiting loop on four shapes (H200,
