@@ -48,7 +48,8 @@ def test_tensor_core_kernels_are_right(dtype):
     family = get_family("gemv")
     jobs = []
     for spec in _specs("nt", dtype, OUTPUTS, DEPTHS):
-        pick = choose(spec, arch).config
+        # the gemv family's own pick (since c1487c9 the chooser gives 16-bit A of 4-16 rows to wgmma swap-AB)
+        pick = choose(spec, arch, family="gemv").config
         assert pick.tensor_cores, spec.short()
         configs = [pick] + ([c for c in CONFIGS if not family.rejections(c, spec, arch)] if spec.n < 14336 else [])
         jobs += [(spec, c, arch) for c in dict.fromkeys(configs)]
@@ -97,11 +98,15 @@ def test_k_not_a_multiple_of_8_falls_back_to_cuda_cores(m, tmp_path):
                                   GemmSpec(16, 4096, 4096, "nt", "tf32"), GemmSpec(7, 1000, 4100, "nt", "tf32", "add")],
                          ids=lambda s: s.short())
 def test_chooser_picks_are_right_and_repeatable(spec, tmp_path):
-    """As a user builds it (empty tuning database); verified, timed over many launches, verified again."""
+    """As a user builds it (empty tuning database), and the gemv family's own pick; each verified, timed over
+    many launches, verified again. (16-bit A of 4-16 rows goes to wgmma swap-AB since c1487c9.)"""
     kern = build(spec, db_path=tmp_path / "empty.sqlite")
-    assert kern.config.tensor_cores, kern
-    result = evaluate(kern.compiled)
-    assert result.ok and result.measurement is not None, kern
+    assert kern.family == "gemv" or (kern.family == "wgmma" and kern.config.swap_ab), kern
+    gemv = build(spec, family="gemv", db_path=tmp_path / "empty.sqlite")
+    assert gemv.config.tensor_cores, gemv
+    for k in dict.fromkeys((kern, gemv), None):
+        result = evaluate(k.compiled)
+        assert result.ok and result.measurement is not None, k
 
 
 # Layout nn (B stored K×N): the columns kernel on tensor cores, fp32 as 3xtf32 and tf32. N = 127
