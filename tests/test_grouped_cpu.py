@@ -602,3 +602,43 @@ def test_promoted_candidates_compile_for_sm90a_without_spills(spec, tmp_path):
         compiled = compile_kernel(render(spec, config), "sm_90a", cache_dir=tmp_path)
         assert compiled.resources.spills == 0 and compiled.resources.stack_bytes == 0, config
         assert "C751" not in compiled.log and "C752" not in compiled.log, f"{config}: wgmma serialised"
+
+
+def test_tma_store_twins_are_candidates_with_their_limits():
+    """tma_store: the staged tiles' twins (not the default, not fp8), D's tensor map last; refused without staged
+    rows, with SwiGLU or clusters."""
+    from gemmtune.grouped.render import render, tensor_maps
+
+    spec = GroupedSpec(32, 32 * 512, 512, 64, "bf16")
+    twins = [c for c in candidates(spec) if c.tma_store]
+    assert twins and not default_config(spec).tma_store
+    assert all(c.staged_store and c.with_(tma_store=False) in candidates(spec) for c in twins)
+    d = tensor_maps(spec, twins[0])[-1]
+    assert (d.name, d.operand, d.dims, d.box, d.swizzle) == ("tma_D", "D", (512, 32 * 512), (64, twins[0].rows_per_consumer), 128)
+    assert render(spec, twins[0]).args[-1] == "tma_D" and "tma_D" not in render(spec, twins[0].with_(tma_store=False)).args
+    staged = GroupedConfig(128, 128, consumers=2, pingpong=True, staged_store=True)
+    assert "tma_store" in rejections(staged.with_(staged_store=False, tma_store=True), spec)
+    assert "tma_store" in rejections(staged.with_(tma_store=True, cluster=2), spec)
+    assert "tma_store" in rejections(staged.with_(tma_store=True), GroupedSpec(4, 512, 256, 64, swiglu=True))
+    assert not [c for c in candidates(GroupedSpec(8, 4096, 4096, 1024, "e4m3", scaling="tensor")) if c.tma_store]
+
+
+def test_boxed_staging_layout_is_the_tma_128_byte_swizzle():
+    """parts/staged_rows.boxed_offset (the CUDA text, evaluated here) puts output (r, c) where a TMA store of
+    64-column boxes with 128-byte swizzle reads it: box c // 64 of ROWS rows, 16-byte chunk j of row r at
+    chunk j ^ (r % 8); every 16-bit output of a 128x128 consumer buffer at its own offset."""
+    import re
+
+    from gemmtune.kernels.parts.staged_rows import BOXED_ROWS
+
+    body = re.search(r"return (.*?);", BOXED_ROWS.split("boxed_offset")[1]).group(1)
+    rows = 128
+    offset = eval("lambda r, c: " + body.replace("ROWS", str(rows)))  # shifts, ^, & and * read the same in Python
+
+    def tma(r, c):
+        box, byte = c // 64, (c % 64) * 2
+        return box * rows * 128 + r * 128 + (((byte // 16) ^ (r % 8)) * 16) + byte % 16
+
+    seen = {offset(r, c) for r in range(rows) for c in range(128)}
+    assert len(seen) == rows * 128 and max(seen) < rows * 128 * 2
+    assert all(offset(r, c) == tma(r, c) for r in range(rows) for c in range(128))
