@@ -35,6 +35,26 @@ def staged_rows_fit(spec: GemmSpec) -> str | None:
     return None
 
 
+def _copy_rows(name: str, piece_offset: str, pad: str) -> str:
+    """The CUDA loop copying a warpgroup's staged rows to D in 16-byte pieces, the buffer's layout given by the
+    byte offset of piece p of row r (`piece_offset`); `pad` aligns the parameters' second line."""
+    return f"""template <int ROWS, int COLS>
+__device__ __forceinline__ void {name}(const unsigned char* buf, out_t* __restrict__ D, int row0, int col0,
+{pad}int row_end, int thread) {{
+    constexpr int PIECES = COLS / 8;  // 16-byte pieces of a row
+    #pragma unroll 4
+    for (int i = thread; i < ROWS * PIECES; i += 128) {{
+        const int r = i / PIECES, p = i % PIECES;
+        const int row = row0 + r, col = col0 + p * 8;
+        if (row < row_end && col < N) {{
+            const uint4 piece = *reinterpret_cast<const uint4*>(buf + {piece_offset});
+            *reinterpret_cast<uint4*>(D + (size_t)row * N + col) = piece;
+        }}
+    }}
+}}
+"""
+
+
 STAGED_ROWS = r"""
 // Staged rows: byte offset of output (r, c) in a warpgroup's staging buffer of COLS 16-bit columns a
 // row. The 16-byte piece c / 8 of row r sits at piece (c / 8) ^ (r % 8): a fragment's 8 rows written
@@ -46,21 +66,7 @@ __device__ __forceinline__ int staged_offset(int r, int c) {
 
 // Staged rows to D: ROWS x COLS outputs from (row0, col0), 16 bytes a thread at a time, consecutive
 // threads along a row; rows at or past row_end (the group's end) and pieces past N are not written.
-template <int ROWS, int COLS>
-__device__ __forceinline__ void copy_staged_rows(const unsigned char* buf, out_t* __restrict__ D, int row0, int col0,
-                                                 int row_end, int thread) {
-    constexpr int PIECES = COLS / 8;  // 16-byte pieces of a row
-    #pragma unroll 4
-    for (int i = thread; i < ROWS * PIECES; i += 128) {
-        const int r = i / PIECES, p = i % PIECES;
-        const int row = row0 + r, col = col0 + p * 8;
-        if (row < row_end && col < N) {
-            const uint4 piece = *reinterpret_cast<const uint4*>(buf + r * COLS * 2 + ((p ^ (r & 7)) << 4));
-            *reinterpret_cast<uint4*>(D + (size_t)row * N + col) = piece;
-        }
-    }
-}
-"""
+""" + _copy_rows("copy_staged_rows", "r * COLS * 2 + ((p ^ (r & 7)) << 4)", " " * 49)
 
 
 # Staged rows in TMA boxes: the same buffer cut into boxes of 64 columns (128 bytes a row), box after box,
@@ -78,21 +84,7 @@ __device__ __forceinline__ int boxed_offset(int r, int c) {
 
 // Boxed staged rows to D through ordinary 16-byte stores (a tile whose rows run past row_end): as
 // copy_staged_rows, rows at or past row_end and pieces past N not written.
-template <int ROWS, int COLS>
-__device__ __forceinline__ void copy_boxed_rows(const unsigned char* buf, out_t* __restrict__ D, int row0, int col0,
-                                                int row_end, int thread) {
-    constexpr int PIECES = COLS / 8;  // 16-byte pieces of a row
-    #pragma unroll 4
-    for (int i = thread; i < ROWS * PIECES; i += 128) {
-        const int r = i / PIECES, p = i % PIECES;
-        const int row = row0 + r, col = col0 + p * 8;
-        if (row < row_end && col < N) {
-            const uint4 piece = *reinterpret_cast<const uint4*>(buf + boxed_offset<ROWS>(r, p * 8));
-            *reinterpret_cast<uint4*>(D + (size_t)row * N + col) = piece;
-        }
-    }
-}
-"""
+""" + _copy_rows("copy_boxed_rows", "boxed_offset<ROWS>(r, p * 8)", " " * 48)
 
 
 def staged_pair_writes(spec: GemmSpec, fragment: PairFragment, output: PairOutput, buffer: str, row0: str,
