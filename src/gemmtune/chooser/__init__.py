@@ -215,6 +215,19 @@ def gated_picks(spec: GemmSpec, arch: str, plain: list[Pick]) -> list[Pick]:
     return out
 
 
+def _twin_first(spec: GemmSpec, picks: list[Pick], twin: Any, sm_count: int, in_place: bool = False,
+                **fields: Any) -> list[Pick]:
+    """`picks` with `twin`, a rule's variant of the first pick's config, put first: the first pick's fields with
+    the twin's features and split tail, and `fields`; the first pick stays in the list unless the twin takes its
+    place (`in_place`). `picks` unchanged where the rule gives no twin."""
+    if twin is None:
+        return picks
+    f = features(spec, twin, sm_count)
+    first = replace(picks[0], config=twin, features=tuple(f.items()),
+                    split=split_tail(spec, twin, sm_count, f["blocks_per_sm"]), **fields)
+    return [first] + [p for p in (picks[1:] if in_place else picks) if p.config != twin]
+
+
 def wave_fitted(spec: GemmSpec, picks: list[Pick], sm_count: int) -> list[Pick]:
     """The ranked picks with the first one's 192-row twin put first where its tiles fill whole waves and
     the pick's do not (candidates.wave_fit_config); the model, which has never seen 3 consumers, does not
@@ -223,11 +236,9 @@ def wave_fitted(spec: GemmSpec, picks: list[Pick], sm_count: int) -> list[Pick]:
     if twin is None:
         return picks
     pick = picks[0]
-    f = features(spec, twin, sm_count)
     share = wave_share(spec, pick.config.bm, pick.config.bn, sm_count) / wave_share(spec, twin.bm, twin.bn, sm_count)
-    first = Pick(pick.family, twin, pick.predicted_s * share, "wave-fit rule (192-row tiles fill whole waves)",
-                 tuple(f.items()), split_tail(spec, twin, sm_count, f["blocks_per_sm"]), epilogue=pick.epilogue)
-    return [first] + [p for p in picks if p.config != twin]
+    return _twin_first(spec, picks, twin, sm_count, predicted_s=pick.predicted_s * share, fitted_from=0,
+                       plain_tile=False, scored_by="wave-fit rule (192-row tiles fill whole waves)")
 
 
 def wave_width_first(spec: GemmSpec, picks: list[Pick], sm_count: int) -> list[Pick]:
@@ -236,12 +247,8 @@ def wave_width_first(spec: GemmSpec, picks: list[Pick], sm_count: int) -> list[P
     twin = wave_width_config(spec, picks[0].config, sm_count) if picks else None
     if twin is None:
         return picks
-    pick = picks[0]
-    f = features(spec, twin, sm_count)
-    first = replace(pick, config=twin, predicted_s=pick.predicted_s * twin.bn / pick.config.bn,
-                    scored_by="wave-width rule (two rows of tiles in one wave)", features=tuple(f.items()),
-                    split=split_tail(spec, twin, sm_count, f["blocks_per_sm"]))
-    return [first] + [p for p in picks if p.config != twin]
+    return _twin_first(spec, picks, twin, sm_count, predicted_s=picks[0].predicted_s * twin.bn / picks[0].config.bn,
+                       scored_by="wave-width rule (two rows of tiles in one wave)")
 
 
 def deeper_ring_first(spec: GemmSpec, picks: list[Pick], sm_count: int) -> list[Pick]:
@@ -250,11 +257,8 @@ def deeper_ring_first(spec: GemmSpec, picks: list[Pick], sm_count: int) -> list[
     twin = small_tile_ring(picks[0].config, spec) if picks else None
     if twin is None:
         return picks
-    pick = picks[0]
-    f = features(spec, twin, sm_count)
-    first = replace(pick, config=twin, scored_by=f"{pick.scored_by}; small-tile ring rule ({twin.stages} stages)",
-                    features=tuple(f.items()), split=split_tail(spec, twin, sm_count, f["blocks_per_sm"]))
-    return [first] + [p for p in picks[1:] if p.config != twin]
+    return _twin_first(spec, picks, twin, sm_count, in_place=True,
+                       scored_by=f"{picks[0].scored_by}; small-tile ring rule ({twin.stages} stages)")
 
 
 def fitted(spec: GemmSpec, picks: list[Pick], sm_count: int) -> list[Pick]:
