@@ -301,7 +301,7 @@ def candidates(spec: GroupedSpec) -> list[GroupedConfig]:
               GroupedConfig(128, 256, consumers=2, staged_store=True),
               GroupedConfig(64, 128, consumers=2, pingpong=True, staged_store=True)]
     if not spec.fp8:  # the staged tiles' TMA-store twins (untimed: the default stays the copy loop until measured)
-        shapes += [shape.with_(tma_store=True) for shape in shapes[:1] + shapes[7:]]
+        shapes += [shape.with_(tma_store=True) for shape in shapes if shape.staged_store]
     waiting = shapes[0].with_(promote_overlap=False, overlap_static=False)  # the default without the overlap
     shapes += _promoted_shapes(spec, waiting) + _cluster_shapes(spec, waiting)
     if shapes[0].promote_overlap:  # the default's waiting twin, for A/B

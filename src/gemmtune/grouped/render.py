@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..arch import geometry
-from ..kernel_source import KernelSource, TensorMapArg
+from ..kernel_source import TENSOR_MAP_DTYPES, KernelSource, TensorMapArg
 from ..kernels.parts.cluster_ring import RELEASE_SLOT
 from ..kernels.parts.epilogue import SWIGLU, CArg, Operands, VectorArg, epilogue_function
 from ..kernels.parts.floats import FLOAT_VIEW, TO_OUT
@@ -103,7 +103,8 @@ def tensor_maps(spec: GroupedSpec, config: GroupedConfig) -> tuple[TensorMapArg,
     b = TensorMapArg("tma_B", "B", kind, (spec.k, rows, spec.groups), (row, row * rows), (block_k, out_bn(spec, config), 1))
     if not config.tma_store:
         return a, b
-    d = TensorMapArg("tma_D", "D", spec.out_dtype, (spec.n, spec.total_m), (spec.n * 2,), (64, config.rows_per_consumer))
+    d = TensorMapArg("tma_D", "D", spec.out_dtype, (spec.n, spec.total_m), (spec.n * TENSOR_MAP_DTYPES[spec.out_dtype],),
+                     (64, config.rows_per_consumer))
     return a, b, d
 
 
@@ -280,18 +281,22 @@ def _store_tile(spec: GroupedSpec, config: GroupedConfig) -> str:
     pieces = epilogue_function(spec.epilogue, OPERANDS, out_dtype=spec.dtype) + (SWIGLU if spec.swiglu else "") + TO_OUT
     bias = ("\n    const FloatView<out_t> group_bias{bias + (size_t)tile.group * N};  // this group's row of bias"
             if spec.has_bias else "")
+    staging = (",\n                                           unsigned char* staging, int barrier"
+               + (", const TmaDescriptor& tma_D" if config.tma_store else "") if config.staged_store else "")
+    # store_tile's signature and first lines, the same for every way of storing
+    head = f"""__device__ __forceinline__ void store_tile(const float (&acc)[M_BLOCKS][BN / 2], const GroupTile& tile, int consumer,
+                                           out_t* __restrict__ D, const out_t* __restrict__ bias{_scale_params(spec)}{staging}) {{
+    const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+    const int M = tile.row_end;{bias}{_scale_setup(spec)}"""
+    row0 = "const int row0 = tile.row_begin + tile.tile_m * BM + consumer * ROWS_PER_CONSUMER, col0 = tile.tile_n * OUT_BN;"
     if config.tma_store:
         return (pieces + BOXED_ROWS + f"""
 // One consumer's rows of a tile to D through its staging buffer of TMA boxes (parts/staged_rows.py): rows all
 // inside the group go out as TMA stores issued by the warpgroup's first thread, which first waits until its
 // stores of the tile before have read the buffer; a tile running past the group's end (M) is copied in 16-byte
 // pieces of rows, rows past M left alone. `barrier`: this warpgroup's.
-__device__ __forceinline__ void store_tile(const float (&acc)[M_BLOCKS][BN / 2], const GroupTile& tile, int consumer,
-                                           out_t* __restrict__ D, const out_t* __restrict__ bias{_scale_params(spec)},
-                                           unsigned char* staging, int barrier, const TmaDescriptor& tma_D) {{
-    const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-    const int M = tile.row_end;{bias}{_scale_setup(spec)}
-    const int row0 = tile.row_begin + tile.tile_m * BM + consumer * ROWS_PER_CONSUMER, col0 = tile.tile_n * OUT_BN;
+{head}
+    {row0}
     if (threadIdx.x % 128 == 0) tma_store_wait_read();  // the tile before's boxes are read out of the buffer
     named_barrier(barrier, 128);  // ... and its copied rows too
 {staged_pair_writes(gemm, fragment, OUTPUT, "staging", "row0", "col0", "OUT_BN", offset="boxed_offset<ROWS_PER_CONSUMER>")}
@@ -314,12 +319,8 @@ __device__ __forceinline__ void store_tile(const float (&acc)[M_BLOCKS][BN / 2],
         return (pieces + STAGED_ROWS + f"""
 // One consumer's rows of a tile to D through its staging buffer (parts/staged_rows.py): 16-byte stores
 // of whole rows. M is the group's end row: rows past it are not copied. `barrier`: this warpgroup's.
-__device__ __forceinline__ void store_tile(const float (&acc)[M_BLOCKS][BN / 2], const GroupTile& tile, int consumer,
-                                           out_t* __restrict__ D, const out_t* __restrict__ bias{_scale_params(spec)},
-                                           unsigned char* staging, int barrier) {{
-    const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-    const int M = tile.row_end;{bias}{_scale_setup(spec)}
-    const int row0 = tile.row_begin + tile.tile_m * BM + consumer * ROWS_PER_CONSUMER, col0 = tile.tile_n * OUT_BN;
+{head}
+    {row0}
     named_barrier(barrier, 128);  // the buffer's rows of the tile before are copied out
 {staged_pair_writes(gemm, fragment, OUTPUT, "staging", "row0", "col0", "OUT_BN")}
     named_barrier(barrier, 128);  // every pair of the tile is in the buffer
@@ -328,10 +329,7 @@ __device__ __forceinline__ void store_tile(const float (&acc)[M_BLOCKS][BN / 2],
 """)
     return (pieces + pair_io(gemm, OUTPUT) + f"""
 // One consumer's rows of a tile to D. M is the group's end row: the pair stores skip rows past it.
-__device__ __forceinline__ void store_tile(const float (&acc)[M_BLOCKS][BN / 2], const GroupTile& tile, int consumer,
-                                           out_t* __restrict__ D, const out_t* __restrict__ bias{_scale_params(spec)}) {{
-    const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-    const int M = tile.row_end;{bias}{_scale_setup(spec)}
+{head}
 {pair_stores(gemm, fragment, OUTPUT)}}}
 """)
 
