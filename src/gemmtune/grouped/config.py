@@ -232,12 +232,14 @@ def default_config(spec: GroupedSpec) -> GroupedConfig:
 
 
 def static_by_default(spec: GroupedSpec, small: bool) -> bool:
-    """Whether the fp8 default overlaps each promotion with the next chunk's wgmma (overlap_static): per-tensor
-    scales on 128x128 tiles (not the small groups' ping-pong), without a bias. ptxas (CUDA 13 NVRTC) keeps that
-    loop clean there at every K tried (16-14336, one group and eight); with one group (gt.scaled_mm) it spilled
-    4-260 bytes beside a bias and with rowwise scales (rowwise 4096^3 without an epilogue: 4 bytes, and it still
-    ran 3% faster than the waiting loop), so those keep the waiting loop by default and the twin as a candidate."""
-    return spec.scaling == "tensor" and not (small or spec.has_bias)
+    """Whether the fp8 default overlaps each promotion with the next chunk's wgmma (overlap_static): per-tensor or
+    rowwise scales on 128x128 tiles (not the small groups' ping-pong), without a bias. ptxas (CUDA 13 NVRTC) keeps
+    that loop clean there at every K tried (16-14336, one group and eight); with one group (gt.scaled_mm) it spills
+    8-260 bytes beside a bias, so those keep the waiting loop by default and the twin as a candidate. Rowwise
+    spilled 4 bytes until the tile count was read after setmaxnreg (it was that value, live across it); measured
+    with that spill (bench/results/2026-11-29-h200-fp8-static.md) rowwise overlap_static ran 1-6% faster than the
+    waiting loop on three shapes of four and 1% slower on one."""
+    return spec.scaling in ("tensor", "rowwise") and not (small or spec.has_bias)
 
 
 def _cluster_shapes(spec: GroupedSpec, default: GroupedConfig) -> list[GroupedConfig]:

@@ -812,9 +812,11 @@ extern "C" __global__ void __launch_bounds__({config.threads}, 1){w.attribute}
     }}
     if (threadIdx.x < 32) scan_groups({rows_in}, group_end, tile_end);  // read on the device: no host sync
     {w.sync}
-    const int tiles = tile_end[GROUPS - 1];  // every group's tiles, this launch{" (pairs of them)" if config.cluster > 1 else ""}{w.rank}
+    // tiles (every group's tiles, this launch{" (pairs of them)" if config.cluster > 1 else ""}) is read in each warpgroup after its
+    // setmaxnreg: a value live across setmaxnreg went to local memory (ptxas, rowwise fp8 overlap_static: 4 bytes).{w.rank}
     if (warpgroup == 0) {{
         {_registers(config, "producer")}
+        const int tiles = tile_end[GROUPS - 1];
         if (threadIdx.x == 0) {{
             Ring ring;
             for ({w.units}) {{
@@ -828,6 +830,7 @@ extern "C" __global__ void __launch_bounds__({config.threads}, 1){w.attribute}
         }}
     }} else {{
         {_registers(config, "consumer")}
+        const int tiles = tile_end[GROUPS - 1];
         const int consumer = warpgroup - 1;
         const int part = PINGPONG ? 0 : consumer;  // which rows of its tiles this warpgroup multiplies
         Ring ring;  // walks the ring in step with the producer, tile after tile
