@@ -33,8 +33,10 @@ def _chain(m: int, widths: tuple[int, ...], layout: str, dtype: str):
     """The layers' kernels: layer i maps m×k vectors to m×n (B stored n×k for nt, k×n for nn)."""
     kernels, k = [], WIDTH
     for n in widths:
-        # the gemv family by name: since c1487c9 the chooser gives 16-bit A of 4-16 rows to wgmma swap-AB
-        kernel = gemmtune.build(GemmSpec(m, n, k, layout, dtype), family="gemv")
+        spec = GemmSpec(m, n, k, layout, dtype)
+        kernel = gemmtune.build(spec)
+        if kernel.family != "gemv":  # since c1487c9 the chooser gives 16-bit A of 4-16 rows to wgmma swap-AB
+            kernel = gemmtune.build(spec, family="gemv")
         if arch_number(kernel.arch) >= 90 and not (layout == "nn" and m > 1):
             assert kernel.compiled.source.dependent_launch  # (register-fed columns kernels: one vector only)
         kernels.append(kernel)
