@@ -6,6 +6,8 @@ after it, ours untuned against cuBLAS, torch eager and torch.compile in one run.
         --json models.json --budget-s 540                     # bf16 + fp16, peers cuBLAS and eager
     PYTHONPATH=$PWD/src python bench/bench_models.py --subset quick --dtypes bf16 \\
         --peers eager,compile --budget-s 540                  # with torch.compile, on 17 GEMMs
+    PYTHONPATH=$PWD/src python bench/bench_models.py --largest 10 --dtypes bf16 \\
+        --tune-s 60                                           # issue 67's tuning bar, one GPU a tune
 
 The shapes are bench/model_shapes.py's (96 GEMMs of 14 models, layout nt, prefill / decode / moe),
 an evaluation set the chooser never trains on. Per GEMM and dtype:
@@ -31,6 +33,10 @@ faster). The table has per row: ours plain vs cuBLAS, ours fused vs eager, vs co
 cuBLAS's GEMM alone; then geomean and min of each ratio over all rows, per dtype, per regime and per
 epilogue, and issue 67's bars. --json keeps every per-round time.
 
+--largest N keeps the selection's N GEMMs of most FLOPs, plain (the tuning bar is ours against cuBLAS);
+--tune-s S first runs `gemmtune tune M= N= K= --time S` for each of them (its own process and database,
+as many at once as there are GPUs, each on its own) and builds ours from those databases.
+
 GPU time on an H200 (estimates; --list prints them for a selection): about 1 minute of start-up
 (torch, CUDA, the parallel builds on 16 cores), then about 1 s per GEMM and dtype (the whole suite,
 both dtypes: about 4-5 minutes); the compile peer adds 20-60 s per GEMM (max-autotune benchmarks
@@ -40,10 +46,13 @@ GEMMs once the next would pass the budget; the files written so far (after every
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import functools
 import json
 import math
+import os
+import queue
 import statistics
 import subprocess
 import sys
@@ -62,6 +71,7 @@ PEERS = ("eager", "compile")
 # Launch names, in the order of the table's columns.
 CUBLAS, PLAIN, FUSED, EAGER, COMPILED = "cuBLAS", "ours plain", "ours fused", "eager", "compile"
 EST_START_S, EST_CASE_S, EST_COMPILE_S = 60.0, 1.2, 40.0  # for --list's estimate (H200, 16 cores)
+EST_TUNE_EXTRA_S = 15.0  # a `tune --time S` command's wall time beyond S (set-up, cuBLAS, re-measuring its top 5)
 DEVICE = "cuda"  # where tensors live; the CPU tests run a case on "cpu" with stand-ins for the GPU parts
 
 
@@ -104,12 +114,22 @@ def select_cases(subset: str, models: str | None, regimes: str | None, dtypes: s
     return cases[:limit] if limit else cases
 
 
-def estimate_s(cases: list[Case]) -> float:
-    return EST_START_S + EST_CASE_S * len(cases) + EST_COMPILE_S * sum(c.with_compile for c in cases)
+def largest_cases(cases: list[Case], count: int) -> list[Case]:
+    """The cases of the `count` distinct shapes with the most FLOPs, without their epilogues (one case per
+    shape and dtype: layers sharing a shape are one GEMM once the epilogue is gone)."""
+    shapes = sorted({c.gemm.shape for c in cases}, key=lambda s: (-s[0] * s[1] * s[2], s))[:count]
+    plain = {(c.gemm.shape, c.dtype): Case(dataclasses.replace(c.gemm, epilogue="none"), c.dtype)
+             for c in reversed(cases) if c.gemm.shape in shapes}  # reversed: the first layer of a shape stays
+    return sorted(plain.values(), key=lambda c: (shapes.index(c.gemm.shape), c.dtype))
 
 
-def list_text(cases: list[Case]) -> str:
-    """The selection as a markdown table, with its size and estimated GPU time."""
+def estimate_s(cases: list[Case], tune_s: float = 0.0, gpus: int = 1) -> float:
+    tuning = math.ceil(len(cases) / gpus) * (tune_s + EST_TUNE_EXTRA_S) if tune_s else 0.0
+    return EST_START_S + EST_CASE_S * len(cases) + EST_COMPILE_S * sum(c.with_compile for c in cases) + tuning
+
+
+def list_text(cases: list[Case], tune_s: float | None = None) -> str:
+    """The selection as a markdown table, with its size and estimated GPU time (tunes on one GPU)."""
     lines = ["| model | layer | regime | M | N | K | epilogue | dtype | compile | tokens | source |",
              "|---|---|---|---:|---:|---:|---|---|---|---|---|"]
     for c in cases:
@@ -119,7 +139,7 @@ def list_text(cases: list[Case]) -> str:
     gemms = {c.gemm for c in cases}
     lines += ["", f"{len(cases)} cases: {len(gemms)} GEMMs of {len({g.model for g in gemms})} models, "
               f"{sum(c.with_compile for c in cases)} with the compile peer; estimated H200 time "
-              f"{estimate_s(cases) / 60:.1f} min"]
+              f"{estimate_s(cases, tune_s or 0.0) / 60:.1f} min"]
     return "\n".join(lines)
 
 
@@ -150,15 +170,61 @@ def build_one(spec, db_path: Path) -> Built:
         return Built(None, f"{type(err).__name__}: {err}")
 
 
-def build_all(cases: list[Case], db_path: Path, workers: int) -> dict[Any, Built]:
-    """Every distinct spec's kernel (plain and fused), compiled on `workers` threads (NVRTC lets go of
-    the GIL while it compiles)."""
+def build_all(cases: list[Case], db_for: Callable[[Any], Path], workers: int) -> dict[Any, Built]:
+    """Every distinct spec's kernel (plain and fused) from the tuning database `db_for(spec)`, compiled on
+    `workers` threads (NVRTC lets go of the GIL while it compiles)."""
     from gemmtune.device import query_device
 
     query_device()  # cached: the threads' present_device() needs no driver call of its own
     specs = list(dict.fromkeys(s for c in cases for s in {c.spec(False), c.spec(True)}))
     with ThreadPoolExecutor(workers) as pool:
-        return dict(zip(specs, pool.map(lambda spec: build_one(spec, db_path), specs)))
+        return dict(zip(specs, pool.map(lambda spec: build_one(spec, db_for(spec)), specs)))
+
+
+# --- issue 67's tuning bar: each GEMM tuned first, one GPU a tune ----------------------------------
+@dataclass(frozen=True)
+class Tuned:
+    """One `gemmtune tune` run: its database, exit status, wall time and the last lines it printed."""
+
+    spec: Any
+    db_path: Path
+    returncode: int
+    wall_s: float
+    tail: str
+
+
+def tune_command(spec, seconds: float, db_path: Path) -> list[str]:
+    return [sys.executable, "-m", "gemmtune.cli", "tune", f"M={spec.m}", f"N={spec.n}", f"K={spec.k}",
+            "--dtype", spec.dtype, "--layout", spec.layout, "--time", f"{seconds:g}", "--db", str(db_path)]
+
+
+def tune_all(specs: list[Any], seconds: float, folder: Path, gpus: int) -> list[Tuned]:
+    """Each spec tuned for `seconds` by the CLI in its own process and database, `gpus` at once (each
+    process sees one GPU: CUDA_VISIBLE_DEVICES); a tune that fails leaves an empty database (untuned)."""
+    free: queue.Queue[int] = queue.Queue()
+    for gpu in range(gpus):
+        free.put(gpu)
+
+    def tune(indexed: tuple[int, Any]) -> Tuned:
+        index, spec = indexed
+        db_path, gpu = folder / f"tuned-{index}.sqlite", free.get()
+        started = time.perf_counter()
+        try:
+            done = subprocess.run(tune_command(spec, seconds, db_path), capture_output=True, text=True,
+                                  env={**os.environ, "CUDA_VISIBLE_DEVICES": str(gpu), "COLUMNS": "160"},
+                                  timeout=3 * seconds + 300)
+            code, text = done.returncode, done.stdout + done.stderr
+        except subprocess.TimeoutExpired as err:
+            code, text = -1, f"timed out after {err.timeout:.0f} s"
+        finally:
+            free.put(gpu)
+        tuned = Tuned(spec, db_path, code, time.perf_counter() - started, "\n".join(text.strip().splitlines()[-8:]))
+        print(f"tuned {spec.m}x{spec.n}x{spec.k} {spec.dtype} on GPU {gpu}: rc {code}, {tuned.wall_s:.0f} s\n"
+              f"{tuned.tail}", flush=True)
+        return tuned
+
+    with ThreadPoolExecutor(gpus) as pool:
+        return list(pool.map(tune, enumerate(specs)))
 
 
 # --- operands, reference and the peers' function (torch) -------------------------------------------
@@ -400,6 +466,7 @@ class RunSettings:
     peers: str  # said in the table's header
     commit: str
     seed: int = 67
+    tune_s: float | None = None  # ours from a `tune --time tune_s` of each spec, else untuned
 
 
 def run_case(case: Case, built: dict, settings: RunSettings) -> Outcome:
@@ -592,10 +659,13 @@ def header_lines(settings: RunSettings, not_run: list[Case], failed: list[str]) 
     from gemmtune.device import query_device
 
     today = datetime.date.today().isoformat()
-    lines = [f"# Model-shape suite, untuned ({query_device().name}, {today})", "",
+    tuned = f"tuned {settings.tune_s:g} s each" if settings.tune_s else "untuned"
+    database = (f"the database a `gemmtune tune M= N= K= --time {settings.tune_s:g}` of that GEMM filled just before "
+                "(one process and GPU a tune)" if settings.tune_s else "an empty tuning database")
+    lines = [f"# Model-shape suite, {tuned} ({query_device().name}, {today})", "",
              f"`python bench/bench_models.py` (commit {settings.commit}, torch {torch.__version__}, NVRTC "
              f"{nvrtc_version()}): GEMMs of public model configs (bench/model_shapes.py), layout nt, each with its "
-             "model's epilogue. Ours: `gemmtune.build(spec)` with an empty tuning database, checked against a float64 "
+             f"model's epilogue. Ours: `gemmtune.build(spec)` with {database}, checked against a float64 "
              "reference (poisoned D) before and after timing. cuBLAS: torch.mm alone; eager: F.linear (+bias) then "
              f"the activation / + residual; compile: torch.compile {COMPILE_MODE} of the same function; torch's "
              f"launches replayed from CUDA graphs. Peers: {settings.peers}.",
@@ -635,9 +705,19 @@ def run(args: argparse.Namespace, cases: list[Case]) -> int:
     started = time.perf_counter()
     compile_where = f" (compile on the {args.compile_subset} subset's GEMMs)" if "compile" in args.peer_names else ""
     settings = RunSettings(args.rounds, args.flush, args.lead_us, ", ".join((CUBLAS, *args.peer_names)) + compile_where,
-                           args.commit or git_commit())
-    db_path = Path(tempfile.mkdtemp()) / "empty.sqlite"  # untuned: a fresh, empty tuning database
-    built = build_all(cases, db_path, args.workers)
+                           args.commit or git_commit(), tune_s=args.tune_s)
+    folder = Path(tempfile.mkdtemp())
+    empty = folder / "empty.sqlite"  # untuned: a fresh, empty tuning database
+    databases: dict[Any, Path] = {}
+    if args.tune_s:
+        import torch
+
+        tuned = tune_all(list(dict.fromkeys(c.spec(False) for c in cases)), args.tune_s, folder,
+                         max(1, torch.cuda.device_count()))
+        databases = {t.spec: t.db_path for t in tuned}
+        print(f"tuned {len(tuned)} GEMMs ({sum(t.returncode != 0 for t in tuned)} failed) in "
+              f"{time.perf_counter() - started:.0f} s", flush=True)
+    built = build_all(cases, lambda spec: databases.get(spec, empty), args.workers)
     print(f"built {len(built)} kernels in {time.perf_counter() - started:.0f} s "
           f"({sum(b.kernel is None for b in built.values())} failed)", flush=True)
     outcomes: list[Outcome] = []
@@ -682,6 +762,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--regimes", help=f"only these regimes, of {','.join(REGIMES)}")
     parser.add_argument("--dtypes", default=",".join(DTYPES), help="default bf16,fp16")
     parser.add_argument("--limit", type=int, help="only the first N cases of the selection")
+    parser.add_argument("--largest", type=int, metavar="N",
+                        help="only the selection's N GEMMs of most FLOPs, without their epilogues")
+    parser.add_argument("--tune-s", type=float, metavar="SECONDS",
+                        help="tune each GEMM this long first (gemmtune tune --time, one GPU a tune) and build ours "
+                             "from what it found")
     parser.add_argument("--peers", default="eager",
                         help="beside cuBLAS and eager (always timed): add compile with eager,compile")
     parser.add_argument("--compile-subset", choices=("quick", "all"), default="quick",
@@ -704,6 +789,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"unknown peers or dtypes: {', '.join(sorted(unknown))}")
     if args.rounds < 2:
         parser.error("--rounds must be at least 2")
+    if args.largest is not None and args.largest < 1 or args.tune_s is not None and args.tune_s <= 0:
+        parser.error("--largest and --tune-s must be positive")
     return args
 
 
@@ -711,8 +798,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     cases = select_cases(args.subset, args.models, args.regimes, args.dtypes, args.limit, args.peer_names,
                          args.compile_subset)
+    if args.largest:
+        cases = largest_cases(cases, args.largest)
     if args.list:
-        print(list_text(cases))
+        print(list_text(cases, args.tune_s))
         return 0
     if args.from_json:
         outcomes, header = outcomes_from_json(args.from_json)

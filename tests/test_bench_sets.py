@@ -237,3 +237,24 @@ def test_a_case_runs_on_a_null_device_and_a_wrong_kernel_is_not_timed(monkeypatc
     text = bench.table_text([outcome], ["# header"])
     assert "| ViT-B/16 | mlp.fc1 | prefill | 24x40x64 | bias_col+gelu | fake tile 64x64 (chooser) |" in text
     assert outcome.to_json()["ratios"]["fused vs eager"] == 3.0
+
+
+def test_the_tuning_bar_takes_the_largest_gemms_plain_and_tunes_them_with_the_cli():
+    """bench_models --largest N --tune-s S (issue 67's tuning bar): the N distinct shapes of most FLOPs, each once
+    per dtype and without its epilogue; the tune command is one the CLI's parser takes."""
+    (models,) = _import_bench("bench_models")
+    from gemmtune.cli import build_parser
+
+    cases = models.select_cases("all", None, None, "bf16,fp16", None, ("eager",), "quick")
+    largest = models.largest_cases(cases, 10)
+    def flops(shape):
+        return shape[0] * shape[1] * shape[2]
+
+    chosen = {c.gemm.shape for c in largest}
+    assert len(largest) == 20 and len(chosen) == 10 and {c.dtype for c in largest} == {"bf16", "fp16"}
+    assert min(map(flops, chosen)) >= max(flops(c.gemm.shape) for c in cases if c.gemm.shape not in chosen)
+    assert all(c.gemm.epilogue == "none" and not c.fused and not c.with_compile for c in largest)
+    assert len({(c.gemm.shape, c.dtype) for c in largest}) == 20
+    spec = largest[0].spec(False)
+    args = build_parser().parse_args(models.tune_command(spec, 60, Path("t.sqlite"))[3:])
+    assert (args.time_s, args.dtype, args.layout, str(args.db)) == (60.0, spec.dtype, "nt", "t.sqlite")

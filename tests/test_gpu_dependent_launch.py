@@ -12,6 +12,8 @@ if not torch.cuda.is_available():
     pytest.skip("no CUDA GPU", allow_module_level=True)
 
 import gemmtune  # noqa: E402
+from gemmtune.chooser.candidates import SPLIT_ARCHS, split_config  # noqa: E402
+from gemmtune.device import query_device  # noqa: E402
 from gemmtune.kernels.config_base import arch_number  # noqa: E402
 from gemmtune.spec import GemmSpec  # noqa: E402
 from gemmtune.verify import tolerance  # noqa: E402
@@ -21,7 +23,8 @@ ROUNDS = 20
 # (vectors, layer widths, layout, dtype): 16 vectors through three layers (tensor-core rows kernel), one
 # vector (CUDA-core rows kernel); fp32 with B stored K×N (the CUDA-core columns kernel), 16 vectors (on sm_90
 # the 4096-wide layers fed by TMA, chooser.candidates.ring_rule, the last launched plainly) and one; one vector
-# of few outputs (the columns kernel with K split over a cluster of 16 on sm_90: chooser.candidates.split_rule).
+# of few outputs (the columns kernel with K split over a cluster of 16 on sm_90, asked for by name:
+# chooser.candidates.split_config).
 CHAINS = {"rows-16": (16, (4096, 4096, 1000), "nt", "bf16"), "rows-1": (1, (4096, 11008, 4096), "nt", "bf16"),
           "columns-16": (16, (4096, 4096, 1000), "nn", "fp32"), "columns-1": (1, (4096, 11008, 4096), "nn", "fp32"),
           "columns-split": (1, (1024, 2048, 1000), "nn", "fp32")}
@@ -29,12 +32,17 @@ TYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 WIDTH = 4096  # the chain's input width
 
 
-def _chain(m: int, widths: tuple[int, ...], layout: str, dtype: str):
-    """The layers' kernels: layer i maps m×k vectors to m×n (B stored n×k for nt, k×n for nn)."""
+def _chain(m: int, widths: tuple[int, ...], layout: str, dtype: str, split: bool = False):
+    """The layers' kernels: layer i maps m×k vectors to m×n (B stored n×k for nt, k×n for nn). `split`: the
+    columns kernel with K split over a cluster, by name (no pick takes it since b1ae38c: CLUSTER_SPLIT_UNTUNED)."""
     kernels, k = [], WIDTH
+    device = query_device()
     for n in widths:
         spec = GemmSpec(m, n, k, layout, dtype)
-        kernel = gemmtune.build(spec)
+        if split and arch_number(device.arch) in SPLIT_ARCHS:
+            kernel = gemmtune.build(spec, family="gemv", config=split_config(spec, device.sm_count))
+        else:
+            kernel = gemmtune.build(spec)
         if kernel.family != "gemv":  # since c1487c9 the chooser gives 16-bit A of 4-16 rows to wgmma swap-AB
             kernel = gemmtune.build(spec, family="gemv")
         if arch_number(kernel.arch) >= 90 and not (layout == "nn" and m > 1):
@@ -75,7 +83,7 @@ def _check_layers(x, weights, outs, layout: str = "nt", dtype: str = "bf16") -> 
 @pytest.mark.parametrize("chain", list(CHAINS))
 def test_back_to_back_chain_reads_what_the_kernel_before_wrote(chain):
     m, widths, layout, dtype = CHAINS[chain]
-    kernels = _chain(m, widths, layout, dtype)
+    kernels = _chain(m, widths, layout, dtype, split=chain == "columns-split")
     x = torch.rand((m, WIDTH), device="cuda").mul_(2).sub_(1).to(TYPES[dtype])
     for round_ in range(ROUNDS):
         weights = _weights(widths, round_, layout, dtype)
@@ -91,7 +99,7 @@ def test_back_to_back_chain_reads_what_the_kernel_before_wrote(chain):
 @pytest.mark.parametrize("chain", ["rows-16", "columns-split", "columns-16"])
 def test_chain_inside_a_cuda_graph(chain):
     m, widths, layout, dtype = CHAINS[chain]
-    kernels = _chain(m, widths, layout, dtype)
+    kernels = _chain(m, widths, layout, dtype, split=chain == "columns-split")
     if chain == "columns-split" and arch_number(kernels[0].arch) == 90:
         assert all(k.compiled.source.cluster_blocks == 16 for k in kernels)
     if chain == "columns-16" and arch_number(kernels[0].arch) == 90:
