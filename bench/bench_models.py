@@ -70,6 +70,7 @@ COMPILE_MODE = "max-autotune-no-cudagraphs"  # as gemmtune.baselines.inductor.MO
 PEERS = ("eager", "compile")
 # Launch names, in the order of the table's columns.
 CUBLAS, PLAIN, FUSED, EAGER, COMPILED = "cuBLAS", "ours plain", "ours fused", "eager", "compile"
+UNTUNED = "ours untuned"  # with --tune-s: the plain kernel from an empty database, timed in the same rounds
 EST_START_S, EST_CASE_S, EST_COMPILE_S = 60.0, 1.2, 40.0  # for --list's estimate (H200, 16 cores)
 EST_TUNE_EXTRA_S = 15.0  # a `tune --time S` command's wall time beyond S (set-up, cuBLAS, re-measuring its top 5)
 DEVICE = "cuda"  # where tensors live; the CPU tests run a case on "cpu" with stand-ins for the GPU parts
@@ -360,7 +361,7 @@ class Outcome:
     @functools.cached_property
     def ratios(self) -> dict[str, float | None]:
         """Each of RATIOS by name, computed once (tables and summaries ask for them many times)."""
-        return {which.name: paired_ratio(self, which) for which in RATIOS}
+        return {which.name: paired_ratio(self, which) for which in (*RATIOS, TUNED_VS_UNTUNED)}
 
     def to_json(self) -> dict:
         g = self.case.gemm
@@ -491,7 +492,8 @@ def measure_case(case: Case, built: dict, settings: RunSettings, launches: Launc
         if after != "ok":
             launches.checks[name] = f"after timing: {after}"
     spec, bare = case.spec(True), case.spec(False)
-    kernels = {PLAIN: built[bare].describe, **({FUSED: built[spec].describe} if case.fused else {})}
+    kernels = {PLAIN: built[bare].describe, **({FUSED: built[spec].describe} if case.fused else {}),
+               **({UNTUNED: built[UNTUNED, bare].describe} if (UNTUNED, bare) in built else {})}
     return Outcome(case, times, launches.checks, kernels, compile_s, tuple(launches.notes))
 
 
@@ -508,6 +510,8 @@ def set_up(case: Case, built: dict, settings: RunSettings, launches: Launches) -
     w_t = operands.w.t()
     add_peer(launches, torch, CUBLAS, lambda: torch.mm(operands.x, w_t, out=gemm_out), bare, expected_bare, 1)
     add_ours(launches, torch, PLAIN, built[bare], operands, expected_bare)
+    if (UNTUNED, bare) in built:
+        add_ours(launches, torch, UNTUNED, built[UNTUNED, bare], operands, expected_bare)
     function, args = model_function(torch, spec.epilogue), (operands.x, operands.w, operands.bias, operands.residual)
     if case.fused:
         add_ours(launches, torch, FUSED, built[spec], operands, expected)
@@ -527,6 +531,7 @@ class Ratio:
 
 RATIOS = (Ratio("plain vs cuBLAS", PLAIN, CUBLAS), Ratio("fused vs eager", FUSED, EAGER),
           Ratio("fused vs compile", FUSED, COMPILED), Ratio("fused vs cuBLAS", FUSED, CUBLAS))
+TUNED_VS_UNTUNED = Ratio("tuned vs untuned", PLAIN, UNTUNED)  # --tune-s runs only
 
 
 def times_of(outcome: Outcome, name: str) -> list[float] | None:
@@ -604,7 +609,12 @@ def summary_text(outcomes: list[Outcome]) -> str:
     lines = [head, "|---|" + "---|" * len(RATIOS)]
     lines += [f"| {name} | " + " | ".join(summary_cell(rows, r) for r in RATIOS) + " |"
               for name, rows in groups(outcomes)]
-    return "\n".join(lines + ["", *lowest_lines(outcomes), "", "Issue 67's bars (untuned):", *bars_lines(outcomes)])
+    tuned = [v for o in outcomes if (v := ratio(o, TUNED_VS_UNTUNED)) is not None]
+    if tuned:
+        lines += ["", f"Tuned vs untuned (ours from an empty database, timed in the same rounds): geomean "
+                      f"{geomean(tuned):.3f}, min {min(tuned):.3f}, max {max(tuned):.3f}, n={len(tuned)}"]
+    bars = "tuned" if tuned else "untuned"
+    return "\n".join(lines + ["", *lowest_lines(outcomes), "", f"Issue 67's bars ({bars}):", *bars_lines(outcomes)])
 
 
 def _us(outcome: Outcome, name: str) -> str:
@@ -718,6 +728,8 @@ def run(args: argparse.Namespace, cases: list[Case]) -> int:
         print(f"tuned {len(tuned)} GEMMs ({sum(t.returncode != 0 for t in tuned)} failed) in "
               f"{time.perf_counter() - started:.0f} s", flush=True)
     built = build_all(cases, lambda spec: databases.get(spec, empty), args.workers)
+    if args.tune_s:  # the untuned kernels too, timed beside the tuned ones in the same rounds
+        built.update({(UNTUNED, spec): b for spec, b in build_all(cases, lambda spec: empty, args.workers).items()})
     print(f"built {len(built)} kernels in {time.perf_counter() - started:.0f} s "
           f"({sum(b.kernel is None for b in built.values())} failed)", flush=True)
     outcomes: list[Outcome] = []
@@ -747,7 +759,7 @@ def run(args: argparse.Namespace, cases: list[Case]) -> int:
 
 
 def progress_text(o: Outcome) -> str:
-    ratios = ", ".join(f"{r.name} {_ratio_cell(o, r)}" for r in RATIOS if ratio(o, r) is not None)
+    ratios = ", ".join(f"{r.name} {_ratio_cell(o, r)}" for r in (*RATIOS, TUNED_VS_UNTUNED) if ratio(o, r) is not None)
     bad = [f"{name}: {text}" for name, text in o.checks.items() if text != "ok"]
     return f"{o.case.label}: cuBLAS {_us(o, CUBLAS)} µs; {ratios}" + (f"; {'; '.join(bad)}" if bad else "")
 

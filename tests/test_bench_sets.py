@@ -193,7 +193,7 @@ def _null_device(monkeypatch, bench, wrong: str):
         return launch
 
     def paired(calls, rounds, l2_bytes, protocol, lead_s=0.0):
-        seconds = {bench.CUBLAS: 2.0, bench.PLAIN: 1.0, bench.FUSED: 1.0, bench.EAGER: 3.0}
+        seconds = {bench.CUBLAS: 2.0, bench.PLAIN: 1.0, bench.FUSED: 1.0, bench.EAGER: 3.0, bench.UNTUNED: 1.5}
         for call in calls.values():
             call()
         return {name: [seconds[name] * (1 + i % 2) for i in range(rounds)] for name in calls}
@@ -237,6 +237,14 @@ def test_a_case_runs_on_a_null_device_and_a_wrong_kernel_is_not_timed(monkeypatc
     text = bench.table_text([outcome], ["# header"])
     assert "| ViT-B/16 | mlp.fc1 | prefill | 24x40x64 | bias_col+gelu | fake tile 64x64 (chooser) |" in text
     assert outcome.to_json()["ratios"]["fused vs eager"] == 3.0
+    assert "Tuned vs untuned" not in bench.summary_text([outcome])
+
+    built = _fake_built(bench, case)  # --tune-s: the untuned plain kernel timed in the same rounds
+    built[bench.UNTUNED, case.spec(False)] = built[case.spec(False)]
+    outcome = bench.run_case(case, built, settings)
+    assert bench.ratio(outcome, bench.TUNED_VS_UNTUNED) == 1.5 and bench.UNTUNED in outcome.kernels
+    assert "Tuned vs untuned (ours from an empty database, timed in the same rounds): geomean 1.500" in \
+        bench.summary_text([outcome])
 
 
 def test_the_tuning_bar_takes_the_largest_gemms_plain_and_tunes_them_with_the_cli():

@@ -9,7 +9,7 @@ whose result changes from run to run (a race) is caught too.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
@@ -18,11 +18,12 @@ import numpy as np
 
 from .compiler import CompiledKernel
 from .device import free_memory, query_device
+from .errors import VerifyError
 from .dtypes import STORAGE, from_storage, to_storage
 from .gpu_lock import device_lock
 from .runtime import DeviceBuffer, LoadedKernel, release, synchronize
 from .spec import GemmSpec
-from .timing import Measurement, TimingProtocol, measure
+from .timing import Measurement, TimingProtocol, measure, measure_alternating
 from .verify import VerifyResult, compare, gpu_reference, make_inputs, reference
 
 
@@ -192,6 +193,53 @@ def _load_check_time(compiled: CompiledKernel, inputs: dict, expected: np.ndarra
 
         torch.cuda.empty_cache()
     return result
+
+
+def time_in_turn(kernels: Sequence[CompiledKernel], prepared: Prepared, rounds: int,
+                 protocol: TimingProtocol = TimingProtocol()) -> list[list[float] | None]:
+    """Kernels of one spec, each checked on `prepared`'s inputs (D poisoned first, as evaluate does), then
+    the right ones timed in turn, `rounds` rounds (timing.measure_alternating: L2 emptied before every
+    launch, the order balanced), so that the clock the GPU's power limit moves moves them alike. Returns
+    each kernel's seconds round by round, None for a wrong one; D is checked again after timing (the
+    last launch's). On GPU 0 (a measuring process sees one GPU)."""
+    spec = prepared.spec
+    info = query_device(0)
+    spec.check_fits(free_memory(0))
+    buffers: dict[str, DeviceBuffer] = {}
+    closers: list = []
+    hold = lambda: device_lock(0)  # noqa: E731
+    poison = lambda: buffers["D"].fill_nan(spec.out_dtype)  # noqa: E731
+    try:
+        with hold():
+            bindings = upload_inputs(spec, prepared.inputs, buffers)
+            check = output_check(buffers["D"], spec, prepared.expected, 0)
+            runs = []
+            for compiled in kernels:
+                loaded = LoadedKernel(compiled, 0)
+                closers.append(loaded.unload)
+                runs.append(loaded.bind(bindings))
+        right = [check_then_time(run, poison, check, protocol, True, info.l2_bytes, hold).verify.ok for run in runs]
+        launches = {index: run for index, (run, ok) in enumerate(zip(runs, right)) if ok}
+        with hold():
+            poison()
+        times = measure_alternating(launches, rounds, info.l2_bytes, protocol) if launches else {}
+        if launches:
+            with hold():
+                out = check.read()
+                after = check.judge(out) if check.on_gpu else None
+            after = after or check.judge(out)
+            if not after.ok:  # the last timed launch left a wrong D: a race no single check caught
+                raise VerifyError(f"after timing in turn: {after.message}")
+    except BaseException:
+        release(closers + [b.free for b in buffers.values()], after_error=True)
+        raise
+    release(closers + [b.free for b in buffers.values()], after_error=False)
+    if check.on_gpu:  # the reference's copy on the GPU, as evaluate lets go of it
+        del check
+        import torch
+
+        torch.cuda.empty_cache()
+    return [times.get(index) for index in range(len(runs))]
 
 
 def output_check(d: DeviceBuffer, spec: GemmSpec, expected: np.ndarray, ordinal: int) -> OutputCheck:

@@ -15,7 +15,7 @@ from ..lifeline import spawn_pool
 from ..spec import GemmSpec
 from .space import CandidateSet
 from .trial import Environment, Status, TrialResult
-from .worker import Evaluator, MeasureJob, MeasureWorker, compiled_of, gpu_evaluator
+from .worker import Evaluator, MeasureJob, MeasureWorker, PairedJob, compiled_of, gpu_evaluator
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,23 @@ class MeasurePipeline:
 
     def remeasure(self, configs: Sequence[Any]) -> Iterator[TrialResult]:
         return self.run(configs)  # compiles are disk-cache hits by now
+
+    def time_in_turn(self, configs: Sequence[Any], rounds: int) -> dict[Any, tuple[float, ...]] | None:
+        """Configs measured before (their compiles disk-cache hits by now) timed in turn in the watched
+        worker (worker.PairedJob): each one's seconds, round by round; one that does not compile, does
+        not fit or is wrong is left out. None where the timing itself failed (tuner.compare_in_turn
+        then measures one by one)."""
+        jobs: dict[Any, MeasureJob] = {}
+        for config in configs:
+            compiled = self._compiled(config, self._compile(config))
+            if isinstance(compiled, MeasureJob) and not self._resource_problems(compiled):
+                jobs[config] = compiled
+        if len(jobs) < 2:
+            return None
+        outcome = self.worker.measure(PairedJob(tuple(jobs.values()), rounds, self.protocol))
+        if outcome.status is not Status.OK or len(outcome.rounds_s) != len(jobs):
+            return None
+        return {config: times for config, times in zip(jobs, outcome.rounds_s) if times}
 
     def close(self) -> None:
         if self.pool is not None:

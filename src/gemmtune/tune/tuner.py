@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from statistics import median
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from ..spec import GemmSpec
@@ -17,7 +18,7 @@ from .space import CandidateSet, candidate_set, space_for
 from .strategies import Strategy, make_strategy
 from .strategies.outside import with_outside_seeds
 from .transfer import transfer_seeds
-from .trial import Environment, TrialResult, TuneContext
+from .trial import Environment, Status, TrialResult, TuneContext
 
 
 class Runner(Protocol):
@@ -134,7 +135,8 @@ def tune(spec: GemmSpec, runner: Runner, db: TuningDB, options: TuneOptions = Tu
     strategy.tell(previous)
     tally = Tally(previous, options.trials)
     reason = search(strategy, runner, db, context, options, tally, on_trial)
-    top = remeasure(runner, db, context, options.remeasure_top, again=tally.new > 0)
+    reference = next((c for c in seeds[:1] if measurable(c)), None)  # the chooser's pick: the untuned kernel
+    top = remeasure(runner, db, context, options.remeasure_top, again=tally.new > 0, reference=reference)
     return TuneOutcome(context, len(candidates), tally.done, tally.new, tally.failures, top, reason)
 
 
@@ -177,16 +179,68 @@ def _ask_ahead(strategy: Strategy, runner: Runner, options: TuneOptions, done_af
     return ahead
 
 
-def remeasure(runner: Runner, db: TuningDB, context: TuneContext, count: int, again: bool = True) -> tuple[TrialResult, ...]:
+def remeasure(runner: Runner, db: TuningDB, context: TuneContext, count: int, again: bool = True,
+              reference: Any = None) -> tuple[TrialResult, ...]:
     """Measure the fastest `count` again (a lucky sample should not win); best-first afterwards.
-    With `again` False (a resumed tune that measured nothing new) leaders that were re-measured
-    before are left alone: resuming a finished run measures nothing."""
+    Where the runner can time candidates in turn (compare_in_turn), they are timed so, beside
+    `reference` (the chooser's pick); else one by one. With `again` False (a resumed tune that
+    measured nothing new) leaders that were re-measured before are left alone: resuming a finished
+    run measures nothing."""
     if count <= 0:
         return tuple(db.ranked(context, 5))
     done = set() if again else {r.config for r in db.results(context, phase="remeasure")}
     leaders = [r.config for r in db.ranked(context, count) if r.config not in done]
     if not leaders:
         return tuple(db.ranked(context, count))
-    for result in runner.remeasure(leaders):
-        db.record(context, result, phase="remeasure")
+    if not compare_in_turn(runner, db, context, leaders, reference):
+        for result in runner.remeasure(leaders):
+            db.record(context, result, phase="remeasure")
     return tuple(db.ranked(context, count))
+
+
+# Rounds of the leaders' timing in turn: each round launches every leader once, L2 emptied before each.
+IN_TURN_ROUNDS = 30
+IN_TURN_PASSES = 3  # the comparison again with a config that rose to first without being in one, at most
+
+
+def compare_in_turn(runner: Runner, db: TuningDB, context: TuneContext, leaders: Sequence[Any],
+                    reference: Any = None) -> bool:
+    """The leaders and an anchor (`reference` where the search measured it, else the first leader) timed
+    in turn (MeasurePipeline.time_in_turn), so that the clock drift between one-by-one measurements of
+    long kernels under the GPU's power limit cannot rank them (2026-11-29, H200: the 60-s tunes of four
+    of the model suite's ten largest GEMMs ended 2.6-6.6% slower than the untuned pick, timed in turn
+    by bench_models). Each is recorded as a remeasure: its median per-round time over the anchor's,
+    times the anchor's median in the search, the scale every other trial stands on. A config that then
+    ranks first without having been compared is compared with the anchor too (IN_TURN_PASSES).
+    Returns False where the runner cannot time in turn or the timing failed (measure one by one)."""
+    in_turn = getattr(runner, "time_in_turn", None)
+    if in_turn is None:
+        return False
+    searched = {r.config: r for r in db.results(context) if r.ok}
+    anchor = reference if reference in searched else leaders[0]
+    compared: set = set()
+    batch = list(dict.fromkeys([anchor, *leaders]))
+    for _ in range(IN_TURN_PASSES):
+        rounds = in_turn(batch, IN_TURN_ROUNDS)
+        if not rounds or anchor not in rounds:
+            return bool(compared)
+        for config in batch:
+            db.record(context, _in_turn_result(config, rounds, anchor, searched), phase="remeasure")
+        compared.update(batch)
+        best = db.ranked(context, 1)
+        if not best or best[0].config in compared:
+            break
+        batch = [anchor, best[0].config]
+    return True
+
+
+def _in_turn_result(config: Any, rounds: dict[Any, Sequence[float]], anchor: Any,
+                    searched: dict[Any, TrialResult]) -> TrialResult:
+    """One config's record from a timing in turn (module docstring of compare_in_turn); a config the
+    timing left out (wrong when checked, or not compiled) is a failed remeasure, so no winner."""
+    times, found = rounds.get(config), searched.get(config)
+    if times is None or found is None:
+        return TrialResult(config, Status.VERIFY_ERROR, error="VerifyError: not right when timed in turn")
+    ratio = median(t / a for t, a in zip(times, rounds[anchor]))
+    return TrialResult(config, Status.OK, ratio * searched[anchor].median_s, tuple(times), found.compile_s,
+                       found.resources, found.protocol)

@@ -39,6 +39,16 @@ class MeasureJob:
 
 
 @dataclass(frozen=True)
+class PairedJob:
+    """Compiled candidates of one spec to be timed in turn, `rounds` rounds (evaluate.time_in_turn): the
+    tuner's last word among its leaders, where the GPU's clock drifts between one-by-one measurements."""
+
+    jobs: tuple[MeasureJob, ...]
+    rounds: int
+    protocol: Any = None  # a gemmtune.timing.TimingProtocol; None for its defaults
+
+
+@dataclass(frozen=True)
 class MeasureOutcome:
     status: Status
     median_s: float | None = None
@@ -46,9 +56,10 @@ class MeasureOutcome:
     protocol: dict | None = None
     error: str = ""
     fatal: GemmtuneError | None = None  # not this candidate's fault: the parent raises it and stops
+    rounds_s: tuple[tuple[float, ...] | None, ...] = ()  # a PairedJob's: each kernel's seconds, round by round
 
 
-Evaluator = Callable[[MeasureJob], MeasureOutcome]
+Evaluator = Callable[[MeasureJob | PairedJob], MeasureOutcome]
 
 # After these the child's CUDA context may be poisoned (sticky errors), so it is replaced.
 RESTART_AFTER = (Status.LAUNCH_ERROR, Status.TIMEOUT, Status.CRASH, Status.ERROR)
@@ -93,10 +104,13 @@ def _held_bytes(prepared: Any) -> int:
     return sum(getattr(array, "nbytes", 0) for array in arrays)
 
 
-def gpu_evaluator(job: MeasureJob) -> MeasureOutcome:
-    """Load the cubin, verify against the fp64 reference, then time (gemmtune.evaluate)."""
+def gpu_evaluator(job: MeasureJob | PairedJob) -> MeasureOutcome:
+    """Load the cubin, verify against the fp64 reference, then time (gemmtune.evaluate); a PairedJob's
+    kernels are verified one by one and timed in turn."""
     from ..evaluate import evaluate
 
+    if isinstance(job, PairedJob):
+        return _time_in_turn(job)
     compiled = compiled_of(job)
     prepared = prepared_for(compiled.source.spec)
     evaluation = (evaluate(compiled, prepared=prepared) if job.protocol is None
@@ -106,6 +120,17 @@ def gpu_evaluator(job: MeasureJob) -> MeasureOutcome:
     measurement = evaluation.measurement
     return MeasureOutcome(Status.OK, float(measurement.median_s), tuple(float(s) for s in measurement.samples_s),
                           _as_json(measurement.protocol))
+
+
+def _time_in_turn(job: PairedJob) -> MeasureOutcome:
+    from ..evaluate import time_in_turn
+    from ..timing import TimingProtocol
+
+    kernels = [compiled_of(one) for one in job.jobs]
+    protocol = job.protocol or TimingProtocol()
+    rounds = time_in_turn(kernels, prepared_for(kernels[0].source.spec), job.rounds, protocol)
+    return MeasureOutcome(Status.OK, protocol=_as_json(protocol),
+                          rounds_s=tuple(None if times is None else tuple(times) for times in rounds))
 
 
 def _as_json(protocol: Any) -> dict | None:
@@ -119,7 +144,7 @@ def _as_json(protocol: Any) -> dict | None:
 SYSTEMIC = (NoDeviceError, SpecError)
 
 
-def evaluate_safely(evaluator: Evaluator, job: MeasureJob) -> MeasureOutcome:
+def evaluate_safely(evaluator: Evaluator, job: MeasureJob | PairedJob) -> MeasureOutcome:
     try:
         return evaluator(job)
     except SYSTEMIC as exc:
@@ -157,7 +182,7 @@ class MeasureWorker:
         self.jobs = 0
         self.starts = 0  # children started; more than one means restarts happened
 
-    def measure(self, job: MeasureJob) -> MeasureOutcome:
+    def measure(self, job: MeasureJob | PairedJob) -> MeasureOutcome:
         """The candidate's outcome; raises GemmtuneError when measuring cannot go on at all."""
         self._ensure_started()
         try:
