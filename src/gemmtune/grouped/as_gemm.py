@@ -47,7 +47,7 @@ class Fp8GemmConfig(GroupedConfig):
 
     def describe(self) -> str:
         roles = f"producer+{self.consumers}wg" + (" pingpong" if self.pingpong else "")
-        store = (" staged-store" if self.staged_store else "") + (" tma-store" if self.tma_store else "")
+        store = " staged-store" if self.staged_store else ""
         band = f" band{self.band_m}" if self.band_m else ""
         cluster = f" cluster{self.cluster}" if self.cluster > 1 else ""
         promote = f" promoted/{self.promote_every}" if self.promote_every else ""

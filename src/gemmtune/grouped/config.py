@@ -18,7 +18,7 @@ PROMOTE_INTERVALS = (0, 1, 2, 4, 8)
 # reduced-precision sums stay small (issue 70: error within 1.2x cuBLAS's at K = 14336).
 DEFAULT_PROMOTE_EVERY = 4
 # Fields added after configs were first stored (databases, plans), with the default JSON leaves out
-LATER_FIELDS = {"cluster": 1, "promote_every": 0, "promote_overlap": False, "overlap_static": False, "tma_store": False}
+LATER_FIELDS = {"cluster": 1, "promote_every": 0, "promote_overlap": False, "overlap_static": False}
 SMALL_GROUP_ROWS = 64  # at most this many rows per group on average: 64-row tiles (fewer rows computed for nothing)
 # The default's 128-row ping-pong tiles go in bands of this many tile rows (GroupedConfig.band_m). A group of
 # thousands of rows walked tile_m fastest whole puts all its rows of A (7000 rows x K 6144: 86 MB, beyond L2) under
@@ -54,11 +54,6 @@ class GroupedConfig:
     # included: no wgmma_wait<0> per pair (render.PROMOTED_STATIC_LOOP, BLOCK_SCALED_STATIC_LOOP). False: the
     # pair loops that end each pair with wgmma_wait<0> (issue 70's A/B).
     overlap_static: bool = False
-    # With staged_store: the staged rows of a tile whose rows all lie inside its group go to D as TMA stores, a
-    # box of 64 columns each (the buffer laid out as those boxes: parts/staged_rows.BOXED_ROWS), issued by one
-    # thread and left to finish while the consumer goes on; a tile running past its group's end is copied as
-    # staged rows are. Not SwiGLU, no clusters.
-    tma_store: bool = False
 
     @property
     def promoted(self) -> bool:
@@ -142,11 +137,6 @@ def rejections(config: GroupedConfig, spec: GroupedSpec) -> dict[str, str]:
         problems["band_m"] = f"band_m={c.band_m}: 0 (whole groups) or a count of tile rows"
     if c.staged_store and spec.n % 8:
         problems["staged_store"] = f"staged_store writes 16-byte pieces of rows: N % 8 == 0, not N = {spec.n}"
-    if c.tma_store:  # (every tile width, 64, 128 or 256, is whole boxes of 64 columns)
-        if not c.staged_store:
-            problems["tma_store"] = "tma_store stores the staged rows: it needs staged_store"
-        elif spec.swiglu or c.cluster > 1:
-            problems["tma_store"] = f"tma_store: not with {'SwiGLU tiles' if spec.swiglu else 'clusters'}"
     if c.cluster not in (1, 2):
         problems["cluster"] = f"cluster={c.cluster}: 1 (no cluster) or 2 (a pair sharing the A tile by multicast)"
     if not 2 <= c.stages <= 16:
@@ -302,8 +292,6 @@ def candidates(spec: GroupedSpec) -> list[GroupedConfig]:
               GroupedConfig(128, 128, consumers=2, pingpong=True, staged_store=True),
               GroupedConfig(128, 256, consumers=2, staged_store=True),
               GroupedConfig(64, 128, consumers=2, pingpong=True, staged_store=True)]
-    if not spec.fp8:  # the staged tiles' TMA-store twins (untimed: the default stays the copy loop until measured)
-        shapes += [shape.with_(tma_store=True) for shape in shapes if shape.staged_store]
     waiting = shapes[0].with_(promote_overlap=False, overlap_static=False)  # the default without the overlap
     shapes += _promoted_shapes(spec, waiting) + _cluster_shapes(spec, waiting)
     if shapes[0].promote_overlap:  # the default's waiting twin, for A/B

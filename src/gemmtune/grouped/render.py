@@ -33,12 +33,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..arch import geometry
-from ..kernel_source import TENSOR_MAP_DTYPES, KernelSource, TensorMapArg
+from ..kernel_source import KernelSource, TensorMapArg
 from ..kernels.parts.cluster_ring import RELEASE_SLOT
 from ..kernels.parts.epilogue import SWIGLU, CArg, Operands, VectorArg, epilogue_function
 from ..kernels.parts.floats import FLOAT_VIEW, TO_OUT
 from ..kernels.parts.ring import RING
-from ..kernels.parts.staged_rows import BOXED_ROWS, STAGED_ROWS, staged_pair_writes
+from ..kernels.parts.staged_rows import STAGED_ROWS, staged_pair_writes
 from ..kernels.parts.writeback import CRead, OddEdge, PairFragment, PairOutput, pair_io, pair_stores
 from ..kernels.wgmma import ptx
 from ..kernels.wgmma.consumer import CONSUMER_REGS
@@ -71,7 +71,7 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const TmaDescriptor* map,
 def entry_name(spec: GroupedSpec, config: GroupedConfig) -> str:
     band = f"b{config.band_m}" if config.band_m else ""
     pingpong = "pp" if config.pingpong else ""
-    staged = ("st" if config.staged_store else "") + ("tma" if config.tma_store else "")
+    staged = "st" if config.staged_store else ""
     cluster = f"cl{config.cluster}" if config.cluster > 1 else ""
     promote = f"pr{config.promote_every}" if config.promoted else ""
     overlap = ("ovs" if config.overlap_static else "ov") if config.promote_overlap else ""
@@ -92,20 +92,15 @@ def swiglu_rejections(config: GroupedConfig, spec: GroupedSpec) -> dict[str, str
     return {}
 
 
-def tensor_maps(spec: GroupedSpec, config: GroupedConfig) -> tuple[TensorMapArg, ...]:
+def tensor_maps(spec: GroupedSpec, config: GroupedConfig) -> tuple[TensorMapArg, TensorMapArg]:
     """A: a 2-D map over (K, total_m); B (weights stored (G, N, K), SwiGLU (G, 2N, K)): a 3-D map over
     (K, rows, G), so a box never reads the next group's weights (rows past the last arrive as zeros). A
     SwiGLU tile loads two boxes of BN / 2 rows, its gate and its up rows. With clusters of two, A's box is half
-    the tile's rows: each block of the pair loads one half for both. tma_store: D (total_m, N) in boxes of 64
-    columns by a consumer's rows (TMA clips the columns past N; rows past a group's end never go this way)."""
+    the tile's rows: each block of the pair loads one half for both."""
     kind, row, rows, block_k = spec.dtype, spec.k * spec.element_bytes, spec.weight_rows, bk(spec)
     a = TensorMapArg("tma_A", "A", kind, (spec.k, spec.total_m), (row,), (block_k, config.a_share_rows))
     b = TensorMapArg("tma_B", "B", kind, (spec.k, rows, spec.groups), (row, row * rows), (block_k, out_bn(spec, config), 1))
-    if not config.tma_store:
-        return a, b
-    d = TensorMapArg("tma_D", "D", spec.out_dtype, (spec.n, spec.total_m), (spec.n * TENSOR_MAP_DTYPES[spec.out_dtype],),
-                     (64, config.rows_per_consumer))
-    return a, b, d
+    return a, b
 
 
 def _constants(spec: GroupedSpec, config: GroupedConfig) -> str:
@@ -281,40 +276,13 @@ def _store_tile(spec: GroupedSpec, config: GroupedConfig) -> str:
     pieces = epilogue_function(spec.epilogue, OPERANDS, out_dtype=spec.dtype) + (SWIGLU if spec.swiglu else "") + TO_OUT
     bias = ("\n    const FloatView<out_t> group_bias{bias + (size_t)tile.group * N};  // this group's row of bias"
             if spec.has_bias else "")
-    staging = (",\n                                           unsigned char* staging, int barrier"
-               + (", const TmaDescriptor& tma_D" if config.tma_store else "") if config.staged_store else "")
+    staging = ",\n                                           unsigned char* staging, int barrier" if config.staged_store else ""
     # store_tile's signature and first lines, the same for every way of storing
     head = f"""__device__ __forceinline__ void store_tile(const float (&acc)[M_BLOCKS][BN / 2], const GroupTile& tile, int consumer,
                                            out_t* __restrict__ D, const out_t* __restrict__ bias{_scale_params(spec)}{staging}) {{
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
     const int M = tile.row_end;{bias}{_scale_setup(spec)}"""
     row0 = "const int row0 = tile.row_begin + tile.tile_m * BM + consumer * ROWS_PER_CONSUMER, col0 = tile.tile_n * OUT_BN;"
-    if config.tma_store:
-        return (pieces + BOXED_ROWS + f"""
-// One consumer's rows of a tile to D through its staging buffer of TMA boxes (parts/staged_rows.py): rows all
-// inside the group go out as TMA stores issued by the warpgroup's first thread, which first waits until its
-// stores of the tile before have read the buffer; a tile running past the group's end (M) is copied in 16-byte
-// pieces of rows, rows past M left alone. `barrier`: this warpgroup's.
-{head}
-    {row0}
-    if (threadIdx.x % 128 == 0) tma_store_wait_read();  // the tile before's boxes are read out of the buffer
-    named_barrier(barrier, 128);  // ... and its copied rows too
-{staged_pair_writes(gemm, fragment, OUTPUT, "staging", "row0", "col0", "OUT_BN", offset="boxed_offset<ROWS_PER_CONSUMER>")}
-    if (row0 + ROWS_PER_CONSUMER <= M) {{  // every row inside the group: TMA boxes
-        fence_async_shared();  // this thread's pairs visible to the TMA engine
-        named_barrier(barrier, 128);  // every pair of the tile is in the buffer
-        if (threadIdx.x % 128 == 0) {{
-            #pragma unroll
-            for (int box = 0; box < OUT_BN / 64; ++box)
-                if (col0 + box * 64 < N) tma_store_2d(&tma_D, staging + box * ROWS_PER_CONSUMER * 128, col0 + box * 64, row0);
-            tma_store_commit();
-        }}
-    }} else {{
-        named_barrier(barrier, 128);  // every pair of the tile is in the buffer
-        copy_boxed_rows<ROWS_PER_CONSUMER, OUT_BN>(staging, D, row0, col0, M, threadIdx.x % 128);
-    }}
-}}
-""")
     if config.staged_store:
         return (pieces + STAGED_ROWS + f"""
 // One consumer's rows of a tile to D through its staging buffer (parts/staged_rows.py): 16-byte stores
@@ -338,8 +306,7 @@ def _staging_args(config: GroupedConfig) -> str:
     """store_tile's staging buffer (after the ring, one per consumer) and named barrier (1 + consumer)."""
     if not config.staged_store:
         return ""
-    return (", ring_base + STAGES * STAGE_BYTES + consumer * STAGING_BYTES, 1 + consumer"
-            + (", tma_D" if config.tma_store else ""))
+    return ", ring_base + STAGES * STAGE_BYTES + consumer * STAGING_BYTES, 1 + consumer"
 
 
 def _registers(config: GroupedConfig, side: str) -> str:
@@ -781,14 +748,10 @@ def _kernel(spec: GroupedSpec, config: GroupedConfig, entry: str) -> str:
     scales = "const float* __restrict__ scale_a, const float* __restrict__ scale_b, " if spec.fp8 else ""
     rows_in = spec.rows_operand  # offs (cumulative ends), or counts in the masked layout
     w = walk(config)
-    tma_d = ", const __grid_constant__ TmaDescriptor tma_D" if config.tma_store else ""
-    # tma_store: a consumer's first thread waits for its last TMA stores before the block (and its shared memory) ends
-    store_wait = ("\n        if (threadIdx.x % 128 == 0) tma_store_wait_all();  // the last boxes are written"
-                  if config.tma_store else "")
     return f"""
 extern "C" __global__ void __launch_bounds__({config.threads}, 1){w.attribute}
 {entry}(const int* __restrict__ {rows_in}, {bias}{scales}out_t* __restrict__ D,
-        const __grid_constant__ TmaDescriptor tma_A, const __grid_constant__ TmaDescriptor tma_B{tma_d}) {{
+        const __grid_constant__ TmaDescriptor tma_A, const __grid_constant__ TmaDescriptor tma_B) {{
     __shared__ int group_end[GROUPS], tile_end[GROUPS];  // filled by scan_groups (schedule.py)
     __shared__ alignas(8) u64 full[STAGES];   // slot s has landed
     __shared__ alignas(8) u64 empty[STAGES];  // slot s may be refilled (each consumer reading it arrives once)
@@ -855,7 +818,7 @@ extern "C" __global__ void __launch_bounds__({config.threads}, 1){w.attribute}
             wgmma_wait<0>();
             {_release(config, "previous", "previous >= 0 && ")}
 {_late_tile(config, w)}            store_tile({_stored(config)}, tile, part, D, {"bias" if spec.has_bias else "nullptr"}{", scale_a, scale_b" if spec.fp8 else ""}{_staging_args(config)});
-        }}{store_wait}
+        }}
     }}{w.end}
 }}
 """
@@ -880,8 +843,7 @@ def render(spec: GroupedSpec, config: GroupedConfig | None = None, sm_count: int
     entry = entry_name(spec, config)
     # The launch names the group-rows argument offs in both layouts (kernel_source.POINTER_ARGS); the masked
     # kernel calls its parameter counts.
-    args = ("offs", *(("bias",) if spec.has_bias else ()), *(("scale_a", "scale_b") if spec.fp8 else ()), "D", "tma_A", "tma_B",
-            *(("tma_D",) if config.tma_store else ()))
+    args = ("offs", *(("bias",) if spec.has_bias else ()), *(("scale_a", "scale_b") if spec.fp8 else ()), "D", "tma_A", "tma_B")
     # A persistent grid: a block per SM, with clusters as many whole clusters as always fit at once
     grid = geometry(None, "sm_90a", sm_count).cluster_grid(config.cluster)
     return KernelSource(code=code(spec, config, entry), entry=entry, grid=(grid, 1, 1), block=(config.threads, 1, 1),
