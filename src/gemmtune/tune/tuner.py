@@ -207,12 +207,13 @@ def compare_in_turn(runner: Runner, db: TuningDB, context: TuneContext, leaders:
                     reference: Any = None) -> bool:
     """The leaders and an anchor (`reference` where the search measured it, else the first leader) timed
     in turn (MeasurePipeline.time_in_turn), so that the clock drift between one-by-one measurements of
-    long kernels under the GPU's power limit cannot rank them (2026-11-29, H200: the 60-s tunes of four
-    of the model suite's ten largest GEMMs ended 2.6-6.6% slower than the untuned pick, timed in turn
-    by bench_models). Each is recorded as a remeasure: its median per-round time over the anchor's,
-    times the anchor's median in the search, the scale every other trial stands on. A config that then
-    ranks first without having been compared is compared with the anchor too (IN_TURN_PASSES).
-    Returns False where the runner cannot time in turn or the timing failed (measure one by one)."""
+    long kernels under the GPU's power limit cannot rank them. H200, 2026-11-29
+    (bench/results/2026-11-29-h200-tuned-60s.md): one by one, the 60-s tunes of three of the model suite's
+    ten largest GEMMs ended 2.6-6.7% below the untuned pick; with this, tuned vs untuned geomean 1.008.
+    Each is recorded as a remeasure: its median per-round time over the anchor's, times the anchor's
+    median in the search, the scale every other trial stands on. A config that then ranks first without
+    having been compared is compared with the anchor too (IN_TURN_PASSES). Returns False where the runner
+    cannot time in turn or the timing failed (measure one by one)."""
     in_turn = getattr(runner, "time_in_turn", None)
     if in_turn is None:
         return False
