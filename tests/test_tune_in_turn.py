@@ -91,3 +91,24 @@ def test_without_timing_in_turn_the_leaders_are_measured_one_by_one(tmp_path: Pa
     runner = DriftingRunner(in_turn=False)
     db, outcome = _tune(tmp_path, runner)
     assert len(runner.one_by_one) == 3 and outcome.best.config == runner.order[1]
+
+
+def test_a_time_budget_stops_the_search_inside_a_batch(tmp_path: Path, monkeypatch):
+    """--time: the deadline is checked after every trial, not only between batches (a batch of a large shape's
+    trials took 10-20 s); the batch's rest is not measured."""
+    import gemmtune.tune.tuner as tuner
+
+    clock = [0.0]
+    monkeypatch.setattr(tuner.time, "monotonic", lambda: clock[0])
+    runner = DriftingRunner(in_turn=False)
+    measured = runner.run
+
+    def run(configs):
+        for result in measured(configs):
+            clock[0] += 10.0  # each trial takes 10 s
+            yield result
+    runner.run = run
+    options = TuneOptions(time_s=25.0, batch=8, remeasure_top=0, strategy="random", family="wgmma")
+    with TuningDB(tmp_path / "t.sqlite") as db:
+        outcome = tune(SPEC, runner, db, options)
+    assert outcome.new_trials == 3 and outcome.stop_reason == "time budget reached"

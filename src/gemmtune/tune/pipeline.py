@@ -78,8 +78,12 @@ class MeasurePipeline:
 
     def run(self, configs: Sequence[Any]) -> Iterator[TrialResult]:
         futures = {self._compile(c): c for c in configs}
-        for future in as_completed(futures):
-            yield self._measure(futures[future], future)
+        try:
+            for future in as_completed(futures):
+                yield self._measure(futures[future], future)
+        finally:  # a search that stops mid-batch (its time budget) leaves no compile queued behind it
+            for future in futures:
+                future.cancel()
 
     def prefetch(self, configs: Sequence[Any]) -> None:
         """Start compiling configs that `run` will be asked for next (the tuner's lookahead), so
