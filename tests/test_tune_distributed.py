@@ -22,7 +22,7 @@ from gemmtune.tune.db import TuningDB
 from gemmtune.tune.distributed import DaskRunner, TableRecipe
 from gemmtune.tune.many import budgets, tune_many
 from gemmtune.tune.simulation import table_path
-from gemmtune.tune.tuner import TuneOptions
+from gemmtune.tune.tuner import IN_TURN_ROUNDS, TuneOptions
 from gemmtune.workload import Workload, WorkloadShape, load_workload, save_workload
 from test_tune_simulation import synthetic_table
 
@@ -198,12 +198,17 @@ def test_a_cluster_without_the_dask_extra_is_one_line_and_exit_2(tables, workloa
 
 # --- the GPU recipe's path, with a fake compiler and evaluator (no NVRTC, no GPU) ---------------------
 def timed_by_tile(job):
-    """A fake evaluator: ok, a time that depends on the tile, and the measuring process's id."""
+    """A fake evaluator: ok, a time that depends on the tile, and the measuring process's id; a PairedJob's
+    kernels (tuner.compare_in_turn) 3 rounds each of the same times."""
     from gemmtune.tune.trial import Status
-    from gemmtune.tune.worker import MeasureOutcome
+    from gemmtune.tune.worker import MeasureOutcome, PairedJob
 
-    seconds = 1e-3 * (1 + job.config_json["bm"] / 1000 + job.config_json["bn"] / 3000)
-    return MeasureOutcome(Status.OK, seconds, (seconds,), {"pid": os.getpid()})
+    def seconds(one):
+        return 1e-3 * (1 + one.config_json["bm"] / 1000 + one.config_json["bn"] / 3000)
+    if isinstance(job, PairedJob):
+        return MeasureOutcome(Status.OK, protocol={"pid": os.getpid()},
+                              rounds_s=tuple((seconds(one),) * job.rounds for one in job.jobs))
+    return MeasureOutcome(Status.OK, seconds(job), (seconds(job),), {"pid": os.getpid()})
 
 
 @pytest.fixture(scope="module")
@@ -237,7 +242,10 @@ def test_gpu_recipe_compiles_as_its_own_task_and_measures_in_a_watched_child(gpu
         outcomes = tune_many(workload, runner_for, db, "sm_90", OPTIONS, total_trials=32, family="simt")
     assert all(o.outcome is not None and o.outcome.best is not None for o in outcomes)
     names = {task["key"].split("-")[0] for task in stream.data}
-    assert {"compile_on_worker", "measure_compiled_on_worker"} <= names, names
+    assert {"compile_on_worker", "measure_compiled_on_worker", "time_in_turn_on_worker"} <= names, names
+    with sqlite3.connect(tmp_path / "g.sqlite") as conn:  # the leaders, timed in turn: IN_TURN_ROUNDS rounds each
+        kept = [json.loads(row[0]) for row in conn.execute("SELECT samples_json FROM trials WHERE phase = 'remeasure'")]
+    assert kept and all(len(samples) == IN_TURN_ROUNDS for samples in kept)
     worker_pids = set(gpu_client.run(os.getpid).values())
     with sqlite3.connect(tmp_path / "g.sqlite") as conn:
         pids = {json.loads(row[0])["pid"] for row in conn.execute("SELECT protocol_json FROM trials WHERE status = 'ok'")}

@@ -233,6 +233,13 @@ def measure_compiled_on_worker(recipe: GpuRecipe, config: Any, compiled: Any) ->
     return _worker_runner(recipe).measure_compiled(config, compiled)
 
 
+def time_in_turn_on_worker(recipe: Any, configs: list, rounds: int) -> dict | None:
+    """A shape's leaders timed in turn on this worker's GPU (a Dask task: tuner.compare_in_turn's
+    timing, MeasurePipeline.time_in_turn); None where the recipe's runner cannot (a replay)."""
+    in_turn = getattr(_worker_runner(recipe), "time_in_turn", None)
+    return in_turn(configs, rounds) if in_turn is not None else None
+
+
 def environment_on_worker(recipe: Any) -> Environment:
     return _worker_runner(recipe).environment
 
@@ -290,6 +297,18 @@ class DaskRunner:
 
     def remeasure(self, configs: Sequence[Any]) -> Iterator[TrialResult]:
         return self._gather(configs, remeasure=True)
+
+    def time_in_turn(self, configs: Sequence[Any], rounds: int) -> dict[Any, tuple[float, ...]] | None:
+        """The leaders timed in turn on one GPU worker (time_in_turn_on_worker), for tuner.compare_in_turn;
+        None for a recipe that cannot (the tuner then re-measures one by one)."""
+        if not isinstance(self.recipe, GpuRecipe):
+            return None
+        future = self.client.submit(time_in_turn_on_worker, self.recipe, list(configs), rounds,
+                                    key=self._key(time_in_turn_on_worker), priority=self.priority, **self.on_gpu)
+        try:
+            return future.result()
+        finally:
+            future.release()
 
     def _take_or_submit(self, config: Any, remeasure: bool) -> Any:
         ahead = None if remeasure else self.ahead.pop(config, None)
