@@ -112,3 +112,18 @@ def test_a_time_budget_stops_the_search_inside_a_batch(tmp_path: Path, monkeypat
     with TuningDB(tmp_path / "t.sqlite") as db:
         outcome = tune(SPEC, runner, db, options)
     assert outcome.new_trials == 3 and outcome.stop_reason == "time budget reached"
+
+
+def test_slow_leaders_are_timed_in_fewer_rounds(tmp_path: Path):
+    """Rounds in turn are cut to IN_TURN_BUDGET_S of kernel time (not below IN_TURN_MIN_ROUNDS): a tune of
+    second-long kernels does not spend minutes, or the measuring child's timeout, on its last word."""
+    from gemmtune.tune.tuner import IN_TURN_MIN_ROUNDS
+
+    runner = DriftingRunner()
+    asked = []
+    timed = runner.time_in_turn
+    runner.time_in_turn = lambda configs, rounds: asked.append(rounds) or timed(configs, rounds)  # noqa: E731
+    search_s = runner.search_s
+    runner.search_s = lambda config: 1000 * search_s(config)  # ~1 s kernels
+    _tune(tmp_path, runner)
+    assert asked == [IN_TURN_MIN_ROUNDS]

@@ -205,8 +205,11 @@ def remeasure(runner: Runner, db: TuningDB, context: TuneContext, count: int, ag
     return tuple(db.ranked(context, count))
 
 
-# Rounds of the leaders' timing in turn: each round launches every leader once, L2 emptied before each.
+# Rounds of the leaders' timing in turn: each round launches every leader once, L2 emptied before each;
+# fewer (not below IN_TURN_MIN_ROUNDS) where slow kernels would take longer than IN_TURN_BUDGET_S.
 IN_TURN_ROUNDS = 30
+IN_TURN_MIN_ROUNDS = 5
+IN_TURN_BUDGET_S = 10.0
 IN_TURN_PASSES = 3  # the comparison again with a config that rose to first without being in one, at most
 
 
@@ -229,7 +232,8 @@ def compare_in_turn(runner: Runner, db: TuningDB, context: TuneContext, leaders:
     compared: set = set()
     batch = list(dict.fromkeys([anchor, *leaders]))
     for _ in range(IN_TURN_PASSES):
-        rounds = in_turn(batch, IN_TURN_ROUNDS)
+        round_s = sum(searched[c].median_s for c in batch if c in searched)
+        rounds = in_turn(batch, max(IN_TURN_MIN_ROUNDS, min(IN_TURN_ROUNDS, int(IN_TURN_BUDGET_S / max(round_s, 1e-9)))))
         if not rounds or anchor not in rounds:
             return bool(compared)
         for config in batch:
