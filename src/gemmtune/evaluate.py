@@ -18,8 +18,8 @@ import numpy as np
 
 from .compiler import CompiledKernel
 from .device import free_memory, query_device
-from .errors import VerifyError
 from .dtypes import STORAGE, from_storage, to_storage
+from .errors import VerifyError
 from .gpu_lock import device_lock
 from .runtime import DeviceBuffer, LoadedKernel, release, synchronize
 from .spec import GemmSpec
