@@ -191,3 +191,32 @@ def test_evaluate_16_bit_round_trip(fake: FakeDriver, dtype: str) -> None:
     bad = evaluate(half_compiled(spec, "half_broken"), QUICK, np.random.default_rng(0))
     assert not bad.ok and bad.verify.nan_count == spec.m  # the unwritten column keeps its 16-bit NaN
     assert fake.memory == {} and fake.modules_alive == 0
+
+
+def test_time_in_turn_times_the_right_kernels_round_by_round_and_frees_everything(fake: FakeDriver) -> None:
+    """evaluate.time_in_turn (the tuner's last word): each kernel checked first, the wrong one (None) not timed,
+    the right ones timed once a round; modules, buffers and events let go after."""
+    from gemmtune.evaluate import prepare, time_in_turn
+
+    rounds = time_in_turn([compiled("gemm"), compiled("broken"), compiled("gemm")], prepare(SPEC, np.random.default_rng(0)),
+                          4, QUICK)
+    assert rounds[1] is None and len(rounds[0]) == len(rounds[2]) == 4
+    assert fake.calls.count("launch") == 3 + 2 * (QUICK.warmup + 4)  # a check each, then warm-up and 4 rounds of two
+    assert fake.memory == {} and fake.events_alive == 0 and fake.modules_alive == 0
+
+
+def test_time_in_turn_catches_output_that_changes_while_timing(fake: FakeDriver) -> None:
+    from gemmtune.errors import VerifyError
+    from gemmtune.evaluate import prepare, time_in_turn
+
+    runs = {"n": 0}
+    good, bad = python_gemm(), python_gemm(skip_last=True)
+
+    def flaky(params: int) -> None:
+        runs["n"] += 1
+        (good if runs["n"] == 1 else bad)(params)
+
+    fake.kernels["flaky"] = flaky
+    with pytest.raises(VerifyError, match="after timing in turn"):
+        time_in_turn([compiled("flaky")], prepare(SPEC, np.random.default_rng(0)), 3, QUICK)
+    assert fake.memory == {} and fake.modules_alive == 0
