@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -113,24 +113,32 @@ def check_then_time(run: Callable[[], None], poison: Callable[[], None], check: 
     check; then poison again, time `run` under `protocol`, and check again (a race shows there).
     `hold` is held for the GPU work (launches, D read back, a judge on the GPU) and let go while a
     CPU judge compares: for a large D that takes seconds, in which another worker may time."""
-    with hold():
+    def run_once() -> None:
         poison()
         run()
         synchronize()
-        out = check.read()
-        first = check.judge(out) if check.on_gpu else None
-    first = first or check.judge(out)
+
+    def timed() -> Measurement:
+        poison()  # again, so the check after timing sees only what the timed launches wrote
+        return measure(run, protocol, l2_bytes)
+
+    _, first = _held_check(check, hold, run_once)
     if not first.ok or verify_only:
         return Evaluation(first, None)
-    with hold():
-        poison()  # again, so the check after timing sees only what the timed launches wrote
-        measurement = measure(run, protocol, l2_bytes)
-        out = check.read()
-        again = check.judge(out) if check.on_gpu else None
-    again = again or check.judge(out)
+    measurement, again = _held_check(check, hold, timed)
     if not again.ok:
         return Evaluation(replace(again, message=f"after timing: {again.message}"), None)
     return Evaluation(first, measurement)
+
+
+def _held_check(check: OutputCheck, hold: Hold, gpu_work: Callable[[], Any] = lambda: None) -> tuple[Any, VerifyResult]:
+    """`gpu_work`, then D read back, under `hold`; judged there where the judge is on the GPU, else after
+    `hold` is let go. Returns what `gpu_work` returned and the verdict."""
+    with hold():
+        done = gpu_work()
+        out = check.read()
+        verdict = check.judge(out) if check.on_gpu else None
+    return done, verdict or check.judge(out)
 
 
 @dataclass(frozen=True)
@@ -171,18 +179,32 @@ def evaluate(compiled: CompiledKernel, protocol: TimingProtocol = TimingProtocol
 
 def _load_check_time(compiled: CompiledKernel, inputs: dict, expected: np.ndarray, protocol: TimingProtocol,
                      verify_only: bool, ordinal: int, l2_bytes: int) -> Evaluation:
-    spec = compiled.source.spec
+    return _with_loaded([compiled], compiled.source.spec, inputs, expected, ordinal,
+                        lambda runs, check, poison, hold: check_then_time(runs[0], poison, check, protocol,
+                                                                          verify_only, l2_bytes, hold))
+
+
+T = TypeVar("T")
+
+
+def _with_loaded(kernels: Sequence[CompiledKernel], spec: GemmSpec, inputs: dict, expected: np.ndarray, ordinal: int,
+                 body: Callable[[list, OutputCheck, Callable[[], None], Hold], T]) -> T:
+    """`kernels` loaded and `spec`'s inputs uploaded under the GPU lock, D's check made; then `body(runs, check,
+    poison, hold)` (each kernel bound to the inputs, D's poisoning, the lock). Modules and buffers are let go
+    after, whatever happens, and a judge's reference on the GPU with them."""
     buffers: dict[str, DeviceBuffer] = {}
     closers: list = []
     hold = lambda: device_lock(ordinal)  # noqa: E731
     try:
         with hold():
-            kernel = LoadedKernel(compiled, ordinal)
-            closers.append(kernel.unload)
+            loaded = []
+            for compiled in kernels:
+                loaded.append(LoadedKernel(compiled, ordinal))
+                closers.append(loaded[-1].unload)
             bindings = upload_inputs(spec, inputs, buffers)
             check = output_check(buffers["D"], spec, expected, ordinal)
-        result = check_then_time(kernel.bind(bindings), lambda: buffers["D"].fill_nan(spec.out_dtype), check,
-                                 protocol, verify_only, l2_bytes, hold)
+        result = body([kernel.bind(bindings) for kernel in loaded], check,
+                      lambda: buffers["D"].fill_nan(spec.out_dtype), hold)
     except BaseException:
         release(closers + [b.free for b in buffers.values()], after_error=True)
         raise
@@ -205,41 +227,22 @@ def time_in_turn(kernels: Sequence[CompiledKernel], prepared: Prepared, rounds: 
     spec = prepared.spec
     info = query_device(0)
     spec.check_fits(free_memory(0))
-    buffers: dict[str, DeviceBuffer] = {}
-    closers: list = []
-    hold = lambda: device_lock(0)  # noqa: E731
-    poison = lambda: buffers["D"].fill_nan(spec.out_dtype)  # noqa: E731
-    try:
-        with hold():
-            bindings = upload_inputs(spec, prepared.inputs, buffers)
-            check = output_check(buffers["D"], spec, prepared.expected, 0)
-            runs = []
-            for compiled in kernels:
-                loaded = LoadedKernel(compiled, 0)
-                closers.append(loaded.unload)
-                runs.append(loaded.bind(bindings))
+
+    def check_then_time_in_turn(runs: list, check: OutputCheck, poison: Callable[[], None],
+                                hold: Hold) -> list[list[float] | None]:
         right = [check_then_time(run, poison, check, protocol, True, info.l2_bytes, hold).verify.ok for run in runs]
         launches = {index: run for index, (run, ok) in enumerate(zip(runs, right)) if ok}
+        if not launches:
+            return [None] * len(runs)
         with hold():
             poison()
-        times = measure_alternating(launches, rounds, info.l2_bytes, protocol) if launches else {}
-        if launches:
-            with hold():
-                out = check.read()
-                after = check.judge(out) if check.on_gpu else None
-            after = after or check.judge(out)
-            if not after.ok:  # the last timed launch left a wrong D: a race no single check caught
-                raise VerifyError(f"after timing in turn: {after.message}")
-    except BaseException:
-        release(closers + [b.free for b in buffers.values()], after_error=True)
-        raise
-    release(closers + [b.free for b in buffers.values()], after_error=False)
-    if check.on_gpu:  # the reference's copy on the GPU, as evaluate lets go of it
-        del check
-        import torch
+        times = measure_alternating(launches, rounds, info.l2_bytes, protocol)
+        _, after = _held_check(check, hold)
+        if not after.ok:  # the last timed launch left a wrong D: a race no single check caught
+            raise VerifyError(f"after timing in turn: {after.message}")
+        return [times.get(index) for index in range(len(runs))]
 
-        torch.cuda.empty_cache()
-    return [times.get(index) for index in range(len(runs))]
+    return _with_loaded(kernels, spec, prepared.inputs, prepared.expected, 0, check_then_time_in_turn)
 
 
 def output_check(d: DeviceBuffer, spec: GemmSpec, expected: np.ndarray, ordinal: int) -> OutputCheck:
