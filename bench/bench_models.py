@@ -171,13 +171,17 @@ def build_one(spec, db_path: Path) -> Built:
         return Built(None, f"{type(err).__name__}: {err}")
 
 
-def build_all(cases: list[Case], db_for: Callable[[Any], Path], workers: int) -> dict[Any, Built]:
-    """Every distinct spec's kernel (plain and fused) from the tuning database `db_for(spec)`, compiled on
-    `workers` threads (NVRTC lets go of the GIL while it compiles)."""
+def case_specs(cases: list[Case]) -> list[Any]:
+    """Every distinct spec of the cases, plain and fused."""
+    return list(dict.fromkeys(s for c in cases for s in {c.spec(False), c.spec(True)}))
+
+
+def build_all(specs: list[Any], db_for: Callable[[Any], Path], workers: int) -> dict[Any, Built]:
+    """Each spec's kernel from the tuning database `db_for(spec)`, compiled on `workers` threads (NVRTC lets
+    go of the GIL while it compiles)."""
     from gemmtune.device import query_device
 
     query_device()  # cached: the threads' present_device() needs no driver call of its own
-    specs = list(dict.fromkeys(s for c in cases for s in {c.spec(False), c.spec(True)}))
     with ThreadPoolExecutor(workers) as pool:
         return dict(zip(specs, pool.map(lambda spec: build_one(spec, db_for(spec)), specs)))
 
@@ -360,8 +364,8 @@ class Outcome:
 
     @functools.cached_property
     def ratios(self) -> dict[str, float | None]:
-        """Each of RATIOS by name, computed once (tables and summaries ask for them many times)."""
-        return {which.name: paired_ratio(self, which) for which in (*RATIOS, TUNED_VS_UNTUNED)}
+        """Each of ALL_RATIOS by name, computed once (tables and summaries ask for them many times)."""
+        return {which.name: paired_ratio(self, which) for which in ALL_RATIOS}
 
     def to_json(self) -> dict:
         g = self.case.gemm
@@ -532,6 +536,7 @@ class Ratio:
 RATIOS = (Ratio("plain vs cuBLAS", PLAIN, CUBLAS), Ratio("fused vs eager", FUSED, EAGER),
           Ratio("fused vs compile", FUSED, COMPILED), Ratio("fused vs cuBLAS", FUSED, CUBLAS))
 TUNED_VS_UNTUNED = Ratio("tuned vs untuned", PLAIN, UNTUNED)  # --tune-s runs only
+ALL_RATIOS = (*RATIOS, TUNED_VS_UNTUNED)
 
 
 def times_of(outcome: Outcome, name: str) -> list[float] | None:
@@ -727,9 +732,9 @@ def run(args: argparse.Namespace, cases: list[Case]) -> int:
         databases = {t.spec: t.db_path for t in tuned}
         print(f"tuned {len(tuned)} GEMMs ({sum(t.returncode != 0 for t in tuned)} failed) in "
               f"{time.perf_counter() - started:.0f} s", flush=True)
-    built = build_all(cases, lambda spec: databases.get(spec, empty), args.workers)
-    if args.tune_s:  # the untuned kernels too, timed beside the tuned ones in the same rounds
-        built.update({(UNTUNED, spec): b for spec, b in build_all(cases, lambda spec: empty, args.workers).items()})
+    built = build_all(case_specs(cases), lambda spec: databases.get(spec, empty), args.workers)
+    # the tuned specs' untuned kernels too, timed beside the tuned ones in the same rounds
+    built.update({(UNTUNED, spec): b for spec, b in build_all(list(databases), lambda spec: empty, args.workers).items()})
     print(f"built {len(built)} kernels in {time.perf_counter() - started:.0f} s "
           f"({sum(b.kernel is None for b in built.values())} failed)", flush=True)
     outcomes: list[Outcome] = []
@@ -759,7 +764,7 @@ def run(args: argparse.Namespace, cases: list[Case]) -> int:
 
 
 def progress_text(o: Outcome) -> str:
-    ratios = ", ".join(f"{r.name} {_ratio_cell(o, r)}" for r in (*RATIOS, TUNED_VS_UNTUNED) if ratio(o, r) is not None)
+    ratios = ", ".join(f"{r.name} {_ratio_cell(o, r)}" for r in ALL_RATIOS if ratio(o, r) is not None)
     bad = [f"{name}: {text}" for name, text in o.checks.items() if text != "ok"]
     return f"{o.case.label}: cuBLAS {_us(o, CUBLAS)} µs; {ratios}" + (f"; {'; '.join(bad)}" if bad else "")
 

@@ -248,11 +248,11 @@ def compare_in_turn(runner: Runner, db: TuningDB, context: TuneContext, leaders:
 
 def _in_turn_result(config: Any, rounds: dict[Any, Sequence[float]], anchor: Any,
                     searched: dict[Any, TrialResult]) -> TrialResult:
-    """One config's record from a timing in turn (module docstring of compare_in_turn); a config the
-    timing left out (wrong when checked, or not compiled) is a failed remeasure, so no winner."""
+    """One config's record from a timing in turn (as compare_in_turn says); a config the timing left out
+    (wrong when checked, or not built) is a failed remeasure, so no winner."""
     times, found = rounds.get(config), searched.get(config)
     if times is None or found is None:
-        return TrialResult(config, Status.VERIFY_ERROR, error="VerifyError: not right when timed in turn")
+        return TrialResult(config, Status.VERIFY_ERROR, error="VerifyError: wrong or not built when timed in turn")
     ratio = median(t / a for t, a in zip(times, rounds[anchor]))
     return TrialResult(config, Status.OK, ratio * searched[anchor].median_s, tuple(times), found.compile_s,
                        found.resources, found.protocol)
