@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from gemmtune.build import compile_configs
+from gemmtune.chooser import rank
 from gemmtune.chooser.candidates import candidates
 from gemmtune.device import query_device
 from gemmtune.errors import GemmtuneError
@@ -29,11 +30,15 @@ from gemmtune.evaluate import check_output, upload_inputs
 from gemmtune.kernels import family_for
 from gemmtune.runtime import LoadedKernel, synchronize
 from gemmtune.spec import GemmSpec
-from gemmtune.timing import TimingProtocol, measure
+from gemmtune.timing import TimingProtocol, measure, measure_alternating
 from gemmtune.verify import make_inputs, reference
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_untuned import EVAL_SHAPES as BENCH_SHAPES  # noqa: E402  (training must not see the measured shapes)
+from model_shapes import suite  # noqa: E402
+
+# The other evaluation sets' shapes: the model-shape suite (bench_models.py), drawn around but never on.
+EVALUATED_ELSEWHERE = frozenset(g.shape for g in suite())
 
 PROTOCOL = TimingProtocol(warmup=2, min_reps=5, max_reps=30, min_time_s=0.015)
 CHECK_LIMIT = 1 << 22  # outputs
@@ -111,6 +116,19 @@ WGMMA_MISRANKED_REGIMES = (
     ("near cube, about one wave", 12, (9.4, 10.6), (9.4, 10.6), (9.4, 10.6)),
     ("square, long K", 10, (10.5, 11.5), (10.5, 11.5), (12.3, 13.5)),
 )
+# The sixth, on an H200 (the five before ran on an H100, whose HBM is 30% slower): the regimes of the
+# model-shape suite's weakest rows (issue 67), drawn, never taken from a model: one routed expert's
+# tokens (M 45-2048 in steps of 8) on an expert's weights, many rows on a narrow projection (N 256-1536),
+# few tiles with a very long K, short K, and prefill GEMMs; every candidate the chooser ranks (its rules'
+# picks included) timed in turn, so each shape also says how far the untuned pick is from its best.
+# The sixth element of a regime, where given, is M's step (token counts are not multiples of 64).
+WGMMA_MODEL_REGIMES = (
+    ("one expert's tokens", 24, (5.5, 11), (9, 13), (9, 13), 8),
+    ("many rows, narrow N", 14, (10, 13), (8, 10.6), (9, 12)),
+    ("few tiles, very long K", 12, (10, 12), (10, 12), (13, 15)),
+    ("short K", 10, (10, 13), (10, 13), (8, 10)),
+    ("prefill", 14, (10, 13), (10, 14), (10, 13)),
+)
 WGMMA_DTYPES = (("bf16", "nt", 1.0, 400e9), ("tf32", "nt", 0.5, 150e9), ("fp32", "nn", 0.25, 60e9))  # share, FLOP cap
 
 
@@ -119,13 +137,13 @@ def wgmma_shapes(dtype_share: float, flop_cap: float, seed: int, regimes=WGMMA_R
     """Seeded shapes of every regime (a share of each), dimensions multiples of `multiple`, none an
     evaluation shape, 2·M·N·K at most `flop_cap`."""
     rng = random.Random(seed)
-    eight = lambda lo, hi: max(multiple, int(round(2 ** rng.uniform(lo, hi) / multiple)) * multiple)  # noqa: E731
-    bench = set(BENCH_SHAPES)
+    draw = lambda lo, hi, step=multiple: max(step, int(round(2 ** rng.uniform(lo, hi) / step)) * step)  # noqa: E731
+    bench = set(BENCH_SHAPES) | EVALUATED_ELSEWHERE
     shapes = []
-    for _, count, m, n, k in regimes:
+    for _, count, m, n, k, *m_step in regimes:
         for _ in range(max(1, round(count * dtype_share))):
             for _ in range(20):  # redraw until under the cap
-                shape = (eight(*m), eight(*n), eight(*k))
+                shape = (draw(*m, *m_step), draw(*n), draw(*k))
                 if 2 * shape[0] * shape[1] * shape[2] <= flop_cap and shape not in bench:
                     shapes.append(shape)
                     break
@@ -135,7 +153,8 @@ def wgmma_shapes(dtype_share: float, flop_cap: float, seed: int, regimes=WGMMA_R
 WGMMA_ROUNDS = {"wgmma": (WGMMA_REGIMES, 11, 8, WGMMA_DTYPES), "wgmma-small-m": (WGMMA_SMALL_M_REGIMES, 21, 8, WGMMA_DTYPES),
                 "wgmma-aligned": (WGMMA_ALIGNED_REGIMES, 31, 128, WGMMA_DTYPES[:2]),
                 "wgmma-aligned-2": (WGMMA_ALIGNED_2_REGIMES, 41, 64, WGMMA_DTYPES[:2]),
-                "wgmma-misranked": (WGMMA_MISRANKED_REGIMES, 51, 8, (WGMMA_DTYPES[0], ("tf32", "nt", 0.8, 200e9)))}  # regimes, seed, multiple, dtypes
+                "wgmma-misranked": (WGMMA_MISRANKED_REGIMES, 51, 8, (WGMMA_DTYPES[0], ("tf32", "nt", 0.8, 200e9))),
+                "wgmma-models": (WGMMA_MODEL_REGIMES, 61, 64, WGMMA_DTYPES[:1])}  # regimes, seed, multiple, dtypes
 
 
 def wgmma_specs(which: str = "wgmma") -> list[GemmSpec]:
@@ -158,8 +177,14 @@ def specs(which: str = "first") -> list[GemmSpec]:
             for dtype, layout in (("fp32", "nn"), ("bf16", "nt"))]
 
 
-def jobs_for(spec: GemmSpec, arch: str, sm_count: int, most: int = 28, small_only: bool = False) -> list:
-    """The spec's candidates, thinned evenly to `most` (gemv has up to 80 near-twins)."""
+def jobs_for(spec: GemmSpec, arch: str, sm_count: int, most: int = 28, small_only: bool = False,
+             ranked: bool = False) -> list:
+    """The spec's candidates, thinned evenly to `most` (gemv has up to 80 near-twins). `ranked`: every
+    config the chooser ranks (its rules' picks too), its pick first and always kept."""
+    if ranked:
+        configs = [p.config for p in rank(spec, arch, sm_count)]
+        step = max(1, -(-(len(configs) - 1) // (most - 1)))
+        return [(spec, c, arch) for c in configs[:1] + configs[1::step]]
     configs = candidates(family_for(spec, arch).name, spec, arch, sm_count)
     if small_only:
         configs = [c for c in configs if min(c.bm, c.bn) == SMALL_TILE]
@@ -206,6 +231,54 @@ def time_shape(spec: GemmSpec, jobs: list, compiled: list, sm_count: int, gpu: s
     return rows
 
 
+IN_TURN_ROUNDS = 15  # --in-turn: rounds of every candidate launched once, L2 emptied before each launch
+IN_TURN_PROTOCOL = TimingProtocol(warmup=2, flush_mode="read")
+
+
+def time_shape_in_turn(spec: GemmSpec, jobs: list, compiled: list, sm_count: int, gpu: str, writer,
+                       rounds: int = IN_TURN_ROUNDS) -> int:
+    """time_shape's rows, the candidates that pass the check timed in turn (timing.measure_alternating:
+    each launched once a round, so the power limit's clock moves them all alike; the median of the
+    rounds), and a last column `pick`, 1 on the chooser's pick (the first job)."""
+    family = family_for(spec, jobs[0][2])
+    inputs = make_inputs(spec, np.random.default_rng(0))
+    expected = reference(spec, inputs) if spec.m * spec.n <= CHECK_LIMIT and spec.m * spec.n * spec.k <= CHECK_MACS else None
+    buffers = {}
+    bindings = upload_inputs(spec, inputs, buffers)
+    info = query_device()
+    status, launches, loaded = [], {}, []
+    try:
+        for i, result in enumerate(compiled):
+            if isinstance(result, GemmtuneError):
+                status.append(f"compile: {str(result)[:80]}")
+                continue
+            try:
+                kernel = LoadedKernel(result)
+                loaded.append(kernel)
+                launch = kernel.bind(bindings)
+                buffers["D"].fill_nan(spec.out_dtype)
+                launch()
+                synchronize()
+                wrong = expected is not None and not check_output(buffers["D"], spec, expected).ok
+                status.append("wrong" if wrong else "ok")
+                if not wrong:
+                    launches[i] = launch
+            except GemmtuneError as err:
+                status.append(f"error: {str(err)[:80]}")
+        times = measure_alternating(launches, rounds, info.l2_bytes, IN_TURN_PROTOCOL) if launches else {}
+        for i, (_, config, _) in enumerate(jobs):
+            median = float(np.median(times[i])) if i in times else None
+            writer.writerow([family.name, spec.m, spec.n, spec.k, spec.layout, spec.dtype,
+                             json.dumps(config.to_json(), sort_keys=True), "" if median is None else f"{median:.6g}",
+                             status[i], gpu, sm_count, int(i == 0)])
+    finally:
+        for kernel in loaded:
+            kernel.unload()
+        for b in buffers.values():
+            b.free()
+    return len(jobs)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
@@ -213,15 +286,19 @@ def main() -> int:
     parser.add_argument("--set", dest="which", choices=("first", "extra", "small", *WGMMA_ROUNDS), default="first", help="which shapes")
     parser.add_argument("--most", type=int, default=28, help="candidates per shape at most (thinned evenly)")
     parser.add_argument("--part", default="1/1", help="i/n: time the i-th of n interleaved slices of the set's specs")
+    parser.add_argument("--in-turn", action="store_true",
+                        help="every config the chooser ranks, its pick marked, timed in turn (time_shape_in_turn)")
     args = parser.parse_args()
     part, parts = (int(x) for x in args.part.split("/"))
     info = query_device()
     start = time.time()
     with open(args.out, "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(FIELDS)
+        writer.writerow(FIELDS + (("pick",) if args.in_turn else ()))
         todo = specs(args.which)[part - 1::parts]
-        per_spec = [jobs_for(spec, info.arch, info.sm_count, args.most, args.which == "small") for spec in todo]
+        per_spec = [jobs_for(spec, info.arch, info.sm_count, args.most, args.which == "small", args.in_turn)
+                    for spec in todo]
+        timer = time_shape_in_turn if args.in_turn else time_shape
         flat = [job for jobs in per_spec for job in jobs]
         compiled = compile_configs(flat)  # one pool for everything: NVRTC is the slow part
         print(f"{time.time() - start:6.1f}s compiled {len(flat)} kernels", flush=True)
@@ -230,7 +307,7 @@ def main() -> int:
             if time.time() - start > args.budget:
                 print(f"budget spent after {i} of {len(todo)} shapes")
                 break
-            n = time_shape(spec, jobs, compiled[at:at + len(jobs)], info.sm_count, info.name, writer)
+            n = timer(spec, jobs, compiled[at:at + len(jobs)], info.sm_count, info.name, writer)
             at += len(jobs)
             handle.flush()
             print(f"{time.time() - start:6.1f}s {spec.short()}: {n} configs", flush=True)

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from gemmtune.chooser import EXPLAINED, choose, explain, rank, split_tail
+from gemmtune.chooser import EXPLAINED, choose, explain, rank, rank_configs, split_tail
 from gemmtune.chooser.candidates import candidates
 from gemmtune.chooser.features import blocks_per_sm, features, geometry
 from gemmtune.chooser.model import MODEL_PATH, TrainingRow, feature_matrix, load, save, train, train_family
@@ -576,3 +576,30 @@ def test_two_rows_of_tiles_take_the_width_of_one_wave():
                  GemmSpec(256, 8192, 4096, "nt", "bf16")):
         assert "wave-width" not in rank(spec, "sm_90a", 132)[0].scored_by
         assert wave_width_config(spec, rank(spec, "sm_90a", 132)[0].config, 132) is None or spec.m == 160
+
+
+# --- scattered tails last (chooser.scattered_tails_last) ---------------------------------------------
+def test_a_long_k_pick_with_a_large_even_share_tail_goes_behind_the_others():
+    from gemmtune.chooser import scattered_tail, scattered_tails_last
+
+    spec = GemmSpec(3008, 2304, 12800, "nt", "bf16")  # 128x256: 24x9 tiles, the last 84 shared along K
+    ranked = rank_configs(spec, "wgmma", candidates("wgmma", spec, "sm_90a", 132), 132)
+    assert scattered_tail(spec, ranked[0])  # the model alone ranks such a config first
+    assert ranked[0].split.splits == 0 and ranked[0].split.k_blocks == 200
+    moved = scattered_tails_last(spec, ranked)
+    assert sorted(map(id, moved)) == sorted(map(id, ranked))  # nothing dropped
+    kept = [p for p in moved if not scattered_tail(spec, p)]
+    assert kept and moved[:len(kept)] == kept  # every scattered config after every other one
+    assert not scattered_tail(spec, rank(spec, "sm_90a", 132)[0])
+
+
+def test_scattered_tails_keep_their_place_for_3xtf32_short_tails_and_short_k():
+    from gemmtune.chooser import SCATTERED_TAIL_MIN_K_BLOCKS, scattered_tail
+
+    big = GemmSpec(8192, 8192, 8192, "nt", "bf16")  # 128x256: 2048 tiles, 68 in the shared tail (3%)
+    pick = rank_configs(big, "wgmma", [WgmmaConfig(split_tail=True)], 132)[0]
+    assert pick.split is not None and pick.split.splits == 0 and not scattered_tail(big, pick)
+    for dtype, layout, k in (("fp32", "nn", 12800), ("bf16", "nt", 64 * (SCATTERED_TAIL_MIN_K_BLOCKS - 1))):
+        spec = GemmSpec(3008, 2304, k, layout, dtype)
+        for p in rank_configs(spec, "wgmma", candidates("wgmma", spec, "sm_90a", 132), 132):
+            assert not scattered_tail(spec, p)

@@ -178,9 +178,40 @@ def rank(spec: GemmSpec, arch: str, sm_count: int | None = None, family: str | N
     if spec.gated:
         return gated_picks(spec, arch, rank(spec.ungated(), arch, sm_count, chosen.name, model))
     picks = rank_configs(spec, chosen.name, candidates(chosen.name, spec, arch, sm_count), sm_count, model)
+    picks = scattered_tails_last(spec, picks)
     picks = wave_fitted(spec, on_plain_tile(spec, fitted(spec, picks, sm_count), arch, sm_count, model), sm_count)
     picks = deeper_ring_first(spec, wave_width_first(spec, picks, sm_count), sm_count)
     return swapped_first(spec, arch, picks, sm_count) if chosen.name == "wgmma" else picks
+
+
+# A split tail shared along K in even runs (schedule.py: stream-K on the last wave) starts its pieces at
+# scattered k offsets, so the blocks running together stop sharing A's and B's k-slabs in L2. Where K is
+# long and that tail is a large part of the work, the model (which sees the tail's length, not where its
+# slabs come from) ranks such configs too high. On an H100, on shapes drawn outside every evaluation set
+# with 64 k-blocks or more and at least 15% of the tiles in such a tail, the fastest config with one
+# trailed the fastest without on 63 of 68 16-bit shapes (geomean 1.30x slower; the 5 it led, by 0.4-7%)
+# and on 66 of 68 tf32 shapes (1.41x), in the 2026-11-26 rounds and the 2026-12-07 round timed in turn
+# (bench/results/2026-12-07-h100-chooser-rows-wgmma-models.csv.gz). 3xTF32 (fp32), bound by its three
+# products rather than by L2, ran the other way (even shares led on 8 of 8) and keeps its ranking; so
+# does a short tail (8192^3 in 128x256 tiles: 3% of its tiles, 1.9% faster shared).
+SCATTERED_TAIL_MIN_K_BLOCKS = 64
+SCATTERED_TAIL_MIN_SHARE = 0.15
+
+
+def scattered_tail(spec: GemmSpec, pick: Pick) -> bool:
+    """Whether `pick` runs a long-K 16-bit or tf32 GEMM with a large tail of even shares (SCATTERED_TAIL_*)."""
+    tail = pick.split
+    return (spec.dtype in ("bf16", "fp16", "tf32") and tail is not None and tail.splits == 0
+            and tail.k_blocks >= SCATTERED_TAIL_MIN_K_BLOCKS
+            and tail.split_tiles >= SCATTERED_TAIL_MIN_SHARE * tail.tiles)
+
+
+def scattered_tails_last(spec: GemmSpec, picks: list[Pick]) -> list[Pick]:
+    """`picks` with those of a scattered tail (scattered_tail) after all others, each group in its order."""
+    scattered = [p for p in picks if scattered_tail(spec, p)]
+    if not scattered or len(scattered) == len(picks):
+        return picks
+    return [p for p in picks if not scattered_tail(spec, p)] + scattered
 
 
 def swapped_first(spec: GemmSpec, arch: str, picks: list[Pick], sm_count: int) -> list[Pick]:
