@@ -590,7 +590,8 @@ def test_a_long_k_pick_with_a_large_even_share_tail_goes_behind_the_others():
     assert sorted(map(id, moved)) == sorted(map(id, ranked))  # nothing dropped
     kept = [p for p in moved if not scattered_tail(spec, p)]
     assert kept and moved[:len(kept)] == kept  # every scattered config after every other one
-    assert not scattered_tail(spec, rank(spec, "sm_90a", 132)[0])
+    first = rank(spec, "sm_90a", 132)[0]
+    assert not scattered_tail(spec, first) and first.scattered_behind >= 1 and "scattered_tails_last" in first.why()
 
 
 def test_scattered_tails_keep_their_place_for_3xtf32_short_tails_and_short_k():

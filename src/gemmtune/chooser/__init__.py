@@ -98,6 +98,7 @@ class Pick:
     fitted_from: int = 0  # the measured tile width this config's width was fitted from (0: not fitted)
     epilogue: EpilogueCost | None = None  # the fused epilogue's estimated cost, in predicted_s
     plain_tile: bool = False  # put first as the plain GEMM's pick's tile (on_plain_tile), not by its prediction
+    scattered_behind: int = 0  # better-predicted configs of a scattered tail put behind it (scattered_tails_last)
 
     def feature(self, name: str) -> float:
         return dict(self.features)[name]
@@ -124,7 +125,9 @@ class Pick:
                 + ("; every tile is split along K, so it runs without overlap_epilogue (whole-width wgmma)"
                    if self.overlap_dropped() else "")
                 + (f"; {self.epilogue.text()}" if self.epilogue is not None else "")
-                + ("; first as the plain GEMM's pick's tile and schedule (chooser.on_plain_tile)" if self.plain_tile else ""))
+                + ("; first as the plain GEMM's pick's tile and schedule (chooser.on_plain_tile)" if self.plain_tile else "")
+                + (f"; {self.scattered_behind} config(s) predicted faster put behind: their split tail shares a long K "
+                   f"in even runs over a large part of the tiles (chooser.scattered_tails_last)" if self.scattered_behind else ""))
 
     def overlap_dropped(self) -> bool:
         """Whether the kernel is rendered without the config's overlap_epilogue (no whole tile to overlap:
@@ -211,7 +214,9 @@ def scattered_tails_last(spec: GemmSpec, picks: list[Pick]) -> list[Pick]:
     scattered = [p for p in picks if scattered_tail(spec, p)]
     if not scattered or len(scattered) == len(picks):
         return picks
-    return [p for p in picks if not scattered_tail(spec, p)] + scattered
+    kept = [p for p in picks if not scattered_tail(spec, p)]
+    ahead = picks.index(kept[0])  # the scattered configs the model ranked above the new first pick
+    return [replace(kept[0], scattered_behind=ahead) if ahead else kept[0]] + kept[1:] + scattered
 
 
 def swapped_first(spec: GemmSpec, arch: str, picks: list[Pick], sm_count: int) -> list[Pick]:
