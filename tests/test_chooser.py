@@ -606,11 +606,10 @@ def test_scattered_tails_keep_their_place_for_3xtf32_short_tails_and_short_k():
             assert not scattered_tail(spec, p)
 
 
-def test_192_row_wave_fit_keeps_to_the_k_it_was_measured_on():
-    from gemmtune.chooser.candidates import WAVE_FIT_MAX_K_BLOCKS, wave_fit_config
 
-    pick = WgmmaConfig(bm=128, bn=256, stages=4, consumers=2, split_tail=True, tma_store=True, store_slices=2)
-    short = GemmSpec(4224, 768, 64 * WAVE_FIT_MAX_K_BLOCKS, "nt", "bf16")  # 33x3 tiles of 128x256: 0.75 of a wave
-    twin = wave_fit_config(short, pick, 132)
-    assert twin is not None and (twin.bm, twin.consumers) == (192, 3)
-    assert wave_fit_config(GemmSpec(4224, 768, 64 * WAVE_FIT_MAX_K_BLOCKS + 64, "nt", "bf16"), pick, 132) is None
+def test_an_epilogue_reading_c_keeps_the_model_order_over_scattered_tails():
+    # measured: with a residual add the moved picks took C by the slower C-spread path and lost 3 of 3
+    spec = GemmSpec(3008, 2304, 12800, "nt", "bf16", epilogue="add")
+    assert rank(spec, "sm_90a", 132)[0].config == rank(spec, "sm_90a", 132, scattered_last=False)[0].config
+    plain = rank(spec.without_epilogue(), "sm_90a", 132)[0]
+    assert plain.scattered_behind and rank(spec, "sm_90a", 132)[0].config.bn != plain.config.bn

@@ -172,16 +172,18 @@ def _staging_s(spec: GemmSpec, configs: list[Any]) -> np.ndarray:
 
 
 def rank(spec: GemmSpec, arch: str, sm_count: int | None = None, family: str | None = None,
-         model: ChooserModel | None = None) -> list[Pick]:
+         model: ChooserModel | None = None, scattered_last: bool = True) -> list[Pick]:
     """Every candidate of the family chosen for the spec (or `family`), best predicted first, on a GPU
-    of `sm_count` SMs (None: the arch table's GPU for `arch`, gemmtune.arch)."""
+    of `sm_count` SMs (None: the arch table's GPU for `arch`, gemmtune.arch). `scattered_last`:
+    scattered_tails_last applies (never where the epilogue reads C)."""
     chosen = family_for(spec, arch, family)
     if sm_count is None:
         sm_count = arch_geometry(None, arch).sm_count
     if spec.gated:
         return gated_picks(spec, arch, rank(spec.ungated(), arch, sm_count, chosen.name, model))
     picks = rank_configs(spec, chosen.name, candidates(chosen.name, spec, arch, sm_count), sm_count, model)
-    picks = scattered_tails_last(spec, picks)
+    if scattered_last and not spec.epilogue.reads_c:
+        picks = scattered_tails_last(spec, picks)
     picks = wave_fitted(spec, on_plain_tile(spec, fitted(spec, picks, sm_count), arch, sm_count, model), sm_count)
     picks = deeper_ring_first(spec, wave_width_first(spec, picks, sm_count), sm_count)
     return swapped_first(spec, arch, picks, sm_count) if chosen.name == "wgmma" else picks
@@ -196,7 +198,12 @@ def rank(spec: GemmSpec, arch: str, sm_count: int | None = None, family: str | N
 # and on 66 of 68 tf32 shapes (1.41x), in the 2026-11-26 rounds and the 2026-12-07 round timed in turn
 # (bench/results/2026-12-07-h100-chooser-rows-wgmma-models.csv.gz). 3xTF32 (fp32), bound by its three
 # products rather than by L2, ran the other way (even shares led on 8 of 8) and keeps its ranking; so
-# does a short tail (8192^3 in 128x256 tiles: 3% of its tiles, 1.9% faster shared).
+# does a short tail (8192^3 in 128x256 tiles: 3% of its tiles, 1.9% faster shared). The picks it moves, timed
+# against the model's on an H200 (2026-12-07, shapes outside the suite, bench/results/2026-12-07-h200-chooser-rules.md):
+# bf16 10 (8 faster, geomean 1.15x, 0.604 -> 0.939x cuBLAS at 1792x1280x19200; 2 slower by 6-9%), tf32 3 of 3
+# faster (1.41x). With C read (a residual add) its picks lost 3 of 3 (their tiles take C by the slower
+# C-spread path, not the ring), so an epilogue reading C, and the plain pick such a spec follows
+# (on_plain_tile), keeps the model's order.
 SCATTERED_TAIL_MIN_K_BLOCKS = 64
 SCATTERED_TAIL_MIN_SHARE = 0.15
 
@@ -370,7 +377,8 @@ def plain_tile_pick(spec: GemmSpec, picks: list[Pick], arch: str, sm_count: int,
                     model: ChooserModel | None = None) -> Pick | None:
     """Of `picks` (the fused spec's, ranked), the first on the tile, grid and schedule of the plain GEMM's
     pick; None where the plain pick is not a wgmma config or no fused candidate shares its tile."""
-    plain = rank(spec.without_epilogue(), arch, sm_count, model=model)[0].config
+    plain = rank(spec.without_epilogue(), arch, sm_count, model=model,
+                 scattered_last=not spec.epilogue.reads_c)[0].config
     if not isinstance(plain, WgmmaConfig):
         return None
     return next((p for p in picks if isinstance(p.config, WgmmaConfig) and tile_key(p.config) == tile_key(plain)), None)

@@ -625,11 +625,10 @@ def candidates(family: str, spec: GemmSpec, arch: str, sm_count: int) -> list[An
 # held on the 8 more chosen by it; 16-bit types in layout nt (what was measured). With a bias the 192x192 tile
 # spilled until the staged bias became packed pairs (937f8dd); since then the 59 bias picks it moves on a grid
 # outside the suite all ran faster, 1.001-1.177x (bench/results/2026-11-29-h200-bias-192-and-pingpong.md).
-# Those shapes had K of 1024-4096 (16-64 k-blocks), where the pick's split tail could not hide its last wave;
-# with a long K it does, and the 192-row tile's own speed decides: H100, 2026-12-07 round timed in turn
-# (bench/results/2026-12-07-h100-chooser-rows-wgmma-models.csv.gz), 2048x3008x16192 192x128 0.824x the best
-# (128x192), 1920x3200x24128 0.987x. So the rule keeps to the K it was measured on.
-WAVE_FIT_MAX_K_BLOCKS = 64
+# Those shapes had K of 1024-4096; the rule holds at long K too on the H200, where the 192-row tiles' speed
+# decides: at K 4864-26624 (H200, 2026-12-07, 12 shapes outside the suite, bench/results/
+# 2026-12-07-h200-chooser-rules.md) its picks ran 0.997-1.22x as fast as the model's 128/256-row ones (9
+# faster by over 1%, 3 within 1%). One H100 shape of that day's round, 2048x3008x16192, went the other way (0.82x).
 WAVE_FIT_MIN = 0.93  # the 192-row tiles' useful share of whole waves (3000x1024: 0.947, 0.82 -> 0.99x)
 WAVE_FIT_PICK_BELOW = 0.90  # ... where the pick's own share is under this
 WAVE_FIT_TILES = ((192, 128), (192, 192))
@@ -660,10 +659,9 @@ def _wave_fit_variants(twin: WgmmaConfig, spec: GemmSpec) -> list[WgmmaConfig]:
 
 def wave_fit_config(spec: GemmSpec, pick: Any, sm_count: int) -> WgmmaConfig | None:
     """The pick's 192-row twin (3 consumers, the deepest ring, no overlapped write-back) where it fills
-    at least WAVE_FIT_MIN of whole waves and the pick under WAVE_FIT_PICK_BELOW, K at most
-    WAVE_FIT_MAX_K_BLOCKS k-blocks, else None."""
+    at least WAVE_FIT_MIN of whole waves and the pick under WAVE_FIT_PICK_BELOW, else None."""
     if (not isinstance(pick, WgmmaConfig) or spec.dtype not in ("bf16", "fp16") or spec.layout != "nt"
-            or pick.consumers == 3 or ceil_div(spec.k, 64) > WAVE_FIT_MAX_K_BLOCKS  # 64 16-bit elements a k-block
+            or pick.consumers == 3
             or wave_share(spec, pick.bm, pick.bn, sm_count) >= WAVE_FIT_PICK_BELOW):
         return None
     family = get_family("wgmma")
