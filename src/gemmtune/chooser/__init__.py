@@ -192,18 +192,14 @@ def rank(spec: GemmSpec, arch: str, sm_count: int | None = None, family: str | N
 # A split tail shared along K in even runs (schedule.py: stream-K on the last wave) starts its pieces at
 # scattered k offsets, so the blocks running together stop sharing A's and B's k-slabs in L2. Where K is
 # long and that tail is a large part of the work, the model (which sees the tail's length, not where its
-# slabs come from) ranks such configs too high. On an H100, on shapes drawn outside every evaluation set
-# with 64 k-blocks or more and at least 15% of the tiles in such a tail, the fastest config with one
-# trailed the fastest without on 63 of 68 16-bit shapes (geomean 1.30x slower; the 5 it led, by 0.4-7%)
-# and on 66 of 68 tf32 shapes (1.41x), in the 2026-11-26 rounds and the 2026-12-07 round timed in turn
-# (bench/results/2026-12-07-h100-chooser-rows-wgmma-models.csv.gz). 3xTF32 (fp32), bound by its three
-# products rather than by L2, ran the other way (even shares led on 8 of 8) and keeps its ranking; so
-# does a short tail (8192^3 in 128x256 tiles: 3% of its tiles, 1.9% faster shared). The picks it moves, timed
-# against the model's on an H200 (2026-12-07, shapes outside the suite, bench/results/2026-12-07-h200-chooser-rules.md):
-# bf16 10 (8 faster, geomean 1.15x, 0.604 -> 0.939x cuBLAS at 1792x1280x19200; 2 slower by 6-9%), tf32 3 of 3
-# faster (1.41x). With C read (a residual add) its picks lost 3 of 3 (their tiles take C by the slower
-# C-spread path, not the ring), so an epilogue reading C, and the plain pick such a spec follows
-# (on_plain_tile), keeps the model's order.
+# slabs come from) ranks such configs too high. H100, shapes outside every evaluation set with 64+ k-blocks
+# and 15%+ of the tiles in such a tail (the 2026-11-26 rounds and 2026-12-07's, timed in turn): the fastest
+# config with one trailed the fastest without on 63 of 68 16-bit shapes (geomean 1.30x slower; the 5 it led,
+# by 0.4-7%) and 66 of 68 tf32 ones (1.41x). 3xTF32 (fp32) ran the other way (8 of 8) and keeps its ranking;
+# so does a short tail (8192^3 in 128x256 tiles: 3% of its tiles, 1.9% faster shared). Its moved picks on an
+# H200 (bench/results/2026-12-07-h200-chooser-rules.md): bf16 8 of 10 faster (geomean 1.15x), tf32 3 of 3
+# (1.41x); with a residual add 3 of 3 slower (those tiles read C by C-spread, not the ring), so an epilogue
+# reading C, and the plain pick it follows (on_plain_tile), keeps the model's order.
 SCATTERED_TAIL_MIN_K_BLOCKS = 64
 SCATTERED_TAIL_MIN_SHARE = 0.15
 

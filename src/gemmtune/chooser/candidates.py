@@ -625,10 +625,8 @@ def candidates(family: str, spec: GemmSpec, arch: str, sm_count: int) -> list[An
 # held on the 8 more chosen by it; 16-bit types in layout nt (what was measured). With a bias the 192x192 tile
 # spilled until the staged bias became packed pairs (937f8dd); since then the 59 bias picks it moves on a grid
 # outside the suite all ran faster, 1.001-1.177x (bench/results/2026-11-29-h200-bias-192-and-pingpong.md).
-# Those shapes had K of 1024-4096; the rule holds at long K too on the H200, where the 192-row tiles' speed
-# decides: at K 4864-26624 (H200, 2026-12-07, 12 shapes outside the suite, bench/results/
-# 2026-12-07-h200-chooser-rules.md) its picks ran 0.997-1.22x as fast as the model's 128/256-row ones (9
-# faster by over 1%, 3 within 1%). One H100 shape of that day's round, 2048x3008x16192, went the other way (0.82x).
+# It holds at long K too (H200, 2026-12-07, K 4864-26624, 12 shapes: 0.997-1.22x the model's picks;
+# bench/results/2026-12-07-h200-chooser-rules.md).
 WAVE_FIT_MIN = 0.93  # the 192-row tiles' useful share of whole waves (3000x1024: 0.947, 0.82 -> 0.99x)
 WAVE_FIT_PICK_BELOW = 0.90  # ... where the pick's own share is under this
 WAVE_FIT_TILES = ((192, 128), (192, 192))
