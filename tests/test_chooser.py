@@ -613,3 +613,21 @@ def test_an_epilogue_reading_c_keeps_the_model_order_over_scattered_tails():
     assert rank(spec, "sm_90a", 132)[0].config == rank(spec, "sm_90a", 132, scattered_last=False)[0].config
     plain = rank(spec.without_epilogue(), "sm_90a", 132)[0]
     assert plain.scattered_behind and rank(spec, "sm_90a", 132)[0].config.bn != plain.config.bn
+
+
+def test_a_version_1_model_file_reads_as_the_same_trees(tmp_path):
+    from gemmtune.chooser import model as chooser_model
+
+    shipped = load(MODEL_PATH)
+    family = shipped.families["wgmma"]
+    v1 = shipped.to_json()
+    v1["version"] = 1
+    v1["families"]["wgmma"]["trees"] = [  # version 1: five flat arrays a tree
+        [t.feature.tolist(), t.threshold.tolist(), t.left.tolist(), t.right.tolist(), t.value.tolist()]
+        for t in family.trees]
+    old = chooser_model.ChooserModel.from_json(json.loads(json.dumps(v1)))
+    spec = GemmSpec(3000, 2000, 5000, "nt", "bf16")
+    x, _ = feature_matrix([(spec, c, 132) for c in candidates("wgmma", spec, "sm_90a", 132)], family.feature_names)
+    np.testing.assert_array_equal(old.families["wgmma"].predict_log_ratio(x), family.predict_log_ratio(x))
+    assert json.loads(json.dumps(shipped.to_json()))["version"] == 2
+    assert all(len(t) == 2 for t in shipped.to_json()["families"]["wgmma"]["trees"])
