@@ -192,61 +192,23 @@ def jobs_for(spec: GemmSpec, arch: str, sm_count: int, most: int = 28, small_onl
     return [(spec, c, arch) for c in configs[::step]]
 
 
-def time_shape(spec: GemmSpec, jobs: list, compiled: list, sm_count: int, gpu: str, writer,
-               protocol: TimingProtocol = PROTOCOL) -> int:
-    family = family_for(spec, jobs[0][2])
-    configs = [config for _, config, _ in jobs]
-    inputs = make_inputs(spec, np.random.default_rng(0))
-    expected = reference(spec, inputs) if spec.m * spec.n <= CHECK_LIMIT and spec.m * spec.n * spec.k <= CHECK_MACS else None
-    buffers = {}
-    bindings = upload_inputs(spec, inputs, buffers)
-    info = query_device()
-    rows = 0
-    try:
-        for config, result in zip(configs, compiled):
-            status, median = "ok", None
-            if isinstance(result, GemmtuneError):
-                status = f"compile: {str(result)[:80]}"
-            else:
-                try:
-                    kernel = LoadedKernel(result)
-                    launch = kernel.bind(bindings)
-                    buffers["D"].fill_nan(spec.out_dtype)
-                    launch()
-                    synchronize()
-                    if expected is not None and not check_output(buffers["D"], spec, expected).ok:
-                        status = "wrong"
-                    else:
-                        median = measure(launch, protocol, info.l2_bytes).median_s
-                    kernel.unload()
-                except GemmtuneError as err:
-                    status = f"error: {str(err)[:80]}"
-            writer.writerow([family.name, spec.m, spec.n, spec.k, spec.layout, spec.dtype,
-                             json.dumps(config.to_json(), sort_keys=True), "" if median is None else f"{median:.6g}",
-                             status, gpu, sm_count])
-            rows += 1
-    finally:
-        for b in buffers.values():
-            b.free()
-    return rows
-
-
 IN_TURN_ROUNDS = 15  # --in-turn: rounds of every candidate launched once, L2 emptied before each launch
 IN_TURN_PROTOCOL = TimingProtocol(warmup=2, flush_mode="read")
 
 
-def time_shape_in_turn(spec: GemmSpec, jobs: list, compiled: list, sm_count: int, gpu: str, writer,
-                       rounds: int = IN_TURN_ROUNDS) -> int:
-    """time_shape's rows, the candidates that pass the check timed in turn (timing.measure_alternating:
-    each launched once a round, so the power limit's clock moves them all alike; the median of the
-    rounds), and a last column `pick`, 1 on the chooser's pick (the first job)."""
+def time_shape(spec: GemmSpec, jobs: list, compiled: list, sm_count: int, gpu: str, writer,
+               protocol: TimingProtocol = PROTOCOL, in_turn: bool = False) -> int:
+    """A row per job: each compiled kernel checked, then timed on its own (`protocol`), or, `in_turn`, those
+    that pass timed together (timing.measure_alternating: each launched once a round, so the power limit's
+    clock moves them all alike; the median of IN_TURN_ROUNDS) with a last column `pick`, 1 on the chooser's
+    pick (the first job)."""
     family = family_for(spec, jobs[0][2])
     inputs = make_inputs(spec, np.random.default_rng(0))
     expected = reference(spec, inputs) if spec.m * spec.n <= CHECK_LIMIT and spec.m * spec.n * spec.k <= CHECK_MACS else None
     buffers = {}
     bindings = upload_inputs(spec, inputs, buffers)
     info = query_device()
-    status, launches, loaded = [], {}, []
+    status, medians, launches, loaded = [], {}, {}, []
     try:
         for i, result in enumerate(compiled):
             if isinstance(result, GemmtuneError):
@@ -261,16 +223,21 @@ def time_shape_in_turn(spec: GemmSpec, jobs: list, compiled: list, sm_count: int
                 synchronize()
                 wrong = expected is not None and not check_output(buffers["D"], spec, expected).ok
                 status.append("wrong" if wrong else "ok")
-                if not wrong:
+                if not wrong and in_turn:
                     launches[i] = launch
+                elif not wrong:
+                    medians[i] = measure(launch, protocol, info.l2_bytes).median_s
+                    loaded.pop().unload()
             except GemmtuneError as err:
                 status.append(f"error: {str(err)[:80]}")
-        times = measure_alternating(launches, rounds, info.l2_bytes, IN_TURN_PROTOCOL) if launches else {}
+        if launches:
+            times = measure_alternating(launches, IN_TURN_ROUNDS, info.l2_bytes, IN_TURN_PROTOCOL)
+            medians = {i: float(np.median(t)) for i, t in times.items()}
         for i, (_, config, _) in enumerate(jobs):
-            median = float(np.median(times[i])) if i in times else None
+            median = medians.get(i)
             writer.writerow([family.name, spec.m, spec.n, spec.k, spec.layout, spec.dtype,
                              json.dumps(config.to_json(), sort_keys=True), "" if median is None else f"{median:.6g}",
-                             status[i], gpu, sm_count, int(i == 0)])
+                             status[i], gpu, sm_count] + ([int(i == 0)] if in_turn else []))
     finally:
         for kernel in loaded:
             kernel.unload()
@@ -287,7 +254,7 @@ def main() -> int:
     parser.add_argument("--most", type=int, default=28, help="candidates per shape at most (thinned evenly)")
     parser.add_argument("--part", default="1/1", help="i/n: time the i-th of n interleaved slices of the set's specs")
     parser.add_argument("--in-turn", action="store_true",
-                        help="every config the chooser ranks, its pick marked, timed in turn (time_shape_in_turn)")
+                        help="every config the chooser ranks, its pick marked, timed in turn (time_shape)")
     args = parser.parse_args()
     part, parts = (int(x) for x in args.part.split("/"))
     info = query_device()
@@ -298,7 +265,6 @@ def main() -> int:
         todo = specs(args.which)[part - 1::parts]
         per_spec = [jobs_for(spec, info.arch, info.sm_count, args.most, args.which == "small", args.in_turn)
                     for spec in todo]
-        timer = time_shape_in_turn if args.in_turn else time_shape
         flat = [job for jobs in per_spec for job in jobs]
         compiled = compile_configs(flat)  # one pool for everything: NVRTC is the slow part
         print(f"{time.time() - start:6.1f}s compiled {len(flat)} kernels", flush=True)
@@ -307,7 +273,8 @@ def main() -> int:
             if time.time() - start > args.budget:
                 print(f"budget spent after {i} of {len(todo)} shapes")
                 break
-            n = timer(spec, jobs, compiled[at:at + len(jobs)], info.sm_count, info.name, writer)
+            n = time_shape(spec, jobs, compiled[at:at + len(jobs)], info.sm_count, info.name, writer,
+                           in_turn=args.in_turn)
             at += len(jobs)
             handle.flush()
             print(f"{time.time() - start:6.1f}s {spec.short()}: {n} configs", flush=True)
