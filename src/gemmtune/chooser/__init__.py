@@ -214,11 +214,12 @@ def scattered_tail(spec: GemmSpec, pick: Pick) -> bool:
 
 def scattered_tails_last(spec: GemmSpec, picks: list[Pick]) -> list[Pick]:
     """`picks` with those of a scattered tail (scattered_tail) after all others, each group in its order."""
-    scattered = [p for p in picks if scattered_tail(spec, p)]
-    if not scattered or len(scattered) == len(picks):
+    is_scattered = [scattered_tail(spec, p) for p in picks]
+    if not any(is_scattered) or all(is_scattered):
         return picks
-    kept = [p for p in picks if not scattered_tail(spec, p)]
-    ahead = picks.index(kept[0])  # the scattered configs the model ranked above the new first pick
+    kept = [p for p, s in zip(picks, is_scattered) if not s]
+    scattered = [p for p, s in zip(picks, is_scattered) if s]
+    ahead = is_scattered.index(False)  # the scattered configs the model ranked above the new first pick
     return [replace(kept[0], scattered_behind=ahead) if ahead else kept[0]] + kept[1:] + scattered
 
 

@@ -659,8 +659,7 @@ def wave_fit_config(spec: GemmSpec, pick: Any, sm_count: int) -> WgmmaConfig | N
     """The pick's 192-row twin (3 consumers, the deepest ring, no overlapped write-back) where it fills
     at least WAVE_FIT_MIN of whole waves and the pick under WAVE_FIT_PICK_BELOW, else None."""
     if (not isinstance(pick, WgmmaConfig) or spec.dtype not in ("bf16", "fp16") or spec.layout != "nt"
-            or pick.consumers == 3
-            or wave_share(spec, pick.bm, pick.bn, sm_count) >= WAVE_FIT_PICK_BELOW):
+            or pick.consumers == 3 or wave_share(spec, pick.bm, pick.bn, sm_count) >= WAVE_FIT_PICK_BELOW):
         return None
     family = get_family("wgmma")
     best = None
