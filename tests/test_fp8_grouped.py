@@ -72,6 +72,19 @@ def test_fp8_default_configs_compile_without_spills(dtype, scaling, epilogue, tm
         assert compiled.resources.spills == 0 and "C751" not in compiled.log, spec
 
 
+@pytest.mark.parametrize("dtype, out_dtype", [("e4m3", "bf16"), ("e5m2", "fp16"), ("bf16", "bf16")])
+def test_gelu_helper_is_chosen_for_the_output_type_not_the_inputs(dtype, out_dtype):
+    """A 16-bit D takes the hardware tanh (its error is under D's rounding); fp8 inputs had been given libm's
+    tanhf, the fp32-output helper (the inputs' type was passed where D's was meant)."""
+    from gemmtune.grouped.config import default_config
+    from gemmtune.grouped.render import render
+
+    scaling = "tensor" if dtype != "bf16" else "none"
+    spec = GroupedSpec(2, 512, 256, 256, dtype, "bias+gelu", out_dtype=out_dtype, scaling=scaling)
+    code = render(spec, default_config(spec)).code
+    assert "tanh.approx.f32" in code and "tanhf(" not in code
+
+
 def test_torch_entries_check_operands_on_meta_tensors():
     from gemmtune.grouped.scaled_ops import scaled_grouped_mm, scaled_mm
 

@@ -273,7 +273,7 @@ def _scale_factors(spec: GroupedSpec) -> tuple[str, str]:
 
 def _store_tile(spec: GroupedSpec, config: GroupedConfig) -> str:
     gemm, fragment = spec.as_gemm(), _fragment(spec, config)
-    pieces = epilogue_function(spec.epilogue, OPERANDS, out_dtype=spec.dtype) + (SWIGLU if spec.swiglu else "") + TO_OUT
+    pieces = epilogue_function(spec.epilogue, OPERANDS, out_dtype=spec.out_dtype) + (SWIGLU if spec.swiglu else "") + TO_OUT
     bias = ("\n    const FloatView<out_t> group_bias{bias + (size_t)tile.group * N};  // this group's row of bias"
             if spec.has_bias else "")
     staging = ",\n                                           unsigned char* staging, int barrier" if config.staged_store else ""
