@@ -122,8 +122,9 @@ SHAPES = ((1, 4096, 4096), (2, 136, 528), (5, 7, 16), (16, 4096, 4096), (16, 136
 def test_every_shape_and_conversion_compiles_without_spills(m, n, k, tmp_path):
     from gemmtune.compiler import compile_kernel
 
-    for fmt, scaling, bias in (("e4m3", "tensor", False), ("e5m2", "rowwise", True)):
-        spec = Fp8GemvSpec(m, n, k, fmt, scaling, "bf16" if fmt == "e4m3" else "fp16", bias)
+    for fmt, scaling, bias, out in (("e4m3", "tensor", False, "bf16"), ("e5m2", "rowwise", True, "fp16"),
+                                    ("e4m3", "rowwise", True, "fp32")):
+        spec = Fp8GemvSpec(m, n, k, fmt, scaling, out, bias)
         for w_convert, a_convert in CONVERTS:
             config = default_config(spec).with_(w_convert=w_convert, a_convert=a_convert)
             for arch in ("sm_89", "sm_90"):

@@ -12,6 +12,7 @@ from gemmtune.errors import SpecError
 from gemmtune.grouped import GroupedSpec, group_offsets, reference
 
 torch = pytest.importorskip("torch")
+TORCH_OUT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 # --- no GPU -------------------------------------------------------------------------------------------
@@ -70,6 +71,22 @@ def test_fp8_default_configs_compile_without_spills(dtype, scaling, epilogue, tm
         assert "wgmma.mma_async.sync.aligned.m64n" in source.code and f".{dtype}.{dtype}" in source.code
         compiled = compile_kernel(source, "sm_90a", cache_dir=tmp_path)
         assert compiled.resources.spills == 0 and "C751" not in compiled.log, spec
+
+
+@pytest.mark.parametrize("scaling", ["tensor", "rowwise", "block"])
+def test_fp32_d_is_stored_from_registers_and_compiles_clean(scaling, tmp_path):
+    compile_kernel = pytest.importorskip("gemmtune.compiler").compile_kernel
+    from gemmtune.grouped.config import GroupedConfig, default_config, rejections
+    from gemmtune.grouped.render import render
+
+    spec = GroupedSpec(8, 4096, 4096, 1024, "e4m3", "bias+gelu", out_dtype="fp32", scaling=scaling)
+    assert "staged_store" in rejections(GroupedConfig(128, 128, consumers=2, staged_store=True), spec)
+    config = default_config(spec)
+    assert not config.staged_store and (scaling == "block" or config.promote_every > 0)
+    source = render(spec, config)
+    assert "typedef float out_t;" in source.code and "make_float2" in source.code
+    compiled = compile_kernel(source, "sm_90a", cache_dir=tmp_path)
+    assert compiled.resources.spills == 0 and "C751" not in compiled.log
 
 
 @pytest.mark.parametrize("dtype, out_dtype", [("e4m3", "bf16"), ("e5m2", "fp16"), ("bf16", "bf16")])
@@ -165,6 +182,54 @@ def test_fp8_grouped_matches_the_float64_reference(fmt, scaling, sizes, n, k, ep
     ref = reference(spec, a64.cpu().numpy(), w64.transpose(1, 2).cpu().numpy(), offs.cpu().numpy(),
                     bias.double().cpu().numpy(), *scales)
     _check_configs(spec, candidates(spec), (a, w, offs, bias, sa, sb), ref, int(sum(sizes)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scaling", ["tensor", "rowwise", "block"])
+@pytest.mark.parametrize("sizes, n, k, epilogue", [((700, 0, 1, 300, 64), 512, 1024, "none"),
+                                                   ((33, 129), 200, 80, "bias+gelu")])
+def test_fp32_d_matches_the_float64_reference(scaling, sizes, n, k, epilogue):
+    """D in fp32 (issue 70: D in bf16, fp16 or fp32): every candidate stores from registers (the staged rows hold
+    16-bit outputs), bias in fp32, against the float64 reference with bf16's tolerance (wgmma's fp8 sums are the
+    same whatever D's type)."""
+    if not _hopper():
+        pytest.skip("needs an sm_90a GPU")
+    from gemmtune.grouped.config import candidates
+
+    spec = GroupedSpec(len(sizes), sum(sizes) + 5, n, k, "e4m3", epilogue, out_dtype="fp32", scaling=scaling)
+    offs = torch.tensor(group_offsets(sizes), device="cuda")
+    if scaling == "block":
+        a, sa, a64 = _block_quantized((spec.total_m, k), "e4m3", 1, 11)
+        w, sb, w64 = _block_quantized((spec.groups, n, k), "e4m3", 128, 12)
+        scales = (sa.double().cpu().numpy(), sb.double().cpu().numpy())
+    else:
+        a, sa, a64 = _quantized((spec.total_m, k), "e4m3", scaling, 1, 11)
+        w, sb, w64 = _quantized((spec.groups, n, k), "e4m3", scaling, 2, 12)
+        scales = _scales_read(spec, sa, sb)
+    bias = torch.randn(spec.groups, n, device="cuda")
+    ref = reference(spec, a64.cpu().numpy(), w64.transpose(1, 2).cpu().numpy(), offs.cpu().numpy(),
+                    bias.double().cpu().numpy(), *scales)
+    configs = candidates(spec)
+    assert configs and not any(c.staged_store for c in configs)
+    _check_configs(spec, configs, (a, w, offs, bias, sa, sb), ref, int(sum(sizes)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1000, 12])  # 12: the fp8 decode GEMV's rows
+@pytest.mark.parametrize("scaling", ["tensor", "rowwise"])
+def test_scaled_mm_with_fp32_d_matches_torch_scaled_mm(scaling, m):
+    if not _hopper():
+        pytest.skip("needs an sm_90a GPU")
+    from gemmtune.grouped.scaled_ops import scaled_mm
+
+    n, k = 2048, 4096
+    a, sa, _ = _quantized((m, k), "e4m3", scaling, 1, 13)
+    w, sb, _ = _quantized((n, k), "e4m3", scaling, 1, 14)
+    sa, sb = (sa.reshape(1, 1), sb.reshape(1, 1)) if scaling == "tensor" else (sa.reshape(m, 1), sb.reshape(1, n))
+    want = torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.float32)
+    got = scaled_mm(a, w.t(), sa, sb, None, torch.float32)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2 * want.abs().max().item())
 
 
 @pytest.mark.gpu
@@ -336,7 +401,7 @@ def _check_configs(spec, configs, operands, ref, end: int) -> None:
 
     a, w, offs, bias, sa, sb = operands
     for config in configs:
-        out = torch.full((spec.total_m, spec.n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        out = torch.full((spec.total_m, spec.n), float("nan"), device="cuda", dtype=TORCH_OUT[spec.out_dtype])
         build(spec, config)(a.data_ptr(), w.data_ptr(), offs.data_ptr(), out.data_ptr(), bias.data_ptr(),
                             scale_a=sa.data_ptr(), scale_b=sb.data_ptr())
         torch.cuda.synchronize()

@@ -30,6 +30,7 @@ def test_fp8_spec_fields_names_and_json():
     assert spec.slug() == "gemm_e4m3_block_outfp16_nt_300x136x544_bias_col_gelu"
     assert spec.to_json()["scaling"] == "block" and GemmSpec.from_json(spec.to_json()) == spec
     assert fp8_spec(dtype="e5m2").out_dtype == "bf16"  # the default D of fp8 inputs
+    assert fp8_spec(out_dtype="fp32").slug() == "gemm_e4m3_rowwise_outfp32_nt_300x136x544"  # D in fp32 too
     assert spec.storage_dtype("A") == "e4m3" and spec.storage_dtype("scale_b") == "fp32"
     assert spec.storage_dtype("offs") == "int32" and spec.storage_dtype("bias") == "fp16"
     assert spec.min_bytes == (300 * 544 + 544 * 136) + 2 * (300 * 136 + 136)
@@ -55,7 +56,6 @@ def test_other_specs_keep_their_json_and_keys(spec, key):
     (dict(dtype="fp32", scaling="tensor"), "scaling tensor is for fp8 inputs"),
     (dict(dtype="e4m3", scaling="tensor", layout="nn"), "e4m3 takes layout nt only .*K-major"),
     (dict(dtype="e4m3", scaling="tensor", layout="tn"), "not tn"),
-    (dict(dtype="e4m3", scaling="tensor", out_dtype="fp32"), "out dtype fp32 with e4m3 inputs is not built yet"),
     (dict(dtype="e4m3", scaling="tensor", out_dtype="e4m3"), "unknown out dtype"),
     (dict(dtype="e4m3", scaling="tensor", math="simt"), "math simt applies to fp32 inputs"),
     (dict(dtype="e3m4", scaling="tensor"), "unknown dtype 'e3m4'"),
@@ -223,7 +223,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     (("show", "MNK=64", "--dtype", "bf16", "--scale", "rowwise"), "scaling rowwise is for fp8 inputs"),
     (("show", "MNK=64", "--dtype", "e4m3"), "e4m3 needs a scaling"),
     (("show", "MNK=64", "--dtype", "e4m3", "--scale", "tensor", "--layout", "nn"), "takes layout nt only"),
-    (("show", "MNK=64", "--dtype", "e4m3", "--scale", "block", "--out-dtype", "fp32"), "not built yet"),
+    (("show", "MNK=64", "--dtype", "e4m3", "--scale", "block", "--out-dtype", "e5m2"), "unknown out dtype 'e5m2'"),
     (("show", "M=64", "N=64", "K=40", "--dtype", "e4m3", "--scale", "tensor", "--arch", "sm_90a"), "multiple of 16"),
     (("show", "MNK=64", "--dtype", "e4m3", "--scale", "tensor", "--arch", "sm_80"), "need a Hopper GPU"),
     (("show", "MNK=64", "--dtype", "e4m3", "--scale", "tensor", "--family", "mma", "--arch", "sm_86"), "sm_89 or newer"),

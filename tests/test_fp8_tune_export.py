@@ -108,7 +108,7 @@ def test_torch_op_round_trips_and_older_tables_gain_the_column(tmp_path: Path) -
 # --- command lines ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("argv, word", [
     (["--dtype", "e4m3"], "needs --scale"), (["--dtype", "bf16", "--scale", "tensor"], "for fp8 inputs"),
-    (["--dtype", "e4m3", "--scale", "tensor", "--out-dtype", "fp32"], "bf16 or fp16"),
+    (["--dtype", "e4m3", "--scale", "tensor", "--out-dtype", "e4m3"], "bf16, fp16 or fp32"),
     (["--dtype", "int8"], "take bf16"), (["--dtype", "e4m3", "--scale", "block", "-k", "120"], "multiple of 16")])
 def test_tune_grouped_fp8_refuses_bad_input_in_one_line(argv: list[str], word: str, capsys, tmp_path: Path) -> None:
     assert main(["tune-grouped", "-n", "256", "-k", "128", "--rows", "8,8", "--db", str(tmp_path / "t.sqlite"), *argv]) == 2
@@ -166,7 +166,8 @@ def test_tune_of_an_fp8_gemm_refuses_what_does_not_apply(extra, word, capsys, tm
 # --- export -----------------------------------------------------------------------------------------------
 FP8_SPECS = [GroupedSpec(5, 600, 320, 256, "e4m3", "bias+gelu", scaling="rowwise"),
              GroupedSpec(3, 300, 200, 272, "e5m2", out_dtype="fp16", scaling="block"),
-             GroupedSpec(4, 256, 128, 128, "e4m3", "relu", layout="masked", scaling="tensor")]
+             GroupedSpec(4, 256, 128, 128, "e4m3", "relu", layout="masked", scaling="tensor"),
+             GroupedSpec(2, 300, 136, 256, "e4m3", "bias", out_dtype="fp32", scaling="tensor")]
 
 
 @pytest.fixture(scope="module")

@@ -129,14 +129,15 @@ def test_exported_fp8_launcher_through_ctypes_matches_torch_scaled_mm(fp8_gemm_f
     torch.testing.assert_close(d.float(), want.float(), rtol=2e-2, atol=2e-2 * want.float().abs().max().item())
 
 
-def test_exported_fp8_grouped_harness_passes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("out_dtype", ["bf16", "fp32"])
+def test_exported_fp8_grouped_harness_passes(out_dtype: str, tmp_path: Path) -> None:
     from gemmtune.device import query_device
     from gemmtune.export.grouped import export_grouped
     from gemmtune.export.toolchain import build_harness, find_nvcc
 
     if find_nvcc() is None:
         pytest.skip("no nvcc")
-    spec = GroupedSpec(4, 600, 320, 400, "e4m3", "bias+gelu", scaling="block")
+    spec = GroupedSpec(4, 600, 320, 400, "e4m3", "bias+gelu", out_dtype=out_dtype, scaling="block")
     result = export_grouped(spec, default_config(spec), tmp_path / "h", sm_count=query_device(0).sm_count)
     done = subprocess.run([str(build_harness(result.path)), "3"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "PASS" in done.stdout, done.stdout + done.stderr

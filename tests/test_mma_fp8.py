@@ -26,7 +26,7 @@ def _cases(arch: str, shapes=SHAPES) -> list[GemmSpec]:
     found = []
     for n, (scaling, shape) in enumerate(itertools.product(SCALINGS, shapes)):
         found.append(GemmSpec(*shape, "nt", ("e4m3", "e5m2")[n % 2], EPILOGUES[n % len(EPILOGUES)],
-                              ("bf16", "fp16")[n // 2 % 2], scaling=scaling))
+                              ("bf16", "fp16", "fp32")[n // 2 % 3], scaling=scaling))
     return found
 
 

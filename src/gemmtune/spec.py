@@ -43,7 +43,7 @@ DTYPES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}  # input element bytes (tf
 FP8_DTYPES = {"e4m3": 1, "e5m2": 1}  # fp8 inputs (GemmSpec.scaling says how they are scaled)
 INPUT_DTYPES = {**DTYPES, **FP8_DTYPES}  # every type A and B may have
 SCALINGS = ("tensor", "rowwise", "block")  # fp8 only; gemmtune.fp8 defines each
-FP8_OUT_DTYPES = ("bf16", "fp16")  # D of an fp8 GEMM (the grouped fp8 kernel's 16-bit write-back)
+FP8_OUT_DTYPES = ("bf16", "fp16", "fp32")  # D of an fp8 GEMM (fp32: the grouped kernel stores it from registers)
 FP8_OPERANDS = {"scale_a": "fp32", "scale_b": "fp32", "offs": "int32"}  # what an fp8 kernel takes beyond A, B, D
 FP8_LAYOUT = "nt"  # fp8 wgmma reads K-major A and B only: A M×K, B stored N×K
 OUT_DTYPES = {"fp32": 4, "fp16": 2, "bf16": 2}  # storage types D (and C, bias) may have
@@ -300,8 +300,7 @@ def _out_dtype(dtype: str, requested: str | None) -> str:
         raise SpecError(f"unknown out dtype '{requested}'; supported: {', '.join(OUT_DTYPES)}")
     if dtype in FP8_DTYPES:
         if out not in FP8_OUT_DTYPES:
-            raise SpecError(f"out dtype {out} with {dtype} inputs is not built yet (the fp8 kernel writes 16-bit D); "
-                            f"choose {' or '.join(FP8_OUT_DTYPES)}")
+            raise SpecError(f"out dtype {out} is not allowed with {dtype} inputs; choose {' or '.join(FP8_OUT_DTYPES)}")
         return out
     allowed = sorted({default, "fp32"})
     if out not in allowed:

@@ -26,7 +26,7 @@ def add_spec_arguments(parser: argparse.ArgumentParser, epilogue: bool = True) -
     parser.add_argument("--out-dtype", dest="out_dtype", default=None,
                         help=f"element type of D (and C/bias): {', '.join(OUT_DTYPES)} (default: the input type, "
                              f"fp32 for tf32, bf16 for fp8; fp32 may be asked for with fp16/bf16 inputs, "
-                             f"{' or '.join(FP8_OUT_DTYPES)} with fp8)")
+                             f"{', '.join(FP8_OUT_DTYPES)} with fp8)")
     parser.add_argument("--math", default="auto",
                         help=f"how fp32 inputs are multiplied, one of {', '.join(MATHS)} (default auto: the fastest "
                              "method that keeps fp32 accuracy; 3xtf32: tensor cores on split operands; simt: CUDA cores)")

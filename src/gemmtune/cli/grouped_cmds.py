@@ -59,7 +59,7 @@ def _add_problem_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fp8: tensor (one scale each), rowwise (A's rows, each group's columns) or block "
                              "(1x128 of A, 128x128 of each group's weights)")
     parser.add_argument("--out-dtype", dest="out_dtype", default=None,
-                        help=f"fp8: D's type, {' or '.join(OUT_DTYPES)} (default bf16)")
+                        help=f"fp8: D's type, {', '.join(OUT_DTYPES)} (default bf16)")
     parser.add_argument("--epilogue", default="none", help="none, bias, relu, gelu, bias+relu, bias+gelu")
     parser.add_argument("--rows", help="each group's rows, comma-separated: 700,120,64,...")
     parser.add_argument("--tokens", type=int, help="tokens routed to the experts (with --experts and --topk)")
@@ -98,7 +98,7 @@ def fp8_options(args: argparse.Namespace) -> dict[str, str]:
     if scaling is None:
         raise SpecError(f"--dtype {dtype} needs --scale {', '.join(SCALINGS)}")
     if out is not None and out not in OUT_DTYPES:
-        raise SpecError(f"--out-dtype {out} with {dtype} inputs: use {' or '.join(OUT_DTYPES)}")
+        raise SpecError(f"--out-dtype {out} with {dtype} inputs: use {', '.join(OUT_DTYPES[:-1])} or {OUT_DTYPES[-1]}")
     return {"out_dtype": out or "", "scaling": scaling}
 
 

@@ -27,6 +27,8 @@ SMALL_GROUP_ROWS = 64  # at most this many rows per group on average: 64-row til
 # bench/results/2026-11-29-h200-grouped-bands.md): Zipf-routed 0.91-1.00 -> 1.02-1.06x torch._grouped_mm on all 7,
 # balanced 1.02 either way. 16 tile rows ran within 1% of 8.
 DEFAULT_BAND_M = 8
+# D's types the staging buffer holds (parts/staged_rows.py: 2 bytes an output); fp8's fp32 D goes from registers
+STAGED_OUT_DTYPES = ("bf16", "fp16")
 
 
 @dataclass(frozen=True, order=True)
@@ -137,6 +139,9 @@ def rejections(config: GroupedConfig, spec: GroupedSpec) -> dict[str, str]:
         problems["band_m"] = f"band_m={c.band_m}: 0 (whole groups) or a count of tile rows"
     if c.staged_store and spec.n % 8:
         problems["staged_store"] = f"staged_store writes 16-byte pieces of rows: N % 8 == 0, not N = {spec.n}"
+    elif c.staged_store and spec.out_dtype not in STAGED_OUT_DTYPES:
+        problems["staged_store"] = (f"staged_store stages 16-bit outputs (a row of 64 a swizzle row), not "
+                                    f"{spec.out_dtype}: D is stored from registers")
     if c.cluster not in (1, 2):
         problems["cluster"] = f"cluster={c.cluster}: 1 (no cluster) or 2 (a pair sharing the A tile by multicast)"
     if not 2 <= c.stages <= 16:
@@ -209,7 +214,7 @@ def default_config(spec: GroupedSpec) -> GroupedConfig:
     elif spec.fp8:  # promoted (untimed against the unpromoted candidates: accuracy first)
         shape = (GroupedConfig(bm=64, bn=128, consumers=2, pingpong=True) if small
                  else GroupedConfig(bm=128, bn=128, consumers=2))
-        shape = shape.with_(staged_store=True, promote_every=DEFAULT_PROMOTE_EVERY)
+        shape = shape.with_(staged_store=spec.out_dtype in STAGED_OUT_DTYPES, promote_every=DEFAULT_PROMOTE_EVERY)
         if static_by_default(spec, small):
             # 128x128 per-tensor on four shapes: 0.90-0.96x torch._scaled_mm against 0.84-0.90x waiting for each
             # promotion (5-8% faster; rowwise 1-5% on three of four; H200, bench/results/2026-11-29-h200-fp8-

@@ -50,7 +50,7 @@ from .spec import BLOCK, GroupedSpec
 
 FAMILY, VERSION = "grouped_wgmma", "1"
 ROW_BYTES = 128  # a k-block's row in shared memory: one 128-byte swizzle span (64 16-bit or 128 fp8 values of K)
-C_TYPES = {"bf16": "bf16_t", "fp16": "fp16_t", "e4m3": "unsigned char", "e5m2": "unsigned char"}
+C_TYPES = {"bf16": "bf16_t", "fp16": "fp16_t", "fp32": "float", "e4m3": "unsigned char", "e5m2": "unsigned char"}
 K_STEPS = {"bf16": 16, "fp16": 16, "e4m3": 32, "e5m2": 32}  # K of one wgmma instruction
 
 

@@ -29,14 +29,14 @@ from .launch import build
 from .spec import BLOCK, GroupedSpec
 
 _FP8 = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
-_OUT = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+_OUT = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 
 
 def _formats(op: str, a: Tensor, b: Tensor, out_dtype: torch.dtype) -> tuple[str, str]:
     if a.dtype not in _FP8 or b.dtype != a.dtype:
         raise SpecError(f"{op}: a and b must be the same fp8 type (float8_e4m3fn or float8_e5m2), got {a.dtype}, {b.dtype}")
     if out_dtype not in _OUT:
-        raise SpecError(f"{op}: out_dtype must be torch.bfloat16 or torch.float16, not {out_dtype}")
+        raise SpecError(f"{op}: out_dtype must be torch.bfloat16, torch.float16 or torch.float32, not {out_dtype}")
     return _FP8[a.dtype], _OUT[out_dtype]
 
 

@@ -12,7 +12,7 @@ Two variants, each a field:
 - `swiglu=True` (an MoE expert's gated MLP up-projection): D = silu(A·Wgᵀ) ⊙ (A·Wuᵀ), D (total_m, N), from
   one weight W stored (G, 2N, K) whose rows [0, N) are the gate and [N, 2N) up: torch.cat([w_gate, w_up],
   dim=1) of weights stored (G, N, K). B is its (G, K, 2N) view. No bias and no other activation with it.
-- fp8 (`dtype` e4m3 or e5m2; issue 70): A and B hold fp8 codes, D is `out_dtype` (bf16 or fp16), and the
+- fp8 (`dtype` e4m3 or e5m2; issue 70): A and B hold fp8 codes, D is `out_dtype` (bf16, fp16 or fp32), and the
   product is scaled before the epilogue: `scaling="tensor"` multiplies by scale_a[0]·scale_b[0] (float32 on
   the device), `"rowwise"` by scale_a[row] (one a row of A, total_m) and scale_b[g, col] (one a column of each
   group's weights, (G, N)), as torch._scaled_mm and torch._scaled_grouped_mm take them; `"block"` (DeepSeek-V3's
@@ -73,7 +73,7 @@ class GroupedSpec:
     epilogue: Epilogue = field(default_factory=Epilogue)
     swiglu: bool = False  # D (total_m, N) = silu(gate) * up from weights (G, 2N, K): gate rows [0, N), up [N, 2N)
     layout: str = "contiguous"  # "masked": total_m = groups * capacity, offs holds each group's row count
-    out_dtype: str = ""  # D's type: the inputs' for 16-bit inputs ("" or that), bf16 or fp16 for fp8 ("": bf16)
+    out_dtype: str = ""  # D's type: the inputs' for 16-bit inputs ("" or that), bf16, fp16 or fp32 for fp8 ("": bf16)
     scaling: str = "none"  # fp8: "tensor" or "rowwise" (scale_a, scale_b on the device); "none" for 16-bit
 
     def __post_init__(self) -> None:

@@ -26,7 +26,7 @@ from ..grouped.spec import GroupedSpec, reference
 
 CODE_RANGE = 16.0  # |values| drawn before the cast to fp8
 TORCH_FP8 = {"e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2"}
-TORCH_OUT = {"bf16": "bfloat16", "fp16": "float16"}
+TORCH_OUT = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
 def blocks(n: int) -> int:

@@ -30,7 +30,7 @@ from ..parts.floats import TO_OUT
 from .fp8_config import (CHUNK, PIECE, TILE, Fp8GemvConfig, Fp8GemvSpec, check, grid_blocks, min_blocks)
 
 FAMILY, VERSION = "gemv_fp8", "1"
-STORAGE = {"bf16": "bf16_t", "fp16": "fp16_t"}
+STORAGE = {"bf16": "bf16_t", "fp16": "fp16_t", "fp32": "float"}
 # Bytes of W a block asks L2 for before it waits for the kernel ahead (parts/dependent_launch.py): the gemv
 # tensor-core kernel's budget (render.PREFETCH_BYTES), not yet measured for this one.
 PREFETCH_BYTES = 16384
