@@ -14,6 +14,7 @@ default, its twins and torch only, no grouped shapes (about 2 minutes on an H200
 
     PYTHONPATH=$PWD/src:$PWD/bench python bench/probes/fp8_scaled.py --out /tmp/fp8.md
     PYTHONPATH=$PWD/src:$PWD/bench python bench/probes/fp8_scaled.py --quick --out /tmp/fp8.md
+    PYTHONPATH=$PWD/src:$PWD/bench python bench/probes/fp8_scaled.py --variants --rounds 8 --out /tmp/fp8v.md  # ~4 min
 """
 from __future__ import annotations
 
@@ -88,6 +89,54 @@ def twins(spec) -> dict[str, object]:
     if spec.scaling == "block":
         del found["pr0"]
     return {role: config for role, config in found.items() if config != default and not rejections(config, spec)}
+
+
+def variants(spec) -> dict[str, object]:
+    """--variants: the default beside what might close its gap to cuBLAS (untimed as of 2026-12-07): bands of 8
+    tile rows (the bf16 default's L2 walk; fp8's default walks each group whole), clusters of 2 sharing A,
+    both, promotion every 8, ping-pong 64x128 promoted (one consumer's epilogue under the other's main loop), and
+    the speed unpromoted tiles reach (128x128 and 128x256, staged or from registers), each where valid."""
+    from gemmtune.grouped.config import _deepest, default_config, rejections
+
+    d = default_config(spec)
+    plain = dict(promote_every=0, promote_overlap=False, overlap_static=False)
+    found = {"default": d, "band8": d.with_(band_m=8), "cl2": d.with_(cluster=2), "band8 cl2": d.with_(band_m=8, cluster=2),
+             "pr8 band8": d.with_(promote_every=8, band_m=8),
+             "pp 64x128 pr4 band8": d.with_(bm=64, pingpong=True, band_m=8, promote_overlap=False, overlap_static=False),
+             "pr0 128x128 band8": d.with_(band_m=8, **plain), "pr0 pp 128x128 band8": d.with_(pingpong=True, band_m=8, **plain),
+             "pr0 128x256 band8": d.with_(bn=256, band_m=8, **plain),
+             "pr0 128x256 band8 cl2": d.with_(bn=256, band_m=8, cluster=2, **plain),
+             "pr0 128x256 regs band8": d.with_(bn=256, band_m=8, staged_store=False, **plain)}
+    return {name: _deepest(c, spec) for name, c in found.items() if not rejections(_deepest(c, spec), spec)}
+
+
+def variant_rows(torch, m: int, n: int, k: int, scaling: str, rounds: int) -> list[str]:
+    """--variants' rows for one shape and scaling: each variant against torch._scaled_mm and its fast-accum form."""
+    from gemmtune.grouped.launch import build
+    from gemmtune.grouped.spec import GroupedSpec
+
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    w = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
+    one = torch.ones(1, 1, device="cuda")
+    sa, sb = (one, one) if scaling == "tensor" else (torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5)
+    want = torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16)
+    spec, offs = GroupedSpec(1, m, n, k, "e4m3", scaling=scaling), torch.tensor([m], device="cuda", dtype=torch.int32)
+    calls = {"torch": lambda: torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16),
+             "torch fast accum": lambda: torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True)}
+    errors = {}
+    for name, config in variants(spec).items():
+        out, kernel = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16), build(spec, config)
+
+        def call(kernel=kernel, out=out):
+            kernel(a.data_ptr(), w.data_ptr(), offs.data_ptr(), out.data_ptr(), None, torch.cuda.current_stream().cuda_stream,
+                   scale_a=sa.data_ptr(), scale_b=sb.data_ptr())
+            return out
+        errors[name] = _close(torch, call(), want)
+        if errors[name] < 2e-2:  # else left untimed: its error shows
+            calls[name] = call
+    us = _time(torch, calls, rounds)
+    return [f"| {m}x{n}x{k} | {scaling} | {name} | {t:.1f} | {2 * m * n * k / t / 1e6:.0f} | {us['torch'] / t:.3f} | "
+            f"{us['torch fast accum'] / t:.3f} | {errors.get(name, 0):.1e} |" for name, t in sorted(us.items(), key=lambda kv: kv[1])]
 
 
 def configs_timed(spec, quick: bool) -> list:
@@ -175,8 +224,20 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--quick", action="store_true", help="4 shapes; default, its pr0/ov/ovs twins and torch; no grouped")
+    parser.add_argument("--variants", action="store_true", help="the quick shapes: the default against bands, clusters, "
+                        "ping-pong and unpromoted tiles, and torch with and without fast accumulation")
     args = parser.parse_args()
     import torch
+
+    if args.variants:
+        lines = ["| shape | scaling | kernel | µs | TFLOP/s | × torch | × torch fast accum | max error vs torch |",
+                 "|---|---|---|---:|---:|---:|---:|---:|"]
+        for (m, n, k), scaling in [(shape, s) for shape in QUICK for s in ("tensor", "rowwise")]:
+            lines += variant_rows(torch, m, n, k, scaling, args.rounds)
+            print("\n".join(lines), flush=True)
+            if args.out:
+                args.out.write_text("\n".join(lines) + "\n")
+        return 0
 
     rounds = min(args.rounds, 6) if args.quick else args.rounds
     lines = ["| shape | scaling | kernel | µs | TFLOP/s | × torch | max error vs torch |", "|---|---|---|---:|---:|---:|---:|"]
