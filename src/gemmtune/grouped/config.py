@@ -140,8 +140,8 @@ def rejections(config: GroupedConfig, spec: GroupedSpec) -> dict[str, str]:
     if c.staged_store and spec.n % 8:
         problems["staged_store"] = f"staged_store writes 16-byte pieces of rows: N % 8 == 0, not N = {spec.n}"
     elif c.staged_store and spec.out_dtype not in STAGED_OUT_DTYPES:
-        problems["staged_store"] = (f"staged_store stages 16-bit outputs (a row of 64 a swizzle row), not "
-                                    f"{spec.out_dtype}: D is stored from registers")
+        problems["staged_store"] = (f"staged_store stages 16-bit outputs (its swizzle is laid out for 2-byte "
+                                    f"values), not {spec.out_dtype}: store D from registers")
     if c.cluster not in (1, 2):
         problems["cluster"] = f"cluster={c.cluster}: 1 (no cluster) or 2 (a pair sharing the A tile by multicast)"
     if not 2 <= c.stages <= 16:
