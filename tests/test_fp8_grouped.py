@@ -110,6 +110,12 @@ def test_torch_entries_check_operands_on_meta_tensors():
     sa, sb = torch.empty(300, 1, device="meta"), torch.empty(1, 1024, device="meta")
     assert scaled_mm(a, w.t(), sa, sb).shape == (300, 1024)
     assert scaled_mm(a, w.t(), sa[:1], sb[:, :1], out_dtype=torch.float16).dtype == torch.float16
+    bias32 = torch.empty(1024, device="meta")
+    assert scaled_mm(a, w.t(), sa, sb, bias32, out_dtype=torch.float32).dtype == torch.float32
+    with pytest.raises(SpecError, match="bias"):  # the bias is D's type
+        scaled_mm(a, w.t(), sa, sb, bias32, out_dtype=torch.bfloat16)
+    with pytest.raises(SpecError, match="out_dtype must be"):
+        scaled_mm(a, w.t(), sa, sb, out_dtype=torch.float8_e4m3fn)
     with pytest.raises(SpecError, match="column-major"):
         scaled_mm(a, w.t().contiguous(), sa, sb)
     with pytest.raises(SpecError, match="rowwise"):
@@ -118,6 +124,9 @@ def test_torch_entries_check_operands_on_meta_tensors():
     offs = torch.empty(8, dtype=torch.int32, device="meta")
     out = scaled_grouped_mm(a, wg.transpose(1, 2), torch.empty(300, device="meta"), torch.empty(8, 1024, device="meta"), offs)
     assert out.shape == (300, 1024) and out.dtype == torch.bfloat16
+    out = scaled_grouped_mm(a, wg.transpose(1, 2), torch.empty(300, device="meta"), torch.empty(8, 1024, device="meta"), offs,
+                            out_dtype=torch.float32)
+    assert out.dtype == torch.float32
 
 
 # --- on an sm_90a GPU ---------------------------------------------------------------------------------
