@@ -1,7 +1,7 @@
 """fp8 decode GEMV (issue 70): the problem (`Fp8GemvSpec`) and the block shape (`Fp8GemvConfig`) of the rows
 kernel in fp8_rows.py, with the constraints that refuse a pair before anything compiles.
 
-D (M×N, bf16 or fp16) = scale · (A · Wᵀ) for M ≤ 16: A (M×K) and W (N×K, the weights; torch._scaled_mm's b is
+D (M×N, bf16, fp16 or fp32) = scale · (A · Wᵀ) for M ≤ 16: A (M×K) and W (N×K, the weights; torch._scaled_mm's b is
 its (K, N) column-major view) both hold e4m3 or e5m2 codes, K contiguous. The scales are float32 on the device,
 torch._scaled_mm's: one each ("tensor") or scale_a (M,) and scale_b (N,) ("rowwise"); an optional bias (N,) of
 D's type is added after scaling.
