@@ -212,7 +212,18 @@ def test_show_prints_the_fp8_kernel(capsys):
     assert main(["show", "M=77", "N=136", "K=544", "--dtype", "e5m2", "--scale", "block", "--out-dtype", "fp16",
                  "--no-code", "--explain", "--arch", "sm_90a"]) == 0
     out = capsys.readouterr().out
-    assert "e5m2/block->fp16" in out and "fp8_grouped" in out
+    assert "e5m2/block->fp16" in out and "fp8_grouped" in out and "decode GEMV" not in out
+
+
+@pytest.mark.parametrize("args, noted", [(("M=8", "--scale", "rowwise", "--epilogue", "bias_col"), True),
+                                         (("M=16", "--scale", "tensor"), True), (("M=17", "--scale", "tensor"), False),
+                                         (("M=8", "--scale", "block"), False),
+                                         (("M=8", "--scale", "tensor", "--epilogue", "bias_col+gelu"), False)])
+def test_show_says_when_scaled_mm_runs_the_decode_gemv(args, noted, capsys):
+    """scaled_mm takes M <= 16 with per-tensor or rowwise scales (and at most a bias) to the fp8 GEMV, not to the
+    grouped kernel show builds: show says so there, and only there."""
+    assert main(["show", args[0], "N=4096", "K=4096", *args[1:], "--dtype", "e4m3", "--no-code", "--arch", "sm_90a"]) == 0
+    assert ("runs this shape on the fp8 decode GEMV" in capsys.readouterr().out) == noted
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:

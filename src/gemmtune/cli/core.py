@@ -69,9 +69,24 @@ def run_show(args: argparse.Namespace) -> int:
     early = "  dependent launch (starts as the kernel before it ends)" if src.dependent_launch else ""
     print(f"// launch   grid {src.grid}  block {src.block}  dynamic smem {src.dynamic_smem} B{cluster}{early}")
     print(f"// ptxas    {kern.arch}: {kern.resources.summary()}")
+    if decode_note(spec):
+        print(decode_note(spec))
     if args.explain:
         print(explain_text(spec, kern))
     return 0
+
+
+def decode_note(spec) -> str:
+    """For an fp8 spec that gemmtune.torch.scaled_mm runs on the fp8 decode GEMV (M <= 16, per-tensor or
+    rowwise scales), a line saying so: show, bench, tune and export build the grouped kernel above."""
+    if not spec.fp8 or tuple(spec.epilogue.ops) not in ((), ("bias_col",)):  # scaled_mm's epilogues: none, a bias
+        return ""
+    from ..grouped.fp8_gemv import decode_spec
+
+    if decode_spec(spec.m, spec.n, spec.k, spec.dtype, spec.scaling, spec.out_dtype, False) is None:
+        return ""
+    return ("// note     gemmtune.torch.scaled_mm runs this shape on the fp8 decode GEMV (M <= 16: "
+            "kernels/gemv/fp8_rows.py), not on the kernel above")
 
 
 def explain_text(spec, kern) -> str:
