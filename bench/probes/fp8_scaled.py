@@ -112,31 +112,53 @@ def variants(spec) -> dict[str, object]:
 
 def variant_rows(torch, m: int, n: int, k: int, scaling: str, rounds: int) -> list[str]:
     """--variants' rows for one shape and scaling: each variant against torch._scaled_mm and its fast-accum form."""
-    from gemmtune.grouped.launch import build
     from gemmtune.grouped.spec import GroupedSpec
 
+    a, w, sa, sb, _, _, offs = _operands(torch, m, n, k, scaling)
+    want = torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16)
+    calls = {"torch": lambda: torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16),
+             "torch fast accum": lambda: torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True)}
+    spec = GroupedSpec(1, m, n, k, "e4m3", scaling=scaling)
+    errors = _add_ours(torch, spec, variants(spec), (a, w, sa, sb, offs), want, calls)
+    us = _time(torch, calls, rounds)
+    return [f"| {m}x{n}x{k} | {scaling} | {name} | {t:.1f} | {2 * m * n * k / t / 1e6:.0f} | {us['torch'] / t:.3f} | "
+            f"{us['torch fast accum'] / t:.3f} | {errors.get(name, 0):.1e} |" for name, t in sorted(us.items(), key=lambda kv: kv[1])]
+
+
+def _operands(torch, m: int, n: int, k: int, scaling: str) -> tuple:
+    """(a, w, scale_a, scale_b, torch's scale_a, torch's scale_b, offs): random e4m3 A (m, k) and W (n, k), the
+    kernel's scales (block: all ones, so torch's per-tensor call with ones is the same product) and one group."""
     a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
     w = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
     one = torch.ones(1, 1, device="cuda")
-    sa, sb = (one, one) if scaling == "tensor" else (torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5)
-    want = torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16)
-    spec, offs = GroupedSpec(1, m, n, k, "e4m3", scaling=scaling), torch.tensor([m], device="cuda", dtype=torch.int32)
-    calls = {"torch": lambda: torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16),
-             "torch fast accum": lambda: torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True)}
+    if scaling == "block":  # scales of one: the same product as torch's per-tensor call with ones (the time is the point)
+        sa, sb = torch.ones(m, -(-k // 128), device="cuda"), torch.ones(-(-n // 128), -(-k // 128), device="cuda")
+    else:
+        sa, sb = ((one, one) if scaling == "tensor" else
+                  (torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5))
+    peer_a, peer_b = (one, one) if scaling == "block" else (sa, sb)
+    return a, w, sa, sb, peer_a, peer_b, torch.tensor([m], device="cuda", dtype=torch.int32)
+
+
+def _add_ours(torch, spec, configs: dict, operands: tuple, want, calls: dict) -> dict[str, float]:
+    """Each named config of `spec` built and run once over a NaN-filled D: its max error against `want` (by
+    name, returned), and into `calls` where under 2e-2 (else left untimed: its error shows).
+    operands: (a, w, scale_a, scale_b, offs)."""
+    from gemmtune.grouped.launch import build
+
+    a, w, sa, sb, offs = operands
     errors = {}
-    for name, config in variants(spec).items():
-        out, kernel = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16), build(spec, config)
+    for name, config in configs.items():
+        out, kernel = torch.full((spec.total_m, spec.n), float("nan"), device="cuda", dtype=torch.bfloat16), build(spec, config)
 
         def call(kernel=kernel, out=out):
             kernel(a.data_ptr(), w.data_ptr(), offs.data_ptr(), out.data_ptr(), None, torch.cuda.current_stream().cuda_stream,
                    scale_a=sa.data_ptr(), scale_b=sb.data_ptr())
             return out
         errors[name] = _close(torch, call(), want)
-        if errors[name] < 2e-2:  # else left untimed: its error shows
+        if errors[name] < 2e-2:
             calls[name] = call
-    us = _time(torch, calls, rounds)
-    return [f"| {m}x{n}x{k} | {scaling} | {name} | {t:.1f} | {2 * m * n * k / t / 1e6:.0f} | {us['torch'] / t:.3f} | "
-            f"{us['torch fast accum'] / t:.3f} | {errors.get(name, 0):.1e} |" for name, t in sorted(us.items(), key=lambda kv: kv[1])]
+    return errors
 
 
 def configs_timed(spec, quick: bool) -> list:
@@ -150,21 +172,11 @@ def configs_timed(spec, quick: bool) -> list:
 
 def plain(torch, m: int, n: int, k: int, scaling: str, rounds: int, quick: bool = False) -> tuple[list[str], str, str]:
     from gemmtune.grouped.config import default_config
-    from gemmtune.grouped.launch import build
     from gemmtune.grouped.spec import GroupedSpec
 
-    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
-    w = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
-    one = torch.ones(1, 1, device="cuda")
-    if scaling == "block":  # scales of one: the same product as torch's per-tensor call with ones (the time is the point)
-        sa, sb = torch.ones(m, -(-k // 128), device="cuda"), torch.ones(-(-n // 128), -(-k // 128), device="cuda")
-    else:
-        sa, sb = ((one, one) if scaling == "tensor" else
-                  (torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5))
-    peer_a, peer_b = (one, one) if scaling == "block" else (sa, sb)
+    a, w, sa, sb, peer_a, peer_b, offs = _operands(torch, m, n, k, scaling)
     want = torch._scaled_mm(a, w.t(), peer_a, peer_b, out_dtype=torch.bfloat16)
     spec = GroupedSpec(1, m, n, k, "e4m3", scaling=scaling)
-    offs = torch.tensor([m], device="cuda", dtype=torch.int32)
     calls = {"torch": lambda: torch._scaled_mm(a, w.t(), peer_a, peer_b, out_dtype=torch.bfloat16)}
     errors = {}
     if scaling == "block":  # torch's own blockwise scaled mm, where this torch and GPU have one
@@ -177,22 +189,13 @@ def plain(torch, m: int, n: int, k: int, scaling: str, rounds: int, quick: bool 
                 break
             except Exception as err:  # noqa: BLE001 - the probe reports what torch refuses
                 print(f"probe: {layout} at {m}x{n}x{k}: {type(err).__name__}: {str(err).splitlines()[0][:160]}", flush=True)
-    for config in configs_timed(spec, quick):
-        out, kernel = torch.empty(m, n, device="cuda", dtype=torch.bfloat16), build(spec, config)
-
-        def call(kernel=kernel, out=out):
-            kernel(a.data_ptr(), w.data_ptr(), offs.data_ptr(), out.data_ptr(), None, torch.cuda.current_stream().cuda_stream,
-                   scale_a=sa.data_ptr(), scale_b=sb.data_ptr())
-            return out
-        name = label(config, default_config(spec))
-        errors[name] = _close(torch, call(), want)
-        if errors[name] < 2e-2:
-            calls[name] = call
+    default = default_config(spec)
+    errors.update(_add_ours(torch, spec, {label(c, default): c for c in configs_timed(spec, quick)},
+                            (a, w, sa, sb, offs), want, calls))
     us = _time(torch, calls, rounds)
     flops = 2 * m * n * k
     rows = [f"| {m}x{n}x{k} | {scaling} | {name} | {t:.1f} | {flops / t / 1e6:.0f} | {us['torch'] / t:.2f} | "
             f"{errors.get(name, 0):.1e} |" for name, t in sorted(us.items(), key=lambda kv: kv[1])]
-    default = default_config(spec)
     names = {"default": label(default, default), **{role: label(c, default) for role, c in twins(spec).items()}}
     cost = promotion_cost(m, n, k, scaling, us) if scaling != "block" and not quick else ""
     return rows, cost, overlap_row(m, n, k, scaling, us, names)
