@@ -69,8 +69,9 @@ def run_show(args: argparse.Namespace) -> int:
     early = "  dependent launch (starts as the kernel before it ends)" if src.dependent_launch else ""
     print(f"// launch   grid {src.grid}  block {src.block}  dynamic smem {src.dynamic_smem} B{cluster}{early}")
     print(f"// ptxas    {kern.arch}: {kern.resources.summary()}")
-    if decode_note(spec):
-        print(decode_note(spec))
+    note = decode_note(spec)
+    if note:
+        print(note)
     if args.explain:
         print(explain_text(spec, kern))
     return 0
