@@ -8,6 +8,7 @@ from gemmtune.errors import ConfigError, SpecError
 from gemmtune.grouped import GroupedConfig, GroupedSpec, candidates, default_config, group_offsets, reference, rejections
 from gemmtune.grouped.render import render, tensor_maps
 from gemmtune.grouped.schedule import plan
+from gemmtune.grouped.config import DEFAULT_BAND_M, DEFAULT_PROMOTE_EVERY
 
 ZIPF = [int(x) for x in np.minimum(np.random.default_rng(7).zipf(1.5, 128), 2000)]
 SIZES = [(700, 120, 64, 900, 33, 410, 256, 1), (0, 5, 0, 1, 64, 0), (0,), (1,), tuple(ZIPF)]
@@ -77,9 +78,7 @@ def test_default_config_uses_64_row_tiles_for_small_groups():
 
 
 def test_default_config_walks_large_groups_in_bands():
-    # 128-row tiles in bands of 8 tile rows (a wave's rows of A stay in L2); fp8's defaults are untimed with bands
-    from gemmtune.grouped.config import DEFAULT_BAND_M
-
+    # 128-row tiles in bands of 8 tile rows (a wave's rows of A stay in L2); fp8 tensor/rowwise's too (its own test)
     large = default_config(GroupedSpec(16, 32768, 12800, 4096))
     assert large.bm == 128 and large.band_m == DEFAULT_BAND_M == 8 and large.pingpong
     assert default_config(GroupedSpec(128, 128 * 40, 2048, 1024)).band_m == 0
@@ -404,13 +403,14 @@ def test_promotion_json_and_entry_names():
                          ids=lambda s: s.slug())
 def test_fp8_default_is_promoted_and_candidates_keep_every_interval(spec):
     default = default_config(spec)
-    assert default.promote_every == 4 and default.rows_per_consumer == 64 and default.bn == 128
+    assert default.promote_every == DEFAULT_PROMOTE_EVERY == 8 and default.rows_per_consumer == 64 and default.bn == 128
     assert (default.bm, default.pingpong) == ((64, True) if spec is FP8_SMALL else (128, False))
+    assert default.band_m == (0 if spec is FP8_SMALL else DEFAULT_BAND_M)  # bands of 128-row tiles, as bf16's
     found = candidates(spec)
     assert found[0] == default and all(not rejections(c, spec) for c in found)
     waiting = default.with_(promote_overlap=False, overlap_static=False)  # (the default overlaps on 128x128 tiles)
     assert default.overlap_static == (spec is not FP8_SMALL)  # per-tensor or rowwise scales, 128x128, no bias
-    same_tile = {c.promote_every for c in found if c.with_(promote_every=4) == waiting}
+    same_tile = {c.promote_every for c in found if c.with_(promote_every=DEFAULT_PROMOTE_EVERY) == waiting}
     assert same_tile == {0, 1, 2, 4, 8}  # the default's tile at every interval, unpromoted included
     assert any(not c.promoted and c.bn == 256 for c in found)
     assert any(c.promoted and c.cluster == 2 for c in found) == (spec.n > 128)  # pairs where a tile row has two tiles

@@ -13,10 +13,12 @@ MAX_ACCUMULATORS = 128  # fp32 sums a consumer thread holds: beside them the 232
 MAX_OVERLAP_ACCUMULATORS = 192
 # fp8 tensor/rowwise promotion intervals in k-blocks of 128 values (0: the whole K in wgmma's accumulator)
 PROMOTE_INTERVALS = (0, 1, 2, 4, 8)
-# The default: wgmma sums 4 k-blocks (512 values of K) in its fp8 accumulator (about 14 bits kept), then the
+# The default: wgmma sums 8 k-blocks (1024 values of K) in its fp8 accumulator (about 14 bits kept), then the
 # consumer adds them into fp32. Long enough that the wait at each promotion is rare, short enough that the
-# reduced-precision sums stay small (issue 70: error within 1.2x cuBLAS's at K = 14336).
-DEFAULT_PROMOTE_EVERY = 4
+# reduced-precision sums stay small (issue 70: error within 1.2x cuBLAS's at K = 14336). Every 8 with bands of 8
+# tile rows ran 3-22% faster than every 4 without bands on four shapes at both scalings; bands alone gave 0-16%
+# (H100, 2026-12-07, bench/results/2026-12-07-h100-fp8-variants.md, its error there too).
+DEFAULT_PROMOTE_EVERY = 8
 # Fields added after configs were first stored (databases, plans), with the default JSON leaves out
 LATER_FIELDS = {"cluster": 1, "promote_every": 0, "promote_overlap": False, "overlap_static": False}
 SMALL_GROUP_ROWS = 64  # at most this many rows per group on average: 64-row tiles (fewer rows computed for nothing)
@@ -203,7 +205,7 @@ def default_config(spec: GroupedSpec) -> GroupedConfig:
     Timed on twelve grouped shapes outside bench_moe.py (git show e11d17b:bench/results/2026-11-29-h200-grouped-configs.md,
     third run): a staged config led on all twelve, 0.97-1.41x torch._grouped_mm; 128x128 ping-pong staged was
     first or within 0.05 of the first on all ten large-group shapes, 64x256 ping-pong staged on both small ones.
-    The 128-row tiles go in bands of DEFAULT_BAND_M tile rows (fp8's and block scales' defaults: untimed, none)."""
+    The 128-row tiles go in bands of DEFAULT_BAND_M tile rows, fp8 tensor/rowwise's too (block scales': untimed, none)."""
     small = spec.total_m <= SMALL_GROUP_ROWS * spec.groups
     shape = GroupedConfig(bm=64, bn=256) if small else GroupedConfig(bm=128, bn=128, band_m=DEFAULT_BAND_M)
     shape = shape.with_(consumers=2, pingpong=True, staged_store=True)
@@ -213,7 +215,7 @@ def default_config(spec: GroupedSpec) -> GroupedConfig:
         shape = GroupedConfig(bm=128, bn=BLOCK, consumers=2, staged_store=True, promote_overlap=not spec.has_bias)
     elif spec.fp8:  # promoted (untimed against the unpromoted candidates: accuracy first)
         shape = (GroupedConfig(bm=64, bn=128, consumers=2, pingpong=True) if small
-                 else GroupedConfig(bm=128, bn=128, consumers=2))
+                 else GroupedConfig(bm=128, bn=128, consumers=2, band_m=DEFAULT_BAND_M))
         shape = shape.with_(staged_store=spec.out_dtype in STAGED_OUT_DTYPES, promote_every=DEFAULT_PROMOTE_EVERY)
         if static_by_default(spec, small):
             # 128x128 per-tensor on four shapes: 0.90-0.96x torch._scaled_mm against 0.84-0.90x waiting for each
