@@ -310,7 +310,8 @@ def one_wave_first(spec: GemmSpec, picks: list[Pick], sm_count: int) -> list[Pic
     if not picks or spec.dtype not in ("bf16", "fp16"):
         return picks
     first = picks[0].config
-    if not isinstance(first, WgmmaConfig) or first.swap_ab or _tile_count(spec, first) >= sm_count:
+    if (not isinstance(first, WgmmaConfig) or first.swap_ab or _tile_count(spec, first) >= sm_count
+            or "wave-width rule" in picks[0].scored_by):  # that rule's width already fits its one wave
         return picks
     most, chosen = _tile_count(spec, first), None
     for pick in picks[1:ONE_WAVE_LOOK]:
