@@ -298,19 +298,29 @@ def wave_width_first(spec: GemmSpec, picks: list[Pick], sm_count: int) -> list[P
 # pick (4 shapes), all 4 faster, 1.06-1.33x (geomean 1.14x): 480x4224x2944 128x192 -> 128x128 (88 -> 132 tiles).
 ONE_WAVE_LOOK = 12          # ranked picks looked through for the narrower tile
 ONE_WAVE_MAX_PREDICTED = 1.10  # at most this times the pick's predicted time
+# Not where the pick's split tail already keeps 90% of the SMs busy (long K over few tiles: its pieces fill the wave;
+# the round's moved picks with a tail kept 68% and 82% busy, and gained 1.06x and 1.11x)
+ONE_WAVE_BUSY_SHARE = 0.9
 
 
 def _tile_count(spec: GemmSpec, config: WgmmaConfig) -> int:
     return math.ceil(spec.m / config.bm) * math.ceil(spec.n / config.bn)
 
 
+def _busy_blocks(spec: GemmSpec, pick: Pick) -> int:
+    """Blocks with work in the pick's one wave: its split tail's pieces where it has one, else its tiles."""
+    return pick.split.blocks if pick.split is not None else _tile_count(spec, pick.config)
+
+
 def one_wave_first(spec: GemmSpec, picks: list[Pick], sm_count: int) -> list[Pick]:
-    """16-bit wgmma picks of fewer tiles than SMs: the ranked pick of the same tile height and consumers with the
-    most tiles up to one a SM put first (ONE_WAVE_*), where one has more tiles than the pick; else `picks`."""
+    """16-bit wgmma picks of fewer tiles than SMs whose blocks with work (tiles, or a split tail's pieces) leave a
+    tenth of the SMs idle: the ranked pick of the same tile height and consumers with the most tiles up to one a SM
+    put first (ONE_WAVE_*), where one has more tiles than the pick; else `picks`."""
     if not picks or spec.dtype not in ("bf16", "fp16"):
         return picks
     first = picks[0].config
     if (not isinstance(first, WgmmaConfig) or first.swap_ab or _tile_count(spec, first) >= sm_count
+            or _busy_blocks(spec, picks[0]) >= ONE_WAVE_BUSY_SHARE * sm_count
             or "wave-width rule" in picks[0].scored_by):  # that rule's width already fits its one wave
         return picks
     most, chosen = _tile_count(spec, first), None
