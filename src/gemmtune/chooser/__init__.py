@@ -185,7 +185,7 @@ def rank(spec: GemmSpec, arch: str, sm_count: int | None = None, family: str | N
     if scattered_last and not spec.epilogue.reads_c:
         picks = scattered_tails_last(spec, picks)
     picks = wave_fitted(spec, on_plain_tile(spec, fitted(spec, picks, sm_count), arch, sm_count, model), sm_count)
-    picks = deeper_ring_first(spec, wave_width_first(spec, picks, sm_count), sm_count)
+    picks = deeper_ring_first(spec, one_wave_first(spec, wave_width_first(spec, picks, sm_count), sm_count), sm_count)
     return swapped_first(spec, arch, picks, sm_count) if chosen.name == "wgmma" else picks
 
 
@@ -289,6 +289,55 @@ def wave_width_first(spec: GemmSpec, picks: list[Pick], sm_count: int) -> list[P
         return picks
     return _twin_first(spec, picks, twin, sm_count, predicted_s=picks[0].predicted_s * twin.bn / picks[0].config.bn,
                        scored_by="wave-width rule (two rows of tiles in one wave)")
+
+
+# One partial wave: where the pick's tiles number fewer than the SMs, every tile runs alone on its SM and the
+# GEMM lasts as long as one tile, so a narrower tile of the same height that still fits one wave (more SMs busy,
+# each with less to do) is faster; the model, fitted on shapes of many waves, ranks the two within a few percent.
+# H100, 2026-12-07 round of 74 bf16 shapes outside every evaluation set (timed in turn): where this rule moves the
+# pick (4 shapes), all 4 faster, 1.06-1.33x (geomean 1.14x): 480x4224x2944 128x192 -> 128x128 (88 -> 132 tiles).
+# Then on 22 moved picks of a grid of its own (M 90-1180, bf16/fp16, plain and bias+GELU; H100, same day,
+# bench/results/2026-12-07-h100-one-wave.md): 20 faster (1.01-1.17x, geomean 1.10x), 2 slower (0.89-0.90x), both
+# moved from a split tail's 96-100 busy blocks to 69-70 whole tiles: a candidate must keep 90% of the pick's busy
+# blocks (which leaves those two alone and the 20 moved).
+ONE_WAVE_LOOK = 12          # ranked picks looked through for the narrower tile
+ONE_WAVE_MAX_PREDICTED = 1.10  # at most this times the pick's predicted time
+# Not where the pick's split tail already keeps 90% of the SMs busy (long K over few tiles: its pieces fill the wave;
+# the round's moved picks with a tail kept 68% and 82% busy, and gained 1.06x and 1.11x)
+ONE_WAVE_BUSY_SHARE = 0.9
+
+
+def _tile_count(spec: GemmSpec, config: WgmmaConfig) -> int:
+    return math.ceil(spec.m / config.bm) * math.ceil(spec.n / config.bn)
+
+
+def _busy_blocks(spec: GemmSpec, pick: Pick) -> int:
+    """Blocks with work in the pick's one wave: its split tail's pieces where it has one, else its tiles."""
+    return pick.split.blocks if pick.split is not None else _tile_count(spec, pick.config)
+
+
+def one_wave_first(spec: GemmSpec, picks: list[Pick], sm_count: int) -> list[Pick]:
+    """16-bit wgmma picks of fewer tiles than SMs whose blocks with work (tiles, or a split tail's pieces) leave a
+    tenth of the SMs idle: the ranked pick of the same tile height and consumers with the most tiles up to one a SM
+    put first (ONE_WAVE_*), where one has more tiles than the pick and 90% of its busy blocks; else `picks`."""
+    if not picks or spec.dtype not in ("bf16", "fp16"):
+        return picks
+    first = picks[0].config
+    if (not isinstance(first, WgmmaConfig) or first.swap_ab or _tile_count(spec, first) >= sm_count
+            or _busy_blocks(spec, picks[0]) >= ONE_WAVE_BUSY_SHARE * sm_count
+            or "wave-width rule" in picks[0].scored_by):  # that rule's width already fits its one wave
+        return picks
+    most, chosen, busy = _tile_count(spec, first), None, _busy_blocks(spec, picks[0])
+    for pick in picks[1:ONE_WAVE_LOOK]:
+        c = pick.config
+        if (isinstance(c, WgmmaConfig) and not c.swap_ab and (c.bm, c.consumers) == (first.bm, first.consumers)
+                and most < _tile_count(spec, c) <= sm_count and _busy_blocks(spec, pick) >= ONE_WAVE_BUSY_SHARE * busy
+                and pick.predicted_s <= ONE_WAVE_MAX_PREDICTED * picks[0].predicted_s):
+            most, chosen = _tile_count(spec, c), pick
+    if chosen is None:
+        return picks
+    chosen = replace(chosen, scored_by=f"{chosen.scored_by}; one-wave rule ({most} tiles on {sm_count} SMs)")
+    return [chosen] + [p for p in picks if p.config != chosen.config]
 
 
 def deeper_ring_first(spec: GemmSpec, picks: list[Pick], sm_count: int) -> list[Pick]:
