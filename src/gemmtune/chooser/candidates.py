@@ -198,7 +198,7 @@ def swap_ab_config(spec: GemmSpec, arch: str) -> WgmmaConfig | None:
 # few and split along K, partial-sum traffic through L2 for nothing, while no operand is reused more. The
 # model (trained on few such shapes) ranked 128-row tiles first there and they ran 0.55-0.77x cuBLAS
 # where 64-row ones ran 0.77-0.89x (H200, 2026-11-29, 24x4096x4096, 40x1024x4096, 40x3072x8192 bf16,
-# every ranked candidate timed: bench/results/2026-11-29-h200-short-m-tiles.md).
+# every ranked candidate timed: git show 6cb72f4:bench/results/2026-11-29-h200-short-m-tiles.md).
 SHORT_M_ROWS = 64
 
 
@@ -485,7 +485,7 @@ SPLIT_ARCHS = (90,)  # measured on sm_90 only (clusters of 16 also exist on sm_1
 # Off since 2026-11-29: compute-sanitizer's synccheck reports "Divergent thread(s) in warp" at the block barrier
 # of the split's partial-sum pass in 1-3 of every 6-10 runs (H200), with the cluster wait moved after that
 # barrier, with the dependent launch, its prefetch or the early cluster arrive each removed; the unsplit
-# kernel of the same block shape stayed clean (bench/results/2026-11-29-h200-synccheck-k-split.md). Until
+# kernel of the same block shape stayed clean (git show 6cb72f4:bench/results/2026-11-29-h200-synccheck-k-split.md). Until
 # that is understood, no untuned or tuned pick takes the split (the tuner's space holds k_splits = 1 only);
 # GemvConfig(k_splits=...) still builds it when asked for by name.
 CLUSTER_SPLIT_UNTUNED = False
@@ -624,7 +624,7 @@ def candidates(family: str, spec: GemmSpec, arch: str, sm_count: int) -> list[An
 # or faster (4096^3: 192x128 0.88x, the pick 1.01x). The rule was fitted on the first 12 shapes and
 # held on the 8 more chosen by it; 16-bit types in layout nt (what was measured). With a bias the 192x192 tile
 # spilled until the staged bias became packed pairs (937f8dd); since then the 59 bias picks it moves on a grid
-# outside the suite all ran faster, 1.001-1.177x (bench/results/2026-11-29-h200-bias-192-and-pingpong.md).
+# outside the suite all ran faster, 1.001-1.177x (git show 6cb72f4:bench/results/2026-11-29-h200-bias-192-and-pingpong.md).
 # It holds at long K too (H200, 2026-12-07, K 4864-26624, 12 shapes: 0.997-1.22x the model's picks;
 # bench/results/2026-12-07-h200-chooser-rules.md).
 WAVE_FIT_MIN = 0.93  # the 192-row tiles' useful share of whole waves (3000x1024: 0.947, 0.82 -> 0.99x)

@@ -16,8 +16,9 @@ PROMOTE_INTERVALS = (0, 1, 2, 4, 8)
 # The default: wgmma sums 8 k-blocks (1024 values of K) in its fp8 accumulator (about 14 bits kept), then the
 # consumer adds them into fp32. Long enough that the wait at each promotion is rare, short enough that the
 # reduced-precision sums stay small (issue 70: error within 1.2x cuBLAS's at K = 14336). Every 8 with bands of 8
-# tile rows ran 3-22% faster than every 4 without bands on four shapes at both scalings; bands alone gave 0-16%
-# (H100, 2026-12-07, bench/results/2026-12-07-h100-fp8-variants.md, its error there too).
+# tile rows ran 3-22% faster than every 4 without bands on four shapes at both scalings; bands alone gave -1 to +22%
+# (H100, 2026-12-07, bench/results/2026-12-07-h100-fp8-variants.md). Its error: at most 1.114x cuBLAS's (outlier
+# channels; every 4: 1.047x; bench/results/2026-12-07-h100-fp8-error.md).
 DEFAULT_PROMOTE_EVERY = 8
 # Fields added after configs were first stored (databases, plans), with the default JSON leaves out
 LATER_FIELDS = {"cluster": 1, "promote_every": 0, "promote_overlap": False, "overlap_static": False}
