@@ -281,6 +281,9 @@ def wave_fitted(spec: GemmSpec, picks: list[Pick], sm_count: int) -> list[Pick]:
                        plain_tile=False, scored_by="wave-fit rule (192-row tiles fill whole waves)")
 
 
+WAVE_WIDTH_RULE = "wave-width rule (two rows of tiles in one wave)"  # its picks' scored_by
+
+
 def wave_width_first(spec: GemmSpec, picks: list[Pick], sm_count: int) -> list[Pick]:
     """The ranked picks with the first one's one-wave-width twin first where it has one
     (candidates.wave_width_config), its prediction scaled by the widths: the rule, not the model, puts it there."""
@@ -288,7 +291,7 @@ def wave_width_first(spec: GemmSpec, picks: list[Pick], sm_count: int) -> list[P
     if twin is None:
         return picks
     return _twin_first(spec, picks, twin, sm_count, predicted_s=picks[0].predicted_s * twin.bn / picks[0].config.bn,
-                       scored_by="wave-width rule (two rows of tiles in one wave)")
+                       scored_by=WAVE_WIDTH_RULE)
 
 
 # One partial wave: where the pick's tiles number fewer than the SMs, every tile runs alone on its SM and the
@@ -325,7 +328,7 @@ def one_wave_first(spec: GemmSpec, picks: list[Pick], sm_count: int) -> list[Pic
     first = picks[0].config
     if (not isinstance(first, WgmmaConfig) or first.swap_ab or _tile_count(spec, first) >= sm_count
             or _busy_blocks(spec, picks[0]) >= ONE_WAVE_BUSY_SHARE * sm_count
-            or "wave-width rule" in picks[0].scored_by):  # that rule's width already fits its one wave
+            or picks[0].scored_by == WAVE_WIDTH_RULE):  # that rule's width already fits its one wave
         return picks
     most, chosen, busy = _tile_count(spec, first), None, _busy_blocks(spec, picks[0])
     for pick in picks[1:ONE_WAVE_LOOK]:
