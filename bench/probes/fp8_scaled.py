@@ -14,7 +14,7 @@ default, its twins and torch only, no grouped shapes (about 2 minutes on an H200
 
     PYTHONPATH=$PWD/src:$PWD/bench python bench/probes/fp8_scaled.py --out /tmp/fp8.md
     PYTHONPATH=$PWD/src:$PWD/bench python bench/probes/fp8_scaled.py --quick --out /tmp/fp8.md
-    PYTHONPATH=$PWD/src:$PWD/bench python bench/probes/fp8_scaled.py --variants --rounds 8 --out /tmp/fp8v.md  # ~4 min
+    PYTHONPATH=$PWD/src:$PWD/bench python bench/probes/fp8_scaled.py --variants --rounds 8 --out /tmp/fp8v.md  # ~6 min
 """
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def promotion_cost(m: int, n: int, k: int, scaling: str, us: dict[str, float]) -
 def overlap_row(m: int, n: int, k: int, scaling: str, us: dict[str, float], names: dict[str, str]) -> str:
     """The overlap table's row: the default and its twins (µs; nan where not timed: not valid, or its result
     differed) against torch (for block scales its blockwise form where this torch has one)."""
-    base = us.get("torch block", us.get("torch block (row-major a)", us["torch"])) if scaling == "block" else us["torch"]
+    base = us.get("torch block", us["torch"]) if scaling == "block" else us["torch"]
     nan = float("nan")
     times = {role: us.get(names[role], nan) if role in names else nan for role in ("default", "pr0", "ov", "ovs")}
     return (f"| {m}x{n}x{k} | {scaling} | {names['default']} | "
@@ -92,37 +92,57 @@ def twins(spec) -> dict[str, object]:
 
 
 def variants(spec) -> dict[str, object]:
-    """--variants: the default beside what might close its gap to cuBLAS (untimed as of 2026-12-07): bands of 8
-    tile rows (the bf16 default's L2 walk; fp8's default walks each group whole), clusters of 2 sharing A,
-    both, promotion every 8, ping-pong 64x128 promoted (one consumer's epilogue under the other's main loop), and
-    the speed unpromoted tiles reach (128x128 and 128x256, staged or from registers), each where valid."""
+    """--variants: the default beside its neighbours, each where valid. Tensor/rowwise (default since 2026-12-07:
+    promoted every 8 k-blocks in bands of 8 tile rows): every 4, clusters of 2 sharing A with and without bands
+    (clusters alone led bands on two of four shapes per tensor in the 2026-12-07 run), and the speed unpromoted
+    tiles reach (128x128, its ping-pong, 128x256). Block scales (untimed with bands or clusters): bands of 8,
+    clusters of 2, both, and the waiting loop in bands."""
     from gemmtune.grouped.config import _deepest, default_config, rejections
 
     d = default_config(spec)
-    plain = dict(promote_every=0, promote_overlap=False, overlap_static=False)
-    found = {"default": d, "band8": d.with_(band_m=8), "cl2": d.with_(cluster=2), "band8 cl2": d.with_(band_m=8, cluster=2),
-             "pr8 band8": d.with_(promote_every=8, band_m=8),
-             "pp 64x128 pr4 band8": d.with_(bm=64, pingpong=True, band_m=8, promote_overlap=False, overlap_static=False),
-             "pr0 128x128 band8": d.with_(band_m=8, **plain), "pr0 pp 128x128 band8": d.with_(pingpong=True, band_m=8, **plain),
-             "pr0 128x256 band8": d.with_(bn=256, band_m=8, **plain),
-             "pr0 128x256 band8 cl2": d.with_(bn=256, band_m=8, cluster=2, **plain),
-             "pr0 128x256 regs band8": d.with_(bn=256, band_m=8, staged_store=False, **plain)}
+    if spec.scaling == "block":
+        found = {"default": d, "band8": d.with_(band_m=8), "cl2": d.with_(cluster=2),
+                 "band8 cl2": d.with_(band_m=8, cluster=2), "band8 wait": d.with_(band_m=8, promote_overlap=False)}
+    else:
+        plain = dict(promote_every=0, promote_overlap=False, overlap_static=False)
+        found = {"default": d, "pr4": d.with_(promote_every=4), "cl2 no bands": d.with_(band_m=0, cluster=2),
+                 "cl2": d.with_(cluster=2), "pr0 128x128": d.with_(**plain),
+                 "pr0 pp 128x128": d.with_(pingpong=True, **plain), "pr0 128x256": d.with_(bn=256, **plain)}
     return {name: _deepest(c, spec) for name, c in found.items() if not rejections(_deepest(c, spec), spec)}
 
 
 def variant_rows(torch, m: int, n: int, k: int, scaling: str, rounds: int) -> list[str]:
-    """--variants' rows for one shape and scaling: each variant against torch._scaled_mm and its fast-accum form."""
+    """--variants' rows for one shape and scaling: each variant against torch (its blockwise _scaled_mm for block
+    scales, where this torch has one; else its per-tensor call on the same product) and its fast-accum form."""
     from gemmtune.grouped.spec import GroupedSpec
 
-    a, w, sa, sb, _, _, offs = _operands(torch, m, n, k, scaling)
-    want = torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16)
-    calls = {"torch": lambda: torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16),
-             "torch fast accum": lambda: torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True)}
+    a, w, sa, sb, peer_a, peer_b, offs = _operands(torch, m, n, k, scaling)
+    want = torch._scaled_mm(a, w.t(), peer_a, peer_b, out_dtype=torch.bfloat16)
+    calls = {"torch": lambda: torch._scaled_mm(a, w.t(), peer_a, peer_b, out_dtype=torch.bfloat16),
+             "torch fast accum": lambda: torch._scaled_mm(a, w.t(), peer_a, peer_b, out_dtype=torch.bfloat16,
+                                                          use_fast_accum=True)}
+    if scaling == "block":
+        calls.update(_torch_blockwise(torch, a, w, sa, sb, m, n, k))
     spec = GroupedSpec(1, m, n, k, "e4m3", scaling=scaling)
     errors = _add_ours(torch, spec, variants(spec), (a, w, sa, sb, offs), want, calls)
     us = _time(torch, calls, rounds)
-    return [f"| {m}x{n}x{k} | {scaling} | {name} | {t:.1f} | {2 * m * n * k / t / 1e6:.0f} | {us['torch'] / t:.3f} | "
+    base = us.get("torch block", us["torch"])
+    return [f"| {m}x{n}x{k} | {scaling} | {name} | {t:.1f} | {2 * m * n * k / t / 1e6:.0f} | {base / t:.3f} | "
             f"{us['torch fast accum'] / t:.3f} | {errors.get(name, 0):.1e} |" for name, t in sorted(us.items(), key=lambda kv: kv[1])]
+
+
+def _torch_blockwise(torch, a, w, sa, sb, m: int, n: int, k: int) -> dict:
+    """{"torch block": call} where this torch and GPU run a blockwise _scaled_mm (A's scales in either layout it
+    takes), else {} (what it refused is printed)."""
+    for layout, (ta, tb) in {"column-major a": (sa.t().contiguous().t(), sb.t()), "row-major a": (sa, sb.t())}.items():
+        try:
+            torch._scaled_mm(a, w.t(), ta, tb, out_dtype=torch.bfloat16)
+            torch.cuda.synchronize()
+            return {"torch block": lambda ta=ta, tb=tb: torch._scaled_mm(a, w.t(), ta, tb, out_dtype=torch.bfloat16)}
+        except Exception as err:  # noqa: BLE001 - the probe reports what torch refuses
+            print(f"probe: torch block ({layout}) at {m}x{n}x{k}: {type(err).__name__}: {str(err).splitlines()[0][:160]}",
+                  flush=True)
+    return {}
 
 
 def _operands(torch, m: int, n: int, k: int, scaling: str) -> tuple:
@@ -180,15 +200,9 @@ def plain(torch, m: int, n: int, k: int, scaling: str, rounds: int, quick: bool 
     calls = {"torch": lambda: torch._scaled_mm(a, w.t(), peer_a, peer_b, out_dtype=torch.bfloat16)}
     errors = {}
     if scaling == "block":  # torch's own blockwise scaled mm, where this torch and GPU have one
-        for layout, (ta, tb) in {"torch block": (sa.t().contiguous().t(), sb.t()), "torch block (row-major a)": (sa, sb.t())}.items():
-            try:
-                got = torch._scaled_mm(a, w.t(), ta, tb, out_dtype=torch.bfloat16)
-                torch.cuda.synchronize()
-                errors[layout] = _close(torch, got, want)
-                calls[layout] = lambda ta=ta, tb=tb: torch._scaled_mm(a, w.t(), ta, tb, out_dtype=torch.bfloat16)
-                break
-            except Exception as err:  # noqa: BLE001 - the probe reports what torch refuses
-                print(f"probe: {layout} at {m}x{n}x{k}: {type(err).__name__}: {str(err).splitlines()[0][:160]}", flush=True)
+        calls.update(_torch_blockwise(torch, a, w, sa, sb, m, n, k))
+        if "torch block" in calls:
+            errors["torch block"] = _close(torch, calls["torch block"](), want)
     default = default_config(spec)
     errors.update(_add_ours(torch, spec, {label(c, default): c for c in configs_timed(spec, quick)},
                             (a, w, sa, sb, offs), want, calls))
@@ -227,15 +241,15 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--quick", action="store_true", help="4 shapes; default, its pr0/ov/ovs twins and torch; no grouped")
-    parser.add_argument("--variants", action="store_true", help="the quick shapes: the default against bands, clusters, "
-                        "ping-pong and unpromoted tiles, and torch with and without fast accumulation")
+    parser.add_argument("--variants", action="store_true", help="the quick shapes at every scaling: the default against "
+                        "its neighbours (variants()), and torch with and without fast accumulation")
     args = parser.parse_args()
     import torch
 
     if args.variants:
-        lines = ["| shape | scaling | kernel | µs | TFLOP/s | × torch | × torch fast accum | max error vs torch |",
+        lines = ["| shape | scaling | kernel | µs | TFLOP/s | × torch (block: its blockwise) | × torch fast accum | max error vs torch |",
                  "|---|---|---|---:|---:|---:|---:|---:|"]
-        for (m, n, k), scaling in [(shape, s) for shape in QUICK for s in ("tensor", "rowwise")]:
+        for (m, n, k), scaling in [(shape, s) for shape in QUICK for s in ("tensor", "rowwise", "block")]:
             lines += variant_rows(torch, m, n, k, scaling, args.rounds)
             print("\n".join(lines), flush=True)
             if args.out:
