@@ -635,16 +635,20 @@ def test_a_version_1_model_file_reads_as_the_same_trees(tmp_path):
 
 # --- one partial wave (chooser.one_wave_first) -------------------------------------------------------
 def test_a_pick_of_fewer_tiles_than_sms_gives_way_to_the_narrower_tile_that_fills_one_wave():
-    from gemmtune.chooser import _tile_count, one_wave_first
+    from gemmtune.chooser import one_wave_first
+    from gemmtune.chooser.features import output_tiles
+
+    def tiles_of(pick):
+        return output_tiles(spec, pick.config.bm, pick.config.bn)
 
     spec = GemmSpec(480, 4224, 2944, "nt", "bf16")  # 128x192: 4x22 = 88 tiles; 128x128: 4x33 = 132, one a SM
     ranked = rank_configs(spec, "wgmma", candidates("wgmma", spec, "sm_90a", 132), 132)
     first = rank(spec, "sm_90a", 132)[0]
-    assert (first.config.bm, first.config.bn, _tile_count(spec, first.config)) == (128, 128, 132)
+    assert (first.config.bm, first.config.bn, tiles_of(first)) == (128, 128, 132)
     assert "one-wave rule (132 tiles on 132 SMs)" in first.scored_by
     moved = one_wave_first(spec, ranked, 132)
     assert sorted(map(repr, (p.config for p in moved))) == sorted(map(repr, (p.config for p in ranked)))  # none dropped
-    assert _tile_count(spec, ranked[0].config) < _tile_count(spec, moved[0].config) <= 132
+    assert tiles_of(ranked[0]) < tiles_of(moved[0]) <= 132
     for spec in (GemmSpec(4096, 4096, 4096, "nt", "bf16"),   # many waves: the model's order
                  GemmSpec(480, 4224, 2944, "nn", "fp32")):   # 16-bit types only (the round was bf16)
         ranked = rank_configs(spec, family_for(spec, "sm_90a").name,

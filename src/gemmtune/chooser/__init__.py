@@ -27,7 +27,8 @@ from ..kernels.wgmma.schedule import schedule_for
 from ..spec import GemmSpec
 from .candidates import (candidates, fitted_twin, small_tile_ring, swap_ab_config, wave_fit_config, wave_share,
                          wave_width_config)
-from .features import HBM_BYTES_PER_S, PEAK_FLOPS, EpilogueCost, epilogue_cost, features, has_geometry, roofline_s
+from .features import (HBM_BYTES_PER_S, PEAK_FLOPS, EpilogueCost, epilogue_cost, features, has_geometry, output_tiles,
+                       roofline_s)
 from .model import ChooserModel, FamilyModel, feature_matrix, load
 
 # Features shown by --explain, in this order.
@@ -310,13 +311,9 @@ ONE_WAVE_MAX_PREDICTED = 1.10  # at most this times the pick's predicted time
 ONE_WAVE_BUSY_SHARE = 0.9
 
 
-def _tile_count(spec: GemmSpec, config: WgmmaConfig) -> int:
-    return math.ceil(spec.m / config.bm) * math.ceil(spec.n / config.bn)
-
-
 def _busy_blocks(spec: GemmSpec, pick: Pick) -> int:
     """Blocks with work in the pick's one wave: its split tail's pieces where it has one, else its tiles."""
-    return pick.split.blocks if pick.split is not None else _tile_count(spec, pick.config)
+    return pick.split.blocks if pick.split is not None else output_tiles(spec, pick.config.bm, pick.config.bn)
 
 
 def one_wave_first(spec: GemmSpec, picks: list[Pick], sm_count: int) -> list[Pick]:
@@ -326,17 +323,20 @@ def one_wave_first(spec: GemmSpec, picks: list[Pick], sm_count: int) -> list[Pic
     if not picks or spec.dtype not in ("bf16", "fp16"):
         return picks
     first = picks[0].config
-    if (not isinstance(first, WgmmaConfig) or first.swap_ab or _tile_count(spec, first) >= sm_count
-            or _busy_blocks(spec, picks[0]) >= ONE_WAVE_BUSY_SHARE * sm_count
-            or picks[0].scored_by == WAVE_WIDTH_RULE):  # that rule's width already fits its one wave
+    if not isinstance(first, WgmmaConfig) or first.swap_ab or picks[0].scored_by == WAVE_WIDTH_RULE:
+        return picks  # (the wave-width rule's width already fits its one wave)
+    most, busy = output_tiles(spec, first.bm, first.bn), _busy_blocks(spec, picks[0])
+    if most >= sm_count or busy >= ONE_WAVE_BUSY_SHARE * sm_count:
         return picks
-    most, chosen, busy = _tile_count(spec, first), None, _busy_blocks(spec, picks[0])
+    chosen = None
     for pick in picks[1:ONE_WAVE_LOOK]:
         c = pick.config
-        if (isinstance(c, WgmmaConfig) and not c.swap_ab and (c.bm, c.consumers) == (first.bm, first.consumers)
-                and most < _tile_count(spec, c) <= sm_count and _busy_blocks(spec, pick) >= ONE_WAVE_BUSY_SHARE * busy
+        if not isinstance(c, WgmmaConfig) or c.swap_ab or (c.bm, c.consumers) != (first.bm, first.consumers):
+            continue
+        tiles = output_tiles(spec, c.bm, c.bn)
+        if (most < tiles <= sm_count and _busy_blocks(spec, pick) >= ONE_WAVE_BUSY_SHARE * busy
                 and pick.predicted_s <= ONE_WAVE_MAX_PREDICTED * picks[0].predicted_s):
-            most, chosen = _tile_count(spec, c), pick
+            most, chosen = tiles, pick
     if chosen is None:
         return picks
     chosen = replace(chosen, scored_by=f"{chosen.scored_by}; one-wave rule ({most} tiles on {sm_count} SMs)")

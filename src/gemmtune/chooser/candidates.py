@@ -22,6 +22,7 @@ from ..kernels.simt.config import SimtConfig
 from ..kernels.wgmma.config import (OUT_BYTES, WgmmaConfig, direct_stores, k_major, out_dtype, split_shapes, splits_fp32,
                                     staging_choice, swap_ab_suits, transposes_tf32, with_c_path)
 from ..spec import GATE_ROWS, GemmSpec
+from .features import output_tiles
 
 SERIAL_SPLITS = (2, 3, 4)  # turns through D: the chain grows with the splits, so only a few
 WORKSPACE_SPLITS = (2, 3, 4, 6, 8, 12, 16)  # the last split sums a workspace: about one turn at the end
@@ -88,7 +89,7 @@ def split_variants(tile: SimtConfig, splits: int) -> list[SimtConfig]:
 def simt_candidates(spec: GemmSpec, arch: str, sm_count: int) -> list[SimtConfig]:
     found = []
     for tile in simt_tiles(async_copy=arch_number(arch) >= 80):  # cp.async: sm_80 and later
-        tiles = math.ceil(spec.m / tile.bm) * math.ceil(spec.n / tile.bn)
+        tiles = output_tiles(spec, tile.bm, tile.bn)
         for s in useful_splits(tiles, math.ceil(spec.k / tile.bk), sm_count):
             found += split_variants(tile, s)
     return found

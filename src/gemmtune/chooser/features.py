@@ -77,13 +77,18 @@ SIMT_REGISTERS = {
 }
 
 
+def output_tiles(spec: GemmSpec, bm: int, bn: int) -> int:
+    """Tiles of bm x bn that cover D (M x N), the partial ones at its edges included."""
+    return math.ceil(spec.m / bm) * math.ceil(spec.n / bn)
+
+
 def simt_registers(c: SimtConfig) -> int:
     known = SIMT_REGISTERS.get((c.bm, c.bn, c.bk, c.tm, c.tn, c.wm, c.wn, c.wniter))
     return known or min(255, c.accumulators + 48)
 
 
 def simt_geometry(spec: GemmSpec, c: SimtConfig, sm_count: int, registers: int | None) -> Geometry:
-    tiles = math.ceil(spec.m / c.bm) * math.ceil(spec.n / c.bn)
+    tiles = output_tiles(spec, c.bm, c.bn)
     return Geometry(c.bm, c.bn, c.split_k, tiles * c.split_k, c.threads, c.smem_bytes() + c.c_stage_bytes(spec),
                     registers or simt_registers(c))
 
@@ -238,7 +243,7 @@ def epilogue_cost(spec: GemmSpec, config: Any, sm_count: int, model_s: float = 0
     costs = [op_cost(name, spec.out_dtype) for name in spec.epilogue.ops]
     issue, mufu = sum(c.issue for c in costs), sum(c.mufu for c in costs)
     g = geometry(spec, config, sm_count)
-    tiles = math.ceil(spec.m / g.bm) * math.ceil(spec.n / g.bn)  # each tile's epilogue runs once
+    tiles = output_tiles(spec, g.bm, g.bn)  # each tile's epilogue runs once
     elements = math.ceil(tiles / min(sm_count, tiles)) * g.bm * g.bn
     clocks = elements * max(issue / (ISSUE_PER_CLOCK * ISSUE_EFFICIENCY), mufu / MUFU_PER_CLOCK)
     c_bytes = spec.m * spec.n * spec.out_element_bytes if spec.epilogue.reads_c else 0
