@@ -117,10 +117,10 @@ def variant_rows(torch, m: int, n: int, k: int, scaling: str, rounds: int) -> li
     from gemmtune.grouped.spec import GroupedSpec
 
     a, w, sa, sb, peer_a, peer_b, offs = _operands(torch, m, n, k, scaling)
-    want = torch._scaled_mm(a, w.t(), peer_a, peer_b, out_dtype=torch.bfloat16)
     calls = {"torch": lambda: torch._scaled_mm(a, w.t(), peer_a, peer_b, out_dtype=torch.bfloat16),
              "torch fast accum": lambda: torch._scaled_mm(a, w.t(), peer_a, peer_b, out_dtype=torch.bfloat16,
                                                           use_fast_accum=True)}
+    want = calls["torch"]()
     if scaling == "block":
         calls.update(_torch_blockwise(torch, a, w, sa, sb, m, n, k))
     spec = GroupedSpec(1, m, n, k, "e4m3", scaling=scaling)
@@ -195,9 +195,9 @@ def plain(torch, m: int, n: int, k: int, scaling: str, rounds: int, quick: bool 
     from gemmtune.grouped.spec import GroupedSpec
 
     a, w, sa, sb, peer_a, peer_b, offs = _operands(torch, m, n, k, scaling)
-    want = torch._scaled_mm(a, w.t(), peer_a, peer_b, out_dtype=torch.bfloat16)
     spec = GroupedSpec(1, m, n, k, "e4m3", scaling=scaling)
     calls = {"torch": lambda: torch._scaled_mm(a, w.t(), peer_a, peer_b, out_dtype=torch.bfloat16)}
+    want = calls["torch"]()
     errors = {}
     if scaling == "block":  # torch's own blockwise scaled mm, where this torch and GPU have one
         calls.update(_torch_blockwise(torch, a, w, sa, sb, m, n, k))
