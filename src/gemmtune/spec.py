@@ -298,9 +298,7 @@ def _out_dtype(dtype: str, requested: str | None) -> str:
     out = str(requested).lower()
     if out not in OUT_DTYPES:
         raise SpecError(f"unknown out dtype '{requested}'; supported: {', '.join(OUT_DTYPES)}")
-    if dtype in FP8_DTYPES:  # every D type (FP8_OUT_DTYPES)
-        return out
-    allowed = sorted({default, "fp32"})
+    allowed = list(FP8_OUT_DTYPES) if dtype in FP8_DTYPES else sorted({default, "fp32"})
     if out not in allowed:
         raise SpecError(f"out dtype {out} is not allowed with {dtype} inputs; choose {' or '.join(allowed)}")
     return out
