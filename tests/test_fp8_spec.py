@@ -153,9 +153,33 @@ def test_fp8_specs_go_to_the_grouped_family_and_others_do_not():
         family_for(fp8_spec(epilogue="relu+add"), "sm_90a")
 
 
-def test_space_refuses_with_one_line():
-    with pytest.raises(ConfigError, match="tuning fp8 GEMMs is not supported yet"):
+def test_family_space_points_to_the_candidate_list():
+    with pytest.raises(ConfigError, match="no combinatorial search space: 'gemmtune tune' times the grouped kernel's"):
         get_family("fp8_grouped").space()
+
+
+@pytest.mark.parametrize("scaling, k, unpromoted", [("tensor", 4096, False), ("rowwise", 14336, False),
+                                                    ("tensor", 1024, True), ("block", 4096, False)])
+def test_space_lists_what_tune_times_and_only_accurate_fp8_configs(scaling, k, unpromoted, capsys):
+    """`gemmtune space` of an fp8 GEMM prints the candidates `tune` times, the default first; with tensor/rowwise
+    scales none lets wgmma's accumulator run past the default's promotion interval (8 k-blocks of 128), so an
+    unpromoted config is offered only where K fits one interval."""
+    from gemmtune.grouped.as_gemm import Fp8GemmConfig
+    from gemmtune.grouped.config import DEFAULT_PROMOTE_EVERY, candidates, keeps_fp8_accuracy
+    from gemmtune.tune.grouped_tuner import spec_for_gemm
+
+    spec = fp8_spec(m=4096, n=4096, k=k, scaling=scaling)
+    assert main(["space", "M=4096", "N=4096", f"K={k}", "--dtype", "e4m3", "--scale", scaling, "--layout", "nt"]) == 0
+    out = capsys.readouterr().out
+    found = candidates(spec_for_gemm(spec)[0])
+    assert f"fp8_grouped candidates for 4096x4096x{k} nt e4m3/{scaling}: {len(found)}," in out
+    assert out.splitlines()[1].split(None, 1)[1] == Fp8GemmConfig.of(found[0]).describe()
+    assert any(c.promote_every == 0 for c in found) == (unpromoted or scaling == "block")
+    grouped = spec_for_gemm(spec)[0]
+    assert all(keeps_fp8_accuracy(c, grouped) for c in found)
+    if scaling != "block":
+        assert all(0 < c.promote_every <= DEFAULT_PROMOTE_EVERY or k <= 128 * DEFAULT_PROMOTE_EVERY for c in found)
+        assert keeps_fp8_accuracy(found[0].with_(promote_every=0), grouped) == (k <= 1024)
 
 
 def test_config_round_trip_and_ladder():
@@ -238,7 +262,6 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     (("show", "M=64", "N=64", "K=40", "--dtype", "e4m3", "--scale", "tensor", "--arch", "sm_90a"), "multiple of 16"),
     (("show", "MNK=64", "--dtype", "e4m3", "--scale", "tensor", "--arch", "sm_80"), "need a Hopper GPU"),
     (("show", "MNK=64", "--dtype", "e4m3", "--scale", "tensor", "--family", "mma", "--arch", "sm_86"), "sm_89 or newer"),
-    (("space", "MNK=64", "--dtype", "e4m3", "--scale", "tensor", "--arch", "sm_90a"), "tuning fp8 GEMMs is not supported"),
     (("tune", "MNK=64", "--dtype", "e4m3", "--scale", "tensor", "--simulate", "x.csv"), "--simulate replays"),
     (("export", "MNK=64", "--dtype", "e4m3", "--scale", "tensor", "--arch", "sm_80", "--out", "{tmp}/x"),
      "export them for sm_90a"),

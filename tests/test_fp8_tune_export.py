@@ -12,7 +12,7 @@ import pytest
 
 from gemmtune.cli import main
 from gemmtune.errors import LaunchError
-from gemmtune.grouped import GroupedSpec, candidates, default_config
+from gemmtune.grouped import GroupedSpec, candidates, default_config, rejections
 from gemmtune.spec import GemmSpec
 from gemmtune.tune.grouped_db import GroupedTuningDB
 from gemmtune.tune.grouped_records import GroupedKey, GroupedTrial
@@ -86,6 +86,36 @@ def test_scaled_mm_reads_the_tuned_config(tmp_path: Path, monkeypatch: pytest.Mo
         assert tuned.chosen_config(GroupedSpec(1, 1000, 512, 1024, "e4m3", scaling="tensor")) == outcome.best.config
         assert tuned.chosen_config(GroupedSpec(1, 1000, 512, 1024, "e4m3", scaling="rowwise")) == \
             default_config(GroupedSpec(1, 1000, 512, 1024, "e4m3", scaling="rowwise"))
+    finally:
+        tuned.use_database(None)
+
+
+def test_an_unpromoted_fp8_config_in_the_database_is_not_used_at_long_k(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A database written before keeps_fp8_accuracy may hold an unpromoted tensor-scaled config as the fastest at
+    K = 4096 (32 k-blocks in wgmma's reduced-precision accumulator): scaled_mm keeps the default; at K = 1024 (one
+    promotion chunk) the same config sums exactly as a promoted one and is used."""
+    from gemmtune.grouped import tuned
+    from gemmtune.tune.grouped_records import GroupedContext
+    from gemmtune.tune.grouped_tuner import VERSION
+
+    db_path = tmp_path / "t.sqlite"
+    measurer = FakeMeasurer()
+    found = {}
+    for k in (4096, 1024):
+        grouped, rows = spec_for_gemm(GemmSpec(1000, 512, k, "nt", "e4m3", scaling="tensor"))
+        fast = default_config(grouped).with_(promote_every=0, promote_overlap=False, overlap_static=False)
+        assert not rejections(fast, grouped)
+        trial = measurer.measure(grouped, rows, fast)
+        with GroupedTuningDB(db_path) as db:
+            db.record(GroupedContext(grouped, rows, measurer.environment, VERSION), trial)  # the only trial: the fastest
+        found[k] = (grouped, fast)
+    _device(monkeypatch)
+    tuned.use_database(db_path)
+    try:
+        grouped, fast = found[4096]
+        assert tuned.chosen_config(grouped) == default_config(grouped) and default_config(grouped).promote_every == 8
+        grouped, fast = found[1024]
+        assert tuned.chosen_config(grouped) == fast
     finally:
         tuned.use_database(None)
 

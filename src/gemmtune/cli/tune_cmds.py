@@ -72,7 +72,10 @@ def run_space(args: argparse.Namespace) -> int:
 
     spec = spec_from_args(args)
     arch = target_arch(args.arch)
-    space = space_for(family_from_args(args, spec, arch).name)
+    family = family_from_args(args, spec, arch)
+    if spec.fp8:
+        return print_fp8_candidates(spec)
+    space = space_for(family.name)
     report = analyze(space, spec, arch)
     console = Console(soft_wrap=True)
     console.print(f"{space.family} v{space.version} search space for {spec.short()} on {report.arch}: "
@@ -89,6 +92,23 @@ def run_space(args: argparse.Namespace) -> int:
         table.add_row(name, f"{count.first:,}", f"{count.any:,}", count.example or "—")
     table.add_row("[bold]valid[/bold]", f"{report.valid:,}", "", "")
     console.print(table)
+    return 0
+
+
+def print_fp8_candidates(spec: GemmSpec) -> int:
+    """An fp8 GEMM has no combinatorial space: `tune` times the grouped kernel's candidate list for one group
+    of M rows (grouped.config.candidates), the default first. Print that list."""
+    from ..grouped.as_gemm import Fp8GemmConfig
+    from ..grouped.config import candidates
+    from ..tune.grouped_tuner import spec_for_gemm
+
+    grouped, _ = spec_for_gemm(spec)
+    found = candidates(grouped)
+    out = console()
+    out.print(f"fp8_grouped candidates for {spec.short()}: {len(found)}, timed in this order by "
+              f"'gemmtune tune' (the first is the default; t=N times the first N)")
+    for index, config in enumerate(found, 1):
+        out.print(f"  {index:2d}  {Fp8GemmConfig.of(config).describe()}")
     return 0
 
 

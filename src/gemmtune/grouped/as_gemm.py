@@ -97,8 +97,8 @@ def render(spec: GemmSpec, config: GroupedConfig, arch: str) -> KernelSource:
 
 
 def _space():
-    raise ConfigError(f"tuning fp8 GEMMs is not supported yet ({NAME} has no search space); "
-                      "show and bench run its default config")
+    raise ConfigError(f"{NAME} has no combinatorial search space: 'gemmtune tune' times the grouped kernel's "
+                      "candidate list, which 'gemmtune space' prints")
 
 
 FAMILY = Family(name=NAME, version=VERSION, config_type=Fp8GemmConfig, supports=supports, render=render,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import GemmtuneError
-from .config import GroupedConfig, default_config, rejections
+from .config import GroupedConfig, default_config, keeps_fp8_accuracy, rejections
 from .spec import GroupedSpec
 
 _chosen: dict[tuple[GroupedSpec, int], GroupedConfig] = {}
@@ -62,7 +62,7 @@ def chosen_config(spec: GroupedSpec, ordinal: int = 0) -> GroupedConfig:
 
 def tuned_config(spec: GroupedSpec, ordinal: int = 0, db_path: Path | None = None) -> GroupedConfig | None:
     """The database's fastest verified config for spec's GroupedKey on GPU `ordinal`, or None (no database,
-    no trial, or a config that does not fit this spec)."""
+    no trial, or a config that does not fit this spec or would lose its fp8 accuracy)."""
     from ..tune.db import default_db_path
 
     path = db_path or default_db_path()
@@ -73,7 +73,8 @@ def tuned_config(spec: GroupedSpec, ordinal: int = 0, db_path: Path | None = Non
     except (GemmtuneError, sqlite3.Error) as err:
         warnings.warn(f"gemmtune: grouped configs not read from {path}: {err}; using the default", stacklevel=3)
         return None
-    return config if config is not None and not rejections(config, spec) else None
+    # (a database written before keeps_fp8_accuracy may hold an unpromoted fp8 config as the fastest)
+    return config if config is not None and not rejections(config, spec) and keeps_fp8_accuracy(config, spec) else None
 
 
 def _lookup(spec: GroupedSpec, ordinal: int, path: Path) -> GroupedConfig | None:
