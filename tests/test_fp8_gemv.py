@@ -175,6 +175,22 @@ def test_scaled_mm_shapes_on_meta_tensors_take_the_decode_spec():
     assert decode_spec(4, 1000, 512, "e4m3", "block", "bf16", False) is None
 
 
+def test_scaled_mm_takes_torch_keywords_on_meta_tensors():
+    """torch._scaled_mm's keywords: use_fast_accum is accepted (the sums stay promoted), scale_result refused in
+    one line (it scales an fp8 D, which gemmtune does not write)."""
+    torch = pytest.importorskip("torch")
+    from gemmtune.errors import SpecError
+    from gemmtune.grouped.scaled_ops import scaled_mm
+
+    a = torch.empty(300, 512, dtype=torch.float8_e4m3fn, device="meta")
+    w = torch.empty(1000, 512, dtype=torch.float8_e4m3fn, device="meta")
+    sa, sb = torch.empty(300, 1, device="meta"), torch.empty(1, 1000, device="meta")
+    out = scaled_mm(a, w.t(), sa, sb, out_dtype=torch.float16, use_fast_accum=True)
+    assert out.shape == (300, 1000) and out.dtype == torch.float16
+    with pytest.raises(SpecError, match="scale_result scales an fp8 output"):
+        scaled_mm(a, w.t(), sa, sb, scale_result=torch.empty(1, device="meta"))
+
+
 # --- on a GPU ----------------------------------------------------------------------------------------------
 def _fp8_gpu() -> bool:
     try:

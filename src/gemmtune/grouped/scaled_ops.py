@@ -1,8 +1,10 @@
 """fp8 GEMMs as torch operators (issue 70), on the grouped wgmma kernel (k32 e4m3/e5m2 wgmma, fp32 sums,
 the scales applied before the epilogue):
 
-- `gemmtune::scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16)`: torch._scaled_mm's
-  operands. a (M, K) fp8 row-major; b (K, N) fp8 column-major (b.t() contiguous: weights stored (N, K));
+- `gemmtune::scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16, scale_result=None,
+  use_fast_accum=False)`: torch._scaled_mm's operands (its keywords too; positionally out_dtype comes sixth).
+  use_fast_accum is accepted and changes nothing: the sums are promoted to fp32 either way (at most 1.11x
+  cuBLAS's error, ~1% of speed); scale_result (which scales an fp8 D) must be None, D being bf16/fp16/fp32. a (M, K) fp8 row-major; b (K, N) fp8 column-major (b.t() contiguous: weights stored (N, K));
   scale_a and scale_b float32, one element each (per tensor), (M, 1) and (1, N) (rowwise), or (M, ceil(K/128))
   and (ceil(N/128), ceil(K/128)) (block: 1x128 groups of A, 128x128 blocks of the weights stored (N, K), as
   DeepSeek-V3 quantizes); bias (N,) of out_dtype. One group of M rows.
@@ -69,7 +71,10 @@ def _run(spec: GroupedSpec, a: Tensor, weights: Tensor, offs: Tensor, out: Tenso
 
 # --- scaled_mm ---------------------------------------------------------------------------------------
 def _check_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Optional[Tensor],
-              out_dtype: torch.dtype) -> tuple[str, str, str]:
+              out_dtype: torch.dtype, scale_result: Optional[Tensor] = None) -> tuple[str, str, str]:
+    if scale_result is not None:
+        raise SpecError("scaled_mm: scale_result scales an fp8 output; gemmtune's D is bf16, fp16 or fp32 "
+                        "(multiply D by it instead)")
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         raise SpecError(f"scaled_mm: a {tuple(a.shape)}, b {tuple(b.shape)}; expected a (M, K), b (K, N)")
     kind, out = _formats("scaled_mm", a, b, out_dtype)
@@ -86,9 +91,11 @@ _one_group: dict[tuple[int, torch.device], Tensor] = {}  # offs of one group of 
 
 @torch.library.custom_op("gemmtune::scaled_mm", mutates_args=())
 def scaled_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Optional[Tensor] = None,
-              out_dtype: torch.dtype = torch.bfloat16) -> Tensor:
-    """torch._scaled_mm(a, b, scale_a, scale_b, bias, out_dtype=...): (a·scale_a)(b·scale_b) (+ bias), fp32 sums."""
-    kind, out_kind, scaling = _check_mm(a, b, scale_a, scale_b, bias, out_dtype)
+              out_dtype: torch.dtype = torch.bfloat16, scale_result: Optional[Tensor] = None,
+              use_fast_accum: bool = False) -> Tensor:
+    """torch._scaled_mm(a, b, scale_a, scale_b, bias, out_dtype=..., use_fast_accum=...): (a·scale_a)(b·scale_b)
+    (+ bias), fp32 sums (promoted whatever use_fast_accum says)."""
+    kind, out_kind, scaling = _check_mm(a, b, scale_a, scale_b, bias, out_dtype, scale_result)
     (m, k), n = a.shape, b.shape[1]
     out = torch.empty((m, n), dtype=out_dtype, device=a.device)
     if out.numel() == 0:
@@ -108,8 +115,9 @@ def scaled_mm(a: Tensor, b: Tensor, scale_a: Tensor, scale_b: Tensor, bias: Opti
 
 
 @scaled_mm.register_fake
-def _scaled_mm_fake(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16):
-    _check_mm(a, b, scale_a, scale_b, bias, out_dtype)
+def _scaled_mm_fake(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16, scale_result=None,
+                    use_fast_accum=False):
+    _check_mm(a, b, scale_a, scale_b, bias, out_dtype, scale_result)
     return a.new_empty((a.shape[0], b.shape[1]), dtype=out_dtype)
 
 
