@@ -306,7 +306,7 @@ MOVED_SINCE_THE_TABLE = {
        for shape in ("512x4096x4096", "2048x5120x1280") for dtype in ("bf16", "fp16")},
     **{(f"{shape} nt {dtype}", dtype): "no overlapped write-back on one consumer's 64-row tiles (2026-11-29)"
        for shape in ("4096x128x4096", "1000x1000x1000") for dtype in ("bf16", "fp16")},
-    **{(f"{shape} nt {dtype}", dtype): "swap-AB at 4-128 rows (2026-11-29; bench/results/2026-11-29-h200-swap-ab.md)"
+    **{(f"{shape} nt {dtype}", dtype): "swap-AB at 4-128 rows (2026-11-29; git show 78435b0:bench/results/2026-11-29-h200-swap-ab.md)"
        for shape in ("128x4096x14336", "64x8192x8192", "64x14336x4096", "32x4096x11008", "16x4096x4096",
                      "128x14336x4096", "16x14336x4096", "8x4096x4096", "96x96x65536") for dtype in ("bf16", "fp16")},
     **{(f"200x300x504 nt {dtype}", dtype): "the small-tile ring: a 64x64 pick takes 10 stages (2026-11-29; "

@@ -176,11 +176,11 @@ def fitted_twin(spec: GemmSpec, config: Any) -> WgmmaConfig | None:
 # 64 rows of B (the weights) by all of A's rows a tile, 10 ring stages, the split tail. cuBLAS runs such
 # shapes this way (ncu, H200: nvjet_sm90_tst_64x40 "TNT" on 40x5120x5120, 80 blocks, 67% of DRAM bandwidth
 # against our 64x128 pick's 57%). Measured against the picks before it on 14 bf16 shapes outside the model
-# suite (H200, 2026-11-29, bench/results/2026-11-29-h200-swap-ab.md): at 4-112 rows 0.94-1.04x cuBLAS where
+# suite (H200, 2026-11-29, git show 78435b0:bench/results/2026-11-29-h200-swap-ab.md): at 4-112 rows 0.94-1.04x cuBLAS where
 # the picks ran 0.74-0.98x (40x5120x5120 0.859 -> 0.983, 112x5120x5120 0.754 -> 0.961, 8x5120x5120 0.873 ->
 # 1.012); 1 row: the gemv rows kernel stays (1.19x against 1.04x), 200 rows: slower (0.77x against 0.83x).
 # With a residual add (C read transposed, each row's C before its stores), 6 more shapes: 0.79-0.97x where the
-# picks ran 0.68-0.93x (bench/results/2026-11-29-h200-swap-ab.md, second table).
+# picks ran 0.68-0.93x (git show 78435b0:bench/results/2026-11-29-h200-swap-ab.md, second table).
 # (wgmma.config.SWAP_AB_ROWS: 4-128 rows; at 4-16 the gemv family yields to it.)
 SWAP_AB_STAGES = 10
 

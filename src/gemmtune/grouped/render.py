@@ -360,7 +360,7 @@ BLOCK_SCALED_LOOP = """            float sums[BN / 2];  // one k-block's sums (M
 
 
 # fp8 tensor/rowwise scales, promoted (config.promote_every > 0): Hopper's fp8 wgmma accumulates with about 14
-# bits, so one sum over the whole K loses precision as K grows (bench/results/2026-11-29-h200-fp8-error.md). wgmma
+# bits, so one sum over the whole K loses precision as K grows (git show 78435b0:bench/results/2026-11-29-h200-fp8-error.md). wgmma
 # sums a chunk of PROMOTE_EVERY k-blocks into fresh `sums`, pipelined as MAIN_LOOP (one wgmma group in flight, the
 # slot before released); at the chunk's end the consumer waits for the last group, releases its slot and adds the
 # sums into the fp32 acc on the CUDA cores. No scaling here: the tensor or row/column scales multiply the tile in
