@@ -244,6 +244,16 @@ def test_refuses_to_overwrite_a_folder_that_is_not_an_export(tmp_path):
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
 
 
+def test_an_out_folder_that_cannot_be_made_is_named_in_one_line(tmp_path, capsys):
+    """The staging folder beside --out is an implementation detail: the error names --out, not it."""
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SpecError, match="cannot write there"):
+        write_folder(tmp_path / "file" / "sub" / "out", {"a.txt": b"x"})
+    assert main(["export", "MNK=64", "--out", str(tmp_path / "file" / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--out {tmp_path / 'file' / 'out'}: cannot write there" in err and ".tmp" not in err
+
+
 def test_a_failed_write_leaves_the_old_folder_and_no_staging(tmp_path, exported):
     before = sorted(p.name for p in exported.path.iterdir())
     with pytest.raises(FileNotFoundError):

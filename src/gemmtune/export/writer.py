@@ -81,8 +81,11 @@ def write_folder(out: Path, files: dict[str, bytes]) -> None:
     """Write `files` as the folder `out`, all at once or not at all."""
     out = Path(out)
     _check_replaceable(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+    try:  # the staging folder beside `out` is an implementation detail: a failure names `out`
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+    except OSError as err:
+        raise SpecError(f"--out {out}: cannot write there ({err.strerror or err})") from None
     try:
         os.chmod(staging, 0o755)
         for file_name, data in files.items():
