@@ -72,7 +72,7 @@ def run_space(args: argparse.Namespace) -> int:
 
     spec = spec_from_args(args)
     arch = target_arch(args.arch)
-    family = family_from_args(args, spec, arch)
+    family = family_from_args(args, spec, arch)  # ConfigError where no family runs the spec
     if spec.fp8:
         return print_fp8_candidates(spec)
     space = space_for(family.name)

@@ -322,5 +322,5 @@ def keeps_fp8_accuracy(config: GroupedConfig, spec: GroupedSpec) -> bool:
     unpromoted one (~1% faster, torch's use_fast_accum=True accuracy). bf16/fp16 and block scales: always."""
     if not spec.fp8 or spec.scaling == "block":
         return True
-    chunk = config.promote_every or -(-spec.k // 128)  # k-blocks wgmma sums before fp32 sees them
+    chunk = config.promote_every or -(-spec.k // BLOCK)  # k-blocks (of BLOCK values) wgmma sums before fp32 sees them
     return chunk <= DEFAULT_PROMOTE_EVERY

@@ -4,7 +4,8 @@ the scales applied before the epilogue):
 - `gemmtune::scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16, scale_result=None,
   use_fast_accum=False)`: torch._scaled_mm's operands (its keywords too; positionally out_dtype comes sixth).
   use_fast_accum is accepted and changes nothing: the sums are promoted to fp32 either way (at most 1.11x
-  cuBLAS's error, ~1% of speed); scale_result (which scales an fp8 D) must be None, D being bf16/fp16/fp32. a (M, K) fp8 row-major; b (K, N) fp8 column-major (b.t() contiguous: weights stored (N, K));
+  cuBLAS's error, ~1% of speed); scale_result (which scales an fp8 D) must be None, D being bf16/fp16/fp32.
+  a (M, K) fp8 row-major; b (K, N) fp8 column-major (b.t() contiguous: weights stored (N, K));
   scale_a and scale_b float32, one element each (per tensor), (M, 1) and (1, N) (rowwise), or (M, ceil(K/128))
   and (ceil(N/128), ceil(K/128)) (block: 1x128 groups of A, 128x128 blocks of the weights stored (N, K), as
   DeepSeek-V3 quantizes); bias (N,) of out_dtype. One group of M rows.
