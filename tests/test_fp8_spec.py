@@ -168,14 +168,13 @@ def test_space_lists_what_tune_times_and_only_accurate_fp8_configs(scaling, k, u
     from gemmtune.grouped.config import DEFAULT_PROMOTE_EVERY, candidates, keeps_fp8_accuracy
     from gemmtune.tune.grouped_tuner import spec_for_gemm
 
-    spec = fp8_spec(m=4096, n=4096, k=k, scaling=scaling)
+    grouped = spec_for_gemm(fp8_spec(m=4096, n=4096, k=k, scaling=scaling))[0]
     assert main(["space", "M=4096", "N=4096", f"K={k}", "--dtype", "e4m3", "--scale", scaling, "--layout", "nt"]) == 0
     out = capsys.readouterr().out
-    found = candidates(spec_for_gemm(spec)[0])
+    found = candidates(grouped)
     assert f"fp8_grouped candidates for 4096x4096x{k} nt e4m3/{scaling}: {len(found)}," in out
     assert out.splitlines()[1].split(None, 1)[1] == Fp8GemmConfig.of(found[0]).describe()
     assert any(c.promote_every == 0 for c in found) == (unpromoted or scaling == "block")
-    grouped = spec_for_gemm(spec)[0]
     assert all(keeps_fp8_accuracy(c, grouped) for c in found)
     if scaling != "block":
         assert all(0 < c.promote_every <= DEFAULT_PROMOTE_EVERY or k <= 128 * DEFAULT_PROMOTE_EVERY for c in found)

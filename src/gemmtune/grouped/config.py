@@ -253,8 +253,9 @@ def _cluster_shapes(spec: GroupedSpec, default: GroupedConfig) -> list[GroupedCo
 
 
 def _promoted_shapes(spec: GroupedSpec, default: GroupedConfig) -> list[GroupedConfig]:
-    """fp8 tensor/rowwise: the default's tile without promotion (the speed it costs, measured directly) and at
-    every other interval, and the other tiles of 64 rows a consumer promoted at the default interval."""
+    """fp8 tensor/rowwise: the default's tile without promotion (the speed it costs, measured directly; candidates
+    keeps it only where K fits one promotion chunk) and at every other interval, and the other tiles of 64 rows a
+    consumer promoted at the default interval."""
     if not spec.fp8 or spec.scaling == "block":
         return []
     every = DEFAULT_PROMOTE_EVERY
@@ -289,10 +290,10 @@ def _static_shapes(spec: GroupedSpec, shapes: list[GroupedConfig]) -> list[Group
 
 
 def candidates(spec: GroupedSpec) -> list[GroupedConfig]:
-    """The default first, then the few shapes worth timing against it (each valid for `spec`); fp8 tensor/rowwise
-    adds promoted ones (and the default's tile unpromoted); the cluster=2 ones, then the block-scaled
-    promote_overlap twins and the tensor/rowwise overlap_static twins last (untimed: the default stays without
-    clusters or overlap until measured)."""
+    """The default first, then the few shapes worth timing against it (each valid for `spec` and keeping its fp8
+    accuracy: keeps_fp8_accuracy); fp8 tensor/rowwise adds promoted ones (and the default's tile unpromoted, kept
+    only where K fits one promotion chunk); the cluster=2 ones, then the block-scaled promote_overlap twins and the
+    tensor/rowwise overlap_static twins last (untimed: the default stays without clusters or overlap until measured)."""
     shapes = [default_config(spec), GroupedConfig(128, 128, consumers=2), GroupedConfig(128, 256, consumers=2),
               GroupedConfig(64, 128, consumers=1), GroupedConfig(64, 256, consumers=1),
               GroupedConfig(64, 256, consumers=2, pingpong=True), GroupedConfig(128, 128, consumers=2, pingpong=True),
